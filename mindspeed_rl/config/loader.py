@@ -1,0 +1,297 @@
+"""Compose the layered yaml with hydra and convert it, once, into the typed `Config`.
+
+    cfg = load_config("grpo_trainer_tiny", ["training.train_iters=5"])
+
+Precedence per role, as in ray_gpt: role section > `training` > model file. Every flat key is
+routed to its group dataclass (schema.py); an unknown key is an error that names the yaml path and
+suggests the closest known key. Cross-field checks live in validate.py; derived defaults here.
+Plain `a.b=c` overrides are passed to hydra as `++a.b=c` so that a typo reaches our did-you-mean
+check instead of hydra's struct error.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import typing
+import warnings
+from pathlib import Path
+from typing import Any
+
+from mindspeed_rl.config import compat, schema
+from mindspeed_rl.config.schema import (AlgorithmConfig, Config, DataConfig, KLCtrlConfig,
+                                        ResourcePoolConfig, RoleConfig, RunConfig)
+from mindspeed_rl.utils.errors import UserInputError
+
+REPO_CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs" / "rlxf"
+TOP_LEVEL_KEYS = ("model", "training", "actor_rollout_ref", "reward", "algorithm", "resource_pool", "dry_run")
+ROLE_PATHS = {"actor_rollout": "actor_rollout_ref.actor_rollout", "ref": "actor_rollout_ref.ref", "reward": "reward"}
+
+
+# ---------------------------------------------------------------------------- hydra composition
+def compose_yaml(config_name: str, overrides: list[str] = (), config_dir: str | None = None) -> dict:
+    """Compose configs/rlxf/<config_name>.yaml (+ its model files) with hydra; return a plain dict."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    primary = Path(config_dir).resolve() if config_dir else REPO_CONFIG_DIR
+    if not primary.is_dir():
+        raise UserInputError(f"--config-dir {config_dir} is not a directory; point it at a folder of experiment yaml files.")
+    name = config_name[:-5] if config_name.endswith(".yaml") else config_name
+    if not (primary / f"{name}.yaml").is_file():
+        have = sorted(p.stem for p in primary.glob("*.yaml"))
+        raise UserInputError(f"--config-name {config_name}: there is no {primary / (name + '.yaml')}; "
+                             f"available: {', '.join(have) or 'none'}.")
+    hydra_overrides = [_force(o) for o in overrides]
+    if config_dir:  # a user's own config dir still finds our model files
+        hydra_overrides.append(f"hydra.searchpath=[file://{REPO_CONFIG_DIR}]")
+    GlobalHydra.instance().clear()
+    try:
+        # ray_gpt configs have no `_self_` in their defaults; hydra's default order (the experiment
+        # overrides its model files) is the one they expect, so the reminder is noise.
+        warnings.filterwarnings("ignore", message=".*Defaults list is missing `_self_`", category=UserWarning)
+        with initialize_config_dir(config_dir=str(primary), version_base=None):
+            cfg = compose(config_name=name, overrides=hydra_overrides)
+        raw = OmegaConf.to_container(cfg, resolve=True)
+    except (HydraException, OmegaConfBaseException) as err:
+        msg = str(err).strip().splitlines()[0]
+        raise UserInputError(f"config {name}: {msg}") from None
+    finally:
+        GlobalHydra.instance().clear()
+    raw.pop("hydra", None)
+    return raw
+
+
+def _force(override: str) -> str:
+    """`a.b=c` -> `++a.b=c` (set or add); group overrides and explicit prefixes pass unchanged."""
+    key = override.split("=", 1)[0]
+    if "=" not in override or key.startswith(("+", "~")) or key == "model" or key.startswith("hydra"):
+        return override
+    return "++" + override
+
+
+# ---------------------------------------------------------------------------- conversion
+def load_config(config_name: str, overrides: list[str] = (), config_dir: str | None = None,
+                check_paths: bool = True) -> Config:
+    """Compose, convert, derive and validate. Raises UserInputError listing every problem found."""
+    from mindspeed_rl.config.validate import validate
+
+    raw = compose_yaml(config_name, overrides, config_dir)
+    cfg = build_config(raw, config_name)
+    validate(cfg, check_paths=check_paths)
+    return cfg
+
+
+def build_config(raw: dict, config_name: str = "experiment") -> Config:
+    """Convert a composed ray_gpt-style dict into a Config with derived defaults (no cross-checks)."""
+    raw = dict(raw)
+    _check_keys("", raw, TOP_LEVEL_KEYS, extra_hint={"critic": "the critic role is PPO's; this framework runs the GRPO family, so remove the critic section"})
+    models = raw.get("model") or {}
+    training = _section(raw, "training")
+    arr = raw.get("actor_rollout_ref") or {}
+    _check_keys("actor_rollout_ref.", arr, ("actor_rollout", "ref"))
+    sections = {"actor_rollout": _section(arr, "actor_rollout"), "ref": _section(arr, "ref"),
+                "reward": _section(raw, "reward")}
+    ignored: dict[str, str] = {}
+    for name, entry in models.items():
+        if not isinstance(entry, dict):
+            raise UserInputError(f"model.{name} must be a mapping of Megatron arguments (num_layers: ..., hidden_size: ...), got {entry!r}.")
+        _check_flat_keys(f"model.{name}", entry)
+    _check_flat_keys("training", training)
+    for role, sec in sections.items():
+        _check_flat_keys(ROLE_PATHS[role], sec)
+
+    roles = {role: _build_role(role, models, training, sec, ignored) for role, sec in sections.items()}
+    actor_view, origin = _merged_view(models, training, sections["actor_rollout"], "actor_rollout")
+    run = _fill(RunConfig(), actor_view, origin)
+    data = _fill(DataConfig(), actor_view, origin)
+    algorithm = _build_algorithm(raw.get("algorithm") or {})
+    pool = _build_pool(raw.get("resource_pool") or {})
+    dry_run = raw.get("dry_run", False)
+    if not isinstance(dry_run, bool):
+        raise UserInputError(f"dry_run must be true or false, got {dry_run!r}.")
+    cfg = Config(config_name=config_name, run=run, data=data, algorithm=algorithm, resource_pool=pool,
+                 actor=roles["actor_rollout"], ref=roles["ref"], reward=roles["reward"],
+                 dry_run=dry_run, ignored=ignored)
+    _derive(cfg)
+    return cfg
+
+
+def _section(parent: dict, key: str) -> dict:
+    value = parent.get(key) or {}
+    if not isinstance(value, dict):
+        raise UserInputError(f"{key} must be a mapping of keys to values, got {value!r}.")
+    return {compat.normalize_key(k): v for k, v in value.items()}
+
+
+def _suggest(key: str, known) -> str:
+    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
+    return f"; did you mean `{close[0]}`?" if close else "; see the key reference in the README."
+
+
+def _check_keys(prefix: str, section: dict, allowed, extra_hint: dict | None = None) -> None:
+    for key in section:
+        if key in allowed:
+            continue
+        if extra_hint and key in extra_hint:
+            raise UserInputError(f"`{prefix}{key}`: {extra_hint[key]}.")
+        raise UserInputError(f"`{prefix}{key}` is not a known section{_suggest(key, allowed)}")
+
+
+def _check_flat_keys(path: str, section: dict) -> None:
+    known = schema.all_flat_keys()
+    for key in section:
+        key = compat.normalize_key(key)
+        if key in known or key in compat.MINDSPEED_SWITCHES or key in compat.NO_EFFECT_KEYS:
+            continue
+        raise UserInputError(f"`{path}.{key}` is not a known key{_suggest(key, known | set(compat.MINDSPEED_SWITCHES))}")
+
+
+def _merged_view(models: dict, training: dict, role_sec: dict, role: str) -> tuple[dict, dict]:
+    """role > training > model, with the yaml path each value came from."""
+    model_name = role_sec.get("model", training.get("model"))
+    if model_name is None and len(models) == 1:
+        model_name = next(iter(models))
+    layers = []
+    if model_name is not None:
+        if model_name not in models:
+            raise UserInputError(f"`{ROLE_PATHS[role]}.model: {model_name}` names no model file entry; "
+                                 f"defined: {', '.join(models) or 'none'} (add it under defaults: - model: [...]).")
+        layers.append((f"model.{model_name}", {compat.normalize_key(k): v for k, v in models[model_name].items()}))
+    layers += [("training", training), (ROLE_PATHS[role], role_sec)]
+    merged, origin = {"model": model_name}, {}
+    for path, sec in layers:
+        for key, value in sec.items():
+            merged[key], origin[key] = value, f"{path}.{key}"
+    return merged, origin
+
+
+def _build_role(role: str, models: dict, training: dict, sec: dict, ignored: dict) -> RoleConfig:
+    view, origin = _merged_view(models, training, sec, role)
+    cfg = RoleConfig(role=role, model_name=view.pop("model") or "")
+    cfg = _fill(cfg, view, origin)
+    for group in schema.ROLE_GROUPS:
+        setattr(cfg, group, _fill(getattr(cfg, group), view, origin))
+    for key, value in view.items():
+        if key in compat.MINDSPEED_SWITCHES:
+            cfg.mindspeed_switches[key] = value
+        elif key in compat.NO_EFFECT_KEYS:
+            ignored.setdefault(key, compat.NO_EFFECT_KEYS[key])
+    return cfg
+
+
+def _fill(obj, view: dict, origin: dict):
+    """Set the fields of dataclass `obj` that appear in `view`, type-checked; nested ones skipped."""
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        if f.name in view and not dataclasses.is_dataclass(hints[f.name]):
+            setattr(obj, f.name, _coerce(view[f.name], hints[f.name], origin.get(f.name, f.name)))
+    return obj
+
+
+def _coerce(value: Any, hint, where: str) -> Any:
+    """Check a yaml value against a field type; ints are fine where floats are wanted."""
+    args = typing.get_args(hint)
+    optional = type(None) in args
+    base = next((a for a in args if a is not type(None)), hint) if args else hint
+    if value is None:
+        if optional:
+            return None
+        raise UserInputError(f"`{where}` must not be null; give it a value or delete the line for the default.")
+    if base is bool:
+        if isinstance(value, bool):
+            return value
+        kind = "true or false"
+    elif base is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        kind = "an integer"
+    elif base is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # yaml reads 1e-6 (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        kind = "a number"
+    elif base is str:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+        kind = "a string"
+    elif base is list:
+        if isinstance(value, (list, tuple)):
+            return list(value)
+        kind = "a list"
+    elif base is dict:
+        if isinstance(value, dict):
+            return value
+        kind = "a mapping"
+    else:
+        return value
+    raise UserInputError(f"`{where}` must be {kind}, got {value!r}.")
+
+
+def _build_algorithm(section: dict) -> AlgorithmConfig:
+    section = {compat.normalize_key(k): v for k, v in section.items()}
+    known = schema.field_names(AlgorithmConfig)
+    _check_keys("algorithm.", section, known)
+    alg = _fill(AlgorithmConfig(), section, {k: f"algorithm.{k}" for k in section})
+    kl = section.get("kl_ctrl") or {}
+    if not isinstance(kl, dict):
+        raise UserInputError(f"`algorithm.kl_ctrl` must be a mapping (type: fixed, kl_coef: 0.05), got {kl!r}.")
+    _check_keys("algorithm.kl_ctrl.", kl, schema.field_names(KLCtrlConfig))
+    alg.kl_ctrl = _fill(KLCtrlConfig(), kl, {k: f"algorithm.kl_ctrl.{k}" for k in kl})
+    if isinstance(section.get("verifier_function"), str):
+        alg.verifier_function = [section["verifier_function"]]
+    return alg
+
+
+def _build_pool(section: dict) -> ResourcePoolConfig:
+    _check_keys("resource_pool.", section, schema.field_names(ResourcePoolConfig),
+                extra_hint={"critic": "the critic role is PPO's; this framework runs the GRPO family, so remove resource_pool.critic"})
+    pool = ResourcePoolConfig()
+    for key, value in section.items():
+        value = [] if value is None else [value] if isinstance(value, int) and not isinstance(value, bool) else value
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
+            raise UserInputError(f"`resource_pool.{key}` must be a list of positive device counts per node "
+                                 f"(e.g. [8, 8] for two nodes), got {value!r}.")
+        setattr(pool, key, list(value))
+    return pool
+
+
+# ---------------------------------------------------------------------------- derived fields
+def _derive(cfg: Config) -> None:
+    run, data = cfg.run, cfg.data
+    if run.output_dir is None:
+        run.output_dir = os.path.join("outputs", cfg.config_name)
+    if run.tensorboard_dir is None:
+        run.tensorboard_dir = os.path.join(run.output_dir, "tensorboard")
+    for role in (cfg.actor, cfg.ref, cfg.reward):
+        a = role.arch
+        if a.hidden_size and a.num_attention_heads:
+            a.kv_channels = a.kv_channels or a.hidden_size // a.num_attention_heads
+            a.ffn_hidden_size = a.ffn_hidden_size or 4 * a.hidden_size
+        if not a.group_query_attention:
+            a.num_query_groups = a.num_attention_heads
+        a.max_position_embeddings = a.max_position_embeddings or run.seq_length
+        p = role.ppo
+        p.clip_ratio_low = p.clip_ratio if p.clip_ratio_low is None else p.clip_ratio_low
+        p.clip_ratio_high = p.clip_ratio if p.clip_ratio_high is None else p.clip_ratio_high
+        p.ppo_mini_batch_size = p.ppo_mini_batch_size or run.global_batch_size
+        r = role.rollout
+        if r.max_new_tokens is None:
+            r.max_new_tokens = run.seq_length - data.max_prompt_length
+        if role.save is None:
+            role.save = os.path.join(run.output_dir, "checkpoints")
+    if run.tokenizer_name_or_path is None and cfg.actor.load and _is_hf_dir(cfg.actor.load):
+        run.tokenizer_name_or_path = cfg.actor.load
+
+
+def _is_hf_dir(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, "config.json"))

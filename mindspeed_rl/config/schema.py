@@ -1,0 +1,255 @@
+"""Typed schema of an experiment: the merged ray_gpt yaml is converted into these dataclasses once.
+
+The yaml keeps MindSpeed-LLM's ray_gpt layout (see configs/rlxf/): a flat bag of Megatron
+argument names per role, merged with precedence role section > `training` > model file. Here each
+flat key belongs to exactly one group dataclass (ModelArch, ParallelConfig, OptimConfig, ...), so
+the flat yaml and the typed object map one to one and an unknown key is caught by name.
+
+Every field carries its documentation in `metadata["doc"]`; `python -m mindspeed_rl.config.docs`
+prints them as the README's key reference.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+
+def doc(default: Any, text: str, **kw) -> Any:
+    """A dataclass field with a default and its one-line documentation."""
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda d=default: type(d)(d), metadata={"doc": text, **kw})
+    return field(default=default, metadata={"doc": text, **kw})
+
+
+# ---------------------------------------------------------------------------- model architecture
+@dataclass
+class ModelArch:
+    """Architecture, in Megatron argument names (configs/rlxf/model/<name>.yaml)."""
+
+    num_layers: Optional[int] = doc(None, "transformer layers; divisible by pipeline_model_parallel_size")
+    hidden_size: Optional[int] = doc(None, "model width")
+    ffn_hidden_size: Optional[int] = doc(None, "MLP width (default 4 * hidden_size)")
+    num_attention_heads: Optional[int] = doc(None, "query heads; divisible by tensor_model_parallel_size")
+    group_query_attention: bool = doc(False, "use num_query_groups key/value heads (GQA)")
+    num_query_groups: Optional[int] = doc(None, "key/value heads when group_query_attention; divisible by TP")
+    kv_channels: Optional[int] = doc(None, "head dimension (default hidden_size / num_attention_heads)")
+    padded_vocab_size: Optional[int] = doc(None, "embedding rows (default: tokenizer vocab padded to make_vocab_size_divisible_by x TP)")
+    make_vocab_size_divisible_by: int = doc(128, "pad the vocabulary to a multiple of this times TP")
+    max_position_embeddings: Optional[int] = doc(None, "longest sequence the positions support (default seq_length)")
+    position_embedding_type: str = doc("rope", "rope (the only one supported)")
+    rotary_base: float = doc(10000.0, "RoPE theta")
+    rotary_percent: float = doc(1.0, "fraction of the head dimension rotated")
+    rope_scaling_type: Optional[str] = doc(None, "llama3 for Llama-3.1/3.2 frequency scaling, else null")
+    rope_scaling_factor: float = doc(8.0, "llama3 rope scaling: factor")
+    low_freq_factor: float = doc(1.0, "llama3 rope scaling: low frequency factor")
+    high_freq_factor: float = doc(4.0, "llama3 rope scaling: high frequency factor")
+    original_max_position_embeddings: int = doc(8192, "llama3 rope scaling: original context length")
+    normalization: str = doc("RMSNorm", "RMSNorm or LayerNorm")
+    norm_epsilon: float = doc(1e-5, "normalization epsilon")
+    swiglu: bool = doc(True, "gated SiLU MLP (Llama/Qwen)")
+    add_qkv_bias: bool = doc(False, "bias on the query/key/value projections (Qwen2/2.5)")
+    disable_bias_linear: bool = doc(True, "no bias on the other linear layers")
+    untie_embeddings_and_output_weights: bool = doc(False, "separate output layer instead of the tied embedding")
+    qk_layernorm: bool = doc(False, "RMSNorm on queries and keys per head (Qwen3)")
+    attention_dropout: float = doc(0.0, "attention dropout (keep 0 for RL: log-probs must be deterministic)")
+    hidden_dropout: float = doc(0.0, "hidden dropout (keep 0 for RL)")
+    init_method_std: float = doc(0.02, "std of the random init when load is null")
+
+
+# ---------------------------------------------------------------------------- per-role training
+@dataclass
+class ParallelConfig:
+    tensor_model_parallel_size: int = doc(1, "TP: ranks a layer is split over")
+    pipeline_model_parallel_size: int = doc(1, "PP: pipeline stages")
+    sequence_parallel: bool = doc(False, "Megatron sequence parallelism (needs TP > 1)")
+
+
+@dataclass
+class OptimConfig:
+    lr: float = doc(1e-6, "peak learning rate")
+    min_lr: float = doc(0.0, "final learning rate of a decaying schedule")
+    lr_decay_style: str = doc("constant", "constant, linear or cosine")
+    lr_warmup_fraction: float = doc(0.0, "fraction of train_iters spent warming up linearly")
+    weight_decay: float = doc(0.0, "AdamW weight decay")
+    clip_grad: float = doc(1.0, "global gradient-norm clip")
+    adam_beta1: float = doc(0.9, "Adam beta1")
+    adam_beta2: float = doc(0.999, "Adam beta2")
+    adam_eps: float = doc(1e-8, "Adam epsilon")
+    use_distributed_optimizer: bool = doc(True, "shard optimizer state over data-parallel ranks (Megatron)")
+    initial_loss_scale: float = doc(4096.0, "starting dynamic loss scale (fp16 only)")
+
+
+@dataclass
+class RolloutConfig:
+    """Generation settings (actor_rollout)."""
+
+    n_samples_per_prompt: int = doc(8, "responses sampled per prompt (the GRPO group size)")
+    do_sample: bool = doc(True, "sample (true) or greedy decode (false)")
+    temperature: float = doc(1.0, "sampling temperature; log-probs are computed at the same temperature")
+    top_p: float = doc(1.0, "nucleus sampling mass (1.0 = off)")
+    top_k: int = doc(0, "sample among the k most likely tokens (0 = off)")
+    max_new_tokens: Optional[int] = doc(None, "response length limit (default seq_length - max_prompt_length)")
+    num_samples_per_step: int = doc(8, "sequences generated per forward batch on one rollout rank")
+    use_kv_cache: bool = doc(True, "decode with a KV cache")
+    max_tokens_to_oom: int = doc(1000000, "cap on prompt+response tokens generated in one batch")
+    rollout_engine: str = doc("megatron", "megatron (native, same weights as training) or vllm")
+
+
+@dataclass
+class PPOConfig:
+    """Actor update settings (actor_rollout)."""
+
+    ppo_mini_batch_size: Optional[int] = doc(None, "prompts per optimizer step (each with its n samples); default global_batch_size")
+    ppo_epochs: int = doc(1, "passes over one generation batch")
+    clip_ratio: float = doc(0.2, "PPO clip epsilon (both sides unless clip_ratio_low/high are set)")
+    clip_ratio_low: Optional[float] = doc(None, "lower clip epsilon (DAPO clip-higher); default clip_ratio")
+    clip_ratio_high: Optional[float] = doc(None, "upper clip epsilon; default clip_ratio")
+    clip_ratio_c: Optional[float] = doc(None, "dual-clip constant (> 1) for negative advantages, null = off")
+    entropy_coeff: float = doc(0.0, "entropy bonus coefficient")
+    shuffle_minibatch: bool = doc(False, "shuffle sequences before splitting into mini-batches")
+    use_kl_loss: bool = doc(False, "add kl_loss_coef * KL(actor || reference) to the loss (GRPO paper)")
+    kl_loss_type: str = doc("low_var_kl", "KL estimator of the loss term: kl/k1, abs, mse/k2, low_var_kl/k3")
+    kl_loss_coef: float = doc(0.001, "weight of the KL loss term")
+    loss_agg_mode: str = doc("token-mean", "token-mean, seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm")
+
+
+@dataclass
+class RoleConfig:
+    """What one role (actor_rollout, ref or reward) runs: its merged model + training + role keys."""
+
+    role: str = doc("actor_rollout", "role name (set by the loader)")
+    model_name: str = doc("", "key of the model file entry this role uses (`model:` in the yaml)")
+    load: Optional[str] = doc(None, "HF checkpoint directory, Megatron checkpoint directory, or null for a seeded random init")
+    save: Optional[str] = doc(None, "where checkpoints of this role go (default <output_dir>/checkpoints)")
+    micro_batch_size: int = doc(1, "sequences per forward/backward micro-batch")
+    bf16: bool = doc(False, "bfloat16 parameters and compute")
+    fp16: bool = doc(False, "float16 parameters and compute with loss scaling")
+    num_gpus_for_train: Optional[int] = doc(None, "actor devices that train; with num_gpus_for_infer the actor pool is split (ray_gpt). Default: all, colocated")
+    num_gpus_for_infer: Optional[int] = doc(None, "actor devices that only generate (0 or null = the training ranks generate)")
+    verifier: bool = doc(False, "reward: score with the rule verifiers of algorithm.verifier_function (ray_gpt default: off)")
+    arch: ModelArch = field(default_factory=ModelArch)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    mindspeed_switches: dict = field(default_factory=dict)
+
+    @property
+    def params_dtype(self) -> str:
+        return "bf16" if self.bf16 else "fp16" if self.fp16 else "fp32"
+
+
+# ---------------------------------------------------------------------------- run-wide settings
+@dataclass
+class DataConfig:
+    """Prompt data (ray_gpt puts these under actor_rollout or training)."""
+
+    data_path: Optional[str] = doc(None, "indexed-dataset prefix (also '1,prefixA,1,prefixB'), a raw jsonl/json/parquet file, or null for the built-in tiny task")
+    val_data_path: Optional[str] = doc(None, "validation prompts, same forms as data_path")
+    max_prompt_length: int = doc(512, "longest prompt in tokens")
+    truncation: str = doc("error", "prompts over max_prompt_length: error, left, right or filter")
+    prompt_type: Optional[str] = doc(None, "chat template applied to raw-file prompts (qwen, llama3, chatml, hf, ...)")
+    prompt_key: str = doc("prompt", "raw files: the column holding the prompt")
+    label_key: str = doc("labels", "raw files: the column holding the ground truth")
+    no_shuffle: bool = doc(False, "keep the dataset order instead of a seeded shuffle per epoch")
+
+
+@dataclass
+class RunConfig:
+    """Settings of the whole run (`training` section)."""
+
+    global_batch_size: int = doc(8, "prompts per GRPO step (each sampled n_samples_per_prompt times)")
+    train_iters: int = doc(100, "GRPO steps")
+    seed: int = doc(1234, "seed of init, data order and sampling")
+    seq_length: int = doc(1024, "longest prompt + response")
+    tokenizer_type: str = doc("PretrainedFromHF", "PretrainedFromHF (the only one supported)")
+    tokenizer_name_or_path: Optional[str] = doc(None, "HF tokenizer directory (default: the load checkpoint's, or the tiny task's)")
+    output_dir: Optional[str] = doc(None, "metrics.jsonl, tensorboard, resolved config, checkpoints (default outputs/<config name>)")
+    save_interval: int = doc(0, "save a checkpoint every this many steps (0 = only at the end when save is set)")
+    test_freq: int = doc(0, "validate on val_data_path every this many steps (0 = never)")
+    log_interval: int = doc(1, "print metrics every this many steps")
+    tensorboard_dir: Optional[str] = doc(None, "tensorboard event files (default <output_dir>/tensorboard)")
+    wandb_project: Optional[str] = doc(None, "log to this wandb project too (needs the wandb extra)")
+    stage: str = doc("ray_grpo", "ray_grpo (GRPO family; the only stage this framework runs)")
+    platform: str = doc("auto", "auto, npu, cuda or cpu")
+
+
+@dataclass
+class KLCtrlConfig:
+    type: str = doc("fixed", "fixed or adaptive (PPO paper) KL coefficient for KL in reward")
+    kl_coef: float = doc(0.05, "(initial) KL coefficient")
+    target_kl: float = doc(0.1, "adaptive: target KL per step")
+    horizon: int = doc(10000, "adaptive: horizon in samples")
+
+
+@dataclass
+class AlgorithmConfig:
+    adv_estimator: str = doc("group_norm", "group_norm/grpo, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline")
+    norm_adv_by_std: bool = doc(True, "divide by the group std (false = Dr.GRPO)")
+    advantage_whiten: bool = doc(False, "whiten the group-normalised advantages over the batch (seed ray_gpt behaviour)")
+    gamma: float = doc(1.0, "discount (kept for ray_gpt configs; GRPO estimators use none)")
+    lam: float = doc(0.95, "GAE lambda (kept for ray_gpt configs; GRPO estimators use none)")
+    use_kl_in_reward: bool = doc(True, "subtract kl_ctrl.kl_coef * KL from the token rewards (ray_gpt behaviour)")
+    kl_penalty: str = doc("kl", "KL estimator for KL in reward: kl/k1, abs, mse/k2, low_var_kl/k3")
+    kl_ctrl: KLCtrlConfig = field(default_factory=KLCtrlConfig)
+    missing_eos_penalty: float = doc(0.0, "subtracted from the score of responses cut at max length")
+    verifier_function: list = doc(["acc"], "rule verifiers: acc, format, gsm8k, math, the tiny task's name, or module:function / file.py:function")
+    verifier_weight: list = doc([1.0], "weight of each verifier in the score")
+    verifier_timeout_s: float = doc(10.0, "a verifier call past this scores 0 and is counted")
+    dynamic_sampling: bool = doc(False, "DAPO: drop groups whose scores are all equal and sample more")
+    max_num_gen_batches: int = doc(4, "DAPO: most generation rounds per step when dynamic_sampling")
+    overlong_buffer_len: int = doc(0, "DAPO soft overlong penalty: buffer length in tokens (0 = off)")
+    overlong_penalty_factor: float = doc(1.0, "DAPO soft overlong penalty: the largest penalty")
+
+
+@dataclass
+class ResourcePoolConfig:
+    """Devices per role, one list entry per node: actor_rollout: [8, 8] is 8 devices on each of 2 nodes."""
+
+    actor_rollout: list = doc([1], "devices of the actor/rollout role, per node")
+    ref: list = doc([], "devices of the reference role per node; [] = on the actor's devices (colocated)")
+    reward: list = doc([], "devices of a reward model per node; [] = rule verifiers only, on CPU")
+
+
+@dataclass
+class Config:
+    """The validated experiment: what every other package receives (never the raw yaml)."""
+
+    config_name: str
+    run: RunConfig
+    data: DataConfig
+    algorithm: AlgorithmConfig
+    resource_pool: ResourcePoolConfig
+    actor: RoleConfig
+    ref: RoleConfig
+    reward: RoleConfig
+    dry_run: bool = False
+    ignored: dict = field(default_factory=dict)  # key -> why it has no effect here
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+# Groups a flat role key can belong to, in lookup order; the loader routes each key to its group.
+ROLE_GROUPS = {"arch": ModelArch, "parallel": ParallelConfig, "optim": OptimConfig,
+               "rollout": RolloutConfig, "ppo": PPOConfig}
+RUN_GROUPS = {"run": RunConfig, "data": DataConfig}
+
+
+def field_names(cls) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def role_level_keys() -> set[str]:
+    """Flat keys of RoleConfig itself (not its groups)."""
+    return {f.name for f in dataclasses.fields(RoleConfig) if f.name not in ROLE_GROUPS
+            and f.name not in ("role", "model_name", "mindspeed_switches")}
+
+
+def all_flat_keys() -> set[str]:
+    """Every key a model/training/role section may hold."""
+    keys = role_level_keys() | {"model"}
+    for cls in (*ROLE_GROUPS.values(), *RUN_GROUPS.values()):
+        keys |= set(field_names(cls))
+    return keys

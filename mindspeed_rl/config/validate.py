@@ -1,0 +1,238 @@
+"""Cross-field checks of a Config, before any Ray worker starts.
+
+Each problem is one plain sentence naming the key(s), the values and the fix. All problems found
+are reported together (one per line) so a user fixes a config in one round.
+The check against the live Ray cluster is in distributed/plan.py (it needs the cluster).
+"""
+from __future__ import annotations
+
+import os
+
+from mindspeed_rl.config.schema import Config, RoleConfig
+from mindspeed_rl.utils.errors import UserInputError
+
+A = "actor_rollout_ref.actor_rollout"
+CHOICES = {
+    "training.stage": ("ray_grpo",),
+    "training.tokenizer_type": ("PretrainedFromHF",),
+    "training.platform": ("auto", "npu", "cuda", "cpu"),
+    "truncation": ("error", "left", "right", "filter"),
+    "lr_decay_style": ("constant", "linear", "cosine"),
+    "rollout_engine": ("megatron", "vllm"),
+    "normalization": ("RMSNorm", "LayerNorm"),
+    "position_embedding_type": ("rope",),
+}
+
+
+def validate(cfg: Config, check_paths: bool = True) -> None:
+    problems: list[str] = []
+    _check_choices(cfg, problems)
+    _check_devices(cfg, problems)
+    _check_batches(cfg, problems)
+    for role in _active_roles(cfg):
+        _check_role(role, cfg, problems)
+    _check_algorithm(cfg, problems)
+    if check_paths:
+        _check_paths(cfg, problems)
+    if problems:
+        raise UserInputError("\n".join(dict.fromkeys(problems)))
+
+
+def _active_roles(cfg: Config) -> list[RoleConfig]:
+    roles = [cfg.actor, cfg.ref]
+    if cfg.resource_pool.reward:
+        roles.append(cfg.reward)
+    return roles
+
+
+def role_path(role: RoleConfig) -> str:
+    return {"actor_rollout": A, "ref": "actor_rollout_ref.ref", "reward": "reward"}[role.role]
+
+
+def _one_of(value, options, key: str, problems: list[str]) -> None:
+    if value not in options:
+        problems.append(f"`{key}: {value}` is not supported; use one of: {', '.join(map(str, options))}.")
+
+
+def _check_choices(cfg: Config, problems: list[str]) -> None:
+    _one_of(cfg.run.stage, CHOICES["training.stage"], "training.stage", problems)
+    _one_of(cfg.run.tokenizer_type, CHOICES["training.tokenizer_type"], "training.tokenizer_type", problems)
+    _one_of(cfg.run.platform, CHOICES["training.platform"], "training.platform", problems)
+    _one_of(cfg.data.truncation, CHOICES["truncation"], f"{A}.truncation", problems)
+    for role in _active_roles(cfg):
+        path = role_path(role)
+        _one_of(role.optim.lr_decay_style, CHOICES["lr_decay_style"], f"{path}.lr_decay_style", problems)
+        _one_of(role.arch.normalization, CHOICES["normalization"], f"{path}.normalization", problems)
+        _one_of(role.arch.position_embedding_type, CHOICES["position_embedding_type"], f"{path}.position_embedding_type", problems)
+    _one_of(cfg.actor.rollout.rollout_engine, CHOICES["rollout_engine"], f"{A}.rollout_engine", problems)
+
+
+# ---------------------------------------------------------------------------- devices
+def actor_split(cfg: Config) -> tuple[int, int]:
+    """(training devices, generation-only devices) of the actor pool."""
+    total = sum(cfg.resource_pool.actor_rollout)
+    infer = cfg.actor.num_gpus_for_infer or 0
+    train = cfg.actor.num_gpus_for_train if cfg.actor.num_gpus_for_train is not None else total - infer
+    return train, infer
+
+
+def role_devices(cfg: Config, role: RoleConfig) -> int:
+    """Devices a role's model is sharded over (TP*PP*DP)."""
+    if role.role == "actor_rollout":
+        return actor_split(cfg)[0]
+    pool = cfg.resource_pool.ref if role.role == "ref" else cfg.resource_pool.reward
+    return sum(pool) if pool else actor_split(cfg)[0]  # an empty ref pool shares the actor's devices
+
+
+def _check_devices(cfg: Config, problems: list[str]) -> None:
+    pool = cfg.resource_pool
+    if not pool.actor_rollout:
+        problems.append("`resource_pool.actor_rollout` is empty; give the actor at least one device, e.g. [1].")
+        return
+    total = sum(pool.actor_rollout)
+    train, infer = actor_split(cfg)
+    if train + infer != total or train < 1:
+        problems.append(f"`{A}.num_gpus_for_train: {cfg.actor.num_gpus_for_train}` + `num_gpus_for_infer: "
+                        f"{cfg.actor.num_gpus_for_infer}` must add up to the {total} devices of "
+                        f"`resource_pool.actor_rollout: {pool.actor_rollout}`; change one of them.")
+        return
+    tp, pp = cfg.actor.parallel.tensor_model_parallel_size, cfg.actor.parallel.pipeline_model_parallel_size
+    if infer and infer % tp:
+        problems.append(f"`{A}.num_gpus_for_infer: {infer}` is not a multiple of tensor_model_parallel_size {tp}; "
+                        f"generation ranks hold whole TP groups, so use a multiple of {tp}.")
+    for role in _active_roles(cfg):
+        n = role_devices(cfg, role)
+        tp, pp = role.parallel.tensor_model_parallel_size, role.parallel.pipeline_model_parallel_size
+        if tp < 1 or pp < 1 or n % (tp * pp):
+            where = "resource_pool." + ("actor_rollout" if role.role == "actor_rollout" else role.role)
+            what = f"its {n} training devices" if role.role == "actor_rollout" else f"its {n} devices ({where})"
+            problems.append(f"`{role_path(role)}`: tensor_model_parallel_size {tp} x pipeline_model_parallel_size "
+                            f"{pp} = {tp * pp} does not divide {what}; choose TP x PP that divides {n}.")
+    if not pool.reward and not cfg.reward.verifier:
+        problems.append("no reward: `reward.verifier` is false and `resource_pool.reward` is empty; "
+                        "turn the verifiers on or give the reward model devices.")
+
+
+def data_parallel_size(cfg: Config, role: RoleConfig) -> int:
+    n = role_devices(cfg, role)
+    return max(1, n // (role.parallel.tensor_model_parallel_size * role.parallel.pipeline_model_parallel_size))
+
+
+def _check_batches(cfg: Config, problems: list[str]) -> None:
+    run, actor = cfg.run, cfg.actor
+    n = actor.rollout.n_samples_per_prompt
+    gbs, mini, mbs = run.global_batch_size, actor.ppo.ppo_mini_batch_size, actor.micro_batch_size
+    if n < 1:
+        problems.append(f"`{A}.n_samples_per_prompt: {n}` must be at least 1 (GRPO needs 2 or more to compare).")
+        return
+    for key, value in (("training.global_batch_size", gbs), (f"{A}.ppo_mini_batch_size", mini),
+                       (f"{A}.micro_batch_size", mbs), ("training.train_iters", run.train_iters)):
+        if value < 1:
+            problems.append(f"`{key}: {value}` must be at least 1.")
+            return
+    if gbs % mini:
+        problems.append(f"`training.global_batch_size: {gbs}` is not a multiple of `{A}.ppo_mini_batch_size: {mini}`; "
+                        f"each step's prompts must split into whole mini-batches.")
+    try:
+        dp = data_parallel_size(cfg, actor)
+    except ZeroDivisionError:
+        return
+    if (mini * n) % (mbs * dp):
+        problems.append(f"`{A}.ppo_mini_batch_size: {mini}` x n_samples_per_prompt {n} = {mini * n} sequences is not "
+                        f"a multiple of micro_batch_size {mbs} x data-parallel size {dp} = {mbs * dp}; change one of them.")
+    _, infer = actor_split(cfg)
+    gen_dp = infer // actor.parallel.tensor_model_parallel_size if infer else dp
+    if gen_dp and (gbs * n) % gen_dp:
+        problems.append(f"`training.global_batch_size: {gbs}` x n_samples_per_prompt {n} = {gbs * n} sequences do not "
+                        f"split evenly over {gen_dp} generation ranks; use a multiple of {gen_dp}.")
+
+
+# ---------------------------------------------------------------------------- model and rollout
+def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
+    path, a = role_path(role), role.arch
+    tp, pp = role.parallel.tensor_model_parallel_size, role.parallel.pipeline_model_parallel_size
+    hf_load = role.load and os.path.isfile(os.path.join(role.load, "config.json"))
+    missing = [k for k in ("num_layers", "hidden_size", "num_attention_heads") if getattr(a, k) is None]
+    if missing and not hf_load:
+        problems.append(f"`{path}`: the model ({role.model_name or 'no model file'}) does not set {', '.join(missing)}; "
+                        f"define them in configs/rlxf/model/ or load a Hugging Face checkpoint whose config.json has them.")
+    if a.num_attention_heads and a.num_attention_heads % tp:
+        problems.append(f"`{path}.tensor_model_parallel_size: {tp}` does not divide num_attention_heads "
+                        f"{a.num_attention_heads} of model {role.model_name}; pick a TP that divides it.")
+    if a.num_query_groups and a.num_query_groups % tp:
+        problems.append(f"`{path}.tensor_model_parallel_size: {tp}` does not divide num_query_groups "
+                        f"{a.num_query_groups} of model {role.model_name}; pick a TP that divides it.")
+    if a.num_layers and a.num_layers % pp:
+        problems.append(f"`{path}.pipeline_model_parallel_size: {pp}` does not divide num_layers {a.num_layers} "
+                        f"of model {role.model_name}; pick a PP that divides it.")
+    if a.hidden_size and a.num_attention_heads and a.hidden_size % a.num_attention_heads and not a.kv_channels:
+        problems.append(f"`model.{role.model_name}.hidden_size: {a.hidden_size}` is not a multiple of num_attention_heads "
+                        f"{a.num_attention_heads}; set kv_channels explicitly.")
+    if a.group_query_attention and not a.num_query_groups:
+        problems.append(f"`model.{role.model_name}.group_query_attention` is true but num_query_groups is not set.")
+    if role.parallel.sequence_parallel and tp == 1:
+        problems.append(f"`{path}.sequence_parallel: true` needs tensor_model_parallel_size > 1; set it to false.")
+    if role.bf16 and role.fp16:
+        problems.append(f"`{path}`: bf16 and fp16 are both true; choose one.")
+    if role.role == "reward" and not role.load:
+        problems.append("`reward.load` is not set but `resource_pool.reward` gives a reward model devices; "
+                        "point reward.load at a reward-model checkpoint, or set resource_pool.reward: [] to use only the verifiers.")
+    if role.role != "actor_rollout":
+        return
+    r, p = role.rollout, role.ppo
+    if r.do_sample and r.temperature <= 0:
+        problems.append(f"`{A}.temperature: {r.temperature}` must be > 0 when do_sample is true; use do_sample: false for greedy.")
+    if not 0 < r.top_p <= 1:
+        problems.append(f"`{A}.top_p: {r.top_p}` must be in (0, 1].")
+    if r.top_k < 0:
+        problems.append(f"`{A}.top_k: {r.top_k}` must be >= 0 (0 turns it off).")
+    if r.max_new_tokens < 1:
+        problems.append(f"`training.seq_length: {cfg.run.seq_length}` leaves no room for a response after "
+                        f"`{A}.max_prompt_length: {cfg.data.max_prompt_length}`; raise seq_length or set max_new_tokens.")
+    elif a.max_position_embeddings and cfg.data.max_prompt_length + r.max_new_tokens > a.max_position_embeddings:
+        problems.append(f"`{A}.max_prompt_length: {cfg.data.max_prompt_length}` + max_new_tokens {r.max_new_tokens} "
+                        f"exceeds max_position_embeddings {a.max_position_embeddings} of model {role.model_name}; shorten one.")
+    if p.clip_ratio_c is not None and p.clip_ratio_c <= 1:
+        problems.append(f"`{A}.clip_ratio_c: {p.clip_ratio_c}` must be > 1 (dual clip), or null to turn it off.")
+    if p.ppo_epochs < 1:
+        problems.append(f"`{A}.ppo_epochs: {p.ppo_epochs}` must be at least 1.")
+
+
+def _check_algorithm(cfg: Config, problems: list[str]) -> None:
+    from mindspeed_rl.config import choices
+
+    alg = cfg.algorithm
+    _one_of(alg.adv_estimator, choices.advantage_estimators(), "algorithm.adv_estimator", problems)
+    _one_of(alg.kl_penalty, choices.kl_kinds(), "algorithm.kl_penalty", problems)
+    _one_of(alg.kl_ctrl.type, choices.kl_controllers(), "algorithm.kl_ctrl.type", problems)
+    _one_of(cfg.actor.ppo.kl_loss_type, choices.kl_kinds(), f"{A}.kl_loss_type", problems)
+    _one_of(cfg.actor.ppo.loss_agg_mode, choices.loss_agg_modes(), f"{A}.loss_agg_mode", problems)
+    if cfg.reward.verifier:
+        if len(alg.verifier_function) != len(alg.verifier_weight):
+            problems.append(f"`algorithm.verifier_function` has {len(alg.verifier_function)} entries but "
+                            f"`algorithm.verifier_weight` has {len(alg.verifier_weight)}; give one weight per verifier.")
+        for name in alg.verifier_function:
+            err = choices.verifier_problem(str(name))
+            if err:
+                problems.append(f"`algorithm.verifier_function`: {err}")
+    if alg.dynamic_sampling and cfg.actor.rollout.n_samples_per_prompt < 2:
+        problems.append("`algorithm.dynamic_sampling` needs n_samples_per_prompt >= 2 (it drops groups whose scores are all equal).")
+
+
+# ---------------------------------------------------------------------------- paths
+def _check_paths(cfg: Config, problems: list[str]) -> None:
+    from mindspeed_rl.config.choices import data_path_problem
+
+    tok = cfg.run.tokenizer_name_or_path
+    if tok is not None and not os.path.isdir(tok):
+        problems.append(f"`training.tokenizer_name_or_path: {tok}` does not exist; point it at a Hugging Face "
+                        f"tokenizer directory (tokenizer.json / tokenizer_config.json).")
+    for role in _active_roles(cfg):
+        if role.load and not os.path.exists(role.load):
+            problems.append(f"`{role_path(role)}.load: {role.load}` does not exist; point it at a Hugging Face or "
+                            f"Megatron checkpoint directory, or set it to null for a random init.")
+    for key, value in (("data_path", cfg.data.data_path), ("val_data_path", cfg.data.val_data_path)):
+        if value is not None:
+            err = data_path_problem(value)
+            if err:
+                problems.append(f"`{A}.{key}: {value}`: {err}")

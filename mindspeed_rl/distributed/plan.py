@@ -1,0 +1,126 @@
+"""The placement plan: which role runs on which devices, with what TP/PP/DP (pure, no Ray).
+
+`resource_pool` lists devices per node for each role: `actor_rollout: [8, 8]` asks for two
+placement groups of 8 devices, each packed on one node (STRICT_PACK), so a role's node entry is
+never split across machines. A role with an empty list shares the actor's devices (the reference)
+or does not exist (the reward model). `check_cluster` matches the plan against the nodes a live
+Ray cluster reports, before anything is spawned, so too few devices is one sentence, never a hang.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mindspeed_rl.config.schema import Config
+from mindspeed_rl.config.validate import actor_split
+from mindspeed_rl.utils.errors import UserInputError
+
+
+@dataclass
+class Rank:
+    rank: int  # rank within the role's worker group
+    node: int  # index of the resource_pool list entry (a placement group on one node)
+    local: int  # device index within that entry
+    job: str  # "train+generate", "train", "generate", "forward"
+
+
+@dataclass
+class RolePlacement:
+    role: str
+    devices_per_node: list[int]
+    shares: str | None  # role whose devices this one reuses (colocated), else None
+    tp: int
+    pp: int
+    dp: int
+    ranks: list[Rank] = field(default_factory=list)
+
+    @property
+    def world_size(self) -> int:
+        return len(self.ranks)
+
+
+def make_plan(cfg: Config) -> list[RolePlacement]:
+    pool = cfg.resource_pool
+    train, infer = actor_split(cfg)
+    actor = _placement("actor_rollout", pool.actor_rollout, None, cfg.actor)
+    for r in actor.ranks:
+        r.job = "train+generate" if not infer else ("train" if r.rank < train else "generate")
+    actor.dp = train // (actor.tp * actor.pp)
+    plan = [actor]
+    ref_devices = pool.ref or _train_devices(pool.actor_rollout, train)
+    plan.append(_placement("ref", ref_devices, None if pool.ref else "actor_rollout", cfg.ref))
+    if pool.reward:
+        plan.append(_placement("reward", pool.reward, None, cfg.reward))
+    return plan
+
+
+def _train_devices(per_node: list[int], train: int) -> list[int]:
+    """The first `train` devices of the actor pool, per node (where a colocated role lives)."""
+    out, left = [], train
+    for n in per_node:
+        if left <= 0:
+            break
+        out.append(min(n, left))
+        left -= n
+    return out
+
+
+def _placement(role: str, per_node: list[int], shares: str | None, rc) -> RolePlacement:
+    tp, pp = rc.parallel.tensor_model_parallel_size, rc.parallel.pipeline_model_parallel_size
+    ranks, rank = [], 0
+    for node, count in enumerate(per_node):
+        for local in range(count):
+            ranks.append(Rank(rank, node, local, "forward"))
+            rank += 1
+    return RolePlacement(role, list(per_node), shares, tp, pp, max(1, rank // (tp * pp)), ranks)
+
+
+def format_plan(plan: list[RolePlacement], resource: str) -> str:
+    lines = [f"{'role':<14}{'ranks':>6}  {'TP':>3}{'PP':>3}{'DP':>3}  devices ({resource} per node entry)"]
+    for p in plan:
+        where = f"shares {p.shares}'s devices " if p.shares else ""
+        nodes = ", ".join(f"node{n}: {c}" for n, c in enumerate(p.devices_per_node))
+        lines.append(f"{p.role:<14}{p.world_size:>6}  {p.tp:>3}{p.pp:>3}{p.dp:>3}  {where}[{nodes}]")
+        jobs = {}
+        for r in p.ranks:
+            jobs.setdefault(r.job, []).append(r.rank)
+        for job, ranks in jobs.items():
+            lines.append(f"{'':<14}  ranks {_span(ranks)}: {job}")
+    return "\n".join(lines)
+
+
+def _span(ranks: list[int]) -> str:
+    return f"{ranks[0]}" if len(ranks) == 1 else f"{ranks[0]}-{ranks[-1]}"
+
+
+def placement_groups(plan: list[RolePlacement]) -> list[tuple[str, int]]:
+    """(role, devices) of every placement group the plan creates; colocated roles create none."""
+    return [(p.role, n) for p in plan if p.shares is None for n in p.devices_per_node]
+
+
+def check_cluster(plan: list[RolePlacement], nodes: dict[str, float], resource: str) -> None:
+    """Raise UserInputError if the placement groups cannot fit the nodes' free `resource` units.
+
+    Args:
+        nodes: node name/ip -> available units of `resource` on that node.
+    First-fit-decreasing packing; it can only fail to find a packing that exists when several
+    node entries of different sizes compete for nodes of very different sizes, and then the
+    sentence still says what was asked and what the cluster has.
+    """
+    groups = placement_groups(plan)
+    need = sum(n for _, n in groups)
+    have = sum(nodes.values())
+    asked = " + ".join(f"{role} {n}" for role, n in groups)
+    offer = ", ".join(f"{name}: {int(v)}" for name, v in nodes.items()) or "no nodes"
+    if need > have:
+        raise UserInputError(f"resource_pool asks for {asked} = {need} {resource} but the Ray cluster has {int(have)} "
+                             f"({offer}); shrink the lists in resource_pool or add nodes with "
+                             f"`ray start --address=HEAD:PORT --resources='{{\"{resource}\": N}}'`.")
+    free = sorted(nodes.values(), reverse=True)
+    for role, n in sorted(groups, key=lambda g: -g[1]):
+        for i, cap in enumerate(free):
+            if cap >= n:
+                free[i] -= n
+                break
+        else:
+            raise UserInputError(f"resource_pool.{role} needs {n} {resource} on one node but no node has that many free "
+                                 f"({offer}, placing {asked}); split the entry into smaller per-node entries.")

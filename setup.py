@@ -1,0 +1,47 @@
+"""Install mindspeed_rl and its three top-level scripts (ray_gpt.py, preprocess_data.py, convert_ckpt.py).
+
+Device stacks are not pinned here: on Ascend install torch + torch_npu + mindspeed from the CANN
+release you run, on CUDA the torch build for your driver, on CPU `pip install torch==2.13.0`.
+constraints.txt pins the versions CI tests with (megatron-core 0.12.1, the one MindSpeed pairs with).
+"""
+from setuptools import find_packages, setup
+
+setup(
+    name="mindspeed_rl",
+    version="0.1.0",
+    description="GRPO training of LLMs orchestrated by Ray, trained with Megatron-core (Ascend NPU, CUDA, CPU)",
+    python_requires=">=3.10",
+    packages=find_packages(include=["mindspeed_rl", "mindspeed_rl.*"]),
+    py_modules=["ray_gpt", "preprocess_data", "convert_ckpt"],
+    package_data={"mindspeed_rl": ["assets/**/*"]},
+    include_package_data=True,
+    install_requires=[
+        "torch>=2.1",
+        "megatron-core>=0.12.1,<0.17",
+        "ray[default]>=2.9",
+        "hydra-core>=1.3",
+        "omegaconf>=2.3",
+        "numpy",
+        "transformers>=4.45",
+        "safetensors",
+        "tokenizers",
+        "datasets",
+        "pyarrow",
+        "math-verify",
+        "tensorboard",
+        "tqdm",
+    ],
+    extras_require={
+        "test": ["pytest>=8", "pytest-timeout", "matplotlib"],
+        "plot": ["matplotlib"],
+        "vllm": ["vllm"],
+        "wandb": ["wandb"],
+    },
+    entry_points={
+        "console_scripts": [
+            "mindspeed-rl-grpo=ray_gpt:main",
+            "mindspeed-rl-preprocess=preprocess_data:main",
+            "mindspeed-rl-convert=convert_ckpt:main",
+        ]
+    },
+)
