@@ -1,0 +1,122 @@
+"""Per-step metrics: phase timers, batch statistics, and the sinks (console, metrics.jsonl, tensorboard, wandb).
+
+metrics.jsonl holds one JSON object per step (keys like `grpo/score/mean`, `timing/gen`), the
+file scripts/plot_metrics.py draws the reward curve from. Sinks open lazily and flush every step,
+so a killed run keeps every completed step.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from contextlib import contextmanager
+from typing import Optional
+
+import torch
+
+from mindspeed_rl.data import keys as K
+
+
+class Timer:
+    """Wall time per phase: `with timer("gen"): ...`; repeated phases add up."""
+
+    def __init__(self):
+        self.elapsed: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.elapsed[name] = self.elapsed.get(name, 0.0) + time.perf_counter() - start
+
+    def metrics(self) -> dict[str, float]:
+        return {f"timing/{k}": v for k, v in self.elapsed.items()}
+
+
+def batch_metrics(batch: dict) -> dict[str, float]:
+    """Score and length statistics of a scored rollout batch."""
+    scores = batch[K.SCORES].float()
+    response_len = batch[K.RESPONSE_MASK].sum(-1).float()  # (B,)
+    prompt_len = batch[K.PROMPT_MASK].sum(-1).float() if K.PROMPT_MASK in batch else None
+    out = {
+        "grpo/score/mean": float(scores.mean()),
+        "grpo/score/max": float(scores.max()),
+        "grpo/score/min": float(scores.min()),
+        "response_length/mean": float(response_len.mean()),
+        "response_length/max": float(response_len.max()),
+        "response_length/clip_ratio": float((response_len >= batch[K.RESPONSE_MASK].shape[1]).float().mean()),
+    }
+    if prompt_len is not None:
+        out["prompt_length/mean"] = float(prompt_len.mean())
+    if K.FINISH_REASON in batch:
+        reasons = batch[K.FINISH_REASON]
+        out["response_length/eos_ratio"] = sum(r == "eos" for r in reasons) / max(len(reasons), 1)
+    return out
+
+
+class MetricsLogger:
+    """Writes each step's metrics to the console, <output_dir>/metrics.jsonl, tensorboard and wandb."""
+
+    CONSOLE_KEYS = ("grpo/score/mean", "actor/pg_loss", "actor/kl_loss", "response_length/mean", "timing/step")
+
+    def __init__(self, output_dir: str, total_steps: int, tensorboard_dir: Optional[str] = None,
+                 wandb_project: Optional[str] = None, run_name: str = "grpo", log_interval: int = 1,
+                 console: bool = True):
+        os.makedirs(output_dir, exist_ok=True)
+        self.path = os.path.join(output_dir, "metrics.jsonl")
+        self.total, self.log_interval, self.console = total_steps, log_interval, console
+        self._jsonl = open(self.path, "a", encoding="utf-8")
+        self._tb = None
+        if tensorboard_dir:
+            from torch.utils.tensorboard import SummaryWriter
+            self._tb = SummaryWriter(tensorboard_dir)
+        self._wandb = None
+        if wandb_project:
+            import wandb  # optional extra: pip install -e .[wandb]
+            self._wandb = wandb.init(project=wandb_project, name=run_name)
+        self._bar = None
+        if console:
+            from tqdm import tqdm
+            self._bar = tqdm(total=total_steps, desc="GRPO", unit="step", dynamic_ncols=True)
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        record = {"step": step, **{k: _plain(v) for k, v in metrics.items()}}
+        self._jsonl.write(json.dumps(record) + "\n")
+        self._jsonl.flush()
+        if self._tb is not None:
+            for key, value in record.items():
+                if key != "step" and isinstance(value, (int, float)):
+                    self._tb.add_scalar(key, value, step)
+            self._tb.flush()
+        if self._wandb is not None:
+            self._wandb.log(record, step=step)
+        if self._bar is not None:
+            self._bar.n = step
+            shown = {k.split("/")[-2] + "/" + k.split("/")[-1] if k.count("/") > 1 else k: f"{record[k]:.3g}"
+                     for k in self.CONSOLE_KEYS if isinstance(record.get(k), (int, float))}
+            self._bar.set_postfix(shown, refresh=False)
+            self._bar.refresh()
+            if step % self.log_interval == 0:
+                self._bar.write(f"step {step}: " + ", ".join(f"{k}={v}" for k, v in shown.items()))
+
+    def close(self) -> None:
+        self._jsonl.close()
+        if self._tb is not None:
+            self._tb.close()
+        if self._bar is not None:
+            self._bar.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+def _plain(value):
+    if isinstance(value, torch.Tensor):
+        return value.item() if value.numel() == 1 else value.tolist()
+    return value
+
+
+def read_metrics(path: str) -> list[dict]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
