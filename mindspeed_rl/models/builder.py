@@ -1,0 +1,203 @@
+"""Build a megatron-core GPTModel (local layer spec) from flat Megatron-named arguments.
+
+    args = model_config_from_hf(json.load(open(f"{hf_dir}/config.json")))   # or a model yaml
+    init_parallel_state(tp=2, pp=1, seed=1234)
+    model = build_gpt_model(args, params_dtype=torch.bfloat16)
+
+`args` is any mapping with Megatron argument names (the keys of configs/rlxf/model/*.yaml and of
+mindspeed_rl.config.schema.ModelArch): num_layers, hidden_size, ffn_hidden_size,
+num_attention_heads, group_query_attention / num_query_groups, kv_channels, padded_vocab_size,
+max_position_embeddings, rotary_base, rope_scaling_type ("llama3") with rope_scaling_factor /
+low_freq_factor / high_freq_factor / original_max_position_embeddings, add_qkv_bias,
+disable_bias_linear, untie_embeddings_and_output_weights, normalization, norm_epsilon, swiglu,
+qk_layernorm, attention_dropout, hidden_dropout, init_method_std. Keys this module does not use
+(MindSpeed switches, tokenizer settings, ...) are ignored here: validating the vocabulary is the
+config package's job. TP/PP sizes come from megatron's parallel_state.
+
+Departure from megatron-core: GPTModel's llama3 rope scaling only takes the factor (low/high
+frequency factors and the original context length are fixed to Llama-3.1's 1/4/8192), so we
+compute the scaled inverse frequencies ourselves and set them on the rotary embedding.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Optional
+
+import torch
+import torch.nn.functional as F
+
+from mindspeed_rl.platform import get_platform
+
+get_platform().patch()  # megatron must be imported after the platform patch (no-op when done)
+
+from megatron.core import parallel_state  # noqa: E402
+from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec  # noqa: E402
+from megatron.core.models.gpt.gpt_model import GPTModel  # noqa: E402
+from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed  # noqa: E402
+from megatron.core.transformer.transformer_config import TransformerConfig  # noqa: E402
+
+_REQUIRED = ("num_layers", "hidden_size", "num_attention_heads", "padded_vocab_size")
+
+
+def init_parallel_state(tp: int = 1, pp: int = 1, seed: int = 1234) -> None:
+    """(Re)initialise megatron's TP/PP groups over the existing torch.distributed world and seed
+    its RNG tracker (needed before building a model)."""
+    if parallel_state.model_parallel_is_initialized():
+        parallel_state.destroy_model_parallel()
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
+    model_parallel_cuda_manual_seed(seed)
+
+
+def _get(args: Mapping[str, Any], key: str, default: Any = None) -> Any:
+    value = args.get(key, default)
+    return default if value is None else value
+
+
+def transformer_config(args: Mapping[str, Any], params_dtype: torch.dtype = torch.float32,
+                       sequence_parallel: bool = False) -> TransformerConfig:
+    """TransformerConfig from Megatron-named args; TP/PP sizes from parallel_state."""
+    missing = [k for k in _REQUIRED if args.get(k) is None]
+    if missing:
+        raise ValueError(f"model config is missing {', '.join(missing)} (Megatron argument names).")
+    hidden, heads = int(args["hidden_size"]), int(args["num_attention_heads"])
+    groups = int(_get(args, "num_query_groups", heads)) if _get(args, "group_query_attention", False) else heads
+    swiglu = bool(_get(args, "swiglu", True))
+    return TransformerConfig(
+        num_layers=int(args["num_layers"]),
+        hidden_size=hidden,
+        ffn_hidden_size=int(_get(args, "ffn_hidden_size", 4 * hidden)),
+        num_attention_heads=heads,
+        num_query_groups=groups,
+        kv_channels=int(_get(args, "kv_channels", hidden // heads)),
+        normalization=_get(args, "normalization", "RMSNorm"),
+        layernorm_epsilon=float(_get(args, "norm_epsilon", 1e-5)),
+        gated_linear_unit=swiglu,
+        activation_func=F.silu if swiglu else F.gelu,
+        add_bias_linear=not _get(args, "disable_bias_linear", True),
+        add_qkv_bias=bool(_get(args, "add_qkv_bias", False)),
+        qk_layernorm=bool(_get(args, "qk_layernorm", False)),
+        hidden_dropout=float(_get(args, "hidden_dropout", 0.0)),
+        attention_dropout=float(_get(args, "attention_dropout", 0.0)),
+        init_method_std=float(_get(args, "init_method_std", 0.02)),
+        params_dtype=params_dtype,
+        bf16=params_dtype == torch.bfloat16,
+        fp16=params_dtype == torch.float16,
+        pipeline_dtype=params_dtype,
+        attention_softmax_in_fp32=True,
+        masked_softmax_fusion=False,  # the explicit (B,1,S,S) padding masks need the generic path
+        bias_activation_fusion=False,
+        apply_rope_fusion=False,
+        gradient_accumulation_fusion=False,
+        tensor_model_parallel_size=parallel_state.get_tensor_model_parallel_world_size(),
+        pipeline_model_parallel_size=parallel_state.get_pipeline_model_parallel_world_size(),
+        sequence_parallel=sequence_parallel,
+    )
+
+
+def llama3_inv_freq(dim: int, base: float, factor: float, low_freq_factor: float,
+                    high_freq_factor: float, original_max_position_embeddings: int) -> torch.Tensor:
+    """Llama-3.1 rope frequency scaling (as transformers' `_compute_llama3_parameters`). (dim/2,)"""
+    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32, device="cpu") / dim))
+    low_wavelen = original_max_position_embeddings / low_freq_factor
+    high_wavelen = original_max_position_embeddings / high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
+    smooth = (original_max_position_embeddings / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    is_medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+    return torch.where(is_medium, smoothed, scaled)
+
+
+def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.float32,
+                    sequence_parallel: bool = False, pre_process: Optional[bool] = None,
+                    post_process: Optional[bool] = None) -> GPTModel:
+    """The GPTModel chunk of this rank (its PP stage, its TP shard), randomly initialised.
+
+    Args:
+        args: Megatron-named architecture arguments (see module docstring).
+        params_dtype: torch.float32 / torch.bfloat16 / torch.float16.
+        pre_process / post_process: default to "this rank is the first / last PP stage".
+
+    Returns:
+        A GPTModel on the platform device; its forward returns vocab-parallel logits (B, S, V/TP).
+    """
+    config = transformer_config(args, params_dtype, sequence_parallel)
+    scaling = _get(args, "rope_scaling_type")
+    if scaling not in (None, "llama3"):
+        raise ValueError(f"rope_scaling_type {scaling!r} is not supported; use llama3 or null.")
+    spec = get_gpt_layer_local_spec(qk_layernorm=config.qk_layernorm, normalization=config.normalization)
+    model = GPTModel(
+        config, spec,
+        vocab_size=int(args["padded_vocab_size"]),
+        max_sequence_length=int(_get(args, "max_position_embeddings", 4096)),
+        pre_process=parallel_state.is_pipeline_first_stage() if pre_process is None else pre_process,
+        post_process=parallel_state.is_pipeline_last_stage() if post_process is None else post_process,
+        share_embeddings_and_output_weights=not _get(args, "untie_embeddings_and_output_weights", False),
+        position_embedding_type="rope",
+        rotary_percent=float(_get(args, "rotary_percent", 1.0)),
+        rotary_base=float(_get(args, "rotary_base", 10000.0)),
+    )
+    if scaling == "llama3" and hasattr(model, "rotary_pos_emb"):
+        rotary = model.rotary_pos_emb
+        inv_freq = llama3_inv_freq(
+            rotary.inv_freq.numel() * 2, float(_get(args, "rotary_base", 10000.0)),
+            float(_get(args, "rope_scaling_factor", 8.0)), float(_get(args, "low_freq_factor", 1.0)),
+            float(_get(args, "high_freq_factor", 4.0)), int(_get(args, "original_max_position_embeddings", 8192)))
+        rotary.inv_freq = inv_freq.to(rotary.inv_freq.device)
+    return model
+
+
+# ---------------------------------------------------------------------------------------------
+# Hugging Face config.json -> Megatron args
+
+_HF_ARCHS = ("llama", "qwen2", "qwen3")
+
+
+def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
+    """Megatron-named args for a Llama / Qwen2 / Qwen3 config.json (transformers 4.x `rope_theta`
+    + `rope_scaling` or 5.x `rope_parameters`). Unsupported features raise ValueError."""
+    model_type = hf.get("model_type")
+    if model_type not in _HF_ARCHS:
+        raise ValueError(f"config.json model_type {model_type!r} is not supported; supported: {', '.join(_HF_ARCHS)}.")
+    heads = int(hf["num_attention_heads"])
+    kv_heads = int(hf.get("num_key_value_heads") or heads)
+    head_dim = int(hf.get("head_dim") or hf["hidden_size"] // heads)
+    rope = dict(hf.get("rope_parameters") or hf.get("rope_scaling") or {})
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if hf.get("mlp_bias"):
+        raise ValueError("config.json mlp_bias=true is not supported (Megatron has no MLP-only bias).")
+    if model_type == "llama" and hf.get("attention_bias"):
+        raise ValueError("config.json attention_bias=true for llama (bias on o_proj) is not supported.")
+    if hf.get("use_sliding_window"):
+        raise ValueError("config.json use_sliding_window=true is not supported; set it to false.")
+    if hf.get("hidden_act", "silu") != "silu":
+        raise ValueError(f"config.json hidden_act {hf.get('hidden_act')!r} is not supported; only silu (SwiGLU).")
+    if rope_type not in ("default", "llama3"):
+        raise ValueError(f"config.json rope type {rope_type!r} is not supported; use default or llama3.")
+    args: dict[str, Any] = {
+        "num_layers": int(hf["num_hidden_layers"]),
+        "hidden_size": int(hf["hidden_size"]),
+        "ffn_hidden_size": int(hf["intermediate_size"]),
+        "num_attention_heads": heads,
+        "group_query_attention": kv_heads != heads,
+        "num_query_groups": kv_heads,
+        "kv_channels": head_dim,
+        "padded_vocab_size": int(hf["vocab_size"]),
+        "max_position_embeddings": int(hf.get("max_position_embeddings", 4096)),
+        "rotary_base": float(rope.get("rope_theta", hf.get("rope_theta", 10000.0))),
+        "normalization": "RMSNorm",
+        "norm_epsilon": float(hf.get("rms_norm_eps", 1e-6)),
+        "swiglu": True,
+        "add_qkv_bias": model_type == "qwen2" or bool(hf.get("attention_bias", False)),
+        "disable_bias_linear": True,
+        "untie_embeddings_and_output_weights": not hf.get("tie_word_embeddings", False),
+        "qk_layernorm": model_type == "qwen3",
+        "position_embedding_type": "rope",
+    }
+    if rope_type == "llama3":
+        args.update(rope_scaling_type="llama3", rope_scaling_factor=float(rope["factor"]),
+                    low_freq_factor=float(rope["low_freq_factor"]),
+                    high_freq_factor=float(rope["high_freq_factor"]),
+                    original_max_position_embeddings=int(rope["original_max_position_embeddings"]))
+    return args

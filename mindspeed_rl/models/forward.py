@@ -1,0 +1,157 @@
+"""Forward helpers: padding masks, per-token log-probs and entropy from vocab-parallel logits, and
+a micro-batched, pipeline-aware forward pass.
+
+Log-probs never gather the vocabulary: each TP rank holds logits for its vocab slice (B, S, V/TP);
+the max and the sum of exp are all-reduced over the TP group, and the target's logit is taken on
+the rank that owns it. Gradients flow through megatron's `reduce_from_tensor_model_parallel_region`
+(all-reduce forward, identity backward), which is exact because everything after the reduction is
+computed identically on every TP rank. Temperature is applied as logits / T before the softmax.
+Vocabulary padding rows (ids >= vocab_size) are excluded from the softmax, like HF's logits.
+
+Padding: `attention_mask_4d` turns a (B, S) 1/0 mask into megatron's (B, 1, S, S) boolean mask
+(True = masked) that is both causal and hides padding keys. Megatron's GPTModel applies RoPE by
+sequence index and ignores position_ids; with left padding that shifts every real token's position
+by the same amount, which leaves attention unchanged because RoPE only sees relative positions.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+
+from mindspeed_rl.platform import get_platform
+
+get_platform().patch()  # megatron must be imported after the platform patch (no-op when done)
+
+from megatron.core import parallel_state  # noqa: E402
+from megatron.core.pipeline_parallel import get_forward_backward_func  # noqa: E402
+from megatron.core.tensor_parallel.mappings import reduce_from_tensor_model_parallel_region  # noqa: E402
+
+
+def attention_mask_4d(attention_mask: torch.Tensor) -> torch.Tensor:
+    """(B, S) with 1 on real tokens -> (B, 1, S, S) bool, True where attention is not allowed."""
+    seq = attention_mask.shape[1]
+    causal = torch.triu(torch.ones(seq, seq, dtype=torch.bool, device=attention_mask.device), diagonal=1)
+    pad_key = ~attention_mask.bool()[:, None, None, :]  # (B, 1, 1, S)
+    return causal[None, None] | pad_key
+
+
+def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """(B, S) positions counted over real tokens only (0 for left padding), as HF generate does."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def vocab_parallel_log_probs(
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float = 1.0,
+    vocab_size: Optional[int] = None,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """log softmax(logits / T)[target] (and the entropy) over the full, TP-sharded vocabulary.
+
+    Args:
+        logits: (..., V/TP) this TP rank's contiguous vocab slice (rank r holds ids [r*V/TP, (r+1)*V/TP)).
+        targets: (...) token ids in the full vocabulary.
+        temperature: T > 0; logits are divided by it.
+        vocab_size: real vocabulary size; ids >= vocab_size (megatron's padding) are left out.
+        with_entropy: also return the entropy of softmax(logits / T).
+
+    Returns:
+        log_probs (...) float32, entropy (...) float32 or None.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    tp = parallel_state.get_tensor_model_parallel_world_size() if parallel_state.model_parallel_is_initialized() else 1
+    local_vocab = logits.shape[-1]
+    start = parallel_state.get_tensor_model_parallel_rank() * local_vocab if tp > 1 else 0
+    reduce = reduce_from_tensor_model_parallel_region if tp > 1 else (lambda t: t)
+    z = logits.float() / temperature  # (..., V/TP)
+    if vocab_size is not None and start + local_vocab > vocab_size:
+        ids = torch.arange(start, start + local_vocab, device=z.device)
+        z = z.masked_fill(ids >= vocab_size, float("-inf"))
+
+    z_max = z.detach().max(dim=-1).values  # (...,) a constant shift: no gradient needed
+    if tp > 1:
+        torch.distributed.all_reduce(z_max, op=torch.distributed.ReduceOp.MAX,
+                                     group=parallel_state.get_tensor_model_parallel_group())
+    exp = torch.exp(z - z_max.unsqueeze(-1))  # (..., V/TP)
+    sum_exp = reduce(exp.sum(dim=-1))  # (...,)
+
+    local_t = targets - start
+    owned = (local_t >= 0) & (local_t < local_vocab)
+    z_t = z.gather(-1, local_t.clamp(0, local_vocab - 1).unsqueeze(-1)).squeeze(-1)
+    z_t = reduce(torch.where(owned, z_t, torch.zeros_like(z_t)))
+    log_probs = z_t - z_max - torch.log(sum_exp)
+
+    entropy = None
+    if with_entropy:  # H = log sum exp(z) - E_p[z]
+        finite_z = torch.where(torch.isfinite(z), z, torch.zeros_like(z))
+        expected_z = reduce((exp * finite_z).sum(dim=-1)) / sum_exp
+        entropy = torch.log(sum_exp) + z_max - expected_z
+    return log_probs, entropy
+
+
+def forward_microbatches(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    micro_batch_size: int,
+    post_fn: Callable[[torch.Tensor, dict], torch.Tensor],
+) -> Optional[list[torch.Tensor]]:
+    """Forward-only pass over micro-batches through megatron's (pipeline) schedule.
+
+    Args:
+        model: this rank's GPTModel chunk.
+        input_ids: (B, S) token ids; attention_mask: (B, S) 1 on real tokens. B % micro_batch_size == 0.
+        post_fn: (logits (b, S, V/TP), micro-batch dict with input_ids / attention_mask) -> tensor;
+            runs on the last pipeline stage, e.g. to turn logits into log-probs.
+
+    Returns:
+        post_fn's outputs per micro-batch on the last pipeline stage; None on other stages.
+    """
+    batch, seq = input_ids.shape
+    if batch % micro_batch_size:
+        raise ValueError(f"batch size {batch} is not divisible by micro_batch_size {micro_batch_size}")
+    micro = [{"input_ids": i, "attention_mask": m}
+             for i, m in zip(input_ids.split(micro_batch_size), attention_mask.split(micro_batch_size))]
+
+    def step(data_iter, chunk):
+        mb = next(data_iter)
+        logits = chunk(mb["input_ids"], position_ids_from_mask(mb["attention_mask"]),
+                       attention_mask_4d(mb["attention_mask"]))
+        return logits, lambda out: (torch.zeros((), device=out.device), {"out": post_fn(out, mb)})
+
+    with torch.no_grad():
+        outputs = get_forward_backward_func()(
+            forward_step_func=step, data_iterator=iter(micro), model=model,
+            num_microbatches=len(micro), seq_length=seq, micro_batch_size=micro_batch_size,
+            forward_only=True)
+    if not parallel_state.is_pipeline_last_stage():
+        return None
+    return [o["out"] for o in outputs]
+
+
+def compute_log_probs(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    micro_batch_size: int,
+    temperature: float = 1.0,
+    vocab_size: Optional[int] = None,
+    with_entropy: bool = False,
+) -> Optional[tuple[torch.Tensor, Optional[torch.Tensor]]]:
+    """Log-probs of each next token: (B, S-1) for input_ids[:, 1:] (and entropy), on the last PP
+    stage; None elsewhere. Positions where attention_mask is 0 hold meaningless values."""
+
+    def post(logits, mb):
+        lp, ent = vocab_parallel_log_probs(logits[:, :-1], mb["input_ids"][:, 1:], temperature,
+                                           vocab_size, with_entropy)
+        return torch.stack([lp, ent if ent is not None else torch.zeros_like(lp)])  # (2, b, S-1)
+
+    out = forward_microbatches(model, input_ids, attention_mask, micro_batch_size, post)
+    if out is None:
+        return None
+    stacked = torch.cat(out, dim=1)  # (2, B, S-1)
+    return stacked[0], (stacked[1] if with_entropy else None)

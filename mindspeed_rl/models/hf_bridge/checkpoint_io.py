@@ -1,0 +1,111 @@
+"""Read tensors (or row/column ranges of them) from a Hugging Face safetensors directory.
+
+Both layouts are supported: a single `model.safetensors`, or shards listed by
+`model.safetensors.index.json`. Files are opened lazily with `safetensors.safe_open` and only the
+requested slice is read, so a TP rank reads only its shard of each tensor. Every failure is one
+sentence naming the tensor and file: a missing shard, a missing tensor, a shape mismatch.
+
+`DictReader` serves the same interface from an in-memory state dict (conversions and tests).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Mapping, Optional, Protocol
+
+import torch
+from safetensors import safe_open
+
+from mindspeed_rl.utils.errors import UserInputError
+
+INDEX_FILE = "model.safetensors.index.json"
+SINGLE_FILE = "model.safetensors"
+
+
+class TensorReader(Protocol):
+    def shape(self, name: str) -> tuple[int, ...]: ...
+    def read(self, name: str, rows: Optional[slice] = None, cols: Optional[slice] = None) -> torch.Tensor: ...
+    def where(self, name: str) -> str: ...
+
+
+class SafetensorsReader:
+    """Lazy reader over a HF checkpoint directory."""
+
+    def __init__(self, directory: str):
+        self.directory = directory
+        index_path = os.path.join(directory, INDEX_FILE)
+        single_path = os.path.join(directory, SINGLE_FILE)
+        self._handles: dict[str, object] = {}
+        if os.path.isfile(index_path):
+            with open(index_path) as f:
+                try:
+                    self.weight_map: dict[str, str] = json.load(f)["weight_map"]
+                except (json.JSONDecodeError, KeyError) as err:
+                    raise UserInputError(f"{index_path} is not a valid safetensors index ({err}).") from None
+            missing = sorted({s for s in self.weight_map.values()
+                              if not os.path.isfile(os.path.join(directory, s))})
+            if missing:
+                raise UserInputError(
+                    f"{directory}: shard file(s) {', '.join(missing)} listed in {INDEX_FILE} are "
+                    "missing; download the complete checkpoint.")
+        elif os.path.isfile(single_path):
+            with safe_open(single_path, framework="pt") as f:
+                self.weight_map = {k: SINGLE_FILE for k in f.keys()}
+        else:
+            raise UserInputError(
+                f"{directory} has neither {SINGLE_FILE} nor {INDEX_FILE}; point load: at a Hugging "
+                "Face checkpoint directory with safetensors weights.")
+
+    def where(self, name: str) -> str:
+        return os.path.join(self.directory, self.weight_map.get(name, "?"))
+
+    def _slice(self, name: str):
+        file = self.weight_map.get(name)
+        if file is None:
+            raise UserInputError(
+                f"tensor {name} is not in the checkpoint {self.directory}; the checkpoint does not "
+                "match its config.json (or the architecture is not supported).")
+        if file not in self._handles:
+            self._handles[file] = safe_open(os.path.join(self.directory, file), framework="pt")
+        return self._handles[file].get_slice(name)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self._slice(name).get_shape())
+
+    def read(self, name: str, rows: Optional[slice] = None, cols: Optional[slice] = None) -> torch.Tensor:
+        sl = self._slice(name)
+        if cols is not None:
+            return sl[rows or slice(None), cols]
+        return sl[rows] if rows is not None else sl[:]
+
+
+class DictReader:
+    """The TensorReader interface over an in-memory {name: tensor} dict."""
+
+    def __init__(self, tensors: Mapping[str, torch.Tensor], label: str = "state dict"):
+        self.tensors, self.label = tensors, label
+
+    def where(self, name: str) -> str:
+        return self.label
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        if name not in self.tensors:
+            raise UserInputError(f"tensor {name} is not in the {self.label}.")
+        return tuple(self.tensors[name].shape)
+
+    def read(self, name: str, rows: Optional[slice] = None, cols: Optional[slice] = None) -> torch.Tensor:
+        self.shape(name)
+        t = self.tensors[name]
+        if cols is not None:
+            return t[rows or slice(None), cols]
+        return t[rows] if rows is not None else t
+
+
+def check_shape(reader: TensorReader, name: str, expected: tuple[int, ...]) -> None:
+    """Raise naming tensor and file when the stored shape differs from the config's."""
+    got = reader.shape(name)
+    if got != tuple(expected):
+        raise UserInputError(
+            f"tensor {name} in {reader.where(name)} has shape {list(got)}, but config.json implies "
+            f"{list(expected)}; the weights do not belong to this config.")

@@ -1,0 +1,86 @@
+"""Load a Hugging Face checkpoint into this rank's megatron GPTModel chunk.
+
+Each rank walks its own parameters (its PP stage's layers, its TP shard), maps each to HF tensor
+names (mapping.py) and reads only the slices it needs (checkpoint_io.py). Layer numbers come from
+the model itself (TransformerLayer.layer_number is global), so PP offsets need no arithmetic here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any, Mapping, Optional
+
+import torch
+
+from mindspeed_rl.models.hf_bridge.checkpoint_io import SafetensorsReader, TensorReader
+from mindspeed_rl.models.hf_bridge.mapping import ARCHITECTURES, Dims, hf_names, read_shard
+from mindspeed_rl.utils.errors import UserInputError
+from mindspeed_rl.utils.logging import get_logger
+
+log = get_logger(__name__)
+_LOCAL_LAYER = re.compile(r"^decoder\.layers\.(\d+)\.")
+
+
+def read_hf_config(hf_dir: str) -> dict[str, Any]:
+    """config.json of a HF checkpoint directory, with its model_type checked."""
+    path = os.path.join(hf_dir, "config.json")
+    if not os.path.isfile(path):
+        raise UserInputError(f"{hf_dir} has no config.json; point load: at a Hugging Face checkpoint directory.")
+    with open(path) as f:
+        config = json.load(f)
+    if config.get("model_type") not in ARCHITECTURES:
+        raise UserInputError(
+            f"{path}: model_type {config.get('model_type')!r} is not supported; supported: {', '.join(ARCHITECTURES)}.")
+    return config
+
+
+def _global_name(model: torch.nn.Module, local_name: str) -> tuple[str, Optional[int]]:
+    """decoder.layers.<local j>.x -> decoder.layers.<global i>.x, and i."""
+    m = _LOCAL_LAYER.match(local_name)
+    if not m:
+        return local_name, None
+    layer = model.decoder.layers[int(m.group(1))].layer_number - 1  # layer_number is global, 1-based
+    return f"decoder.layers.{layer}.{local_name[m.end():]}", layer
+
+
+@torch.no_grad()
+def load_into_model(model: torch.nn.Module, reader: TensorReader, args: Mapping[str, Any],
+                    tp_size: int, tp_rank: int) -> int:
+    """Copy every parameter of `model` (one TP/PP chunk) from `reader`. Returns the number loaded.
+
+    Args:
+        model: a GPTModel chunk from builder.build_gpt_model.
+        reader: SafetensorsReader (HF directory) or DictReader (in-memory HF state dict).
+        args: the Megatron-named args the model was built from.
+    """
+    dims = Dims.from_args(args)
+    tied = not args.get("untie_embeddings_and_output_weights", False)
+    loaded = 0
+    for local_name, tensor in model.state_dict(keep_vars=True).items():
+        if local_name.endswith("_extra_state"):
+            continue
+        name, layer = _global_name(model, local_name)
+        kind, names = hf_names(name, layer, tied)
+        shard = read_shard(reader, kind, names, dims, tp_size, tp_rank)
+        if shard.shape != tensor.shape:  # a layout bug, or args that differ from the model's
+            raise UserInputError(
+                f"{local_name}: built {list(shard.shape)} from {', '.join(names)} in {reader.where(names[0])}, "
+                f"but the model has {list(tensor.shape)}; check the model config against config.json.")
+        tensor.copy_(shard.to(dtype=tensor.dtype))
+        loaded += 1
+    return loaded
+
+
+def load_hf_checkpoint(model: torch.nn.Module, hf_dir: str, args: Mapping[str, Any]) -> int:
+    """Load HF safetensors weights from `hf_dir` into this rank's model chunk (TP/PP from
+    megatron's parallel_state). Returns the number of tensors loaded."""
+    from megatron.core import parallel_state
+
+    read_hf_config(hf_dir)
+    reader = SafetensorsReader(hf_dir)
+    n = load_into_model(model, reader, args, parallel_state.get_tensor_model_parallel_world_size(),
+                        parallel_state.get_tensor_model_parallel_rank())
+    log.info("loaded %d tensors from %s", n, hf_dir)
+    return n

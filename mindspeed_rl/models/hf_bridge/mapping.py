@@ -1,0 +1,176 @@
+"""HF <-> megatron-core (local layer spec) weight names, layouts and TP sharding for the Llama
+family (Llama 2/3, Qwen2/2.5, Qwen3): the torchtitan "state-dict adapter" for our models.
+
+Megatron layouts (np query heads, ng query groups, hn head dim, q = np/ng heads per group):
+  linear_qkv.weight  (ng*(q+2)*hn, h)  per group g: [q heads of g | k_g | v_g]  (HF: q/k/v_proj)
+  linear_qkv.bias    (ng*(q+2)*hn,)    same grouping                           (Qwen2 biases)
+  linear_fc1.weight  (2*ffn, h)        [gate | up]; a TP shard is [gate_r | up_r]
+  word_embeddings / output_layer       (V_pad, h), rows past the HF vocab V are zero padding
+TP: column-parallel (qkv, fc1, embeddings, output) split dim 0, row-parallel (linear_proj, fc2)
+split dim 1, norms replicated. Splitting qkv by whole query groups keeps each shard a valid
+[q | k | v] block, which is why megatron needs ng % TP == 0.
+
+The three architectures share HF names; Qwen2 adds q/k/v biases, Qwen3 adds q_norm / k_norm.
+Which entries apply is decided by the parameters the megatron model actually has.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import torch
+
+from mindspeed_rl.models.hf_bridge.checkpoint_io import TensorReader, check_shape
+from mindspeed_rl.utils.errors import UserInputError
+
+ARCHITECTURES = ("llama", "qwen2", "qwen3")
+_LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
+
+
+@dataclass(frozen=True)
+class Dims:
+    """Sizes the layouts need, from Megatron-named args."""
+
+    hidden: int
+    ffn: int
+    heads: int
+    groups: int
+    head_dim: int
+    vocab_padded: int
+
+    @classmethod
+    def from_args(cls, args: Mapping[str, Any]) -> "Dims":
+        heads, hidden = int(args["num_attention_heads"]), int(args["hidden_size"])
+        groups = int(args.get("num_query_groups") or heads) if args.get("group_query_attention") else heads
+        return cls(hidden, int(args.get("ffn_hidden_size") or 4 * hidden), heads, groups,
+                   int(args.get("kv_channels") or hidden // heads), int(args["padded_vocab_size"]))
+
+
+# megatron name (layer-relative for "decoder.layers.N.*") -> (kind, HF names with {i} = layer)
+_LAYER_MAP = {
+    "input_layernorm.weight": ("replicated", ("model.layers.{i}.input_layernorm.weight",)),
+    "self_attention.linear_qkv.weight": ("qkv", ("model.layers.{i}.self_attn.q_proj.weight",
+                                                 "model.layers.{i}.self_attn.k_proj.weight",
+                                                 "model.layers.{i}.self_attn.v_proj.weight")),
+    "self_attention.linear_qkv.bias": ("qkv", ("model.layers.{i}.self_attn.q_proj.bias",
+                                               "model.layers.{i}.self_attn.k_proj.bias",
+                                               "model.layers.{i}.self_attn.v_proj.bias")),
+    "self_attention.q_layernorm.weight": ("replicated", ("model.layers.{i}.self_attn.q_norm.weight",)),
+    "self_attention.k_layernorm.weight": ("replicated", ("model.layers.{i}.self_attn.k_norm.weight",)),
+    "self_attention.linear_proj.weight": ("row", ("model.layers.{i}.self_attn.o_proj.weight",)),
+    "pre_mlp_layernorm.weight": ("replicated", ("model.layers.{i}.post_attention_layernorm.weight",)),
+    "mlp.linear_fc1.weight": ("fc1", ("model.layers.{i}.mlp.gate_proj.weight",
+                                      "model.layers.{i}.mlp.up_proj.weight")),
+    "mlp.linear_fc2.weight": ("row", ("model.layers.{i}.mlp.down_proj.weight",)),
+}
+_GLOBAL_MAP = {
+    "embedding.word_embeddings.weight": ("vocab", ("model.embed_tokens.weight",)),
+    "decoder.final_layernorm.weight": ("replicated", ("model.norm.weight",)),
+    "output_layer.weight": ("vocab", ("lm_head.weight",)),
+}
+TIED_OUTPUT = "model.embed_tokens.weight"  # what output_layer loads when embeddings are tied
+
+
+def hf_names(mcore_name: str, global_layer: int | None, tied: bool) -> tuple[str, tuple[str, ...]]:
+    """(kind, HF tensor names) for a megatron parameter; `mcore_name` uses the global layer."""
+    m = _LAYER.match(mcore_name)
+    if m:
+        entry = _LAYER_MAP.get(m.group(2))
+        if entry is None:
+            raise UserInputError(f"megatron parameter {mcore_name} has no Hugging Face mapping.")
+        kind, names = entry
+        return kind, tuple(n.format(i=int(m.group(1)) if global_layer is None else global_layer) for n in names)
+    if mcore_name == "output_layer.weight" and tied:
+        return "vocab", (TIED_OUTPUT,)
+    if mcore_name not in _GLOBAL_MAP:
+        raise UserInputError(f"megatron parameter {mcore_name} has no Hugging Face mapping.")
+    return _GLOBAL_MAP[mcore_name]
+
+
+# ---------------------------------------------------------------------------------------------
+# HF -> one TP shard of a megatron tensor
+
+
+def _chunk(n: int, tp: int, rank: int, what: str) -> slice:
+    if n % tp:
+        raise UserInputError(f"{what} ({n}) is not divisible by tensor_model_parallel_size {tp}.")
+    size = n // tp
+    return slice(rank * size, (rank + 1) * size)
+
+
+def read_shard(reader: TensorReader, kind: str, names: tuple[str, ...], dims: Dims,
+               tp: int, rank: int) -> torch.Tensor:
+    """The rank-th TP shard of a megatron tensor, read (only that part) from HF tensors."""
+    d = dims
+    if kind == "replicated":
+        return reader.read(names[0])
+    if kind == "row":  # o_proj (h, np*hn) / down_proj (h, ffn): split the input dim
+        expected = (d.hidden, d.heads * d.head_dim) if "o_proj" in names[0] else (d.hidden, d.ffn)
+        check_shape(reader, names[0], expected)
+        return reader.read(names[0], cols=_chunk(expected[1], tp, rank, names[0] + " columns"))
+    if kind == "fc1":  # gate, up (ffn, h) -> [gate_r | up_r]
+        rows = _chunk(d.ffn, tp, rank, "ffn_hidden_size")
+        for n in names:
+            check_shape(reader, n, (d.ffn, d.hidden))
+        return torch.cat([reader.read(n, rows=rows) for n in names], dim=0)
+    if kind == "vocab":  # (V, h) -> rows [r*Vp/tp, (r+1)*Vp/tp) of the zero-padded (Vp, h)
+        vocab, hidden = reader.shape(names[0])
+        if hidden != d.hidden or vocab > d.vocab_padded:
+            raise UserInputError(
+                f"tensor {names[0]} in {reader.where(names[0])} has shape [{vocab}, {hidden}], which does "
+                f"not fit hidden_size {d.hidden} and padded_vocab_size {d.vocab_padded}.")
+        rows = _chunk(d.vocab_padded, tp, rank, "padded_vocab_size")
+        real = reader.read(names[0], rows=slice(min(rows.start, vocab), min(rows.stop, vocab)))
+        out = real.new_zeros(rows.stop - rows.start, hidden)
+        out[: real.shape[0]] = real
+        return out
+    if kind == "qkv":  # q (np*hn, ...), k/v (ng*hn, ...) -> per-group [q | k | v] of this rank's groups
+        per_group = d.heads // d.groups
+        g = _chunk(d.groups, tp, rank, "num_query_groups")
+        tail = () if names[0].endswith(".bias") else (d.hidden,)
+        check_shape(reader, names[0], (d.heads * d.head_dim, *tail))
+        check_shape(reader, names[1], (d.groups * d.head_dim, *tail))
+        check_shape(reader, names[2], (d.groups * d.head_dim, *tail))
+        q = reader.read(names[0], rows=slice(g.start * per_group * d.head_dim, g.stop * per_group * d.head_dim))
+        k = reader.read(names[1], rows=slice(g.start * d.head_dim, g.stop * d.head_dim))
+        v = reader.read(names[2], rows=slice(g.start * d.head_dim, g.stop * d.head_dim))
+        n_local = g.stop - g.start
+        qkv = torch.cat([q.reshape(n_local, per_group * d.head_dim, *tail),
+                         k.reshape(n_local, d.head_dim, *tail),
+                         v.reshape(n_local, d.head_dim, *tail)], dim=1)
+        return qkv.reshape(n_local * (per_group + 2) * d.head_dim, *tail)
+    raise ValueError(f"unknown layout kind {kind!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# full (unsharded) megatron state dict -> HF
+
+
+def to_hf(mcore: Mapping[str, torch.Tensor], args: Mapping[str, Any], vocab_size: int) -> dict[str, torch.Tensor]:
+    """Convert a full TP=1/PP=1 megatron state dict (global layer numbers) to HF tensors.
+
+    Args:
+        mcore: {megatron name: tensor}; `_extra_state` entries are skipped.
+        args: Megatron-named architecture args.
+        vocab_size: the HF vocabulary (padding rows past it are dropped).
+    """
+    d, out = Dims.from_args(args), {}  # tied embeddings: no output_layer.weight, hence no lm_head
+    for name, tensor in mcore.items():
+        if name.endswith("_extra_state"):
+            continue
+        kind, names = hf_names(name, None, tied=False)
+        if kind in ("replicated", "row"):
+            out[names[0]] = tensor
+        elif kind == "vocab":
+            out[names[0]] = tensor[:vocab_size]
+        elif kind == "fc1":
+            out[names[0]], out[names[1]] = tensor.chunk(2, dim=0)
+        elif kind == "qkv":
+            per_group = d.heads // d.groups
+            grouped = tensor.reshape(d.groups, (per_group + 2) * d.head_dim, *tensor.shape[1:])
+            q, k, v = grouped.split([per_group * d.head_dim, d.head_dim, d.head_dim], dim=1)
+            for n, t in zip(names, (q, k, v)):
+                out[n] = t.reshape(-1, *tensor.shape[1:])
+    return out

@@ -1,0 +1,138 @@
+"""One optimizer step of the clipped policy loss (+ KL loss, entropy bonus) through Megatron.
+
+The mini-batch on this DP rank is split into micro-batches and run through megatron's
+forward-backward schedule (pipeline-aware). The loss formula is the pure one from
+mindspeed_rl.algorithms; this file only makes the *scale* exact under micro-batching and data
+parallelism: each micro-batch divides by the token (or row) count of the WHOLE mini-batch over all
+DP ranks, and the loss is multiplied by num_microbatches x DP to undo megatron's averaging over
+micro-batches (schedules.py) and DDP's averaging over DP ranks. The gradient is then exactly the
+gradient of the mini-batch loss, whatever the micro-batch size and DP size.
+
+Batch layout (data/keys.py): input_ids (b, P + T) = left-padded prompt (P) + right-padded response
+(T); the logits at positions P-1 .. P+T-2 predict the response tokens.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from mindspeed_rl import algorithms as alg
+from mindspeed_rl.platform import get_platform
+
+get_platform().patch()  # megatron must be imported after the platform patch (no-op when done)
+
+from megatron.core import parallel_state  # noqa: E402
+from megatron.core.distributed import finalize_model_grads  # noqa: E402
+from megatron.core.pipeline_parallel import get_forward_backward_func  # noqa: E402
+
+from mindspeed_rl.models.forward import attention_mask_4d, position_ids_from_mask, vocab_parallel_log_probs  # noqa: E402
+
+
+@dataclass
+class PolicyLossSettings:
+    clip_ratio_low: float = 0.2
+    clip_ratio_high: float = 0.2
+    clip_ratio_c: Optional[float] = None
+    loss_agg_mode: str = "token-mean"
+    use_kl_loss: bool = False
+    kl_loss_type: str = "low_var_kl"
+    kl_loss_coef: float = 0.001
+    entropy_coeff: float = 0.0
+    temperature: float = 1.0
+    vocab_size: Optional[int] = None
+
+
+def response_log_probs(logits: torch.Tensor, input_ids: torch.Tensor, prompt_width: int, temperature: float,
+                       vocab_size: Optional[int], with_entropy: bool):
+    """(b, T) log-probs (and entropy) of the response tokens from (b, P + T, V/TP) logits."""
+    T = input_ids.shape[1] - prompt_width
+    return vocab_parallel_log_probs(logits[:, prompt_width - 1: prompt_width - 1 + T], input_ids[:, prompt_width:],
+                                    temperature, vocab_size, with_entropy)
+
+
+def global_denominator(response_mask: torch.Tensor, mode: str) -> Optional[torch.Tensor]:
+    """Token count (token-mean) or non-empty row count (seq-mean-*) of the mini-batch over all DP ranks."""
+    if mode == "seq-mean-token-sum-norm":
+        return None  # a constant (T): nothing to count
+    local = response_mask.sum() if mode == "token-mean" else (response_mask.sum(-1) > 0).sum()
+    count = local.double().reshape(1)
+    if parallel_state.get_data_parallel_world_size() > 1:
+        torch.distributed.all_reduce(count, group=parallel_state.get_data_parallel_group())
+    return count[0]
+
+
+def policy_update_step(model, optimizer, scheduler, batch: dict, prompt_width: int, micro_batch_size: int,
+                       s: PolicyLossSettings) -> dict[str, float]:
+    """Forward-backward over the micro-batches of `batch`, then one optimizer step.
+
+    Args:
+        model: this rank's DDP-wrapped GPTModel chunk.
+        batch: input_ids, attention_mask (b, P+T); response_mask, advantages (b, T); optional
+            old_log_probs (b, T) (absent = exactly on-policy: the detached current log-probs) and
+            ref_log_probs (b, T) (needed when s.use_kl_loss).
+    Returns:
+        stats on the last pipeline stage (empty elsewhere): actor/pg_loss, actor/kl_loss and
+        actor/entropy as this rank's share x DP (their mean over DP ranks is the mini-batch
+        value), actor/pg_clipfrac, actor/ppo_kl, actor/pg_clipfrac_lower (micro-batch means),
+        actor/grad_norm, actor/lr, actor/update_skipped.
+    """
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    b, seq = ids.shape
+    if b % micro_batch_size:
+        raise ValueError(f"mini-batch of {b} sequences is not divisible by micro_batch_size {micro_batch_size}")
+    keys = [k for k in ("input_ids", "attention_mask", "response_mask", "advantages", "old_log_probs",
+                        "ref_log_probs") if k in batch]
+    micro = [dict(zip(keys, parts)) for parts in zip(*(batch[k].split(micro_batch_size) for k in keys))]
+    dp = parallel_state.get_data_parallel_world_size()
+    denom = global_denominator(batch["response_mask"], s.loss_agg_mode)
+    scale = len(micro) * dp
+
+    def step(data_iter, chunk):
+        mb = next(data_iter)
+        logits = chunk(mb["input_ids"], position_ids_from_mask(mb["attention_mask"]),
+                       attention_mask_4d(mb["attention_mask"]))
+        return logits, lambda out: _loss(out, mb)
+
+    def _loss(logits, mb):
+        rmask = mb["response_mask"].float()
+        logp, ent = response_log_probs(logits, mb["input_ids"], prompt_width, s.temperature, s.vocab_size,
+                                       with_entropy=s.entropy_coeff != 0)
+        old = mb.get("old_log_probs", logp.detach())
+        pg, stats = alg.policy_loss(logp, old, mb["advantages"], rmask, s.clip_ratio_low, s.clip_ratio_high,
+                                    s.clip_ratio_c, s.loss_agg_mode, loss_denominator=denom)
+        loss = pg
+        out = {"actor/pg_loss": pg.detach() * dp, **{f"actor/{k}": v.detach() for k, v in stats.items()}}
+        if s.use_kl_loss:
+            kl = alg.aggregate_loss(alg.kl_penalty(logp, mb["ref_log_probs"], s.kl_loss_type), rmask,
+                                    s.loss_agg_mode, denom)
+            loss = loss + s.kl_loss_coef * kl
+            out["actor/kl_loss"] = kl.detach() * dp
+        if ent is not None:
+            entropy = alg.aggregate_loss(ent, rmask, s.loss_agg_mode, denom)
+            loss = loss - s.entropy_coeff * entropy
+            out["actor/entropy"] = entropy.detach() * dp
+        return loss * scale, out
+
+    model.zero_grad_buffer()
+    optimizer.zero_grad()
+    outputs = get_forward_backward_func()(
+        forward_step_func=step, data_iterator=iter(micro), model=[model], num_microbatches=len(micro),
+        seq_length=seq, micro_batch_size=micro_batch_size, forward_only=False)
+    finalize_model_grads([model])
+    lr = float(optimizer.param_groups[0]["lr"])  # the rate this step uses (the scheduler moves it after)
+    ok, grad_norm, _ = optimizer.step()
+    if ok:
+        scheduler.step(1)
+    if not parallel_state.is_pipeline_last_stage():
+        return {}
+    summed = {"actor/pg_loss", "actor/kl_loss", "actor/entropy"}  # shares of the mini-batch loss: add up
+    stats = {}
+    for key in outputs[0]:
+        values = torch.stack([o[key].float() for o in outputs])
+        stats[key] = float(values.sum() if key in summed else values.mean())
+    stats["actor/grad_norm"] = float(grad_norm) if grad_norm is not None else float("nan")
+    stats["actor/lr"] = lr
+    stats["actor/update_skipped"] = float(not ok)
+    return stats

@@ -1,0 +1,228 @@
+"""The `Platform` value every other package talks to, and the selection logic behind
+`get_platform()`.
+
+A Platform is a small frozen dataclass: a few facts (names of the Ray resource, distributed
+backend, visible-devices variable) plus `ops`, the device module (npu.py / cuda.py / cpu.py)
+that does the device work. The three device modules share one informal protocol (`DeviceOps`);
+there is no class hierarchy.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping, MutableMapping, Optional, Protocol, Sequence
+
+import torch
+
+from mindspeed_rl.utils.logging import get_logger
+
+log = get_logger(__name__)
+
+PLATFORM_NAMES = ("npu", "cuda", "cpu")
+
+# MindSpeed feature switches this code base knows (Megatron/MindSpeed argument names, the
+# spelling of configs/rlxf/model/*.yaml). On NPU they become `--use-flash-attn`-style flags that
+# MindSpeed's adaptor parses (mindspeed.args_utils.get_mindspeed_args reads sys.argv when
+# `mindspeed.megatron_adaptor` is imported); elsewhere they are reported as ignored.
+MINDSPEED_SWITCHES = (
+    "use_flash_attn",
+    "use_fused_rmsnorm",
+    "use_fused_swiglu",
+    "use_fused_rotary_pos_emb",
+    "use_fused_ring_attention_update",
+    "use_fusion_attn_v2",
+    "use_mc2",
+    "use_ascend_mc2",
+    "use_ascend_coc",
+    "use_cp_send_recv_overlap",
+    "use_fused_moe_token_permute_and_unpermute",
+    "use_nd_matmul",
+    "reuse_fp32_param",
+    "swap_attention",
+    "npu_deterministic",
+    "shape_order",
+    "sparse_mode",
+    "pre_tockens",
+    "next_tockens",
+)
+
+
+class DeviceOps(Protocol):
+    """What platform/{npu,cuda,cpu}.py each provide (module-level functions)."""
+
+    def patch(self, switches: Mapping[str, Any]) -> None: ...
+    def set_device(self, index: int) -> None: ...
+    def manual_seed(self, seed: int) -> None: ...
+    def synchronize(self) -> None: ...
+    def empty_cache(self) -> None: ...
+    def memory_stats(self) -> dict[str, float]: ...
+
+
+@dataclass(frozen=True)
+class Platform:
+    """Everything device-specific, behind one object. Build it with `get_platform()`.
+
+    Attributes:
+        name: "npu" | "cuda" | "cpu".
+        device_type: torch device type ("npu", "cuda", "cpu").
+        ray_resource: custom Ray resource a worker requests per device ("NPU" on NPU and CPU,
+            where the local Ray is started with that many logical NPUs; "GPU" on CUDA).
+        dist_backend: torch.distributed backend ("hccl", "nccl", "gloo").
+        visible_devices_env_var: ASCEND_RT_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES / None on CPU.
+        ray_noset_env_var: the RAY_EXPERIMENTAL_NOSET_* variable that stops Ray from rewriting
+            visible_devices_env_var in its workers (None on CPU).
+    """
+
+    name: str
+    device_type: str
+    ray_resource: str
+    dist_backend: str
+    visible_devices_env_var: Optional[str]
+    ray_noset_env_var: Optional[str]
+    ops: Any = field(repr=False, compare=False)
+
+    # ---- devices
+    def device(self, local_rank: int = 0) -> torch.device:
+        """The torch device of a worker: index `local_rank` among the devices visible to it."""
+        if self.name == "cpu":
+            return torch.device("cpu")
+        return torch.device(self.device_type, local_rank)
+
+    def set_device(self, local_rank: int = 0) -> torch.device:
+        """Make device(local_rank) the current device of this process and return it."""
+        self.ops.set_device(local_rank)
+        return self.device(local_rank)
+
+    # ---- visible-devices env handling
+    def get_visible_devices(self, env: Mapping[str, str] = os.environ) -> Optional[list[int]]:
+        """Device ids listed in the visible-devices variable; None when it is unset (all visible)."""
+        if self.visible_devices_env_var is None:
+            return None
+        raw = env.get(self.visible_devices_env_var)
+        if raw is None:
+            return None
+        try:
+            return [int(x) for x in raw.split(",") if x.strip() != ""]
+        except ValueError:
+            raise ValueError(
+                f"{self.visible_devices_env_var}={raw!r} is not a comma-separated list of device "
+                f"ids; set it like {self.visible_devices_env_var}=0,1,2,3."
+            ) from None
+
+    def set_visible_devices(
+        self, device_ids: Sequence[int], env: MutableMapping[str, str] = os.environ
+    ) -> None:
+        """Restrict this process (and its children) to `device_ids`. Must run before the device
+        runtime initialises; on CPU it does nothing."""
+        if self.visible_devices_env_var is None:
+            return
+        env[self.visible_devices_env_var] = ",".join(str(int(i)) for i in device_ids)
+
+    def ray_worker_env(self, manage_visible_devices: bool) -> dict[str, str]:
+        """Env vars for a Ray actor's runtime_env.
+
+        Args:
+            manage_visible_devices: True when we set visible devices ourselves (e.g. colocated
+                roles that must see every device of the node); Ray is then told not to rewrite
+                the visible-devices variable.
+        """
+        if manage_visible_devices and self.ray_noset_env_var:
+            return {self.ray_noset_env_var: "1"}
+        return {}
+
+    # ---- process-wide setup and device utilities
+    def patch(self, mindspeed_switches: Optional[Mapping[str, Any]] = None) -> list[str]:
+        """Apply this platform's one-time patches; call first thing in a process, before
+        megatron is imported. Idempotent.
+
+        Args:
+            mindspeed_switches: MindSpeed feature switches (names in MINDSPEED_SWITCHES) from the
+                model config. Forwarded to MindSpeed on NPU; reported as ignored elsewhere.
+
+        Returns:
+            Names of the switches that were set but ignored on this platform.
+        """
+        switches = check_switches(mindspeed_switches or {})
+        ignored = [] if self.name == "npu" else [k for k, v in switches.items() if v]
+        if ignored:
+            log.warning("MindSpeed switches ignored on %s: %s", self.name, ", ".join(ignored))
+        self.ops.patch(switches)
+        return ignored
+
+    def manual_seed(self, seed: int) -> None:
+        """Seed torch's CPU generator and the device generators."""
+        torch.manual_seed(seed)
+        self.ops.manual_seed(seed)
+
+    def synchronize(self) -> None:
+        self.ops.synchronize()
+
+    def empty_cache(self) -> None:
+        self.ops.empty_cache()
+
+    def memory_stats(self) -> dict[str, float]:
+        """GiB figures: allocated_gb, reserved_gb, max_allocated_gb (device), or rss_gb,
+        max_rss_gb (CPU)."""
+        return self.ops.memory_stats()
+
+
+def check_switches(switches: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate switch names; unknown names raise a ValueError listing the known ones."""
+    unknown = sorted(set(switches) - set(MINDSPEED_SWITCHES))
+    if unknown:
+        raise ValueError(
+            f"unknown MindSpeed switch(es) {unknown}; known switches: {', '.join(MINDSPEED_SWITCHES)}."
+        )
+    return dict(switches)
+
+
+# ---------------------------------------------------------------------------------------------
+# selection
+
+
+def npu_available() -> bool:
+    """torch_npu imports and reports at least one device."""
+    try:
+        torch_npu = importlib.import_module("torch_npu")
+    except ImportError:
+        return False
+    try:
+        return bool(torch_npu.npu.is_available()) and torch_npu.npu.device_count() > 0
+    except Exception as err:  # a broken CANN install: say so, fall back
+        log.warning("torch_npu is installed but unusable (%s); not selecting npu.", err)
+        return False
+
+
+def cuda_available() -> bool:
+    return torch.cuda.is_available() and torch.cuda.device_count() > 0
+
+
+def resolve_name(name: str = "auto") -> str:
+    """Map "auto" to npu, else cuda, else cpu; check explicit names."""
+    name = name.lower()
+    if name == "auto":
+        if npu_available():
+            return "npu"
+        return "cuda" if cuda_available() else "cpu"
+    if name not in PLATFORM_NAMES:
+        raise ValueError(f"unknown device platform {name!r}; choose one of auto, {', '.join(PLATFORM_NAMES)}.")
+    return name
+
+
+def make_platform(name: str) -> Platform:
+    """Build the Platform for a resolved name (imports only that device's module)."""
+    if name == "npu":
+        from mindspeed_rl.platform import npu as ops
+
+        return Platform("npu", "npu", "NPU", "hccl", "ASCEND_RT_VISIBLE_DEVICES",
+                        "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES", ops)
+    if name == "cuda":
+        from mindspeed_rl.platform import cuda as ops
+
+        return Platform("cuda", "cuda", "GPU", "nccl", "CUDA_VISIBLE_DEVICES",
+                        "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES", ops)
+    from mindspeed_rl.platform import cpu as ops
+
+    return Platform("cpu", "cpu", "NPU", "gloo", None, None, ops)

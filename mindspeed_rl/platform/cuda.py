@@ -1,0 +1,38 @@
+"""CUDA device operations (platform.base.DeviceOps). Megatron-core targets CUDA natively, so
+there is nothing to patch; MindSpeed switches are reported as ignored by Platform.patch."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import torch
+
+_GB = float(1 << 30)
+
+
+def patch(switches: Mapping[str, Any]) -> None:
+    """Nothing to patch on CUDA."""
+
+
+def set_device(index: int) -> None:
+    torch.cuda.set_device(index)
+
+
+def manual_seed(seed: int) -> None:
+    torch.cuda.manual_seed_all(seed)
+
+
+def synchronize() -> None:
+    torch.cuda.synchronize()
+
+
+def empty_cache() -> None:
+    torch.cuda.empty_cache()
+
+
+def memory_stats() -> dict[str, float]:
+    return {
+        "allocated_gb": torch.cuda.memory_allocated() / _GB,
+        "reserved_gb": torch.cuda.memory_reserved() / _GB,
+        "max_allocated_gb": torch.cuda.max_memory_allocated() / _GB,
+    }

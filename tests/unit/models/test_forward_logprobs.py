@@ -1,0 +1,72 @@
+"""models.forward: masks, log-probs / entropy from (TP=1) logits, and logit + log-prob parity with
+transformers for tiny random Llama / Qwen2 / Qwen3 in one process (TP=1, PP=1)."""
+
+import pytest
+import torch
+
+from conftest import make_tiny_hf
+from mindspeed_rl.models.forward import (attention_mask_4d, compute_log_probs, position_ids_from_mask,
+                                         vocab_parallel_log_probs)
+
+
+def test_attention_mask_is_causal_and_hides_padding():
+    mask = torch.tensor([[0, 1, 1], [1, 1, 0]])
+    m = attention_mask_4d(mask)  # (B, 1, S, S), True = masked
+    assert m.shape == (2, 1, 3, 3)
+    assert m[0, 0].tolist() == [[True, True, True], [True, False, True], [True, False, False]]
+    assert m[1, 0].tolist() == [[False, True, True], [False, False, True], [False, False, True]]
+    assert position_ids_from_mask(mask).tolist() == [[0, 0, 1], [0, 1, 1]]  # padding: meaningless
+
+
+def test_log_probs_and_entropy_match_log_softmax():
+    torch.manual_seed(0)
+    logits = torch.randn(2, 5, 12, requires_grad=True)  # (B, S, V_pad), real vocab 10
+    targets = torch.randint(0, 10, (2, 5))
+    lp, ent = vocab_parallel_log_probs(logits, targets, temperature=0.7, vocab_size=10, with_entropy=True)
+    ref_logp = torch.log_softmax(logits[..., :10] / 0.7, dim=-1)
+    torch.testing.assert_close(lp, ref_logp.gather(-1, targets[..., None]).squeeze(-1))
+    torch.testing.assert_close(ent, -(ref_logp.exp() * ref_logp).sum(-1))
+    (lp.sum() + ent.sum()).backward()
+    grad = logits.grad.clone()
+    logits.grad = None
+    ref_lp = ref_logp.gather(-1, targets[..., None]).squeeze(-1)
+    (ref_lp.sum() - (ref_logp.exp() * ref_logp).sum()).backward()
+    torch.testing.assert_close(grad, logits.grad)
+    assert grad[..., 10:].abs().sum() == 0  # padding rows get no gradient
+    with pytest.raises(ValueError, match="temperature"):
+        vocab_parallel_log_probs(logits, targets, temperature=0.0)
+
+
+def _batches():
+    torch.manual_seed(1)
+    ids = torch.randint(0, 120, (2, 32))  # (B, S)
+    left = torch.ones(2, 32, dtype=torch.long)
+    left[0, :7] = 0
+    right = torch.ones(2, 32, dtype=torch.long)
+    right[1, 20:] = 0
+    return {"left": (ids, left), "right": (ids, right)}
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
+def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
+    from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
+    from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
+
+    hf = make_tiny_hf(arch, str(tmp_path))
+    args = dict(model_config_from_hf(read_hf_config(str(tmp_path))), padded_vocab_size=128)
+    init_parallel_state(1, 1)
+    model = build_gpt_model(args).eval()
+    load_hf_checkpoint(model, str(tmp_path), args)
+    for padding, (ids, mask) in _batches().items():
+        pos = position_ids_from_mask(mask)
+        with torch.no_grad():
+            ref = hf(input_ids=ids, attention_mask=mask, position_ids=pos).logits  # (B, S, 120)
+            out = model(ids, pos, attention_mask_4d(mask))  # (B, S, 128)
+        real = mask.bool()
+        assert (out[..., :120] - ref)[real].abs().max() <= 1e-4, f"{arch} {padding} padding"
+        lp, ent = compute_log_probs(model, ids, mask, micro_batch_size=1, temperature=0.7,
+                                    vocab_size=120, with_entropy=True)  # (B, S-1)
+        ref_lp = torch.log_softmax(ref[:, :-1] / 0.7, dim=-1)
+        both = real[:, 1:] & real[:, :-1]
+        torch.testing.assert_close(lp[both], ref_lp.gather(-1, ids[:, 1:, None]).squeeze(-1)[both], atol=1e-4, rtol=0)
+        torch.testing.assert_close(ent[both], -(ref_lp.exp() * ref_lp).sum(-1)[both], atol=1e-4, rtol=0)

@@ -1,0 +1,76 @@
+"""models.builder: HF config.json -> Megatron args, the transformer config, llama3 rope scaling."""
+
+import pytest
+import torch
+
+from mindspeed_rl.models.builder import llama3_inv_freq, model_config_from_hf, transformer_config
+
+LLAMA32_1B = {  # transformers 4.x spelling (rope_theta + rope_scaling)
+    "model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256, "head_dim": 64,
+    "max_position_embeddings": 131072, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+    "tie_word_embeddings": True, "attention_bias": False, "mlp_bias": False, "hidden_act": "silu",
+    "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+}
+
+
+def test_llama32_config_matches_the_shipped_model_yaml():
+    args = model_config_from_hf(LLAMA32_1B)
+    assert args == {
+        "num_layers": 16, "hidden_size": 2048, "ffn_hidden_size": 8192, "num_attention_heads": 32,
+        "group_query_attention": True, "num_query_groups": 8, "kv_channels": 64,
+        "padded_vocab_size": 128256, "max_position_embeddings": 131072, "rotary_base": 500000.0,
+        "normalization": "RMSNorm", "norm_epsilon": 1e-5, "swiglu": True, "add_qkv_bias": False,
+        "disable_bias_linear": True, "untie_embeddings_and_output_weights": False,
+        "qk_layernorm": False, "position_embedding_type": "rope", "rope_scaling_type": "llama3",
+        "rope_scaling_factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192}
+
+
+def test_qwen2_and_qwen3_in_transformers5_spelling():
+    qwen2 = {"model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
+             "num_attention_heads": 14, "num_key_value_heads": 2, "vocab_size": 151936,
+             "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"}, "rms_norm_eps": 1e-6,
+             "tie_word_embeddings": True, "use_sliding_window": False}
+    args = model_config_from_hf(qwen2)
+    assert args["add_qkv_bias"] and not args["qk_layernorm"] and args["rotary_base"] == 1e6
+    assert args["kv_channels"] == 64 and args["num_query_groups"] == 2 and "rope_scaling_type" not in args
+    qwen3 = dict(qwen2, model_type="qwen3", head_dim=128, tie_word_embeddings=False)
+    args = model_config_from_hf(qwen3)
+    assert args["qk_layernorm"] and not args["add_qkv_bias"] and args["kv_channels"] == 128
+    assert args["untie_embeddings_and_output_weights"]
+
+
+@pytest.mark.parametrize("change,match", [
+    ({"model_type": "mistral"}, "model_type 'mistral' is not supported"),
+    ({"mlp_bias": True}, "mlp_bias"),
+    ({"attention_bias": True}, "attention_bias"),
+    ({"hidden_act": "gelu"}, "hidden_act"),
+    ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope type 'yarn'"),
+])
+def test_unsupported_hf_features_raise(change, match):
+    with pytest.raises(ValueError, match=match):
+        model_config_from_hf(dict(LLAMA32_1B, **change))
+
+
+def test_llama3_inv_freq_matches_transformers():
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    cfg = LlamaConfig(hidden_size=64, num_attention_heads=4, head_dim=16, rope_theta=5000.0,
+                      rope_scaling={"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
+                                    "high_freq_factor": 4.0, "original_max_position_embeddings": 32})
+    expected, _ = ROPE_INIT_FUNCTIONS["llama3"](cfg, "cpu")
+    torch.testing.assert_close(llama3_inv_freq(16, 5000.0, 4.0, 1.0, 4.0, 32), expected.float())
+
+
+def test_transformer_config_from_args(gloo_world1):
+    from mindspeed_rl.models.builder import init_parallel_state
+
+    init_parallel_state(1, 1)
+    cfg = transformer_config(model_config_from_hf(LLAMA32_1B), params_dtype=torch.bfloat16)
+    assert (cfg.num_query_groups, cfg.kv_channels, cfg.gated_linear_unit, cfg.add_bias_linear) == (8, 64, True, False)
+    assert cfg.bf16 and cfg.normalization == "RMSNorm" and cfg.layernorm_epsilon == 1e-5
+    with pytest.raises(ValueError, match="missing num_layers"):
+        transformer_config({"hidden_size": 8, "num_attention_heads": 2, "padded_vocab_size": 16})
