@@ -46,6 +46,7 @@ def _parity_job(rank, world_size, dirs):
                                        vocab_size=VOCAB, with_entropy=True)
                 if ps.is_pipeline_last_stage():
                     results[(arch, tp, pp, padding)] = (torch.cat(logits), *lp)
+    results["tp_grad"] = _tp_grad(rank)
     ps.destroy_model_parallel()
     return results
 
@@ -86,7 +87,8 @@ def test_logits_and_log_probs_match_transformers(parity, arch, tp, pp):
             assert lp_diff <= 1e-4 and ent_diff <= 1e-4, f"{arch} TP={tp} PP={pp} {padding}: {lp_diff}, {ent_diff}"
 
 
-def _tp_grad_job(rank, world_size):
+def _tp_grad(rank):
+    """TP=2 vocab-parallel log-probs / entropy and the gradient of this rank's logits shard."""
     from megatron.core import parallel_state as ps
 
     from mindspeed_rl.models.builder import init_parallel_state
@@ -103,8 +105,9 @@ def _tp_grad_job(rank, world_size):
     return full, targets, lp.detach(), ent.detach(), shard.grad
 
 
-def test_tp2_log_prob_and_entropy_gradients():
-    for rank, (full, targets, lp, ent, grad) in enumerate(run_gloo(_tp_grad_job, 2, timeout_s=60)):
+def test_tp2_log_prob_and_entropy_gradients(parity):
+    for rank, res in enumerate(parity[0]):
+        full, targets, lp, ent, grad = res["tp_grad"]
         logits = full.clone().requires_grad_(True)
         ref_logp = torch.log_softmax(logits[..., :VOCAB] / TEMP, dim=-1)
         ref_lp = ref_logp.gather(-1, targets[..., None]).squeeze(-1)

@@ -101,6 +101,7 @@ def _parallel_job(rank, world_size):
         results[(tp, pp, sp)] = {"loss_diff": loss_diff, "grad_diff": grad_diff, "grad_max": grad_max,
                                  "last": ps.is_pipeline_last_stage()}
     ps.destroy_model_parallel()
+    results["collectives"] = _collectives(rank)
     return results
 
 
@@ -120,7 +121,8 @@ def test_parallel_matches_single(parallel_results, tp, pp, sp):
     assert sum(res[(tp, pp, sp)]["last"] for res in parallel_results) == (2 if pp == 1 else 1)
 
 
-def _collectives_job(rank, world_size):
+def _collectives(rank):
+    """Native gloo all_gather_into_tensor / reduce_scatter_tensor vs the shim's fallbacks."""
     from mindspeed_rl.platform import cpu_shim
 
     x = torch.arange(6.0).reshape(3, 2) + 10 * rank  # (3, 2) per rank
@@ -135,7 +137,8 @@ def _collectives_job(rank, world_size):
     return native, fallback, rs_native, rs_fallback
 
 
-def test_gloo_collective_fallbacks_match_native():
-    for native, fallback, rs_native, rs_fallback in run_gloo(_collectives_job, 2, timeout_s=60):
+def test_gloo_collective_fallbacks_match_native(parallel_results):
+    for res in parallel_results:
+        native, fallback, rs_native, rs_fallback = res["collectives"]
         assert torch.equal(native, fallback)
         assert torch.equal(rs_native, rs_fallback)
