@@ -46,11 +46,21 @@ def main(argv: list[str] | None = None) -> int:
     if cfg.dry_run:
         print("dry_run: the config is valid; nothing was started.")
         return 0
-    # The GRPO trainer (mindspeed_rl/trainer, issue 7) is not in this build yet: say so plainly
-    # instead of pretending to train.
-    print("ray_gpt.py: this build validates the config and prints the placement plan; the GRPO trainer "
-          "(Ray roles + mindspeed_rl/trainer) is not in it yet, so nothing was trained.")
-    return 0
+    from mindspeed_rl.distributed.cluster import ClusterError
+    from mindspeed_rl.distributed.worker_group import WorkerGroupError
+    from mindspeed_rl.trainer.launch import run
+
+    try:
+        return run(cfg, plan)
+    except UserInputError as err:
+        print(f"ray_gpt.py: {err}", file=sys.stderr)
+        return 2
+    except (ClusterError, WorkerGroupError) as err:
+        print(f"ray_gpt.py: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("ray_gpt.py: interrupted; workers were shut down.", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

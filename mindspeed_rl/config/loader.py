@@ -289,6 +289,10 @@ def _derive(cfg: Config) -> None:
             r.max_new_tokens = run.seq_length - data.max_prompt_length
         if role.save is None:
             role.save = os.path.join(run.output_dir, "checkpoints")
+    if data.data_path is None:  # the built-in tiny task: its data and tokenizer ship in the package
+        from mindspeed_rl.data import tiny_task
+        data.data_path, data.val_data_path = tiny_task.TRAIN_FILE, data.val_data_path or tiny_task.VAL_FILE
+        run.tokenizer_name_or_path = run.tokenizer_name_or_path or tiny_task.TOKENIZER_DIR
     if run.tokenizer_name_or_path is None and cfg.actor.load and _is_hf_dir(cfg.actor.load):
         run.tokenizer_name_or_path = cfg.actor.load
 

@@ -142,9 +142,9 @@ def _check_batches(cfg: Config, problems: list[str]) -> None:
                         f"a multiple of micro_batch_size {mbs} x data-parallel size {dp} = {mbs * dp}; change one of them.")
     _, infer = actor_split(cfg)
     gen_dp = infer // actor.parallel.tensor_model_parallel_size if infer else dp
-    if gen_dp and (gbs * n) % gen_dp:
-        problems.append(f"`training.global_batch_size: {gbs}` x n_samples_per_prompt {n} = {gbs * n} sequences do not "
-                        f"split evenly over {gen_dp} generation ranks; use a multiple of {gen_dp}.")
+    if gen_dp and gbs % gen_dp:
+        problems.append(f"`training.global_batch_size: {gbs}` prompts do not split evenly over {gen_dp} "
+                        f"generation ranks (data-parallel groups); use a multiple of {gen_dp}.")
 
 
 # ---------------------------------------------------------------------------- model and rollout

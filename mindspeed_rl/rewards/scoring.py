@@ -31,6 +31,7 @@ from mindspeed_rl.rewards.timeouts import (
     call_in_helper_process,
     call_with_alarm,
 )
+from mindspeed_rl.rewards import tiny_task
 from mindspeed_rl.rewards.user_function import is_user_spec, load_user_function
 from mindspeed_rl.utils.errors import UserInputError
 
@@ -44,7 +45,7 @@ VERIFIERS: dict[str, Callable[[str, str], float]] = {
     "math": math_score,  # \boxed{} answer equivalent to the label (math-verify): 1 / 0
     "acc": acc_score,  # the seed's boxed accuracy: +1 correct, -0.5 wrong, -1 no \boxed
     "format": format_score,  # <think>...</think><answer>...</answer>: 1 / 0
-    # The built-in tiny task's verifier (rewards/tiny_task.py) is registered here by its owner.
+    tiny_task.TASK_NAME: tiny_task.compute_score,  # the built-in tiny task: per-position partial credit
 }
 
 

@@ -1,0 +1,184 @@
+"""Connecting the driver to Ray, and what the live cluster offers.
+
+    info = connect(plan, platform)           # join `ray start` cluster / RAY_ADDRESS, else start one
+    check_cluster(plan, info.nodes, info.resource)  # (create_pools does this again, live)
+
+Joining: an explicit `address`, else RAY_ADDRESS, else the cluster a `ray start --head` on this
+machine recorded (Ray's address file). The address is probed over TCP first, so a wrong or dead
+address fails within `timeout_s` with a sentence naming it instead of Ray's own retry loop.
+"local" (as address or RAY_ADDRESS) always starts a fresh local instance.
+
+Where it departs from verl / NeMo-RL: they call `ray.init()` and let Ray decide. We never attach
+to a stray `ray.init()` instance of another process on the machine (Ray's "auto" also pgreps for
+any running GCS; we only follow the address file of `ray start`), and a local instance on CPU is
+started with exactly the logical "NPU" units the plan needs, so the same plan, placement groups
+and worker groups run unchanged on a laptop.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+from dataclasses import dataclass
+
+import ray
+
+from mindspeed_rl.distributed.plan import RolePlacement, placement_groups
+from mindspeed_rl.utils.logging import get_logger
+
+log = get_logger(__name__)
+
+
+class ClusterError(RuntimeError):
+    """The Ray cluster could not be reached, or cannot host the plan; str(err) is one line."""
+
+
+@dataclass
+class ClusterInfo:
+    address: str  # "local" when this process started the instance, else the address joined
+    started_local: bool
+    resource: str  # the device resource counted in `nodes` ("NPU" or "GPU")
+    nodes: dict[str, float]  # node name (ip) -> free units of `resource`, for plan.check_cluster
+    cpus: dict[str, float]  # node name (ip) -> free CPU units
+
+
+def devices_needed(plan: list[RolePlacement]) -> int:
+    """Devices all placement groups of the plan take together (colocated roles take none)."""
+    return sum(n for _, n in placement_groups(plan))
+
+
+def connect(plan: list[RolePlacement], platform, *, address: str | None = None,
+            timeout_s: float = 30.0) -> ClusterInfo:
+    """Attach this driver to a Ray cluster (or start a local one) and describe its free devices.
+
+    Args:
+        plan: the placement plan; on CPU a local instance gets devices_needed(plan) logical NPUs.
+        platform: a mindspeed_rl.platform.Platform (uses .name and .ray_resource).
+        address: "host:port" of a running cluster, "local" to start one; None = RAY_ADDRESS,
+            else the `ray start` cluster of this machine, else local.
+        timeout_s: how long the address may take to answer.
+    Returns:
+        ClusterInfo with per-node free units of platform.ray_resource.
+    Raises:
+        ClusterError: the address did not answer within timeout_s, or is malformed.
+    """
+    resource = platform.ray_resource
+    if ray.is_initialized():  # the caller (or a test) already connected: describe what is there
+        return _describe("connected", False, resource)
+    address = address if address is not None else os.environ.get("RAY_ADDRESS") or _recorded_address()
+    if address == "auto":
+        address = _recorded_address()
+        if not address:
+            raise ClusterError("Ray address 'auto' but no `ray start` cluster is recorded on this machine; run "
+                               "`ray start --head`, give its HEAD_IP:PORT, or use RAY_ADDRESS=local.")
+    if address and address != "local":
+        _probe(address, timeout_s)
+        log.info("joining the Ray cluster at %s", address)
+        ray.init(address=address, logging_level=logging.WARNING)
+        return _describe(address, False, resource)
+    if address == "local":
+        os.environ.pop("RAY_ADDRESS", None)  # ray.init reads it too; "local" must mean local
+    need = devices_needed(plan)
+    kwargs: dict = dict(num_cpus=max(os.cpu_count() or 1, need), dashboard_host="127.0.0.1",
+                        logging_level=logging.WARNING)
+    if platform.name == "cpu":
+        # Logical NPUs: pure bookkeeping so placement groups look as they do on a real node. One
+        # logical CPU per logical NPU at least, so every {NPU: 1, CPU: 1} bundle fits.
+        kwargs["resources"] = {resource: need}
+    log.info("starting a local Ray instance (%s)", ", ".join(f"{k}={v}" for k, v in kwargs.items()))
+    with _quiet_npu_probe(platform.name == "cpu"):
+        ray.init(address="local", **kwargs)
+    return _describe("local", True, resource)
+
+
+def describe_nodes(resource: str) -> tuple[dict[str, float], dict[str, float]]:
+    """Free units of `resource` and of CPU per alive node, read from the live cluster.
+
+    Returns:
+        (devices, cpus): node name -> free units. The name is the node ip; several Ray nodes on
+        one ip (containers, tests) get "#<node id prefix>" appended so none is merged away.
+    """
+    free = _available_per_node()
+    devices, cpus, seen = {}, {}, set()
+    for node in ray.nodes():
+        if not node.get("Alive"):
+            continue
+        node_id, ip = node["NodeID"], node["NodeManagerAddress"]
+        name = ip if ip not in seen else f"{ip}#{node_id[:6]}"
+        seen.add(ip)
+        avail = free.get(node_id, node.get("Resources", {}))
+        devices[name] = float(avail.get(resource, 0.0))
+        cpus[name] = float(avail.get("CPU", 0.0))
+    return devices, cpus
+
+
+def node_ips() -> dict[str, str]:
+    """Node id -> ip of every node Ray knows (alive or not)."""
+    return {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
+
+
+def logs_dir() -> str:
+    """Ray's log folder of this session (the same path on every node of a `ray start` cluster)."""
+    try:
+        return ray._private.worker._global_node.get_logs_dir_path()  # private; fall back below
+    except AttributeError:
+        return "/tmp/ray/session_latest/logs"
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _describe(address: str, started: bool, resource: str) -> ClusterInfo:
+    devices, cpus = describe_nodes(resource)
+    return ClusterInfo(address, started, resource, devices, cpus)
+
+
+def _available_per_node() -> dict[str, dict[str, float]]:
+    """Node id -> available resources. Ray exposes this only privately; without it the totals
+    are used (then a busy cluster is caught by the placement-group timeout instead)."""
+    try:
+        from ray._private.state import available_resources_per_node
+        return available_resources_per_node()
+    except (ImportError, AttributeError):
+        return {}
+
+
+def _recorded_address() -> str | None:
+    """The address a `ray start --head` on this machine wrote to Ray's address file, if any."""
+    try:
+        from ray._private.services import find_bootstrap_address
+        # Not ray.init(address="auto"): that also attaches to any GCS process found by pgrep.
+        return find_bootstrap_address(None) or None
+    except (ImportError, AttributeError, OSError):
+        return None
+
+
+def _probe(address: str, timeout_s: float) -> None:
+    """TCP-connect to the GCS at `address` so a dead address fails in timeout_s, by name."""
+    hostport = address.split("://", 1)[-1]
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise ClusterError(f"Ray address {address!r} is not host:port; set RAY_ADDRESS=HEAD_IP:PORT "
+                           f"(the port of `ray start --head --port PORT`), or RAY_ADDRESS=local.")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            pass
+    except OSError as err:
+        raise ClusterError(f"no Ray cluster answered at {address} within {timeout_s:g} s ({err}); start it "
+                           f"with `ray start --head --port {port}` or set RAY_ADDRESS to the head's "
+                           f"address (RAY_ADDRESS=local starts a local instance).") from None
+
+
+@contextlib.contextmanager
+def _quiet_npu_probe(quiet: bool):
+    """On CPU, Ray's NPU accelerator manager logs a traceback because `acl` (CANN) is missing
+    when it sees logical "NPU" resources; that is expected here, so silence that logger."""
+    logger = logging.getLogger("ray._private.accelerators.npu")
+    old = logger.level
+    if quiet:
+        logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(old)

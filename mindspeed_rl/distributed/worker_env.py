@@ -1,0 +1,126 @@
+"""Inside a worker: read the env its WorkerGroup gave it, pick the device, join torch.distributed.
+
+    class ActorWorker:                     # a plain class; WorkerGroup makes it a Ray actor
+        def __init__(self, cfg):
+            plat = get_platform(cfg.run.platform); plat.patch(...)
+            self.env = init_distributed(plat, timeout=timedelta(minutes=10))
+            ...                            # megatron parallel_state.initialize_model_parallel(...)
+        def rank_info(self):
+            return rank_info()             # the driver builds its DPLayout from these
+
+Functions, not a base class ("say no to implementation inheritance"): a role worker calls them.
+
+Device choice. The group sets LOCAL_RANK the torchrun way (rank among this role's ranks on the
+node), but the device comes from what Ray assigned the actor (`get_accelerator_ids()`), because two
+roles on one node, or a colocated pair on one bundle, would otherwise disagree about which physical
+device is theirs. Ray sets the visible-devices variable to the assigned id unless the platform's
+RAY_EXPERIMENTAL_NOSET_* variable is set (platform.ray_worker_env(True)); device_index() maps the
+assigned id through whatever the variable holds, so both modes give the right index.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+import sys
+from dataclasses import dataclass
+
+ROLE_ENV = "MINDSPEED_RL_ROLE"
+
+
+@dataclass
+class WorkerEnv:
+    role: str
+    rank: int
+    world_size: int
+    local_rank: int  # rank among this role's ranks on this node
+    master_addr: str
+    master_port: int
+    device_index: int  # index of this worker's device among those visible to it
+
+
+def read_env() -> WorkerEnv:
+    """The rank/world/master a WorkerGroup put in this process's environment."""
+    missing = [k for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
+    if missing:
+        raise RuntimeError(f"{', '.join(missing)} not set: this process was not started by a WorkerGroup "
+                           f"(or torchrun); set them or spawn the worker with WorkerGroup.")
+    return WorkerEnv(os.environ.get(ROLE_ENV, "worker"), int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]),
+                     int(os.environ["LOCAL_RANK"]), os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                     int(os.environ["LOCAL_RANK"]))
+
+
+def device_index(platform, local_rank: int) -> int:
+    """Index (among the visible devices) of the device Ray assigned this actor.
+
+    Falls back to local_rank outside Ray or when the actor holds no device resource.
+    """
+    try:
+        import ray
+        ids = ray.get_runtime_context().get_accelerator_ids().get(platform.ray_resource, [])
+    except Exception:  # not in a Ray worker
+        ids = []
+    return pick_device(ids, platform.get_visible_devices(), local_rank, platform.visible_devices_env_var)
+
+
+def pick_device(assigned: list, visible: list[int] | None, local_rank: int, env_var: str | None = None) -> int:
+    """The device index from Ray's assigned ids and the visible-devices list (None = unset).
+
+    Ray isolation mode: visible == [id] -> 0. NOSET mode: visible unset -> id, or the node's own
+    restriction (e.g. 4,5,6,7 set before `ray start`, Ray assigns "5") -> its position, 1.
+    """
+    if not assigned:
+        return local_rank
+    device = int(assigned[0])
+    if visible is None:
+        return device
+    if device not in visible:
+        raise RuntimeError(f"Ray assigned device {device} but {env_var}={','.join(map(str, visible))} hides it")
+    return visible.index(device)
+
+
+def init_distributed(platform, timeout: datetime.timedelta = datetime.timedelta(minutes=10)) -> WorkerEnv:
+    """Select this worker's device and join the role's default process group (env://).
+
+    Args:
+        platform: mindspeed_rl.platform.Platform of this process (patched already).
+        timeout: init_process_group timeout; a rank that never arrives fails every rank after it.
+    Returns:
+        The WorkerEnv, with device_index resolved.
+    """
+    import torch.distributed as dist
+
+    env = read_env()
+    env.device_index = device_index(platform, env.local_rank)
+    platform.set_device(env.device_index)
+    if not dist.is_initialized():
+        dist.init_process_group(platform.dist_backend, rank=env.rank, world_size=env.world_size, timeout=timeout)
+    return env
+
+
+def rank_info() -> dict:
+    """(rank, dp_rank, tp_rank, pp_rank, is_output_rank, node_ip, pid) of this worker.
+
+    Megatron's parallel_state is read when it is initialised (never imported here: on CPU the
+    shim must precede megatron); otherwise every rank is its own DP rank. is_output_rank: the rank
+    whose outputs stand for its DP group (tp_rank 0 of the last pipeline stage).
+    """
+    import torch.distributed as dist
+
+    rank = dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", 0))
+    info = dict(rank=rank, dp_rank=rank, tp_rank=0, pp_rank=0, is_output_rank=True)
+    mpu = sys.modules.get("megatron.core.parallel_state")
+    if mpu is not None and mpu.model_parallel_is_initialized():
+        info.update(dp_rank=mpu.get_data_parallel_rank(), tp_rank=mpu.get_tensor_model_parallel_rank(),
+                    pp_rank=mpu.get_pipeline_model_parallel_rank(),
+                    is_output_rank=mpu.get_tensor_model_parallel_rank() == 0 and mpu.is_pipeline_last_stage())
+    info.update(node_ip=node_ip(), pid=os.getpid())
+    return info
+
+
+def node_ip() -> str:
+    try:
+        import ray
+        return ray.util.get_node_ip_address()
+    except Exception:
+        return socket.gethostbyname(socket.gethostname())

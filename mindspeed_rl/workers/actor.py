@@ -1,0 +1,180 @@
+"""Actor/Rollout and Reference workers: one Ray actor per device, composing models/ and rollout/.
+
+Each worker joins its role's process group (distributed/worker_env.py), builds its GPTModel shard
+(random init, or a HF checkpoint sharded at load time), and answers the trainer's calls on its
+DP shard of the batch. The actor trains with megatron's DDP + distributed optimizer
+(models/train_step.py) and generates with the native engine over the SAME model object, so a
+colocated actor needs no weight sync. The reference is the same trunk, frozen.
+
+Not here yet: the ray_gpt train/infer split (num_gpus_for_infer > 0, which needs weights sent from
+training ranks to generation ranks) and pipeline-parallel generation; both stop with a plain error.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import torch
+
+from mindspeed_rl.data import keys as K
+from mindspeed_rl.platform import get_platform
+
+
+def model_args(role_cfg, vocab_size: int) -> dict:
+    """Megatron-named architecture of a role: the model yaml, completed from a HF config.json."""
+    args = {k: v for k, v in dataclasses.asdict(role_cfg.arch).items() if v is not None}
+    if role_cfg.load and os.path.isfile(os.path.join(role_cfg.load, "config.json")):
+        from mindspeed_rl.models.builder import model_config_from_hf
+        from mindspeed_rl.models.hf_bridge import read_hf_config
+        args = {**model_config_from_hf(read_hf_config(role_cfg.load)), **args}
+    if not args.get("padded_vocab_size"):
+        multiple = args.get("make_vocab_size_divisible_by", 128) * role_cfg.parallel.tensor_model_parallel_size
+        args["padded_vocab_size"] = -(-vocab_size // multiple) * multiple
+    return args
+
+
+class _ModelWorker:
+    """Shared set-up of the actor and reference workers (composition helper, not an API)."""
+
+    def __init__(self, cfg, role_cfg, train: bool):
+        platform = get_platform(cfg.run.platform)
+        platform.patch(role_cfg.mindspeed_switches)
+        from mindspeed_rl.data.tokenizer import load_tokenizer
+        from mindspeed_rl.distributed.worker_env import init_distributed
+        from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state
+
+        self.cfg, self.role_cfg = cfg, role_cfg
+        self.env = init_distributed(platform)
+        tp, pp = role_cfg.parallel.tensor_model_parallel_size, role_cfg.parallel.pipeline_model_parallel_size
+        init_parallel_state(tp, pp, seed=cfg.run.seed)
+        self.tokenizer = load_tokenizer(cfg.run.tokenizer_name_or_path)
+        self.vocab_size = len(self.tokenizer)
+        self.args = model_args(role_cfg, self.vocab_size)
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[role_cfg.params_dtype]
+        self.model = build_gpt_model(self.args, params_dtype=dtype)
+        if role_cfg.load:
+            from mindspeed_rl.models.hf_bridge import load_hf_checkpoint
+            load_hf_checkpoint(self.model, role_cfg.load, self.args)
+        if not train:
+            self.model.requires_grad_(False)
+        self.temperature = cfg.actor.rollout.temperature if cfg.actor.rollout.do_sample else 1.0
+
+    def rank_info(self) -> dict:
+        from mindspeed_rl.distributed.worker_env import rank_info
+        return rank_info()
+
+    def _response_log_probs(self, model, batch: dict) -> torch.Tensor:
+        from mindspeed_rl.models.forward import compute_log_probs
+
+        P, T = batch[K.PROMPT_IDS].shape[1], batch[K.RESPONSES].shape[1]
+        mbs = _divisor(batch[K.INPUT_IDS].shape[0], self.role_cfg.micro_batch_size)
+        model.eval()
+        out = compute_log_probs(model, batch[K.INPUT_IDS], batch[K.ATTENTION_MASK], mbs, self.temperature,
+                                self.vocab_size)
+        if out is None:  # not the last pipeline stage: the output rank answers for the DP group
+            return torch.zeros(batch[K.RESPONSES].shape)
+        return out[0][:, P - 1: P - 1 + T] * batch[K.RESPONSE_MASK]
+
+
+class ActorRolloutWorker(_ModelWorker):
+    def __init__(self, cfg):
+        if cfg.actor.num_gpus_for_infer:
+            raise NotImplementedError("num_gpus_for_infer > 0 (separate generation devices) is not supported yet; "
+                                      "leave num_gpus_for_train/num_gpus_for_infer unset so the actor devices train and generate.")
+        super().__init__(cfg, cfg.actor, train=True)
+        from mindspeed_rl.models.optimizer import build_optimizer, wrap_ddp
+        from mindspeed_rl.rollout.interface import SamplingParams
+        from mindspeed_rl.rollout.native import NativeEngine
+
+        o = cfg.actor.optim
+        self.ddp = wrap_ddp(self.model, o.use_distributed_optimizer)
+        mini_batches = cfg.run.global_batch_size // cfg.actor.ppo.ppo_mini_batch_size
+        self.optimizer, self.scheduler = build_optimizer(
+            [self.ddp], lr=o.lr, train_iters=cfg.run.train_iters * mini_batches * cfg.actor.ppo.ppo_epochs,
+            min_lr=o.min_lr, lr_decay_style=o.lr_decay_style, lr_warmup_fraction=o.lr_warmup_fraction,
+            weight_decay=o.weight_decay, clip_grad=o.clip_grad, adam_beta1=o.adam_beta1, adam_beta2=o.adam_beta2,
+            adam_eps=o.adam_eps, use_distributed_optimizer=o.use_distributed_optimizer,
+            params_dtype=self.model.config.params_dtype, initial_loss_scale=o.initial_loss_scale)
+        r = cfg.actor.rollout
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        self.engine = NativeEngine(self.model, vocab_size=self.vocab_size,
+                                   max_length=self.args.get("max_position_embeddings", cfg.run.seq_length),
+                                   eos_token_ids=[self.tokenizer.eos_token_id], pad_token_id=pad)
+        self._sampling = lambda n, greedy, seed: SamplingParams.from_ray_gpt(
+            n_samples_per_prompt=n, do_sample=r.do_sample and not greedy, temperature=r.temperature,
+            top_p=r.top_p, top_k=r.top_k, max_new_tokens=r.max_new_tokens, seq_length=cfg.run.seq_length, seed=seed)
+        self.calls = 0
+
+    def sync_rollout_weights(self) -> None:
+        """The engine runs this very model: nothing to copy."""
+
+    def generate_sequences(self, prompts: dict, n: int, greedy: bool = False) -> dict:
+        from mindspeed_rl.rollout.interface import prompts_from_batch
+
+        self.calls += 1
+        # different samples on every DP rank and call, identical on the TP ranks of one DP group
+        seed = self.cfg.run.seed + 7919 * self.calls + 104729 * self.rank_info()["dp_rank"]
+        self.model.eval()
+        with torch.no_grad():
+            out = self.engine.generate(prompts_from_batch(prompts[K.PROMPT_IDS], prompts[K.PROMPT_MASK]),
+                                       self._sampling(n, greedy, seed))
+        batch = out.to_batch()
+        for key in (K.LABELS, K.SOURCE, K.EXTRAS):
+            if key in prompts:
+                batch[key] = [v for v in prompts[key] for _ in range(n)]
+        batch[K.GROUP_INDEX] = prompts[K.GROUP_INDEX].repeat_interleave(n)
+        return batch
+
+    def compute_log_prob(self, batch: dict) -> torch.Tensor:
+        with torch.no_grad():
+            return self._response_log_probs(self.model, batch)
+
+    def update_actor(self, batch: dict) -> dict[str, float]:
+        """ppo_epochs x mini-batches over this DP rank's shard (rows of a prompt's group stay together
+        unless shuffle_minibatch)."""
+        from mindspeed_rl.models.train_step import PolicyLossSettings, policy_update_step
+
+        p = self.cfg.actor.ppo
+        s = PolicyLossSettings(p.clip_ratio_low, p.clip_ratio_high, p.clip_ratio_c, p.loss_agg_mode, p.use_kl_loss,
+                               p.kl_loss_type, p.kl_loss_coef, p.entropy_coeff, self.temperature, self.vocab_size)
+        rows = batch[K.INPUT_IDS].shape[0]
+        num_mini = self.cfg.run.global_batch_size // p.ppo_mini_batch_size
+        names = [k for k in (K.INPUT_IDS, K.ATTENTION_MASK, K.RESPONSE_MASK, K.ADVANTAGES, K.OLD_LOG_PROBS,
+                             K.REF_LOG_PROBS) if k in batch]
+        P = batch[K.PROMPT_IDS].shape[1]
+        g = torch.Generator().manual_seed(self.cfg.run.seed + self.calls)
+        self.model.train()
+        collected: list[dict] = []
+        for _ in range(p.ppo_epochs):
+            order = torch.randperm(rows, generator=g) if p.shuffle_minibatch else torch.arange(rows)
+            for idx in order.chunk(num_mini):
+                mb = {"input_ids": batch[K.INPUT_IDS][idx], "attention_mask": batch[K.ATTENTION_MASK][idx],
+                      "response_mask": batch[K.RESPONSE_MASK][idx].float(), "advantages": batch[K.ADVANTAGES][idx]}
+                if K.OLD_LOG_PROBS in names:
+                    mb["old_log_probs"] = batch[K.OLD_LOG_PROBS][idx]
+                if K.REF_LOG_PROBS in names:
+                    mb["ref_log_probs"] = batch[K.REF_LOG_PROBS][idx]
+                mbs = _divisor(len(idx), self.role_cfg.micro_batch_size)
+                collected.append(policy_update_step(self.ddp, self.optimizer, self.scheduler, mb, P, mbs, s))
+        keys = collected[0].keys() if collected and collected[0] else []
+        return {k: sum(c[k] for c in collected) / len(collected) for k in keys}
+
+    def save_checkpoint(self, path: str, step: int) -> None:
+        raise NotImplementedError("checkpoint saving comes with the long-runs issue (#9)")
+
+
+class ReferenceWorker(_ModelWorker):
+    def __init__(self, cfg):
+        super().__init__(cfg, cfg.ref, train=False)
+
+    def compute_ref_log_prob(self, batch: dict) -> torch.Tensor:
+        with torch.no_grad():
+            return self._response_log_probs(self.model, batch)
+
+
+def _divisor(rows: int, wanted: int) -> int:
+    """The largest micro-batch size <= wanted that divides rows (shards may be smaller than a micro-batch)."""
+    wanted = max(1, min(wanted, rows))
+    while rows % wanted:
+        wanted -= 1
+    return wanted
