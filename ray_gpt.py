@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     except UserInputError as err:
         print(f"ray_gpt.py: {err}", file=sys.stderr)
         return 2
-    except (ClusterError, WorkerGroupError) as err:
+    except (ClusterError, WorkerGroupError, ConnectionError) as err:
         print(f"ray_gpt.py: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
