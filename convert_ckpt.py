@@ -4,17 +4,24 @@
         --load-dir ./models/Qwen2.5-7B-Instruct --save-dir ./ckpt/qwen25-7b-tp2pp2 \
         --target-tensor-parallel-size 2 --target-pipeline-parallel-size 2 --model-type-hf qwen2
 
-Offline conversion is optional here: `load:` takes a HF checkpoint directly and shards it at
-load time. The flags are parsed and checked now; the conversion itself comes with the models
-bridge (mindspeed_rl/models), and until then this says so instead of pretending.
+    python convert_ckpt.py --load-model-type mg --save-model-type hf \
+        --load-dir ./ckpt/qwen25-7b-tp2pp2 --save-dir ./export/qwen25-7b-hf
+
+Offline conversion is optional: `load:` takes a HF directory or any of our Megatron checkpoints
+and shards it at load time. The conversion runs in this one process (no torch.distributed):
+mindspeed_rl/models/convert.py does the TP/PP sharding math on tensors. The Megatron side is this
+project's format (mindspeed_rl/models/checkpoint.py), not Megatron-LM's torch_dist format.
+Architecture comes from config.json (hf) or manifest.json (mg); MindSpeed's architecture flags
+(--add-qkv-bias, ...) are accepted for script compatibility and ignored.
 """
 from __future__ import annotations
 
 import argparse
-import os
 import sys
+import time
 
 MODEL_TYPES_HF = ("llama2", "llama3", "qwen2", "qwen3")
+IGNORED = ("use_mcore_models", "model_type", "tokenizer_model", "add_qkv_bias")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -26,22 +33,37 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--target-tensor-parallel-size", type=int, default=1)
     p.add_argument("--target-pipeline-parallel-size", type=int, default=1)
     p.add_argument("--model-type-hf", choices=MODEL_TYPES_HF, default=None)
-    p.add_argument("--params-dtype", choices=("fp32", "bf16", "fp16"), default=None)
+    p.add_argument("--params-dtype", choices=("fp32", "bf16", "fp16"), default=None,
+                   help="cast tensors on save (default: keep the stored dtype)")
     p.add_argument("--hf-cfg-dir", default=None, help="config.json + tokenizer to write next to an HF export")
+    p.add_argument("--make-vocab-size-divisible-by", type=int, default=1,
+                   help="pad the vocabulary to a multiple of this x TP (mg output)")
+    p.add_argument("--use-mcore-models", action="store_true", help="accepted for MindSpeed-LLM scripts; ignored")
+    p.add_argument("--model-type", default=None, help="accepted for MindSpeed-LLM scripts (GPT); ignored")
+    p.add_argument("--tokenizer-model", default=None, help="accepted for MindSpeed-LLM scripts; ignored")
+    p.add_argument("--add-qkv-bias", action="store_true", help="accepted; config.json decides; ignored")
     return p.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if not os.path.isdir(args.load_dir):
-        print(f"convert_ckpt.py: --load-dir {args.load_dir} does not exist; point it at a checkpoint directory.", file=sys.stderr)
+    from mindspeed_rl.utils.errors import UserInputError
+
+    ignored = [f"--{k.replace('_', '-')}" for k in IGNORED if getattr(args, k)]
+    if ignored:
+        print(f"convert_ckpt.py: ignoring {', '.join(ignored)} (the architecture comes from the checkpoint).", file=sys.stderr)
+    start = time.perf_counter()
+    try:
+        from mindspeed_rl.models.convert import convert, describe
+
+        out = convert(args.load_model_type, args.save_model_type, args.load_dir, args.save_dir,
+                      args.target_tensor_parallel_size, args.target_pipeline_parallel_size, args.model_type_hf,
+                      args.params_dtype, args.hf_cfg_dir, args.make_vocab_size_divisible_by)
+    except UserInputError as err:
+        print(f"convert_ckpt.py: {err}", file=sys.stderr)
         return 2
-    if args.target_tensor_parallel_size < 1 or args.target_pipeline_parallel_size < 1:
-        print("convert_ckpt.py: --target-tensor-parallel-size and --target-pipeline-parallel-size must be at least 1.", file=sys.stderr)
-        return 2
-    print("convert_ckpt.py: conversion is not in this build yet (it comes with the HF <-> Megatron bridge in "
-          "mindspeed_rl/models); nothing was written. Until then, give `load:` the HF directory.", file=sys.stderr)
-    return 3
+    print(f"convert_ckpt.py: wrote {describe(out)} in {time.perf_counter() - start:.1f} s")
+    return 0
 
 
 if __name__ == "__main__":

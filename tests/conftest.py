@@ -1,64 +1,21 @@
-"""Shared test setup.
+"""Shared test setup: hooks and fixtures only (helpers live in testing_utils.py).
 
 Like every worker process, the test session selects the device platform and applies its patches
-before anything imports megatron (on CPU: the megatron-core CUDA shim). `run_gloo` runs a
-function on N gloo processes with a free port and a hard timeout, for tests marked `dist`.
+before anything imports megatron (on CPU: the megatron-core CUDA shim).
 """
 
 import datetime
 import os
-import socket
-import tempfile
 
 import pytest
 import torch
 
 from mindspeed_rl.platform import get_platform
+from testing_utils import free_port
 
 
 def pytest_configure(config):
     get_platform().patch()
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _gloo_entry(rank, fn, world_size, port, out_dir, timeout_s, args):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                      WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), OMP_NUM_THREADS="1")
-    torch.set_num_threads(1)
-    get_platform("cpu").patch()
-    torch.distributed.init_process_group(
-        "gloo", rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=timeout_s))
-    try:
-        torch.save(fn(rank, world_size, *args), os.path.join(out_dir, f"rank{rank}.pt"))
-    finally:
-        torch.distributed.destroy_process_group()
-
-
-def run_gloo(fn, world_size, *args, timeout_s=120, name=None):
-    """Run fn(rank, world_size, *args) on `world_size` spawned gloo processes; return the list of
-    their return values. A child's exception fails the test with its traceback; a job still
-    running after `timeout_s` is killed and raises TimeoutError naming it."""
-    name = name or getattr(fn, "__name__", "gloo job")
-    with tempfile.TemporaryDirectory() as out_dir:
-        ctx = torch.multiprocessing.start_processes(
-            _gloo_entry, args=(fn, world_size, free_port(), out_dir, timeout_s, args),
-            nprocs=world_size, join=False, start_method="spawn")
-        deadline = datetime.datetime.now() + datetime.timedelta(seconds=timeout_s)
-        try:
-            while not ctx.join(timeout=1.0):
-                if datetime.datetime.now() > deadline:
-                    raise TimeoutError(f"{name} on {world_size} gloo processes did not finish in {timeout_s} s")
-        finally:
-            for p in ctx.processes:
-                if p.is_alive():
-                    p.kill()
-        return [torch.load(os.path.join(out_dir, f"rank{r}.pt"), weights_only=False)
-                for r in range(world_size)]
 
 
 @pytest.fixture(scope="session")
@@ -70,35 +27,3 @@ def gloo_world1():
         torch.distributed.init_process_group(
             "gloo", rank=0, world_size=1, timeout=datetime.timedelta(seconds=60))
     yield
-
-
-# ---- tiny random Hugging Face checkpoints (no downloads)
-TINY_HF = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-               num_key_value_heads=2, vocab_size=120, max_position_embeddings=128)
-
-
-def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None):
-    """Save a random fp32 llama / qwen2 / qwen3 CausalLM (GQA 4q/2kv heads, head_dim >= 16) to
-    out_dir and return it in eval mode. llama: llama3 rope scaling, untied; qwen2: qkv bias, tied;
-    qwen3: q/k norms, head_dim 32 != hidden/heads."""
-    import transformers as tf
-
-    config = {
-        "llama": lambda: tf.LlamaConfig(**TINY_HF, rope_theta=5000.0, rope_scaling={
-            "rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-            "original_max_position_embeddings": 32}),
-        "qwen2": lambda: tf.Qwen2Config(**TINY_HF, tie_word_embeddings=True),
-        "qwen3": lambda: tf.Qwen3Config(**TINY_HF, head_dim=32),
-    }[arch]()
-    cls = {"llama": tf.LlamaForCausalLM, "qwen2": tf.Qwen2ForCausalLM, "qwen3": tf.Qwen3ForCausalLM}[arch]
-    torch.manual_seed(seed)
-    model = cls(config).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0.0, 0.1)
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.add_(1.0)
-    kwargs = {"max_shard_size": max_shard_size} if max_shard_size else {}
-    model.save_pretrained(out_dir, **kwargs)
-    return model

@@ -15,7 +15,6 @@ A = "actor_rollout_ref.actor_rollout"
 CHOICES = {
     "training.stage": ("ray_grpo",),
     "training.tokenizer_type": ("PretrainedFromHF",),
-    "training.platform": ("auto", "npu", "cuda", "cpu"),
     "truncation": ("error", "left", "right", "filter"),
     "lr_decay_style": ("constant", "linear", "cosine"),
     "rollout_engine": ("megatron", "vllm"),
@@ -57,7 +56,8 @@ def _one_of(value, options, key: str, problems: list[str]) -> None:
 def _check_choices(cfg: Config, problems: list[str]) -> None:
     _one_of(cfg.run.stage, CHOICES["training.stage"], "training.stage", problems)
     _one_of(cfg.run.tokenizer_type, CHOICES["training.tokenizer_type"], "training.tokenizer_type", problems)
-    _one_of(cfg.run.platform, CHOICES["training.platform"], "training.platform", problems)
+    from mindspeed_rl.platform.base import PLATFORM_NAMES
+    _one_of(cfg.run.platform, ("auto", *PLATFORM_NAMES), "training.platform", problems)
     _one_of(cfg.data.truncation, CHOICES["truncation"], f"{A}.truncation", problems)
     for role in _active_roles(cfg):
         path = role_path(role)

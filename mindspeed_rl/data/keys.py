@@ -11,6 +11,7 @@ PROMPT_MASK = "prompt_mask"  # (B, P) 1 on real prompt tokens
 PROMPT_LENGTH = "prompt_length"  # (B,) number of real prompt tokens
 LABELS = "labels"  # list[str] (B,) ground truth for the rule verifiers
 SOURCE = "source"  # list[str] (B,) which dataset / verifier a prompt comes from
+EXTRAS = "extras"  # list[dict[str, str]] (B,) other ground-truth keys of the dataset (may be empty)
 GROUP_INDEX = "group_index"  # (B,) prompt id shared by the n samples of one prompt
 
 # ---- rollout output

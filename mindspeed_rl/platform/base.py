@@ -83,6 +83,11 @@ class Platform:
     ray_noset_env_var: Optional[str]
     ops: Any = field(repr=False, compare=False)
 
+    @property
+    def uses_mindspeed(self) -> bool:
+        """Whether MindSpeed feature switches take effect here (Ascend only)."""
+        return self.name == "npu"
+
     # ---- devices
     def device(self, local_rank: int = 0) -> torch.device:
         """The torch device of a worker: index `local_rank` among the devices visible to it."""

@@ -7,10 +7,11 @@ def resolved_yaml(cfg) -> str:
     return OmegaConf.to_yaml(OmegaConf.create(cfg.to_dict()))
 
 
-def ignored_lines(cfg, platform_name: str) -> list[str]:
+def ignored_lines(cfg, platform) -> list[str]:
     """One line per key that is accepted but has no effect on this platform (reported once)."""
     lines = []
-    if platform_name != "npu":
+    platform_name = platform.name
+    if not platform.uses_mindspeed:
         switches = sorted({k for role in (cfg.actor, cfg.ref, cfg.reward) for k in role.mindspeed_switches})
         if switches:
             lines.append(f"MindSpeed switches, used on NPU only, ignored on {platform_name}: {', '.join(switches)}")
@@ -26,7 +27,7 @@ def print_run_summary(cfg, plan) -> None:
     platform = get_platform(cfg.run.platform)
     print(f"# resolved config ({cfg.config_name})")
     print(resolved_yaml(cfg))
-    for line in ignored_lines(cfg, platform.name):
+    for line in ignored_lines(cfg, platform):
         print(f"note: {line}")
     print(f"# placement plan (platform {platform.name}, Ray resource {platform.ray_resource!r})")
     print(format_plan(plan, platform.ray_resource))

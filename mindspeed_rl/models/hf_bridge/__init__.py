@@ -6,7 +6,8 @@
     load_hf_checkpoint(model, hf_dir, args)                   # each rank reads only its slices
 
 Files: checkpoint_io.py (safetensors directory reading, errors), mapping.py (names, layouts,
-TP shards, full mcore -> HF), loader.py (walks a model chunk and fills it).
+TP shards, full mcore -> HF), loader.py (walks a model chunk and fills it), sharding.py (PP stage
+contents and TP merging on plain tensors, for checkpoints, conversion and export).
 """
 
 from mindspeed_rl.models.hf_bridge.checkpoint_io import DictReader, SafetensorsReader

@@ -23,6 +23,15 @@ INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
 
 
+def open_safetensors(path: str):
+    """safe_open, with a corrupt or truncated file named in one sentence."""
+    try:
+        return safe_open(path, framework="pt")
+    except Exception as err:  # safetensors raises SafetensorError / OSError; the cause is the file
+        raise UserInputError(f"{path} is not a readable safetensors file ({err}); it is corrupt or "
+                             "incompletely downloaded: download it again.") from None
+
+
 class TensorReader(Protocol):
     def shape(self, name: str) -> tuple[int, ...]: ...
     def read(self, name: str, rows: Optional[slice] = None, cols: Optional[slice] = None) -> torch.Tensor: ...
@@ -50,8 +59,7 @@ class SafetensorsReader:
                     f"{directory}: shard file(s) {', '.join(missing)} listed in {INDEX_FILE} are "
                     "missing; download the complete checkpoint.")
         elif os.path.isfile(single_path):
-            with safe_open(single_path, framework="pt") as f:
-                self.weight_map = {k: SINGLE_FILE for k in f.keys()}
+            self.weight_map = {k: SINGLE_FILE for k in open_safetensors(single_path).keys()}
         else:
             raise UserInputError(
                 f"{directory} has neither {SINGLE_FILE} nor {INDEX_FILE}; point load: at a Hugging "
@@ -67,7 +75,7 @@ class SafetensorsReader:
                 f"tensor {name} is not in the checkpoint {self.directory}; the checkpoint does not "
                 "match its config.json (or the architecture is not supported).")
         if file not in self._handles:
-            self._handles[file] = safe_open(os.path.join(self.directory, file), framework="pt")
+            self._handles[file] = open_safetensors(os.path.join(self.directory, file))
         return self._handles[file].get_slice(name)
 
     def shape(self, name: str) -> tuple[int, ...]:

@@ -45,6 +45,11 @@ def _global_name(model: torch.nn.Module, local_name: str) -> tuple[str, Optional
     return f"decoder.layers.{layer}.{local_name[m.end():]}", layer
 
 
+def global_param_name(model: torch.nn.Module, local_name: str) -> tuple[str, Optional[int]]:
+    """Public name for _global_name: a chunk's state_dict key with its global layer number."""
+    return _global_name(model, local_name)
+
+
 @torch.no_grad()
 def load_into_model(model: torch.nn.Module, reader: TensorReader, args: Mapping[str, Any],
                     tp_size: int, tp_rank: int) -> int:

@@ -69,6 +69,8 @@ _GLOBAL_MAP = {
     "embedding.word_embeddings.weight": ("vocab", ("model.embed_tokens.weight",)),
     "decoder.final_layernorm.weight": ("replicated", ("model.norm.weight",)),
     "output_layer.weight": ("vocab", ("lm_head.weight",)),
+    # reward models (models/reward_model.py): the (1, h) head of *ForSequenceClassification
+    "output_layer.score.weight": ("replicated", ("score.weight",)),
 }
 TIED_OUTPUT = "model.embed_tokens.weight"  # what output_layer loads when embeddings are tied
 

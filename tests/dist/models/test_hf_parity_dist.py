@@ -5,7 +5,7 @@ log-prob / entropy gradients against full-vocabulary autograd."""
 import pytest
 import torch
 
-from conftest import make_tiny_hf, run_gloo
+from testing_utils import make_tiny_hf, run_gloo
 
 pytestmark = pytest.mark.dist
 

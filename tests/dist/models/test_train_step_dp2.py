@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from tests.conftest import run_gloo
+from testing_utils import run_gloo
 
 pytestmark = pytest.mark.dist
 

@@ -5,7 +5,7 @@ the local layer spec uses torch norms, which megatron-core refuses to combine wi
 import pytest
 import torch
 
-from conftest import run_gloo
+from testing_utils import run_gloo
 
 pytestmark = pytest.mark.dist
 

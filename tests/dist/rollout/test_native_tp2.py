@@ -5,7 +5,7 @@ samples, rollout log-probs match the TP=2 training forward, and PP=2 is refused 
 import pytest
 import torch
 
-from conftest import make_tiny_hf, run_gloo
+from testing_utils import make_tiny_hf, run_gloo
 
 pytestmark = pytest.mark.dist
 

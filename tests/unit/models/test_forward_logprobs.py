@@ -4,7 +4,7 @@ transformers for tiny random Llama / Qwen2 / Qwen3 in one process (TP=1, PP=1)."
 import pytest
 import torch
 
-from conftest import make_tiny_hf
+from testing_utils import make_tiny_hf
 from mindspeed_rl.models.forward import (attention_mask_4d, compute_log_probs, position_ids_from_mask,
                                          vocab_parallel_log_probs)
 

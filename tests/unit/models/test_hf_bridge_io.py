@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from conftest import make_tiny_hf
+from testing_utils import make_tiny_hf
 from mindspeed_rl.models.builder import model_config_from_hf
 from mindspeed_rl.models.hf_bridge import DictReader, SafetensorsReader, read_hf_config, to_hf
 from mindspeed_rl.models.hf_bridge.mapping import Dims, hf_names, read_shard

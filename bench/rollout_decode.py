@@ -1,0 +1,172 @@
+"""Rollout throughput: the megatron-native engine (rollout/native.py) against transformers
+`generate` on the same random weights and the same left-padded batch.
+
+    OMP_NUM_THREADS=2 python bench/rollout_decode.py                  # batch 64, 128 new tokens, ~10M params
+    python bench/rollout_decode.py --batch 8 --new-tokens 16 --repeats 1   # smoke run
+
+Prints prefill tokens/s (real prompt tokens / prefill time), decode tokens/s (generated tokens /
+decode time), the KV cache's peak size, and, with --stop-frac, decode time when sequences finish
+at different lengths with finished rows compacted out of the cache at once, at 25 %, or never.
+EOS is ignored in the throughput rows so both engines generate exactly --new-tokens per sequence.
+A benchmark, not a test: nothing asserts a time. Runs on the platform get_platform() picks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import socket
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from mindspeed_rl.platform import get_platform  # noqa: E402
+
+PLATFORM = get_platform()
+PLATFORM.patch()
+
+
+def _init_world() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ["MASTER_PORT"] = str(port)
+    torch.distributed.init_process_group(PLATFORM.dist_backend, rank=0, world_size=1,
+                                         timeout=datetime.timedelta(seconds=60))
+
+
+def _hf_model(args, device, dtype):
+    import transformers as tf
+
+    config = tf.LlamaConfig(hidden_size=args.hidden, intermediate_size=args.ffn, num_hidden_layers=args.layers,
+                            num_attention_heads=args.heads, num_key_value_heads=args.kv_heads,
+                            vocab_size=args.vocab, max_position_embeddings=1024, tie_word_embeddings=False)
+    config._attn_implementation = args.hf_attn
+    torch.manual_seed(0)
+    model = tf.LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.normal_(0.0, 0.05)
+            if name.endswith("norm.weight"):
+                p.add_(1.0)
+    return model.to(device=device, dtype=dtype), config
+
+
+def _batch(args):
+    g = torch.Generator().manual_seed(1)
+    lens = torch.randint(args.prompt_len // 2, args.prompt_len + 1, (args.batch,), generator=g)
+    return [torch.randint(0, args.vocab, (int(n),), generator=g).tolist() for n in lens]
+
+
+def _timed(fn):
+    PLATFORM.synchronize()
+    t0 = time.perf_counter()
+    out = fn()
+    PLATFORM.synchronize()
+    return out, time.perf_counter() - t0
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--new-tokens", type=int, default=128)
+    p.add_argument("--prompt-len", type=int, default=64, help="longest prompt; lengths vary from half of it")
+    p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--ffn", type=int, default=768)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--kv-heads", type=int, default=4)
+    p.add_argument("--vocab", type=int, default=8192)
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    p.add_argument("--hf-attn", default="sdpa", choices=["sdpa", "eager"])
+    p.add_argument("--repeats", type=int, default=2, help="best of N runs per engine")
+    p.add_argument("--stop-frac", type=float, default=0.01,
+                   help="fraction of the vocabulary used as stop ids in the compaction rows (0 = skip them)")
+    args = p.parse_args()
+
+    _init_world()
+    from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
+    from mindspeed_rl.models.hf_bridge import DictReader, load_into_model
+    from mindspeed_rl.rollout.interface import SamplingParams
+    from mindspeed_rl.rollout.native import NativeEngine
+
+    device, dtype = PLATFORM.device(0), getattr(torch, args.dtype)
+    hf, config = _hf_model(args, device, dtype)
+    margs = model_config_from_hf(config.to_dict())
+    init_parallel_state(1, 1, seed=0)
+    model = build_gpt_model(margs, params_dtype=dtype).eval()
+    load_into_model(model, DictReader(hf.state_dict()), margs, 1, 0)
+    n_params = sum(p.numel() for p in model.parameters())
+    prompts = _batch(args)
+    P = max(map(len, prompts))
+    prompt_tokens = sum(map(len, prompts))
+    ids = torch.zeros(args.batch, P, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, pr in enumerate(prompts):
+        ids[i, P - len(pr):], mask[i, P - len(pr):] = torch.tensor(pr), 1
+    ids, mask = ids.to(device), mask.to(device)
+    new_tokens = args.batch * args.new_tokens
+
+    print(f"# {PLATFORM.name}, torch threads {torch.get_num_threads()}, {n_params / 1e6:.1f}M params, "
+          f"{args.dtype}, batch {args.batch}, prompts {min(map(len, prompts))}-{P} tokens, "
+          f"{args.new_tokens} new tokens, HF attention {args.hf_attn}")
+
+    # ---- transformers: prefill = one forward with use_cache; decode = generate minus that
+    def hf_prefill():
+        with torch.no_grad():
+            return hf(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+                      use_cache=True)
+
+    def hf_generate():
+        with torch.no_grad():
+            return hf.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=args.new_tokens,
+                               min_new_tokens=args.new_tokens, eos_token_id=None, pad_token_id=0)
+
+    hf_prefill(), hf_generate()  # warm-up (first-call allocations, lazy init)
+    hf_pre = min(_timed(hf_prefill)[1] for _ in range(args.repeats))
+    hf_gen = min(_timed(hf_generate)[1] for _ in range(args.repeats))
+    hf_dec = hf_gen - hf_pre
+    hf_cache = 2 * args.layers * args.batch * args.kv_heads * (P + args.new_tokens) * (args.hidden // args.heads) \
+        * torch.finfo(dtype).bits // 8
+
+    # ---- native
+    engine = NativeEngine(model, vocab_size=args.vocab, max_length=1024)
+    sp = SamplingParams(do_sample=False, max_new_tokens=args.new_tokens, ignore_eos=True)
+    engine.generate(prompts, sp)  # warm-up
+    runs = [engine.generate(prompts, sp) for _ in range(args.repeats)]
+    pre = min(r.stats["rollout/prefill_s"] for r in runs)
+    dec = min(r.stats["rollout/decode_s"] for r in runs)
+    out = runs[-1]
+    same = torch.equal(out.responses.to(device), hf_generate()[:, P:]) if args.dtype == "float32" else None
+
+    print(f"{'engine':<22}{'prefill tok/s':>14}{'decode tok/s':>14}{'total s':>9}{'KV cache MiB':>14}")
+    print(f"{'transformers generate':<22}{prompt_tokens / hf_pre:>14.0f}{new_tokens / hf_dec:>14.0f}"
+          f"{hf_gen:>9.2f}{hf_cache / 2**20:>14.1f}")
+    print(f"{'native (megatron)':<22}{prompt_tokens / pre:>14.0f}{new_tokens / dec:>14.0f}"
+          f"{pre + dec:>9.2f}{engine.kv_cache_bytes / 2**20:>14.1f}")
+    print(f"greedy tokens identical to transformers: {same}; memory {PLATFORM.memory_stats()}")
+
+    # ---- sequences of different lengths: compaction of finished rows
+    if args.stop_frac > 0:
+        stops = tuple(range(0, args.vocab, max(1, int(1 / args.stop_frac))))
+        sp = SamplingParams(do_sample=True, temperature=1.0, max_new_tokens=args.new_tokens,
+                            stop_token_ids=stops, seed=3)
+        print(f"\n# sampling, {len(stops)} stop ids ({args.stop_frac:.1%} of the vocabulary)")
+        print(f"{'compaction':<22}{'decode tok/s':>14}{'decode s':>9}{'mean length':>13}{'steps':>7}")
+        for label, frac in (("at once", 0.0), ("at 25 % finished", 0.25), ("never (mask only)", 2.0)):
+            engine.compact_fraction = frac
+            best = min((engine.generate(prompts, sp) for _ in range(args.repeats)),
+                       key=lambda r: r.stats["rollout/decode_s"])
+            toks = best.num_response_tokens
+            print(f"{label:<22}{toks / best.stats['rollout/decode_s']:>14.0f}{best.stats['rollout/decode_s']:>9.2f}"
+                  f"{toks / args.batch:>13.1f}{best.stats['rollout/decode_steps']:>7}")
+    torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,194 @@
+"""Chat templates (`--prompt-type`, `prompt_type`): messages -> prompt token ids.
+
+The named templates reproduce MindSpeed-LLM's configs/finetune/templates.json entries of the same
+name (LlamaFactory 0.8.2 semantics), token for token: each piece (BOS, system block, user turn,
+separator, assistant turn) is encoded on its own with `add_special_tokens=False` and the pieces
+are concatenated, and a template with a default system prompt uses it when the sample has none.
+So a prompt preprocessed here equals the one MindSpeed-LLM makes for the same --prompt-type.
+
+`hf` renders the tokenizer's own `chat_template` (`apply_chat_template`) instead.
+
+Differences from MindSpeed-LLM: tool calls and observation turns are not supported (RL prompts
+here are question -> answer); only the templates below exist (add one to TEMPLATES when needed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from mindspeed_rl.utils.errors import UserInputError
+
+CONTENT = "{content}"  # placeholder in the format strings (str.replace, so "{" in data is safe)
+HF = "hf"  # the tokenizer's own chat template
+
+
+@dataclass(frozen=True)
+class ChatTemplate:
+    """One chat format. Format strings contain CONTENT where the message text goes.
+
+    Attributes:
+        user: a user turn, ending with the assistant header (the generation prompt).
+        system: the system block, placed before the first user turn.
+        assistant: an assistant turn's text (its end-of-turn token is `stop`).
+        separator: put between an assistant turn and the next user turn.
+        default_system: the system prompt used when a sample has none ("" = no system block).
+        bos: start the conversation with the tokenizer's BOS token.
+        stop: the end-of-turn token text appended to assistant turns (None: nothing, as
+            MindSpeed-LLM's "empty"; pass --append-eod to end documents with EOS).
+    """
+
+    user: str
+    system: str = CONTENT
+    assistant: str = CONTENT
+    separator: str = ""
+    default_system: str = ""
+    bos: bool = False
+    stop: Optional[str] = None
+
+
+_IM_USER = "<|im_start|>user\n" + CONTENT + "<|im_end|>\n<|im_start|>assistant\n"
+_IM_SYSTEM = "<|im_start|>system\n" + CONTENT + "<|im_end|>\n"
+_R1_INSTRUCTION = (
+    "A conversation between User and Assistant. The user asks a question, and the Assistant solves it. "
+    "The assistant first thinks about the reasoning process in the mind and then provides the user with the "
+    "answer. The reasoning process and answer are enclosed within <think> </think> and <answer> </answer> "
+    "tags, respectively, i.e., <think> reasoning process here </think><answer> answer here </answer>. "
+    "Put your final answer within \\boxed{}.\n"
+)
+
+TEMPLATES: dict[str, ChatTemplate] = {
+    # the prompt text as it is (the tiny task, base models, already-templated data)
+    "empty": ChatTemplate(user=CONTENT),
+    "qwen": ChatTemplate(
+        user=_IM_USER, system=_IM_SYSTEM, separator="\n",
+        default_system="You are a helpful assistant.", stop="<|im_end|>",
+    ),
+    "qwen_r1": ChatTemplate(
+        user="<|im_start|>user\n" + _R1_INSTRUCTION + CONTENT + "<|im_end|>\n<|im_start|>assistant\n",
+        system=_IM_SYSTEM, separator="\n", default_system="You are a helpful assistant.", stop="<|im_end|>",
+    ),
+    "qwen_math_r1": ChatTemplate(
+        user=_IM_USER, system=_IM_SYSTEM, separator="\n",
+        default_system="Please reason step by step, and put your final answer within \\boxed{}.",
+        stop="<|im_end|>",
+    ),
+    "chatml": ChatTemplate(user=_IM_USER, system=_IM_SYSTEM, separator="\n", stop="<|im_end|>"),
+    "llama3": ChatTemplate(
+        user="<|start_header_id|>user<|end_header_id|>\n\n" + CONTENT
+        + "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
+        system="<|start_header_id|>system<|end_header_id|>\n\n" + CONTENT + "<|eot_id|>",
+        bos=True, stop="<|eot_id|>",
+    ),
+}
+
+
+def check_prompt_type(name: Optional[str], what: str = "--prompt-type") -> None:
+    """Raise UserInputError unless `name` is None, "hf" or a key of TEMPLATES."""
+    if name is not None and name != HF and name not in TEMPLATES:
+        valid = ", ".join(sorted(TEMPLATES) + [HF])
+        raise UserInputError(f"unknown {what} {name!r}; valid: {valid}.")
+
+
+def _encode(tokenizer, text: str) -> list[int]:
+    return tokenizer.encode(text, add_special_tokens=False) if text else []
+
+
+def _hf_messages(messages: list[dict], system: str) -> list[dict]:
+    return ([{"role": "system", "content": system}] if system else []) + list(messages)
+
+
+def _check_hf(tokenizer) -> None:
+    if not getattr(tokenizer, "chat_template", None):
+        raise UserInputError(
+            f"prompt type 'hf' needs the tokenizer's chat_template, and {tokenizer.name_or_path!r} has none; "
+            f"pick a named template ({', '.join(sorted(TEMPLATES))})."
+        )
+
+
+def encode_turns(tokenizer, prompt_type: Optional[str], messages: list[dict], system: str = "") -> list[list[int]]:
+    """Token ids of each message of a conversation, templated (MindSpeed-LLM's `_encode`).
+
+    Args:
+        tokenizer: a `transformers` tokenizer.
+        prompt_type: a key of TEMPLATES, or None (= "empty"). Not "hf" (use `encode_prompt`).
+        messages: [{"role": "user"|"assistant", "content": str}, ...] alternating, user first.
+        system: the system prompt ("" = the template's default).
+
+    Returns:
+        One id list per message. A user message's ids end with the assistant header, an
+        assistant message's ids end with the template's end-of-turn token.
+    """
+    template = TEMPLATES[prompt_type or "empty"]
+    system = system or template.default_system
+    turns = []
+    for i, message in enumerate(messages):
+        ids: list[int] = []
+        if i == 0:
+            if template.bos and tokenizer.bos_token_id is not None:
+                ids.append(tokenizer.bos_token_id)
+            if system:
+                ids += _encode(tokenizer, template.system.replace(CONTENT, system))
+        elif message["role"] == "user":
+            ids += _encode(tokenizer, template.separator)
+        if message["role"] == "user":
+            ids += _encode(tokenizer, template.user.replace(CONTENT, message["content"]))
+        elif message["role"] == "assistant":
+            ids += _encode(tokenizer, template.assistant.replace(CONTENT, message["content"]))
+            ids += stop_ids(tokenizer, prompt_type)
+        else:
+            raise UserInputError(f"message role {message['role']!r} is not supported; use user or assistant.")
+        turns.append(ids)
+    return turns
+
+
+def stop_ids(tokenizer, prompt_type: Optional[str]) -> list[int]:
+    """The end-of-turn token ids a named template appends to assistant turns ([] for "empty")."""
+    template = TEMPLATES[prompt_type or "empty"]
+    return _encode(tokenizer, template.stop) if template.stop else []
+
+
+def encode_prompt(tokenizer, prompt_type: Optional[str], messages: list[dict], system: str = "") -> list[int]:
+    """Token ids of the generation prompt: the conversation so far, ending with the assistant header.
+
+    Args:
+        tokenizer: a `transformers` tokenizer.
+        prompt_type: a key of TEMPLATES, "hf" (the tokenizer's chat_template) or None (= "empty").
+        messages: the conversation, ending with a user message.
+        system: the system prompt ("" = the template's default).
+
+    Returns:
+        list[int] (P,) prompt token ids.
+    """
+    if prompt_type == HF:
+        _check_hf(tokenizer)
+        text = tokenizer.apply_chat_template(_hf_messages(messages, system), tokenize=False, add_generation_prompt=True)
+        return _encode(tokenizer, text)
+    return [t for turn in encode_turns(tokenizer, prompt_type, messages, system) for t in turn]
+
+
+def encode_conversation(
+    tokenizer, prompt_type: Optional[str], messages: list[dict], system: str = ""
+) -> list[tuple[list[int], list[int]]]:
+    """(source, target) id pairs of a conversation for supervised data (one pair per exchange).
+
+    Args:
+        messages: alternating user/assistant messages, ending with an assistant message.
+
+    Returns:
+        [(source_ids, target_ids), ...]: source = templated user turn (with the system block and
+        BOS on the first), target = assistant text + end-of-turn token.
+    """
+    if prompt_type == HF:
+        # the chat template renders whole conversations: cut it at each generation prompt
+        _check_hf(tokenizer)
+        pairs, done = [], []
+        for k in range(0, len(messages), 2):
+            prompt = encode_prompt(tokenizer, HF, messages[: k + 1], system)
+            full = _encode(tokenizer, tokenizer.apply_chat_template(
+                _hf_messages(messages[: k + 2], system), tokenize=False))
+            pairs.append((prompt[len(done):], full[len(prompt):]))
+            done = full
+        return pairs
+    turns = encode_turns(tokenizer, prompt_type, messages, system)
+    return [(turns[k], turns[k + 1]) for k in range(0, len(turns) - 1, 2)]

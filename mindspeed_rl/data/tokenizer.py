@@ -1,0 +1,59 @@
+"""Loading a Hugging Face tokenizer from a local directory, with plain-words errors.
+
+Only `PretrainedFromHF` tokenizers exist here (MindSpeed-LLM's other tokenizer types are for
+pre-training BERT/GPT-2 vocab files and are not used by RL). Nothing is downloaded: the path
+must be a directory holding tokenizer.json and/or tokenizer_config.json (+ vocab files).
+"""
+
+from __future__ import annotations
+
+import os
+
+from mindspeed_rl.utils.errors import UserInputError
+
+# any one of these marks a directory as a Hugging Face tokenizer
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def load_tokenizer(path: str | os.PathLike, what: str = "tokenizer_name_or_path"):
+    """Load a `transformers` tokenizer from a local directory.
+
+    A tokenizer without a pad token gets its EOS token as pad (Llama-3 has none); prompts are
+    left-padded with it and the padding is masked, so its identity does not matter.
+
+    Args:
+        path: a directory made by `tokenizer.save_pretrained` (or a model checkpoint directory).
+        what: the option or key the path came from, named in error messages.
+
+    Returns:
+        A `transformers.PreTrainedTokenizerBase`.
+
+    Raises:
+        UserInputError: the path is missing, is not a directory, or does not load as a tokenizer.
+    """
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise UserInputError(f"{what} {path!r} does not exist; pass a local Hugging Face tokenizer directory.")
+    if not os.path.isdir(path):
+        raise UserInputError(
+            f"{what} {path!r} is a file, not a tokenizer directory; pass the directory that holds tokenizer.json."
+        )
+    if not any(os.path.isfile(os.path.join(path, name)) for name in _TOKENIZER_FILES):
+        raise UserInputError(
+            f"{what} {path!r} has none of {', '.join(_TOKENIZER_FILES)}, so it is not a tokenizer directory; "
+            "pass the directory that holds tokenizer.json."
+        )
+
+    from transformers import AutoTokenizer  # heavy import, only when a tokenizer is needed
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)
+    except Exception as err:  # transformers raises many types for a broken directory
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserInputError(
+            f"{what} {path!r} does not load as a Hugging Face tokenizer ({first_line}); "
+            "pass a directory saved by tokenizer.save_pretrained."
+        ) from None
+    if tokenizer.pad_token_id is None and tokenizer.eos_token is not None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer

@@ -1,0 +1,402 @@
+"""Megatron checkpoints of this project: save for resume, load at any TP/PP.
+
+Layout (one directory per step, Megatron's `iter_*` + `latest_checkpointed_iteration.txt`):
+
+    <save>/latest_checkpointed_iteration.txt      "<step>", replaced atomically after the step dir
+    <save>/iter_0000010/manifest.json             format, step, tp, pp, dp, dtype, vocab_size,
+                                                  model_args, hf_config, files {relpath: bytes}
+    <save>/iter_0000010/mp_rank_{tp:02d}_{pp:03d}/model.safetensors   this chunk's TP shards,
+                                                  named with GLOBAL layer numbers (DP rank 0)
+    .../mp_rank_XX_YYY/optim.pt                   optimizer.state_dict() + scheduler (DP rank 0)
+    .../mp_rank_XX_YYY/optim_dp{dp:03d}.pt        distributed optimizer instead: each DP rank's
+                                                  shard (inner Adam state + fp32 main params)
+    .../mp_rank_XX_YYY/rng_dp{dp:03d}.pt          python / numpy / torch / megatron tracker rng
+
+Atomic write: every rank writes under `iter_N.tmp`; after a barrier rank 0 lists the files with
+their sizes into manifest.json, renames the directory to `iter_N`, and only then points
+`latest_checkpointed_iteration.txt` at it. A crash leaves at most a `.tmp` directory that the next
+save removes; a directory whose files do not match its manifest is refused on load. Ranks must
+share one filesystem (as Megatron's own checkpoints assume).
+
+Loading at the saved TP/PP reads each rank's own file. At another TP/PP, `MegatronCheckpointReader`
+serves the checkpoint under Hugging Face names (TP shards merged by hf_bridge.sharding, stages
+found by their global layer names) and `load_into_model` re-shards it, exactly as from a HF
+directory. Optimizer state (and rng) resumes only at the saved TP, PP and DP: megatron's optimizer
+state is laid out by its parameter buffers, which depend on all three. Any other layout restores
+weights only and needs `load_optimizer=False` (MindSpeed's no_load_optim), said in one sentence.
+Why not megatron's own distributed-optimizer files: in megatron-core 0.12.1 without Apex/TE,
+`load_parameter_state_from_dp_zero` fails (it copies torch Adam's `step` from a dict that lacks
+it), and `sharded_state_dict` needs dist_checkpointing's torch_dist backend; each DP rank saving
+its own shard is simple and works on every platform, at the price of a fixed DP size.
+The device's default generator is not saved (no device code outside platform/); megatron's
+tracker states, which drive dropout and init under TP, are.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from typing import Any, Mapping, Optional
+
+import numpy as np
+import torch
+from safetensors.torch import save_file
+
+from mindspeed_rl.models.hf_bridge.checkpoint_io import open_safetensors
+from mindspeed_rl.models.hf_bridge.loader import global_param_name, load_into_model
+from mindspeed_rl.models.hf_bridge.mapping import hf_names
+from mindspeed_rl.models.hf_bridge.sharding import kind_of, mcore_to_hf, merge_tp
+from mindspeed_rl.utils.errors import UserInputError
+from mindspeed_rl.utils.logging import get_logger
+
+log = get_logger(__name__)
+FORMAT, VERSION = "mindspeed_rl-megatron-checkpoint", 1
+LATEST = "latest_checkpointed_iteration.txt"
+MANIFEST = "manifest.json"
+MODEL_FILE = "model.safetensors"
+_ARCH_KEYS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
+              "kv_channels", "add_qkv_bias", "qk_layernorm", "untie_embeddings_and_output_weights")
+
+
+def rank_dir(tp_rank: int, pp_rank: int) -> str:
+    return f"mp_rank_{tp_rank:02d}_{pp_rank:03d}"
+
+
+def step_dir(save_dir: str, step: int) -> str:
+    return os.path.join(save_dir, f"iter_{step:07d}")
+
+
+def _jsonable(args: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in dict(args).items() if isinstance(v, (str, int, float, bool, type(None)))}
+
+
+# ---------------------------------------------------------------------------------------------
+# directory protocol (shared by live saves and convert_ckpt.py)
+
+
+def begin_write(save_dir: str, step: int) -> str:
+    """Fresh `iter_N.tmp` directory (a leftover from a crashed save is removed)."""
+    tmp = step_dir(save_dir, step) + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    return tmp
+
+
+def finish_write(tmp: str, manifest: dict[str, Any]) -> str:
+    """Write the manifest (with every file's size), rename tmp -> iter_N, then update LATEST."""
+    files = {}
+    for root, _, names in os.walk(tmp):
+        for n in names:
+            path = os.path.join(root, n)
+            files[os.path.relpath(path, tmp)] = os.path.getsize(path)
+    manifest = dict(manifest, format=FORMAT, version=VERSION, files=dict(sorted(files.items())))
+    with open(os.path.join(tmp, MANIFEST), "w") as f:
+        json.dump(manifest, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    final = tmp[: -len(".tmp")]
+    if os.path.exists(final):  # re-saving a step: keep the old one until the new one is in place
+        os.replace(final, final + ".old")
+    os.replace(tmp, final)
+    shutil.rmtree(final + ".old", ignore_errors=True)
+    latest = os.path.join(os.path.dirname(final), LATEST)
+    with open(latest + ".tmp", "w") as f:
+        f.write(str(manifest["step"]))
+    os.replace(latest + ".tmp", latest)
+    return final
+
+
+def is_megatron_checkpoint(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, LATEST)) or os.path.isfile(os.path.join(path, MANIFEST))
+
+
+def resolve(path: str) -> str:
+    """The step directory of `path` (a save root with LATEST, or an iter_N directory)."""
+    latest = os.path.join(path, LATEST)
+    if os.path.isfile(latest):
+        with open(latest) as f:
+            text = f.read().strip()
+        if not text.isdigit():
+            raise UserInputError(f"{latest} says {text!r}, not a step number; fix it or point load: at an iter_* directory.")
+        path = step_dir(path, int(text))
+    if not os.path.isfile(os.path.join(path, MANIFEST)):
+        raise UserInputError(f"{path} has no {MANIFEST}; it is not a complete checkpoint of this project "
+                             "(an interrupted save, or a Megatron-LM checkpoint: convert it from HF with convert_ckpt.py).")
+    return path
+
+
+def read_manifest(path: str, verify: bool = True) -> dict[str, Any]:
+    """manifest.json of a step directory; with verify, every listed file must exist with its size."""
+    path = resolve(path)
+    with open(os.path.join(path, MANIFEST)) as f:
+        try:
+            manifest = json.load(f)
+        except json.JSONDecodeError as err:
+            raise UserInputError(f"{os.path.join(path, MANIFEST)} is not valid JSON ({err}); the checkpoint is damaged.") from None
+    if manifest.get("format") != FORMAT:
+        raise UserInputError(f"{os.path.join(path, MANIFEST)} is not a {FORMAT} manifest.")
+    for rel, size in manifest["files"].items() if verify else ():
+        full = os.path.join(path, rel)
+        if not os.path.isfile(full) or os.path.getsize(full) != size:
+            got = os.path.getsize(full) if os.path.isfile(full) else "missing"
+            raise UserInputError(f"{full} is {got if got == 'missing' else f'{got} bytes'} but {MANIFEST} "
+                                 f"records {size} bytes; the checkpoint copy is incomplete, copy it again.")
+    manifest["path"] = path
+    return manifest
+
+
+# ---------------------------------------------------------------------------------------------
+# reading a checkpoint under HF names (any TP/PP)
+
+
+class MegatronCheckpointReader:
+    """The TensorReader interface (hf_bridge.checkpoint_io) over a checkpoint of this project:
+    HF tensor names, full tensors, TP shards merged on read. Holds one merged tensor at a time."""
+
+    def __init__(self, path: str):
+        self.manifest = read_manifest(path)
+        self.path, m = self.manifest["path"], self.manifest
+        self.args = m["model_args"]
+        self.vocab_size = int(m.get("vocab_size") or self.args["padded_vocab_size"])
+        tied = not self.args.get("untie_embeddings_and_output_weights", False)
+        self._files: dict[str, list[str]] = {}  # megatron name -> files of TP ranks 0..tp-1
+        self.stages: list[list[str]] = []  # HF names held by each pipeline stage, in file order
+        self.hf_to_mcore: dict[str, str] = {}
+        for pp_rank in range(m["pp"]):
+            for tp_rank in range(m["tp"]):
+                file = os.path.join(self.path, rank_dir(tp_rank, pp_rank), MODEL_FILE)
+                for name in open_safetensors(file).keys():
+                    self._files.setdefault(name, []).append(file)
+            self.stages.append([])
+            for name in open_safetensors(os.path.join(self.path, rank_dir(0, pp_rank), MODEL_FILE)).keys():
+                if name == "output_layer.weight" and tied:
+                    continue  # the last stage's copy of the tied embedding
+                for hf_name in hf_names(name, None, tied)[1]:
+                    self.hf_to_mcore[hf_name] = name
+                    self.stages[-1].append(hf_name)
+        self._cache: tuple[str, dict[str, torch.Tensor]] = ("", {})
+
+    def mcore_names(self) -> list[str]:
+        return list(self._files)
+
+    def read_mcore(self, name: str) -> torch.Tensor:
+        """The full (TP-merged) megatron tensor."""
+        shards = []
+        for file in self._files[name]:
+            shards.append(open_safetensors(file).get_tensor(name))
+        tied = not self.args.get("untie_embeddings_and_output_weights", False)
+        return merge_tp(kind_of(name, tied), shards)
+
+    def _hf(self, name: str) -> torch.Tensor:
+        mcore = self.hf_to_mcore.get(name)
+        if mcore is None:
+            raise UserInputError(f"tensor {name} is not in the checkpoint {self.path}; it was saved from another architecture.")
+        if self._cache[0] != mcore:
+            self._cache = (mcore, mcore_to_hf(mcore, self.read_mcore(mcore), self.args, self.vocab_size))
+        return self._cache[1][name]
+
+    def where(self, name: str) -> str:
+        return self.path
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self._hf(name).shape)
+
+    def read(self, name: str, rows: Optional[slice] = None, cols: Optional[slice] = None) -> torch.Tensor:
+        t = self._hf(name)
+        if cols is not None:
+            return t[rows or slice(None), cols]
+        return t[rows] if rows is not None else t
+
+
+# ---------------------------------------------------------------------------------------------
+# live save / load (every rank calls; collective over the world)
+
+
+def _ranks() -> dict[str, int]:
+    from megatron.core import parallel_state as ps
+
+    return dict(tp=ps.get_tensor_model_parallel_world_size(), pp=ps.get_pipeline_model_parallel_world_size(),
+                dp=ps.get_data_parallel_world_size(), tp_rank=ps.get_tensor_model_parallel_rank(),
+                pp_rank=ps.get_pipeline_model_parallel_rank(), dp_rank=ps.get_data_parallel_rank())
+
+
+def _barrier() -> None:
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
+
+
+def _is_distributed_optimizer(optimizer) -> bool:
+    from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+
+    chain = getattr(optimizer, "chained_optimizers", [optimizer])
+    return any(isinstance(o, DistributedOptimizer) for o in chain)
+
+
+def _optimizer_shards(optimizer) -> list[dict[str, Any]]:
+    """This DP rank's distributed-optimizer state: per chained optimizer, the inner torch
+    optimizer's state_dict (exp_avg, exp_avg_sq, step, param groups), its fp32 main-parameter
+    shards, and the grad scaler."""
+    out = []
+    for o in getattr(optimizer, "chained_optimizers", [optimizer]):
+        mains = [p.detach().clone() for g in o.optimizer.param_groups for p in g["params"]]
+        out.append({"inner": o.optimizer.state_dict(), "main_params": mains,
+                    "grad_scaler": o.grad_scaler.state_dict() if o.grad_scaler else None})
+    return out
+
+
+def _load_optimizer_shards(optimizer, shards: list[dict[str, Any]]) -> None:
+    chain = getattr(optimizer, "chained_optimizers", [optimizer])
+    if len(chain) != len(shards):
+        raise UserInputError(f"the checkpoint has {len(shards)} optimizer(s) but this run builds {len(chain)}; "
+                             "resume with the saved settings or set no_load_optim: true.")
+    for o, shard in zip(chain, shards):
+        o.optimizer.load_state_dict(shard["inner"])
+        mains = [p for g in o.optimizer.param_groups for p in g["params"]]
+        for p, saved in zip(mains, shard["main_params"], strict=True):
+            p.data.copy_(saved)
+        if o.grad_scaler and shard["grad_scaler"]:
+            o.grad_scaler.load_state_dict(shard["grad_scaler"])
+
+
+def chunk_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """This chunk's tensors keyed by megatron names with global layer numbers. (DDP unwrapped.)"""
+    model = getattr(model, "module", model)
+    out = {}
+    for local, tensor in model.state_dict().items():
+        if not local.endswith("_extra_state"):
+            out[global_param_name(model, local)[0]] = tensor.detach()
+    return out
+
+
+def _rng_state() -> dict[str, Any]:
+    from megatron.core.tensor_parallel.random import get_cuda_rng_tracker
+
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+            "tracker": get_cuda_rng_tracker().get_states()}
+
+
+def _set_rng_state(state: Mapping[str, Any]) -> None:
+    from megatron.core.tensor_parallel.random import get_cuda_rng_tracker
+
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    get_cuda_rng_tracker().set_states(state["tracker"])
+
+
+def save_checkpoint(save_dir: str, step: int, model: torch.nn.Module, args: Mapping[str, Any],
+                    optimizer=None, scheduler=None, vocab_size: Optional[int] = None,
+                    hf_config: Optional[Mapping[str, Any]] = None, params_dtype: str = "") -> str:
+    """Save model (+ optimizer, scheduler, rng) at `step`; every rank calls it. Returns iter dir.
+
+    Args:
+        model: this rank's GPTModel chunk (or its DDP wrapper).
+        args: the Megatron-named args it was built from (recorded in the manifest).
+        vocab_size: the real (HF / tokenizer) vocabulary; exports drop padding rows past it.
+        hf_config: config.json of the HF checkpoint the run started from, kept for HF export.
+    """
+    r = _ranks()
+    tmp = step_dir(save_dir, step) + ".tmp"
+    if not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0:
+        begin_write(save_dir, step)
+    _barrier()
+    here = os.path.join(tmp, rank_dir(r["tp_rank"], r["pp_rank"]))
+    os.makedirs(here, exist_ok=True)
+    if r["dp_rank"] == 0:
+        tensors = {k: v.contiguous() for k, v in chunk_state_dict(model).items()}
+        save_file(tensors, os.path.join(here, MODEL_FILE), metadata={"format": FORMAT})
+    distributed = optimizer is not None and _is_distributed_optimizer(optimizer)
+    sched = scheduler.state_dict() if scheduler is not None else None
+    if distributed:  # every DP rank holds a different shard of the state
+        torch.save({"shards": _optimizer_shards(optimizer), "scheduler": sched},
+                   os.path.join(here, f"optim_dp{r['dp_rank']:03d}.pt"))
+    elif optimizer is not None and r["dp_rank"] == 0:
+        torch.save({"optimizer": optimizer.state_dict(), "scheduler": sched}, os.path.join(here, "optim.pt"))
+    torch.save(_rng_state(), os.path.join(here, f"rng_dp{r['dp_rank']:03d}.pt"))
+    _barrier()
+    final = step_dir(save_dir, step)
+    if not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0:
+        finish_write(tmp, {"step": step, "tp": r["tp"], "pp": r["pp"], "dp": r["dp"],
+                           "params_dtype": params_dtype, "vocab_size": vocab_size, "model_args": _jsonable(args),
+                           "hf_config": dict(hf_config) if hf_config else None,
+                           "has_optimizer": optimizer is not None, "distributed_optimizer": distributed})
+        log.info("saved checkpoint step %d to %s", step, final)
+    _barrier()
+    return final
+
+
+def check_args_match(manifest: Mapping[str, Any], args: Mapping[str, Any]) -> None:
+    """The checkpoint's architecture must be the model's: name the first differing field."""
+    saved = manifest["model_args"]
+    for key in _ARCH_KEYS:
+        if key in saved and args.get(key) is not None and saved[key] is not None and saved[key] != args[key]:
+            raise UserInputError(f"{manifest['path']} was saved with {key} {saved[key]} but the model config says "
+                                 f"{args[key]}; load it with the model it was saved from.")
+
+
+@torch.no_grad()
+def load_checkpoint(path: str, model: torch.nn.Module, args: Mapping[str, Any], optimizer=None,
+                    scheduler=None, load_optimizer: bool = True, load_rng: bool = True) -> int:
+    """Load a checkpoint of this project into this rank's chunk; every rank calls it.
+
+    Weights load at any TP/PP; optimizer/scheduler/rng only at the saved TP/PP/DP (see module
+    docstring). Returns the checkpoint's step.
+    """
+    from megatron.core import parallel_state as ps
+
+    manifest = read_manifest(path)
+    check_args_match(manifest, args)
+    path, r, m = manifest["path"], _ranks(), manifest
+    same_mp = (m["tp"], m["pp"]) == (r["tp"], r["pp"])
+    inner = getattr(model, "module", model)
+    if same_mp:
+        file = os.path.join(path, rank_dir(r["tp_rank"], r["pp_rank"]), MODEL_FILE)
+        with open_safetensors(file) as f:
+            stored = set(f.keys())
+            for local, tensor in inner.state_dict(keep_vars=True).items():
+                if local.endswith("_extra_state"):
+                    continue
+                name = global_param_name(inner, local)[0]
+                if name not in stored:
+                    raise UserInputError(f"tensor {name} is not in {file}; the checkpoint is from another model.")
+                value = f.get_tensor(name)
+                if value.shape != tensor.shape:
+                    raise UserInputError(f"tensor {name} in {file} has shape {list(value.shape)} but the model has "
+                                         f"{list(tensor.shape)}; check padded_vocab_size and the model config.")
+                tensor.copy_(value.to(tensor.dtype))
+    else:
+        load_into_model(inner, MegatronCheckpointReader(path), args, ps.get_tensor_model_parallel_world_size(),
+                        ps.get_tensor_model_parallel_rank())
+    here = os.path.join(path, rank_dir(r["tp_rank"], r["pp_rank"]))
+    if optimizer is not None and load_optimizer and m.get("has_optimizer"):
+        if (m["tp"], m["pp"], m["dp"]) != (r["tp"], r["pp"], r["dp"]):
+            raise UserInputError(
+                f"{path} holds optimizer state for TP={m['tp']} PP={m['pp']} DP={m['dp']} but this run is "
+                f"TP={r['tp']} PP={r['pp']} DP={r['dp']}; resume with the saved layout or set no_load_optim: true.")
+        if m.get("distributed_optimizer"):
+            state = torch.load(os.path.join(here, f"optim_dp{r['dp_rank']:03d}.pt"), weights_only=False)
+            _load_optimizer_shards(optimizer, state["shards"])
+        else:
+            state = torch.load(os.path.join(here, "optim.pt"), weights_only=False)
+            optimizer.load_state_dict(state["optimizer"])
+        if scheduler is not None and state["scheduler"] is not None:
+            scheduler.load_state_dict(state["scheduler"])
+    rng_file = os.path.join(here, f"rng_dp{r['dp_rank']:03d}.pt")
+    if load_rng and same_mp and m["dp"] == r["dp"] and os.path.isfile(rng_file):
+        _set_rng_state(torch.load(rng_file, weights_only=False))
+    _barrier()
+    log.info("loaded checkpoint step %d from %s (saved at TP=%d PP=%d)", m["step"], path, m["tp"], m["pp"])
+    return int(m["step"])
+
+
+def load_weights(model: torch.nn.Module, path: str, args: Mapping[str, Any]) -> int:
+    """What `load:` does for weights: a checkpoint of this project (any TP/PP; returns its step) or a
+    HF directory (returns 0). Optimizer/rng are left alone (see load_checkpoint for resume)."""
+    if is_megatron_checkpoint(path):
+        return load_checkpoint(path, model, args, load_rng=False)
+    from mindspeed_rl.models.hf_bridge import load_hf_checkpoint
+
+    load_hf_checkpoint(getattr(model, "module", model), path, args)
+    return 0

@@ -1,0 +1,142 @@
+"""Offline checkpoint conversion (convert_ckpt.py): HF <-> this project's Megatron format, any
+TP/PP, in one process and without torch.distributed.
+
+Every conversion is "a reader under HF names -> a writer":
+  source HF directory   SafetensorsReader (lazy, per tensor)
+  source Megatron dir   checkpoint.MegatronCheckpointReader (TP shards merged on read)
+  target Megatron       for each (pp_rank, tp_rank): hf_bridge.mapping.read_shard of every
+                        parameter the stage holds (sharding.stage_param_names) -> model.safetensors
+  target HF             per pipeline stage of the source (or one shard): HF tensors -> safetensors
+Only slicing, concatenation and (optionally) one dtype cast happen, so HF -> mg(TP=a,PP=b) ->
+mg(TP=c,PP=d) -> HF reproduces every tensor bit for bit when no dtype is given.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Optional
+
+import torch
+from safetensors.torch import save_file
+
+from mindspeed_rl.models.checkpoint import (FORMAT, MODEL_FILE, MegatronCheckpointReader, begin_write,
+                                            finish_write, is_megatron_checkpoint, rank_dir)
+from mindspeed_rl.models.hf_bridge.checkpoint_io import SafetensorsReader, TensorReader
+from mindspeed_rl.models.hf_bridge.loader import read_hf_config
+from mindspeed_rl.models.hf_bridge.mapping import Dims, hf_names, read_shard
+from mindspeed_rl.models.hf_bridge.sharding import check_tp, layer_range, stage_param_names
+from mindspeed_rl.models.hf_export import hf_config_from_args, write_hf_dir
+from mindspeed_rl.utils.errors import UserInputError
+from mindspeed_rl.utils.logging import get_logger
+
+log = get_logger(__name__)
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+HF_TYPES = {"llama2": "llama", "llama3": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
+
+
+def padded_vocab(vocab_size: int, divisible_by: int, tp: int) -> int:
+    """Megatron's padding: the vocabulary rounded up to a multiple of divisible_by x TP."""
+    multiple = divisible_by * tp
+    return -(-vocab_size // multiple) * multiple
+
+
+class Source:
+    """A checkpoint opened for conversion: reader, Megatron args, real vocab, HF config."""
+
+    def __init__(self, reader: TensorReader, args: dict[str, Any], vocab_size: int,
+                 hf_config: Optional[dict[str, Any]], pp: int):
+        self.reader, self.args, self.vocab_size, self.hf_config, self.pp = reader, args, vocab_size, hf_config, pp
+
+
+def open_source(load_dir: str, model_type: str, model_type_hf: Optional[str] = None) -> Source:
+    """Open an HF ("hf") or Megatron ("mg") checkpoint directory for reading."""
+    from mindspeed_rl.models.builder import model_config_from_hf
+
+    if model_type == "mg":
+        if not is_megatron_checkpoint(load_dir):
+            raise UserInputError(f"--load-dir {load_dir} has neither latest_checkpointed_iteration.txt nor manifest.json; "
+                                 "point it at a Megatron checkpoint written by this project, or use --load-model-type hf.")
+        reader = MegatronCheckpointReader(load_dir)
+        m = reader.manifest
+        return Source(reader, dict(m["model_args"]), reader.vocab_size, m.get("hf_config"), m["pp"])
+    config = read_hf_config(load_dir)
+    if model_type_hf and HF_TYPES[model_type_hf] != config["model_type"]:
+        raise UserInputError(f"--model-type-hf {model_type_hf} disagrees with model_type {config['model_type']!r} in "
+                             f"{os.path.join(load_dir, 'config.json')}; drop the flag or fix it.")
+    try:
+        args = model_config_from_hf(config)
+    except ValueError as err:
+        raise UserInputError(f"{os.path.join(load_dir, 'config.json')}: {err}") from None
+    return Source(SafetensorsReader(load_dir), args, int(config["vocab_size"]), config, 1)
+
+
+def save_megatron(src: Source, save_dir: str, tp: int, pp: int, dtype: Optional[torch.dtype] = None,
+                  make_vocab_size_divisible_by: int = 1) -> str:
+    """Write `src` as a Megatron checkpoint of this project at (TP, PP), step 0. Returns its dir."""
+    args = dict(src.args, padded_vocab_size=padded_vocab(src.vocab_size, make_vocab_size_divisible_by, tp))
+    check_tp(args, tp)
+    layer_range(int(args["num_layers"]), pp, 0)  # PP must divide num_layers
+    dims, tied = Dims.from_args(args), not args.get("untie_embeddings_and_output_weights", False)
+    tmp = begin_write(save_dir, 0)
+    for pp_rank in range(pp):
+        names = stage_param_names(args, pp, pp_rank)
+        for tp_rank in range(tp):
+            tensors = {}
+            for name in names:  # (global layer names): read only this rank's slice of each tensor
+                t = read_shard(src.reader, *hf_names(name, None, tied), dims, tp, tp_rank)
+                tensors[name] = (t.to(dtype) if dtype else t).contiguous()
+            os.makedirs(os.path.join(tmp, rank_dir(tp_rank, pp_rank)))
+            save_file(tensors, os.path.join(tmp, rank_dir(tp_rank, pp_rank), MODEL_FILE), metadata={"format": FORMAT})
+        log.info("stage %d/%d written", pp_rank + 1, pp)
+    any_tensor = next(iter(tensors.values()))
+    return finish_write(tmp, {"step": 0, "tp": tp, "pp": pp, "dp": 1, "params_dtype": str(any_tensor.dtype),
+                              "vocab_size": src.vocab_size, "model_args": args, "hf_config": src.hf_config,
+                              "has_optimizer": False, "distributed_optimizer": False})
+
+
+def save_hf(src: Source, save_dir: str, dtype: Optional[torch.dtype] = None, hf_cfg_dir: Optional[str] = None) -> str:
+    """Write `src` as a HF directory (one safetensors shard per source pipeline stage)."""
+    config = read_hf_config(hf_cfg_dir) if hf_cfg_dir else src.hf_config
+    if config is None:
+        config = hf_config_from_args(src.args, src.vocab_size, dtype or torch.float32)
+    if isinstance(src.reader, SafetensorsReader):  # HF -> HF: keep the names, maybe cast
+        names = [sorted(src.reader.weight_map)]
+    else:
+        names = src.reader.stages
+    shards = ({n: (src.reader.read(n).to(dtype) if dtype else src.reader.read(n)) for n in stage} for stage in names)
+    if dtype is not None:
+        config = dict(config, **{"dtype" if "dtype" in config else "torch_dtype": str(dtype).removeprefix("torch.")})
+    return write_hf_dir(save_dir, list(shards), config, hf_cfg_dir or _dir_of(src))
+
+
+def _dir_of(src: Source) -> Optional[str]:
+    directory = getattr(src.reader, "directory", None)
+    return directory if directory and os.path.isfile(os.path.join(directory, "config.json")) else None
+
+
+def convert(load_model_type: str, save_model_type: str, load_dir: str, save_dir: str, tp: int = 1, pp: int = 1,
+            model_type_hf: Optional[str] = None, params_dtype: Optional[str] = None,
+            hf_cfg_dir: Optional[str] = None, make_vocab_size_divisible_by: int = 1) -> str:
+    """The whole conversion (what convert_ckpt.py runs). Returns the written directory."""
+    if not os.path.isdir(load_dir):
+        raise UserInputError(f"--load-dir {load_dir} does not exist; point it at a checkpoint directory.")
+    if tp < 1 or pp < 1:
+        raise UserInputError("--target-tensor-parallel-size and --target-pipeline-parallel-size must be at least 1.")
+    if os.path.abspath(load_dir) == os.path.abspath(save_dir):
+        raise UserInputError(f"--save-dir {save_dir} is the --load-dir; write the conversion somewhere else.")
+    src = open_source(load_dir, load_model_type, model_type_hf)
+    dtype = DTYPES[params_dtype] if params_dtype else None
+    if save_model_type == "mg":
+        return save_megatron(src, save_dir, tp, pp, dtype, make_vocab_size_divisible_by)
+    return save_hf(src, save_dir, dtype, hf_cfg_dir)
+
+
+def describe(path: str) -> str:
+    """One line about a written directory (for the CLI)."""
+    manifest = os.path.join(path, "manifest.json")
+    if os.path.isfile(manifest):
+        with open(manifest) as f:
+            m = json.load(f)
+        return f"{path}: Megatron checkpoint, TP={m['tp']} PP={m['pp']}, {len(m['files'])} files"
+    return f"{path}: Hugging Face checkpoint"

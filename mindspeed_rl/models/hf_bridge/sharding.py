@@ -1,0 +1,91 @@
+"""TP/PP sharding math on plain tensors, with no torch.distributed: which megatron parameters a
+pipeline stage holds, and how TP shards merge back into the full megatron tensor.
+
+Merging is the exact inverse of mapping.read_shard (concatenation and reshapes only, so a
+split-then-merge round trip is bit for bit):
+  replicated     every rank holds the whole tensor: take rank 0's
+  row            (h, n/TP) per rank: concatenate along dim 1
+  vocab          (Vp/TP, h) per rank: concatenate along dim 0
+  qkv            (ng/TP*(q+2)*hn, ...) per rank, whole query groups: concatenate along dim 0
+  fc1            [gate_r | up_r] per rank: concatenate the gate halves, then the up halves
+
+Pipeline stages own contiguous, equal layer ranges (megatron-core's default split): stage r of
+PP holds global layers [r*L/PP, (r+1)*L/PP).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from mindspeed_rl.models.hf_bridge.mapping import Dims, hf_names, to_hf
+from mindspeed_rl.utils.errors import UserInputError
+
+
+def layer_range(num_layers: int, pp_size: int, pp_rank: int) -> range:
+    """Global layer indices of pipeline stage `pp_rank`."""
+    if num_layers % pp_size:
+        raise UserInputError(f"num_layers {num_layers} is not divisible by pipeline_model_parallel_size "
+                             f"{pp_size}; pick a PP size that divides it.")
+    per = num_layers // pp_size
+    return range(pp_rank * per, (pp_rank + 1) * per)
+
+
+def check_tp(args: Mapping[str, Any], tp_size: int) -> None:
+    """One sentence naming the field TP does not divide (before any tensor is touched)."""
+    d = Dims.from_args(args)
+    for field, n in (("num_attention_heads", d.heads), ("num_query_groups", d.groups),
+                     ("ffn_hidden_size", d.ffn), ("padded_vocab_size", d.vocab_padded)):
+        if n % tp_size:
+            raise UserInputError(f"tensor_model_parallel_size {tp_size} does not divide {field} {n}; "
+                                 f"pick a TP size that divides it.")
+
+
+def stage_param_names(args: Mapping[str, Any], pp_size: int, pp_rank: int) -> list[str]:
+    """Megatron parameter names (global layer numbers) of one pipeline stage of a GPTModel built by
+    builder.build_gpt_model, in the order its state_dict lists them."""
+    first, last = pp_rank == 0, pp_rank == pp_size - 1
+    tied = not args.get("untie_embeddings_and_output_weights", False)
+    per_layer = ["input_layernorm.weight", "self_attention.linear_proj.weight",
+                 "self_attention.linear_qkv.weight"]
+    if args.get("add_qkv_bias"):
+        per_layer.append("self_attention.linear_qkv.bias")
+    if args.get("qk_layernorm"):
+        per_layer += ["self_attention.q_layernorm.weight", "self_attention.k_layernorm.weight"]
+    per_layer += ["pre_mlp_layernorm.weight", "mlp.linear_fc1.weight", "mlp.linear_fc2.weight"]
+    names = ["embedding.word_embeddings.weight"] if first else []
+    for i in layer_range(int(args["num_layers"]), pp_size, pp_rank):
+        names += [f"decoder.layers.{i}.{n}" for n in per_layer]
+    if last:
+        names.append("decoder.final_layernorm.weight")
+        if not tied or not first:  # tied at PP>1: the last stage keeps its own copy of the embedding
+            names.append("output_layer.weight")
+    return names
+
+
+def kind_of(name: str, tied: bool) -> str:
+    """Layout kind ('replicated', 'row', 'vocab', 'qkv', 'fc1') of a megatron parameter."""
+    return hf_names(name, None, tied)[0]
+
+
+def merge_tp(kind: str, shards: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Full megatron tensor from its TP shards (rank order). See the module docstring."""
+    if len(shards) == 1 or kind == "replicated":
+        return shards[0]
+    if kind == "row":
+        return torch.cat(list(shards), dim=1)
+    if kind in ("vocab", "qkv"):
+        return torch.cat(list(shards), dim=0)
+    if kind == "fc1":
+        halves = [s.chunk(2, dim=0) for s in shards]
+        return torch.cat([h[0] for h in halves] + [h[1] for h in halves], dim=0)
+    raise ValueError(f"unknown layout kind {kind!r}")
+
+
+def mcore_to_hf(name: str, full: torch.Tensor, args: Mapping[str, Any], vocab_size: int) -> dict[str, torch.Tensor]:
+    """HF tensors made from one full megatron tensor; {} for the tied output layer (a copy of the
+    embedding). Tensors are made contiguous (safetensors needs it)."""
+    if name == "output_layer.weight" and not args.get("untie_embeddings_and_output_weights", False):
+        return {}
+    return {k: v.contiguous() for k, v in to_hf({name: full}, args, vocab_size).items()}

@@ -1,0 +1,163 @@
+"""Hugging Face export: safetensors + config.json (+ tokenizer files) that `transformers` loads.
+
+    export_hf(model, args, out_dir, vocab_size=V, hf_config=cfg, tokenizer_dir=tok)  # every rank
+
+From a live, sharded model: every parameter is all-gathered over its TP group and merged
+(hf_bridge.sharding.merge_tp), mapped to HF names (to_hf), and each pipeline stage's first rank
+writes its stage as one safetensors shard; global rank 0 writes the index, config.json and the
+tokenizer files. Departure from "gather everything on rank 0": stages never send weights to
+each other, so no rank holds more than its stage (ranks must share one filesystem). The
+directory is written under `<out>.tmp` and renamed when complete.
+
+config.json is the one the run started from when known (`hf_config`), else it is made from the
+Megatron args (`hf_config_from_args`: llama, qwen2 when add_qkv_bias, qwen3 when qk_layernorm).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from typing import Any, Iterable, Mapping, Optional
+
+import torch
+from safetensors.torch import save_file
+
+from mindspeed_rl.models.hf_bridge.checkpoint_io import INDEX_FILE, SINGLE_FILE
+from mindspeed_rl.models.hf_bridge.sharding import kind_of, mcore_to_hf, merge_tp
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
+                   "merges.txt", "tokenizer.model", "added_tokens.json", "chat_template.jinja",
+                   "chat_template.json", "generation_config.json")
+DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+
+
+def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype = torch.float32) -> dict[str, Any]:
+    """A config.json for a Llama / Qwen2 / Qwen3 CausalLM with these Megatron-named args."""
+    model_type = "qwen3" if args.get("qk_layernorm") else "qwen2" if args.get("add_qkv_bias") else "llama"
+    heads = int(args["num_attention_heads"])
+    groups = int(args.get("num_query_groups") or heads) if args.get("group_query_attention") else heads
+    rope: dict[str, Any] = {"rope_type": "default", "rope_theta": float(args.get("rotary_base") or 10000.0)}
+    if args.get("rope_scaling_type") == "llama3":
+        rope.update(rope_type="llama3", factor=float(args["rope_scaling_factor"]),
+                    low_freq_factor=float(args["low_freq_factor"]), high_freq_factor=float(args["high_freq_factor"]),
+                    original_max_position_embeddings=int(args["original_max_position_embeddings"]))
+    cls = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}[model_type]
+    config = {
+        "architectures": [cls], "model_type": model_type, "hidden_act": "silu",
+        "hidden_size": int(args["hidden_size"]), "intermediate_size": int(args["ffn_hidden_size"]),
+        "num_hidden_layers": int(args["num_layers"]), "num_attention_heads": heads,
+        "num_key_value_heads": groups, "head_dim": int(args.get("kv_channels") or args["hidden_size"] // heads),
+        "vocab_size": int(vocab_size), "max_position_embeddings": int(args.get("max_position_embeddings") or 4096),
+        "rms_norm_eps": float(args.get("norm_epsilon") or 1e-5),
+        "rope_theta": rope["rope_theta"], "rope_parameters": rope,
+        "tie_word_embeddings": not args.get("untie_embeddings_and_output_weights", False),
+        "attention_bias": bool(args.get("add_qkv_bias")) and model_type != "qwen2",
+        "torch_dtype": DTYPE_NAMES.get(dtype, "float32"),
+    }
+    if rope["rope_type"] == "llama3":
+        config["rope_scaling"] = rope
+    return config
+
+
+def write_hf_dir(out_dir: str, shards: Iterable[dict[str, torch.Tensor]], config: Mapping[str, Any],
+                 tokenizer_dir: Optional[str] = None) -> str:
+    """Write shards (one dict per pipeline stage, in order) + index + config (+ tokenizer) from one
+    process, atomically. Returns out_dir."""
+    tmp = out_dir.rstrip("/") + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    shards = list(shards) if not isinstance(shards, list) else shards
+    weight_map = {}
+    for i, shard in enumerate(shards):
+        weight_map.update(write_shard(tmp, i, len(shards), shard))
+    finish_hf_dir(tmp, out_dir, weight_map, len(shards), config, tokenizer_dir)
+    return out_dir
+
+
+def shard_file(index: int, count: int) -> str:
+    return SINGLE_FILE if count == 1 else f"model-{index + 1:05d}-of-{count:05d}.safetensors"
+
+
+def write_shard(tmp: str, index: int, count: int, tensors: Mapping[str, torch.Tensor]) -> dict[str, str]:
+    """Save one shard; returns its part of the index's weight_map."""
+    name = shard_file(index, count)
+    save_file({k: v.contiguous() for k, v in tensors.items()}, os.path.join(tmp, name), metadata={"format": "pt"})
+    return {k: name for k in tensors}
+
+
+def finish_hf_dir(tmp: str, out_dir: str, weight_map: Mapping[str, str], count: int,
+                  config: Mapping[str, Any], tokenizer_dir: Optional[str]) -> None:
+    if count > 1:
+        total = sum(os.path.getsize(os.path.join(tmp, shard_file(i, count))) for i in range(count))
+        with open(os.path.join(tmp, INDEX_FILE), "w") as f:
+            json.dump({"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}, f, indent=1)
+    with open(os.path.join(tmp, "config.json"), "w") as f:
+        json.dump(dict(config), f, indent=1)
+    for name in TOKENIZER_FILES if tokenizer_dir else ():
+        src = os.path.join(tokenizer_dir, name)
+        if os.path.isfile(src):
+            shutil.copy2(src, os.path.join(tmp, name))
+    old = out_dir.rstrip("/") + ".old"
+    if os.path.exists(out_dir):
+        os.replace(out_dir, old)
+    os.replace(tmp, out_dir)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _gather_tp(tensor: torch.Tensor, kind: str) -> torch.Tensor:
+    from megatron.core import parallel_state as ps
+
+    tp = ps.get_tensor_model_parallel_world_size()
+    if tp == 1 or kind == "replicated":
+        return tensor
+    parts = [torch.empty_like(tensor) for _ in range(tp)]
+    torch.distributed.all_gather(parts, tensor.contiguous(), group=ps.get_tensor_model_parallel_group())
+    return merge_tp(kind, parts)
+
+
+@torch.no_grad()
+def export_hf(model: torch.nn.Module, args: Mapping[str, Any], out_dir: str, vocab_size: int,
+              hf_config: Optional[Mapping[str, Any]] = None, tokenizer_dir: Optional[str] = None,
+              dtype: Optional[torch.dtype] = None) -> str:
+    """Write this (TP/PP-sharded) model as a HF checkpoint directory; every rank calls it.
+
+    Args:
+        model: this rank's GPTModel chunk (or its DDP wrapper).
+        vocab_size: the real vocabulary (config.json's); padding rows are dropped.
+        hf_config: config.json to write (its dtype entry is updated); default from args.
+        dtype: tensor dtype on disk (default: the model's).
+    Returns:
+        out_dir.
+    """
+    from megatron.core import parallel_state as ps
+
+    from mindspeed_rl.models.checkpoint import chunk_state_dict
+
+    inner = getattr(model, "module", model)
+    tied = not args.get("untie_embeddings_and_output_weights", False)
+    writer = ps.get_tensor_model_parallel_rank() == 0 and ps.get_data_parallel_rank() == 0
+    pp, pp_rank = ps.get_pipeline_model_parallel_world_size(), ps.get_pipeline_model_parallel_rank()
+    rank0 = torch.distributed.get_rank() == 0
+    tmp = out_dir.rstrip("/") + ".tmp"
+    if rank0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
+    torch.distributed.barrier()
+
+    out: dict[str, torch.Tensor] = {}
+    for name, tensor in chunk_state_dict(inner).items():
+        full = _gather_tp(tensor, kind_of(name, tied))  # every TP rank joins the all-gather
+        if writer:
+            out.update({k: v.to(dtype or v.dtype) for k, v in mcore_to_hf(name, full, args, vocab_size).items()})
+    part = write_shard(tmp, pp_rank, pp, out) if writer else {}
+    parts = [None] * torch.distributed.get_world_size() if rank0 else None
+    torch.distributed.gather_object(part, parts, dst=0)
+    if rank0:
+        weight_map = {k: v for p in parts for k, v in p.items()}
+        dt = dtype or next(iter(inner.parameters())).dtype
+        config = dict(hf_config) if hf_config else hf_config_from_args(args, vocab_size, dt)
+        config["dtype" if "dtype" in config else "torch_dtype"] = DTYPE_NAMES.get(dt, "float32")
+        finish_hf_dir(tmp, out_dir, weight_map, pp, config, tokenizer_dir)
+    torch.distributed.barrier()
+    return out_dir

@@ -1,0 +1,300 @@
+"""The megatron-native rollout engine: generation with the actor's own GPTModel and a KV cache.
+
+    engine = NativeEngine(model, vocab_size=tok.vocab_size, max_length=args["max_position_embeddings"],
+                          eos_token_ids=[tok.eos_token_id], pad_token_id=tok.pad_token_id)
+    out = engine.generate(prompts, SamplingParams(n=8, temperature=1.0, max_new_tokens=256, seed=step))
+
+How one batch is generated (every TP rank runs the same loop on the same prompts):
+  1. prefill: the prompts, left-padded to P, go through the model once with an explicit
+     causal + key-padding mask (B, 1, P, P); megatron's static KV cache
+     (`StaticInferenceContext`, the 0.12 `InferenceParams`) stores K/V for all P positions
+     and only the last position's logits are materialised.
+  2. decode: one token per running sequence per step, mask (b, 1, 1, P + t) hiding pad keys.
+     RoPE is applied by sequence index (megatron ignores position_ids), so a left-padded row is
+     shifted uniformly in prefill and decode alike; attention only sees relative positions, so
+     outputs equal those of HF with positions counted over real tokens (tested token for token).
+  3. logits (b, V/TP) are all-gathered over TP to (b, V) for sampling; the tokens chosen on TP
+     rank 0 are broadcast so every rank agrees whatever the device's reduction order.
+  4. finished sequences (EOS / stop token / length) leave the running batch: their rows are
+     dropped from the KV cache ("compaction", a gather of the cache along the batch dim) once
+     at least `compact_fraction` of the cached rows are finished; until then they are computed
+     and ignored. bench/rollout_decode.py measures both.
+
+Sampling and log-probs: rollout/sampling.py (log_softmax(logits / T) over the full vocabulary,
+before top-k/top-p, on fp32 logits: the quantity the trainer computes).
+
+Not supported (clear errors): pipeline parallelism > 1 (each decode step would need a p2p of the
+hidden states through every stage) and sequence parallelism (a 1-token step cannot be split
+over TP ranks).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Iterable, Optional, Sequence
+
+import torch
+
+from mindspeed_rl.platform import get_platform
+
+get_platform().patch()  # megatron must be imported after the platform patch (no-op when done)
+
+from megatron.core import parallel_state  # noqa: E402
+from megatron.core.tensor_parallel.mappings import gather_from_tensor_model_parallel_region  # noqa: E402
+
+from mindspeed_rl.models.forward import attention_mask_4d  # noqa: E402
+from mindspeed_rl.rollout.kv_cache import KVCache, cached_attention, forward_last_logits, new_cache  # noqa: E402
+from mindspeed_rl.rollout.interface import FINISH_EOS, FINISH_LENGTH, RolloutOutput, SamplingParams  # noqa: E402
+from mindspeed_rl.rollout.sampling import choose_tokens, make_generator, token_log_probs  # noqa: E402
+from mindspeed_rl.utils.errors import UserInputError  # noqa: E402
+from mindspeed_rl.utils.logging import get_logger  # noqa: E402
+
+log = get_logger(__name__)
+
+
+def _tp_size() -> int:
+    return parallel_state.get_tensor_model_parallel_world_size() if parallel_state.model_parallel_is_initialized() else 1
+
+
+class NativeEngine:
+    """RolloutEngine over this rank's megatron GPTModel (TP-sharded, PP=1).
+
+    Args:
+        model: the GPTModel (the training model itself when colocated: same weights, no copy).
+        vocab_size: real vocabulary size; ids >= vocab_size (megatron's padding) are never sampled.
+        max_length: the longest prompt + response the model supports (max_position_embeddings).
+        eos_token_ids: ids that end a response (e.g. the tokenizer's eos; chat models have several).
+        pad_token_id: fills the padding of prompts and responses.
+        use_kv_cache: False recomputes the whole sequence every step (ray_gpt use_kv_cache; slow,
+            the reference the cache is tested against).
+        max_batch_size: sequences per generation batch (ray_gpt num_samples_per_step); None = all.
+        compact_fraction: drop finished rows from the cache once this fraction of it is finished
+            (0 = as soon as one finishes, > 1 = never).
+        model_args: Megatron-named architecture args, needed by update_weights when the engine
+            does not share the training model.
+        shares_training_weights: the model is the training model itself: update_weights is a no-op.
+    """
+
+    def __init__(self, model: torch.nn.Module, vocab_size: int, max_length: int,
+                 eos_token_ids: Sequence[int] = (), pad_token_id: int = 0, use_kv_cache: bool = True,
+                 max_batch_size: Optional[int] = None, compact_fraction: float = 0.25,
+                 model_args: Optional[dict] = None, shares_training_weights: bool = True):
+        if parallel_state.model_parallel_is_initialized() and \
+                parallel_state.get_pipeline_model_parallel_world_size() > 1:
+            raise UserInputError(
+                "the megatron rollout engine does not support pipeline_model_parallel_size > 1 yet; "
+                "set pipeline_model_parallel_size: 1 for the actor_rollout role.")
+        if getattr(model.config, "sequence_parallel", False):
+            raise UserInputError("the megatron rollout engine does not support sequence_parallel; "
+                                 "set sequence_parallel: false for the actor_rollout role.")
+        if max_batch_size is not None and max_batch_size < 1:
+            raise UserInputError(f"num_samples_per_step is {max_batch_size}; set it to >= 1.")
+        self.model = model
+        self.vocab_size = int(vocab_size)
+        self.max_length = int(max_length)
+        self.eos_token_ids = tuple(int(t) for t in eos_token_ids)
+        self.pad_token_id = int(pad_token_id)
+        self.use_kv_cache = use_kv_cache
+        self.max_batch_size = max_batch_size
+        self.compact_fraction = compact_fraction
+        self.model_args = model_args
+        self.shares_training_weights = shares_training_weights
+        self.kv_cache_bytes = 0  # peak KV-cache size of the last generate() on this rank
+        self._timing = {"prefill_s": 0.0, "decode_s": 0.0, "decode_steps": 0}
+        self._closed = False
+
+    # ------------------------------------------------------------------------------------------
+    # RolloutEngine
+
+    def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams) -> RolloutOutput:
+        """sampling.n responses per prompt (token-id lists without padding); see RolloutOutput."""
+        if self._closed:
+            raise RuntimeError("NativeEngine.generate called after close()")
+        max_total = min(self.max_length, sampling.max_total_length or self.max_length)
+        rows = self._check_prompts(prompts, max_total)
+        rows = [p for p in rows for _ in range(sampling.n)]  # the n samples of a prompt adjacent
+        device = next(self.model.parameters()).device
+        generator = make_generator(sampling.seed, device)
+        chunk = self.max_batch_size or len(rows)
+        was_training = self.model.training
+        self.model.eval()
+        self.kv_cache_bytes = 0
+        self._timing = {"prefill_s": 0.0, "decode_s": 0.0, "decode_steps": 0}
+        t0 = time.perf_counter()
+        try:
+            with torch.no_grad():
+                parts = [self._generate_batch(rows[i:i + chunk], sampling, max_total, device, generator)
+                         for i in range(0, len(rows), chunk)]
+        finally:
+            self.model.train(was_training)
+        out = _concat(parts, self.pad_token_id, sampling.logprob_temperature)
+        out.stats = {"rollout/time_s": time.perf_counter() - t0, "rollout/prefill_s": self._timing["prefill_s"],
+                     "rollout/decode_s": self._timing["decode_s"], "rollout/decode_steps": self._timing["decode_steps"],
+                     "rollout/kv_cache_gb": self.kv_cache_bytes / 2 ** 30}
+        return out
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """HF-named full tensors -> this rank's shards; a no-op when sharing the training model."""
+        if self.shares_training_weights:
+            return
+        if self.model_args is None:
+            raise ValueError("NativeEngine.update_weights needs model_args when it does not share the "
+                             "training model")
+        from mindspeed_rl.rollout.weights import load_hf_tensors
+
+        load_hf_tensors(self.model, named_tensors, self.model_args)
+
+    def sleep(self) -> None:
+        """The KV cache lives only inside generate(), so there is nothing held between calls;
+        return the allocator's cached blocks to the device for the training step."""
+        get_platform().empty_cache()
+
+    def wake_up(self) -> None:
+        """Nothing to re-take: generate() allocates its cache."""
+
+    def close(self) -> None:
+        self._closed = True
+        self.model = None
+
+    # ------------------------------------------------------------------------------------------
+    # one batch
+
+    def _check_prompts(self, prompts: Sequence[Sequence[int]], max_total: int) -> list[list[int]]:
+        if len(prompts) == 0:
+            raise UserInputError("generate got no prompts; pass at least one prompt.")
+        rows = []
+        for i, p in enumerate(prompts):
+            p = [int(t) for t in p]
+            if not p:
+                raise UserInputError(f"prompt {i} is empty; drop empty prompts from the data or give it tokens.")
+            if len(p) >= max_total:
+                raise UserInputError(
+                    f"prompt {i} has {len(p)} tokens, which leaves no room to generate within the maximum "
+                    f"length {max_total}; lower max_prompt_length or raise seq_length / max_position_embeddings.")
+            bad = [t for t in p if not 0 <= t < self.vocab_size]
+            if bad:
+                raise UserInputError(f"prompt {i} has token id {bad[0]} outside the vocabulary [0, {self.vocab_size}); "
+                                     "check that the tokenizer matches the model.")
+            rows.append(p)
+        return rows
+
+    def _logits(self, ids: torch.Tensor, key_mask: torch.Tensor, cache: Optional[KVCache]) -> torch.Tensor:
+        """Next-token logits (b, V) of the last position. ids (b, s): the new tokens (the whole
+        sequence without cache); key_mask (b, k) 1 on real keys, k = tokens seen so far."""
+        s, k = ids.shape[1], key_mask.shape[1]
+        if s == k:  # prefill / no cache: causal + padding
+            mask = attention_mask_4d(key_mask)  # (b, 1, s, s)
+        else:  # decode: one query row that may see every real key
+            mask = ~key_mask.bool()[:, None, None, :]  # (b, 1, 1, k)
+        pos = (key_mask.long().cumsum(-1) - 1).clamp(min=0)[:, k - s:]  # (b, s); unused by RoPE
+        if cache is None:  # megatron's own full forward: the reference the cache is tested against
+            logits = self.model(ids, pos, mask)[:, -1]  # (b, V/TP)
+        else:
+            logits = forward_last_logits(self.model, ids, pos, mask, cache)  # (b, V/TP)
+        if _tp_size() > 1:
+            logits = gather_from_tensor_model_parallel_region(logits)  # (b, V_pad)
+        return logits[:, :self.vocab_size]
+
+    def _generate_batch(self, prompts: list[list[int]], sp: SamplingParams, max_total: int,
+                        device: torch.device, generator) -> RolloutOutput:
+        B = len(prompts)
+        lens = torch.tensor([len(p) for p in prompts], device=device)  # (B,)
+        P = int(lens.max())
+        ids = torch.full((B, P), self.pad_token_id, dtype=torch.long, device=device)
+        prompt_mask = torch.zeros(B, P, dtype=torch.long, device=device)
+        for i, p in enumerate(prompts):
+            ids[i, P - len(p):] = torch.tensor(p, device=device)
+            prompt_mask[i, P - len(p):] = 1
+        budget = max_total - lens  # (B,) tokens each row may generate
+        if sp.max_new_tokens is not None:
+            budget = budget.clamp(max=sp.max_new_tokens)
+        T = int(budget.max())
+        stops = set(sp.stop_token_ids) | (set() if sp.ignore_eos else set(self.eos_token_ids))
+        stop_ids = torch.tensor(sorted(stops), dtype=torch.long, device=device)
+
+        seq = torch.cat([ids, torch.full((B, T), self.pad_token_id, dtype=torch.long, device=device)], 1)  # (B, P+T)
+        key_mask = torch.cat([prompt_mask, torch.zeros(B, T, dtype=torch.long, device=device)], 1)  # (B, P+T)
+        log_probs = torch.zeros(B, T, dtype=torch.float32, device=device)
+        resp_len = torch.zeros(B, dtype=torch.long, device=device)
+        done = torch.zeros(B, dtype=torch.bool, device=device)
+        finish = [FINISH_LENGTH] * B
+
+        cache = new_cache(self.model, B, P + T) if self.use_kv_cache else None
+        if cache is not None:  # allocated in full here; compaction only shrinks it
+            self.kv_cache_bytes = max(self.kv_cache_bytes, cache.nbytes)
+        rows = torch.arange(B, device=device)  # original index of each row in the running batch
+        with cached_attention(self.model, cache) if cache is not None else contextlib.nullcontext():
+            t0 = time.perf_counter()
+            logits = self._logits(ids, prompt_mask, cache)  # (B, V) prefill
+            get_platform().synchronize()
+            t1 = time.perf_counter()
+            self._timing["prefill_s"] += t1 - t0
+            for t in range(T):
+                tok = _broadcast_tp(choose_tokens(logits, sp.do_sample, sp.logprob_temperature, sp.top_k,
+                                                  sp.top_p, generator))  # (b,)
+                lp = token_log_probs(logits, tok, sp.logprob_temperature)  # (b,)
+                live = ~done[rows]  # finished rows not compacted out yet are computed and ignored
+                r = rows[live]
+                seq[r, P + t] = tok[live]
+                key_mask[r, P + t] = 1
+                log_probs[r, t] = lp[live]
+                resp_len[r] += 1
+                stopped = torch.isin(tok, stop_ids) & live
+                at_limit = (resp_len[rows] >= budget[rows]) & live & ~stopped
+                for i in rows[stopped].tolist():
+                    finish[i] = FINISH_EOS
+                done[rows[stopped | at_limit]] = True
+                if bool(done.all()):
+                    break
+                running = ~done[rows]
+                if cache is None or (~running).sum() >= max(1.0, self.compact_fraction * len(rows)):
+                    keep = running.nonzero().squeeze(-1)
+                    rows = rows[keep]
+                    if cache is not None:
+                        cache.keep(keep)
+                step_ids = seq[rows, P + t:P + t + 1] if cache is not None else seq[rows, :P + t + 1]
+                logits = self._logits(step_ids, key_mask[rows, :P + t + 1], cache)
+                self._timing["decode_steps"] += 1
+            get_platform().synchronize()
+            self._timing["decode_s"] += time.perf_counter() - t1  # sampling included
+        T_out = int(resp_len.max())
+        response_mask = (torch.arange(T_out, device=device)[None] < resp_len[:, None]).long()
+        responses = seq[:, P:P + T_out].masked_fill(response_mask == 0, self.pad_token_id)
+        return RolloutOutput(prompts=ids, prompt_mask=prompt_mask, responses=responses,
+                             response_mask=response_mask, log_probs=log_probs[:, :T_out] * response_mask,
+                             finish_reason=finish, prompt_length=lens, response_length=resp_len,
+                             temperature=sp.logprob_temperature)
+
+
+def _broadcast_tp(tokens: torch.Tensor) -> torch.Tensor:
+    """Make every TP rank use TP rank 0's tokens (b,)."""
+    if _tp_size() > 1:
+        torch.distributed.broadcast(tokens, src=parallel_state.get_tensor_model_parallel_src_rank(),
+                                    group=parallel_state.get_tensor_model_parallel_group())
+    return tokens
+
+
+def _concat(parts: list[RolloutOutput], pad: int, temperature: float) -> RolloutOutput:
+    """Join per-batch outputs: prompts re-left-padded and responses re-right-padded to common widths."""
+    if len(parts) == 1:
+        return parts[0]
+    P = max(p.prompts.shape[1] for p in parts)
+    T = max(p.responses.shape[1] for p in parts)
+
+    def left(x, width, value):
+        return torch.nn.functional.pad(x, (width - x.shape[1], 0), value=value)
+
+    def right(x, width, value):
+        return torch.nn.functional.pad(x, (0, width - x.shape[1]), value=value)
+
+    return RolloutOutput(
+        prompts=torch.cat([left(p.prompts, P, pad) for p in parts]),
+        prompt_mask=torch.cat([left(p.prompt_mask, P, 0) for p in parts]),
+        responses=torch.cat([right(p.responses, T, pad) for p in parts]),
+        response_mask=torch.cat([right(p.response_mask, T, 0) for p in parts]),
+        log_probs=torch.cat([right(p.log_probs, T, 0.0) for p in parts]),
+        finish_reason=[r for p in parts for r in p.finish_reason],
+        prompt_length=torch.cat([p.prompt_length for p in parts]),
+        response_length=torch.cat([p.response_length for p in parts]),
+        temperature=temperature)

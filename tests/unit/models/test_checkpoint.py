@@ -1,0 +1,151 @@
+"""models.checkpoint (one process): resume is exact (model + Adam state + scheduler + rng + step),
+the stage parameter list matches a built model, the architecture is checked against the manifest,
+and a live model exports to a HF directory that transformers loads with equal logits."""
+
+import json
+import os
+import random
+
+import pytest
+import torch
+
+from testing_utils import make_tiny_hf
+
+ARGS = dict(num_layers=2, hidden_size=32, ffn_hidden_size=64, num_attention_heads=4, group_query_attention=True,
+            num_query_groups=2, kv_channels=8, padded_vocab_size=40, max_position_embeddings=32,
+            add_qkv_bias=True, normalization="RMSNorm", swiglu=True, disable_bias_linear=True)
+
+
+def _trained(seed, use_distributed_optimizer):
+    from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state
+    from mindspeed_rl.models.optimizer import build_optimizer, wrap_ddp
+
+    init_parallel_state(1, 1, seed=seed)
+    ddp = wrap_ddp(build_gpt_model(ARGS), use_distributed_optimizer=use_distributed_optimizer)
+    opt, sched = build_optimizer([ddp], lr=1e-2, train_iters=10, lr_warmup_fraction=0.3, clip_grad=1.0,
+                                 use_distributed_optimizer=use_distributed_optimizer)
+    return ddp, opt, sched
+
+
+def _step(ddp, opt, sched, seed):
+    from mindspeed_rl.models.train_step import PolicyLossSettings, policy_update_step
+    from tests.unit.models.test_train_step import P, make_batch
+
+    return policy_update_step(ddp, opt, sched, make_batch(seed), P, 2, PolicyLossSettings())
+
+
+@pytest.mark.parametrize("distributed", [True, False])
+def test_resume_is_exact(gloo_world1, tmp_path, distributed):
+    from mindspeed_rl.models.checkpoint import load_checkpoint, read_manifest, save_checkpoint
+
+    ddp, opt, sched = _trained(7, distributed)
+    for i in range(2):
+        _step(ddp, opt, sched, i)
+    random.seed(3)
+    save_checkpoint(str(tmp_path), 2, ddp, ARGS, opt, sched, vocab_size=37)
+    expected_rand = random.random()
+    after = [_step(ddp, opt, sched, 2)["actor/lr"], [p.detach().clone() for p in ddp.module.parameters()]]
+
+    ddp2, opt2, sched2 = _trained(99, distributed)  # different init: everything must come from disk
+    assert load_checkpoint(str(tmp_path), ddp2, ARGS, opt2, sched2) == 2
+    assert random.random() == expected_rand
+    lr = _step(ddp2, opt2, sched2, 2)["actor/lr"]
+    assert lr == after[0]
+    for a, b in zip(after[1], ddp2.module.parameters()):
+        torch.testing.assert_close(b.detach(), a, rtol=0, atol=0)
+    m = read_manifest(str(tmp_path))
+    assert (m["step"], m["tp"], m["pp"], m["dp"], m["vocab_size"], m["distributed_optimizer"]) == (2, 1, 1, 1, 37, distributed)
+    optim = "mp_rank_00_000/optim_dp000.pt" if distributed else "mp_rank_00_000/optim.pt"
+    assert set(m["files"]) == {"mp_rank_00_000/model.safetensors", optim, "mp_rank_00_000/rng_dp000.pt"}
+    assert sorted(os.listdir(tmp_path)) == ["iter_0000002", "latest_checkpointed_iteration.txt"]
+
+
+def test_architecture_mismatch_and_layout_change_are_named(gloo_world1, tmp_path):
+    from mindspeed_rl.models.checkpoint import load_checkpoint, save_checkpoint
+    from mindspeed_rl.utils.errors import UserInputError
+
+    ddp, opt, sched = _trained(7, True)
+    _step(ddp, opt, sched, 0)
+    save_checkpoint(str(tmp_path), 1, ddp, ARGS, opt, sched)
+    with pytest.raises(UserInputError, match=r"iter_0000001 was saved with num_query_groups 2 but the model config says 4"):
+        load_checkpoint(str(tmp_path), ddp, dict(ARGS, num_query_groups=4), opt, sched)
+    manifest = tmp_path / "iter_0000001" / "manifest.json"  # pretend it was saved at TP=2
+    m = json.loads(manifest.read_text())
+    manifest.write_text(json.dumps(dict(m, dp=2)))
+    with pytest.raises(UserInputError, match=r"optimizer state for TP=1 PP=1 DP=2 but this run is TP=1 PP=1 DP=1; .*no_load_optim"):
+        load_checkpoint(str(tmp_path), ddp, ARGS, opt, sched)
+    assert load_checkpoint(str(tmp_path), ddp, ARGS, opt, sched, load_optimizer=False) == 1
+
+
+def test_load_weights_takes_either_format(gloo_world1, tmp_path):
+    from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
+    from mindspeed_rl.models.checkpoint import chunk_state_dict, load_weights, save_checkpoint
+    from mindspeed_rl.models.hf_bridge import read_hf_config
+
+    make_tiny_hf("qwen3", str(tmp_path / "hf"))
+    args = dict(model_config_from_hf(read_hf_config(str(tmp_path / "hf"))), padded_vocab_size=128)
+    init_parallel_state(1, 1, seed=1)
+    model = build_gpt_model(args)
+    assert load_weights(model, str(tmp_path / "hf"), args) == 0
+    save_checkpoint(str(tmp_path / "mg"), 4, model, args, vocab_size=120)
+    init_parallel_state(1, 1, seed=2)
+    other = build_gpt_model(args)
+    assert load_weights(other, str(tmp_path / "mg" / "iter_0000004"), args) == 4
+    for (name, a), b in zip(chunk_state_dict(model).items(), chunk_state_dict(other).values()):
+        assert torch.equal(a, b), name
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3"])
+def test_stage_param_names_match_the_model(gloo_world1, tmp_path, arch):
+    from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
+    from mindspeed_rl.models.checkpoint import chunk_state_dict
+    from mindspeed_rl.models.hf_bridge import read_hf_config
+    from mindspeed_rl.models.hf_bridge.sharding import stage_param_names
+
+    make_tiny_hf(arch, str(tmp_path))
+    args = dict(model_config_from_hf(read_hf_config(str(tmp_path))), padded_vocab_size=128)
+    init_parallel_state(1, 1)
+    assert list(chunk_state_dict(build_gpt_model(args))) == stage_param_names(args, 1, 0)
+
+
+def load_exported(out):
+    """transformers model from an exported directory. from_config + the safetensors files rather than
+    from_pretrained: in a process where megatron's initialize_model_parallel ran, transformers 5.x
+    from_pretrained leaves the rotary inv_freq buffer uninitialised (see tests/dist/models/
+    test_checkpoint_dist.py, which runs from_pretrained in a clean process)."""
+    import transformers
+    from safetensors.torch import load_file
+
+    model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.from_pretrained(out)).eval()
+    tensors = {}
+    for name in os.listdir(out):
+        if name.endswith(".safetensors"):
+            tensors.update(load_file(os.path.join(out, name)))
+    missing, unexpected = model.load_state_dict(tensors, strict=False)
+    assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)  # tied: lm_head is the embedding
+    return model
+
+
+@pytest.mark.parametrize("arch,synthesize", [("llama", True), ("qwen2", False), ("qwen3", True)])
+def test_live_export_loads_in_transformers(gloo_world1, tmp_path, arch, synthesize):
+    from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
+    from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
+    from mindspeed_rl.models.hf_export import export_hf
+
+    hf = make_tiny_hf(arch, str(tmp_path / "hf"))
+    (tmp_path / "hf" / "tokenizer_config.json").write_text("{}")  # stands in for the tokenizer files
+    config = read_hf_config(str(tmp_path / "hf"))
+    args = dict(model_config_from_hf(config), padded_vocab_size=128)
+    init_parallel_state(1, 1)
+    model = build_gpt_model(args).eval()
+    load_hf_checkpoint(model, str(tmp_path / "hf"), args)
+    out = export_hf(model, args, str(tmp_path / "out"), vocab_size=120, hf_config=None if synthesize else config,
+                    tokenizer_dir=str(tmp_path / "hf"))
+    assert os.path.isfile(os.path.join(out, "tokenizer_config.json"))
+    again = load_exported(out)
+    assert type(again) is type(hf)
+    ids = torch.randint(0, 120, (2, 16), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(again(input_ids=ids).logits, hf(input_ids=ids).logits, rtol=0, atol=1e-5)
+    for name, tensor in hf.state_dict().items():
+        assert torch.equal(again.state_dict()[name], tensor), name

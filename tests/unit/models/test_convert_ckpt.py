@@ -1,0 +1,133 @@
+"""convert_ckpt.py: HF -> mg(TP=a,PP=b) -> mg(TP=c,PP=d) -> HF is bit for bit, the manifest and
+atomic-write protocol, and one-sentence errors (exit 2, no traceback) for bad input."""
+
+import json
+import os
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from testing_utils import make_tiny_hf
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+import convert_ckpt  # noqa: E402
+
+
+def _hf_tensors(directory):
+    out = {}
+    for name in sorted(os.listdir(directory)):
+        if name.endswith(".safetensors"):
+            out.update(load_file(os.path.join(directory, name)))
+    return out
+
+
+def _run(*argv):
+    return convert_ckpt.main([str(a) for a in argv])
+
+
+@pytest.mark.parametrize("arch,first,second", [("llama", (2, 2), (1, 1)), ("qwen2", (1, 2), (2, 1)),
+                                               ("qwen3", (2, 1), (1, 2))])
+def test_round_trip_is_bit_exact(tmp_path, arch, first, second):
+    make_tiny_hf(arch, tmp_path / "hf", max_shard_size="100KB" if arch == "qwen2" else None)
+    a, b, back = tmp_path / "mg_a", tmp_path / "mg_b", tmp_path / "hf_back"
+    assert _run("--load-model-type", "hf", "--save-model-type", "mg", "--load-dir", tmp_path / "hf",
+                "--save-dir", a, "--target-tensor-parallel-size", first[0],
+                "--target-pipeline-parallel-size", first[1], "--model-type-hf", arch if arch != "llama" else "llama3",
+                "--make-vocab-size-divisible-by", 16) == 0
+    manifest = json.loads((a / "iter_0000000" / "manifest.json").read_text())
+    assert (manifest["tp"], manifest["pp"], manifest["step"], manifest["vocab_size"]) == (*first, 0, 120)
+    assert manifest["model_args"]["padded_vocab_size"] == 128  # 120 rounded up to a multiple of 16 x TP
+    assert len([f for f in manifest["files"] if f.endswith("model.safetensors")]) == first[0] * first[1]
+    assert (a / "latest_checkpointed_iteration.txt").read_text() == "0"
+    assert not any(p.name.endswith(".tmp") for p in a.iterdir())
+    assert _run("--load-model-type", "mg", "--save-model-type", "mg", "--load-dir", a, "--save-dir", b,
+                "--target-tensor-parallel-size", second[0], "--target-pipeline-parallel-size", second[1]) == 0
+    assert _run("--load-model-type", "mg", "--save-model-type", "hf", "--load-dir", b, "--save-dir", back) == 0
+    want, got = _hf_tensors(tmp_path / "hf"), _hf_tensors(back)
+    assert set(got) == set(want)
+    for name, tensor in want.items():
+        assert got[name].dtype == tensor.dtype and torch.equal(got[name], tensor), name
+    config = json.loads((back / "config.json").read_text())
+    assert config["model_type"] == arch and config["vocab_size"] == 120
+
+
+def test_megatron_files_hold_only_their_shards(tmp_path):
+    make_tiny_hf("qwen3", tmp_path / "hf")
+    assert _run("--load-model-type", "hf", "--save-model-type", "mg", "--load-dir", tmp_path / "hf",
+                "--save-dir", tmp_path / "mg", "--target-tensor-parallel-size", 2,
+                "--target-pipeline-parallel-size", 2, "--params-dtype", "bf16") == 0
+    step = tmp_path / "mg" / "iter_0000000"
+    first = load_file(step / "mp_rank_01_000" / "model.safetensors")
+    last = load_file(step / "mp_rank_00_001" / "model.safetensors")
+    assert "embedding.word_embeddings.weight" in first and "decoder.layers.0.mlp.linear_fc1.weight" in first
+    assert "decoder.layers.1.mlp.linear_fc1.weight" in last and "output_layer.weight" in last  # global numbers
+    assert first["decoder.layers.0.mlp.linear_fc1.weight"].shape == (128, 64)  # (2 * 128 / TP, h)
+    assert first["embedding.word_embeddings.weight"].dtype == torch.bfloat16
+
+
+def _write_mg(tmp_path):
+    make_tiny_hf("llama", tmp_path / "hf")
+    assert _run("--load-model-type", "hf", "--save-model-type", "mg", "--load-dir", tmp_path / "hf",
+                "--save-dir", tmp_path / "mg") == 0
+    return tmp_path / "mg" / "iter_0000000"
+
+
+def test_incomplete_checkpoint_is_refused(tmp_path, capsys):
+    step = _write_mg(tmp_path)
+    model = step / "mp_rank_00_000" / "model.safetensors"
+    model.write_bytes(model.read_bytes()[:1000])  # a truncated copy
+    assert _run("--load-model-type", "mg", "--save-model-type", "hf", "--load-dir", tmp_path / "mg",
+                "--save-dir", tmp_path / "out") == 2
+    err = capsys.readouterr().err
+    assert "model.safetensors is 1000 bytes but manifest.json records" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_interrupted_save_leaves_no_latest(tmp_path):
+    from mindspeed_rl.models.checkpoint import begin_write, is_megatron_checkpoint, resolve
+    from mindspeed_rl.utils.errors import UserInputError
+
+    tmp = begin_write(str(tmp_path), 5)  # a save that crashed before finish_write
+    assert tmp.endswith("iter_0000005.tmp") and not is_megatron_checkpoint(str(tmp_path))
+    with pytest.raises(UserInputError, match="has no manifest.json"):
+        resolve(tmp)
+
+
+@pytest.mark.parametrize("change,flags,match", [
+    (None, ["--target-tensor-parallel-size", "3"], "tensor_model_parallel_size 3 does not divide num_attention_heads 4"),
+    (None, ["--target-pipeline-parallel-size", "3"], "num_layers 2 is not divisible by pipeline_model_parallel_size 3"),
+    (None, ["--model-type-hf", "qwen3"], "--model-type-hf qwen3 disagrees with model_type 'llama'"),
+    ({"model_type": "mistral"}, [], "model_type 'mistral' is not supported"),
+    ({"hidden_act": "gelu"}, [], "config.json: config.json hidden_act 'gelu' is not supported"),
+    ({"vocab_size": 100}, [], r"model.embed_tokens.weight in .* has shape \[120, 64\], which does not fit"),
+    ({"intermediate_size": 96}, [], r"gate_proj.weight in .* has shape \[128, 64\], but config.json implies \[96, 64\]"),
+])
+def test_bad_input_is_one_sentence(tmp_path, capsys, change, flags, match):
+    make_tiny_hf("llama", tmp_path / "hf")
+    if change:
+        path = tmp_path / "hf" / "config.json"
+        path.write_text(json.dumps(dict(json.loads(path.read_text()), **change)))
+    capsys.readouterr()  # drop save_pretrained's progress bar
+    code = _run("--load-model-type", "hf", "--save-model-type", "mg", "--load-dir", tmp_path / "hf",
+                "--save-dir", tmp_path / "mg", *flags)
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1, err
+    import re
+    assert re.search(match, err), err
+    assert not (tmp_path / "mg" / "latest_checkpointed_iteration.txt").exists()
+
+
+def test_corrupt_safetensors_shard_is_named(tmp_path, capsys):
+    make_tiny_hf("qwen2", tmp_path / "hf", max_shard_size="100KB")
+    shard = sorted((tmp_path / "hf").glob("model-*.safetensors"))[1]
+    shard.write_bytes(b"\x00" * 64)
+    assert _run("--load-model-type", "hf", "--save-model-type", "mg", "--load-dir", tmp_path / "hf",
+                "--save-dir", tmp_path / "mg") == 2
+    err = capsys.readouterr().err
+    assert f"{shard} is not a readable safetensors file" in err and "download it again" in err
+    assert _run("--load-model-type", "mg", "--save-model-type", "hf", "--load-dir", tmp_path / "nowhere",
+                "--save-dir", tmp_path / "x") == 2
+    assert "does not exist" in capsys.readouterr().err

@@ -1,0 +1,240 @@
+"""rollout.native.NativeEngine at TP=1 in one process, on tiny random Llama / Qwen2 models loaded
+from Hugging Face checkpoints: greedy parity with transformers generate, KV cache vs full
+recompute, seeded sampling and its first-token distribution, rollout log-probs vs the training
+forward, finish reasons and masks, chunking, update_weights, and plain errors on bad input."""
+
+import dataclasses
+import math
+
+import pytest
+import torch
+
+from testing_utils import make_tiny_hf
+from mindspeed_rl.rollout.interface import SamplingParams
+from mindspeed_rl.utils.errors import UserInputError
+
+VOCAB, PADDED, MAX_LEN = 120, 128, 128
+PROMPT_LENS = (3, 9, 5, 1, 12)
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen2"])
+def tiny(request, tmp_path_factory, gloo_world1):
+    """(arch, HF model, megatron model, Megatron args, hf_dir) with the same weights."""
+    from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
+    from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
+
+    hf_dir = str(tmp_path_factory.mktemp(request.param))
+    hf = make_tiny_hf(request.param, hf_dir)
+    args = dict(model_config_from_hf(read_hf_config(hf_dir)), padded_vocab_size=PADDED)
+    init_parallel_state(1, 1)
+    model = build_gpt_model(args).eval()
+    load_hf_checkpoint(model, hf_dir, args)
+    return request.param, hf, model, args, hf_dir
+
+
+def _engine(model, **kw):
+    from mindspeed_rl.rollout.native import NativeEngine
+
+    return NativeEngine(model, vocab_size=VOCAB, max_length=MAX_LEN, **kw)
+
+
+def _prompts(seed=0, lens=PROMPT_LENS):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, VOCAB, (n,), generator=g).tolist() for n in lens]
+
+
+def _left_pad(prompts):
+    P = max(map(len, prompts))
+    ids = torch.zeros(len(prompts), P, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(prompts):
+        ids[i, P - len(p):], mask[i, P - len(p):] = torch.tensor(p), 1
+    return ids, mask
+
+
+def _hf_greedy(hf, prompts, max_new_tokens, eos=None):
+    ids, mask = _left_pad(prompts)
+    out = hf.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new_tokens,
+                      eos_token_id=eos, pad_token_id=0)
+    return out[:, ids.shape[1]:]
+
+
+# ---- greedy parity
+
+
+def test_greedy_equals_transformers_generate(tiny):
+    arch, hf, model, _, _ = tiny
+    prompts = _prompts()
+    ref = _hf_greedy(hf, prompts, 24)  # (B, 24)
+    for use_kv_cache in (True, False):
+        out = _engine(model, use_kv_cache=use_kv_cache).generate(
+            prompts, SamplingParams(do_sample=False, max_new_tokens=24))
+        assert torch.equal(out.responses, ref), f"{arch} use_kv_cache={use_kv_cache}"
+        assert out.finish_reason == ["length"] * len(prompts)
+        assert out.response_mask.all() and out.response_length.tolist() == [24] * len(prompts)
+        assert out.prompt_length.tolist() == list(PROMPT_LENS)
+
+
+def test_chunked_batches_give_the_same_tokens(tiny):
+    _, _, model, _, _ = tiny
+    sp = SamplingParams(do_sample=False, max_new_tokens=8)
+    whole = _engine(model).generate(_prompts(), sp)
+    chunked = _engine(model, max_batch_size=2).generate(_prompts(), sp)
+    assert torch.equal(whole.responses, chunked.responses)
+    assert torch.equal(whole.prompts, chunked.prompts) and torch.equal(whole.prompt_mask, chunked.prompt_mask)
+    torch.testing.assert_close(whole.log_probs, chunked.log_probs, atol=1e-5, rtol=0)
+
+
+# ---- finish reasons, masks, limits
+
+
+def test_eos_and_length_finish_reasons_and_masks(tiny):
+    arch, hf, model, _, _ = tiny
+    prompts = _prompts(seed=1)
+    free = _hf_greedy(hf, prompts, 16)
+    # EOS: a token row 0 emits early that some other row never emits, so both reasons occur
+    eos = next(int(t) for t in free[0, 2:] if any(t not in row for row in free[1:]))
+    ref = _hf_greedy(hf, prompts, 16, eos=eos)
+    first = [(row == eos).nonzero()[0, 0].item() + 1 if (row == eos).any() else None for row in free]
+    assert first[0] is not None and None in first
+    outs = [_engine(model, eos_token_ids=[eos], compact_fraction=f, use_kv_cache=kv).generate(
+        prompts, SamplingParams(do_sample=False, max_new_tokens=16, temperature=0.8))
+        for f, kv in ((0.0, True), (2.0, True), (0.0, False))]  # compact at once / never / no cache
+    for out in outs:
+        for i, f in enumerate(first):
+            length = f or 16
+            assert out.finish_reason[i] == ("eos" if f else "length"), f"{arch} row {i}"
+            assert out.response_length[i] == length
+            assert out.response_mask[i].tolist() == [1] * length + [0] * (out.responses.shape[1] - length)
+            assert out.responses[i, :length].tolist() == ref[i, :length].tolist()
+            assert (out.responses[i, length:] == 0).all() and (out.log_probs[i, length:] == 0).all()
+            assert (out.log_probs[i, :length] < 0).all()
+        torch.testing.assert_close(out.log_probs, outs[0].log_probs, atol=1e-5, rtol=0)
+    # stop_token_ids stop like EOS; ignore_eos turns the engine's EOS off
+    out = _engine(model).generate(prompts, SamplingParams(do_sample=False, max_new_tokens=16, stop_token_ids=[eos]))
+    assert out.finish_reason == outs[0].finish_reason
+    out = _engine(model, eos_token_ids=[eos]).generate(
+        prompts, SamplingParams(do_sample=False, max_new_tokens=16, ignore_eos=True))
+    assert out.finish_reason == ["length"] * len(prompts)
+
+
+def test_max_length_caps_each_row_by_its_own_prompt(tiny):
+    _, _, model, _, _ = tiny
+    prompts = _prompts(lens=(MAX_LEN - 3, 4))
+    out = _engine(model).generate(prompts, SamplingParams(do_sample=False, max_new_tokens=6))
+    assert out.response_length.tolist() == [3, 6] and out.finish_reason == ["length", "length"]
+    out = _engine(model).generate(_prompts(lens=(10, 4)), SamplingParams(do_sample=False, max_total_length=12))
+    assert out.response_length.tolist() == [2, 8]
+
+
+# ---- sampling
+
+
+def test_seeded_sampling_is_reproducible_and_groups_are_adjacent(tiny):
+    _, _, model, _, _ = tiny
+    sp = SamplingParams(n=3, temperature=1.0, top_k=30, top_p=0.95, max_new_tokens=10, seed=11)
+    a = _engine(model).generate(_prompts(), sp)
+    b = _engine(model).generate(_prompts(), sp)
+    c = _engine(model).generate(_prompts(), dataclasses.replace(sp, seed=12))
+    assert torch.equal(a.responses, b.responses) and torch.equal(a.log_probs, b.log_probs)
+    assert not torch.equal(a.responses, c.responses)
+    assert a.responses.shape[0] == 3 * len(PROMPT_LENS)
+    assert a.prompt_length.tolist() == [n for n in PROMPT_LENS for _ in range(3)]
+    assert not torch.equal(a.responses[0], a.responses[1])  # the n samples differ
+
+
+def _chi2_critical(df: int, z: float) -> float:
+    """Wilson-Hilferty upper quantile of chi-square(df) at standard-normal quantile z."""
+    return df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
+
+
+def test_first_token_distribution_matches_tempered_softmax(tiny):
+    arch, hf, model, _, _ = tiny
+    prompt, T, n = _prompts(seed=2, lens=(6,))[0], 1.5, 6000
+    out = _engine(model).generate([prompt], SamplingParams(n=n, temperature=T, max_new_tokens=1, seed=0))
+    counts = torch.bincount(out.responses[:, 0], minlength=VOCAB).double()
+    with torch.no_grad():
+        logits = hf(input_ids=torch.tensor([prompt])).logits[0, -1].double()  # (V,)
+
+    def chi2(p):  # Pearson's statistic, bins with expected count < 5 pooled into one
+        expected = p * n
+        small = expected < 5
+        e, o = expected[~small], counts[~small]
+        if small.any():
+            e, o = torch.cat([e, expected[small].sum()[None]]), torch.cat([o, counts[small].sum()[None]])
+        return float(((o - e) ** 2 / e).sum()), len(e) - 1
+
+    stat, df = chi2(torch.softmax(logits / T, -1))
+    crit = _chi2_critical(df, z=4.75)  # upper 1e-6 tail: a false failure is a one-in-a-million event
+    assert stat < crit, f"{arch}: chi2 {stat:.1f} >= {crit:.1f}"
+    wrong, wrong_df = chi2(torch.softmax(logits, -1))  # T ignored: must be rejected
+    assert wrong > _chi2_critical(wrong_df, 4.75)
+    # the returned log-probs are log_softmax(logits / T) of the drawn token
+    ref_lp = torch.log_softmax(logits / T, -1)[out.responses[:, 0]]
+    assert (out.log_probs[:, 0].double() - ref_lp).abs().max() < 1e-5
+
+
+def test_rollout_log_probs_match_the_training_forward(tiny):
+    """Precision contract: fp32 on CPU, mean |rollout - training| <= 1e-5 on response tokens, so the
+    trainer may reuse rollout_log_probs as old_log_probs when exactly on-policy."""
+    from mindspeed_rl.models.forward import compute_log_probs
+
+    arch, _, model, _, _ = tiny
+    T = 0.7
+    out = _engine(model).generate(_prompts(seed=3), SamplingParams(n=2, temperature=T, top_k=40, top_p=0.9,
+                                                                   max_new_tokens=20, seed=5))
+    batch = out.to_batch()
+    lp, _ = compute_log_probs(model, batch["input_ids"], batch["attention_mask"], micro_batch_size=5,
+                              temperature=T, vocab_size=VOCAB)  # (B, S-1) for input_ids[:, 1:]
+    P = out.prompts.shape[1]
+    train = lp[:, P - 1:]  # (B, T): the response tokens
+    m = out.response_mask.bool()
+    diff = (train - out.log_probs)[m].abs()
+    assert diff.mean() <= 1e-5 and diff.max() <= 1e-4, f"{arch}: mean {diff.mean():.2e} max {diff.max():.2e}"
+
+
+# ---- weights
+
+
+def test_update_weights_streams_hf_tensors_into_a_separate_copy(tiny, tmp_path):
+    from mindspeed_rl.models.builder import build_gpt_model
+
+    arch, _, _, args, _ = tiny
+    other = make_tiny_hf(arch, str(tmp_path), seed=7)
+    rollout_model = build_gpt_model(args).eval()  # random init: not the weights of `other`
+    engine = _engine(rollout_model, model_args=args, shares_training_weights=False)
+    state = other.state_dict()
+    engine.update_weights((k, state[k]) for k in reversed(list(state)))  # any order, one at a time
+    prompts = _prompts(seed=4)
+    out = engine.generate(prompts, SamplingParams(do_sample=False, max_new_tokens=8))
+    assert torch.equal(out.responses, _hf_greedy(other, prompts, 8))
+    with pytest.raises(UserInputError, match="missing HF tensors: model.norm.weight"):
+        engine.update_weights((k, v) for k, v in state.items() if k != "model.norm.weight")
+    before = [p.clone() for p in rollout_model.parameters()]
+    _engine(rollout_model).update_weights(iter(()))  # shares the training model: a no-op
+    assert all(torch.equal(a, b) for a, b in zip(before, rollout_model.parameters()))
+
+
+# ---- bad input
+
+
+def test_bad_input_plain_errors(tiny):
+    _, _, model, _, _ = tiny
+    engine, sp = _engine(model), SamplingParams(do_sample=False, max_new_tokens=4)
+    with pytest.raises(UserInputError, match="no prompts"):
+        engine.generate([], sp)
+    with pytest.raises(UserInputError, match="prompt 1 is empty"):
+        engine.generate([[1, 2], []], sp)
+    with pytest.raises(UserInputError, match="prompt 0 has 128 tokens.*maximum length 128"):
+        engine.generate([[1] * MAX_LEN], sp)
+    with pytest.raises(UserInputError, match="prompt 0 has 20 tokens.*maximum length 16"):
+        engine.generate([[1] * 20], SamplingParams(max_total_length=16))
+    with pytest.raises(UserInputError, match="outside the vocabulary"):
+        engine.generate([[1, VOCAB]], sp)
+    with pytest.raises(UserInputError, match="n_samples_per_prompt"):
+        engine.generate([[1]], SamplingParams(n=0))
+    with pytest.raises(UserInputError, match="temperature"):
+        engine.generate([[1]], SamplingParams(do_sample=True, temperature=0.0))
+    engine.close()
+    with pytest.raises(RuntimeError, match="after close"):
+        engine.generate([[1]], sp)
