@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import warnings
 
 MODEL_TYPES_HF = ("llama2", "llama3", "qwen2", "qwen3")
 IGNORED = ("use_mcore_models", "model_type", "tokenizer_model", "add_qkv_bias")
@@ -52,6 +53,7 @@ def main(argv=None) -> int:
     ignored = [f"--{k.replace('_', '-')}" for k in IGNORED if getattr(args, k)]
     if ignored:
         print(f"convert_ckpt.py: ignoring {', '.join(ignored)} (the architecture comes from the checkpoint).", file=sys.stderr)
+    warnings.filterwarnings("ignore", message=".*(Apex|Transformer Engine) (is|and Apex are) not installed")
     start = time.perf_counter()
     try:
         from mindspeed_rl.models.convert import convert, describe

@@ -274,12 +274,14 @@ def _derive(cfg: Config) -> None:
         run.tensorboard_dir = os.path.join(run.output_dir, "tensorboard")
     for role in (cfg.actor, cfg.ref, cfg.reward):
         a = role.arch
-        if a.hidden_size and a.num_attention_heads:
-            a.kv_channels = a.kv_channels or a.hidden_size // a.num_attention_heads
-            a.ffn_hidden_size = a.ffn_hidden_size or 4 * a.hidden_size
-        if not a.group_query_attention:
-            a.num_query_groups = a.num_attention_heads
-        a.max_position_embeddings = a.max_position_embeddings or run.seq_length
+        # with a HF `load`, what the yaml leaves out comes from config.json (models/arch_check.py)
+        if not (role.load and _is_hf_dir(role.load)):
+            if a.hidden_size and a.num_attention_heads:
+                a.kv_channels = a.kv_channels or a.hidden_size // a.num_attention_heads
+                a.ffn_hidden_size = a.ffn_hidden_size or 4 * a.hidden_size
+            if not a.group_query_attention:
+                a.num_query_groups = a.num_attention_heads
+            a.max_position_embeddings = a.max_position_embeddings or run.seq_length
         p = role.ppo
         p.clip_ratio_low = p.clip_ratio if p.clip_ratio_low is None else p.clip_ratio_low
         p.clip_ratio_high = p.clip_ratio if p.clip_ratio_high is None else p.clip_ratio_high

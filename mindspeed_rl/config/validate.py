@@ -231,6 +231,15 @@ def _check_paths(cfg: Config, problems: list[str]) -> None:
         if role.load and not os.path.exists(role.load):
             problems.append(f"`{role_path(role)}.load: {role.load}` does not exist; point it at a Hugging Face or "
                             f"Megatron checkpoint directory, or set it to null for a random init.")
+        elif role.load and os.path.isfile(os.path.join(role.load, "config.json")):
+            from dataclasses import asdict
+
+            from mindspeed_rl.models.arch_check import check_arch_against_hf
+            try:  # the model yaml must agree with the checkpoint it loads
+                check_arch_against_hf({k: v for k, v in asdict(role.arch).items() if v is not None}, role.load,
+                                      role.model_name or None)
+            except UserInputError as err:
+                problems.append(str(err))
     for key, value in (("data_path", cfg.data.data_path), ("val_data_path", cfg.data.val_data_path)):
         if value is not None:
             err = data_path_problem(value)

@@ -51,8 +51,6 @@ class Source:
 
 def open_source(load_dir: str, model_type: str, model_type_hf: Optional[str] = None) -> Source:
     """Open an HF ("hf") or Megatron ("mg") checkpoint directory for reading."""
-    from mindspeed_rl.models.builder import model_config_from_hf
-
     if model_type == "mg":
         if not is_megatron_checkpoint(load_dir):
             raise UserInputError(f"--load-dir {load_dir} has neither latest_checkpointed_iteration.txt nor manifest.json; "
@@ -60,6 +58,8 @@ def open_source(load_dir: str, model_type: str, model_type_hf: Optional[str] = N
         reader = MegatronCheckpointReader(load_dir)
         m = reader.manifest
         return Source(reader, dict(m["model_args"]), reader.vocab_size, m.get("hf_config"), m["pp"])
+    from mindspeed_rl.models.builder import model_config_from_hf  # imports megatron: only when needed
+
     config = read_hf_config(load_dir)
     if model_type_hf and HF_TYPES[model_type_hf] != config["model_type"]:
         raise UserInputError(f"--model-type-hf {model_type_hf} disagrees with model_type {config['model_type']!r} in "

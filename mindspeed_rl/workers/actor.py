@@ -24,9 +24,8 @@ def model_args(role_cfg, vocab_size: int) -> dict:
     """Megatron-named architecture of a role: the model yaml, completed from a HF config.json."""
     args = {k: v for k, v in dataclasses.asdict(role_cfg.arch).items() if v is not None}
     if role_cfg.load and os.path.isfile(os.path.join(role_cfg.load, "config.json")):
-        from mindspeed_rl.models.builder import model_config_from_hf
-        from mindspeed_rl.models.hf_bridge import read_hf_config
-        args = {**model_config_from_hf(read_hf_config(role_cfg.load)), **args}
+        from mindspeed_rl.models.arch_check import arch_from_hf_or_yaml
+        args = arch_from_hf_or_yaml(args, role_cfg.load, role_cfg.model_name)
     if not args.get("padded_vocab_size"):
         multiple = args.get("make_vocab_size_divisible_by", 128) * role_cfg.parallel.tensor_model_parallel_size
         args["padded_vocab_size"] = -(-vocab_size // multiple) * multiple
@@ -52,9 +51,9 @@ class _ModelWorker:
         self.args = model_args(role_cfg, self.vocab_size)
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[role_cfg.params_dtype]
         self.model = build_gpt_model(self.args, params_dtype=dtype)
-        if role_cfg.load:
-            from mindspeed_rl.models.hf_bridge import load_hf_checkpoint
-            load_hf_checkpoint(self.model, role_cfg.load, self.args)
+        if role_cfg.load:  # a HF directory or a checkpoint of this project, sharded to this TP/PP
+            from mindspeed_rl.models.checkpoint import load_weights
+            load_weights(self.model, role_cfg.load, self.args)
         if not train:
             self.model.requires_grad_(False)
         self.temperature = cfg.actor.rollout.temperature if cfg.actor.rollout.do_sample else 1.0

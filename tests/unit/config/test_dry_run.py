@@ -76,3 +76,14 @@ def test_config_key_reference_is_current():
     from mindspeed_rl.config.docs import render
 
     assert (REPO_CONFIG_DIR.parents[1] / "docs" / "config_keys.md").read_text() == render()
+
+
+def test_model_yaml_disagreeing_with_hf_checkpoint(tmp_path, capsys):
+    """load: a HF directory whose config.json says intermediate_size 128; the tiny yaml says 256."""
+    from testing_utils import make_tiny_hf
+
+    make_tiny_hf("qwen2", str(tmp_path / "hf"))
+    code = ray_gpt.main(["--config-name", "grpo_trainer_tiny", f"actor_rollout_ref.actor_rollout.load={tmp_path / 'hf'}",
+                         "dry_run=true"])
+    err = capsys.readouterr().err
+    assert code == 2 and "ffn_hidden_size" in err and "config.json" in err and "Traceback" not in err
