@@ -6,7 +6,8 @@ DP shard of the batch. The actor trains with megatron's DDP + distributed optimi
 (models/train_step.py) and generates with the native engine over the SAME model object, so a
 colocated actor needs no weight sync. The reference is the same trunk, frozen.
 
-Not here yet: the ray_gpt train/infer split (num_gpus_for_infer > 0, which needs weights sent from
+Checkpoints are saved every save_interval steps (resume is not wired yet). Not here yet: the
+ray_gpt train/infer split (num_gpus_for_infer > 0, which needs weights sent from
 training ranks to generation ranks) and pipeline-parallel generation; both stop with a plain error.
 """
 from __future__ import annotations
@@ -158,8 +159,13 @@ class ActorRolloutWorker(_ModelWorker):
         keys = collected[0].keys() if collected and collected[0] else []
         return {k: sum(c[k] for c in collected) / len(collected) for k in keys}
 
-    def save_checkpoint(self, path: str, step: int) -> None:
-        raise NotImplementedError("checkpoint saving comes with the long-runs issue (#9)")
+    def save_checkpoint(self, path: str, step: int) -> str:
+        """Model + optimizer + scheduler + rng at `step` under `path` (models/checkpoint.py format,
+        written to a temp dir and renamed when complete). Resuming from it is the long-runs issue."""
+        from mindspeed_rl.models.checkpoint import save_checkpoint
+
+        return save_checkpoint(path, step, self.ddp, self.args, self.optimizer, self.scheduler,
+                               vocab_size=self.vocab_size, params_dtype=self.role_cfg.params_dtype)
 
 
 class ReferenceWorker(_ModelWorker):

@@ -47,11 +47,14 @@ def test_tiny_default_learns(tmp_path):
 def test_separated_actor_tp2_and_own_reference(tmp_path):
     A = "actor_rollout_ref.actor_rollout"
     proc = ray_gpt("training.train_iters=3", f"training.output_dir={tmp_path}", "resource_pool.actor_rollout=[2]",
-                   "resource_pool.ref=[1]", f"{A}.tensor_model_parallel_size=2", "training.test_freq=0")
+                   "resource_pool.ref=[1]", f"{A}.tensor_model_parallel_size=2", "training.test_freq=0",
+                   "training.save_interval=3")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "ranks 0-1: train+generate" in proc.stdout
     rows = metrics(tmp_path)
     assert len(rows) == 3 and rows[-1]["actor/kl_loss"] >= 0
+    manifest = json.loads((tmp_path / "checkpoints" / "iter_0000003" / "manifest.json").read_text())
+    assert manifest["step"] == 3
 
 
 def test_too_few_devices_fails_fast(tmp_path):
