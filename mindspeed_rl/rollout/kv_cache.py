@@ -50,9 +50,15 @@ class KVCache:
         return sum(t.numel() * t.element_size() for t in self.k + self.v)
 
     def keep(self, rows: torch.Tensor) -> None:
-        """Drop finished rows: keep `rows` (indices into the current batch) of every layer."""
-        self.k = [t.index_select(0, rows) for t in self.k]
-        self.v = [t.index_select(0, rows) for t in self.v]
+        """Drop finished rows: keep `rows` (indices into the current batch) of every layer. Copies
+        only the filled part; one layer at a time, so the transient extra memory is one layer's."""
+        def shrink(t):
+            out = t.new_empty((rows.numel(), *t.shape[1:]))
+            out[:, :, :self.length] = t[rows, :, :self.length]
+            return out
+
+        self.k = [shrink(t) for t in self.k]
+        self.v = [shrink(t) for t in self.v]
 
 
 class CachedCoreAttention(torch.nn.Module):

@@ -6,19 +6,22 @@
 
 How one batch is generated (every TP rank runs the same loop on the same prompts):
   1. prefill: the prompts, left-padded to P, go through the model once with an explicit
-     causal + key-padding mask (B, 1, P, P); megatron's static KV cache
-     (`StaticInferenceContext`, the 0.12 `InferenceParams`) stores K/V for all P positions
-     and only the last position's logits are materialised.
+     causal + key-padding mask (B, 1, P, P); the KV cache (kv_cache.py: our own, through one
+     scoped hook on megatron's core attention; why not megatron's static inference path is
+     written there) stores post-RoPE K/V for all P positions; only the last position's logits
+     are computed.
   2. decode: one token per running sequence per step, mask (b, 1, 1, P + t) hiding pad keys.
-     RoPE is applied by sequence index (megatron ignores position_ids), so a left-padded row is
+     RoPE is applied by sequence index, as GPTModel does in training, so a left-padded row is
      shifted uniformly in prefill and decode alike; attention only sees relative positions, so
      outputs equal those of HF with positions counted over real tokens (tested token for token).
+     use_kv_cache=False instead runs megatron's own full forward over the whole sequence each
+     step (slow; the reference the cache is tested against).
   3. logits (b, V/TP) are all-gathered over TP to (b, V) for sampling; the tokens chosen on TP
      rank 0 are broadcast so every rank agrees whatever the device's reduction order.
   4. finished sequences (EOS / stop token / length) leave the running batch: their rows are
-     dropped from the KV cache ("compaction", a gather of the cache along the batch dim) once
-     at least `compact_fraction` of the cached rows are finished; until then they are computed
-     and ignored. bench/rollout_decode.py measures both.
+     dropped from the KV cache ("compaction", a gather of the filled cache along the batch dim)
+     once at least `compact_fraction` of the cached rows are finished; until then they are
+     computed and ignored. bench/rollout_decode.py measures the policies.
 
 Sampling and log-probs: rollout/sampling.py (log_softmax(logits / T) over the full vocabulary,
 before top-k/top-p, on fp32 logits: the quantity the trainer computes).
@@ -61,7 +64,8 @@ class NativeEngine:
     """RolloutEngine over this rank's megatron GPTModel (TP-sharded, PP=1).
 
     Args:
-        model: the GPTModel (the training model itself when colocated: same weights, no copy).
+        model: the GPTModel (the training model itself when colocated: same weights, no copy);
+            megatron's DDP / Float16Module wrappers are unwrapped (`.module`).
         vocab_size: real vocabulary size; ids >= vocab_size (megatron's padding) are never sampled.
         max_length: the longest prompt + response the model supports (max_position_embeddings).
         eos_token_ids: ids that end a response (e.g. the tokenizer's eos; chat models have several).
@@ -80,6 +84,8 @@ class NativeEngine:
                  eos_token_ids: Sequence[int] = (), pad_token_id: int = 0, use_kv_cache: bool = True,
                  max_batch_size: Optional[int] = None, compact_fraction: float = 0.25,
                  model_args: Optional[dict] = None, shares_training_weights: bool = True):
+        while not hasattr(model, "decoder") and hasattr(model, "module"):  # DDP, Float16Module
+            model = model.module
         if parallel_state.model_parallel_is_initialized() and \
                 parallel_state.get_pipeline_model_parallel_world_size() > 1:
             raise UserInputError(
@@ -231,8 +237,11 @@ class NativeEngine:
             t1 = time.perf_counter()
             self._timing["prefill_s"] += t1 - t0
             for t in range(T):
+                # one uniform per sequence of the batch per step, running or not: a sequence's draws
+                # do not depend on which others still run (compaction, chunking)
+                u = torch.rand(B, generator=generator, device=device)[rows] if sp.do_sample else None
                 tok = _broadcast_tp(choose_tokens(logits, sp.do_sample, sp.logprob_temperature, sp.top_k,
-                                                  sp.top_p, generator))  # (b,)
+                                                  sp.top_p, uniforms=u))  # (b,)
                 lp = token_log_probs(logits, tok, sp.logprob_temperature)  # (b,)
                 live = ~done[rows]  # finished rows not compacted out yet are computed and ignored
                 r = rows[live]

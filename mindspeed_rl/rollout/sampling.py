@@ -65,6 +65,7 @@ def choose_tokens(
     top_k: int = 0,
     top_p: float = 1.0,
     generator: Optional[torch.Generator] = None,
+    uniforms: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """One token per row: a draw from softmax(filter(logits / T)) or the argmax.
 
@@ -74,6 +75,8 @@ def choose_tokens(
         temperature: T > 0 when sampling.
         top_k / top_p: filtering of the sampling distribution (0 / 1.0 = off).
         generator: seeded torch.Generator for reproducible draws.
+        uniforms: (B,) U[0, 1) draws to use instead of the generator (the engine draws one per
+            sequence per step, so a sequence's samples do not depend on which others still run).
 
     Returns:
         tokens (B,) int64.
@@ -82,18 +85,21 @@ def choose_tokens(
         return logits.argmax(dim=-1)
     z = logits.float() / temperature  # (B, V)
     probs = torch.softmax(apply_top_p(apply_top_k(z, top_k), top_p), dim=-1)
-    return _inverse_cdf(probs, generator)
+    if uniforms is None:
+        uniforms = torch.rand(probs.shape[0], generator=generator, device=probs.device)
+    return inverse_cdf(probs, uniforms)
 
 
-def _inverse_cdf(probs: torch.Tensor, generator: Optional[torch.Generator]) -> torch.Tensor:
-    """One draw per row of (B, V) probabilities: the first token whose CDF exceeds u * total.
+def inverse_cdf(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """One draw per row of (B, V) probabilities given (B,) uniforms u: the first token whose CDF
+    exceeds u * total.
 
     Same distribution as torch.multinomial(probs, 1) (up to fp32 rounding of the CDF) at a third
     of its CPU cost, with B uniforms per step instead of B * V (the exponential race). Tokens
     with probability 0 (filtered) are never returned: their CDF step is flat.
     """
     cdf = probs.cumsum(dim=-1)  # (B, V)
-    u = torch.rand(probs.shape[0], 1, generator=generator, device=probs.device, dtype=cdf.dtype)
+    u = uniforms.to(cdf.dtype)[:, None]  # (B, 1)
     tokens = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).squeeze(-1)  # (B,)
     tokens = tokens.clamp(max=probs.shape[-1] - 1)
     # u * total rounding up to total (probability ~1e-7) would land past the last kept token

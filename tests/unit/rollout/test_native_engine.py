@@ -85,6 +85,21 @@ def test_chunked_batches_give_the_same_tokens(tiny):
     torch.testing.assert_close(whole.log_probs, chunked.log_probs, atol=1e-5, rtol=0)
 
 
+def test_cache_hook_is_scoped_to_generate(tiny):
+    from mindspeed_rl.rollout.kv_cache import cached_attention, new_cache
+
+    _, _, model, _, _ = tiny
+    originals = [layer.self_attention.core_attention for layer in model.decoder.layers]
+    model.train()
+    _engine(model).generate(_prompts(), SamplingParams(do_sample=False, max_new_tokens=3))
+    assert model.training  # the training mode is restored too
+    model.eval()
+    with pytest.raises(KeyError):
+        with cached_attention(model, new_cache(model, 2, 8)):
+            raise KeyError("boom")
+    assert [layer.self_attention.core_attention for layer in model.decoder.layers] == originals
+
+
 # ---- finish reasons, masks, limits
 
 
