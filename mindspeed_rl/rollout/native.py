@@ -238,7 +238,7 @@ class NativeEngine:
             self._timing["prefill_s"] += t1 - t0
             for t in range(T):
                 # one uniform per sequence of the batch per step, running or not: a sequence's draws
-                # do not depend on which others still run (compaction, chunking)
+                # do not depend on which others still run (compaction policy, cache or none)
                 u = torch.rand(B, generator=generator, device=device)[rows] if sp.do_sample else None
                 tok = _broadcast_tp(choose_tokens(logits, sp.do_sample, sp.logprob_temperature, sp.top_k,
                                                   sp.top_p, uniforms=u))  # (b,)

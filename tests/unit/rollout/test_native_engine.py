@@ -158,6 +158,18 @@ def test_seeded_sampling_is_reproducible_and_groups_are_adjacent(tiny):
     assert not torch.equal(a.responses[0], a.responses[1])  # the n samples differ
 
 
+def test_samples_do_not_depend_on_compaction(tiny):
+    _, _, model, _, _ = tiny
+    sp = SamplingParams(n=4, temperature=1.2, max_new_tokens=12, stop_token_ids=range(0, VOCAB, 6), seed=9)
+    outs = [_engine(model, compact_fraction=f, use_kv_cache=kv).generate(_prompts(seed=5), sp)
+            for f, kv in ((0.0, True), (0.5, True), (2.0, True), (0.0, False))]
+    lengths = outs[0].response_length
+    assert lengths.min() < 12 and "eos" in outs[0].finish_reason  # rows finish at different steps
+    for out in outs[1:]:
+        assert torch.equal(out.responses, outs[0].responses) and out.finish_reason == outs[0].finish_reason
+        torch.testing.assert_close(out.log_probs, outs[0].log_probs, atol=1e-5, rtol=0)
+
+
 def _chi2_critical(df: int, z: float) -> float:
     """Wilson-Hilferty upper quantile of chi-square(df) at standard-normal quantile z."""
     return df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
