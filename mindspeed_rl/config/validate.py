@@ -192,6 +192,14 @@ def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
     elif a.max_position_embeddings and cfg.data.max_prompt_length + r.max_new_tokens > a.max_position_embeddings:
         problems.append(f"`{A}.max_prompt_length: {cfg.data.max_prompt_length}` + max_new_tokens {r.max_new_tokens} "
                         f"exceeds max_position_embeddings {a.max_position_embeddings} of model {role.model_name}; shorten one.")
+    colocated_gen = not role.num_gpus_for_infer  # the training ranks generate, with the training layout
+    if r.rollout_engine == "megatron" and colocated_gen and role.parallel.pipeline_model_parallel_size > 1:
+        problems.append(f"`{A}.pipeline_model_parallel_size: {role.parallel.pipeline_model_parallel_size}`: the native "
+                        f"megatron rollout engine cannot generate with pipeline parallelism; use PP 1 for the actor, "
+                        f"or separate generation devices (num_gpus_for_infer).")
+    if r.rollout_engine == "megatron" and colocated_gen and role.parallel.sequence_parallel:
+        problems.append(f"`{A}.sequence_parallel: true`: the native megatron rollout engine cannot decode with "
+                        f"sequence parallelism; set it to false.")
     if p.clip_ratio_c is not None and p.clip_ratio_c <= 1:
         problems.append(f"`{A}.clip_ratio_c: {p.clip_ratio_c}` must be > 1 (dual clip), or null to turn it off.")
     if p.ppo_epochs < 1:

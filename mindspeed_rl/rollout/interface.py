@@ -31,8 +31,8 @@ class SamplingParams:
         n: samples per prompt (ray_gpt: n_samples_per_prompt); the n samples of a prompt are
             adjacent in the output.
         do_sample: sample (True) or greedy argmax (False).
-        temperature: T > 0 when sampling. Log-probs are always log_softmax(logits / T) over the full
-            vocabulary (rollout/sampling.py); greedy with T <= 0 reports them at T = 1.
+        temperature: T > 0 when sampling (ignored by greedy). Log-probs are log_softmax(logits / T)
+            over the full vocabulary (rollout/sampling.py), at T = 1 for greedy: `logprob_temperature`.
         top_p / top_k: nucleus mass (1.0 = off) / top-k (0 = off), sampling only.
         max_new_tokens: response length limit; None = up to the engine's maximum length.
         max_total_length: cap on prompt + response tokens per sequence (None = the engine's maximum).
@@ -71,8 +71,9 @@ class SamplingParams:
 
     @property
     def logprob_temperature(self) -> float:
-        """The T of the returned log-probs (the trainer must use the same)."""
-        return self.temperature if self.temperature > 0 else 1.0
+        """The T of the returned log-probs: `temperature` when sampling, 1.0 for greedy (the model's
+        own distribution). The trainer must compute its log-probs at the same T."""
+        return self.temperature if self.do_sample else 1.0
 
     @classmethod
     def from_ray_gpt(cls, n_samples_per_prompt: int = 1, do_sample: bool = True, temperature: float = 1.0,

@@ -51,13 +51,12 @@ from mindspeed_rl.rollout.kv_cache import KVCache, cached_attention, forward_las
 from mindspeed_rl.rollout.interface import FINISH_EOS, FINISH_LENGTH, RolloutOutput, SamplingParams  # noqa: E402
 from mindspeed_rl.rollout.sampling import choose_tokens, make_generator, token_log_probs  # noqa: E402
 from mindspeed_rl.utils.errors import UserInputError  # noqa: E402
-from mindspeed_rl.utils.logging import get_logger  # noqa: E402
-
-log = get_logger(__name__)
 
 
 def _tp_size() -> int:
-    return parallel_state.get_tensor_model_parallel_world_size() if parallel_state.model_parallel_is_initialized() else 1
+    if not parallel_state.model_parallel_is_initialized():
+        return 1
+    return parallel_state.get_tensor_model_parallel_world_size()
 
 
 class NativeEngine:

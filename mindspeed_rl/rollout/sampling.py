@@ -6,7 +6,8 @@ taken BEFORE top-k / top-p filtering. That is what the trainer computes for the 
 (models.forward.vocab_parallel_log_probs), what vLLM and verl return, and the only choice that
 lets the trainer reuse rollout log-probs as old_log_probs when the update is exactly on-policy.
 Filtering only decides which tokens can be drawn. Greedy decoding (do_sample=False) takes the
-argmax of the raw logits and still reports log-probs under logits / T.
+argmax of the raw logits; the functions here report log-probs at whatever T they are given (the
+engine gives T = 1 for greedy, SamplingParams.logprob_temperature).
 """
 
 from __future__ import annotations

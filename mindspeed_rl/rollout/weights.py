@@ -14,7 +14,7 @@ from typing import Any, Iterable, Mapping
 import torch
 
 from mindspeed_rl.models.hf_bridge.checkpoint_io import DictReader
-from mindspeed_rl.models.hf_bridge.loader import _global_name  # noqa: PLC2701 (see report: make public)
+from mindspeed_rl.models.hf_bridge.loader import global_param_name
 from mindspeed_rl.models.hf_bridge.mapping import Dims, hf_names, read_shard
 from mindspeed_rl.utils.errors import UserInputError
 from mindspeed_rl.utils.logging import get_logger
@@ -47,7 +47,7 @@ def load_hf_tensors(model: torch.nn.Module, named_tensors: Iterable[tuple[str, t
     for local_name, param in model.state_dict(keep_vars=True).items():
         if local_name.endswith("_extra_state"):
             continue
-        name, layer = _global_name(model, local_name)
+        name, layer = global_param_name(model, local_name)
         kind, names = hf_names(name, layer, tied)
         waiting[local_name] = (param, kind, names)
         for n in names:

@@ -99,7 +99,7 @@ class ActorRolloutWorker(_ModelWorker):
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         self.engine = NativeEngine(self.model, vocab_size=self.vocab_size,
                                    max_length=self.args.get("max_position_embeddings", cfg.run.seq_length),
-                                   eos_token_ids=[self.tokenizer.eos_token_id], pad_token_id=pad)
+                                   eos_token_ids=eos_token_ids(self.tokenizer, cfg.actor.load), pad_token_id=pad)
         self._sampling = lambda n, greedy, seed: SamplingParams.from_ray_gpt(
             n_samples_per_prompt=n, do_sample=r.do_sample and not greedy, temperature=r.temperature,
             top_p=r.top_p, top_k=r.top_k, max_new_tokens=r.max_new_tokens, seq_length=cfg.run.seq_length, seed=seed)
@@ -175,6 +175,19 @@ class ReferenceWorker(_ModelWorker):
     def compute_ref_log_prob(self, batch: dict) -> torch.Tensor:
         with torch.no_grad():
             return self._response_log_probs(self.model, batch)
+
+
+def eos_token_ids(tokenizer, load) -> list[int]:
+    """The tokenizer's EOS plus every id of the checkpoint's generation_config.json (Qwen ends chat
+    turns with <|im_end|> while its tokenizer's eos is <|endoftext|>)."""
+    ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    path = os.path.join(load, "generation_config.json") if load else None
+    if path and os.path.isfile(path):
+        import json
+        with open(path, encoding="utf-8") as f:
+            extra = json.load(f).get("eos_token_id")
+        ids += extra if isinstance(extra, list) else [extra] if extra is not None else []
+    return sorted(set(int(i) for i in ids))
 
 
 def _divisor(rows: int, wanted: int) -> int:

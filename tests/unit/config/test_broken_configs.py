@@ -16,6 +16,8 @@ CASES = [
      ["tensor_model_parallel_size: 3", "num_attention_heads 4"]),
     ("pp-not-dividing-layers", [f"{A}.pipeline_model_parallel_size=4", "resource_pool.actor_rollout=[4]", f"{A}.micro_batch_size=32"],
      ["pipeline_model_parallel_size: 4", "num_layers 2"]),
+    ("pp-with-native-rollout", [f"{A}.pipeline_model_parallel_size=2", "resource_pool.actor_rollout=[2]"],
+     ["pipeline_model_parallel_size: 2", "cannot generate with pipeline parallelism"]),
     ("tp-pp-vs-devices", [f"{A}.tensor_model_parallel_size=2", "resource_pool.actor_rollout=[3]"], ["= 2 does not divide its 3 training devices"]),
     ("train-infer-split", [f"{A}.num_gpus_for_train=1", f"{A}.num_gpus_for_infer=2", "resource_pool.actor_rollout=[2]"], ["num_gpus_for_train: 1", "must add up to the 2 devices"]),
     ("gbs-vs-mini", ["training.global_batch_size=10", f"{A}.ppo_mini_batch_size=4"], ["global_batch_size: 10", "ppo_mini_batch_size: 4"]),

@@ -85,6 +85,8 @@ def test_sampling_params_plain_errors():
         SamplingParams(max_new_tokens=0)
     greedy = SamplingParams(do_sample=False, temperature=0.0)  # greedy needs no temperature
     assert greedy.logprob_temperature == 1.0
+    assert SamplingParams(do_sample=False, temperature=0.7).logprob_temperature == 1.0
+    assert SamplingParams(do_sample=True, temperature=0.7).logprob_temperature == 0.7
 
 
 def test_from_ray_gpt_maps_the_rollout_keys():
