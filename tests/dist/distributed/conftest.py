@@ -1,4 +1,5 @@
-"""One local Ray instance per test module (4 logical CPUs, 4 logical NPUs, no dashboard)."""
+"""One local Ray instance per test module (4 logical CPUs, 4 logical NPUs, no dashboard), and the
+2-rank actor plan (reference colocated on it) with its placement groups."""
 import logging
 import os
 
@@ -14,3 +15,19 @@ def ray_session():
              logging_level="WARNING", log_to_driver=False)
     yield
     ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def plan():
+    from ray_test_workers import plan_of
+
+    return plan_of("resource_pool.actor_rollout=[2]")  # actor 2 ranks; ref colocated on them
+
+
+@pytest.fixture(scope="module")
+def pools(ray_session, plan):
+    from mindspeed_rl.distributed.pools import create_pools, remove_pools
+
+    pools = create_pools(list(plan.values()), "NPU", timeout_s=30)
+    yield pools
+    remove_pools(pools)

@@ -4,23 +4,10 @@ import time
 
 import pytest
 
-from mindspeed_rl.distributed.pools import create_pools, remove_pools
 from mindspeed_rl.distributed.worker_group import WorkerGroup, WorkerGroupError
-from ray_test_workers import GlooWorker, plan_of
+from ray_test_workers import GlooWorker
 
 pytestmark = [pytest.mark.dist, pytest.mark.timeout(120)]
-
-
-@pytest.fixture(scope="module")
-def plan():
-    return plan_of("resource_pool.actor_rollout=[2]")
-
-
-@pytest.fixture(scope="module")
-def pools(ray_session, plan):
-    pools = create_pools(list(plan.values()), "NPU", timeout_s=30)
-    yield pools
-    remove_pools(pools)
 
 
 @pytest.fixture(scope="module")

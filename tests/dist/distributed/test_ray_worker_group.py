@@ -7,25 +7,13 @@ import torch
 
 from mindspeed_rl.distributed.cluster import ClusterError, connect
 from mindspeed_rl.distributed import pools as pools_mod
-from mindspeed_rl.distributed.pools import create_pools, remove_pools
+from mindspeed_rl.distributed.pools import create_pools
 from mindspeed_rl.distributed.worker_group import DPLayout, WorkerGroup
 from mindspeed_rl.platform import get_platform
 from mindspeed_rl.utils.errors import UserInputError
 from ray_test_workers import GlooWorker, plan_of
 
 pytestmark = [pytest.mark.dist, pytest.mark.timeout(120)]
-
-
-@pytest.fixture(scope="module")
-def plan():
-    return plan_of("resource_pool.actor_rollout=[2]")  # actor 2 ranks; ref colocated on them
-
-
-@pytest.fixture(scope="module")
-def pools(ray_session, plan):
-    pools = create_pools(list(plan.values()), "NPU", timeout_s=30)
-    yield pools
-    remove_pools(pools)
 
 
 @pytest.fixture(scope="module")
