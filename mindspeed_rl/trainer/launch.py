@@ -3,9 +3,8 @@
     placement plan -> connect Ray (join or start) -> check the plan against the nodes
     -> placement groups -> actor / reference workers -> prompt loaders -> GRPOTrainer.fit()
 
-The role groups are wrapped in small facades that implement workers/interfaces.py, so the trainer
-never sees Ray. Rule verifiers run in the driver process's main thread (their signal-based timeout
-needs it); a reward *model* gets its own worker group once the models issue adds it.
+The role groups and their facades (workers/interfaces.py protocols) are built in roles.py, so the
+trainer never sees Ray.
 """
 from __future__ import annotations
 
@@ -17,54 +16,6 @@ import torch
 
 from mindspeed_rl.data import keys as K
 from mindspeed_rl.utils.errors import UserInputError
-
-
-class _ShardedRole:
-    """Calls a worker group method on the DP shards of a batch and gathers the outputs."""
-
-    def __init__(self, group, layout):
-        self.group, self.layout = group, layout
-
-    def sharded(self, method, batch, *args):
-        return self.group.run_sharded(method, batch, *args, layout=self.layout)
-
-
-class ActorFacade(_ShardedRole):
-    def sync_rollout_weights(self) -> None:
-        """Colocated: the engine shares the training model, so there is nothing to move."""
-
-    def generate_sequences(self, prompts, n, greedy=False):
-        return self.sharded("generate_sequences", prompts, n, greedy)
-
-    def compute_log_prob(self, batch):
-        return self.sharded("compute_log_prob", _model_inputs(batch))
-
-    def update_actor(self, batch):
-        keys = (K.PROMPT_IDS, K.INPUT_IDS, K.ATTENTION_MASK, K.RESPONSE_MASK, K.ADVANTAGES, K.OLD_LOG_PROBS,
-                K.REF_LOG_PROBS)
-        per_rank = self.sharded("update_actor", {k: batch[k] for k in keys if k in batch})
-        return {k: sum(v) / len(v) for k, v in per_rank.items()}  # each key: one value per DP group
-
-    def save_checkpoint(self, path, step):
-        self.group.run_all("save_checkpoint", path, step)
-
-
-class ReferenceFacade(_ShardedRole):
-    def compute_ref_log_prob_async(self, batch):
-        pending = self.group.run_sharded_async("compute_ref_log_prob", _model_inputs(batch), layout=self.layout)
-        return _Get(pending)
-
-
-class _Get:
-    def __init__(self, pending):
-        self.pending = pending
-
-    def get(self):
-        return self.pending.result()
-
-
-def _model_inputs(batch: dict) -> dict:
-    return {k: batch[k] for k in (K.PROMPT_IDS, K.INPUT_IDS, K.ATTENTION_MASK, K.RESPONSES, K.RESPONSE_MASK)}
 
 
 def _with_group_ids(batches, start: int = 0):
@@ -82,6 +33,10 @@ def _infinite(loader):
         yield from loader
 
 
+def plan_devices(plan, role: str) -> int:
+    return next(p.world_size for p in plan if p.role == role)
+
+
 def run(cfg, plan) -> int:
     """Run GRPO for cfg.run.train_iters steps; returns the process exit status."""
     from mindspeed_rl.data.loader import build_prompt_loader
@@ -89,12 +44,11 @@ def run(cfg, plan) -> int:
     from mindspeed_rl.distributed.cluster import connect
     from mindspeed_rl.distributed.plan import check_cluster
     from mindspeed_rl.distributed.pools import create_pools, remove_pools
-    from mindspeed_rl.distributed.worker_group import DPLayout, WorkerGroup
     from mindspeed_rl.platform import get_platform
     from mindspeed_rl.trainer.grpo import GRPOTrainer, settings_from_config
     from mindspeed_rl.trainer.metrics import MetricsLogger
     from mindspeed_rl.utils.report import resolved_yaml
-    from mindspeed_rl.workers.actor import ActorRolloutWorker, ReferenceWorker
+    from mindspeed_rl.trainer.roles import build_roles, needs_reference
     from mindspeed_rl.workers.reward import RuleRewardScorer
 
     if cfg.resource_pool.reward:
@@ -125,20 +79,12 @@ def run(cfg, plan) -> int:
     platform = get_platform(run_cfg.platform)
     info = connect(plan, platform)
     check_cluster(plan, info.nodes, platform.ray_resource)
-    placement = {p.role: p for p in plan}
     pools = create_pools(plan, platform.ray_resource)
     groups = []
     try:
-        actor_group = WorkerGroup("actor_rollout", ActorRolloutWorker, pools["actor_rollout"],
-                                  placement["actor_rollout"], args=(cfg,))
-        groups.append(actor_group)
-        actor = ActorFacade(actor_group, DPLayout.from_rank_info(actor_group.run_all("rank_info")))
-        settings = settings_from_config(cfg, num_devices=actor_group.world_size)
-        reference = None
-        if settings.use_kl_loss or (settings.use_kl_in_reward and settings.kl_coef > 0):
-            ref_group = WorkerGroup("ref", ReferenceWorker, pools["ref"], placement["ref"], args=(cfg,))
-            groups.append(ref_group)
-            reference = ReferenceFacade(ref_group, DPLayout.from_rank_info(ref_group.run_all("rank_info")))
+        settings = settings_from_config(cfg, num_devices=plan_devices(plan, "actor_rollout"))
+        roles = build_roles(cfg, plan, pools, needs_reference(settings), groups)
+        actor, reference = roles.actor, roles.reference
         logger = MetricsLogger(out_dir, run_cfg.train_iters, run_cfg.tensorboard_dir, run_cfg.wandb_project,
                                cfg.config_name, run_cfg.log_interval)
         val = (lambda: _with_group_ids(val_loader.iter_epoch())) if val_loader is not None else None
