@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from mindspeed_rl.distributed.cluster import ClusterError
     from mindspeed_rl.distributed.worker_group import WorkerGroupError
+    from mindspeed_rl.trainer.grpo import TrainingHalted
     from mindspeed_rl.trainer.launch import run
 
     try:
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     except UserInputError as err:
         print(f"ray_gpt.py: {err}", file=sys.stderr)
         return 2
-    except (ClusterError, WorkerGroupError, ConnectionError) as err:
+    except (ClusterError, WorkerGroupError, ConnectionError, TrainingHalted) as err:
         print(f"ray_gpt.py: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

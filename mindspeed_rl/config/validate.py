@@ -58,6 +58,9 @@ def _check_choices(cfg: Config, problems: list[str]) -> None:
     _one_of(cfg.run.tokenizer_type, CHOICES["training.tokenizer_type"], "training.tokenizer_type", problems)
     from mindspeed_rl.platform.base import PLATFORM_NAMES
     _one_of(cfg.run.platform, ("auto", *PLATFORM_NAMES), "training.platform", problems)
+    for key in ("save_interval", "keep_last_n", "max_skipped_updates"):
+        if getattr(cfg.run, key) < 0:
+            problems.append(f"`training.{key}: {getattr(cfg.run, key)}` must be 0 or more.")
     _one_of(cfg.data.truncation, CHOICES["truncation"], f"{A}.truncation", problems)
     for role in _active_roles(cfg):
         path = role_path(role)
@@ -145,6 +148,12 @@ def _check_batches(cfg: Config, problems: list[str]) -> None:
     if gen_dp and gbs % gen_dp:
         problems.append(f"`training.global_batch_size: {gbs}` prompts do not split evenly over {gen_dp} "
                         f"generation ranks (data-parallel groups); use a multiple of {gen_dp}.")
+    if cfg.resource_pool.reward:  # the reward model scores gbs x n sequences (gbs in validation) per call
+        rm_dp = data_parallel_size(cfg, cfg.reward)
+        if gbs % rm_dp:
+            problems.append(f"`resource_pool.reward: {cfg.resource_pool.reward}` gives the reward model {rm_dp} "
+                            f"data-parallel groups, which do not split `training.global_batch_size: {gbs}` prompts "
+                            f"evenly; use a global batch size that is a multiple of {rm_dp}, or fewer reward devices.")
 
 
 # ---------------------------------------------------------------------------- model and rollout
@@ -174,6 +183,9 @@ def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
         problems.append(f"`{path}.sequence_parallel: true` needs tensor_model_parallel_size > 1; set it to false.")
     if role.bf16 and role.fp16:
         problems.append(f"`{path}`: bf16 and fp16 are both true; choose one.")
+    if role.role == "reward" and role.parallel.sequence_parallel:
+        problems.append("`reward.sequence_parallel: true`: the reward model's scalar head reads whole sequences on "
+                        "every TP rank; set reward.sequence_parallel: false.")
     if role.role == "reward" and not role.load:
         problems.append("`reward.load` is not set but `resource_pool.reward` gives a reward model devices; "
                         "point reward.load at a reward-model checkpoint, or set resource_pool.reward: [] to use only the verifiers.")
@@ -193,10 +205,6 @@ def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
         problems.append(f"`{A}.max_prompt_length: {cfg.data.max_prompt_length}` + max_new_tokens {r.max_new_tokens} "
                         f"exceeds max_position_embeddings {a.max_position_embeddings} of model {role.model_name}; shorten one.")
     colocated_gen = not role.num_gpus_for_infer  # the training ranks generate, with the training layout
-    if r.rollout_engine == "megatron" and colocated_gen and role.parallel.pipeline_model_parallel_size > 1:
-        problems.append(f"`{A}.pipeline_model_parallel_size: {role.parallel.pipeline_model_parallel_size}`: the native "
-                        f"megatron rollout engine cannot generate with pipeline parallelism; use PP 1 for the actor, "
-                        f"or separate generation devices (num_gpus_for_infer).")
     if r.rollout_engine == "megatron" and colocated_gen and role.parallel.sequence_parallel:
         problems.append(f"`{A}.sequence_parallel: true`: the native megatron rollout engine cannot decode with "
                         f"sequence parallelism; set it to false.")
@@ -248,6 +256,10 @@ def _check_paths(cfg: Config, problems: list[str]) -> None:
                                       role.model_name or None)
             except UserInputError as err:
                 problems.append(str(err))
+    resume = cfg.run.resume
+    if resume not in (None, "auto") and not os.path.exists(resume):
+        problems.append(f"`training.resume: {resume}` does not exist; point it at a checkpoint (the actor's save "
+                        f"directory or one of its iter_* directories), or use auto.")
     for key, value in (("data_path", cfg.data.data_path), ("val_data_path", cfg.data.val_data_path)):
         if value is not None:
             err = data_path_problem(value)

@@ -80,6 +80,9 @@ def connect(plan: list[RolePlacement], platform, *, address: str | None = None,
     if address == "local":
         os.environ.pop("RAY_ADDRESS", None)  # ray.init reads it too; "local" must mean local
     need = devices_needed(plan)
+    # The dashboard of an instance we start listens on loopback only (it can run jobs: no open port
+    # by default); a `ray start --head` cluster binds it where its --dashboard-host says (Ray's
+    # default is loopback too), e.g. `--dashboard-host 0.0.0.0` to reach it from other machines.
     kwargs: dict = dict(num_cpus=max(os.cpu_count() or 1, need), dashboard_host="127.0.0.1",
                         logging_level=logging.WARNING)
     if platform.name == "cpu":
@@ -96,21 +99,28 @@ def describe_nodes(resource: str) -> tuple[dict[str, float], dict[str, float]]:
     """Free units of `resource` and of CPU per alive node, read from the live cluster.
 
     Returns:
-        (devices, cpus): node name -> free units. The name is the node ip; several Ray nodes on
-        one ip (containers, tests) get "#<node id prefix>" appended so none is merged away.
+        (devices, cpus): node name (see node_names) -> free units.
     """
     free = _available_per_node()
-    devices, cpus, seen = {}, {}, set()
+    names = node_names()
+    devices, cpus = {}, {}
     for node in ray.nodes():
         if not node.get("Alive"):
             continue
-        node_id, ip = node["NodeID"], node["NodeManagerAddress"]
-        name = ip if ip not in seen else f"{ip}#{node_id[:6]}"
-        seen.add(ip)
+        node_id = node["NodeID"]
+        name = names.get(node_id, node["NodeManagerAddress"])  # joined between the two reads
         avail = free.get(node_id, node.get("Resources", {}))
         devices[name] = float(avail.get(resource, 0.0))
         cpus[name] = float(avail.get("CPU", 0.0))
     return devices, cpus
+
+
+def node_names() -> dict[str, str]:
+    """Node id -> the name messages use for it: its ip, or "ip#<node id prefix>" for every alive
+    node that shares its ip with another (containers, or a ray.cluster_utils test cluster)."""
+    alive = [(n["NodeID"], n["NodeManagerAddress"]) for n in ray.nodes() if n.get("Alive")]
+    ips = [ip for _, ip in alive]
+    return {node_id: ip if ips.count(ip) == 1 else f"{ip}#{node_id[:6]}" for node_id, ip in alive}
 
 
 def node_ips() -> dict[str, str]:

@@ -84,7 +84,9 @@ def format_plan(plan: list[RolePlacement], resource: str) -> str:
         for r in p.ranks:
             jobs.setdefault(r.job, []).append(r.rank)
         for job, ranks in jobs.items():
-            lines.append(f"{'':<14}  ranks {_span(ranks)}: {job}")
+            # generation-only ranks run the actor's TP without a pipeline (workers/rollout.py)
+            layout = f" (the actor's TP {p.tp}, PP 1, DP {len(ranks) // p.tp})" if job == "generate" else ""
+            lines.append(f"{'':<14}  ranks {_span(ranks)}: {job}{layout}")
     return "\n".join(lines)
 
 
@@ -97,14 +99,19 @@ def placement_groups(plan: list[RolePlacement]) -> list[tuple[str, int]]:
     return [(p.role, n) for p in plan if p.shares is None for n in p.devices_per_node]
 
 
-def check_cluster(plan: list[RolePlacement], nodes: dict[str, float], resource: str) -> None:
-    """Raise UserInputError if the placement groups cannot fit the nodes' free `resource` units.
+def check_cluster(plan: list[RolePlacement], nodes: dict[str, float], resource: str,
+                  cpus: dict[str, float] | None = None, cpus_per_device: float = 1.0) -> None:
+    """Raise UserInputError if the placement groups cannot be placed on the nodes' free resources.
 
+    Every resource_pool list entry is one STRICT_PACK placement group, so it needs ONE node with
+    that many free `resource` units (and cpus_per_device CPUs per device when `cpus` is given).
     Args:
         nodes: node name/ip -> available units of `resource` on that node.
-    First-fit-decreasing packing; it can only fail to find a packing that exists when several
-    node entries of different sizes compete for nodes of very different sizes, and then the
-    sentence still says what was asked and what the cluster has.
+        cpus: node name/ip -> available CPU units; None skips the CPU check.
+        cpus_per_device: CPU units each device bundle reserves (pools.create_pools).
+    Best-fit-decreasing packing: it can only miss a packing that exists when several entries of
+    different sizes compete for nodes of very different sizes, and then the sentence still says
+    what was asked and what each node has.
     """
     groups = placement_groups(plan)
     need = sum(n for _, n in groups)
@@ -115,12 +122,35 @@ def check_cluster(plan: list[RolePlacement], nodes: dict[str, float], resource: 
         raise UserInputError(f"resource_pool asks for {asked} = {need} {resource} but the Ray cluster has {int(have)} "
                              f"({offer}); shrink the lists in resource_pool or add nodes with "
                              f"`ray start --address=HEAD:PORT --resources='{{\"{resource}\": N}}'`.")
-    free = sorted(nodes.values(), reverse=True)
-    for role, n in sorted(groups, key=lambda g: -g[1]):
-        for i, cap in enumerate(free):
-            if cap >= n:
-                free[i] -= n
-                break
-        else:
-            raise UserInputError(f"resource_pool.{role} needs {n} {resource} on one node but no node has that many free "
-                                 f"({offer}, placing {asked}); split the entry into smaller per-node entries.")
+    cpu_of = (lambda name: cpus.get(name, 0.0)) if cpus is not None else (lambda name: float("inf"))
+    free = {name: [float(v), cpu_of(name)] for name, v in nodes.items()}
+    largest = max(nodes.values(), default=0.0)
+    for label, n in sorted(_entries(plan), key=lambda e: -e[1]):
+        cpu_need = n * cpus_per_device if cpus is not None else 0.0
+        fits = [name for name, (d, c) in free.items() if d >= n and c >= cpu_need - 1e-9]
+        if fits:  # best fit: the node left with the fewest free devices keeps big nodes for big entries
+            best = min(fits, key=lambda name: free[name][0])
+            free[best][0] -= n
+            free[best][1] -= cpu_need
+            continue
+        if n > largest:
+            split = [int(largest)] * int(n // largest) + ([int(n % largest)] if n % largest else [])
+            raise UserInputError(f"resource_pool.{label} needs {n} {resource} on one node (each list entry is one "
+                                 f"STRICT_PACK placement group) but the largest node has {int(largest)} free "
+                                 f"({offer}); split it into per-node entries of at most {int(largest)}, e.g. {split}.")
+        if cpus is None:
+            raise UserInputError(f"resource_pool.{label} needs {n} {resource} on one node but none is left once the "
+                                 f"larger entries are placed ({offer}, placing {asked}); make each entry fit one "
+                                 f"node's free {resource} (e.g. one entry per node).")
+        both = ", ".join(f"{name}: {int(nodes[name])} {resource} + {cpu_of(name):g} CPU" for name in nodes)
+        if not any(nodes[name] >= n and cpu_of(name) >= cpu_need - 1e-9 for name in nodes):
+            raise UserInputError(f"resource_pool.{label} needs {n} {resource} and {cpu_need:g} CPU on one node but "
+                                 f"no node has both free ({both}); start Ray on the nodes with more --num-cpus.")
+        raise UserInputError(f"resource_pool.{label} needs {n} {resource} and {cpu_need:g} CPU on one node but no "
+                             f"node has both left once the larger entries are placed ({both}, placing {asked}); "
+                             f"make each entry fit one node's free {resource} and CPUs (e.g. one entry per node).")
+
+
+def _entries(plan: list[RolePlacement]) -> list[tuple[str, int]]:
+    """("role[i]", devices) of every placement group, i = index in the role's resource_pool list."""
+    return [(f"{p.role}[{i}]", n) for p in plan if p.shares is None for i, n in enumerate(p.devices_per_node)]

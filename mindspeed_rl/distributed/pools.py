@@ -28,8 +28,7 @@ import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 
 from mindspeed_rl.distributed.cluster import ClusterError, describe_nodes
-from mindspeed_rl.distributed.plan import RolePlacement, check_cluster, placement_groups
-from mindspeed_rl.utils.errors import UserInputError
+from mindspeed_rl.distributed.plan import RolePlacement, check_cluster
 from mindspeed_rl.utils.logging import get_logger
 
 log = get_logger(__name__)
@@ -79,17 +78,11 @@ def create_pools(plan: list[RolePlacement], resource: str, *, cpus_per_device: f
     Returns:
         role -> ResourcePool for every role of the plan (colocated roles map to the shared pool).
     Raises:
-        UserInputError: the cluster has too few free devices (plan.check_cluster) or CPUs.
+        UserInputError: no node has the free devices + CPUs of an entry (plan.check_cluster).
         ClusterError: a placement group was not placed within timeout_s (others hold devices).
     """
     devices, cpus = describe_nodes(resource)
-    check_cluster(plan, devices, resource)
-    bundles = sum(n for _, n in placement_groups(plan))
-    if bundles * cpus_per_device > sum(cpus.values()) + 1e-9:
-        offer = ", ".join(f"{k}: {v:g}" for k, v in cpus.items())
-        raise UserInputError(f"resource_pool needs {bundles} bundles x {cpus_per_device:g} CPU = "
-                             f"{bundles * cpus_per_device:g} CPU but the Ray cluster has {sum(cpus.values()):g} "
-                             f"free ({offer}); start Ray with more --num-cpus or reserve fewer CPUs per device.")
+    check_cluster(plan, devices, resource, cpus, cpus_per_device)  # each entry must fit one node
     pools: dict[str, ResourcePool] = {}
     waits: dict = {}  # ready ref -> (role, entry index)
     try:

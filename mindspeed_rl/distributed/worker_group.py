@@ -254,7 +254,7 @@ class WorkerGroup:
         log = f"{s.node_ip}:{logs_dir()}/worker-*-{pid if pid else '*'}.err"
         if isinstance(err, RayActorError):
             return WorkerGroupError(f"{self.role} rank {rank} on {s.node_ip} died during {method}: "
-                                    f"{_death_cause(err, msg)}; its log: {log}")
+                                    f"{_death_cause(err, msg)}; its log: {log}{_log_tail(pid)}")
         cause = getattr(err, "cause", None)
         what = f"{type(cause).__name__}: {_first_line(str(cause))}" if cause is not None else _first_line(msg)
         return WorkerGroupError(f"{self.role} rank {rank} on {s.node_ip} raised in {method}: {what} "
@@ -330,6 +330,28 @@ def _death_cause(err: Exception, msg: str) -> str:
         return f"its __init__ raised {lines[-1][:300]}"
     detail = re.search(r"Worker exit detail: (.*?\.)(?:\s|$)", msg)
     return detail.group(1) if detail else _first_line(msg)
+
+
+def _log_tail(pid: int | None, lines: int = 8) -> str:
+    """The last lines of a dead worker's stderr/stdout log when it is readable from the driver
+    (same node or a shared log dir); "" otherwise, the message then names the file only."""
+    if not pid:
+        return ""
+    import glob
+
+    out = []
+    for path in sorted(glob.glob(os.path.join(logs_dir(), f"worker-*-{pid}.err")) +
+                       glob.glob(os.path.join(logs_dir(), f"worker-*-{pid}.out"))):
+        try:
+            with open(path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - 16384))
+                text = [ln for ln in f.read().decode("utf-8", "replace").splitlines()
+                        if ln.strip() and not ln.startswith((":actor_name", ":task_name", ":job_id"))]
+        except OSError:
+            continue
+        out += [f"    [{path.rsplit('.', 1)[-1]}] {ln[:300]}" for ln in text[-lines:]]
+    return ("\n  last lines of its log:\n" + "\n".join(out)) if out else ""
 
 
 def _first_line(text: str) -> str:

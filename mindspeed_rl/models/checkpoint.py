@@ -11,11 +11,15 @@ Layout (one directory per step, Megatron's `iter_*` + `latest_checkpointed_itera
     .../mp_rank_XX_YYY/optim_dp{dp:03d}.pt        distributed optimizer instead: each DP rank's
                                                   shard (inner Adam state + fp32 main params)
     .../mp_rank_XX_YYY/rng_dp{dp:03d}.pt          python / numpy / torch / megatron tracker rng
+    <save>/iter_0000010/trainer_state.json        the driver's state (step, data-loader position, KL
+                                                  controller, ...) and the workers' counters (resume)
 
 Atomic write: every rank writes under `iter_N.tmp`; after a barrier rank 0 lists the files with
 their sizes into manifest.json, renames the directory to `iter_N`, and only then points
 `latest_checkpointed_iteration.txt` at it. A crash leaves at most a `.tmp` directory that the next
-save removes; a directory whose files do not match its manifest is refused on load. Ranks must
+save removes; a directory whose files do not match its manifest is refused on load. Resuming
+(`latest_complete`) takes the newest `iter_N` whose files match its manifest, so a crash between
+the rename and the LATEST update loses nothing either. `prune` keeps the newest N. Ranks must
 share one filesystem (as Megatron's own checkpoints assume).
 
 Loading at the saved TP/PP reads each rank's own file. At another TP/PP, `MegatronCheckpointReader`
@@ -56,6 +60,7 @@ FORMAT, VERSION = "mindspeed_rl-megatron-checkpoint", 1
 LATEST = "latest_checkpointed_iteration.txt"
 MANIFEST = "manifest.json"
 MODEL_FILE = "model.safetensors"
+TRAINER_STATE = "trainer_state.json"
 _ARCH_KEYS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
               "kv_channels", "add_qkv_bias", "qk_layernorm", "untie_embeddings_and_output_weights")
 
@@ -145,6 +150,49 @@ def read_manifest(path: str, verify: bool = True) -> dict[str, Any]:
                                  f"records {size} bytes; the checkpoint copy is incomplete, copy it again.")
     manifest["path"] = path
     return manifest
+
+
+def complete_checkpoints(save_dir: str) -> list[tuple[int, str]]:
+    """(step, iter dir) of every complete checkpoint under save_dir, oldest first. Directories
+    whose files do not match their manifest (copies in progress, damage) are left out; `.tmp`
+    directories of interrupted saves are never candidates."""
+    found = []
+    if not os.path.isdir(save_dir):
+        return found
+    for name in os.listdir(save_dir):
+        path = os.path.join(save_dir, name)
+        if not (name.startswith("iter_") and name[5:].isdigit() and os.path.isdir(path)):
+            continue
+        try:
+            found.append((int(read_manifest(path)["step"]), path))
+        except UserInputError as err:
+            log.warning("skipping %s: %s", path, err)
+    return sorted(found)
+
+
+def latest_complete(save_dir: str) -> Optional[str]:
+    """The newest complete checkpoint under save_dir (see complete_checkpoints), or None."""
+    done = complete_checkpoints(save_dir)
+    return done[-1][1] if done else None
+
+
+def prune(save_dir: str, keep_last_n: int) -> list[str]:
+    """Delete all but the newest keep_last_n complete checkpoints (0 keeps all); returns what went."""
+    if keep_last_n <= 0:
+        return []
+    gone = [path for _, path in complete_checkpoints(save_dir)[:-keep_last_n]]
+    for path in gone:
+        shutil.rmtree(path, ignore_errors=True)
+    return gone
+
+
+def read_trainer_state(path: str) -> dict[str, Any]:
+    """trainer_state.json of a checkpoint ({} for checkpoints written without a trainer)."""
+    file = os.path.join(resolve(path), TRAINER_STATE)
+    if not os.path.isfile(file):
+        return {}
+    with open(file) as f:
+        return json.load(f)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -288,7 +336,9 @@ def _set_rng_state(state: Mapping[str, Any]) -> None:
 
 def save_checkpoint(save_dir: str, step: int, model: torch.nn.Module, args: Mapping[str, Any],
                     optimizer=None, scheduler=None, vocab_size: Optional[int] = None,
-                    hf_config: Optional[Mapping[str, Any]] = None, params_dtype: str = "") -> str:
+                    hf_config: Optional[Mapping[str, Any]] = None, params_dtype: str = "",
+                    trainer_state: Optional[Mapping[str, Any]] = None, manifest_extra: Optional[Mapping[str, Any]] = None,
+                    keep_last_n: int = 0) -> str:
     """Save model (+ optimizer, scheduler, rng) at `step`; every rank calls it. Returns iter dir.
 
     Args:
@@ -296,6 +346,9 @@ def save_checkpoint(save_dir: str, step: int, model: torch.nn.Module, args: Mapp
         args: the Megatron-named args it was built from (recorded in the manifest).
         vocab_size: the real (HF / tokenizer) vocabulary; exports drop padding rows past it.
         hf_config: config.json of the HF checkpoint the run started from, kept for HF export.
+        trainer_state: JSON-able state written as trainer_state.json (global rank 0's is kept).
+        manifest_extra: more manifest entries (e.g. config_hash).
+        keep_last_n: afterwards, delete all but the newest keep_last_n checkpoints (0 keeps all).
     """
     r = _ranks()
     tmp = step_dir(save_dir, step) + ".tmp"
@@ -315,14 +368,21 @@ def save_checkpoint(save_dir: str, step: int, model: torch.nn.Module, args: Mapp
     elif optimizer is not None and r["dp_rank"] == 0:
         torch.save({"optimizer": optimizer.state_dict(), "scheduler": sched}, os.path.join(here, "optim.pt"))
     torch.save(_rng_state(), os.path.join(here, f"rng_dp{r['dp_rank']:03d}.pt"))
+    rank0 = not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0
+    if rank0 and trainer_state is not None:
+        with open(os.path.join(tmp, TRAINER_STATE), "w") as f:
+            json.dump(trainer_state, f, indent=1)
     _barrier()
     final = step_dir(save_dir, step)
-    if not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0:
+    if rank0:
         finish_write(tmp, {"step": step, "tp": r["tp"], "pp": r["pp"], "dp": r["dp"],
                            "params_dtype": params_dtype, "vocab_size": vocab_size, "model_args": _jsonable(args),
                            "hf_config": dict(hf_config) if hf_config else None,
-                           "has_optimizer": optimizer is not None, "distributed_optimizer": distributed})
+                           "has_optimizer": optimizer is not None, "distributed_optimizer": distributed,
+                           **dict(manifest_extra or {})})
         log.info("saved checkpoint step %d to %s", step, final)
+        for path in prune(save_dir, keep_last_n):
+            log.info("removed old checkpoint %s (keep_last_n=%d)", path, keep_last_n)
     _barrier()
     return final
 
@@ -341,8 +401,8 @@ def load_checkpoint(path: str, model: torch.nn.Module, args: Mapping[str, Any], 
                     scheduler=None, load_optimizer: bool = True, load_rng: bool = True) -> int:
     """Load a checkpoint of this project into this rank's chunk; every rank calls it.
 
-    Weights load at any TP/PP; optimizer/scheduler/rng only at the saved TP/PP/DP (see module
-    docstring). Returns the checkpoint's step.
+    Weights load at any TP/PP; optimizer and rng only at the saved TP/PP/DP (see module
+    docstring); the lr scheduler at any layout. Returns the checkpoint's step.
     """
     from megatron.core import parallel_state as ps
 
@@ -382,6 +442,12 @@ def load_checkpoint(path: str, model: torch.nn.Module, args: Mapping[str, Any], 
             state = torch.load(os.path.join(here, "optim.pt"), weights_only=False)
             optimizer.load_state_dict(state["optimizer"])
         if scheduler is not None and state["scheduler"] is not None:
+            scheduler.load_state_dict(state["scheduler"])
+    elif scheduler is not None and m.get("has_optimizer"):  # the lr schedule does not depend on the layout
+        first = os.path.join(path, rank_dir(0, 0))
+        file = os.path.join(first, "optim_dp000.pt" if m.get("distributed_optimizer") else "optim.pt")
+        state = torch.load(file, weights_only=False)
+        if state["scheduler"] is not None:
             scheduler.load_state_dict(state["scheduler"])
     rng_file = os.path.join(here, f"rng_dp{r['dp_rank']:03d}.pt")
     if load_rng and same_mp and m["dp"] == r["dp"] and os.path.isfile(rng_file):

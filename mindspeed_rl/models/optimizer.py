@@ -75,5 +75,6 @@ def build_optimizer(
     scheduler = OptimizerParamScheduler(
         megatron_optimizer, init_lr=0.0 if lr_warmup_fraction > 0 else lr, max_lr=lr, min_lr=min_lr,
         lr_warmup_steps=int(lr_warmup_fraction * steps), lr_decay_steps=steps, lr_decay_style=lr_decay_style,
-        start_wd=weight_decay, end_wd=weight_decay, wd_incr_steps=steps, wd_incr_style="constant")
+        start_wd=weight_decay, end_wd=weight_decay, wd_incr_steps=steps, wd_incr_style="constant",
+        override_opt_param_scheduler=True, use_checkpoint_opt_param_scheduler=False)  # on resume the config's schedule wins (e.g. more train_iters); the step count is restored
     return megatron_optimizer, scheduler

@@ -122,7 +122,10 @@ def policy_update_step(model, optimizer, scheduler, batch: dict, prompt_width: i
         seq_length=seq, micro_batch_size=micro_batch_size, forward_only=False)
     finalize_model_grads([model])
     lr = float(optimizer.param_groups[0]["lr"])  # the rate this step uses (the scheduler moves it after)
-    ok, grad_norm, _ = optimizer.step()
+    if _all_finite(model, outputs):
+        ok, grad_norm, _ = optimizer.step()
+    else:  # one bad batch must not poison the weights: skip the step on every rank, the trainer counts it
+        ok, grad_norm = False, None
     if ok:
         scheduler.step(1)
     if not parallel_state.is_pipeline_last_stage():
@@ -136,3 +139,20 @@ def policy_update_step(model, optimizer, scheduler, batch: dict, prompt_width: i
     stats["actor/lr"] = lr
     stats["actor/update_skipped"] = float(not ok)
     return stats
+
+
+def _all_finite(model, outputs: list) -> bool:
+    """True when every rank's loss terms and gradients are finite (one flag, all-reduced over the
+    world, so all ranks of the actor agree to step or to skip). Gradients are checked in megatron's
+    main_grad buffers after the DP reduction, where a NaN on any rank has reached its owner."""
+    bad = any(not torch.isfinite(v).all() for o in outputs if isinstance(o, dict) for v in o.values())
+    for p in model.parameters():
+        grad = getattr(p, "main_grad", None)
+        if grad is None:
+            grad = p.grad
+        if not bad and grad is not None and not torch.isfinite(grad).all():
+            bad = True
+    flag = torch.tensor([float(bad)])
+    if torch.distributed.is_initialized():
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+    return not bool(flag[0])

@@ -136,7 +136,8 @@ class RolloutOutput:
 
 
 class RolloutEngine(Protocol):
-    """A generation engine. One instance per rollout rank; all TP ranks of a model call it together."""
+    """A generation engine. One instance per rollout rank; all TP and PP ranks of a model replica call
+    it together with the same prompts and sampling, and all of them return the same output."""
 
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams) -> RolloutOutput:
         """Generate sampling.n responses for each prompt (a list of token ids, no padding)."""

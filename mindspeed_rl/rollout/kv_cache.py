@@ -11,11 +11,16 @@ The hook: `cached_attention(model, cache)` swaps each layer's `self_attention.co
 (the softmax(QK^T)V part, after the QKV projection and q/k norms) for `CachedCoreAttention` for
 the duration of a `with` block and restores the originals on exit. Everything else (embedding,
 norms, TP-parallel linears and their all-reduces, MLP, residuals) is megatron's own code.
-`forward_last_logits` runs GPTModel's pieces (embedding -> decoder -> output layer) without
+`forward_stage` runs GPTModel's pieces (embedding -> decoder -> output layer) without
 rotary embeddings, so CachedCoreAttention receives un-rotated q/k and applies RoPE itself at
 sequence index `cache.length + i`, which is what GPTModel does in the training forward (RoPE by
 sequence index; left padding shifts a row uniformly and attention sees relative positions only).
 Only the last position's logits are computed.
+
+Pipeline parallelism: each rank's GPTModel is one stage (pre_process / post_process as megatron
+builds it), so the cache holds this stage's layers only, indexed locally. A stage without the
+embedding reads the previous stage's hidden states from `model.set_input_tensor` (as megatron's
+schedules do); a stage without the output layer returns its hidden states for the next stage.
 """
 
 from __future__ import annotations
@@ -129,20 +134,26 @@ def new_cache(model: torch.nn.Module, batch: int, max_len: int) -> KVCache:
                    param.device, freqs)
 
 
-def forward_last_logits(model: torch.nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor,
-                        attention_mask: torch.Tensor, cache: Optional[KVCache] = None) -> torch.Tensor:
-    """GPTModel.forward without rotary embeddings (the cache applies them) and with only the last
-    position's logits. Inside `cached_attention(model, cache)`; advances cache.length.
+def forward_stage(model: torch.nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor,
+                  attention_mask: torch.Tensor, cache: Optional[KVCache] = None) -> torch.Tensor:
+    """This pipeline stage's part of GPTModel.forward, without rotary embeddings (the cache applies
+    them) and with only the last position's logits. Inside `cached_attention(model, cache)`;
+    advances cache.length.
 
     Args:
-        input_ids / position_ids: (b, s) new tokens; attention_mask (b, 1, s, cache.length + s) bool.
+        input_ids / position_ids: (b, s) new tokens (read by the first stage only: later stages take
+            the previous stage's (s, b, h) output, given to `model.set_input_tensor` beforehand);
+        attention_mask: (b, 1, s, cache.length + s) bool, True = may not attend.
     Returns:
-        (b, V/TP) logits of the last position (vocab-parallel).
+        last stage: (b, V/TP) logits of the last position (vocab-parallel);
+        other stages: (s, b, h) hidden states for the next stage.
     """
-    hidden = model.embedding(input_ids=input_ids, position_ids=position_ids)  # (s, b, h)
-    hidden = model.decoder(hidden_states=hidden, attention_mask=attention_mask)  # (s, b, h), final norm included
-    weight = model.shared_embedding_or_output_weight() if model.share_embeddings_and_output_weights else None
-    logits, _ = model.output_layer(hidden[-1:], weight=weight)  # (1, b, V/TP)
+    hidden = model.embedding(input_ids=input_ids, position_ids=position_ids) if model.pre_process else None
+    hidden = model.decoder(hidden_states=hidden, attention_mask=attention_mask)  # (s, b, h), final norm on the last stage
     if cache is not None:
         cache.length += input_ids.shape[1]
+    if not model.post_process:
+        return hidden
+    weight = model.shared_embedding_or_output_weight() if model.share_embeddings_and_output_weights else None
+    logits, _ = model.output_layer(hidden[-1:], weight=weight)  # (1, b, V/TP)
     return logits[0]

@@ -4,7 +4,8 @@
                           eos_token_ids=[tok.eos_token_id], pad_token_id=tok.pad_token_id)
     out = engine.generate(prompts, SamplingParams(n=8, temperature=1.0, max_new_tokens=256, seed=step))
 
-How one batch is generated (every TP rank runs the same loop on the same prompts):
+How one batch is generated (every TP and PP rank of a model replica runs the same loop on the
+same prompts):
   1. prefill: the prompts, left-padded to P, go through the model once with an explicit
      causal + key-padding mask (B, 1, P, P); the KV cache (kv_cache.py: our own, through one
      scoped hook on megatron's core attention; why not megatron's static inference path is
@@ -18,6 +19,17 @@ How one batch is generated (every TP rank runs the same loop on the same prompts
      step (slow; the reference the cache is tested against).
   3. logits (b, V/TP) are all-gathered over TP to (b, V) for sampling; the tokens chosen on TP
      rank 0 are broadcast so every rank agrees whatever the device's reduction order.
+  3b. pipeline parallelism (PP > 1; as megatron.core.inference runs a small batch, except that
+     megatron broadcasts the logits (b, V) and we the chosen tokens): each stage runs its own
+     layers with its own KV cache for the prefill and for every decode step;
+     the first stage embeds the tokens, every other stage receives the previous stage's hidden
+     states (s, b, h) by p2p on megatron's pipeline group and hands them to its layers through
+     `model.set_input_tensor`; the last stage computes the logits and chooses the tokens, and
+     broadcasts (token, log-prob) over the pipeline group, so every stage appends the same
+     tokens, stops the same rows and compacts its cache in step (finished flags follow from the
+     tokens and the budgets every stage holds; no further message). All ranks of a replica return
+     the same RolloutOutput. The stages run one after the other within a step (no micro-batch
+     interleaving): PP splits the weights and the KV cache over devices, not the decode time.
   4. finished sequences (EOS / stop token / length) leave the running batch: their rows are
      dropped from the KV cache ("compaction", a gather of the filled cache along the batch dim)
      once at least `compact_fraction` of the cached rows are finished; until then they are
@@ -26,14 +38,17 @@ How one batch is generated (every TP rank runs the same loop on the same prompts
 Sampling and log-probs: rollout/sampling.py (log_softmax(logits / T) over the full vocabulary,
 before top-k/top-p, on fp32 logits: the quantity the trainer computes).
 
-Not supported (clear errors): pipeline parallelism > 1 (each decode step would need a p2p of the
-hidden states through every stage) and sequence parallelism (a 1-token step cannot be split
-over TP ranks).
+Every wait for another rank that this file issues (a stage's hidden states, the broadcast
+tokens) has a timeout (`comm_timeout_s`) and a message naming what it waited for; the TP
+collectives inside megatron's layers use the process group's timeout.
+
+Not supported (clear error): sequence parallelism (a 1-token step cannot be split over TP ranks).
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import time
 from typing import Iterable, Optional, Sequence
 
@@ -47,7 +62,7 @@ from megatron.core import parallel_state  # noqa: E402
 from megatron.core.tensor_parallel.mappings import gather_from_tensor_model_parallel_region  # noqa: E402
 
 from mindspeed_rl.models.forward import attention_mask_4d  # noqa: E402
-from mindspeed_rl.rollout.kv_cache import KVCache, cached_attention, forward_last_logits, new_cache  # noqa: E402
+from mindspeed_rl.rollout.kv_cache import KVCache, cached_attention, forward_stage, new_cache  # noqa: E402
 from mindspeed_rl.rollout.interface import FINISH_EOS, FINISH_LENGTH, RolloutOutput, SamplingParams  # noqa: E402
 from mindspeed_rl.rollout.sampling import choose_tokens, make_generator, token_log_probs  # noqa: E402
 from mindspeed_rl.utils.errors import UserInputError  # noqa: E402
@@ -59,8 +74,14 @@ def _tp_size() -> int:
     return parallel_state.get_tensor_model_parallel_world_size()
 
 
+def _pp_size() -> int:
+    if not parallel_state.model_parallel_is_initialized():
+        return 1
+    return parallel_state.get_pipeline_model_parallel_world_size()
+
+
 class NativeEngine:
-    """RolloutEngine over this rank's megatron GPTModel (TP-sharded, PP=1).
+    """RolloutEngine over this rank's megatron GPTModel chunk (its TP shard of its pipeline stage).
 
     Args:
         model: the GPTModel (the training model itself when colocated: same weights, no copy);
@@ -77,19 +98,17 @@ class NativeEngine:
         model_args: Megatron-named architecture args, needed by update_weights when the engine
             does not share the training model.
         shares_training_weights: the model is the training model itself: update_weights is a no-op.
+        comm_timeout_s: how long a rank waits for another pipeline stage's hidden states or for the
+            chosen tokens before it raises, naming what it waited for.
     """
 
     def __init__(self, model: torch.nn.Module, vocab_size: int, max_length: int,
                  eos_token_ids: Sequence[int] = (), pad_token_id: int = 0, use_kv_cache: bool = True,
                  max_batch_size: Optional[int] = None, compact_fraction: float = 0.25,
-                 model_args: Optional[dict] = None, shares_training_weights: bool = True):
+                 model_args: Optional[dict] = None, shares_training_weights: bool = True,
+                 comm_timeout_s: float = 600.0):
         while not hasattr(model, "decoder") and hasattr(model, "module"):  # DDP, Float16Module
             model = model.module
-        if parallel_state.model_parallel_is_initialized() and \
-                parallel_state.get_pipeline_model_parallel_world_size() > 1:
-            raise UserInputError(
-                "the megatron rollout engine does not support pipeline_model_parallel_size > 1 yet; "
-                "set pipeline_model_parallel_size: 1 for the actor_rollout role.")
         if getattr(model.config, "sequence_parallel", False):
             raise UserInputError("the megatron rollout engine does not support sequence_parallel; "
                                  "set sequence_parallel: false for the actor_rollout role.")
@@ -105,6 +124,7 @@ class NativeEngine:
         self.compact_fraction = compact_fraction
         self.model_args = model_args
         self.shares_training_weights = shares_training_weights
+        self.comm_timeout_s = float(comm_timeout_s)
         self.kv_cache_bytes = 0  # peak KV-cache size of the last generate() on this rank
         self._timing = {"prefill_s": 0.0, "decode_s": 0.0, "decode_steps": 0}
         self._closed = False
@@ -133,6 +153,8 @@ class NativeEngine:
                          for i in range(0, len(rows), chunk)]
         finally:
             self.model.train(was_training)
+            if _pp_size() > 1:
+                self.model.set_input_tensor(None)  # drop the last received hidden states
         out = _concat(parts, self.pad_token_id, sampling.logprob_temperature)
         out.stats = {"rollout/time_s": time.perf_counter() - t0, "rollout/prefill_s": self._timing["prefill_s"],
                      "rollout/decode_s": self._timing["decode_s"], "rollout/decode_steps": self._timing["decode_steps"],
@@ -184,22 +206,101 @@ class NativeEngine:
             rows.append(p)
         return rows
 
-    def _logits(self, ids: torch.Tensor, key_mask: torch.Tensor, cache: Optional[KVCache]) -> torch.Tensor:
-        """Next-token logits (b, V) of the last position. ids (b, s): the new tokens (the whole
-        sequence without cache); key_mask (b, k) 1 on real keys, k = tokens seen so far."""
+    def _logits(self, ids: torch.Tensor, key_mask: torch.Tensor, cache: Optional[KVCache],
+                step: Optional[int]) -> Optional[torch.Tensor]:
+        """Next-token logits (b, V) of the last position, on the last pipeline stage; None on the
+        other stages, which send their hidden states on. ids (b, s): the new tokens (the whole
+        sequence without cache); key_mask (b, k) 1 on real keys, k = tokens seen so far;
+        step: index of the response token these logits choose (None: the prefill), for messages."""
         s, k = ids.shape[1], key_mask.shape[1]
         if s == k:  # prefill / no cache: causal + padding
             mask = attention_mask_4d(key_mask)  # (b, 1, s, s)
         else:  # decode: one query row that may see every real key
             mask = ~key_mask.bool()[:, None, None, :]  # (b, 1, 1, k)
         pos = (key_mask.long().cumsum(-1) - 1).clamp(min=0)[:, k - s:]  # (b, s); unused by RoPE
+        pp = _pp_size() > 1
+        if pp and not parallel_state.is_pipeline_first_stage():
+            self.model.set_input_tensor(self._recv_hidden((s, ids.shape[0], self.model.config.hidden_size), step))
         if cache is None:  # megatron's own full forward: the reference the cache is tested against
-            logits = self.model(ids, pos, mask)[:, -1]  # (b, V/TP)
+            out = self.model(ids, pos, mask)  # last stage (b, s, V/TP), other stages (s, b, h)
+            out = out[:, -1] if self.model.post_process else out
         else:
-            logits = forward_last_logits(self.model, ids, pos, mask, cache)  # (b, V/TP)
+            out = forward_stage(self.model, ids, pos, mask, cache)  # (b, V/TP) or (s, b, h)
+        if pp and not parallel_state.is_pipeline_last_stage():
+            self._send_hidden(out, step)
+            return None
         if _tp_size() > 1:
-            logits = gather_from_tensor_model_parallel_region(logits)  # (b, V_pad)
-        return logits[:, :self.vocab_size]
+            out = gather_from_tensor_model_parallel_region(out)  # (b, V_pad)
+        return out[:, :self.vocab_size]
+
+    # ------------------------------------------------------------------------------------------
+    # talking to the other ranks of the replica
+
+    @property
+    def _hidden_dtype(self) -> torch.dtype:
+        """The dtype of the hidden states between stages: megatron's pipeline_dtype, as in training."""
+        return self.model.config.pipeline_dtype or next(self.model.parameters()).dtype
+
+    def _recv_hidden(self, shape: tuple, step: Optional[int]) -> torch.Tensor:
+        """The previous pipeline stage's output (s, b, h) for this step."""
+        buf = torch.empty(shape, dtype=self._hidden_dtype, device=next(self.model.parameters()).device)
+        src = parallel_state.get_pipeline_model_parallel_prev_rank()
+        work = torch.distributed.irecv(buf, src=src, group=parallel_state.get_pipeline_model_parallel_group())
+        self._wait(work, f"the hidden states {tuple(shape)} of pipeline stage "
+                         f"{parallel_state.get_pipeline_model_parallel_rank() - 1} (global rank {src})", step)
+        return buf
+
+    def _send_hidden(self, hidden: torch.Tensor, step: Optional[int]) -> None:
+        """This stage's output (s, b, h) to the next pipeline stage."""
+        hidden = hidden.to(self._hidden_dtype).contiguous()
+        dst = parallel_state.get_pipeline_model_parallel_next_rank()
+        work = torch.distributed.isend(hidden, dst=dst, group=parallel_state.get_pipeline_model_parallel_group())
+        self._wait(work, f"pipeline stage {parallel_state.get_pipeline_model_parallel_rank() + 1} (global rank "
+                         f"{dst}) to take this stage's hidden states {tuple(hidden.shape)}", step)
+
+    def _choose(self, logits: Optional[torch.Tensor], sp: SamplingParams, uniforms: Optional[torch.Tensor],
+                rows: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Tokens (b,) and their log-probs (b,) fp32, the same on every rank of the replica: chosen
+        on TP rank 0 of the last pipeline stage (which alone has logits when PP > 1) and broadcast."""
+        tok = lp = None
+        if logits is not None:
+            tok = choose_tokens(logits, sp.do_sample, sp.logprob_temperature, sp.top_k, sp.top_p, uniforms=uniforms)
+            if _tp_size() > 1:
+                self._broadcast(tok, parallel_state.get_tensor_model_parallel_src_rank(),
+                                parallel_state.get_tensor_model_parallel_group(), "the tokens of TP rank 0", step)
+            lp = token_log_probs(logits, tok, sp.logprob_temperature)
+        if _pp_size() == 1:
+            return tok, lp
+        # one int64 message: the tokens and the fp32 bit patterns of their log-probs (exact)
+        if logits is not None:
+            msg = torch.stack([tok, lp.view(torch.int32).long()])  # (2, b)
+        else:
+            msg = torch.empty(2, rows, dtype=torch.long, device=next(self.model.parameters()).device)
+        self._broadcast(msg, parallel_state.get_pipeline_model_parallel_last_rank(),
+                        parallel_state.get_pipeline_model_parallel_group(),
+                        "the tokens chosen on the last pipeline stage", step)
+        return msg[0], msg[1].int().view(torch.float32)
+
+    def _broadcast(self, tensor: torch.Tensor, src: int, group, what: str, step: Optional[int]) -> None:
+        work = torch.distributed.broadcast(tensor, src=src, group=group, async_op=True)
+        self._wait(work, f"{what} (global rank {src})", step)
+
+    def _wait(self, work, what: str, step: Optional[int]) -> None:
+        """work.wait() bounded by comm_timeout_s; a timeout or a dead peer names what was awaited."""
+        try:
+            ok = work.wait(timeout=datetime.timedelta(seconds=self.comm_timeout_s))
+        except RuntimeError as err:
+            raise TimeoutError(self._wait_message(what, step, f"failed: {err}")) from err
+        if ok is False:
+            raise TimeoutError(self._wait_message(what, step, f"timed out after {self.comm_timeout_s:g} s"))
+
+    def _wait_message(self, what: str, step: Optional[int], how: str) -> str:
+        where = "prefill" if step is None else f"response token {step}"
+        me = (f"pipeline stage {parallel_state.get_pipeline_model_parallel_rank()} of {_pp_size()}, "
+              f"TP rank {parallel_state.get_tensor_model_parallel_rank()} of {_tp_size()}, "
+              f"global rank {torch.distributed.get_rank()}")
+        return (f"rollout ({me}), {where}: waiting for {what} {how} (comm_timeout_s {self.comm_timeout_s:g}); "
+                f"that rank failed, hung or never called generate: see its log.")
 
     def _generate_batch(self, prompts: list[list[int]], sp: SamplingParams, max_total: int,
                         device: torch.device, generator) -> RolloutOutput:
@@ -231,7 +332,7 @@ class NativeEngine:
         rows = torch.arange(B, device=device)  # original index of each row in the running batch
         with cached_attention(self.model, cache) if cache is not None else contextlib.nullcontext():
             t0 = time.perf_counter()
-            logits = self._logits(ids, prompt_mask, cache)  # (B, V) prefill
+            logits = self._logits(ids, prompt_mask, cache, None)  # (B, V) prefill; None before the last stage
             get_platform().synchronize()
             t1 = time.perf_counter()
             self._timing["prefill_s"] += t1 - t0
@@ -239,9 +340,7 @@ class NativeEngine:
                 # one uniform per sequence of the batch per step, running or not: a sequence's draws
                 # do not depend on which others still run (compaction policy, cache or none)
                 u = torch.rand(B, generator=generator, device=device)[rows] if sp.do_sample else None
-                tok = _broadcast_tp(choose_tokens(logits, sp.do_sample, sp.logprob_temperature, sp.top_k,
-                                                  sp.top_p, uniforms=u))  # (b,)
-                lp = token_log_probs(logits, tok, sp.logprob_temperature)  # (b,)
+                tok, lp = self._choose(logits, sp, u, len(rows), t)  # (b,) each, the same on every rank
                 live = ~done[rows]  # finished rows not compacted out yet are computed and ignored
                 r = rows[live]
                 seq[r, P + t] = tok[live]
@@ -262,7 +361,7 @@ class NativeEngine:
                     if cache is not None:
                         cache.keep(keep)
                 step_ids = seq[rows, P + t:P + t + 1] if cache is not None else seq[rows, :P + t + 1]
-                logits = self._logits(step_ids, key_mask[rows, :P + t + 1], cache)
+                logits = self._logits(step_ids, key_mask[rows, :P + t + 1], cache, t + 1)
                 self._timing["decode_steps"] += 1
             get_platform().synchronize()
             self._timing["decode_s"] += time.perf_counter() - t1  # sampling included
@@ -273,14 +372,6 @@ class NativeEngine:
                              response_mask=response_mask, log_probs=log_probs[:, :T_out] * response_mask,
                              finish_reason=finish, prompt_length=lens, response_length=resp_len,
                              temperature=sp.logprob_temperature)
-
-
-def _broadcast_tp(tokens: torch.Tensor) -> torch.Tensor:
-    """Make every TP rank use TP rank 0's tokens (b,)."""
-    if _tp_size() > 1:
-        torch.distributed.broadcast(tokens, src=parallel_state.get_tensor_model_parallel_src_rank(),
-                                    group=parallel_state.get_tensor_model_parallel_group())
-    return tokens
 
 
 def _concat(parts: list[RolloutOutput], pad: int, temperature: float) -> RolloutOutput:

@@ -48,7 +48,7 @@ class GRPOSettings:
     max_new_tokens: int = 0
     test_freq: int = 0
     save_interval: int = 0
-    save_dir: Optional[str] = None
+    max_skipped_updates: int = 3  # stop after this many skipped (non-finite) updates in a row; 0 = never
     num_devices: int = 1
 
 
@@ -65,18 +65,32 @@ def settings_from_config(cfg, num_devices: int) -> GRPOSettings:
         dynamic_sampling=alg_cfg.dynamic_sampling, max_num_gen_batches=alg_cfg.max_num_gen_batches,
         overlong_buffer_len=alg_cfg.overlong_buffer_len, overlong_penalty_factor=alg_cfg.overlong_penalty_factor,
         max_new_tokens=a.rollout.max_new_tokens, test_freq=cfg.run.test_freq, save_interval=cfg.run.save_interval,
-        save_dir=a.save, num_devices=num_devices)
+        max_skipped_updates=cfg.run.max_skipped_updates, num_devices=num_devices)
+
+
+class TrainingHalted(RuntimeError):
+    """The run stopped itself because continuing would waste the cluster (e.g. every update skipped)."""
 
 
 class GRPOTrainer:
     def __init__(self, settings: GRPOSettings, actor: ActorRollout, reference: Optional[Reference],
                  reward: Reward, train_batches: Iterator[Batch], logger: MetricsLogger,
-                 val_batches: Optional[Callable[[], Iterator[Batch]]] = None, start_step: int = 0):
+                 val_batches: Optional[Callable[[], Iterator[Batch]]] = None,
+                 save: Optional[Callable[[int, dict], None]] = None,
+                 stop_requested: Callable[[], Optional[str]] = lambda: None):
+        """
+        Args:
+            save: save(step, trainer_state) writes a checkpoint (None = never save).
+            stop_requested: returns a reason (e.g. "SIGTERM") once the run should save and stop.
+        """
         self.s = settings
         self.actor, self.reference, self.reward = actor, reference, reward
         self.train_batches, self.val_batches = train_batches, val_batches
         self.logger = logger
-        self.step_idx = start_step
+        self.step_idx = 0
+        self.save, self.stop_requested = save, stop_requested
+        self.stopped_by: Optional[str] = None
+        self.skipped_in_a_row = 0
         self.kl_ctrl = alg.build_kl_controller(settings.kl_ctrl_type, settings.kl_coef,
                                                settings.target_kl, settings.horizon)
         self.needs_ref = reference is not None and (settings.use_kl_loss or
@@ -84,17 +98,46 @@ class GRPOTrainer:
 
     # ------------------------------------------------------------------ the loop
     def fit(self) -> list[dict]:
+        """Run steps up to train_iters. Saves every save_interval steps, at the last step, and when
+        stop_requested() says so (then returns early with self.stopped_by set)."""
         history = []
         while self.step_idx < self.s.train_iters:
             self.step_idx += 1
             metrics = self.step(next(self.train_batches))
             if self.s.test_freq and self.val_batches and self.step_idx % self.s.test_freq == 0:
                 metrics.update(self.validate())
-            if self.s.save_interval and self.step_idx % self.s.save_interval == 0 and self.s.save_dir:
-                self.actor.save_checkpoint(self.s.save_dir, self.step_idx)
+            self.skipped_in_a_row = self.skipped_in_a_row + 1 if metrics.get("actor/update_skipped", 0) > 0 else 0
+            metrics["actor/skipped_in_a_row"] = float(self.skipped_in_a_row)
             self.logger.log(self.step_idx, metrics)
             history.append(metrics)
+            self._halt_if_stuck()
+            self.stopped_by = self.stop_requested()
+            last = self.step_idx == self.s.train_iters
+            if self.save and (last or self.stopped_by or
+                              (self.s.save_interval and self.step_idx % self.s.save_interval == 0)):
+                self.save(self.step_idx, self.state_dict())
+            if self.stopped_by:
+                break
         return history
+
+    def _halt_if_stuck(self) -> None:
+        """Actor updates skipped for a non-finite loss/grad norm, max_skipped_updates in a row: halt."""
+        n = self.s.max_skipped_updates
+        if n and self.skipped_in_a_row >= n:
+            first = self.step_idx - n + 1
+            raise TrainingHalted(
+                f"the actor update was skipped at {n} steps in a row (steps {first}-{self.step_idx}) because the "
+                f"loss or gradient norm was not finite; lower the learning rate or check the data and reward, then "
+                f"resume from the last checkpoint with training.resume=auto (or raise training.max_skipped_updates).")
+
+    def state_dict(self) -> dict:
+        """What the loop needs to continue exactly (the data position is the caller's)."""
+        return {"step": self.step_idx, "kl_coef": self.kl_ctrl.value, "skipped_in_a_row": self.skipped_in_a_row}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.step_idx = int(state["step"])
+        self.kl_ctrl.value = float(state.get("kl_coef", self.kl_ctrl.value))
+        self.skipped_in_a_row = int(state.get("skipped_in_a_row", 0))
 
     def step(self, prompts: Batch) -> dict[str, float]:
         timer = Timer()

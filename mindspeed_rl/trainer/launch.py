@@ -8,8 +8,10 @@ trainer never sees Ray.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import sys
 import time
 
 import torch
@@ -42,24 +44,23 @@ def run(cfg, plan) -> int:
     from mindspeed_rl.data.loader import build_prompt_loader
     from mindspeed_rl.data.tokenizer import load_tokenizer
     from mindspeed_rl.distributed.cluster import connect
+    from mindspeed_rl.distributed.node_checks import check_nodes
     from mindspeed_rl.distributed.plan import check_cluster
     from mindspeed_rl.distributed.pools import create_pools, remove_pools
     from mindspeed_rl.platform import get_platform
     from mindspeed_rl.trainer.grpo import GRPOTrainer, settings_from_config
     from mindspeed_rl.trainer.metrics import MetricsLogger
-    from mindspeed_rl.utils.report import resolved_yaml
+    from mindspeed_rl.trainer.resume import StopOnSignal, describe, find_resume
     from mindspeed_rl.trainer.roles import build_roles, needs_reference
-    from mindspeed_rl.workers.reward import RuleRewardScorer
+    from mindspeed_rl.utils.report import resolved_yaml
+    from mindspeed_rl.workers.reward import Reward, RuleRewardScorer
 
-    if cfg.resource_pool.reward:
-        raise UserInputError("a reward model (resource_pool.reward non-empty) is not supported by this build yet; "
-                             "set resource_pool.reward: [] and score with algorithm.verifier_function.")
-    out_dir = cfg.run.output_dir
+    out_dir, config_yaml = cfg.run.output_dir, resolved_yaml(cfg)
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "config.yaml"), "w", encoding="utf-8") as f:
-        f.write(resolved_yaml(cfg))
+        f.write(config_yaml)
 
-    # ---- data and reward first: bad data fails before any worker starts
+    # ---- data, reward and the checkpoint to resume first: bad input fails before any worker starts
     tokenizer = load_tokenizer(cfg.run.tokenizer_name_or_path)
     d, run_cfg = cfg.data, cfg.run
     train = build_prompt_loader(d.data_path, tokenizer, run_cfg.global_batch_size, d.max_prompt_length,
@@ -72,33 +73,68 @@ def run(cfg, plan) -> int:
                                          prompt_type=d.prompt_type, prompt_key=d.prompt_key, label_key=d.label_key,
                                          what="val_data_path")
     a = cfg.algorithm
-    reward = RuleRewardScorer(tokenizer, a.verifier_function, a.verifier_weight, a.missing_eos_penalty,
-                              a.verifier_timeout_s)
+    rules = RuleRewardScorer(tokenizer, a.verifier_function, a.verifier_weight, a.missing_eos_penalty,
+                             a.verifier_timeout_s) if cfg.reward.verifier else None
+    resume = find_resume(cfg, len(tokenizer))
+    if resume is not None:
+        train.load_state_dict(resume.state["loader"])
 
     # ---- cluster, pools, role groups
     platform = get_platform(run_cfg.platform)
     info = connect(plan, platform)
     check_cluster(plan, info.nodes, platform.ray_resource)
     pools = create_pools(plan, platform.ray_resource)
-    groups = []
+    groups, logger = [], None
     try:
-        settings = settings_from_config(cfg, num_devices=plan_devices(plan, "actor_rollout"))
-        roles = build_roles(cfg, plan, pools, needs_reference(settings), groups)
-        actor, reference = roles.actor, roles.reference
-        logger = MetricsLogger(out_dir, run_cfg.train_iters, run_cfg.tensorboard_dir, run_cfg.wandb_project,
-                               cfg.config_name, run_cfg.log_interval)
-        val = (lambda: _with_group_ids(val_loader.iter_epoch())) if val_loader is not None else None
-        trainer = GRPOTrainer(settings, actor, reference, reward, _with_group_ids(_infinite(train)), logger, val)
-        print(f"output directory: {out_dir} (metrics.jsonl, tensorboard, config.yaml)")
-        start = time.perf_counter()
-        history = trainer.fit()
-        logger.close()
-        summary = {"steps": len(history), "seconds": round(time.perf_counter() - start, 1),
-                   "first_score": history[0]["grpo/score/mean"] if history else None,
-                   "last_score": history[-1]["grpo/score/mean"] if history else None}
-        print("done: " + json.dumps(summary))
-        return 0
+        print(check_nodes(cfg, plan, pools))  # each role node sees its paths, MASTER_ADDR is reachable; no worker yet
+        with StopOnSignal() as stop:
+            settings = settings_from_config(cfg, num_devices=plan_devices(plan, "actor_rollout"))
+            roles = build_roles(cfg, plan, pools, needs_reference(settings), groups)
+            actor, reference = roles.actor, roles.reference
+            reward = Reward(rules, roles.reward_model, a.reward_model_weight, a.missing_eos_penalty)
+            save_dir = cfg.actor.save
+
+            def save(step: int, trainer_state: dict) -> None:
+                state = dict(trainer_state, loader=train.state_dict(), config_yaml=config_yaml)
+                actor.save_checkpoint(save_dir, step, state, run_cfg.keep_last_n, _hash(config_yaml))
+
+            val = (lambda: _with_group_ids(val_loader.iter_epoch())) if val_loader is not None else None
+            trainer = GRPOTrainer(settings, actor, reference, reward, _with_group_ids(_infinite(train)), None, val,
+                                  save=save, stop_requested=stop.reason)
+            if resume is not None:
+                loaded = actor.load_checkpoint(resume.path)
+                trainer.load_state_dict(resume.state)
+                for line in describe(resume, config_yaml, loaded["layout"]):
+                    print(line)
+                if resume.step >= run_cfg.train_iters:
+                    print(f"the checkpoint is at step {resume.step}, training.train_iters is {run_cfg.train_iters}: "
+                          "nothing left to train (raise train_iters to go on).")
+            logger = MetricsLogger(out_dir, run_cfg.train_iters, run_cfg.tensorboard_dir, run_cfg.wandb_project,
+                                   cfg.config_name, run_cfg.log_interval, start_step=trainer.step_idx)
+            trainer.logger = logger
+            print(f"output directory: {out_dir} (metrics.jsonl, tensorboard, config.yaml); checkpoints: {save_dir}")
+            start = time.perf_counter()
+            history = trainer.fit()
+            if trainer.stopped_by:
+                print(f"ray_gpt.py: stopped by {trainer.stopped_by} after step {trainer.step_idx}; checkpoint in "
+                      f"{save_dir}; continue with training.resume=auto.", file=sys.stderr)
+                return 128 + stop.signum
+            if run_cfg.save_hf:
+                hf_dir = actor.save_hf(os.path.join(save_dir, "hf"))
+                print(f"Hugging Face export of the actor: {hf_dir}")
+            summary = {"steps": len(history), "last_step": trainer.step_idx,
+                       "seconds": round(time.perf_counter() - start, 1),
+                       "first_score": history[0]["grpo/score/mean"] if history else None,
+                       "last_score": history[-1]["grpo/score/mean"] if history else None}
+            print("done: " + json.dumps(summary))
+            return 0
     finally:
+        if logger is not None:
+            logger.close()
         for g in groups:
             g.shutdown()
         remove_pools(pools)
+
+
+def _hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from contextlib import contextmanager
 from typing import Optional
@@ -63,10 +64,14 @@ class MetricsLogger:
 
     def __init__(self, output_dir: str, total_steps: int, tensorboard_dir: Optional[str] = None,
                  wandb_project: Optional[str] = None, run_name: str = "grpo", log_interval: int = 1,
-                 console: bool = True):
+                 console: bool = True, start_step: int = 0):
+        """start_step: a resumed run's checkpoint step; rows of later steps (logged by the run that
+        died before its next checkpoint) are dropped from metrics.jsonl, so each step appears once."""
         os.makedirs(output_dir, exist_ok=True)
         self.path = os.path.join(output_dir, "metrics.jsonl")
         self.total, self.log_interval, self.console = total_steps, log_interval, console
+        if os.path.isfile(self.path):
+            _truncate_after(self.path, start_step)
         self._jsonl = open(self.path, "a", encoding="utf-8")
         self._tb = None
         if tensorboard_dir:
@@ -79,7 +84,7 @@ class MetricsLogger:
         self._bar = None
         if console:
             from tqdm import tqdm
-            self._bar = tqdm(total=total_steps, desc="GRPO", unit="step", dynamic_ncols=True)
+            self._bar = tqdm(total=total_steps, initial=start_step, desc="GRPO", unit="step", dynamic_ncols=True)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         record = {"step": step, **{k: _plain(v) for k, v in metrics.items()}}
@@ -120,3 +125,22 @@ def _plain(value):
 def read_metrics(path: str) -> list[dict]:
     with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def _truncate_after(path: str, step: int) -> None:
+    """Make metrics.jsonl hold steps 1..step of this run. A resumed run keeps its rows up to the
+    checkpoint; rows past it (the steps the dead run did after its last checkpoint, about to be
+    redone) and a fresh run's predecessor file are moved aside, never deleted."""
+    rows = read_metrics(path)
+    keep = [r for r in rows if step and r.get("step", 0) <= step]
+    if len(keep) == len(rows):
+        return
+    n = 1
+    while os.path.exists(f"{path}.{n}"):
+        n += 1
+    shutil.copyfile(path, f"{path}.{n}")
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        for row in keep:
+            f.write(json.dumps(row) + "\n")
+    os.replace(tmp, path)

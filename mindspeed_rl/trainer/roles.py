@@ -1,15 +1,25 @@
 """The role groups behind the trainer's protocols (workers/interfaces.py): spawn them, wrap them.
 
-    build_roles(cfg, plan, pools, settings) -> Roles(actor, reference, groups)
+    build_roles(cfg, plan, pools, needs_reference, groups) -> Roles(actor, reference, reward_model, groups)
 
 Each facade turns a protocol call into worker-group calls (distributed/worker_group.py) on the DP
 shards of a batch, so the trainer never sees Ray. Rule verifiers run in the driver process's main
 thread (their signal-based timeout needs it), see workers/reward.py.
+
+ray_gpt's train/infer split (num_gpus_for_infer > 0): the actor pool's ranks are two groups, the
+training ranks (ActorRolloutWorker) and the generation ranks (workers/rollout.py RolloutWorker).
+generate_sequences goes to the generation group, compute_log_prob / update_actor to the training
+group; after every update the generation weights are stale and the next sync_rollout_weights (or
+generate_sequences, e.g. validation right after an update) moves them through the Ray object
+store. The sync's wall time is reported with the next update's stats as `timing/sync_weights`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional
+
+import torch
 
 from mindspeed_rl.data import keys as K
 
@@ -25,25 +35,56 @@ class _ShardedRole:
 
 
 class ActorFacade(_ShardedRole):
+    """The actor role; `rollout` is the generation group of the train/infer split, else None
+    (colocated: the training ranks generate with their own model)."""
+
+    def __init__(self, group, layout, rollout: Optional["RolloutFacade"] = None):
+        super().__init__(group, layout)
+        self.rollout = rollout
+        self._pending_metrics: dict[str, float] = {}  # reported with the next update_actor's stats
+
     def sync_rollout_weights(self) -> None:
-        """Colocated: the engine shares the training model, so there is nothing to move."""
+        """Split: send the training weights to the generation ranks if an update changed them.
+        Colocated: the engine shares the training model, so there is nothing to move."""
+        if self.rollout is not None and self.rollout.stale:
+            seconds = self.rollout.sync_from(self.group)
+            self._pending_metrics["timing/sync_weights"] = self._pending_metrics.get("timing/sync_weights", 0.0) + seconds
 
     def generate_sequences(self, prompts, n, greedy=False):
-        return self.sharded("generate_sequences", prompts, n, greedy)
+        role = self
+        if self.rollout is not None:
+            self.sync_rollout_weights()
+            role = self.rollout
+        # a last validation batch may not split over the DP ranks: pad with copies of its last
+        # prompt, then drop what they generated
+        rows = len(prompts[K.PROMPT_IDS])
+        padded = _pad_rows(prompts, role.layout.dp_size)
+        out = role.sharded("generate_sequences", padded, n, greedy)
+        return out if padded is prompts else _take_rows(out, rows * n)
 
     def compute_log_prob(self, batch):
-        return self.sharded("compute_log_prob", model_inputs(batch))
+        logp = self.sharded("compute_log_prob", model_inputs(batch))
+        if K.ROLLOUT_LOG_PROBS in batch:  # the sampler's log-probs vs the trainer's, same weights
+            self._pending_metrics.update(logp_diff_metrics(logp, batch[K.ROLLOUT_LOG_PROBS], batch[K.RESPONSE_MASK]))
+        return logp
 
     def update_actor(self, batch):
         keys = (K.PROMPT_IDS, K.INPUT_IDS, K.ATTENTION_MASK, K.RESPONSE_MASK, K.ADVANTAGES, K.OLD_LOG_PROBS,
                 K.REF_LOG_PROBS)
         per_rank = self.sharded("update_actor", {k: batch[k] for k in keys if k in batch})
-        return {k: sum(v) / len(v) for k, v in per_rank.items()}  # each key: one value per DP group
+        if self.rollout is not None:
+            self.rollout.stale = True
+        stats = {k: sum(v) / len(v) for k, v in per_rank.items()}  # each key: one value per DP group
+        stats.update(self._pending_metrics)
+        self._pending_metrics = {}
+        return stats
 
     def save_checkpoint(self, path, step, trainer_state=None, keep_last_n=0, config_hash=""):
         return self.group.run_all("save_checkpoint", path, step, trainer_state, keep_last_n, config_hash)[0]
 
     def load_checkpoint(self, path):
+        if self.rollout is not None:
+            self.rollout.stale = True
         return self.group.run_all("load_checkpoint", path)[0]
 
     def save_hf(self, path):
@@ -54,6 +95,65 @@ class ReferenceFacade(_ShardedRole):
     def compute_ref_log_prob_async(self, batch):
         pending = self.group.run_sharded_async("compute_ref_log_prob", model_inputs(batch), layout=self.layout)
         return _Get(pending)
+
+
+class RolloutFacade(_ShardedRole):
+    """The generation-only group of the train/infer split, and the weight hand-over to it."""
+
+    def __init__(self, group, layout, sync_timeout_s: float = 1800.0):
+        super().__init__(group, layout)
+        self.sync_timeout_s = sync_timeout_s
+        self.stale = True  # the generation ranks start with no weights
+        self.last_sync_s = 0.0
+
+    def sync_from(self, train_group) -> float:
+        """Training ranks put their HF-named weights in the object store; every generation rank
+        loads them. Returns the wall time in seconds."""
+        start = time.perf_counter()
+        per_rank = train_group.run_all("export_weights_for_rollout", timeout_s=self.sync_timeout_s)
+        refs = [ref for rank_refs in per_rank for ref in rank_refs]  # stage by stage, in rank order
+        self.group.run_all("update_weights", refs, self.sync_timeout_s, timeout_s=self.sync_timeout_s)
+        del refs, per_rank  # the object store frees the buckets once no reference is left
+        self.stale = False
+        self.last_sync_s = time.perf_counter() - start
+        return self.last_sync_s
+
+
+class RewardModelFacade(_ShardedRole):
+    def compute_rm_score_async(self, batch):
+        inputs = {k: batch[k] for k in (K.INPUT_IDS, K.ATTENTION_MASK)}
+        return _Get(self.group.run_sharded_async("compute_rm_score", inputs, layout=self.layout))
+
+
+def _pad_rows(batch: dict, multiple: int) -> dict:
+    """batch with its last row repeated until the row count is a multiple (batch itself if it is)."""
+    rows = len(batch[K.PROMPT_IDS])
+    extra = -rows % multiple
+    if not extra:
+        return batch
+    out = {}
+    for key, value in batch.items():
+        if isinstance(value, torch.Tensor) and value.dim() > 0 and len(value) == rows:
+            out[key] = torch.cat([value, value[-1:].expand(extra, *value.shape[1:])])
+        elif isinstance(value, list) and len(value) == rows:
+            out[key] = value + value[-1:] * extra
+        else:
+            out[key] = value
+    return out
+
+
+def _take_rows(batch: dict, rows: int) -> dict:
+    return {k: v[:rows] if isinstance(v, (torch.Tensor, list)) and len(v) >= rows else v for k, v in batch.items()}
+
+
+def logp_diff_metrics(train_logp, rollout_logp, mask) -> dict[str, float]:
+    """|trainer log-prob - sampler log-prob| over response tokens: max and mean (B, T inputs).
+    Near 0 (numerics only) when the generating weights are the training weights."""
+    valid = mask.bool()
+    if not valid.any():
+        return {}
+    diff = (train_logp.float() - rollout_logp.float()).abs()[valid]
+    return {"rollout/logp_diff_max": float(diff.max()), "rollout/logp_diff_mean": float(diff.mean())}
 
 
 class _Get:
@@ -74,6 +174,7 @@ class Roles:
     reference: Optional[ReferenceFacade]
     groups: list = field(default_factory=list)  # every WorkerGroup spawned, for shutdown
     world_size: int = 1  # devices of the actor (perf/throughput is per device)
+    reward_model: Optional[RewardModelFacade] = None  # resource_pool.reward non-empty
 
 
 def build_roles(cfg, plan, pools, needs_reference: bool, groups: list) -> Roles:
@@ -82,17 +183,39 @@ def build_roles(cfg, plan, pools, needs_reference: bool, groups: list) -> Roles:
     from mindspeed_rl.distributed.worker_group import DPLayout, WorkerGroup
     from mindspeed_rl.workers.actor import ActorRolloutWorker, ReferenceWorker
 
+    def spawn(role, cls, pool, where):
+        group = WorkerGroup(role, cls, pool, where, args=(cfg,))
+        groups.append(group)
+        return group, DPLayout.from_rank_info(group.run_all("rank_info"))
+
     placement = {p.role: p for p in plan}
-    actor_group = WorkerGroup("actor_rollout", ActorRolloutWorker, pools["actor_rollout"],
-                              placement["actor_rollout"], args=(cfg,))
-    groups.append(actor_group)
-    actor = ActorFacade(actor_group, DPLayout.from_rank_info(actor_group.run_all("rank_info")))
+    actor_place = placement["actor_rollout"]
+    rollout = None
+    if any(r.job == "generate" for r in actor_place.ranks):  # ray_gpt's train/infer split
+        from mindspeed_rl.workers.rollout import RolloutWorker
+        rollout = RolloutFacade(*spawn("rollout", RolloutWorker, pools["actor_rollout"],
+                                       job_placement(actor_place, "generate")))
+        actor_place = job_placement(actor_place, "train")
+    actor = ActorFacade(*spawn("actor_rollout", ActorRolloutWorker, pools["actor_rollout"], actor_place),
+                        rollout=rollout)
     reference = None
     if needs_reference:
-        ref_group = WorkerGroup("ref", ReferenceWorker, pools["ref"], placement["ref"], args=(cfg,))
-        groups.append(ref_group)
-        reference = ReferenceFacade(ref_group, DPLayout.from_rank_info(ref_group.run_all("rank_info")))
-    return Roles(actor, reference, groups, actor_group.world_size)
+        reference = ReferenceFacade(*spawn("ref", ReferenceWorker, pools["ref"], placement["ref"]))
+    reward_model = None
+    if "reward" in placement:
+        from mindspeed_rl.workers.reward_model import RewardModelWorker
+        reward_model = RewardModelFacade(*spawn("reward", RewardModelWorker, pools["reward"], placement["reward"]))
+    return Roles(actor, reference, groups, placement["actor_rollout"].world_size, reward_model)
+
+
+def job_placement(placement, job: str):
+    """The ranks of `placement` doing `job` ("train" or "generate"), renumbered 0..n-1 on the same
+    devices (bundles): one worker group, and one torch.distributed world, per side of the split.
+    Generation ranks use the actor's TP and no pipeline (workers/rollout.py)."""
+    ranks = [replace(r, rank=i) for i, r in enumerate(r for r in placement.ranks if r.job == job)]
+    if job == "generate":
+        return replace(placement, ranks=ranks, pp=1, dp=max(1, len(ranks) // placement.tp))
+    return replace(placement, ranks=ranks)
 
 
 def needs_reference(settings: Any) -> bool:

@@ -6,9 +6,13 @@ DP shard of the batch. The actor trains with megatron's DDP + distributed optimi
 (models/train_step.py) and generates with the native engine over the SAME model object, so a
 colocated actor needs no weight sync. The reference is the same trunk, frozen.
 
-Checkpoints are saved every save_interval steps (resume is not wired yet). Not here yet: the
-ray_gpt train/infer split (num_gpus_for_infer > 0, which needs weights sent from
-training ranks to generation ranks) and pipeline-parallel generation; both stop with a plain error.
+Checkpoints (save_checkpoint / load_checkpoint for resume, save_hf) are written by every rank
+through models/checkpoint.py; the driver decides when (trainer/grpo.py). With ray_gpt's
+train/infer split (num_gpus_for_infer > 0) these ranks only train: they build no engine and hand
+their weights to the generation ranks (export_weights_for_rollout, workers/rollout.py). A
+pipeline-parallel actor generates on its training ranks too: all TP and PP ranks of a DP group
+run the engine together and return the same batch (rollout/native.py); the worker group keeps
+the output rank's (TP rank 0 of the last stage).
 """
 from __future__ import annotations
 
@@ -78,9 +82,6 @@ class _ModelWorker:
 
 class ActorRolloutWorker(_ModelWorker):
     def __init__(self, cfg):
-        if cfg.actor.num_gpus_for_infer:
-            raise NotImplementedError("num_gpus_for_infer > 0 (separate generation devices) is not supported yet; "
-                                      "leave num_gpus_for_train/num_gpus_for_infer unset so the actor devices train and generate.")
         super().__init__(cfg, cfg.actor, train=True)
         from mindspeed_rl.models.optimizer import build_optimizer, wrap_ddp
         from mindspeed_rl.rollout.interface import SamplingParams
@@ -97,9 +98,10 @@ class ActorRolloutWorker(_ModelWorker):
             params_dtype=self.model.config.params_dtype, initial_loss_scale=o.initial_loss_scale)
         r = cfg.actor.rollout
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
-        self.engine = NativeEngine(self.model, vocab_size=self.vocab_size,
-                                   max_length=self.args.get("max_position_embeddings", cfg.run.seq_length),
-                                   eos_token_ids=eos_token_ids(self.tokenizer, cfg.actor.load), pad_token_id=pad)
+        self.engine = None if cfg.actor.num_gpus_for_infer else NativeEngine(  # split: the rollout ranks generate
+            self.model, vocab_size=self.vocab_size,
+            max_length=self.args.get("max_position_embeddings", cfg.run.seq_length),
+            eos_token_ids=eos_token_ids(self.tokenizer, cfg.actor.load), pad_token_id=pad)
         self._sampling = lambda n, greedy, seed: SamplingParams.from_ray_gpt(
             n_samples_per_prompt=n, do_sample=r.do_sample and not greedy, temperature=r.temperature,
             top_p=r.top_p, top_k=r.top_k, max_new_tokens=r.max_new_tokens, seq_length=cfg.run.seq_length, seed=seed)
@@ -112,7 +114,7 @@ class ActorRolloutWorker(_ModelWorker):
         from mindspeed_rl.rollout.interface import prompts_from_batch
 
         self.calls += 1
-        # different samples on every DP rank and call, identical on the TP ranks of one DP group
+        # different samples on every DP rank and call, identical on the TP and PP ranks of one DP group
         seed = self.cfg.run.seed + 7919 * self.calls + 104729 * self.rank_info()["dp_rank"]
         self.model.eval()
         with torch.no_grad():
@@ -159,13 +161,55 @@ class ActorRolloutWorker(_ModelWorker):
         keys = collected[0].keys() if collected and collected[0] else []
         return {k: sum(c[k] for c in collected) / len(collected) for k in keys}
 
-    def save_checkpoint(self, path: str, step: int) -> str:
-        """Model + optimizer + scheduler + rng at `step` under `path` (models/checkpoint.py format,
-        written to a temp dir and renamed when complete). Resuming from it is the long-runs issue."""
+    def save_checkpoint(self, path: str, step: int, trainer_state: dict | None = None, keep_last_n: int = 0,
+                        config_hash: str = "") -> str:
+        """Model + optimizer + scheduler + rng of every rank at `step` under `path`, with the driver's
+        trainer_state (and this worker's call counter, which seeds sampling) in trainer_state.json;
+        written to a temp dir and renamed when complete (models/checkpoint.py). Every rank calls it."""
         from mindspeed_rl.models.checkpoint import save_checkpoint
 
+        state = dict(trainer_state or {}, actor={"calls": self.calls})
         return save_checkpoint(path, step, self.ddp, self.args, self.optimizer, self.scheduler,
-                               vocab_size=self.vocab_size, params_dtype=self.role_cfg.params_dtype)
+                               vocab_size=self.vocab_size, hf_config=_hf_config(self.cfg.actor.load),
+                               params_dtype=self.role_cfg.params_dtype, trainer_state=state,
+                               manifest_extra={"config_hash": config_hash}, keep_last_n=keep_last_n)
+
+    def load_checkpoint(self, path: str) -> dict:
+        """Resume from a checkpoint of this project. At the saved TP/PP/DP: weights, optimizer,
+        scheduler, rng and the sampling counter, so the run continues bitwise. At another layout:
+        weights through the models bridge and the counter; Adam's moments start fresh (they are laid
+        out per TP/PP/DP, see models/checkpoint.py). Every rank calls it.
+
+        Returns:
+            step, saved_layout and layout (this run's) as {tp, pp, dp}, optimizer_restored.
+        """
+        from mindspeed_rl.models.checkpoint import _ranks, load_checkpoint, read_manifest, read_trainer_state
+
+        manifest, here = read_manifest(path), _ranks()
+        saved = {k: manifest[k] for k in ("tp", "pp", "dp")}
+        same = all(saved[k] == here[k] for k in saved)
+        step = load_checkpoint(path, self.ddp, self.args, self.optimizer, self.scheduler, load_optimizer=same,
+                               load_rng=same)
+        if not same:  # the optimizer's fp32 main params (bf16/fp16 runs) must follow the new weights
+            self.optimizer.reload_model_params()
+        self.calls = int(read_trainer_state(path).get("actor", {}).get("calls", self.calls))
+        return {"step": step, "saved_layout": saved, "layout": {k: here[k] for k in saved},
+                "optimizer_restored": same and bool(manifest.get("has_optimizer"))}
+
+    def save_hf(self, out_dir: str) -> str:
+        """Export the live actor as a Hugging Face checkpoint directory (every rank calls it)."""
+        from mindspeed_rl.models.hf_export import export_hf
+
+        return export_hf(self.ddp, self.args, out_dir, self.vocab_size, hf_config=_hf_config(self.cfg.actor.load),
+                         tokenizer_dir=self.cfg.run.tokenizer_name_or_path)
+
+    def export_weights_for_rollout(self, bucket_mb: float = 256.0) -> list:
+        """Split deployment: this stage's weights under HF names, in the Ray object store in buckets
+        of about bucket_mb; returns their object refs ([] on ranks that put none). Every training
+        rank must call it (TP all-gathers); workers/rollout.py describes the hand-over."""
+        from mindspeed_rl.workers.rollout import export_hf_buckets
+
+        return export_hf_buckets(self.model, self.args, bucket_mb)
 
 
 class ReferenceWorker(_ModelWorker):
@@ -188,6 +232,16 @@ def eos_token_ids(tokenizer, load) -> list[int]:
             extra = json.load(f).get("eos_token_id")
         ids += extra if isinstance(extra, list) else [extra] if extra is not None else []
     return sorted(set(int(i) for i in ids))
+
+
+def _hf_config(load) -> dict | None:
+    """config.json of the HF checkpoint a role started from (None for random init / our checkpoints)."""
+    path = os.path.join(load, "config.json") if load else None
+    if path and os.path.isfile(path):
+        import json
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    return None
 
 
 def _divisor(rows: int, wanted: int) -> int:

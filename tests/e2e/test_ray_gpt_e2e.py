@@ -17,7 +17,7 @@ NO_TOKEN = {"RAY_AUTH_MODE": "disabled"}  # a throwaway test cluster on loopback
 
 def ray_gpt(*overrides, env=None, timeout=900):
     return subprocess.run([sys.executable, str(ROOT / "ray_gpt.py"), *overrides], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+                          text=True, timeout=timeout, env={**os.environ, "RAY_ADDRESS": "local", **(env or {})})
 
 
 def metrics(out_dir):

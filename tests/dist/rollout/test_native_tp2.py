@@ -1,6 +1,6 @@
 """NativeEngine at TP=2 on 2 gloo processes: greedy generation equals transformers generate token
 for token on tiny Llama and Qwen2 (mixed prompt lengths), both TP ranks return the same seeded
-samples, rollout log-probs match the TP=2 training forward, and PP=2 is refused plainly."""
+samples, rollout log-probs match the TP=2 training forward. PP: test_native_pp2.py."""
 
 import pytest
 import torch
@@ -19,7 +19,6 @@ def _tp2_job(rank, world_size, hf_dirs):
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
     from mindspeed_rl.rollout.interface import SamplingParams
     from mindspeed_rl.rollout.native import NativeEngine
-    from mindspeed_rl.utils.errors import UserInputError
 
     results = {}
     for arch, hf_dir in hf_dirs.items():
@@ -37,12 +36,6 @@ def _tp2_job(rank, world_size, hf_dirs):
         train_lp = lp[:, sampled.prompts.shape[1] - 1:]
         results[arch] = dict(greedy=greedy.responses, sampled=sampled.responses, mask=sampled.response_mask,
                              rollout_lp=sampled.log_probs, train_lp=train_lp)
-    init_parallel_state(tp=1, pp=2, seed=1)
-    try:
-        NativeEngine(model, vocab_size=VOCAB, max_length=128)
-        results["pp2_error"] = None
-    except UserInputError as err:
-        results["pp2_error"] = str(err)
     return results
 
 
@@ -68,4 +61,3 @@ def test_tp2_greedy_parity_and_rank_agreement(tmp_path):
             m = r[arch]["mask"].bool()
             diff = (r[arch]["rollout_lp"] - r[arch]["train_lp"])[m].abs()
             assert diff.mean() <= 1e-5 and diff.max() <= 1e-4, f"{arch}: mean {diff.mean():.2e}"
-    assert "pipeline_model_parallel_size" in r0["pp2_error"]

@@ -16,8 +16,8 @@ CASES = [
      ["tensor_model_parallel_size: 3", "num_attention_heads 4"]),
     ("pp-not-dividing-layers", [f"{A}.pipeline_model_parallel_size=4", "resource_pool.actor_rollout=[4]", f"{A}.micro_batch_size=32"],
      ["pipeline_model_parallel_size: 4", "num_layers 2"]),
-    ("pp-with-native-rollout", [f"{A}.pipeline_model_parallel_size=2", "resource_pool.actor_rollout=[2]"],
-     ["pipeline_model_parallel_size: 2", "cannot generate with pipeline parallelism"]),
+    ("sp-with-native-rollout", [f"{A}.tensor_model_parallel_size=2", f"{A}.sequence_parallel=true", "resource_pool.actor_rollout=[2]"],
+     ["sequence_parallel: true`: the native megatron rollout engine cannot decode with sequence parallelism"]),
     ("tp-pp-vs-devices", [f"{A}.tensor_model_parallel_size=2", "resource_pool.actor_rollout=[3]"], ["= 2 does not divide its 3 training devices"]),
     ("train-infer-split", [f"{A}.num_gpus_for_train=1", f"{A}.num_gpus_for_infer=2", "resource_pool.actor_rollout=[2]"], ["num_gpus_for_train: 1", "must add up to the 2 devices"]),
     ("gbs-vs-mini", ["training.global_batch_size=10", f"{A}.ppo_mini_batch_size=4"], ["global_batch_size: 10", "ppo_mini_batch_size: 4"]),
@@ -53,6 +53,15 @@ def test_broken_config_message(overrides, fragments, capsys):
     assert "Traceback" not in err
     for frag in fragments:
         assert frag in err, f"{frag!r} not in {err!r}"
+
+
+def test_pp2_actor_generating_with_native_engine_validates(capsys):
+    """Pipeline-parallel generation is supported (rollout/native.py): PP=2 on the train+generate ranks plans."""
+    code = ray_gpt.main(["--config-name", TINY, f"{A}.pipeline_model_parallel_size=2", "resource_pool.actor_rollout=[2]",
+                         "dry_run=true"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "ranks 0-1: train+generate" in captured.out
 
 
 def test_unknown_config_name_lists_available(capsys):

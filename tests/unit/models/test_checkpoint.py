@@ -149,3 +149,78 @@ def test_live_export_loads_in_transformers(gloo_world1, tmp_path, arch, synthesi
         torch.testing.assert_close(again(input_ids=ids).logits, hf(input_ids=ids).logits, rtol=0, atol=1e-5)
     for name, tensor in hf.state_dict().items():
         assert torch.equal(again.state_dict()[name], tensor), name
+
+
+def test_keep_last_n_and_trainer_state(gloo_world1, tmp_path):
+    from mindspeed_rl.models.checkpoint import complete_checkpoints, latest_complete, read_manifest, read_trainer_state, save_checkpoint
+
+    ddp, opt, sched = _trained(7, True)
+    for step in (1, 2, 3):
+        save_checkpoint(str(tmp_path), step, ddp, ARGS, opt, sched, trainer_state={"step": step, "loader": {"position": step}},
+                        manifest_extra={"config_hash": "abc"}, keep_last_n=2)
+    assert [s for s, _ in complete_checkpoints(str(tmp_path))] == [2, 3]
+    assert latest_complete(str(tmp_path)).endswith("iter_0000003")
+    assert read_trainer_state(str(tmp_path)) == {"step": 3, "loader": {"position": 3}}
+    m = read_manifest(str(tmp_path))
+    assert m["config_hash"] == "abc" and "trainer_state.json" in m["files"]
+
+
+KILL_AT_WRITE = r"""
+import os, signal, sys, datetime, torch
+sys.path.insert(0, {tests!r}); sys.path.insert(0, {root!r})
+from testing_utils import free_port
+os.environ["MASTER_ADDR"] = "127.0.0.1"; os.environ["MASTER_PORT"] = str(free_port())
+torch.distributed.init_process_group("gloo", rank=0, world_size=1, timeout=datetime.timedelta(seconds=60))
+from tests.unit.models.test_checkpoint import _trained, ARGS
+from mindspeed_rl.models import checkpoint as ckpt
+ddp, opt, sched = _trained(7, True)
+ckpt.save_checkpoint({save!r}, 1, ddp, ARGS, opt, sched, trainer_state={{"step": 1}})
+where = {where!r}
+if where == "files":  # die while the rank files are being written
+    real = ckpt.save_file
+    def dying(tensors, path, metadata=None):
+        with open(path, "wb") as f:
+            f.write(b"partial")
+        os.kill(os.getpid(), signal.SIGKILL)
+    ckpt.save_file = dying
+else:  # die after the rename, before latest_checkpointed_iteration.txt is updated
+    real_replace = os.replace
+    def dying_replace(src, dst):
+        real_replace(src, dst)
+        if not src.endswith(".tmp") or "latest" in src:
+            return
+        os.kill(os.getpid(), signal.SIGKILL)
+    ckpt.os.replace = dying_replace
+ckpt.save_checkpoint({save!r}, 2, ddp, ARGS, opt, sched, trainer_state={{"step": 2}})
+print("not killed")
+"""
+
+
+@pytest.mark.parametrize("where", ["files", "rename"])
+def test_sigkill_during_checkpoint_write(gloo_world1, tmp_path, where):
+    """A process SIGKILLed while writing step 2: step 1 stays loadable; the partial step 2 is
+    ignored (killed in the files) or complete and found (killed between rename and LATEST)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from mindspeed_rl.models.checkpoint import latest_complete, load_checkpoint, read_trainer_state
+
+    root = Path(__file__).resolve().parents[3]
+    save = str(tmp_path / "ckpt")
+    script = KILL_AT_WRITE.format(tests=str(root / "tests"), root=str(root), save=save, where=where)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=root)
+    assert proc.returncode == -9, proc.stdout + proc.stderr[-2000:]
+    names = sorted(os.listdir(save))
+    latest = open(os.path.join(save, "latest_checkpointed_iteration.txt")).read()
+    assert latest == "1"  # the pointer never moved
+    if where == "files":
+        assert "iter_0000002.tmp" in names and "iter_0000002" not in names
+        expected = 1
+    else:
+        assert "iter_0000002" in names  # renamed = complete: every file matches the manifest
+        expected = 2
+    path = latest_complete(save)
+    assert read_trainer_state(path)["step"] == expected
+    ddp, opt, sched = _trained(99, True)
+    assert load_checkpoint(path, ddp, ARGS, opt, sched) == expected

@@ -70,3 +70,23 @@ def test_adam_distributed_optimizer_and_warmup(gloo_world1):
            for i in range(3)]
     assert lrs[0] == 0.0 and 0 < lrs[1] < lrs[2] == 1e-2  # linear warmup over 2 steps, then constant
     assert any((p.detach() - b).abs().max() > 0 for p, b in zip(ddp.module.parameters(), before))
+
+
+@pytest.mark.parametrize("poison", ["advantages", "old_log_probs"])
+def test_non_finite_loss_skips_the_update(gloo_world1, poison):
+    """A NaN/inf anywhere in the loss leaves weights, optimizer state and lr schedule untouched."""
+    init_parallel_state(1, 1, seed=7)
+    ddp = wrap_ddp(build_gpt_model(ARGS), use_distributed_optimizer=True)
+    opt, sched = build_optimizer([ddp], lr=1e-2, train_iters=4, clip_grad=1.0)
+    policy_update_step(ddp, opt, sched, make_batch(0), P, 2, PolicyLossSettings())  # a good step first
+    before = [p.detach().clone() for p in ddp.module.parameters()]
+    steps_before = sched.num_steps
+    batch = make_batch(1)
+    batch[poison][2, 1] = float("nan")
+    stats = policy_update_step(ddp, opt, sched, batch, P, 2, PolicyLossSettings())
+    assert stats["actor/update_skipped"] == 1.0
+    assert all(torch.equal(p.detach(), b) for p, b in zip(ddp.module.parameters(), before))
+    assert sched.num_steps == steps_before
+    good = policy_update_step(ddp, opt, sched, make_batch(2), P, 2, PolicyLossSettings())  # recovers
+    assert good["actor/update_skipped"] == 0.0
+    assert all(torch.isfinite(p).all() for p in ddp.module.parameters())

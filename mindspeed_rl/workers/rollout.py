@@ -1,0 +1,189 @@
+"""The generation-only rollout worker of ray_gpt's train/infer split, and the weight hand-over.
+
+With `num_gpus_for_train: a` + `num_gpus_for_infer: b` the actor pool's first a devices train
+(ActorRolloutWorker: Megatron, the role's TP/PP) and the last b devices only generate
+(RolloutWorker below). Each side is its own worker group and its own torch.distributed world.
+
+Layout of the generation ranks: the config has no inference TP key (MindSpeed-LLM's ray_gpt
+generated with the actor's `tensor_model_parallel_size` and no pipeline: "currently only use TP
+for Inference"), so a generation rank uses the actor's TP and PP 1: b / TP generation DP groups.
+
+Weights, after every update (trainer/roles.py ActorFacade.sync_rollout_weights):
+  1. training ranks `export_hf_buckets`: every parameter of a stage is all-gathered over its TP
+     group, mapped to its Hugging Face names, and TP rank 0 of DP rank 0 of each pipeline stage
+     puts them in the Ray object store in buckets of about `bucket_mb`; only object refs travel
+     back to the driver (it never holds a weight);
+  2. every generation rank `update_weights`: fetches the buckets one at a time and streams them
+     into rollout/weights.py load_hf_tensors, which slices its own TP shard.
+Vocabulary padding rows are sent too (both sides pad the vocabulary the same way: same TP), so a
+synced generation model equals the training model bit for bit. Departure from ray_gpt, which
+broadcast megatron shards over NCCL groups between the two sides: the HF-named stream is what a
+vLLM engine consumes, so the same hand-over serves any engine; the object store is the transport.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator, Mapping
+
+import torch
+
+from mindspeed_rl.data import keys as K
+from mindspeed_rl.platform import get_platform
+
+BUCKET_MB = 256.0  # weights per object-store entry: a few entries per billion parameters
+
+
+# ---------------------------------------------------------------------------------------------
+# training side: a live sharded model -> HF-named full tensors
+
+
+def gathered_hf_tensors(model: torch.nn.Module, args: Mapping[str, Any]) -> Iterator[tuple[str, torch.Tensor]]:
+    """(HF name, full tensor) of this rank's pipeline stage, TP shards merged.
+
+    Every rank of a TP group must run the iteration to the end together (each parameter is an
+    all-gather over the group); all of them get the same full tensors. Vocabulary rows are kept
+    up to padded_vocab_size, the tied output layer is left out (it is the embedding).
+    """
+    from megatron.core import parallel_state as ps
+
+    from mindspeed_rl.models.checkpoint import chunk_state_dict
+    from mindspeed_rl.models.hf_bridge.sharding import kind_of, mcore_to_hf, merge_tp
+
+    tied = not args.get("untie_embeddings_and_output_weights", False)
+    tp = ps.get_tensor_model_parallel_world_size()
+    for name, tensor in chunk_state_dict(model).items():
+        kind = kind_of(name, tied)
+        if tp > 1 and kind != "replicated":
+            parts = [torch.empty_like(tensor) for _ in range(tp)]
+            torch.distributed.all_gather(parts, tensor.contiguous(), group=ps.get_tensor_model_parallel_group())
+            tensor = merge_tp(kind, parts)
+        yield from mcore_to_hf(name, tensor, args, int(args["padded_vocab_size"])).items()
+
+
+def hf_buckets(named: Iterable[tuple[str, torch.Tensor]], bucket_mb: float) -> Iterator[dict[str, torch.Tensor]]:
+    """Group (name, tensor) pairs into dicts of at least bucket_mb MiB (the last one may be smaller)."""
+    bucket, size, limit = {}, 0, bucket_mb * 2 ** 20
+    for name, tensor in named:
+        bucket[name] = tensor
+        size += tensor.numel() * tensor.element_size()
+        if size >= limit:
+            yield bucket
+            bucket, size = {}, 0
+    if bucket:
+        yield bucket
+
+
+def export_hf_buckets(model: torch.nn.Module, args: Mapping[str, Any], bucket_mb: float = BUCKET_MB) -> list:
+    """Put this stage's HF-named weights in the Ray object store; returns the object refs.
+
+    Only DP rank 0 takes part (DP replicas hold the same weights); its TP ranks gather together
+    and TP rank 0 puts the buckets ({HF name: tensor}, about bucket_mb each). Other ranks return [].
+    """
+    import ray
+    from megatron.core import parallel_state as ps
+
+    if ps.get_data_parallel_rank() != 0:
+        return []
+    named = gathered_hf_tensors(model, args)
+    if ps.get_tensor_model_parallel_rank() != 0:
+        for _ in named:  # take part in every all-gather; TP rank 0 sends
+            pass
+        return []
+    # a copy per tensor: parameters are views into megatron's contiguous buffers, and pickling a
+    # view would ship its whole buffer (the whole model) with every tensor
+    compact = ((k, v.detach().to("cpu", copy=True)) for k, v in named)
+    return [ray.put(bucket) for bucket in hf_buckets(compact, bucket_mb)]
+
+
+def fetch_buckets(refs: list, timeout_s: float, who: str) -> Iterator[tuple[str, torch.Tensor]]:
+    """Stream the (HF name, tensor) pairs of object-store buckets, one bucket in memory at a time."""
+    import ray
+    from ray.exceptions import GetTimeoutError
+
+    for i, ref in enumerate(refs):
+        try:
+            bucket = ray.get(ref, timeout=timeout_s)
+        except GetTimeoutError:
+            raise TimeoutError(f"{who}: weight bucket {i + 1} of {len(refs)} from the training ranks did not "
+                               f"arrive within {timeout_s:g} s (is the training rank that owns it alive?)") from None
+        yield from bucket.items()
+
+
+# ---------------------------------------------------------------------------------------------
+# generation side
+
+
+class RolloutWorker:
+    """One generation-only rank: the actor's architecture at the actor's TP, PP 1, no optimizer.
+
+    It holds no weights of its own until the first update_weights (the training ranks are the
+    only source of truth, also for a `load:` checkpoint); generating before that is an error.
+    """
+
+    def __init__(self, cfg):
+        platform = get_platform(cfg.run.platform)
+        platform.patch(cfg.actor.mindspeed_switches)
+        from mindspeed_rl.data.tokenizer import load_tokenizer
+        from mindspeed_rl.distributed.worker_env import init_distributed
+        from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state
+        from mindspeed_rl.rollout.interface import SamplingParams
+        from mindspeed_rl.rollout.native import NativeEngine
+        from mindspeed_rl.workers.actor import eos_token_ids, model_args
+
+        self.cfg, a, r = cfg, cfg.actor, cfg.actor.rollout
+        self.env = init_distributed(platform)
+        init_parallel_state(a.parallel.tensor_model_parallel_size, 1, seed=cfg.run.seed)
+        self.tokenizer = load_tokenizer(cfg.run.tokenizer_name_or_path)
+        self.vocab_size = len(self.tokenizer)
+        self.args = model_args(a, self.vocab_size)  # the training ranks' args: same TP, same padding
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[a.params_dtype]
+        self.model = build_gpt_model(self.args, params_dtype=dtype)  # sequence_parallel off: decoding
+        self.model.requires_grad_(False)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        self.engine = NativeEngine(self.model, vocab_size=self.vocab_size,
+                                   max_length=self.args.get("max_position_embeddings", cfg.run.seq_length),
+                                   eos_token_ids=eos_token_ids(self.tokenizer, a.load), pad_token_id=pad,
+                                   use_kv_cache=r.use_kv_cache, max_batch_size=r.num_samples_per_step,
+                                   model_args=self.args, shares_training_weights=False)
+        self._sampling = lambda n, greedy, seed: SamplingParams.from_ray_gpt(
+            n_samples_per_prompt=n, do_sample=r.do_sample and not greedy, temperature=r.temperature,
+            top_p=r.top_p, top_k=r.top_k, max_new_tokens=r.max_new_tokens, seq_length=cfg.run.seq_length, seed=seed)
+        self.calls = 0
+        self.weight_updates = 0
+
+    def rank_info(self) -> dict:
+        from mindspeed_rl.distributed.worker_env import rank_info
+        return rank_info()
+
+    def update_weights(self, refs: list, timeout_s: float = 600.0) -> int:
+        """Load the training ranks' buckets (object refs from export_hf_buckets); returns params written."""
+        from mindspeed_rl.rollout.weights import load_hf_tensors
+
+        who = f"rollout rank {self.env.rank}"
+        written = load_hf_tensors(self.model, fetch_buckets(refs, timeout_s, who), self.args)
+        self.weight_updates += 1
+        return written
+
+    def generate_sequences(self, prompts: dict, n: int, greedy: bool = False) -> dict:
+        """The ActorRolloutWorker's generate_sequences, on this rank's copy of the weights."""
+        from mindspeed_rl.rollout.interface import prompts_from_batch
+
+        if not self.weight_updates:
+            raise RuntimeError("generate_sequences before any update_weights: the generation ranks hold no "
+                               "weights until the training ranks send them (ActorFacade.sync_rollout_weights)")
+        self.calls += 1
+        # different samples on every DP rank and call, identical on the TP ranks of one DP group
+        seed = self.cfg.run.seed + 7919 * self.calls + 104729 * self.rank_info()["dp_rank"]
+        with torch.no_grad():
+            out = self.engine.generate(prompts_from_batch(prompts[K.PROMPT_IDS], prompts[K.PROMPT_MASK]),
+                                       self._sampling(n, greedy, seed))
+        batch = out.to_batch()
+        for key in (K.LABELS, K.SOURCE, K.EXTRAS):
+            if key in prompts:
+                batch[key] = [v for v in prompts[key] for _ in range(n)]
+        batch[K.GROUP_INDEX] = prompts[K.GROUP_INDEX].repeat_interleave(n)
+        return batch
+
+    def hf_weights(self) -> dict[str, torch.Tensor]:
+        """This rank's full weights under HF names (TP gathered), for checking a sync."""
+        return dict(gathered_hf_tensors(self.model, self.args))
+

@@ -1,0 +1,158 @@
+"""ray_gpt's train/infer split without Ray: which ranks train and which generate, where each call
+goes, when weights move, and the HF-named weight stream (names, values, buckets) at TP=1."""
+import pytest
+import torch
+
+from mindspeed_rl.config import build_config, compose_yaml
+from mindspeed_rl.data import keys as K
+from mindspeed_rl.distributed.plan import make_plan
+from mindspeed_rl.distributed.worker_group import DPLayout
+from mindspeed_rl.trainer.roles import ActorFacade, RolloutFacade, job_placement, logp_diff_metrics
+
+A = "actor_rollout_ref.actor_rollout"
+
+
+def actor_plan(name, *overrides):
+    return {p.role: p for p in make_plan(build_config(compose_yaml(name, list(overrides)), "t"))}["actor_rollout"]
+
+
+def test_job_placement_tiny_split():
+    p = actor_plan("grpo_trainer_tiny", "resource_pool.actor_rollout=[2]", f"{A}.num_gpus_for_train=1",
+                   f"{A}.num_gpus_for_infer=1")
+    train, gen = job_placement(p, "train"), job_placement(p, "generate")
+    assert [(r.rank, r.node, r.local) for r in train.ranks] == [(0, 0, 0)]
+    assert [(r.rank, r.node, r.local) for r in gen.ranks] == [(0, 0, 1)]  # its own world, the pool's 2nd device
+    assert (gen.tp, gen.pp, gen.dp) == (1, 1, 1) and p.world_size == 2
+
+
+def test_job_placement_qwen25_7b_two_nodes():
+    """train 8 on node 0 (TP2 PP2 DP2), generate 6 on node 1 at the actor's TP: TP2 x DP3, no PP."""
+    p = actor_plan("grpo_trainer_qwen25_7b")
+    train, gen = job_placement(p, "train"), job_placement(p, "generate")
+    assert [(r.node, r.local) for r in train.ranks] == [(0, i) for i in range(8)]
+    assert [(r.rank, r.node, r.local) for r in gen.ranks] == [(i, 1, i) for i in range(6)]
+    assert (train.tp, train.pp, train.dp) == (2, 2, 2) and (gen.tp, gen.pp, gen.dp) == (2, 1, 3)
+
+
+def test_logp_diff_metrics_only_count_response_tokens():
+    train = torch.tensor([[-1.0, -2.0, -3.0], [-0.5, -0.5, 9.0]])
+    rollout = torch.tensor([[-1.0, -2.5, -3.0], [-0.25, -0.5, 0.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])  # the 9.0 sits on padding
+    m = logp_diff_metrics(train, rollout, mask)
+    assert m == {"rollout/logp_diff_max": 0.5, "rollout/logp_diff_mean": pytest.approx(0.75 / 5)}
+    assert logp_diff_metrics(train, rollout, torch.zeros(2, 3)) == {}
+
+
+class FakeGroup:
+    """Records run_all / run_sharded calls; answers like the real workers would."""
+
+    def __init__(self, name, log, answers):
+        self.name, self.log, self.answers = name, log, answers
+
+    def run_all(self, method, *args, timeout_s=None):
+        self.log.append((self.name, method))
+        return self.answers[method](*args)
+
+    def run_sharded(self, method, batch, *args, layout=None):
+        self.log.append((self.name, method))
+        return self.answers[method](batch, *args)
+
+
+def split_actor(log):
+    train = FakeGroup("train", log, {
+        "export_weights_for_rollout": lambda: ["ref"],
+        "compute_log_prob": lambda b: torch.tensor([[-1.0, -2.0]]),
+        "update_actor": lambda b: {"actor/pg_loss": [0.5, 1.5]}})
+    gen = FakeGroup("gen", log, {
+        "update_weights": lambda refs, timeout: 7,
+        "generate_sequences": lambda prompts, n, greedy: {"n": n, "greedy": greedy}})
+    return ActorFacade(train, DPLayout.pure(1), rollout=RolloutFacade(gen, DPLayout.pure(1)))
+
+
+def test_split_calls_go_to_their_group_and_weights_move_only_after_updates():
+    log = []
+    actor = split_actor(log)
+    actor.sync_rollout_weights()  # first step: the generation ranks have no weights yet
+    assert log == [("train", "export_weights_for_rollout"), ("gen", "update_weights")]
+    actor.sync_rollout_weights()  # nothing changed since: no second transfer
+    assert actor.generate_sequences({K.PROMPT_IDS: torch.zeros(2, 3)}, 4) == {"n": 4, "greedy": False}
+    assert log[2:] == [("gen", "generate_sequences")]
+    batch = {K.PROMPT_IDS: 0, K.INPUT_IDS: 0, K.ATTENTION_MASK: 0, K.RESPONSES: 0,
+             K.RESPONSE_MASK: torch.tensor([[1, 1]]), K.ROLLOUT_LOG_PROBS: torch.tensor([[-1.0, -2.25]])}
+    actor.compute_log_prob(batch)
+    stats = actor.update_actor({K.ADVANTAGES: 0})
+    assert log[3:] == [("train", "compute_log_prob"), ("train", "update_actor")]
+    assert stats["actor/pg_loss"] == 1.0 and stats["rollout/logp_diff_max"] == 0.25
+    assert stats["timing/sync_weights"] >= 0.0
+    # validation right after an update generates with the new weights: generate syncs first
+    actor.generate_sequences({K.PROMPT_IDS: torch.zeros(1, 2)}, 1, greedy=True)
+    assert log[5:] == [("train", "export_weights_for_rollout"), ("gen", "update_weights"),
+                       ("gen", "generate_sequences")]
+    assert "timing/sync_weights" in actor.update_actor({}) and "timing/sync_weights" not in actor.update_actor({})
+
+
+def test_colocated_actor_never_syncs():
+    log = []
+    train = FakeGroup("train", log, {"generate_sequences": lambda p, n, g: {"n": n},
+                                     "update_actor": lambda b: {"actor/pg_loss": [2.0]}})
+    actor = ActorFacade(train, DPLayout.pure(1))
+    actor.sync_rollout_weights()
+    actor.generate_sequences({K.PROMPT_IDS: torch.zeros(1, 2)}, 2)
+    assert log == [("train", "generate_sequences")] and "timing/sync_weights" not in actor.update_actor({})
+
+
+# ---------------------------------------------------------------------------------------------
+# the HF-named weight stream of a live model (TP=1 here; TP=2 and the Ray path: tests/dist/workers)
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+def test_gathered_hf_tensors_are_the_hf_state_dict(arch, gloo_world1, tmp_path):
+    from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
+    from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
+    from mindspeed_rl.rollout.weights import load_hf_tensors
+    from mindspeed_rl.workers.rollout import gathered_hf_tensors, hf_buckets
+    from testing_utils import make_tiny_hf
+
+    hf = make_tiny_hf(arch, str(tmp_path))
+    args = dict(model_config_from_hf(read_hf_config(str(tmp_path))), padded_vocab_size=128)  # HF vocab 120
+    init_parallel_state(1, 1)
+    model = build_gpt_model(args)
+    load_hf_checkpoint(model, str(tmp_path), args)
+    named = dict(gathered_hf_tensors(model, args))
+    expected = {k: v for k, v in hf.state_dict().items() if not (k == "lm_head.weight" and arch == "qwen2")}
+    assert sorted(named) == sorted(expected)  # qwen2 is tied: no lm_head; llama is not
+    for name, tensor in expected.items():
+        if name in ("model.embed_tokens.weight", "lm_head.weight"):
+            assert named[name].shape == (128, 64)  # padding rows travel too
+            assert torch.equal(named[name][:120], tensor) and not named[name][120:].any()
+        else:
+            assert torch.equal(named[name], tensor), name
+    # a second model (another seed) takes the stream, bucketed, and ends up equal
+    sizes = [sum(t.numel() * t.element_size() for t in b.values()) for b in hf_buckets(named.items(), 0.05)]
+    assert len(sizes) > 1 and all(s >= 0.05 * 2 ** 20 for s in sizes[:-1])
+    init_parallel_state(1, 1, seed=99)
+    other = build_gpt_model(args)
+    assert not torch.equal(other.embedding.word_embeddings.weight, model.embedding.word_embeddings.weight)
+    stream = (item for bucket in hf_buckets(named.items(), 0.05) for item in bucket.items())
+    assert load_hf_tensors(other, stream, args) == len(model.state_dict()) - sum(
+        k.endswith("_extra_state") for k in model.state_dict())
+    for (name, a), (_, b) in zip(model.state_dict().items(), other.state_dict().items()):
+        if not name.endswith("_extra_state"):
+            assert torch.equal(a, b), name
+
+
+def test_a_batch_that_does_not_split_over_dp_is_padded_then_trimmed():
+    """A last validation batch of 3 prompts on 2 DP ranks: 4 go out, the 3 prompts' samples come back."""
+    seen = []
+
+    def generate(prompts, n, greedy):
+        seen.append(prompts)
+        rows = len(prompts[K.PROMPT_IDS]) * n
+        return {K.RESPONSES: torch.arange(rows).unsqueeze(-1), K.LABELS: [str(i) for i in range(rows)]}
+
+    actor = ActorFacade(FakeGroup("train", [], {"generate_sequences": generate}), DPLayout.pure(2))
+    prompts = {K.PROMPT_IDS: torch.tensor([[1], [2], [3]]), K.LABELS: ["a", "b", "c"]}
+    out = actor.generate_sequences(prompts, 2)
+    assert seen[0][K.PROMPT_IDS].flatten().tolist() == [1, 2, 3, 3] and seen[0][K.LABELS] == ["a", "b", "c", "c"]
+    assert out[K.RESPONSES].flatten().tolist() == list(range(6)) and len(out[K.LABELS]) == 6
+    assert actor.generate_sequences({K.PROMPT_IDS: torch.tensor([[1], [2]])}, 2)[K.RESPONSES].shape[0] == 4
