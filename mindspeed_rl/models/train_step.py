@@ -78,7 +78,7 @@ def policy_update_step(model, optimizer, scheduler, batch: dict, prompt_width: i
         value), actor/pg_clipfrac, actor/ppo_kl, actor/pg_clipfrac_lower (micro-batch means),
         actor/grad_norm, actor/lr, actor/update_skipped.
     """
-    ids, mask = batch["input_ids"], batch["attention_mask"]
+    ids = batch["input_ids"]
     b, seq = ids.shape
     if b % micro_batch_size:
         raise ValueError(f"mini-batch of {b} sequences is not divisible by micro_batch_size {micro_batch_size}")

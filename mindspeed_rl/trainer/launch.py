@@ -17,7 +17,6 @@ import time
 import torch
 
 from mindspeed_rl.data import keys as K
-from mindspeed_rl.utils.errors import UserInputError
 
 
 def _with_group_ids(batches, start: int = 0):

@@ -1,6 +1,5 @@
 """Data parallelism does not change the update: DP=2 on halves == DP=1 on the whole mini-batch."""
 import pytest
-import torch
 
 from testing_utils import run_gloo
 
