@@ -213,12 +213,34 @@ class ActorRolloutWorker(_ModelWorker):
 
 
 class ReferenceWorker(_ModelWorker):
+    """The frozen reference. Colocated with the actor on an accelerator (`resource_pool.ref: []`),
+    its weights live in host memory between calls (MindSpeed-RL's reference offload): the device
+    memory goes to the actor's training and generation."""
+
     def __init__(self, cfg):
         super().__init__(cfg, cfg.ref, train=False)
+        platform = get_platform(cfg.run.platform)
+        self.device = platform.device(self.env.device_index)
+        self.offload = not cfg.resource_pool.ref and platform.name != "cpu"
+        self._empty_cache = platform.empty_cache
+        if self.offload:
+            self._place(torch.device("cpu"))
+
+    def _place(self, device: torch.device) -> None:
+        """Move the weights (parameters and buffers) to `device`; free the device cache after leaving it."""
+        self.model.to(device)
+        if device.type == "cpu":
+            self._empty_cache()
 
     def compute_ref_log_prob(self, batch: dict) -> torch.Tensor:
-        with torch.no_grad():
-            return self._response_log_probs(self.model, batch)
+        if self.offload:
+            self._place(self.device)
+        try:
+            with torch.no_grad():
+                return self._response_log_probs(self.model, batch)
+        finally:
+            if self.offload:
+                self._place(torch.device("cpu"))
 
 
 def eos_token_ids(tokenizer, load) -> list[int]:
