@@ -76,7 +76,7 @@ class OptimConfig:
     adam_beta1: float = doc(0.9, "Adam beta1")
     adam_beta2: float = doc(0.999, "Adam beta2")
     adam_eps: float = doc(1e-8, "Adam epsilon")
-    use_distributed_optimizer: bool = doc(True, "shard optimizer state over data-parallel ranks (Megatron)")
+    use_distributed_optimizer: bool = doc(True, "shard optimizer state over data-parallel ranks (Megatron); used only when DP > 1")
     initial_loss_scale: float = doc(4096.0, "starting dynamic loss scale (fp16 only)")
 
 

@@ -1,0 +1,524 @@
+"""One GRPO step, ours (ray_gpt.py) against TRL's GRPOTrainer, phase by phase, on this machine.
+
+    python bench/grpo_step.py                    # tiny, 10m, 50m, 10 steps each (~5 min + ~1 min for TRL's venv once)
+    python bench/grpo_step.py --quick            # tiny and 10m, 3 steps (~1.5 min)
+    python bench/grpo_step.py --sizes 10m --steps 8 --compare bench/results/grpo_step.json
+
+The same workload on both sides, in one invocation, size by size (the side that goes first
+alternates): a random-init Qwen2 saved with transformers (bench/grpo_step_workload.py), the same
+character tokenizer, the tiny task's prompts, the same pure-Python reward (bench/grpo_step_reward.py),
+fp32, 8 samples per prompt, 64 new tokens, AdamW (same lr, weight decay, betas, eps; constant lr;
+grad clip 1.0), KL k3 with the same beta, clip 0.2/0.2 without dual clip, token-mean loss, one
+update per generation (ratio = 1: neither side recomputes old log-probs), threads pinned with
+OMP_NUM_THREADS/MKL_NUM_THREADS (and torch.set_num_threads on TRL's side), both at niceness 0
+(Ray's workers default to 15: RAY_worker_niceness=0 here). Before any timing is
+trusted the script reads back what each side actually runs with and prints the matched settings;
+a setting that must match and does not stops the run (exit 1). Two differences are constants in
+the code of each side, with no knob: the advantage epsilon (1e-6 vs TRL's 1e-4) and our k3 clamp
+(verl's [-10, 10]); neither changes the work done.
+
+Our side runs `ray_gpt.py` as a subprocess on a generated config (colocated actor + reference,
+native rollout engine); its phases come from <work-dir>/<size>/ours/metrics.jsonl. TRL runs in its
+own venv (bench/_trl_side.py; trl pinned, torch/transformers at our versions). Printed per size:
+median step time over steps 2..N (min-max), tokens/s (prompt + response tokens / step time), the
+phases, MFU of the update phase and of generation, the first step's mean reward, the machine load.
+Step 1 is left out of the timings (first calls allocate and warm up); it is where the rewards of
+the two sides are compared, as both start from the same weights (their prompts and sampling RNGs
+differ, so expect agreement within sampling noise, about +-0.03; the mean over all steps is
+printed beside it).
+
+Legend: gen = generation (ours: the Ray call to the actor, native engine; TRL: `_generate`);
+ref = reference log-probs (ours: what is left to wait for after scoring, since they overlap);
+old = old log-probs (skipped on-policy by both); update = policy forward + backward + optimizer;
+sync = weight sync to the rollout engine (0 on both sides: generation uses the training weights);
+other = step minus the phases: for us the advantages (~1 ms) plus driver and Ray time outside the
+phase calls; the Ray round trips inside a phase are counted in that phase. MFU = model FLOPs /
+phase time / peak, where peak = best fp32 `torch.mm` 2048^3 FLOP/s on the same threads, measured
+at the start and end of the run, and model FLOPs are 6 x matmul params x tokens + attention for
+the update and 2 x params x tokens + attention for generation (useful tokens only).
+Results go to --json for later comparison (--compare PREV prints the change). Nothing asserts a
+time. The machine is shared: the load columns say how busy it was while each side ran.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform as host
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+
+import _trl_side  # noqa: E402
+import grpo_step_workload as wl  # noqa: E402
+
+REWARD_FILE = os.path.join(ROOT, "bench", "grpo_step_reward.py")
+TRL_SIDE = os.path.join(ROOT, "bench", "_trl_side.py")
+PHASES = ("gen", "reward", "ref", "old_log_prob", "update", "sync", "other")
+
+
+def workload(args) -> dict:
+    return dict(seed=1234, steps=args.steps, prompts_per_step=args.prompts_per_step, n_samples=8,
+                max_new_tokens=args.max_new_tokens, temperature=1.0, top_p=1.0, top_k=0, kl_coef=0.001,
+                clip_low=0.2, clip_high=0.2, loss_agg="token-mean", trl_loss_type="dapo", lr=1e-5,
+                weight_decay=0.01, adam_beta1=0.9, adam_beta2=0.999, adam_eps=1e-8, clip_grad=1.0,
+                threads=args.threads)
+
+
+# ---------------------------------------------------------------------------- machine load
+class LoadMonitor:
+    """Samples, once a second while one side runs: busy cores of the whole machine (/proc/stat),
+    CPU time of the side's process tree, and OMP_NUM_THREADS (environ) and niceness of the side's
+    main process and of our Ray workers."""
+
+    def __init__(self, root_pid: int):
+        self.root, self.stop_evt = root_pid, threading.Event()
+        self.cpu: dict[int, int] = {}
+        self.workers: dict[str, dict] = {}  # role -> OMP_NUM_THREADS and niceness of its process
+        self.t0, self.stat0, self.load0 = time.perf_counter(), _proc_stat(), os.getloadavg()[0]
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self):
+        while not self.stop_evt.wait(1.0):
+            self.sample()
+
+    def sample(self):
+        parent, ticks, nice = {}, {}, {}
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            pid = int(pid)
+            parent[pid], ticks[pid], nice[pid] = int(fields[1]), int(fields[11]) + int(fields[12]), int(fields[16])
+        for pid in ticks:
+            p = pid
+            while p in parent and p != self.root and p > 1:
+                p = parent[p]
+            if p != self.root:
+                continue
+            self.cpu[pid] = ticks[pid]
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+            except OSError:
+                continue
+            role = env.get(b"MINDSPEED_RL_ROLE", b"main" if pid == self.root else b"").decode()
+            if role:  # our Ray workers, and the side's main process
+                self.workers[role] = {"threads": env.get(b"OMP_NUM_THREADS", b"unset (Ray: 1)").decode(),
+                                      "nice": nice[pid]}
+
+    def stop(self) -> dict:
+        self.sample()
+        self.stop_evt.set()
+        wall = time.perf_counter() - self.t0
+        busy, total = (a - b for a, b in zip(_proc_stat(), self.stat0))
+        ncpu = os.cpu_count() or 1
+        own = sum(self.cpu.values()) / os.sysconf("SC_CLK_TCK") / wall
+        machine = busy / max(total, 1) * ncpu
+        return {"wall_s": round(wall, 1), "machine_busy_cores": round(machine, 2), "own_cores": round(own, 2),
+                "others_cores": round(max(machine - own, 0.0), 2), "loadavg_1m": [self.load0, os.getloadavg()[0]],
+                "processes": self.workers}
+
+
+def _proc_stat() -> tuple[int, int]:
+    with open("/proc/stat") as f:
+        vals = [int(v) for v in f.readline().split()[1:]]
+    idle = vals[3] + vals[4]
+    return sum(vals) - idle, sum(vals)
+
+
+def run_monitored(cmd: list[str], env: dict, log_path: str, timeout: float) -> dict:
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        mon = LoadMonitor(proc.pid)
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rc = "timeout"
+        load = mon.stop()
+    if rc != 0:
+        with open(log_path) as f:
+            tail = f.read()[-3000:]
+        raise RuntimeError(f"{' '.join(cmd[:3])} ... exited with {rc}; log {log_path}:\n{tail}")
+    return load
+
+
+def thread_env(threads: int) -> dict:
+    return {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+            "TOKENIZERS_PARALLELISM": "false"}
+
+
+# ---------------------------------------------------------------------------- our side
+def our_config(size: str, w: dict, d: dict) -> str:
+    """The experiment yaml of ray_gpt.py for one size (model keys in Megatron names, from SIZES)."""
+    s = wl.SIZES[size]
+    model = dict(num_layers=s["num_hidden_layers"], hidden_size=s["hidden_size"],
+                 ffn_hidden_size=s["intermediate_size"], num_attention_heads=s["num_attention_heads"],
+                 group_query_attention=True, num_query_groups=s["num_key_value_heads"],
+                 kv_channels=s["hidden_size"] // s["num_attention_heads"], max_position_embeddings=128,
+                 make_vocab_size_divisible_by=128, rotary_base=10000, normalization="RMSNorm", norm_epsilon=1e-6,
+                 swiglu=True, add_qkv_bias=True, disable_bias_linear=True,
+                 untie_embeddings_and_output_weights=False, position_embedding_type="rope")
+    seqs = w["prompts_per_step"] * w["n_samples"]
+    actor = dict(model=f"bench_{size}", load=d["model"], data_path=d["prompts"], max_prompt_length=8,
+                 n_samples_per_prompt=w["n_samples"], max_new_tokens=w["max_new_tokens"], do_sample=True,
+                 temperature=w["temperature"], top_p=w["top_p"], top_k=w["top_k"], num_samples_per_step=seqs,
+                 micro_batch_size=seqs, ppo_mini_batch_size=w["prompts_per_step"], ppo_epochs=1,
+                 clip_ratio_low=w["clip_low"], clip_ratio_high=w["clip_high"], clip_ratio_c=None,
+                 use_kl_loss=True, kl_loss_type="low_var_kl", kl_loss_coef=w["kl_coef"],
+                 loss_agg_mode=w["loss_agg"], entropy_coeff=0.0, lr=w["lr"], lr_decay_style="constant",
+                 lr_warmup_fraction=0.0, weight_decay=w["weight_decay"], adam_beta1=w["adam_beta1"],
+                 adam_beta2=w["adam_beta2"], adam_eps=w["adam_eps"], clip_grad=w["clip_grad"])
+    cfg = {
+        "model": {f"bench_{size}": model},
+        "training": dict(global_batch_size=w["prompts_per_step"], seq_length=8 + w["max_new_tokens"],
+                         train_iters=w["steps"], seed=w["seed"], save_interval=0, test_freq=0, log_interval=1,
+                         platform="cpu", tokenizer_name_or_path=d["model"], output_dir=d["ours"]),
+        "actor_rollout_ref": {"actor_rollout": actor,
+                              "ref": dict(model=f"bench_{size}", load=d["model"], micro_batch_size=seqs)},
+        "reward": {"verifier": True},
+        "algorithm": dict(adv_estimator="group_norm", norm_adv_by_std=True, use_kl_in_reward=False,
+                          verifier_function=[f"{REWARD_FILE}:compute_score"], verifier_weight=[1.0]),
+        "resource_pool": {"actor_rollout": [1], "ref": [], "reward": []},
+    }
+    path = os.path.join(d["config_dir"], f"bench_{size}.yaml")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(cfg, f, indent=1)  # JSON is YAML
+    return path
+
+
+def run_ours(size: str, w: dict, d: dict) -> dict:
+    shutil.rmtree(d["ours"], ignore_errors=True)  # a fresh run: no old metrics or checkpoints to mix in
+    our_config(size, w, d)
+    metrics = os.path.join(d["ours"], "metrics.jsonl")
+    cmd = [sys.executable, os.path.join(ROOT, "ray_gpt.py"), "--config-dir", d["config_dir"],
+           "--config-name", f"bench_{size}"]
+    # RAY_ADDRESS: never join someone's `ray start` cluster; Ray runs its workers at niceness 15 by
+    # default, which on a shared machine hands our compute to everyone else's: same niceness as TRL
+    env = {**thread_env(w["threads"]), "RAY_ADDRESS": "local", "RAY_worker_niceness": "0"}
+    load = run_monitored(cmd, env, os.path.join(d["root"], "ours.log"), timeout=1800)
+    seqs = w["prompts_per_step"] * w["n_samples"]
+    steps = []
+    with open(metrics, encoding="utf-8") as f:
+        for line in f:
+            r = json.loads(line)
+            t = {p: r.get(f"timing/{p}", 0.0) for p in ("gen", "reward", "ref", "old_log_prob", "adv")}
+            step = r["timing/step"]
+            steps.append({"step": r["step"], "step_s": step, **{k: v for k, v in t.items() if k != "adv"},
+                          "adv": t["adv"], "update": r["timing/update_actor"], "sync": 0.0,
+                          "other": step - sum(t.values()) - r["timing/update_actor"],
+                          "prompt_len": r["prompt_length/mean"], "response_len": r["response_length/mean"],
+                          "tokens": seqs * (r["prompt_length/mean"] + r["response_length/mean"]),
+                          "score": r["grpo/score/mean"]})
+    # the trainer saves a checkpoint at the last step (outside the step timings); the benchmark needs none
+    shutil.rmtree(os.path.join(d["ours"], "checkpoints"), ignore_errors=True)
+    return {"steps": steps, "load": load}
+
+
+def our_settings(size: str, d: dict, processes: dict) -> dict:
+    """What our trainer runs with, read from the validated Config and the code's constants."""
+    from mindspeed_rl.algorithms.advantages import GROUP_NORM_EPS
+    from mindspeed_rl.config import load_config
+    from mindspeed_rl.data.prompt_dataset import build_prompt_dataset
+    from mindspeed_rl.data.tokenizer import load_tokenizer
+    from mindspeed_rl.platform import get_platform
+    from mindspeed_rl.workers.actor import eos_token_ids
+
+    get_platform("cpu").patch()
+    import megatron.core.optimizer as megatron_optimizer
+
+    cfg = load_config(f"bench_{size}", [], d["config_dir"])
+    a, ppo, o, r = cfg.actor, cfg.actor.ppo, cfg.actor.optim, cfg.actor.rollout
+    tok = load_tokenizer(d["model"])
+    first = build_prompt_dataset(d["prompts"], tok, 8)[0]["prompt_ids"]
+    mini_batches = cfg.run.global_batch_size // ppo.ppo_mini_batch_size
+    adam = megatron_optimizer.Adam
+    return {
+        "n_samples": r.n_samples_per_prompt, "max_new_tokens": r.max_new_tokens, "do_sample": r.do_sample,
+        "temperature": r.temperature, "top_p": r.top_p, "top_k": r.top_k,
+        "kl_coef": ppo.kl_loss_coef if ppo.use_kl_loss else 0.0,
+        "kl_estimator": f"{ppo.kl_loss_type} (k3, clamped to [-10, 10] as in verl)",
+        "clip_low": ppo.clip_ratio_low, "clip_high": ppo.clip_ratio_high, "dual_clip": ppo.clip_ratio_c,
+        "loss_agg": ppo.loss_agg_mode,
+        "adv": f"(r - mean_g) / (std_g + {GROUP_NORM_EPS:g}), std unbiased ({cfg.algorithm.adv_estimator}, "
+               f"norm_adv_by_std={cfg.algorithm.norm_adv_by_std})",
+        "adv_eps": GROUP_NORM_EPS, "ppo_epochs": ppo.ppo_epochs, "updates_per_generation": mini_batches * ppo.ppo_epochs,
+        "optimizer": f"{adam.__module__}.{adam.__name__}", "lr": o.lr, "weight_decay": o.weight_decay,
+        "betas": [o.adam_beta1, o.adam_beta2], "adam_eps": o.adam_eps, "lr_schedule": o.lr_decay_style,
+        "clip_grad": o.clip_grad, "params_dtype": a.params_dtype if a.params_dtype != "fp32" else "float32",
+        "params": wl.param_counts(size)["total"], "ref_model": ppo.use_kl_loss,
+        "threads": sorted({p["threads"] for role, p in processes.items() if role != "main"}),
+        "niceness": sorted({p["nice"] for role, p in processes.items() if role != "main"}),
+        "prompt_ids": [int(i) for i in first], "eos_ids": eos_token_ids(tok, d["model"]),
+        "sequences_per_update": cfg.run.global_batch_size * r.n_samples_per_prompt,
+    }
+
+
+# ---------------------------------------------------------------------------- TRL's side
+def run_trl(python: str, w: dict, d: dict) -> dict:
+    out = os.path.join(d["root"], "trl.json")
+    cmd = [python, TRL_SIDE, "--model", d["model"], "--prompts", d["prompts"], "--workload", d["workload"],
+           "--out", out, "--scratch", os.path.join(d["root"], "trl_scratch")]
+    load = run_monitored(cmd, thread_env(w["threads"]), os.path.join(d["root"], "trl.log"), timeout=1800)
+    with open(out, encoding="utf-8") as f:
+        result = json.load(f)
+    for s in result["steps"]:
+        s["sync"] = 0.0
+    result["load"] = load
+    return result
+
+
+# ---------------------------------------------------------------------------- checks and numbers
+LEGEND = ("phases in s, medians over steps 2..N; ours/TRL below 1x is ours faster for times, above 1x for tok/s "
+          "and MFU.\nref (ours) = the wait left after scoring (it overlaps the reward); old = old log-probs (skipped "
+          "on-policy); sync = weight sync (0: same weights);\nother = step - phases: ours the driver + Ray outside the "
+          "phase calls, TRL the advantages + Trainer bookkeeping. busy cores = CPU the side's processes used / the "
+          "rest of the machine.")
+
+MUST_MATCH = ("n_samples", "max_new_tokens", "do_sample", "temperature", "top_p", "top_k", "kl_coef", "clip_low",
+              "clip_high", "dual_clip", "loss_agg", "ppo_epochs", "updates_per_generation", "optimizer", "lr",
+              "weight_decay", "betas", "adam_eps", "lr_schedule", "clip_grad", "params_dtype", "params",
+              "ref_model", "threads", "niceness", "prompt_ids", "eos_ids", "sequences_per_update")
+SHOWN_ONLY = ("kl_estimator", "adv", "versions", "decay_params", "no_decay_params")
+
+
+def check_settings(ours: dict, trl: dict) -> tuple[list[dict], list[str]]:
+    """Rows of the matched-settings table and the keys that must match but do not."""
+    rows, bad = [], []
+    for key in MUST_MATCH:
+        a, b = ours.get(key), trl.get(key)
+        if key == "threads":  # ours: OMP_NUM_THREADS of every worker process; TRL: torch's intra-op threads
+            same = a == [str(b)]
+        elif isinstance(a, float) or isinstance(b, float):
+            same = a is not None and b is not None and abs(a - b) <= 1e-12 * max(abs(a), abs(b), 1)
+        else:
+            same = a == b
+        rows.append({"setting": key, "ours": a, "trl": b, "match": same})
+        if not same:
+            bad.append(key)
+    for key in SHOWN_ONLY:
+        if key in ours or key in trl:
+            rows.append({"setting": key, "ours": ours.get(key, "-"), "trl": trl.get(key, "-"), "match": None})
+    return rows, bad
+
+
+def summarize(steps: list[dict], size: str, peak: float) -> dict:
+    """Medians over steps 2..N (all steps when there is only one) and MFU per phase."""
+    use = steps[1:] or steps
+    med = lambda key: statistics.median(s[key] for s in use)  # noqa: E731
+    flops = [wl.phase_flops(size, s["prompt_len"], s["response_len"], round(s["tokens"] / (s["prompt_len"] +
+                            s["response_len"]))) for s in use]
+    mfu = lambda phase: statistics.median(f[phase] / max(s[phase], 1e-9) / peak for f, s in zip(flops, use))  # noqa: E731
+    return {"steps_used": [s["step"] for s in use], "step_s": med("step_s"),
+            "step_min": min(s["step_s"] for s in use), "step_max": max(s["step_s"] for s in use),
+            "tokens_per_s": statistics.median(s["tokens"] / s["step_s"] for s in use),
+            "tokens_per_step": med("tokens"), "response_len": med("response_len"),
+            **{p: med(p) for p in PHASES}, "mfu_update": mfu("update"), "mfu_gen": mfu("gen"),
+            "mfu_step": statistics.median((f["update"] + f["ref"] + f["gen"]) / s["step_s"] / peak
+                                          for f, s in zip(flops, use)),
+            "reward_step1": steps[0].get("score"),
+            "reward_mean": statistics.fmean(s["score"] for s in steps if s.get("score") is not None)}
+
+
+def _fmt(x) -> str:
+    """Seconds (or a reward) for the table: 3 decimals below 10, 1 above."""
+    if x is None:
+        return "-"
+    return f"{x:.3f}" if abs(x) < 10 else f"{x:.1f}"
+
+
+def table(results: dict, peak: float) -> str:
+    head = ("| size | side | step s, median (min-max) | tok/s | gen | reward | ref | old | update | sync | other "
+            "| MFU update | MFU gen | reward @1 | busy cores: side / others |")
+    lines = [head, "|" + " --- |" * (head.count("|") - 1)]
+    for size, r in results.items():
+        p = wl.param_counts(size)["total"] / 1e6
+        label = f"{size} ({p:.2f}M)"
+        for side in ("ours", "trl"):
+            if side not in r:
+                continue
+            s, load = r[side]["summary"], r[side]["load"]
+            lines.append(f"| {label} | {'ours' if side == 'ours' else 'TRL'} | {s['step_s']:.3f} ({s['step_min']:.3f}-"
+                         f"{s['step_max']:.3f}) | {s['tokens_per_s']:.0f} | "
+                         + " | ".join(_fmt(s[ph]) for ph in PHASES)
+                         + f" | {s['mfu_update']:.1%} | {s['mfu_gen']:.1%} | {_fmt(s['reward_step1'])} | "
+                         f"{load['own_cores']:.2f} / {load['others_cores']:.2f} |")
+        if "ratio" in r:
+            q = r["ratio"]
+            lines.append(f"| {label} | ours/TRL | {q['step_s']:.2f}x (fastest steps {q['step_min']:.2f}x) | "
+                         f"{q['tokens_per_s']:.2f}x | "
+                         + " | ".join(f"{q[ph]:.2f}x" if q.get(ph) is not None else "-" for ph in PHASES)
+                         + f" | {q['mfu_update']:.2f}x | {q['mfu_gen']:.2f}x | | |")
+    return "\n".join(lines)
+
+
+def ratios(ours: dict, trl: dict) -> dict:
+    keys = ("step_s", "step_min", "tokens_per_s", *PHASES, "mfu_update", "mfu_gen", "mfu_step")
+    return {k: (ours[k] / trl[k] if trl[k] and trl[k] > 1e-4 and ours[k] > 1e-4 else None) for k in keys}
+
+
+def compare(prev_path: str, results: dict) -> None:
+    with open(prev_path, encoding="utf-8") as f:
+        prev = json.load(f)["sizes"]
+    print(f"\nchange against {prev_path} (median step s, then / now):")
+    for size, r in results.items():
+        for side in ("ours", "trl"):
+            if side in r and side in prev.get(size, {}):
+                a, b = prev[size][side]["summary"]["step_s"], r[side]["summary"]["step_s"]
+                print(f"  {size:5s} {side:4s} {a:.3f} -> {b:.3f} s ({b / a - 1:+.0%})")
+
+
+# ---------------------------------------------------------------------------- main
+def run_size(i: int, size: str, w: dict, work: str, tok_dir: str, prompts: str, python: str | None) -> dict:
+    """Both sides on one size (the side that goes first alternates with i); the settings check."""
+    root = os.path.join(work, size)
+    d = {"root": root, "model": os.path.join(root, "model"), "prompts": prompts, "ours": os.path.join(root, "ours"),
+         "config_dir": os.path.join(root, "config"), "workload": os.path.join(work, "workload.json")}
+    os.makedirs(d["config_dir"], exist_ok=True)
+    wl.build_model(size, d["model"], tok_dir, w["seed"])
+    r = {}
+    for side in (["ours", "trl"] if i % 2 == 0 else ["trl", "ours"]):
+        if side == "trl" and python is None:
+            continue
+        print(f"[{size}] {side}: {w['steps']} steps ...", flush=True)
+        r[side] = run_ours(size, w, d) if side == "ours" else run_trl(python, w, d)
+    if "trl" in r:
+        ours_set = our_settings(size, d, r["ours"]["load"]["processes"])
+        trl_set = {**r["trl"]["settings"], "niceness": [r["trl"]["load"]["processes"]["main"]["nice"]],
+                   "sequences_per_update": w["prompts_per_step"] * w["n_samples"]}
+        r["matched"], r["differs"] = check_settings(ours_set, trl_set)
+    return r
+
+
+def print_settings(results: dict) -> None:
+    """The matched-settings table of the first size in full; for the others only what differs."""
+    shown = False
+    for size, r in results.items():
+        if "matched" not in r:
+            continue
+        if not shown:
+            print(f"\nmatched settings ({size}; read back from each trainer, not from our inputs):")
+            for row in r["matched"]:
+                mark = {True: "same", False: "DIFFERS", None: "info"}[row["match"]]
+                print(f"  {row['setting']:22s} {mark:8s} ours={row['ours']}  TRL={row['trl']}")
+            shown = True
+        else:
+            same = sum(1 for row in r["matched"] if row["match"])
+            print(f"matched settings ({size}): {same} the same" + (f", DIFFERS: {', '.join(r['differs'])}"
+                                                                  if r["differs"] else ""))
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return host.machine()
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", default=None, help=f"comma list of {', '.join(wl.SIZES)} (default: all; --quick: tiny,10m)")
+    p.add_argument("--steps", type=int, default=None, help="GRPO steps per side (default 10; --quick: 3)")
+    p.add_argument("--quick", action="store_true", help="tiny and 10m, 3 steps")
+    p.add_argument("--prompts-per-step", type=int, default=2, help="prompts per step (x 8 samples)")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="intra-op threads of both sides")
+    p.add_argument("--work-dir", default=os.path.join(ROOT, "outputs", "bench_grpo_step"))
+    p.add_argument("--venv-dir", default=os.path.join(ROOT, ".bench_venv"), help="where TRL's venv is kept")
+    p.add_argument("--json", default=None, help="results file (default bench/results/grpo_step.json; "
+                                                "--quick: <work-dir>/grpo_step_quick.json)")
+    p.add_argument("--compare", default=None, help="a previous results JSON to compare step times with")
+    p.add_argument("--skip-trl", action="store_true", help="our side only")
+    p.add_argument("--trl-optional", action="store_true", help="go on with our side only if TRL's venv cannot be made")
+    args = p.parse_args(argv)
+    args.sizes = (args.sizes or ("tiny,10m" if args.quick else ",".join(wl.SIZES))).split(",")
+    args.steps = args.steps or (3 if args.quick else 10)
+    unknown = [s for s in args.sizes if s not in wl.SIZES]
+    if unknown:
+        p.error(f"unknown size {unknown[0]!r}; valid: {', '.join(wl.SIZES)}")
+    args.json = args.json or (os.path.join(args.work_dir, "grpo_step_quick.json") if args.quick
+                              else os.path.join(ROOT, "bench", "results", "grpo_step.json"))
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    started = time.perf_counter()
+    w = workload(args)
+    work = os.path.abspath(args.work_dir)
+    os.makedirs(work, exist_ok=True)
+    with open(os.path.join(work, "workload.json"), "w", encoding="utf-8") as f:
+        json.dump(w, f, indent=1)
+    python = None
+    if not args.skip_trl:
+        try:
+            python = _trl_side.ensure_venv(os.path.abspath(args.venv_dir))
+        except (RuntimeError, OSError, subprocess.CalledProcessError) as err:
+            if not args.trl_optional:
+                print(f"grpo_step.py: could not create TRL's venv: {err}", file=sys.stderr)
+                return 3
+            print(f"TRL's venv could not be created; our side only. ({str(err).splitlines()[0]})")
+
+    peak0 = wl.matmul_peak(args.threads)
+    print(f"fp32 matmul peak on {args.threads} threads: {peak0 / 1e9:.1f} GFLOP/s")
+    tok_dir = wl.build_tokenizer(os.path.join(work, "tokenizer"))
+    prompts = wl.write_prompts(os.path.join(work, "prompts.jsonl"))
+    try:
+        results = {size: run_size(i, size, w, work, tok_dir, prompts, python) for i, size in enumerate(args.sizes)}
+    except RuntimeError as err:
+        print(f"grpo_step.py: {err}", file=sys.stderr)
+        return 1
+    peak = max(peak0, wl.matmul_peak(args.threads))  # the best of start and end: the machine is shared
+    for size, r in results.items():
+        for side in ("ours", "trl"):
+            if side in r:
+                r[side]["summary"] = summarize(r[side]["steps"], size, peak)
+        if "trl" in r:
+            r["ratio"] = ratios(r["ours"]["summary"], r["trl"]["summary"])
+
+    print_settings(results)
+    print(f"\nGRPO step on this machine ({cpu_name()}, {args.threads} threads, fp32), {w['prompts_per_step']} "
+          f"prompts x {w['n_samples']} samples, {w['max_new_tokens']} new tokens, steps 2..{w['steps']}; "
+          f"peak {peak / 1e9:.1f} GFLOP/s\n")
+    print(table(results, peak))
+    print(LEGEND)
+    print("\nmean reward of step 1 from the same initial weights (and over all steps): " + ", ".join(
+        f"{s}: ours {_fmt(r['ours']['summary']['reward_step1'])} ({_fmt(r['ours']['summary']['reward_mean'])})"
+        + (f" / TRL {_fmt(r['trl']['summary']['reward_step1'])} ({_fmt(r['trl']['summary']['reward_mean'])})"
+           if "trl" in r else "") for s, r in results.items()))
+    wall = time.perf_counter() - started
+    print(f"total wall time {wall:.0f} s")
+    report = {"meta": {"date": datetime.datetime.now().isoformat(timespec="seconds"), "command": " ".join(sys.argv),
+                       "wall_s": round(wall, 1), "cpu": cpu_name(), "threads": args.threads, "cpus": os.cpu_count(),
+                       "peak_flops": peak, "peak_flops_start": peak0, "python": host.python_version(),
+                       "trl_venv": python},
+              "workload": w, "sizes": results}
+    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+    with open(args.json, "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=1, default=str)
+    print(f"results: {args.json}")
+    if args.compare:
+        compare(args.compare, results)
+    differs = {s: r["differs"] for s, r in results.items() if r.get("differs")}
+    if differs:
+        print("grpo_step.py: settings differ between the sides: " + "; ".join(
+            f"{s}: {', '.join(b)}" for s, b in differs.items()), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
