@@ -86,3 +86,20 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None):
     kwargs = {"max_shard_size": max_shard_size} if max_shard_size else {}
     model.save_pretrained(out_dir, **kwargs)
     return model
+
+
+def save_random_reward_model(config, out_dir, seed=0):
+    """Save a random fp32 Qwen2ForSequenceClassification of `config` (num_labels=1) to out_dir, with
+    weights ~ N(0, 0.1) and norm weights ~ 1 + N(0, 0.1) so scores vary visibly. Returns it."""
+    import torch
+    import transformers as tf
+
+    torch.manual_seed(seed)
+    model = tf.Qwen2ForSequenceClassification(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.normal_(0.0, 0.1)
+            if name.endswith("norm.weight"):
+                p.add_(1.0)
+    model.save_pretrained(out_dir)
+    return model

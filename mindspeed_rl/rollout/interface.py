@@ -158,3 +158,22 @@ class RolloutEngine(Protocol):
 def prompts_from_batch(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> list[list[int]]:
     """(B, P) left-padded ids + mask -> B lists of the real token ids."""
     return [row[m.bool()].tolist() for row, m in zip(prompt_ids, prompt_mask)]
+
+
+def sampling_seed(run_seed: int, call: int, dp_rank: int) -> int:
+    """The seed of one generate call: different on every DP rank and call, the same on the TP and PP
+    ranks of one DP group (they must draw identical tokens)."""
+    return run_seed + 7919 * call + 104729 * dp_rank
+
+
+def generate_batch(engine: "RolloutEngine", prompts: dict, n: int, params: SamplingParams) -> dict:
+    """n samples per prompt of a loader batch, as a trainer batch (RolloutOutput.to_batch) carrying
+    the prompts' labels / source / extras and group index, each repeated n times."""
+    with torch.no_grad():
+        out = engine.generate(prompts_from_batch(prompts[keys.PROMPT_IDS], prompts[keys.PROMPT_MASK]), params)
+    batch = out.to_batch()
+    for key in (keys.LABELS, keys.SOURCE, keys.EXTRAS):
+        if key in prompts:
+            batch[key] = [v for v in prompts[key] for _ in range(n)]
+    batch[keys.GROUP_INDEX] = prompts[keys.GROUP_INDEX].repeat_interleave(n)
+    return batch

@@ -117,21 +117,12 @@ class ActorRolloutWorker(_ModelWorker):
         """The engine runs this very model: nothing to copy."""
 
     def generate_sequences(self, prompts: dict, n: int, greedy: bool = False) -> dict:
-        from mindspeed_rl.rollout.interface import prompts_from_batch
+        from mindspeed_rl.rollout.interface import generate_batch, sampling_seed
 
         self.calls += 1
-        # different samples on every DP rank and call, identical on the TP and PP ranks of one DP group
-        seed = self.cfg.run.seed + 7919 * self.calls + 104729 * self.rank_info()["dp_rank"]
         self.model.eval()
-        with torch.no_grad():
-            out = self.engine.generate(prompts_from_batch(prompts[K.PROMPT_IDS], prompts[K.PROMPT_MASK]),
-                                       self._sampling(n, greedy, seed))
-        batch = out.to_batch()
-        for key in (K.LABELS, K.SOURCE, K.EXTRAS):
-            if key in prompts:
-                batch[key] = [v for v in prompts[key] for _ in range(n)]
-        batch[K.GROUP_INDEX] = prompts[K.GROUP_INDEX].repeat_interleave(n)
-        return batch
+        seed = sampling_seed(self.cfg.run.seed, self.calls, self.rank_info()["dp_rank"])
+        return generate_batch(self.engine, prompts, n, self._sampling(n, greedy, seed))
 
     def compute_log_prob(self, batch: dict) -> torch.Tensor:
         with torch.no_grad():

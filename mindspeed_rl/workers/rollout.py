@@ -26,7 +26,6 @@ from typing import Any, Iterable, Iterator, Mapping
 
 import torch
 
-from mindspeed_rl.data import keys as K
 from mindspeed_rl.platform import get_platform
 
 BUCKET_MB = 256.0  # weights per object-store entry: a few entries per billion parameters
@@ -165,23 +164,14 @@ class RolloutWorker:
 
     def generate_sequences(self, prompts: dict, n: int, greedy: bool = False) -> dict:
         """The ActorRolloutWorker's generate_sequences, on this rank's copy of the weights."""
-        from mindspeed_rl.rollout.interface import prompts_from_batch
+        from mindspeed_rl.rollout.interface import generate_batch, sampling_seed
 
         if not self.weight_updates:
             raise RuntimeError("generate_sequences before any update_weights: the generation ranks hold no "
                                "weights until the training ranks send them (ActorFacade.sync_rollout_weights)")
         self.calls += 1
-        # different samples on every DP rank and call, identical on the TP ranks of one DP group
-        seed = self.cfg.run.seed + 7919 * self.calls + 104729 * self.rank_info()["dp_rank"]
-        with torch.no_grad():
-            out = self.engine.generate(prompts_from_batch(prompts[K.PROMPT_IDS], prompts[K.PROMPT_MASK]),
-                                       self._sampling(n, greedy, seed))
-        batch = out.to_batch()
-        for key in (K.LABELS, K.SOURCE, K.EXTRAS):
-            if key in prompts:
-                batch[key] = [v for v in prompts[key] for _ in range(n)]
-        batch[K.GROUP_INDEX] = prompts[K.GROUP_INDEX].repeat_interleave(n)
-        return batch
+        seed = sampling_seed(self.cfg.run.seed, self.calls, self.rank_info()["dp_rank"])
+        return generate_batch(self.engine, prompts, n, self._sampling(n, greedy, seed))
 
     def hf_weights(self) -> dict[str, torch.Tensor]:
         """This rank's full weights under HF names (TP gathered), for checking a sync."""

@@ -1,20 +1,7 @@
-"""One local Ray instance per test module (4 logical CPUs, 4 logical NPUs, no dashboard), and the
-2-rank actor plan (reference colocated on it) with its placement groups."""
-import logging
-import os
+"""The 2-rank actor plan (reference colocated on it) with its placement groups, on the module's
+local Ray instance (ray_session, tests/dist/conftest.py)."""
 
 import pytest
-import ray
-
-
-@pytest.fixture(scope="module")
-def ray_session():
-    os.environ.pop("RAY_ADDRESS", None)
-    logging.getLogger("ray._private.accelerators.npu").setLevel(logging.CRITICAL)  # no CANN here: expected
-    ray.init(address="local", num_cpus=4, resources={"NPU": 4}, include_dashboard=False,
-             logging_level="WARNING", log_to_driver=False)
-    yield
-    ray.shutdown()
 
 
 @pytest.fixture(scope="module")

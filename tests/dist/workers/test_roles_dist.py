@@ -4,8 +4,6 @@
   TP: one TP=2 group, or two DP ranks): after a sync the generation ranks hold the training
   weights bit for bit (also after an update), and the training ranks' log-probs of the generated
   batch match the sampler's within 1e-5."""
-import logging
-import os
 
 import pytest
 import ray
@@ -18,16 +16,6 @@ from mindspeed_rl.distributed.pools import create_pools, remove_pools
 
 pytestmark = [pytest.mark.dist, pytest.mark.timeout(600)]
 A = "actor_rollout_ref.actor_rollout"
-
-
-@pytest.fixture(scope="module")
-def ray_session():
-    os.environ.pop("RAY_ADDRESS", None)
-    logging.getLogger("ray._private.accelerators.npu").setLevel(logging.CRITICAL)  # no CANN here: expected
-    ray.init(address="local", num_cpus=4, resources={"NPU": 4}, include_dashboard=False,
-             logging_level="WARNING", log_to_driver=False)
-    yield
-    ray.shutdown()
 
 
 def test_reward_model_worker_tp2_matches_transformers(ray_session, tmp_path):

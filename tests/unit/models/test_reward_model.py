@@ -5,7 +5,7 @@ tests/dist/models/test_checkpoint_dist.py)."""
 import pytest
 import torch
 
-from testing_utils import TINY_HF
+from testing_utils import TINY_HF, save_random_reward_model
 
 
 def make_tiny_rm(out_dir, seed=0):
@@ -13,15 +13,7 @@ def make_tiny_rm(out_dir, seed=0):
     import transformers as tf
 
     config = tf.Qwen2Config(**TINY_HF, num_labels=1, pad_token_id=0, tie_word_embeddings=True)
-    torch.manual_seed(seed)
-    model = tf.Qwen2ForSequenceClassification(config).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.normal_(0.0, 0.1)
-            if name.endswith("norm.weight"):
-                p.add_(1.0)
-    model.save_pretrained(out_dir)
-    return model
+    return save_random_reward_model(config, out_dir, seed)
 
 
 def padded_batch():

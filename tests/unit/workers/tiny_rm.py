@@ -1,5 +1,5 @@
 """A tiny random reward model for the built-in tiny task (imported by the dist and e2e tests)."""
-import torch
+from testing_utils import save_random_reward_model
 
 
 def make_tiny_task_rm(out_dir, seed=0, vocab_size=16):
@@ -12,12 +12,4 @@ def make_tiny_task_rm(out_dir, seed=0, vocab_size=16):
                             num_key_value_heads=2, head_dim=16, vocab_size=vocab_size, max_position_embeddings=64,
                             rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=True, num_labels=1,
                             pad_token_id=0)
-    torch.manual_seed(seed)
-    model = tf.Qwen2ForSequenceClassification(config).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.normal_(0.0, 0.1)
-            if name.endswith("norm.weight"):
-                p.add_(1.0)
-    model.save_pretrained(out_dir)
-    return model
+    return save_random_reward_model(config, out_dir, seed)

@@ -1,0 +1,17 @@
+"""Fixtures shared by the multi-process tests: one local Ray instance per test module."""
+import logging
+import os
+
+import pytest
+import ray
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    """4 logical CPUs, 4 logical NPUs, no dashboard; never a cluster that happens to run here."""
+    os.environ.pop("RAY_ADDRESS", None)
+    logging.getLogger("ray._private.accelerators.npu").setLevel(logging.CRITICAL)  # no CANN here: expected
+    ray.init(address="local", num_cpus=4, resources={"NPU": 4}, include_dashboard=False,
+             logging_level="WARNING", log_to_driver=False)
+    yield
+    ray.shutdown()
