@@ -27,7 +27,7 @@ from typing import Any, Mapping, Optional
 import torch
 import torch.nn.functional as F
 
-from mindspeed_rl.platform import get_platform
+from mindspeed_rl.platform import get_platform, place_model
 
 get_platform().patch()  # megatron must be imported after the platform patch (no-op when done)
 
@@ -111,23 +111,45 @@ def llama3_inv_freq(dim: int, base: float, factor: float, low_freq_factor: float
 
 def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.float32,
                     sequence_parallel: bool = False, pre_process: Optional[bool] = None,
-                    post_process: Optional[bool] = None) -> GPTModel:
+                    post_process: Optional[bool] = None, device: Optional[torch.device] = None) -> GPTModel:
     """The GPTModel chunk of this rank (its PP stage, its TP shard), randomly initialised.
 
     Args:
         args: Megatron-named architecture arguments (see module docstring).
         params_dtype: torch.float32 / torch.bfloat16 / torch.float16.
         pre_process / post_process: default to "this rank is the first / last PP stage".
+        device: where every weight goes; default the platform's current device (set_device's).
 
     Returns:
-        A GPTModel on the platform device; its forward returns vocab-parallel logits (B, S, V/TP).
+        A GPTModel wholly on `device`, every parameter in params_dtype (norms included, as megatron's
+        Float16Module does; fp32 main params live in the optimizer); its forward returns
+        vocab-parallel logits (B, S, V/TP).
     """
+    device = torch.device(device) if device is not None else get_platform().current_device()
     config = transformer_config(args, params_dtype, sequence_parallel)
     scaling = _get(args, "rope_scaling_type")
     if scaling not in (None, "llama3"):
         raise ValueError(f"rope_scaling_type {scaling!r} is not supported; use llama3 or null.")
     spec = get_gpt_layer_local_spec(qk_layernorm=config.qk_layernorm, normalization=config.normalization)
-    model = GPTModel(
+    # megatron's layers pass device=current_device() themselves; modules that do not (the torch-norm
+    # fallback) follow the default device, so make that the target too, then place what is left over
+    with torch.device(device):
+        model = _gpt_model(config, spec, args, pre_process, post_process)
+    place_model(model, device, params_dtype)
+    if hasattr(model, "rotary_pos_emb"):  # inv_freq is a plain attribute (module.to skips it); it stays fp32
+        rotary = model.rotary_pos_emb
+        if scaling == "llama3":
+            rotary.inv_freq = llama3_inv_freq(
+                rotary.inv_freq.numel() * 2, float(_get(args, "rotary_base", 10000.0)),
+                float(_get(args, "rope_scaling_factor", 8.0)), float(_get(args, "low_freq_factor", 1.0)),
+                float(_get(args, "high_freq_factor", 4.0)), int(_get(args, "original_max_position_embeddings", 8192)))
+        rotary.inv_freq = rotary.inv_freq.to(device=device, dtype=torch.float32)
+    return model
+
+
+def _gpt_model(config: TransformerConfig, spec, args: Mapping[str, Any], pre_process: Optional[bool],
+               post_process: Optional[bool]) -> GPTModel:
+    return GPTModel(
         config, spec,
         vocab_size=int(args["padded_vocab_size"]),
         max_sequence_length=int(_get(args, "max_position_embeddings", 4096)),
@@ -138,14 +160,6 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
         rotary_percent=float(_get(args, "rotary_percent", 1.0)),
         rotary_base=float(_get(args, "rotary_base", 10000.0)),
     )
-    if scaling == "llama3" and hasattr(model, "rotary_pos_emb"):
-        rotary = model.rotary_pos_emb
-        inv_freq = llama3_inv_freq(
-            rotary.inv_freq.numel() * 2, float(_get(args, "rotary_base", 10000.0)),
-            float(_get(args, "rope_scaling_factor", 8.0)), float(_get(args, "low_freq_factor", 1.0)),
-            float(_get(args, "high_freq_factor", 4.0)), int(_get(args, "original_max_position_embeddings", 8192)))
-        rotary.inv_freq = inv_freq.to(rotary.inv_freq.device)
-    return model
 
 
 # ---------------------------------------------------------------------------------------------

@@ -25,13 +25,14 @@ from mindspeed_rl.models.checkpoint import (FORMAT, MODEL_FILE, MegatronCheckpoi
 from mindspeed_rl.models.hf_bridge.checkpoint_io import SafetensorsReader, TensorReader
 from mindspeed_rl.models.hf_bridge.loader import read_hf_config
 from mindspeed_rl.models.hf_bridge.mapping import Dims, hf_names, read_shard
+from mindspeed_rl.platform import PARAMS_DTYPES
 from mindspeed_rl.models.hf_bridge.sharding import check_tp, layer_range, stage_param_names
 from mindspeed_rl.models.hf_export import hf_config_from_args, write_hf_dir
 from mindspeed_rl.utils.errors import UserInputError
 from mindspeed_rl.utils.logging import get_logger
 
 log = get_logger(__name__)
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPES = PARAMS_DTYPES  # one spelling of params_dtype, in platform/
 HF_TYPES = {"llama2": "llama", "llama3": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
 
 

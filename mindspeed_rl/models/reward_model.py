@@ -46,10 +46,12 @@ def reward_args(args: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def build_reward_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.float32,
-                       pre_process: Optional[bool] = None, post_process: Optional[bool] = None):
-    """A GPTModel chunk whose last stage ends in ScoreHead; forward returns (B, S, 1) there."""
+                       pre_process: Optional[bool] = None, post_process: Optional[bool] = None,
+                       device: Optional[torch.device] = None):
+    """A GPTModel chunk whose last stage ends in ScoreHead, on `device` (builder.build_gpt_model's
+    default when None); forward returns (B, S, 1) there."""
     model = build_gpt_model(reward_args(args), params_dtype, sequence_parallel=False,
-                            pre_process=pre_process, post_process=post_process)
+                            pre_process=pre_process, post_process=post_process, device=device)
     if model.post_process:
         device = model.decoder.final_layernorm.weight.device
         model.output_layer = ScoreHead(int(args["hidden_size"]), params_dtype, device,

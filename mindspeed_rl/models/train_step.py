@@ -141,18 +141,34 @@ def policy_update_step(model, optimizer, scheduler, batch: dict, prompt_width: i
     return stats
 
 
-def _all_finite(model, outputs: list) -> bool:
-    """True when every rank's loss terms and gradients are finite (one flag, all-reduced over the
-    world, so all ranks of the actor agree to step or to skip). Gradients are checked in megatron's
-    main_grad buffers after the DP reduction, where a NaN on any rank has reached its owner."""
-    bad = any(not torch.isfinite(v).all() for o in outputs if isinstance(o, dict) for v in o.values())
-    for p in model.parameters():
+def nonfinite_flag(model, outputs: list) -> torch.Tensor:
+    """(1,) float32 on the model's device: 1 when a loss term or a gradient of this rank is not
+    finite, else 0. No host sync: the gradients are checked by one fused max|g| per dtype group
+    (torch._foreach_norm with ord=inf is inf or NaN exactly when a NaN/inf is present, and never
+    overflows), the loss terms by one stacked isfinite. Gradients are read from megatron's main_grad
+    buffers when present (after the DP reduction, where a NaN on any rank has reached its owner)."""
+    params = list(model.parameters())
+    device = params[0].device if params else torch.device("cpu")
+    grads = []
+    for p in params:
         grad = getattr(p, "main_grad", None)
-        if grad is None:
-            grad = p.grad
-        if not bad and grad is not None and not torch.isfinite(grad).all():
-            bad = True
-    flag = torch.tensor([float(bad)])
+        grad = p.grad if grad is None else grad
+        if grad is not None:
+            grads.append(grad)
+    checks = [v.detach().float().reshape(-1) for o in outputs if isinstance(o, dict) for v in o.values()]
+    if grads:
+        checks += [m.float().reshape(1) for m in torch._foreach_norm(grads, float("inf"))]
+    if not checks:
+        return torch.zeros(1, device=device)
+    values = torch.cat([c.to(device) for c in checks])
+    return (~torch.isfinite(values)).any().float().reshape(1)
+
+
+def _all_finite(model, outputs: list) -> bool:
+    """True when every rank's loss terms and gradients are finite: nonfinite_flag all-reduced (MAX)
+    over the world, on the device (nccl/hccl reduce device tensors only), so all ranks of the actor
+    agree to step or to skip. One host sync per update, for the answer."""
+    flag = nonfinite_flag(model, outputs)
     if torch.distributed.is_initialized():
         torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
-    return not bool(flag[0])
+    return not bool(flag.item())

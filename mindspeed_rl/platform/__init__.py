@@ -17,6 +17,11 @@ Public API
     Platform.manual_seed(seed), synchronize(), empty_cache(), memory_stats() -> dict
     MINDSPEED_SWITCHES: the MindSpeed feature switch names we forward on NPU
 
+Device and dtype discipline (placement.py; the rule is in its docstring):
+    params_dtype("bf16") -> torch.dtype;  to_device(tree, device);  to_host(tree);  @on_device
+    place_model(model, device, dtype);  placement_problems(model, device, dtype) -> list[str]
+    Platform.current_device() -> torch.device (where models are built by default)
+
 Per device (one file each, no inheritance):
     npu.py   torch_npu + torch_npu.contrib.transfer_to_npu + mindspeed.megatron_adaptor (switches
              are handed to MindSpeed through the argv its adaptor parses), hccl, "NPU" resource.
@@ -31,8 +36,11 @@ from __future__ import annotations
 from typing import Optional
 
 from mindspeed_rl.platform.base import MINDSPEED_SWITCHES, Platform, make_platform, resolve_name
+from mindspeed_rl.platform.placement import (PARAMS_DTYPES, on_device, params_dtype, place_model,
+                                             placement_problems, tensor_devices, to_device, to_host)
 
-__all__ = ["MINDSPEED_SWITCHES", "Platform", "get_platform"]
+__all__ = ["MINDSPEED_SWITCHES", "PARAMS_DTYPES", "Platform", "get_platform", "on_device", "params_dtype", "place_model",
+           "placement_problems", "tensor_devices", "to_device", "to_host"]
 
 _ACTIVE: Optional[Platform] = None
 

@@ -54,6 +54,7 @@ class DeviceOps(Protocol):
 
     def patch(self, switches: Mapping[str, Any]) -> None: ...
     def set_device(self, index: int) -> None: ...
+    def current_index(self) -> int: ...
     def manual_seed(self, seed: int) -> None: ...
     def synchronize(self) -> None: ...
     def empty_cache(self) -> None: ...
@@ -99,6 +100,13 @@ class Platform:
         """Make device(local_rank) the current device of this process and return it."""
         self.ops.set_device(local_rank)
         return self.device(local_rank)
+
+    def current_device(self) -> torch.device:
+        """The device this process computes on now (set_device's choice; the CPU on cpu): where
+        models are built when no device is given (models/builder.py)."""
+        if self.name == "cpu":
+            return torch.device("cpu")
+        return self.device(self.ops.current_index())
 
     # ---- visible-devices env handling
     def get_visible_devices(self, env: Mapping[str, str] = os.environ) -> Optional[list[int]]:

@@ -20,6 +20,11 @@ def set_device(index: int) -> None:
     """CPU has one device; nothing to select."""
 
 
+def current_index() -> int:
+    """The CPU is device 0."""
+    return 0
+
+
 def manual_seed(seed: int) -> None:
     """torch.manual_seed (done by Platform.manual_seed) already seeds the only generator."""
 

@@ -18,6 +18,10 @@ def set_device(index: int) -> None:
     torch.cuda.set_device(index)
 
 
+def current_index() -> int:
+    return torch.cuda.current_device()
+
+
 def manual_seed(seed: int) -> None:
     torch.cuda.manual_seed_all(seed)
 

@@ -120,6 +120,10 @@ def set_device(index: int) -> None:
     _npu().set_device(index)
 
 
+def current_index() -> int:
+    return int(_npu().current_device())
+
+
 def manual_seed(seed: int) -> None:
     _npu().manual_seed_all(seed)
 

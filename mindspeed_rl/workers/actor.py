@@ -22,7 +22,7 @@ import os
 import torch
 
 from mindspeed_rl.data import keys as K
-from mindspeed_rl.platform import get_platform
+from mindspeed_rl.platform import get_platform, on_device, params_dtype
 
 
 def model_args(role_cfg, vocab_size: int) -> dict:
@@ -49,13 +49,13 @@ class _ModelWorker:
 
         self.cfg, self.role_cfg = cfg, role_cfg
         self.env = init_distributed(platform)
+        self.device = platform.device(self.env.device_index)  # models live here; @on_device moves batches here
         tp, pp = role_cfg.parallel.tensor_model_parallel_size, role_cfg.parallel.pipeline_model_parallel_size
         init_parallel_state(tp, pp, seed=cfg.run.seed)
         self.tokenizer = load_tokenizer(cfg.run.tokenizer_name_or_path)
         self.vocab_size = len(self.tokenizer)
         self.args = model_args(role_cfg, self.vocab_size)
-        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[role_cfg.params_dtype]
-        self.model = build_gpt_model(self.args, params_dtype=dtype)
+        self.model = build_gpt_model(self.args, params_dtype=params_dtype(role_cfg.params_dtype), device=self.device)
         if role_cfg.load:  # a HF directory or a checkpoint of this project, sharded to this TP/PP
             from mindspeed_rl.models.checkpoint import load_weights
             load_weights(self.model, role_cfg.load, self.args)
@@ -76,7 +76,7 @@ class _ModelWorker:
         out = compute_log_probs(model, batch[K.INPUT_IDS], batch[K.ATTENTION_MASK], mbs, self.temperature,
                                 self.vocab_size)
         if out is None:  # not the last pipeline stage: the output rank answers for the DP group
-            return torch.zeros(batch[K.RESPONSES].shape)
+            return torch.zeros(batch[K.RESPONSES].shape, device=self.device)
         return out[0][:, P - 1: P - 1 + T] * batch[K.RESPONSE_MASK]
 
 
@@ -116,6 +116,7 @@ class ActorRolloutWorker(_ModelWorker):
     def sync_rollout_weights(self) -> None:
         """The engine runs this very model: nothing to copy."""
 
+    @on_device(move_inputs=False)  # the engine reads prompts as lists; its output comes back to the host
     def generate_sequences(self, prompts: dict, n: int, greedy: bool = False) -> dict:
         from mindspeed_rl.rollout.interface import generate_batch, sampling_seed
 
@@ -124,10 +125,12 @@ class ActorRolloutWorker(_ModelWorker):
         seed = sampling_seed(self.cfg.run.seed, self.calls, self.rank_info()["dp_rank"])
         return generate_batch(self.engine, prompts, n, self._sampling(n, greedy, seed))
 
+    @on_device
     def compute_log_prob(self, batch: dict) -> torch.Tensor:
         with torch.no_grad():
             return self._response_log_probs(self.model, batch)
 
+    @on_device
     def update_actor(self, batch: dict) -> dict[str, float]:
         """ppo_epochs x mini-batches over this DP rank's shard (rows of a prompt's group stay together
         unless shuffle_minibatch)."""
@@ -146,7 +149,7 @@ class ActorRolloutWorker(_ModelWorker):
         collected: list[dict] = []
         for _ in range(p.ppo_epochs):
             order = torch.randperm(rows, generator=g) if p.shuffle_minibatch else torch.arange(rows)
-            for idx in order.chunk(num_mini):
+            for idx in order.to(self.device).chunk(num_mini):
                 mb = {"input_ids": batch[K.INPUT_IDS][idx], "attention_mask": batch[K.ATTENTION_MASK][idx],
                       "response_mask": batch[K.RESPONSE_MASK][idx].float(), "advantages": batch[K.ADVANTAGES][idx]}
                 if K.OLD_LOG_PROBS in names:
@@ -217,7 +220,6 @@ class ReferenceWorker(_ModelWorker):
     def __init__(self, cfg):
         super().__init__(cfg, cfg.ref, train=False)
         platform = get_platform(cfg.run.platform)
-        self.device = platform.device(self.env.device_index)
         self.offload = not cfg.resource_pool.ref and platform.name != "cpu"
         self._empty_cache = platform.empty_cache
         if self.offload:
@@ -229,6 +231,7 @@ class ReferenceWorker(_ModelWorker):
         if device.type == "cpu":
             self._empty_cache()
 
+    @on_device
     def compute_ref_log_prob(self, batch: dict) -> torch.Tensor:
         if self.offload:
             self._place(self.device)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from mindspeed_rl.data import keys as K
-from mindspeed_rl.platform import get_platform
+from mindspeed_rl.platform import get_platform, on_device, params_dtype
 
 
 class RewardModelWorker:
@@ -33,6 +33,7 @@ class RewardModelWorker:
 
         self.cfg, self.role_cfg = cfg, role
         self.env = init_distributed(platform)
+        self.device = platform.device(self.env.device_index)  # the model lives here; @on_device moves batches
         init_parallel_state(role.parallel.tensor_model_parallel_size, role.parallel.pipeline_model_parallel_size,
                             seed=cfg.run.seed)
         vocab = len(load_tokenizer(cfg.run.tokenizer_name_or_path))
@@ -41,8 +42,7 @@ class RewardModelWorker:
             raise UserInputError(f"`reward.load: {role.load}` has a vocabulary of {self.args['padded_vocab_size']} "
                                  f"tokens but the tokenizer has {vocab}; the reward model must share the actor's "
                                  f"tokenizer, so train or pick a reward model on it.")
-        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[role.params_dtype]
-        self.model = build_reward_model(self.args, params_dtype=dtype)
+        self.model = build_reward_model(self.args, params_dtype=params_dtype(role.params_dtype), device=self.device)
         load_weights(self.model, role.load, self.args)  # validate.py makes reward.load required
         self.model.requires_grad_(False)
         self.model.eval()
@@ -51,6 +51,7 @@ class RewardModelWorker:
         from mindspeed_rl.distributed.worker_env import rank_info
         return rank_info()
 
+    @on_device
     def compute_rm_score(self, batch: dict) -> torch.Tensor:
         """(B,) float32 scores of this DP shard: the head at each sequence's last real token.
 
@@ -65,4 +66,4 @@ class RewardModelWorker:
         rows = batch[K.INPUT_IDS].shape[0]
         out = compute_scores(self.model, batch[K.INPUT_IDS], batch[K.ATTENTION_MASK],
                              _divisor(rows, self.role_cfg.micro_batch_size))
-        return torch.zeros(rows) if out is None else out
+        return torch.zeros(rows, device=self.device) if out is None else out

@@ -26,7 +26,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 import torch
 
-from mindspeed_rl.platform import get_platform
+from mindspeed_rl.platform import get_platform, on_device, params_dtype
 
 BUCKET_MB = 256.0  # weights per object-store entry: a few entries per billion parameters
 
@@ -130,12 +130,13 @@ class RolloutWorker:
 
         self.cfg, a, r = cfg, cfg.actor, cfg.actor.rollout
         self.env = init_distributed(platform)
+        self.device = platform.device(self.env.device_index)
         init_parallel_state(a.parallel.tensor_model_parallel_size, 1, seed=cfg.run.seed)
         self.tokenizer = load_tokenizer(cfg.run.tokenizer_name_or_path)
         self.vocab_size = len(self.tokenizer)
         self.args = model_args(a, self.vocab_size)  # the training ranks' args: same TP, same padding
-        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[a.params_dtype]
-        self.model = build_gpt_model(self.args, params_dtype=dtype)  # sequence_parallel off: decoding
+        # sequence_parallel off: decoding
+        self.model = build_gpt_model(self.args, params_dtype=params_dtype(a.params_dtype), device=self.device)
         self.model.requires_grad_(False)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         self.engine = NativeEngine(self.model, vocab_size=self.vocab_size,
@@ -162,6 +163,7 @@ class RolloutWorker:
         self.weight_updates += 1
         return written
 
+    @on_device(move_inputs=False)
     def generate_sequences(self, prompts: dict, n: int, greedy: bool = False) -> dict:
         """The ActorRolloutWorker's generate_sequences, on this rank's copy of the weights."""
         from mindspeed_rl.rollout.interface import generate_batch, sampling_seed
@@ -173,6 +175,7 @@ class RolloutWorker:
         seed = sampling_seed(self.cfg.run.seed, self.calls, self.rank_info()["dp_rank"])
         return generate_batch(self.engine, prompts, n, self._sampling(n, greedy, seed))
 
+    @on_device(move_inputs=False)
     def hf_weights(self) -> dict[str, torch.Tensor]:
         """This rank's full weights under HF names (TP gathered), for checking a sync."""
         return dict(gathered_hf_tensors(self.model, self.args))
