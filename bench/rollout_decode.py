@@ -89,17 +89,19 @@ def main() -> None:
                    help="fraction of the vocabulary used as stop ids in the compaction rows (0 = skip them)")
     args = p.parse_args()
 
+    device = PLATFORM.set_device(0)  # first: nccl communicators bind to the current device
     _init_world()
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.hf_bridge import DictReader, load_into_model
     from mindspeed_rl.rollout.interface import SamplingParams
     from mindspeed_rl.rollout.native import NativeEngine
 
-    device, dtype = PLATFORM.device(0), getattr(torch, args.dtype)
+    # one device, one dtype for both engines (issue 17: the norms used to stay fp32 on the CPU)
+    dtype = getattr(torch, args.dtype)
     hf, config = _hf_model(args, device, dtype)
     margs = model_config_from_hf(config.to_dict())
     init_parallel_state(1, 1, seed=0)
-    model = build_gpt_model(margs, params_dtype=dtype).eval()
+    model = build_gpt_model(margs, params_dtype=dtype, device=device).eval()
     load_into_model(model, DictReader(hf.state_dict()), margs, 1, 0)
     n_params = sum(p.numel() for p in model.parameters())
     prompts = _batch(args)

@@ -57,10 +57,10 @@ def global_denominator(response_mask: torch.Tensor, mode: str) -> Optional[torch
     if mode == "seq-mean-token-sum-norm":
         return None  # a constant (T): nothing to count
     local = response_mask.sum() if mode == "token-mean" else (response_mask.sum(-1) > 0).sum()
-    count = local.double().reshape(1)
+    count = local.round().long().reshape(1)  # int64: exact, and every backend (hccl too) reduces it
     if parallel_state.get_data_parallel_world_size() > 1:
         torch.distributed.all_reduce(count, group=parallel_state.get_data_parallel_group())
-    return count[0]
+    return count[0].double()
 
 
 def policy_update_step(model, optimizer, scheduler, batch: dict, prompt_width: int, micro_batch_size: int,

@@ -1,0 +1,439 @@
+"""The accelerator smoke check (issue 17): one command on one GPU (or NPU) says whether the product
+runs there, with the figures the README quotes.
+
+    python scripts/gpu_smoke.py                          # the first GPU/NPU torch sees; exit 3 if none
+    python scripts/gpu_smoke.py --json smoke.json        # figures as JSON too
+    python scripts/gpu_smoke.py --device cpu --shape tiny --skip-ray   # the script itself, on CPU (a test does this)
+
+Checks, in order (each PASS / FAIL with its figures; the exit code is 0 only when all pass):
+  build      a random HF checkpoint (--shape, saved with save_pretrained) built and loaded into the
+             megatron model on the device, fp32 and bf16: every parameter/buffer on the device and in
+             params_dtype (platform.placement_problems).
+  parity     per-token log-probs against transformers on the same weights and tokens.
+             fp32: max |d log p| <= 2e-3 (the issue measured 7.8e-5 on an H100 for the logits).
+             bf16: both sides in bf16, each compared with transformers fp32: our error (max and mean)
+             must stay within 2x transformers' own bf16 error + 0.02. The log-probs must spread
+             (std > 0.3 nats), or the comparison would have no power.
+  greedy     greedy continuations of --gen-batch prompts, native engine vs transformers generate
+             (fp32): at least 75 % of the rows identical (near-ties may flip a token).
+  update     one policy update in bf16 through megatron (DDP, fp32 main params, KL loss): finite
+             loss and grad norm, grad norm > 0, weights changed, step not skipped; seconds and
+             the 6·N·tokens TFLOP/s of that step.
+  decode     tokens/s of the native engine vs transformers generate, greedy, same prompts, in
+             --dtype (reported, not judged: the target >= 1x is issue 17's open speed work).
+  ray_gpt    `ray_gpt.py` on the tiny task, colocated, --ray-steps steps on this platform (fp32 and
+             bf16): exit 0, every step logged, finite grad norms; score and seconds per step.
+
+Exit codes: 0 all checks passed, 1 a check failed, 2 bad arguments, 3 no accelerator (nothing ran).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Callable
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+# HF config fields of the shapes we check (random weights: no download is possible or needed)
+SHAPES = {
+    "smollm2-135m": ("llama", dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                                   num_attention_heads=9, num_key_value_heads=3, vocab_size=49152,
+                                   max_position_embeddings=2048, rope_theta=100000.0, tie_word_embeddings=True)),
+    "qwen25-05b": ("qwen2", dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                                 num_attention_heads=14, num_key_value_heads=2, vocab_size=151936,
+                                 max_position_embeddings=4096, rope_theta=1000000.0, tie_word_embeddings=True)),
+    "tiny": ("qwen2", dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                           num_key_value_heads=2, vocab_size=256, max_position_embeddings=256,
+                           tie_word_embeddings=True)),
+}
+FP32_MAX = 2e-3
+BF16_FACTOR, BF16_SLACK = 2.0, 0.02
+MIN_SPREAD = 0.3
+GREEDY_MIN_FRAC = 0.75
+NO_DEVICE = 3
+
+
+# ---------------------------------------------------------------------------------------------
+# set-up
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="auto", choices=["auto", "cuda", "npu", "cpu"])
+    p.add_argument("--shape", default="smollm2-135m", choices=sorted(SHAPES))
+    p.add_argument("--dtype", default="bf16", choices=["fp32", "bf16"], help="dtype of the decode speed check")
+    p.add_argument("--batch", type=int, default=8, help="sequences in the parity and update checks")
+    p.add_argument("--seq", type=int, default=128, help="tokens per sequence in the parity and update checks")
+    p.add_argument("--gen-batch", type=int, default=64, help="prompts in the greedy and decode checks")
+    p.add_argument("--new-tokens", type=int, default=64)
+    p.add_argument("--ray-steps", type=int, default=5)
+    p.add_argument("--skip-ray", action="store_true", help="leave out the ray_gpt check (e.g. no ray installed)")
+    p.add_argument("--json", default=None, help="also write the results to this file")
+    args = p.parse_args(argv)
+    for key in ("batch", "seq", "gen_batch", "new_tokens", "ray_steps"):
+        if getattr(args, key) < 1:
+            p.error(f"--{key.replace('_', '-')} must be >= 1, got {getattr(args, key)}")
+    if args.seq < 8 or args.seq > SHAPES[args.shape][1]["max_position_embeddings"]:
+        p.error(f"--seq must be between 8 and the shape's max_position_embeddings, got {args.seq}")
+    return args
+
+
+def pick_platform(requested: str) -> str | None:
+    """The platform name to run on, or None (with the reason printed) when the accelerator asked
+    for is absent. --device cpu is the self-test of this script."""
+    from mindspeed_rl.platform.base import cuda_available, npu_available, resolve_name
+
+    if requested == "cpu":
+        return "cpu"
+    found = resolve_name("auto")
+    if requested == "auto" and found != "cpu":
+        return found
+    if requested == "cuda" and cuda_available() or requested == "npu" and npu_available():
+        return requested
+    what = "GPU or NPU" if requested == "auto" else requested.upper()
+    print(f"gpu_smoke: no {what} is visible to torch on this machine, so nothing was checked; run it on a "
+          f"machine with one (or pass --device cpu to exercise the script itself).")
+    return None
+
+
+def init_world(platform) -> torch.device:
+    """A world-size-1 process group on the platform's backend and megatron's TP=PP=1 state."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ["MASTER_PORT"] = str(port)
+    device = platform.set_device(0)
+    torch.distributed.init_process_group(platform.dist_backend, rank=0, world_size=1,
+                                         timeout=datetime.timedelta(seconds=120))
+    from mindspeed_rl.models.builder import init_parallel_state
+
+    init_parallel_state(1, 1, seed=1234)
+    return device
+
+
+def save_random_hf(shape: str, out_dir: str, seed: int = 0):
+    """A random HF CausalLM of `shape` with weights that give log-probs a spread: linear weights
+    N(0, 0.5/sqrt(fan_in)), embeddings N(0, 1/sqrt(hidden)), norms 1 + N(0, 0.1). Returns it (fp32, CPU)."""
+    import transformers as tf
+
+    arch, fields = SHAPES[shape]
+    cfg_cls = {"llama": tf.LlamaConfig, "qwen2": tf.Qwen2Config}[arch]
+    model_cls = {"llama": tf.LlamaForCausalLM, "qwen2": tf.Qwen2ForCausalLM}[arch]
+    torch.manual_seed(seed)
+    model = model_cls(cfg_cls(**fields)).eval()
+    hidden = fields["hidden_size"]
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.1 * torch.randn_like(p))
+            elif "embed" in name or "lm_head" in name:
+                p.normal_(0.0, hidden ** -0.5)
+            elif p.dim() == 2:
+                p.normal_(0.0, 0.5 * p.shape[1] ** -0.5)
+            else:
+                p.normal_(0.0, 0.02)
+    model.save_pretrained(out_dir)
+    return model
+
+
+def build_loaded(hf_dir: str, dtype: torch.dtype, device: torch.device):
+    """Our model of the checkpoint in hf_dir, on `device` in `dtype`, and its Megatron args."""
+    from mindspeed_rl.models.builder import build_gpt_model, model_config_from_hf
+    from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
+
+    margs = model_config_from_hf(read_hf_config(hf_dir))
+    model = build_gpt_model(margs, params_dtype=dtype, device=device)
+    load_hf_checkpoint(model, hf_dir, margs)
+    return model, margs
+
+
+def token_batch(vocab: int, batch: int, seq: int, device: torch.device, seed: int = 1):
+    """(B, S) random ids and a mask with a left-padded first row."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, vocab, (batch, seq), generator=g)
+    mask = torch.ones(batch, seq, dtype=torch.long)
+    mask[0, : seq // 4] = 0
+    return ids.to(device), mask.to(device)
+
+
+def hf_log_probs(hf, ids, mask) -> torch.Tensor:
+    """(B, S-1) float32 log-probs of ids[:, 1:] under transformers (positions counted over real tokens)."""
+    with torch.no_grad():
+        logits = hf(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0)).logits
+    return torch.log_softmax(logits.float()[:, :-1], -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+
+
+def our_log_probs(model, ids, mask, vocab: int) -> torch.Tensor:
+    from mindspeed_rl.models.forward import compute_log_probs
+
+    model.eval()
+    return compute_log_probs(model, ids, mask, micro_batch_size=ids.shape[0], vocab_size=vocab)[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# checks: each returns (passed, figures)
+
+
+def check_build(ctx) -> tuple[bool, dict]:
+    from mindspeed_rl.platform import placement_problems
+
+    figures, ok = {}, True
+    for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        model, _ = build_loaded(ctx["hf_dir"], dtype, ctx["device"])
+        problems = placement_problems(model, ctx["device"], dtype)
+        figures[f"{name}_misplaced"] = problems[:5]
+        figures[f"{name}_params_m"] = round(sum(p.numel() for p in model.parameters()) / 1e6, 2)
+        ok = ok and not problems
+        ctx[f"model_{name}"] = model
+    return ok, figures
+
+
+def bf16_bound(ref_err: float) -> float:
+    return BF16_FACTOR * ref_err + BF16_SLACK
+
+
+def check_parity(ctx) -> tuple[bool, dict]:
+    hf32, vocab, device = ctx["hf"], ctx["vocab"], ctx["device"]
+    ids, mask = token_batch(vocab, ctx["args"].batch, ctx["args"].seq, device)
+    valid = mask[:, 1:].bool() & mask[:, :-1].bool()
+    ref = hf_log_probs(hf32, ids, mask)[valid]
+    ours32 = our_log_probs(ctx["model_fp32"], ids, mask, vocab)[valid]
+    hf16 = hf_log_probs(ctx["hf_bf16"], ids, mask)[valid]
+    ours16 = our_log_probs(ctx["model_bf16"], ids, mask, vocab)[valid]
+    d32, d16, dref = (ours32 - ref).abs(), (ours16 - ref).abs(), (hf16 - ref).abs()
+    f = {"spread_std": float(ref.std()), "fp32_max": float(d32.max()), "fp32_mean": float(d32.mean()),
+         "bf16_max": float(d16.max()), "bf16_mean": float(d16.mean()),
+         "hf_bf16_max": float(dref.max()), "hf_bf16_mean": float(dref.mean())}
+    f["bf16_max_bound"], f["bf16_mean_bound"] = bf16_bound(f["hf_bf16_max"]), bf16_bound(f["hf_bf16_mean"])
+    ok = (f["spread_std"] > MIN_SPREAD and f["fp32_max"] <= FP32_MAX and f["bf16_max"] <= f["bf16_max_bound"]
+          and f["bf16_mean"] <= f["bf16_mean_bound"])
+    return ok, f
+
+
+def prompts_for(vocab: int, n: int, seed: int = 2) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    lens = torch.randint(8, 17, (n,), generator=g)
+    return [torch.randint(0, vocab, (int(k),), generator=g).tolist() for k in lens]
+
+
+def hf_greedy(hf, prompts, new_tokens: int, device) -> tuple[torch.Tensor, float]:
+    """Left-padded transformers generate (greedy, exactly new_tokens each); (B, new_tokens), seconds."""
+    P = max(map(len, prompts))
+    ids = torch.zeros(len(prompts), P, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(prompts):
+        ids[i, P - len(p):], mask[i, P - len(p):] = torch.tensor(p), 1
+    ids, mask = ids.to(device), mask.to(device)
+    sync = ctx_sync()
+    sync()
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        out = hf.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=new_tokens,
+                          min_new_tokens=new_tokens, eos_token_id=None, pad_token_id=0)
+    sync()
+    return out[:, P:].cpu(), time.perf_counter() - t0
+
+
+def native_greedy(model, vocab: int, prompts, new_tokens: int) -> tuple[torch.Tensor, float]:
+    from mindspeed_rl.rollout.interface import SamplingParams
+    from mindspeed_rl.rollout.native import NativeEngine
+
+    engine = NativeEngine(model, vocab_size=vocab, max_length=max(map(len, prompts)) + new_tokens)
+    sync = ctx_sync()
+    sync()
+    t0 = time.perf_counter()
+    out = engine.generate(prompts, SamplingParams(do_sample=False, max_new_tokens=new_tokens, ignore_eos=True))
+    sync()
+    return out.responses.cpu(), time.perf_counter() - t0
+
+
+def ctx_sync() -> Callable[[], None]:
+    from mindspeed_rl.platform import get_platform
+
+    return get_platform().synchronize
+
+
+def check_greedy(ctx) -> tuple[bool, dict]:
+    a = ctx["args"]
+    prompts = prompts_for(ctx["vocab"], min(a.gen_batch, 16))
+    ref, _ = hf_greedy(ctx["hf"], prompts, min(a.new_tokens, 16), ctx["device"])
+    ours, _ = native_greedy(ctx["model_fp32"], ctx["vocab"], prompts, min(a.new_tokens, 16))
+    same = int(sum(torch.equal(x, y) for x, y in zip(ours, ref)))
+    return same >= math.ceil(GREEDY_MIN_FRAC * len(prompts)), {"rows_identical": same, "rows": len(prompts)}
+
+
+def check_update(ctx) -> tuple[bool, dict]:
+    from mindspeed_rl.models.optimizer import build_optimizer, wrap_ddp
+    from mindspeed_rl.models.train_step import PolicyLossSettings, policy_update_step
+
+    a, device, vocab = ctx["args"], ctx["device"], ctx["vocab"]
+    model, _ = build_loaded(ctx["hf_dir"], torch.bfloat16, device)
+    ddp = wrap_ddp(model, use_distributed_optimizer=False)
+    optimizer, scheduler = build_optimizer([ddp], lr=1e-4, train_iters=10, use_distributed_optimizer=False,
+                                           params_dtype=torch.bfloat16)
+    P = a.seq // 2
+    ids, mask = token_batch(vocab, a.batch, a.seq, device, seed=5)  # row 0's prompt is left-padded
+    T = a.seq - P
+    g = torch.Generator().manual_seed(6)
+    batch = {"input_ids": ids, "attention_mask": mask, "response_mask": torch.ones(a.batch, T, device=device),
+             "advantages": torch.randn(a.batch, T, generator=g).to(device),
+             "old_log_probs": torch.full((a.batch, T), -math.log(vocab), device=device),
+             "ref_log_probs": torch.full((a.batch, T), -math.log(vocab), device=device)}
+    before = [p.detach().float().clone() for p in model.parameters()]
+    s = PolicyLossSettings(use_kl_loss=True, kl_loss_coef=0.01, vocab_size=vocab)
+    model.train()
+    sync = ctx_sync()
+    sync()
+    t0 = time.perf_counter()
+    stats = policy_update_step(ddp, optimizer, scheduler, batch, P, max(1, a.batch // 2), s)
+    sync()
+    seconds = time.perf_counter() - t0
+    changed = sum(not torch.equal(b, p.detach().float()) for b, p in zip(before, model.parameters()))
+    n = sum(p.numel() for p in model.parameters())
+    f = {"pg_loss": stats["actor/pg_loss"], "kl_loss": stats["actor/kl_loss"], "grad_norm": stats["actor/grad_norm"],
+         "skipped": stats["actor/update_skipped"], "params_changed": changed, "params": len(before),
+         "seconds": seconds, "tflops_6nt": 6 * n * a.batch * a.seq / seconds / 1e12}
+    ok = (all(math.isfinite(f[k]) for k in ("pg_loss", "kl_loss", "grad_norm")) and f["grad_norm"] > 0
+          and f["skipped"] == 0 and changed > 0)
+    return ok, f
+
+
+def check_decode(ctx) -> tuple[bool, dict]:
+    a = ctx["args"]
+    name = a.dtype
+    model, hf = (ctx["model_fp32"], ctx["hf"]) if name == "fp32" else (ctx["model_bf16"], ctx["hf_bf16"])
+    prompts = prompts_for(ctx["vocab"], a.gen_batch, seed=3)
+    hf_greedy(hf, prompts[:2], 2, ctx["device"])  # warm-up: first-call allocations and kernels
+    native_greedy(model, ctx["vocab"], prompts[:2], 2)
+    _, hf_s = hf_greedy(hf, prompts, a.new_tokens, ctx["device"])
+    _, ours_s = native_greedy(model, ctx["vocab"], prompts, a.new_tokens)
+    tokens = len(prompts) * a.new_tokens
+    f = {"dtype": name, "batch": len(prompts), "new_tokens": a.new_tokens, "native_tok_s": tokens / ours_s,
+         "transformers_tok_s": tokens / hf_s}
+    f["ratio"] = f["native_tok_s"] / f["transformers_tok_s"]
+    return True, f
+
+
+def ray_gpt_command(platform: str, steps: int, out_dir: str, bf16: bool) -> list[str]:
+    """The ray_gpt.py command line of the check: the tiny task, colocated, no validation or saving."""
+    return [sys.executable, os.path.join(ROOT, "ray_gpt.py"), f"training.platform={platform}",
+            f"training.train_iters={steps}", f"training.output_dir={out_dir}", "training.test_freq=0",
+            "training.save_interval=0", f"training.bf16={str(bf16).lower()}"]
+
+
+def summarize_run(out_dir: str, steps: int) -> tuple[bool, dict]:
+    """Figures of a finished ray_gpt run from its metrics.jsonl: every step logged, finite grad norms."""
+    path = os.path.join(out_dir, "metrics.jsonl")
+    if not os.path.isfile(path):
+        return False, {"error": f"{path} was not written"}
+    with open(path) as fh:
+        rows = [json.loads(line) for line in fh if line.strip()]
+    norms = [r.get("actor/grad_norm", float("nan")) for r in rows]
+    f = {"steps": len(rows), "score_first": rows[0].get("grpo/score/mean") if rows else None,
+         "score_last": rows[-1].get("grpo/score/mean") if rows else None,
+         "step_s_mean": sum(r.get("timing/step", 0.0) for r in rows[1:]) / max(1, len(rows) - 1),
+         "gen_s_mean": sum(r.get("timing/gen", 0.0) for r in rows[1:]) / max(1, len(rows) - 1)}
+    return len(rows) == steps and all(math.isfinite(x) for x in norms), f
+
+
+def check_ray_gpt(ctx) -> tuple[bool, dict]:
+    a, figures, ok = ctx["args"], {}, True
+    for bf16 in (False, True):
+        label = "bf16" if bf16 else "fp32"
+        out_dir = os.path.join(ctx["tmp"], f"ray_gpt_{label}")
+        env = {**os.environ, "RAY_ADDRESS": "local", "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        try:
+            proc = subprocess.run(ray_gpt_command(ctx["platform"], a.ray_steps, out_dir, bf16), cwd=ROOT, env=env,
+                                  capture_output=True, text=True, timeout=600 + 60 * a.ray_steps)
+        except subprocess.TimeoutExpired:
+            figures[label] = {"error": f"ray_gpt.py did not finish {a.ray_steps} steps within the timeout"}
+            ok = False
+            continue
+        passed, f = summarize_run(out_dir, a.ray_steps)
+        if proc.returncode != 0:
+            passed, f["error"] = False, f"exit {proc.returncode}: {proc.stderr.strip()[-800:]}"
+        figures[label], ok = f, ok and passed
+    return ok, figures
+
+
+CHECKS: list[tuple[str, Callable]] = [("build", check_build), ("parity", check_parity), ("greedy", check_greedy),
+                                      ("update", check_update), ("decode", check_decode), ("ray_gpt", check_ray_gpt)]
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace, platform_name: str) -> dict[str, Any]:
+    from mindspeed_rl.platform import get_platform
+
+    platform = get_platform(platform_name)
+    platform.patch()
+    device = init_world(platform)
+    results: dict[str, Any] = {"device": device_name(platform, device), "torch": torch.__version__,
+                               "shape": args.shape, "checks": {}}
+    with tempfile.TemporaryDirectory(prefix="gpu_smoke_") as tmp:
+        hf_dir = os.path.join(tmp, "hf")
+        hf = save_random_hf(args.shape, hf_dir)
+        ctx = {"args": args, "platform": platform.name, "device": device, "tmp": tmp, "hf_dir": hf_dir,
+               "vocab": SHAPES[args.shape][1]["vocab_size"], "hf": hf.to(device),
+               "hf_bf16": copy.deepcopy(hf).to(device, torch.bfloat16)}
+        for name, check in CHECKS:
+            if name == "ray_gpt" and args.skip_ray:
+                results["checks"][name] = {"status": "SKIP", "figures": {"reason": "--skip-ray"}}
+                continue
+            t0 = time.perf_counter()
+            try:
+                ok, figures = check(ctx)
+                status = "PASS" if ok else "FAIL"
+            except Exception as err:  # one check's crash is its FAIL; the others still run
+                status, figures = "FAIL", {"error": f"{type(err).__name__}: {err}"}
+            results["checks"][name] = {"status": status, "seconds": round(time.perf_counter() - t0, 2),
+                                       "figures": figures}
+            print(f"{name:<8} {status:<5} {json.dumps(figures, default=_short)}", flush=True)
+    torch.distributed.destroy_process_group()
+    return results
+
+
+def device_name(platform, device: torch.device) -> str:
+    if platform.name == "cuda":
+        return f"{torch.cuda.get_device_name(device)} (cuda, torch {torch.__version__}, CUDA {torch.version.cuda})"
+    if platform.name == "npu":
+        return f"{torch.npu.get_device_name(device)} (npu, torch {torch.__version__})"  # torch_npu registers it
+    return f"cpu ({torch.get_num_threads()} threads, torch {torch.__version__})"
+
+
+def _short(x):
+    return f"{x:.4g}" if isinstance(x, float) else str(x)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    name = pick_platform(args.device)
+    if name is None:
+        return NO_DEVICE
+    results = run(args, name)
+    failed = [k for k, v in results["checks"].items() if v["status"] == "FAIL"]
+    results["passed"] = not failed
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1, default=_short)
+    print(f"gpu_smoke on {results['device']}: " + ("all checks passed" if not failed else f"FAILED: {', '.join(failed)}"))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

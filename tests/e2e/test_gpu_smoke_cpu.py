@@ -1,0 +1,29 @@
+"""scripts/gpu_smoke.py end to end with --device cpu, so the GPU smoke check cannot rot between
+GPU runs: build + HF load, parity, greedy, a bf16 update, decode speed and two ray_gpt runs."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.e2e
+
+
+def test_every_check_passes_on_cpu(tmp_path):
+    out = tmp_path / "smoke.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_smoke.py"), "--device", "cpu", "--shape", "tiny",
+                           "--batch", "4", "--seq", "32", "--gen-batch", "8", "--new-tokens", "8", "--ray-steps", "2",
+                           "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "RAY_ADDRESS": "local", "RAY_AUTH_MODE": "disabled"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = json.loads(out.read_text())
+    assert results["passed"] and results["device"].startswith("cpu")
+    checks = results["checks"]
+    assert {k: v["status"] for k, v in checks.items()} == {k: "PASS" for k in
+                                                          ("build", "parity", "greedy", "update", "decode", "ray_gpt")}
+    assert checks["parity"]["figures"]["fp32_max"] <= 2e-3
+    assert checks["update"]["figures"]["params_changed"] > 0
+    assert checks["ray_gpt"]["figures"]["bf16"]["steps"] == 2
