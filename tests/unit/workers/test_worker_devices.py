@@ -123,3 +123,26 @@ def test_generated_batches_come_back_to_the_host(spies, cls):
 
 def test_weights_for_checks_come_back_to_the_host(spies):
     assert tensor_devices(worker(RolloutWorker, spies).hf_weights()) == {CPU}
+
+
+def test_the_worker_builds_its_model_on_its_device(gloo_world1, monkeypatch):
+    """The worker's model lands wholly on the worker's device, in the role's params_dtype (the device
+    is "meta" here: a platform whose device is not where the defaults would put things)."""
+    import mindspeed_rl.data.tokenizer as tokenizer
+    import mindspeed_rl.distributed.worker_env as worker_env
+    import mindspeed_rl.workers.actor as actor
+    from mindspeed_rl.platform import Platform, placement_problems
+
+    args = dict(num_layers=2, hidden_size=32, ffn_hidden_size=64, num_attention_heads=4, padded_vocab_size=40,
+                max_position_embeddings=32, normalization="RMSNorm", swiglu=True, disable_bias_linear=True)
+    monkeypatch.setattr(Platform, "device", lambda self, local_rank=0: META)
+    monkeypatch.setattr(worker_env, "init_distributed", lambda platform: SimpleNamespace(device_index=0))
+    monkeypatch.setattr(tokenizer, "load_tokenizer", lambda path: [0] * 40)
+    monkeypatch.setattr(actor, "model_args", lambda role_cfg, vocab: dict(args))
+    role = SimpleNamespace(mindspeed_switches={}, parallel=SimpleNamespace(tensor_model_parallel_size=1,
+                           pipeline_model_parallel_size=1), params_dtype="bf16", load=None, micro_batch_size=2)
+    cfg = SimpleNamespace(run=SimpleNamespace(platform="auto", seed=1, tokenizer_name_or_path=None), ref=role,
+                          actor=SimpleNamespace(rollout=SimpleNamespace(temperature=1.0, do_sample=False)),
+                          resource_pool=SimpleNamespace(ref=[1]))
+    w = ReferenceWorker(cfg)
+    assert w.device == META and placement_problems(w.model, META, torch.bfloat16) == []
