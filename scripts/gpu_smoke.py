@@ -383,7 +383,8 @@ def run(args: argparse.Namespace, platform_name: str) -> dict[str, Any]:
     platform = get_platform(platform_name)
     platform.patch()
     device = init_world(platform)
-    results: dict[str, Any] = {"device": device_name(platform, device), "torch": torch.__version__,
+    results: dict[str, Any] = {"device": f"{platform.device_name(device.index or 0)}, torch {torch.__version__}",
+                               "torch": torch.__version__,
                                "shape": args.shape, "checks": {}}
     with tempfile.TemporaryDirectory(prefix="gpu_smoke_") as tmp:
         hf_dir = os.path.join(tmp, "hf")
@@ -406,14 +407,6 @@ def run(args: argparse.Namespace, platform_name: str) -> dict[str, Any]:
             print(f"{name:<8} {status:<5} {json.dumps(figures, default=_short)}", flush=True)
     torch.distributed.destroy_process_group()
     return results
-
-
-def device_name(platform, device: torch.device) -> str:
-    if platform.name == "cuda":
-        return f"{torch.cuda.get_device_name(device)} (cuda, torch {torch.__version__}, CUDA {torch.version.cuda})"
-    if platform.name == "npu":
-        return f"{torch.npu.get_device_name(device)} (npu, torch {torch.__version__})"  # torch_npu registers it
-    return f"cpu ({torch.get_num_threads()} threads, torch {torch.__version__})"
 
 
 def _short(x):

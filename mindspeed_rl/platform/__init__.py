@@ -20,7 +20,7 @@ Public API
 Device and dtype discipline (placement.py; the rule is in its docstring):
     params_dtype("bf16") -> torch.dtype;  to_device(tree, device);  to_host(tree);  @on_device
     place_model(model, device, dtype);  placement_problems(model, device, dtype) -> list[str]
-    Platform.current_device() -> torch.device (where models are built by default)
+    Platform.current_device() -> torch.device (where models are built by default);  Platform.device_name()
 
 Per device (one file each, no inheritance):
     npu.py   torch_npu + torch_npu.contrib.transfer_to_npu + mindspeed.megatron_adaptor (switches

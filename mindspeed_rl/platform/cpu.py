@@ -25,6 +25,12 @@ def current_index() -> int:
     return 0
 
 
+def device_name(index: int) -> str:
+    import torch
+
+    return f"cpu ({torch.get_num_threads()} threads)"
+
+
 def manual_seed(seed: int) -> None:
     """torch.manual_seed (done by Platform.manual_seed) already seeds the only generator."""
 

@@ -22,6 +22,10 @@ def current_index() -> int:
     return torch.cuda.current_device()
 
 
+def device_name(index: int) -> str:
+    return f"{torch.cuda.get_device_name(index)} (CUDA {torch.version.cuda})"
+
+
 def manual_seed(seed: int) -> None:
     torch.cuda.manual_seed_all(seed)
 

@@ -124,6 +124,10 @@ def current_index() -> int:
     return int(_npu().current_device())
 
 
+def device_name(index: int) -> str:
+    return str(_npu().get_device_name(index))
+
+
 def manual_seed(seed: int) -> None:
     _npu().manual_seed_all(seed)
 

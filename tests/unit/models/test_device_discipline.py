@@ -159,3 +159,10 @@ def test_loaders_copy_into_the_built_parameters(gloo_world1, tmp_path, arch):
     load_hf_tensors(model, list(gathered_hf_tensors(model, args)), args)
     assert _identity(model) == before
     assert placement_problems(model, torch.device("cpu"), torch.bfloat16) == []
+
+
+def test_the_platform_names_its_current_device():
+    from mindspeed_rl.platform import get_platform
+
+    plat = get_platform()
+    assert plat.current_device() == torch.device("cpu") and plat.device_name().startswith("cpu (")
