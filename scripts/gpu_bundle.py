@@ -176,6 +176,7 @@ INSTALL_SH = r"""#!/usr/bin/env bash
 # One part of the mindspeed_rl GPU bundle (scripts/gpu_bundle.py). Run every part's copy once, in any
 # order; each installs what is complete so far into pylib/ next to the parts. Then:
 #   export PYTHONPATH=<repo>/.gpu_bundle/pylib:<repo>
+# PYTHON (default python3) is the interpreter whose pip installs the wheels: the one that runs the checks.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 BASE="${GPU_BUNDLE_BASE:-$(dirname "$HERE")}"
@@ -193,7 +194,7 @@ for f in *.whl *.tar; do
   [ -e "$f" ] || continue
   [ -e "$f.installed" ] && continue
   case "$f" in
-    *.whl) python -m pip install -q --no-index --no-deps --no-compile --target "$DEST" --upgrade "$f" ;;
+    *.whl) "${PYTHON:-python3}" -m pip install -q --no-index --no-deps --no-compile --target "$DEST" --upgrade "$f" ;;
     *.tar) tar -xf "$f" -C "$DEST" ;;
   esac
   touch "$f.installed"; echo "gpu_bundle: installed $f"
