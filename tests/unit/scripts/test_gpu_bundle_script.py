@@ -3,6 +3,7 @@ that a part's install.sh installs what it carries (pure-Python packages here; no
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -105,3 +106,32 @@ def test_bad_arguments_exit_2(bad):
     with pytest.raises(SystemExit) as err:
         gb.main(bad)
     assert err.value.code == 2
+
+
+def make_wheel(path, name="demo_pkg", version="1.0"):
+    import zipfile
+
+    info = f"{name}-{version}.dist-info"
+    files = {f"{name}/__init__.py": f"VERSION = '{version}'\n" + "# padding\n" * 2000,
+             f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    files[f"{info}/RECORD"] = "".join(f"{k},,\n" for k in files) + f"{info}/RECORD,,\n"
+    with zipfile.ZipFile(path, "w") as z:
+        for k, v in files.items():
+            z.writestr(k, v)
+    return path
+
+
+def test_a_wheel_cut_in_two_is_joined_and_installed_with_pip(tmp_path, monkeypatch):
+    """The path Ray's wheel takes: downloaded, cut across two parts, joined and pip-installed."""
+    wheel = make_wheel(tmp_path / "demo_pkg-1.0-py3-none-any.whl")
+    monkeypatch.setattr(gb, "download_wheel", lambda name, version, out_dir: str(
+        Path(shutil.copy(wheel, Path(out_dir) / wheel.name))))
+    out = tmp_path / "bundle"
+    dirs = gb.build({"pure": [], "wheels": [["demo-pkg", "1.0"]]}, str(out), part_bytes=wheel.stat().st_size // 2 + 1)
+    env = {**os.environ, "PYTHON": sys.executable}
+    for d in reversed(dirs):  # any order
+        proc = subprocess.run(["bash", f"{d}/install.sh"], capture_output=True, text=True, timeout=300, env=env)
+        assert proc.returncode == 0, proc.stderr
+    assert "installed demo_pkg-1.0-py3-none-any.whl" in proc.stdout
+    assert "VERSION = '1.0'" in (out / "pylib" / "demo_pkg" / "__init__.py").read_text()
