@@ -175,12 +175,22 @@ def _check_keys(prefix: str, section: dict, allowed, extra_hint: dict | None = N
 
 
 def _check_flat_keys(path: str, section: dict) -> None:
-    known = schema.all_flat_keys()
-    for key in section:
+    """Every key is in our schema or in the Megatron-LM / MindSpeed-LLM vocabulary (config/compat.py)."""
+    for key, value in section.items():
         key = compat.normalize_key(key)
-        if key in known or key in compat.MINDSPEED_SWITCHES or key in compat.NO_EFFECT_KEYS:
+        kind = compat.route(key)
+        if kind == "unsupported":
+            err = compat.unsupported_problem(key, value)
+            if err:
+                raise UserInputError(f"`{path}.{key}` {err}.")
+        if kind is not None:
             continue
-        raise UserInputError(f"`{path}.{key}` is not a known key{_suggest(key, known | set(compat.MINDSPEED_SWITCHES))}")
+        ours = schema.all_flat_keys() | set(compat.MINDSPEED_SWITCHES)
+        hint = _suggest(key, ours)  # our own keys first: a typo of one of them is the likely case
+        if "did you mean" not in hint:
+            hint = _suggest(key, compat.suggestion_pool())
+        raise UserInputError(f"`{path}.{key}` is not a known key (neither ours nor a Megatron-LM / MindSpeed-LLM "
+                             f"argument){hint}")
 
 
 def _merged_view(models: dict, training: dict, role_sec: dict, role: str) -> tuple[dict, dict]:
@@ -209,10 +219,12 @@ def _build_role(role: str, models: dict, training: dict, sec: dict, ignored: dic
     for group in schema.ROLE_GROUPS:
         setattr(cfg, group, _fill(getattr(cfg, group), view, origin))
     for key, value in view.items():
-        if key in compat.MINDSPEED_SWITCHES:
+        kind = compat.route(key)
+        if kind == "mindspeed":
             cfg.mindspeed_switches[key] = value
-        elif key in compat.NO_EFFECT_KEYS:
-            ignored.setdefault(key, compat.NO_EFFECT_KEYS[key])
+        elif kind in ("no_effect", "unsupported"):  # an unsupported one reaching here is off
+            ignored.setdefault(key, compat.no_effect_reason(key) if kind == "no_effect"
+                               else f"off; {compat.UNSUPPORTED[key][1]}")
     return cfg
 
 
