@@ -50,7 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     from mindspeed_rl.distributed.worker_group import WorkerGroupError
     from mindspeed_rl.trainer.grpo import TrainingHalted
     from mindspeed_rl.trainer.launch import run
+    from mindspeed_rl.utils.logging import quiet_library_warnings
 
+    quiet_library_warnings()
     try:
         return run(cfg, plan)
     except UserInputError as err:

@@ -45,6 +45,7 @@ from mindspeed_rl.distributed.cluster import logs_dir, node_ips
 from mindspeed_rl.distributed.plan import RolePlacement
 from mindspeed_rl.distributed.pools import ResourcePool
 from mindspeed_rl.distributed.worker_env import ROLE_ENV
+from mindspeed_rl.utils.logging import python_warnings_env
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -146,7 +147,10 @@ class WorkerGroup:
         try:
             for s in self.slots:
                 env = {**(env_vars or {}), ROLE_ENV: role, "RANK": str(s.rank), "WORLD_SIZE": str(self.world_size),
-                       "LOCAL_RANK": str(s.local_rank), "MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port)}
+                       "LOCAL_RANK": str(s.local_rank), "MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port),
+                       # library warnings that say nothing to the user, filtered in the worker too
+                       "PYTHONWARNINGS": python_warnings_env((env_vars or {}).get("PYTHONWARNINGS")
+                                                             or os.environ.get("PYTHONWARNINGS"))}
                 opts = dict(num_cpus=pool.cpus_per_device * pool.share, runtime_env={"env_vars": env},
                             scheduling_strategy=PlacementGroupSchedulingStrategy(pool.groups[s.entry], s.bundle))
                 if pool.resource == "GPU":  # Ray's built-in GPU resource has its own option
