@@ -63,6 +63,8 @@ RANGES = {
     "RunConfig.seq_length": "[2, inf)",
     "RunConfig.test_freq": "[0, inf)",
     "RunConfig.log_interval": "[1, inf)",
+    "RunConfig.worker_timeout_s": "(0, inf)",
+    "RunConfig.worker_start_timeout_s": "(0, inf)",
     "DataConfig.max_prompt_length": "[1, inf)",
     # algorithm
     "AlgorithmConfig.gamma": "[0, 1]",

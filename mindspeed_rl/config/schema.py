@@ -176,6 +176,9 @@ class RunConfig:
     log_interval: int = doc(1, "print metrics every this many steps")
     tensorboard_dir: Optional[str] = doc(None, "tensorboard event files (default <output_dir>/tensorboard)")
     wandb_project: Optional[str] = doc(None, "log to this wandb project too (needs the wandb extra)")
+    worker_timeout_s: float = doc(3600.0, "longest one call to a role's workers (generate, update, a weight sync, ...) may take; past it the run stops naming the stalled rank and its state")
+    worker_start_timeout_s: float = doc(600.0, "longest starting a role's workers (model load, process groups) may take")
+    skip_version_check: bool = doc(False, "start even if the accelerator stack does not match the matrix in mindspeed_rl/platform/versions.py (like --skip-version-check)")
     stage: str = doc("ray_grpo", "ray_grpo (GRPO family; the only stage this framework runs)")
     platform: str = doc("auto", "auto, npu, cuda or cpu")
 

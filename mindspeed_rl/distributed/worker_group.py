@@ -238,11 +238,7 @@ class WorkerGroup:
             left = deadline - time.monotonic()
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, left))
             if not ready:
-                ranks = sorted(pending.values())
-                ips = sorted({self.slots[r].node_ip for r in ranks})
-                raise WorkerGroupError(f"{self.role}.{method} timed out after {timeout_s:g} s: rank(s) "
-                                       f"{_span(ranks)} of {self.world_size} still running (on {', '.join(ips)}); "
-                                       f"their stacks: `ray stack` on those nodes, logs under {logs_dir()}.")
+                raise WorkerGroupError(self._stall_message(method, timeout_s, sorted(pending.values())))
             for ref in ready:
                 rank = pending.pop(ref)
                 try:
@@ -250,6 +246,19 @@ class WorkerGroup:
                 except (RayActorError, RayTaskError, GetTimeoutError) as err:
                     raise self._failure(rank, method, err) from err
         return out
+
+    def _stall_message(self, method: str, timeout_s: float, ranks: list[int]) -> str:
+        """Which pending rank stalled (stopped, dead, computing, waiting) and what the others wait for."""
+        from mindspeed_rl.distributed.stall import describe_stall, probe_states
+
+        where = {r: (self.slots[r].node_ip, self.slots[r].node_id, self.slots[r].pid) for r in ranks}
+        try:
+            states = probe_states(where)
+        except Exception:  # noqa: BLE001 - the report must not fail; without states it names the ranks
+            states = {}
+        key = "training.worker_start_timeout_s" if method == "__init__" else "training.worker_timeout_s"
+        return (describe_stall(self.role, method, timeout_s, self.world_size, ranks, where, states, key)
+                + f" Their stacks: `ray stack` on those nodes; logs under {logs_dir()}.")
 
     def _failure(self, rank: int, method: str, err: Exception) -> WorkerGroupError:
         s = self.slots[rank]
@@ -367,5 +376,3 @@ def _int(match) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _span(ranks: list[int]) -> str:
-    return ",".join(map(str, ranks)) if len(ranks) <= 8 else f"{','.join(map(str, ranks[:8]))},... ({len(ranks)})"

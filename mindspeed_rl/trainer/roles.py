@@ -204,7 +204,8 @@ def build_roles(cfg, plan, pools, needs_reference: bool, groups: list) -> Roles:
     from mindspeed_rl.workers.actor import ActorRolloutWorker, ReferenceWorker
 
     def spawn(role, cls, pool, where):
-        group = WorkerGroup(role, cls, pool, where, args=(cfg,))
+        group = WorkerGroup(role, cls, pool, where, args=(cfg,), ready_timeout_s=cfg.run.worker_start_timeout_s,
+                            call_timeout_s=cfg.run.worker_timeout_s)
         groups.append(group)
         return group, DPLayout.from_rank_info(group.run_all("rank_info"))
 
@@ -214,7 +215,8 @@ def build_roles(cfg, plan, pools, needs_reference: bool, groups: list) -> Roles:
     if any(r.job == "generate" for r in actor_place.ranks):  # ray_gpt's train/infer split
         from mindspeed_rl.workers.rollout import RolloutWorker
         rollout = RolloutFacade(*spawn("rollout", RolloutWorker, pools["actor_rollout"],
-                                       job_placement(actor_place, "generate")))
+                                       job_placement(actor_place, "generate")),
+                                sync_timeout_s=cfg.run.worker_timeout_s)
         actor_place = job_placement(actor_place, "train")
     actor = ActorFacade(*spawn("actor_rollout", ActorRolloutWorker, pools["actor_rollout"], actor_place),
                         rollout=rollout)

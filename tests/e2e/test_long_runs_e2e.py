@@ -187,6 +187,33 @@ def test_killed_worker_ends_the_run_within_60_s(tmp_path):
     assert last is not None and read_manifest(last)["step"] >= 2  # every file matches its manifest
 
 
+def test_stopped_worker_ends_the_run_within_its_timeout_naming_it(tmp_path):
+    """SIGSTOP on the actor worker: no silent hang; after training.worker_timeout_s the driver stops
+    with a sentence naming the role, rank, pid, the call it waited for and the stopped state."""
+    out = tmp_path / "run"
+    run = start(out, "training.train_iters=500", "training.test_freq=0", "training.worker_timeout_s=15",
+                "training.save_final=false")
+    try:
+        wait_for(lambda: (out / "metrics.jsonl").exists() and len(metrics(out)) >= 2, 300, "two logged steps")
+        workers = [pid for pid in _session_pids(run.pid) if _cmdline(pid).startswith("ray::ActorRolloutWorker")]
+        assert workers, "no actor worker found in the run's session"
+        os.kill(workers[0], signal.SIGSTOP)
+        rc = run.wait(timeout=15 + 60)  # the timeout, plus the stall report and shutdown on a busy machine
+    finally:
+        for pid in _session_pids(run.pid):
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except OSError:
+                pass
+        kill_session(run)
+    text = output(out)
+    assert rc == 1, text[-3000:]
+    assert "timed out after 15 s (`training.worker_timeout_s`" in text, text[-3000:]
+    assert f"actor_rollout." in text and f"rank 0 of 1 (pid {workers[0]} on" in text, text[-3000:]
+    assert "is stopped (state T: SIGSTOP or a debugger), so it never finished" in text, text[-3000:]
+    assert "Traceback" not in text
+
+
 def _session_pids(sid: int) -> list[int]:
     pids = []
     for entry in os.listdir("/proc"):
