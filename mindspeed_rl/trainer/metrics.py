@@ -14,7 +14,7 @@ import shutil
 import sys
 import time
 from contextlib import contextmanager
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -67,10 +67,14 @@ class MetricsLogger:
 
     def __init__(self, output_dir: str, total_steps: int, tensorboard_dir: Optional[str] = None,
                  wandb_project: Optional[str] = None, run_name: str = "grpo", log_interval: int = 1,
-                 console: bool = True, start_step: int = 0, interactive: Optional[bool] = None):
+                 console: bool = True, start_step: int = 0, interactive: Optional[bool] = None,
+                 extra_metrics: Optional[Callable[[], dict]] = None):
         """start_step: a resumed run's checkpoint step; rows of later steps (logged by the run that
         died before its next checkpoint) are dropped from metrics.jsonl, so each step appears once.
-        interactive: show a progress bar (default: when stderr is a terminal)."""
+        interactive: show a progress bar (default: when stderr is a terminal).
+        extra_metrics: called at each step for metrics that belong to the process, not the step
+        (e.g. driver_resources: memory, open files, object store)."""
+        self.extra_metrics = extra_metrics
         os.makedirs(output_dir, exist_ok=True)
         self.path = os.path.join(output_dir, "metrics.jsonl")
         self.total, self.log_interval, self.console = total_steps, log_interval, console
@@ -93,6 +97,8 @@ class MetricsLogger:
             self._bar = tqdm(total=total_steps, initial=start_step, desc="GRPO", unit="step", dynamic_ncols=True)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
+        if self.extra_metrics is not None:
+            metrics = {**metrics, **self.extra_metrics()}
         record = {"step": step, **{k: _plain(v) for k, v in metrics.items()}}
         self._jsonl.write(json.dumps(record) + "\n")
         self._jsonl.flush()
@@ -125,6 +131,26 @@ class MetricsLogger:
             self._bar.close()
         if self._wandb is not None:
             self._wandb.finish()
+
+
+def driver_resources() -> dict[str, float]:
+    """The driver's resident memory and open file descriptors, and the Ray object store's use: what
+    a long run must keep flat (scripts/soak.py reads them from metrics.jsonl)."""
+    out = {}
+    try:
+        with open("/proc/self/status") as f:
+            rss_kb = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+        out["perf/driver_rss_mb"] = rss_kb / 1024
+        out["perf/driver_open_fds"] = float(len(os.listdir("/proc/self/fd")))
+    except (OSError, StopIteration):  # not Linux: nothing to report
+        pass
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        total, free = ray.cluster_resources(), ray.available_resources()
+        if "object_store_memory" in total:
+            used = total["object_store_memory"] - free.get("object_store_memory", total["object_store_memory"])
+            out["perf/object_store_used_mb"] = used / 2 ** 20
+    return out
 
 
 def _plain(value):
