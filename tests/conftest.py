@@ -39,3 +39,14 @@ def _no_ray_left_behind(request):
     if ray is not None and ray.is_initialized():
         ray.shutdown()
         pytest.fail(f"{request.module.__name__} left a Ray connection open; shut it down in the test or its fixture.")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--reverse-order", action="store_true",
+                     help="run the collected tests last to first (checks that no test depends on an earlier one; "
+                          "pytest-random-order's `-p random_order --random-order-bucket=global` shuffles)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--reverse-order"):
+        items.reverse()

@@ -209,7 +209,7 @@ def test_stopped_worker_ends_the_run_within_its_timeout_naming_it(tmp_path):
     text = output(out)
     assert rc == 1, text[-3000:]
     assert "timed out after 15 s (`training.worker_timeout_s`" in text, text[-3000:]
-    assert f"actor_rollout." in text and f"rank 0 of 1 (pid {workers[0]} on" in text, text[-3000:]
+    assert "actor_rollout." in text and f"rank 0 of 1 (pid {workers[0]} on" in text, text[-3000:]
     assert "is stopped (state T: SIGSTOP or a debugger), so it never finished" in text, text[-3000:]
     assert "Traceback" not in text
 
