@@ -52,3 +52,21 @@ def test_dead_and_unreadable_ranks():
     assert "rank 1 of 2 (pid 200 on 10.0.0.2) is in an unknown state (its node did not answer)" in msg
     start = describe_stall("actor", "__init__", 9, 1, [0], {0: ("10.0.0.1", "n1", None)}, {}, "training.worker_start_timeout_s")
     assert "(`training.worker_start_timeout_s`" in start and "rank 0 of 1 (on 10.0.0.1)" in start
+
+
+def test_ray_start_timing_out_is_a_sentence(monkeypatch):
+    """An overloaded machine: Ray's own start-up timeout becomes one sentence, not a traceback."""
+    import pytest
+    import ray
+
+    from mindspeed_rl.distributed import cluster
+    from mindspeed_rl.platform import get_platform
+
+    def slow_init(**kwargs):
+        raise Exception("The current node timed out during startup. This could happen because ...")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", slow_init)
+    with pytest.raises(cluster.ClusterError, match=r"starting a local Ray instance failed: The current node timed out "
+                                                   r"during startup\. .*\(load average [0-9.]+ on \d+ cores\); retry"):
+        cluster.connect([], get_platform("cpu"), address="local")
