@@ -26,8 +26,9 @@ def test_not_a_terminal_one_line_per_logged_step(tmp_path, capsys):
     assert "\r" not in out + err and "GRPO" not in err  # no progress bar anywhere
 
 
-def test_default_follows_stderr(tmp_path, capsys):
-    """Under pytest stderr is captured (not a terminal): the default is the plain lines."""
+def test_default_follows_stderr(tmp_path, capsys, monkeypatch):
+    """stderr not a terminal (a log file, CI): the default is the plain lines."""
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
     logger = MetricsLogger(str(tmp_path), 1)
     logger.log(1, STEP)
     logger.close()
