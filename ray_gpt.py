@@ -22,11 +22,22 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--config-name", "-cn", default="grpo_trainer_tiny", help="experiment yaml in --config-dir")
     parser.add_argument("--config-dir", "-cd", "--config-path", "-cp", default=None,
                         help="folder of experiment yaml files (default: configs/rlxf of this repo)")
+    parser.add_argument("--skip-version-check", action="store_true",
+                        help="start even if the accelerator stack (torch, torch_npu, CANN, MindSpeed, megatron-core, "
+                             "vllm) does not match mindspeed_rl/platform/versions.py (also training.skip_version_check)")
     args, rest = parser.parse_known_args(argv)
     bad = [a for a in rest if "=" not in a or a.startswith("-")]
     if bad:
         parser.error(f"unrecognized argument {bad[0]!r}; overrides look like key=value (e.g. training.train_iters=10)")
     return args, rest
+
+
+def version_mismatches(cfg) -> list[str]:
+    """The installed accelerator stack against the matrix, for the platform this run uses."""
+    from mindspeed_rl.platform import get_platform
+    from mindspeed_rl.platform.versions import check_versions, installed_versions
+
+    return check_versions(installed_versions(), get_platform(cfg.run.platform).name)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,6 +53,14 @@ def main(argv: list[str] | None = None) -> int:
     except UserInputError as err:
         print(f"ray_gpt.py: {err}", file=sys.stderr)
         return 2
+    if not (args.skip_version_check or cfg.run.skip_version_check):
+        mismatches = version_mismatches(cfg)
+        if mismatches:
+            for line in mismatches:
+                print(f"ray_gpt.py: {line}", file=sys.stderr)
+            print("ray_gpt.py: the accelerator stack does not match the tested matrix (mindspeed_rl/platform/versions.py); "
+                  "fix the above, or pass --skip-version-check to start anyway.", file=sys.stderr)
+            return 2
     print_run_summary(cfg, plan)
     if cfg.dry_run:
         print("dry_run: the config is valid; nothing was started.")
@@ -50,7 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     from mindspeed_rl.distributed.worker_group import WorkerGroupError
     from mindspeed_rl.trainer.grpo import TrainingHalted
     from mindspeed_rl.trainer.launch import run
+    from mindspeed_rl.utils.logging import quiet_library_warnings
 
+    quiet_library_warnings()
     try:
         return run(cfg, plan)
     except UserInputError as err:

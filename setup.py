@@ -13,7 +13,7 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["mindspeed_rl", "mindspeed_rl.*"]),
     py_modules=["ray_gpt", "preprocess_data", "convert_ckpt"],
-    package_data={"mindspeed_rl": ["assets/**/*"]},
+    package_data={"mindspeed_rl": ["assets/**/*", "config/*.json"]},
     include_package_data=True,
     install_requires=[
         "torch>=2.1",

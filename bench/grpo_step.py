@@ -339,6 +339,16 @@ def _fmt(x) -> str:
     return f"{x:.3f}" if abs(x) < 10 else f"{x:.1f}"
 
 
+def _x(ratio) -> str:
+    """A ratio for the table, '-' when one side's value was too small (or missing) to divide by: on a
+    heavily loaded machine a phase can round to 0 on one side."""
+    return "-" if ratio is None else f"{ratio:.2f}x"
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{x:.1%}"
+
+
 def table(results: dict, peak: float) -> str:
     head = ("| size | side | step s, median (min-max) | tok/s | gen | reward | ref | old | update | sync | other "
             "| MFU update | MFU gen | reward @1 | busy cores: side / others |")
@@ -353,20 +363,20 @@ def table(results: dict, peak: float) -> str:
             lines.append(f"| {label} | {'ours' if side == 'ours' else 'TRL'} | {s['step_s']:.3f} ({s['step_min']:.3f}-"
                          f"{s['step_max']:.3f}) | {s['tokens_per_s']:.0f} | "
                          + " | ".join(_fmt(s[ph]) for ph in PHASES)
-                         + f" | {s['mfu_update']:.1%} | {s['mfu_gen']:.1%} | {_fmt(s['reward_step1'])} | "
+                         + f" | {_pct(s['mfu_update'])} | {_pct(s['mfu_gen'])} | {_fmt(s['reward_step1'])} | "
                          f"{load['own_cores']:.2f} / {load['others_cores']:.2f} |")
         if "ratio" in r:
             q = r["ratio"]
-            lines.append(f"| {label} | ours/TRL | {q['step_s']:.2f}x (fastest steps {q['step_min']:.2f}x) | "
-                         f"{q['tokens_per_s']:.2f}x | "
-                         + " | ".join(f"{q[ph]:.2f}x" if q.get(ph) is not None else "-" for ph in PHASES)
-                         + f" | {q['mfu_update']:.2f}x | {q['mfu_gen']:.2f}x | | |")
+            lines.append(f"| {label} | ours/TRL | {_x(q['step_s'])} (fastest steps {_x(q['step_min'])}) | "
+                         f"{_x(q['tokens_per_s'])} | " + " | ".join(_x(q.get(ph)) for ph in PHASES)
+                         + f" | {_x(q['mfu_update'])} | {_x(q['mfu_gen'])} | | |")
     return "\n".join(lines)
 
 
 def ratios(ours: dict, trl: dict) -> dict:
     keys = ("step_s", "step_min", "tokens_per_s", *PHASES, "mfu_update", "mfu_gen", "mfu_step")
-    return {k: (ours[k] / trl[k] if trl[k] and trl[k] > 1e-4 and ours[k] > 1e-4 else None) for k in keys}
+    return {k: (ours[k] / trl[k] if trl.get(k) and ours.get(k) and trl[k] > 1e-4 and ours[k] > 1e-4 else None)
+            for k in keys}
 
 
 def compare(prev_path: str, results: dict) -> None:

@@ -6,6 +6,7 @@ before anything imports megatron (on CPU: the megatron-core CUDA shim).
 
 import datetime
 import os
+import sys
 
 import pytest
 import torch
@@ -27,3 +28,25 @@ def gloo_world1():
         torch.distributed.init_process_group(
             "gloo", rank=0, world_size=1, timeout=datetime.timedelta(seconds=60))
     yield
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_ray_left_behind(request):
+    """Every test module that connects to Ray disconnects (and so stops the instance it started)
+    before the next module runs: no test can join a cluster an earlier one left (order-independent)."""
+    yield
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
+        pytest.fail(f"{request.module.__name__} left a Ray connection open; shut it down in the test or its fixture.")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--reverse-order", action="store_true",
+                     help="run the collected tests last to first (checks that no test depends on an earlier one; "
+                          "pytest-random-order's `-p random_order --random-order-bucket=global` shuffles)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--reverse-order"):
+        items.reverse()

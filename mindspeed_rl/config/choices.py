@@ -54,9 +54,17 @@ def data_path_problem(value: str) -> str | None:
         if os.path.isfile(path):
             continue
         candidates = (f"{path}.idx", f"{path}_packed_input_ids_document.idx", f"{path}_text_document.idx")
-        if not any(os.path.isfile(c) for c in candidates):
+        found = [c for c in candidates if os.path.isfile(c)]
+        if not found:
             return (f"no such file or indexed dataset ({path} or {path}_packed_input_ids_document.idx/.bin); "
                     f"run preprocess_data.py or point it at a jsonl/parquet file.")
+        idx = found[0]
+        bin_path = idx[: -len(".idx")] + ".bin"
+        if not os.path.isfile(bin_path):  # the .idx alone is the index; the token ids live in the .bin
+            return (f"{idx} is there but its {os.path.basename(bin_path)} is missing; copy the .bin next to the .idx "
+                    f"(they are written as a pair) or run preprocess_data.py again.")
+        if os.path.getsize(bin_path) == 0 and os.path.getsize(idx) > 64:
+            return f"{bin_path} is empty while its .idx lists documents; the copy was cut short, so copy it again."
     return None
 
 

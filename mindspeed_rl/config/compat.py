@@ -1,16 +1,31 @@
-"""Keys that MindSpeed-LLM ray_gpt configs carry but that are not part of our typed schema.
+"""Where each key of a MindSpeed-LLM / Megatron-LM style config goes: compatibility by construction.
 
-Two kinds:
-- MINDSPEED_SWITCHES: MindSpeed feature switches. Forwarded to MindSpeed on NPU (platform/npu.py
-  sets them on the Megatron args MindSpeed's adaptor reads); reported once as ignored elsewhere.
-- NO_EFFECT_KEYS: Megatron-LM training arguments that only make sense in megatron/training's own
-  loop. Accepted so an existing ray_gpt config parses; reported once with the reason.
-Any other unknown key is an error with a "did you mean" suggestion (config/loader.py).
+The vocabulary is data: megatron_vocab.json holds every argument name of Megatron-LM's
+megatron/training/arguments.py (core_v0.12.1) and of MindSpeed-LLM's training arguments (2.3.0,
+which pairs with Megatron core_r0.12.1), with repository, tag, commit and files; regenerate it
+with scripts/extract_arg_vocab.py. Each name a yaml uses is routed (route()) to one of:
+
+- "schema":      a key of our typed schema (schema.py); it does what its docs say;
+- "mindspeed":   a MindSpeed feature switch (MINDSPEED_SWITCHES): forwarded to MindSpeed on NPU
+                 (platform/npu.py), reported once as ignored elsewhere;
+- "unsupported": a switch that would change the model or the math in a way this framework does not
+                 implement (MoE, context parallelism, ...): accepted while off, an error when on;
+- "no_effect":   the rest of the vocabulary: accepted so existing configs parse, reported once
+                 with the reason (NO_EFFECT_KEYS has specific ones; the others get a general one).
+A name outside all of these is an error with a "did you mean" suggestion (config/loader.py).
 """
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
 
 # The names live with the code that forwards them (platform/base.py): one list.
 from mindspeed_rl.platform.base import MINDSPEED_SWITCHES  # noqa: E402
 
+VOCAB_FILE = Path(__file__).with_name("megatron_vocab.json")
+
+# Specific reasons for keys whose "no effect" deserves a word (they include ray_gpt's own keys).
 NO_EFFECT_KEYS = {
     "use_mcore_models": "models are always megatron-core GPTModel",
     "distributed_backend": "the platform picks hccl, nccl or gloo",
@@ -39,9 +54,80 @@ NO_EFFECT_KEYS = {
     "eval_iters": "validation runs over the whole val_data_path",
     "log_throughput": "throughput is always logged",
     "sequence_parallel_size": "not supported",
+    "use_rotary_position_embeddings": "position_embedding_type: rope is the only (and default) choice",
+    "apply_rope_fusion": "a CUDA/NPU kernel choice",
+    "bias_swiglu_fusion": "a CUDA/NPU kernel choice",
+    "cross_entropy_loss_fusion": "a CUDA/NPU kernel choice",
+    "use_cpu_initialization": "weights are created where the platform puts them",
+    "transformer_impl": "the platform picks the layer implementation (local on CPU/NPU, transformer_engine on CUDA)",
+    "micro_batch_size_per_gpu": "use micro_batch_size",
 }
+GENERAL_REASON = "a {source} argument of its own training loop; this framework's GRPO loop does not read it"
+
+# name -> (values that mean "off", why it cannot be on here)
+UNSUPPORTED = {
+    "num_experts": ((None, 0, 1), "mixture-of-experts models are not implemented here"),
+    "expert_model_parallel_size": ((None, 1), "mixture-of-experts models are not implemented here"),
+    "moe_router_topk": ((None, 0, 1, 2), "mixture-of-experts models are not implemented here"),
+    "context_parallel_size": ((None, 1), "context parallelism is not implemented; use tensor/pipeline parallelism"),
+    "virtual_pipeline_model_parallel_size": ((None, 1), "interleaved pipeline schedules are not implemented"),
+    "num_layers_per_virtual_pipeline_stage": ((None,), "interleaved pipeline schedules are not implemented"),
+    "multi_latent_attention": ((None, False), "multi-latent attention (DeepSeek) is not implemented"),
+    "apply_layernorm_1p": ((None, False), "the 1 + weight LayerNorm variant is not implemented"),
+    "rotary_interleaved": ((None, False), "interleaved RoPE is not implemented (Llama/Qwen use the half split)"),
+    "rotary_seq_len_interpolation_factor": ((None, 1), "RoPE position interpolation is not implemented; see rope_scaling_type"),
+    "use_alibi_mask": ((None, False), "ALiBi positions are not implemented"),
+    "mtp_num_layers": ((None, 0), "multi-token prediction layers are not implemented"),
+}
+
+
+@functools.lru_cache(maxsize=1)
+def vocabulary() -> dict:
+    """The data file: {"sources": [...], "names": {name: [source, ...]}}."""
+    with open(VOCAB_FILE, encoding="utf-8") as f:
+        return json.load(f)
 
 
 def normalize_key(key: str) -> str:
     """ray_gpt configs mix `max-tokens-to-oom` and `max_tokens_to_oom`; both mean the same."""
     return key.replace("-", "_")
+
+
+def route(key: str) -> str | None:
+    """schema / mindspeed / unsupported / no_effect for a known name, None for an unknown one."""
+    from mindspeed_rl.config.schema import all_flat_keys
+
+    key = normalize_key(key)
+    if key in all_flat_keys():
+        return "schema"
+    if key in MINDSPEED_SWITCHES:
+        return "mindspeed"
+    if key in UNSUPPORTED:
+        return "unsupported"
+    if key in NO_EFFECT_KEYS or key in vocabulary()["names"]:
+        return "no_effect"
+    return None
+
+
+def unsupported_problem(key: str, value) -> str | None:
+    """A sentence when an unsupported switch is on; None while it is off."""
+    off, why = UNSUPPORTED[normalize_key(key)]
+    if value in off and not (isinstance(value, bool) and value is True):  # True == 1 in Python
+        return None
+    return f"is {value!r}, but {why}; remove it or set it to {off[-1]!r}"
+
+
+def no_effect_reason(key: str) -> str:
+    key = normalize_key(key)
+    if key in NO_EFFECT_KEYS:
+        return NO_EFFECT_KEYS[key]
+    sources = vocabulary()["names"].get(key, [])
+    return GENERAL_REASON.format(source=" / ".join(
+        {"megatron-lm": "Megatron-LM", "mindspeed-llm": "MindSpeed-LLM"}.get(s, s) for s in sources) or "Megatron-LM")
+
+
+def suggestion_pool() -> set[str]:
+    """Names a typo is matched against: ours first in spirit, the vocabulary too."""
+    from mindspeed_rl.config.schema import all_flat_keys
+
+    return all_flat_keys() | set(MINDSPEED_SWITCHES) | set(vocabulary()["names"])

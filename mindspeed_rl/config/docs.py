@@ -50,6 +50,13 @@ def render() -> str:
         out.append("")
     out += ["## Accepted for ray_gpt compatibility, no effect here", "", "| key | why |", "| --- | --- |"]
     out += [f"| `{k}` | {why} |" for k, why in compat.NO_EFFECT_KEYS.items()]
+    vocab = compat.vocabulary()
+    srcs = "; ".join(f"{s['repo']} {s['ref']} ({s['count']} names)" for s in vocab["sources"])
+    out += ["", f"Every other argument name of Megatron-LM and MindSpeed-LLM training ({srcs}; "
+            f"`mindspeed_rl/config/megatron_vocab.json`) is accepted the same way: no effect, reported once.", "",
+            "## Accepted only while off (not implemented here)", "", "| key | off values | why |", "| --- | --- | --- |"]
+    out += [f"| `{k}` | {', '.join('null' if v is None else str(v).lower() for v in off)} | {why} |"
+            for k, (off, why) in compat.UNSUPPORTED.items()]
     out += ["", "## MindSpeed feature switches (forwarded to MindSpeed on NPU, ignored elsewhere)", "",
             ", ".join(f"`{k}`" for k in compat.MINDSPEED_SWITCHES), "",
             "Top level: `dry_run` (validate, print the resolved config and the placement plan, exit).", ""]

@@ -36,6 +36,7 @@ def compose_yaml(config_name: str, overrides: list[str] = (), config_dir: str | 
     from hydra.errors import HydraException
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
+    import yaml
 
     primary = Path(config_dir).resolve() if config_dir else REPO_CONFIG_DIR
     if not primary.is_dir():
@@ -56,6 +57,8 @@ def compose_yaml(config_name: str, overrides: list[str] = (), config_dir: str | 
         with initialize_config_dir(config_dir=str(primary), version_base=None):
             cfg = compose(config_name=name, overrides=hydra_overrides)
         raw = OmegaConf.to_container(cfg, resolve=True)
+    except yaml.YAMLError as err:  # hydra lets the parser's error through, with its own traceback
+        raise UserInputError(yaml_error_sentence(err)) from None
     except (HydraException, OmegaConfBaseException) as err:
         msg = str(err).strip().splitlines()[0]
         raise UserInputError(f"config {name}: {msg}") from None
@@ -63,6 +66,36 @@ def compose_yaml(config_name: str, overrides: list[str] = (), config_dir: str | 
         GlobalHydra.instance().clear()
     raw.pop("hydra", None)
     return raw
+
+
+# what usually causes each parser complaint, and the fix, in the user's words
+_YAML_FIXES = (
+    ("mapping values are not allowed", "a `key: value` line is indented differently from its neighbours, or a value "
+     "holds an unquoted `: `; line keys up under their parent and quote values that contain `: `"),
+    ("could not find expected ':'", "a line has no `key: value` form, or a quote opened earlier is not closed; "
+     "add the `:` or close the quote"),
+    ("expected ',' or ']'", "a `[` list is not closed; end it with `]` on the same line"),
+    ("expected ',' or '}'", "a `{` mapping is not closed; end it with `}` on the same line"),
+    ("found character '\\t'", "a tab indents this line; yaml indents with spaces only"),
+    ("found undefined alias", "`*name` refers to no `&name` anchor; define the anchor or quote the value"),
+    ("found unexpected end of stream", "a quote is not closed; close it on the same line"),
+    ("did not find expected key", "the indentation changes within a block; indent every key of the block the same"),
+    ("did not find expected '-' indicator", "a list item is indented differently from the others; align the `-`s"),
+)
+
+
+def yaml_error_sentence(err) -> str:
+    """A yaml parser error as `file, line N, column M: problem; fix` (no traceback)."""
+    mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+    problem = getattr(err, "problem", None) or str(err).strip().splitlines()[0]
+    where = f"{mark.name}, line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "a config file"
+    fix = next((f for pattern, f in _YAML_FIXES if pattern in problem),
+               "check the indentation (spaces only) and that every quote and bracket is closed")
+    ctx = getattr(err, "context_mark", None)
+    if ctx is not None and mark is not None and ctx.line != mark.line:  # an unclosed `[`, `{` or quote:
+        # where it opened is what the user must fix; where the parser gave up is often the file's end
+        where = f"{ctx.name}, line {ctx.line + 1}, column {ctx.column + 1} (the parser gave up at line {mark.line + 1})"
+    return f"{where}: yaml syntax error ({problem}); {fix}."
 
 
 def _force(override: str) -> str:
@@ -142,12 +175,22 @@ def _check_keys(prefix: str, section: dict, allowed, extra_hint: dict | None = N
 
 
 def _check_flat_keys(path: str, section: dict) -> None:
-    known = schema.all_flat_keys()
-    for key in section:
+    """Every key is in our schema or in the Megatron-LM / MindSpeed-LLM vocabulary (config/compat.py)."""
+    for key, value in section.items():
         key = compat.normalize_key(key)
-        if key in known or key in compat.MINDSPEED_SWITCHES or key in compat.NO_EFFECT_KEYS:
+        kind = compat.route(key)
+        if kind == "unsupported":
+            err = compat.unsupported_problem(key, value)
+            if err:
+                raise UserInputError(f"`{path}.{key}` {err}.")
+        if kind is not None:
             continue
-        raise UserInputError(f"`{path}.{key}` is not a known key{_suggest(key, known | set(compat.MINDSPEED_SWITCHES))}")
+        ours = schema.all_flat_keys() | set(compat.MINDSPEED_SWITCHES)
+        hint = _suggest(key, ours)  # our own keys first: a typo of one of them is the likely case
+        if "did you mean" not in hint:
+            hint = _suggest(key, compat.suggestion_pool())
+        raise UserInputError(f"`{path}.{key}` is not a known key (neither ours nor a Megatron-LM / MindSpeed-LLM "
+                             f"argument){hint}")
 
 
 def _merged_view(models: dict, training: dict, role_sec: dict, role: str) -> tuple[dict, dict]:
@@ -176,10 +219,12 @@ def _build_role(role: str, models: dict, training: dict, sec: dict, ignored: dic
     for group in schema.ROLE_GROUPS:
         setattr(cfg, group, _fill(getattr(cfg, group), view, origin))
     for key, value in view.items():
-        if key in compat.MINDSPEED_SWITCHES:
+        kind = compat.route(key)
+        if kind == "mindspeed":
             cfg.mindspeed_switches[key] = value
-        elif key in compat.NO_EFFECT_KEYS:
-            ignored.setdefault(key, compat.NO_EFFECT_KEYS[key])
+        elif kind in ("no_effect", "unsupported"):  # an unsupported one reaching here is off
+            ignored.setdefault(key, compat.no_effect_reason(key) if kind == "no_effect"
+                               else f"off; {compat.UNSUPPORTED[key][1]}")
     return cfg
 
 

@@ -25,7 +25,11 @@ CHOICES = {
 
 def validate(cfg: Config, check_paths: bool = True) -> None:
     problems: list[str] = []
+    _check_ranges(cfg, problems)
+    if problems:  # the checks below divide by and compare these values: they must be in range first
+        raise UserInputError("\n".join(dict.fromkeys(problems)))
     _check_choices(cfg, problems)
+    _check_tokenizer(cfg, problems)
     _check_devices(cfg, problems)
     _check_batches(cfg, problems)
     for role in _active_roles(cfg):
@@ -68,6 +72,33 @@ def _check_choices(cfg: Config, problems: list[str]) -> None:
         _one_of(role.arch.normalization, CHOICES["normalization"], f"{path}.normalization", problems)
         _one_of(role.arch.position_embedding_type, CHOICES["position_embedding_type"], f"{path}.position_embedding_type", problems)
     _one_of(cfg.actor.rollout.rollout_engine, CHOICES["rollout_engine"], f"{A}.rollout_engine", problems)
+
+
+def _check_ranges(cfg: Config, problems: list[str]) -> None:
+    """Every numeric key against its range (config/ranges.py); a role's generation and update
+    settings only matter for the actor."""
+    from mindspeed_rl.config.ranges import range_problems
+
+    for role in _active_roles(cfg):
+        path = role_path(role)
+        groups = [role, role.arch, role.parallel]
+        if role.role == "actor_rollout":
+            groups += [role.optim, role.rollout, role.ppo]
+        for obj in groups:
+            problems += range_problems(obj, path)
+    problems += range_problems(cfg.run, "training") + range_problems(cfg.data, A)
+    problems += range_problems(cfg.algorithm, "algorithm") + range_problems(cfg.algorithm.kl_ctrl, "algorithm.kl_ctrl")
+    o = cfg.actor.optim
+    if o.lr_decay_style != "constant" and o.min_lr > o.lr:
+        problems.append(f"`{A}.min_lr: {o.min_lr}` is above lr {o.lr}; a decaying schedule ends at min_lr, so set it <= lr.")
+
+
+def _check_tokenizer(cfg: Config, problems: list[str]) -> None:
+    # the loader fills in the tiny task's tokenizer only for the tiny task's own data
+    if cfg.run.tokenizer_name_or_path is None:
+        problems.append(f"`{A}.data_path: {cfg.data.data_path}` is your own data, but no tokenizer is set; set "
+                        f"`training.tokenizer_name_or_path` to the Hugging Face tokenizer directory the data was made "
+                        f"with, or `{A}.load` to a Hugging Face checkpoint (its tokenizer is used).")
 
 
 # ---------------------------------------------------------------------------- devices

@@ -91,7 +91,13 @@ def connect(plan: list[RolePlacement], platform, *, address: str | None = None,
         kwargs["resources"] = {resource: need}
     log.info("starting a local Ray instance (%s)", ", ".join(f"{k}={v}" for k, v in kwargs.items()))
     with _quiet_npu_probe(platform.name == "cpu"):
-        ray.init(address="local", **kwargs)
+        try:
+            ray.init(address="local", **kwargs)
+        except Exception as err:  # noqa: BLE001 - Ray raises a bare Exception when its daemons start too slowly
+            load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+            raise ClusterError(f"starting a local Ray instance failed: {str(err).strip().splitlines()[0]} (load "
+                               f"average {load:.1f} on {os.cpu_count()} cores); retry when the machine is less "
+                               f"busy, or start Ray first with `ray start --head` and set RAY_ADDRESS.") from None
     return _describe("local", True, resource)
 
 

@@ -45,6 +45,7 @@ from mindspeed_rl.distributed.cluster import logs_dir, node_ips
 from mindspeed_rl.distributed.plan import RolePlacement
 from mindspeed_rl.distributed.pools import ResourcePool
 from mindspeed_rl.distributed.worker_env import ROLE_ENV
+from mindspeed_rl.utils.logging import python_warnings_env
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -146,7 +147,10 @@ class WorkerGroup:
         try:
             for s in self.slots:
                 env = {**(env_vars or {}), ROLE_ENV: role, "RANK": str(s.rank), "WORLD_SIZE": str(self.world_size),
-                       "LOCAL_RANK": str(s.local_rank), "MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port)}
+                       "LOCAL_RANK": str(s.local_rank), "MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port),
+                       # library warnings that say nothing to the user, filtered in the worker too
+                       "PYTHONWARNINGS": python_warnings_env((env_vars or {}).get("PYTHONWARNINGS")
+                                                             or os.environ.get("PYTHONWARNINGS"))}
                 opts = dict(num_cpus=pool.cpus_per_device * pool.share, runtime_env={"env_vars": env},
                             scheduling_strategy=PlacementGroupSchedulingStrategy(pool.groups[s.entry], s.bundle))
                 if pool.resource == "GPU":  # Ray's built-in GPU resource has its own option
@@ -234,11 +238,7 @@ class WorkerGroup:
             left = deadline - time.monotonic()
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, left))
             if not ready:
-                ranks = sorted(pending.values())
-                ips = sorted({self.slots[r].node_ip for r in ranks})
-                raise WorkerGroupError(f"{self.role}.{method} timed out after {timeout_s:g} s: rank(s) "
-                                       f"{_span(ranks)} of {self.world_size} still running (on {', '.join(ips)}); "
-                                       f"their stacks: `ray stack` on those nodes, logs under {logs_dir()}.")
+                raise WorkerGroupError(self._stall_message(method, timeout_s, sorted(pending.values())))
             for ref in ready:
                 rank = pending.pop(ref)
                 try:
@@ -246,6 +246,19 @@ class WorkerGroup:
                 except (RayActorError, RayTaskError, GetTimeoutError) as err:
                     raise self._failure(rank, method, err) from err
         return out
+
+    def _stall_message(self, method: str, timeout_s: float, ranks: list[int]) -> str:
+        """Which pending rank stalled (stopped, dead, computing, waiting) and what the others wait for."""
+        from mindspeed_rl.distributed.stall import describe_stall, probe_states
+
+        where = {r: (self.slots[r].node_ip, self.slots[r].node_id, self.slots[r].pid) for r in ranks}
+        try:
+            states = probe_states(where)
+        except Exception:  # noqa: BLE001 - the report must not fail; without states it names the ranks
+            states = {}
+        key = "training.worker_start_timeout_s" if method == "__init__" else "training.worker_timeout_s"
+        return (describe_stall(self.role, method, timeout_s, self.world_size, ranks, where, states, key)
+                + f" Their stacks: `ray stack` on those nodes; logs under {logs_dir()}.")
 
     def _failure(self, rank: int, method: str, err: Exception) -> WorkerGroupError:
         s = self.slots[rank]
@@ -363,5 +376,3 @@ def _int(match) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _span(ranks: list[int]) -> str:
-    return ",".join(map(str, ranks)) if len(ranks) <= 8 else f"{','.join(map(str, ranks[:8]))},... ({len(ranks)})"

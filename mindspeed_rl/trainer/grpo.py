@@ -48,6 +48,7 @@ class GRPOSettings:
     max_new_tokens: int = 0
     test_freq: int = 0
     save_interval: int = 0
+    save_final: bool = True  # a checkpoint at the last step
     max_skipped_updates: int = 3  # stop after this many skipped (non-finite) updates in a row; 0 = never
     num_devices: int = 1
 
@@ -65,6 +66,7 @@ def settings_from_config(cfg, num_devices: int) -> GRPOSettings:
         dynamic_sampling=alg_cfg.dynamic_sampling, max_num_gen_batches=alg_cfg.max_num_gen_batches,
         overlong_buffer_len=alg_cfg.overlong_buffer_len, overlong_penalty_factor=alg_cfg.overlong_penalty_factor,
         max_new_tokens=a.rollout.max_new_tokens, test_freq=cfg.run.test_freq, save_interval=cfg.run.save_interval,
+        save_final=cfg.run.save_final,
         max_skipped_updates=cfg.run.max_skipped_updates, num_devices=num_devices)
 
 
@@ -98,7 +100,7 @@ class GRPOTrainer:
 
     # ------------------------------------------------------------------ the loop
     def fit(self) -> list[dict]:
-        """Run steps up to train_iters. Saves every save_interval steps, at the last step, and when
+        """Run steps up to train_iters. Saves every save_interval steps, at the last step (save_final), and when
         stop_requested() says so (then returns early with self.stopped_by set)."""
         history = []
         while self.step_idx < self.s.train_iters:
@@ -113,7 +115,7 @@ class GRPOTrainer:
             self._halt_if_stuck()
             self.stopped_by = self.stop_requested()
             last = self.step_idx == self.s.train_iters
-            if self.save and (last or self.stopped_by or
+            if self.save and ((last and self.s.save_final) or self.stopped_by or
                               (self.s.save_interval and self.step_idx % self.s.save_interval == 0)):
                 self.save(self.step_idx, self.state_dict())
             if self.stopped_by:

@@ -48,7 +48,7 @@ def run(cfg, plan) -> int:
     from mindspeed_rl.distributed.pools import create_pools, remove_pools
     from mindspeed_rl.platform import get_platform
     from mindspeed_rl.trainer.grpo import GRPOTrainer, settings_from_config
-    from mindspeed_rl.trainer.metrics import MetricsLogger
+    from mindspeed_rl.trainer.metrics import MetricsLogger, driver_resources
     from mindspeed_rl.trainer.resume import StopOnSignal, describe, find_resume
     from mindspeed_rl.trainer.roles import build_roles, needs_reference
     from mindspeed_rl.utils.report import resolved_yaml
@@ -109,7 +109,8 @@ def run(cfg, plan) -> int:
                     print(f"the checkpoint is at step {resume.step}, training.train_iters is {run_cfg.train_iters}: "
                           "nothing left to train (raise train_iters to go on).")
             logger = MetricsLogger(out_dir, run_cfg.train_iters, run_cfg.tensorboard_dir, run_cfg.wandb_project,
-                                   cfg.config_name, run_cfg.log_interval, start_step=trainer.step_idx)
+                                   cfg.config_name, run_cfg.log_interval, start_step=trainer.step_idx,
+                                   extra_metrics=driver_resources)
             trainer.logger = logger
             print(f"output directory: {out_dir} (metrics.jsonl, tensorboard, config.yaml); checkpoints: {save_dir}")
             start = time.perf_counter()

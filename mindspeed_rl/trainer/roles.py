@@ -80,12 +80,22 @@ class ActorFacade(_ShardedRole):
         return stats
 
     def save_checkpoint(self, path, step, trainer_state=None, keep_last_n=0, config_hash=""):
-        return self.group.run_all("save_checkpoint", path, step, trainer_state, keep_last_n, config_hash)[0]
+        state = dict(trainer_state or {})
+        if self.rollout is not None:  # the generation ranks' call counter seeds their sampling: resume needs it
+            state["rollout"] = self.rollout.sampling_state()
+        return self.group.run_all("save_checkpoint", path, step, state, keep_last_n, config_hash)[0]
 
     def load_checkpoint(self, path):
         if self.rollout is not None:
             self.rollout.stale = True
-        return self.group.run_all("load_checkpoint", path)[0]
+        loaded = self.group.run_all("load_checkpoint", path)[0]
+        if self.rollout is not None:
+            from mindspeed_rl.models.checkpoint import read_trainer_state
+
+            saved = read_trainer_state(path).get("rollout")
+            if saved:  # checkpoints from before the counter was saved resume with a fresh one
+                self.rollout.load_sampling_state(saved)
+        return loaded
 
     def save_hf(self, path):
         return self.group.run_all("save_hf", path)[0]
@@ -105,6 +115,16 @@ class RolloutFacade(_ShardedRole):
         self.sync_timeout_s = sync_timeout_s
         self.stale = True  # the generation ranks start with no weights
         self.last_sync_s = 0.0
+
+    def sampling_state(self) -> dict:
+        """The generation ranks' sampling counter (the same on every rank: each call reaches them all)."""
+        states = self.group.run_all("sampling_state")
+        if any(s != states[0] for s in states):
+            raise RuntimeError(f"generation ranks disagree on their sampling state: {states}")
+        return states[0]
+
+    def load_sampling_state(self, state: dict) -> None:
+        self.group.run_all("load_sampling_state", state)
 
     def sync_from(self, train_group) -> float:
         """Training ranks put their HF-named weights in the object store; every generation rank
@@ -184,7 +204,8 @@ def build_roles(cfg, plan, pools, needs_reference: bool, groups: list) -> Roles:
     from mindspeed_rl.workers.actor import ActorRolloutWorker, ReferenceWorker
 
     def spawn(role, cls, pool, where):
-        group = WorkerGroup(role, cls, pool, where, args=(cfg,))
+        group = WorkerGroup(role, cls, pool, where, args=(cfg,), ready_timeout_s=cfg.run.worker_start_timeout_s,
+                            call_timeout_s=cfg.run.worker_timeout_s)
         groups.append(group)
         return group, DPLayout.from_rank_info(group.run_all("rank_info"))
 
@@ -194,7 +215,8 @@ def build_roles(cfg, plan, pools, needs_reference: bool, groups: list) -> Roles:
     if any(r.job == "generate" for r in actor_place.ranks):  # ray_gpt's train/infer split
         from mindspeed_rl.workers.rollout import RolloutWorker
         rollout = RolloutFacade(*spawn("rollout", RolloutWorker, pools["actor_rollout"],
-                                       job_placement(actor_place, "generate")))
+                                       job_placement(actor_place, "generate")),
+                                sync_timeout_s=cfg.run.worker_timeout_s)
         actor_place = job_placement(actor_place, "train")
     actor = ActorFacade(*spawn("actor_rollout", ActorRolloutWorker, pools["actor_rollout"], actor_place),
                         rollout=rollout)

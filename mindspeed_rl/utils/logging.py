@@ -73,6 +73,50 @@ def setup_logging(
     return logger
 
 
+# Library warnings that tell a user nothing they can act on, filtered in one place: the driver
+# calls quiet_library_warnings(); Ray workers get the same Python filters through PYTHONWARNINGS
+# (distributed/worker_group.py). (message prefix, category name)
+NOISE_WARNINGS = (
+    ("Apex is not installed", "UserWarning"),  # megatron-core falls back to torch norms: the intended path off CUDA
+    ("Transformer Engine and Apex are not installed", "UserWarning"),  # ... and to torch optimizers
+)
+# Log lines of other libraries, the same idea: (logger name, message prefix)
+NOISE_LOG_LINES = (
+    # Ray says its default (token authentication on) at every local start; the security-relevant
+    # opposite ("... is disabled ...") stays visible
+    ("ray._private.authentication.authentication_token_setup", "Token authentication is enabled for this Ray cluster"),
+)
+
+
+class _DropPrefixes(logging.Filter):
+    def __init__(self, prefixes):
+        super().__init__()
+        self.prefixes = tuple(prefixes)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(self.prefixes)
+
+
+def quiet_library_warnings() -> None:
+    """Install the NOISE_WARNINGS / NOISE_LOG_LINES filters in this process (idempotent)."""
+    import builtins
+    import re
+    import warnings
+
+    for prefix, category in NOISE_WARNINGS:
+        warnings.filterwarnings("ignore", message=re.escape(prefix), category=getattr(builtins, category))
+    for name, prefix in NOISE_LOG_LINES:
+        lg = logging.getLogger(name)
+        if not any(isinstance(f, _DropPrefixes) and prefix in f.prefixes for f in lg.filters):
+            lg.addFilter(_DropPrefixes([prefix]))
+
+
+def python_warnings_env(existing: Optional[str] = None) -> str:
+    """NOISE_WARNINGS as a PYTHONWARNINGS value (appended to `existing`), for worker processes."""
+    ours = [f"ignore:{prefix}:{category}" for prefix, category in NOISE_WARNINGS]
+    return ",".join([existing] + ours if existing else ours)
+
+
 def get_logger(name: str) -> logging.Logger:
     """A child of the `mindspeed_rl` logger (pass `__name__`). Works before setup_logging()."""
     if name != ROOT and not name.startswith(ROOT + "."):
@@ -90,7 +134,7 @@ def progress(
 ) -> Iterator[T]:
     """Iterate with a tqdm bar (prefixed with role and rank) on the logging rank; plain
     iteration on quiet ranks and when stderr is not a terminal-like stream that tqdm can use."""
-    if is_quiet_rank():
+    if is_quiet_rank() or not sys.stderr.isatty():  # redraws of a bar are noise in a log file
         yield from iterable
         return
     from tqdm.auto import tqdm  # lazy: keep `import mindspeed_rl.utils.logging` cheap

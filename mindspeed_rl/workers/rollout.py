@@ -175,6 +175,13 @@ class RolloutWorker:
         seed = sampling_seed(self.cfg.run.seed, self.calls, self.rank_info()["dp_rank"])
         return generate_batch(self.engine, prompts, n, self._sampling(n, greedy, seed))
 
+    def sampling_state(self) -> dict:
+        """What seeds this rank's next sample (saved in the actor's checkpoint for a bitwise resume)."""
+        return {"calls": self.calls}
+
+    def load_sampling_state(self, state: dict) -> None:
+        self.calls = int(state["calls"])
+
     @on_device(move_inputs=False)
     def hf_weights(self) -> dict[str, torch.Tensor]:
         """This rank's full weights under HF names (TP gathered), for checking a sync."""

@@ -123,6 +123,31 @@ def test_resume_into_another_tensor_parallel_size(tmp_path):
                         keys=["grpo/score/mean", "actor/pg_loss", "actor/kl_loss", "response_length/mean"])
 
 
+def test_split_mode_resume_is_bitwise_and_save_final_off(tmp_path):
+    """ray_gpt's train/infer split (1 training + 1 generation rank): resumed from step 2, steps 3-4
+    equal the uninterrupted run's (the generation ranks' sampling counter is in the checkpoint).
+    save_final=false: only the interval checkpoints exist."""
+    split = ("resource_pool.actor_rollout=[2]", f"{A}.num_gpus_for_train=1", f"{A}.num_gpus_for_infer=1",
+             "training.train_iters=4", "training.test_freq=0", "training.global_batch_size=8", f"{A}.ppo_mini_batch_size=8")
+    ref_dir, resumed_dir = tmp_path / "uninterrupted", tmp_path / "resumed"
+    proc = ray_gpt(f"training.output_dir={ref_dir}", *split, "training.save_interval=2", "training.save_final=false",
+                   "training.keep_last_n=0")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ckpts = ref_dir / "checkpoints"
+    assert sorted(p.name for p in ckpts.iterdir() if p.name.startswith("iter_")) == ["iter_0000002", "iter_0000004"]
+    state = json.loads((ckpts / "iter_0000002" / "trainer_state.json").read_text())
+    assert state["rollout"] == {"calls": 2}  # one generate call per step on the generation rank
+
+    proc = ray_gpt(f"training.output_dir={resumed_dir}", *split, "training.save_final=false",
+                   f"training.resume={ckpts / 'iter_0000002'}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    resumed, reference = metrics(resumed_dir), metrics(ref_dir)
+    assert [r["step"] for r in resumed] == [3, 4]
+    for a, b in zip(reference[2:], resumed):
+        assert_same_metrics(a, b, 1e-6)
+    assert not (resumed_dir / "checkpoints").exists() or not any((resumed_dir / "checkpoints").glob("iter_*"))
+
+
 def test_sigterm_saves_a_checkpoint_and_exits(tmp_path):
     out = tmp_path / "run"
     run = start(out, "training.train_iters=500", "training.test_freq=0")
@@ -160,6 +185,33 @@ def test_killed_worker_ends_the_run_within_60_s(tmp_path):
 
     last = latest_complete(str(out / "checkpoints"))
     assert last is not None and read_manifest(last)["step"] >= 2  # every file matches its manifest
+
+
+def test_stopped_worker_ends_the_run_within_its_timeout_naming_it(tmp_path):
+    """SIGSTOP on the actor worker: no silent hang; after training.worker_timeout_s the driver stops
+    with a sentence naming the role, rank, pid, the call it waited for and the stopped state."""
+    out = tmp_path / "run"
+    run = start(out, "training.train_iters=500", "training.test_freq=0", "training.worker_timeout_s=15",
+                "training.save_final=false")
+    try:
+        wait_for(lambda: (out / "metrics.jsonl").exists() and len(metrics(out)) >= 2, 300, "two logged steps")
+        workers = [pid for pid in _session_pids(run.pid) if _cmdline(pid).startswith("ray::ActorRolloutWorker")]
+        assert workers, "no actor worker found in the run's session"
+        os.kill(workers[0], signal.SIGSTOP)
+        rc = run.wait(timeout=15 + 60)  # the timeout, plus the stall report and shutdown on a busy machine
+    finally:
+        for pid in _session_pids(run.pid):
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except OSError:
+                pass
+        kill_session(run)
+    text = output(out)
+    assert rc == 1, text[-3000:]
+    assert "timed out after 15 s (`training.worker_timeout_s`" in text, text[-3000:]
+    assert "actor_rollout." in text and f"rank 0 of 1 (pid {workers[0]} on" in text, text[-3000:]
+    assert "is stopped (state T: SIGSTOP or a debugger), so it never finished" in text, text[-3000:]
+    assert "Traceback" not in text
 
 
 def _session_pids(sid: int) -> list[int]:

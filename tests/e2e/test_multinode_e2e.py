@@ -32,6 +32,9 @@ SMALL = ["training.train_iters=2", "training.test_freq=0", "training.global_batc
 @pytest.fixture(scope="module")
 def multinode():
     """The Cluster and (address, node names, node directories, node ids), each {"a": ..., "b": ...}."""
+    from unittest import mock
+
+    import ray._private.utils
     from ray.cluster_utils import Cluster
 
     from mindspeed_rl.data.tiny_task import TOKENIZER_DIR
@@ -45,8 +48,11 @@ def multinode():
     os.environ.update(NO_TOKEN)  # the cluster's processes inherit it
     cwd, cluster = os.getcwd(), None
     try:
-        cluster = Cluster(initialize_head=True, head_node_args=dict(
-            num_cpus=0, temp_dir=os.path.join(root, "ray"), include_dashboard=False))
+        # Cluster records its head in /tmp/ray/ray_current_cluster, where `ray_gpt.py` (and
+        # ray.init("auto")) of anyone else on this machine would find and join it: not this one
+        with mock.patch.object(ray._private.utils, "write_ray_address", lambda *a, **k: None):
+            cluster = Cluster(initialize_head=True, head_node_args=dict(
+                num_cpus=0, temp_dir=os.path.join(root, "ray"), include_dashboard=False))
         nodes = {}
         for n, d in dirs.items():
             os.chdir(d)  # the raylet, and so every worker of this node, runs here

@@ -35,7 +35,9 @@ def test_method_past_its_timeout_names_role_method_and_rank(group):
         group.run_all("sleep_on", 1, 60, timeout_s=2)
     assert time.monotonic() - start < 10
     msg = str(err.value)
-    assert "actor.sleep_on timed out after 2 s: rank(s) 1 of 2 still running" in msg and "\n" not in msg
+    assert "actor.sleep_on timed out after 2 s" in msg and "\n" not in msg
+    assert f"rank 1 of 2 (pid {group.slots[1].pid} on {group.slots[1].node_ip}) is waiting" in msg, msg
+    assert "rank 0 " not in msg  # rank 0 answered
 
 
 def test_dead_worker_names_role_rank_node_and_log(group):

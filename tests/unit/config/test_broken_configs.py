@@ -1,4 +1,6 @@
 """Each broken config stops with one plain sentence naming the key, before anything starts."""
+from pathlib import Path
+
 import pytest
 
 import ray_gpt
@@ -42,6 +44,36 @@ CASES = [
     ("dual-clip", [f"{A}.clip_ratio_c=0.5"], ["clip_ratio_c: 0.5", "> 1"]),
     ("bad-truncation", [f"{A}.truncation=middle"], ["truncation: middle", "filter"]),
     ("blended-data-path", [f"{A}.data_path='1,a,b'"], ["weight,prefix"]),
+    # range checks (config/ranges.py)
+    ("negative-clip-ratio", [f"{A}.clip_ratio=-0.1"], ["clip_ratio: -0.1` must be in [0, 1)"]),
+    ("clip-low-at-one", [f"{A}.clip_ratio_low=1.0"], ["clip_ratio_low: 1.0` must be in [0, 1)"]),
+    ("negative-kl-loss-coef", [f"{A}.kl_loss_coef=-0.01"], ["kl_loss_coef: -0.01` must be >= 0"]),
+    ("negative-kl-ctrl-coef", ["algorithm.kl_ctrl.kl_coef=-1"], ["algorithm.kl_ctrl.kl_coef: -1.0` must be >= 0"]),
+    ("zero-target-kl", ["algorithm.kl_ctrl.target_kl=0"], ["target_kl: 0.0` must be > 0"]),
+    ("negative-lr", [f"{A}.lr=-1e-6"], ["lr: -1e-06` must be in [0, 1]"]),
+    ("min-lr-above-lr", [f"{A}.lr=1e-6", f"{A}.min_lr=1e-5", f"{A}.lr_decay_style=cosine"], ["min_lr: 1e-05` is above lr"]),
+    ("warmup-fraction", [f"{A}.lr_warmup_fraction=1.5"], ["lr_warmup_fraction: 1.5` must be in [0, 1]"]),
+    ("adam-beta2-one", ["training.adam_beta2=1.0"], ["adam_beta2: 1.0` must be in [0, 1)"]),
+    ("adam-eps-zero", [f"{A}.adam_eps=0"], ["adam_eps: 0.0` must be in (0, 1)"]),
+    ("negative-weight-decay", [f"{A}.weight_decay=-0.1"], ["weight_decay: -0.1` must be >= 0"]),
+    ("top-p-zero", [f"{A}.top_p=0"], ["top_p: 0.0` must be in (0, 1]"]),
+    ("negative-top-k", [f"{A}.top_k=-2"], ["top_k: -2` must be >= 0"]),
+    ("zero-micro-batch", [f"{A}.micro_batch_size=0"], ["micro_batch_size: 0` must be at least 1"]),
+    ("zero-global-batch", ["training.global_batch_size=0"], ["global_batch_size: 0` must be at least 1"]),
+    ("negative-save-interval", ["training.save_interval=-5"], ["save_interval: -5` must be 0 or more"]),
+    ("zero-log-interval", ["training.log_interval=0"], ["log_interval: 0` must be >= 1"]),
+    ("negative-test-freq", ["training.test_freq=-1"], ["test_freq: -1` must be >= 0"]),
+    ("gamma-above-one", ["algorithm.gamma=1.5"], ["algorithm.gamma: 1.5` must be in [0, 1]"]),
+    ("dropout-one", [f"{A}.hidden_dropout=1.0"], ["hidden_dropout: 1.0` must be in [0, 1)"]),
+    ("rotary-percent", [f"{A}.rotary_percent=0"], ["rotary_percent: 0.0` must be in (0, 1]"]),
+    ("zero-verifier-timeout", ["algorithm.verifier_timeout_s=0"], ["verifier_timeout_s: 0.0` must be > 0"]),
+    ("nan-lr", [f"{A}.lr=.nan"], [f"`{A}.lr` must be a number"]),
+    ("zero-tp", [f"{A}.tensor_model_parallel_size=0"], ["tensor_model_parallel_size: 0` must be >= 1"]),
+    ("negative-eos-penalty", ["algorithm.missing_eos_penalty=-1"], ["missing_eos_penalty: -1.0` must be >= 0"]),
+    ("zero-max-prompt", [f"{A}.max_prompt_length=0"], ["max_prompt_length: 0` must be >= 1"]),
+    # the user's own data with the tiny default and no tokenizer
+    ("own-data-no-tokenizer", [f"{A}.data_path={Path(__file__).resolve().parents[2] / 'data/gsm8k_slice/train.jsonl'}"],
+     ["is your own data, but no tokenizer is set", "training.tokenizer_name_or_path"]),
 ]
 
 

@@ -20,6 +20,7 @@ def make_paths(root: Path, cfg) -> None:
         target = root / f"{prefix}_packed_input_ids_document.idx"
         target.parent.mkdir(parents=True, exist_ok=True)
         target.touch()
+        target.with_suffix(".bin").touch()
 
 
 def test_ships_the_promised_configs():

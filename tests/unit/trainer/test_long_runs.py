@@ -30,6 +30,23 @@ def test_saves_every_interval_and_at_the_last_step(tmp_path):
     assert state["kl_coef"] == t.kl_ctrl.value != 0.1  # the adaptive coefficient moved and is saved
 
 
+def test_save_final_false_skips_only_the_last_step_checkpoint(tmp_path):
+    saves = []
+    trainer(tmp_path, 7, saves=saves, save_interval=3, save_final=False).fit()
+    assert [s for s, _ in saves] == [3, 6]
+    saves.clear()
+    trainer(tmp_path, 6, saves=saves, save_interval=3, save_final=False).fit()  # an interval step is still saved
+    assert [s for s, _ in saves] == [3, 6]
+
+
+def test_save_final_is_a_config_key():
+    from mindspeed_rl.config import load_config
+    from mindspeed_rl.trainer.grpo import settings_from_config
+
+    assert settings_from_config(load_config("grpo_trainer_tiny", []), 1).save_final is True
+    assert settings_from_config(load_config("grpo_trainer_tiny", ["training.save_final=false"]), 1).save_final is False
+
+
 def test_stop_request_saves_and_returns_early(tmp_path):
     saves, calls = [], []
 

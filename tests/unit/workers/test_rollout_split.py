@@ -91,6 +91,36 @@ def test_split_calls_go_to_their_group_and_weights_move_only_after_updates():
     assert "timing/sync_weights" in actor.update_actor({}) and "timing/sync_weights" not in actor.update_actor({})
 
 
+def test_split_checkpoint_carries_the_generation_ranks_sampling_counter(tmp_path, monkeypatch):
+    """Split-mode resume is bitwise only if the generation ranks continue their sampling seeds."""
+    import json
+
+    log, saved = [], {}
+    gen_calls = {"calls": 5}
+    actor = split_actor(log)
+    actor.rollout.group.answers.update({
+        "sampling_state": lambda: [dict(gen_calls), dict(gen_calls)],
+        "load_sampling_state": lambda state: gen_calls.update(state)})
+
+    def save(path, step, state, keep, h):
+        saved.update(state)
+        (tmp_path / "trainer_state.json").write_text(json.dumps(state))
+        (tmp_path / "manifest.json").write_text("{}")
+        return path
+    actor.group.answers.update({"save_checkpoint": lambda *a: [save(*a)],
+                                "load_checkpoint": lambda path: [{"step": 3}]})
+    actor.save_checkpoint(str(tmp_path), 3, {"step": 3})
+    assert saved == {"step": 3, "rollout": {"calls": 5}}
+    gen_calls["calls"] = 0  # a fresh generation group after a restart
+    from mindspeed_rl.models import checkpoint as ckpt
+    monkeypatch.setattr(ckpt, "read_trainer_state", lambda path: json.loads((tmp_path / "trainer_state.json").read_text()))
+    assert actor.load_checkpoint(str(tmp_path)) == {"step": 3}
+    assert gen_calls == {"calls": 5} and actor.rollout.stale
+    actor.rollout.group.answers["sampling_state"] = lambda: [{"calls": 1}, {"calls": 2}]
+    with pytest.raises(RuntimeError, match="disagree"):
+        actor.save_checkpoint(str(tmp_path), 4, {})
+
+
 def test_colocated_actor_never_syncs():
     log = []
     train = FakeGroup("train", log, {"generate_sequences": lambda p, n, g: {"n": n},

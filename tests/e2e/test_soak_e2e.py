@@ -1,0 +1,37 @@
+"""The CI-sized soak: 300 steps of the tiny task (scripts/soak.py; the full run is 2,000 steps).
+
+Driver and worker memory must stay flat after the warm-up, no file descriptor or object-store
+leak, and metrics.jsonl must hold every step once. Bounds are per 1,000 steps and generous for a
+shared 2-core machine (the measured growth is a few MB; a real leak of one batch per step is
+hundreds): they catch leaks, not noise.
+"""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+RSS_MB_PER_1000 = 64.0
+FD_GROWTH = 4
+
+
+def test_soak_300_steps(tmp_path):
+    report_path = tmp_path / "soak.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "soak.py"), "--steps", "300", "--json", str(report_path),
+                           "--out-dir", str(tmp_path / "run")], cwd=ROOT, capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rep = json.loads(report_path.read_text())
+    print(proc.stdout)  # the figures, for the CI log
+    assert rep["metrics_complete"] and rep["logged_steps"] == 300
+    assert rep["score_last"] > rep["score_first"]  # it still learns
+    d = rep["driver"]
+    assert d["driver_rss_mb"]["per_1000_steps"] < RSS_MB_PER_1000, d
+    assert d["driver_open_fds"]["growth"] <= FD_GROWTH, d
+    assert d["object_store_used_mb"]["end"] <= d["object_store_used_mb"]["start"] + 1.0, d
+    for role in ("actor", "reference"):
+        p = rep["processes"][role]
+        assert p["rss_mb"]["per_1000_steps"] < RSS_MB_PER_1000, (role, p)
+        assert p["fds"]["growth"] <= FD_GROWTH, (role, p)
