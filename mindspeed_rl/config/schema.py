@@ -134,6 +134,9 @@ class RoleConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
     mindspeed_switches: dict = field(default_factory=dict)
+    # architecture keys the user's yaml/overrides set -> the yaml path that set them (the loader
+    # fills it). With a HF `load`, only these are checked against config.json; the rest come from it.
+    arch_set: dict = field(default_factory=dict)
 
     @property
     def params_dtype(self) -> str:
@@ -249,7 +252,7 @@ def field_names(cls) -> list[str]:
 def role_level_keys() -> set[str]:
     """Flat keys of RoleConfig itself (not its groups)."""
     return {f.name for f in dataclasses.fields(RoleConfig) if f.name not in ROLE_GROUPS
-            and f.name not in ("role", "model_name", "mindspeed_switches")}
+            and f.name not in ("role", "model_name", "mindspeed_switches", "arch_set")}
 
 
 def all_flat_keys() -> set[str]:
