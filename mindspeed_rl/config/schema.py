@@ -153,6 +153,8 @@ class DataConfig:
     max_prompt_length: int = doc(512, "longest prompt in tokens")
     truncation: str = doc("error", "prompts over max_prompt_length: error, left, right or filter")
     prompt_type: Optional[str] = doc(None, "chat template applied to raw-file prompts (qwen, llama3, chatml, hf, ...)")
+    system_prompt: Optional[str] = doc(None, "raw files: system prompt given to every prompt without its own (placed by prompt_type's template; needs prompt_type)")
+    instruction_template: Optional[str] = doc(None, "raw files: each prompt becomes this text with {prompt} replaced by it, e.g. '{prompt} Put the final answer after ####.'")
     prompt_key: str = doc("prompt", "raw files: the column holding the prompt")
     label_key: str = doc("labels", "raw files: the column holding the ground truth")
     no_shuffle: bool = doc(False, "keep the dataset order instead of a seeded shuffle per epoch")

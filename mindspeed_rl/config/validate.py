@@ -62,6 +62,10 @@ def _check_choices(cfg: Config, problems: list[str]) -> None:
         if getattr(cfg.run, key) < 0:
             problems.append(f"`training.{key}: {getattr(cfg.run, key)}` must be 0 or more.")
     _one_of(cfg.data.truncation, CHOICES["truncation"], f"{A}.truncation", problems)
+    from mindspeed_rl.data.templates import shaping_problem
+    shaping = shaping_problem(cfg.data.prompt_type, cfg.data.system_prompt, cfg.data.instruction_template)
+    if shaping:
+        problems.append(f"`{A}`: {shaping}")
     for role in _active_roles(cfg):
         path = role_path(role)
         _one_of(role.optim.lr_decay_style, CHOICES["lr_decay_style"], f"{path}.lr_decay_style", problems)
