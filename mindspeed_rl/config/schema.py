@@ -203,7 +203,7 @@ class AlgorithmConfig:
     kl_penalty: str = doc("kl", "KL estimator for KL in reward: kl/k1, abs, mse/k2, low_var_kl/k3")
     kl_ctrl: KLCtrlConfig = field(default_factory=KLCtrlConfig)
     missing_eos_penalty: float = doc(0.0, "subtracted from the score of responses cut at max length")
-    verifier_function: list = doc(["acc"], "rule verifiers: acc, format, gsm8k, math, the tiny task's name, or module:function / file.py:function")
+    verifier_function: list = doc(["acc"], "rule verifiers: acc, format, gsm8k, hash_format, math, the tiny task's name, or module:function / file.py:function")
     verifier_weight: list = doc([1.0], "weight of each verifier in the score")
     verifier_timeout_s: float = doc(10.0, "a verifier call past this scores 0 and is counted")
     reward_model_weight: float = doc(1.0, "weight of the reward model's score (resource_pool.reward) in the score; added to the weighted verifier scores when reward.verifier is on")
