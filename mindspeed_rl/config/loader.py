@@ -129,6 +129,8 @@ def build_config(raw: dict, config_name: str = "experiment") -> Config:
     sections = {"actor_rollout": _section(arr, "actor_rollout"), "ref": _section(arr, "ref"),
                 "reward": _section(raw, "reward")}
     ignored: dict[str, str] = {}
+    # an empty model file entry (`name:` with no keys) is a model taken wholly from its checkpoint
+    models = {name: {} if entry is None else entry for name, entry in models.items()}
     for name, entry in models.items():
         if not isinstance(entry, dict):
             raise UserInputError(f"model.{name} must be a mapping of Megatron arguments (num_layers: ..., hidden_size: ...), got {entry!r}.")
@@ -216,6 +218,10 @@ def _build_role(role: str, models: dict, training: dict, sec: dict, ignored: dic
     view, origin = _merged_view(models, training, sec, role)
     cfg = RoleConfig(role=role, model_name=view.pop("model") or "")
     cfg = _fill(cfg, view, origin)
+    # what the user wrote (model file, training, role section, overrides), not what has a default:
+    # with a HF `load` only these are held against config.json (schema defaults never override it)
+    arch_fields = set(schema.field_names(schema.ModelArch))
+    cfg.arch_set = {k: origin.get(k, k) for k, v in view.items() if k in arch_fields and v is not None}
     for group in schema.ROLE_GROUPS:
         setattr(cfg, group, _fill(getattr(cfg, group), view, origin))
     for key, value in view.items():
@@ -319,8 +325,9 @@ def _derive(cfg: Config) -> None:
         run.tensorboard_dir = os.path.join(run.output_dir, "tensorboard")
     for role in (cfg.actor, cfg.ref, cfg.reward):
         a = role.arch
-        # with a HF `load`, what the yaml leaves out comes from config.json (models/arch_check.py)
-        if not (role.load and _is_hf_dir(role.load)):
+        if role.load and _is_hf_dir(role.load):
+            _arch_from_config_json(role)
+        else:
             if a.hidden_size and a.num_attention_heads:
                 a.kv_channels = a.kv_channels or a.hidden_size // a.num_attention_heads
                 a.ffn_hidden_size = a.ffn_hidden_size or 4 * a.hidden_size
@@ -342,6 +349,20 @@ def _derive(cfg: Config) -> None:
         run.tokenizer_name_or_path = run.tokenizer_name_or_path or tiny_task.TOKENIZER_DIR
     if run.tokenizer_name_or_path is None and cfg.actor.load and _is_hf_dir(cfg.actor.load):
         run.tokenizer_name_or_path = cfg.actor.load
+
+
+def _arch_from_config_json(role: RoleConfig) -> None:
+    """Every architecture key the user left unset takes config.json's value (models/arch_check.py).
+    A config.json that cannot be read or is unsupported is left to validate(), which says why."""
+    from mindspeed_rl.models.arch_check import resolve_arch
+
+    try:
+        resolved = resolve_arch(dataclasses.asdict(role.arch), role.arch_set, role.load)
+    except UserInputError:
+        return
+    for key, value in resolved.items():
+        if hasattr(role.arch, key):
+            setattr(role.arch, key, value)
 
 
 def _is_hf_dir(path: str) -> bool:

@@ -134,6 +134,9 @@ class RoleConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
     mindspeed_switches: dict = field(default_factory=dict)
+    # architecture keys the user's yaml/overrides set -> the yaml path that set them (the loader
+    # fills it). With a HF `load`, only these are checked against config.json; the rest come from it.
+    arch_set: dict = field(default_factory=dict)
 
     @property
     def params_dtype(self) -> str:
@@ -150,6 +153,8 @@ class DataConfig:
     max_prompt_length: int = doc(512, "longest prompt in tokens")
     truncation: str = doc("error", "prompts over max_prompt_length: error, left, right or filter")
     prompt_type: Optional[str] = doc(None, "chat template applied to raw-file prompts (qwen, llama3, chatml, hf, ...)")
+    system_prompt: Optional[str] = doc(None, "raw files: system prompt given to every prompt without its own (placed by prompt_type's template; needs prompt_type)")
+    instruction_template: Optional[str] = doc(None, "raw files: each prompt becomes this text with {prompt} replaced by it, e.g. '{prompt} Put the final answer after ####.'")
     prompt_key: str = doc("prompt", "raw files: the column holding the prompt")
     label_key: str = doc("labels", "raw files: the column holding the ground truth")
     no_shuffle: bool = doc(False, "keep the dataset order instead of a seeded shuffle per epoch")
@@ -202,7 +207,7 @@ class AlgorithmConfig:
     kl_penalty: str = doc("kl", "KL estimator for KL in reward: kl/k1, abs, mse/k2, low_var_kl/k3")
     kl_ctrl: KLCtrlConfig = field(default_factory=KLCtrlConfig)
     missing_eos_penalty: float = doc(0.0, "subtracted from the score of responses cut at max length")
-    verifier_function: list = doc(["acc"], "rule verifiers: acc, format, gsm8k, math, the tiny task's name, or module:function / file.py:function")
+    verifier_function: list = doc(["acc"], "rule verifiers: acc, format, gsm8k, hash_format, math, the tiny task's name, or module:function / file.py:function")
     verifier_weight: list = doc([1.0], "weight of each verifier in the score")
     verifier_timeout_s: float = doc(10.0, "a verifier call past this scores 0 and is counted")
     reward_model_weight: float = doc(1.0, "weight of the reward model's score (resource_pool.reward) in the score; added to the weighted verifier scores when reward.verifier is on")
@@ -253,7 +258,7 @@ def field_names(cls) -> list[str]:
 def role_level_keys() -> set[str]:
     """Flat keys of RoleConfig itself (not its groups)."""
     return {f.name for f in dataclasses.fields(RoleConfig) if f.name not in ROLE_GROUPS
-            and f.name not in ("role", "model_name", "mindspeed_switches")}
+            and f.name not in ("role", "model_name", "mindspeed_switches", "arch_set")}
 
 
 def all_flat_keys() -> set[str]:

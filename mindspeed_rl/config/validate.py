@@ -66,6 +66,10 @@ def _check_choices(cfg: Config, problems: list[str]) -> None:
         if getattr(cfg.run, key) < 0:
             problems.append(f"`training.{key}: {getattr(cfg.run, key)}` must be 0 or more.")
     _one_of(cfg.data.truncation, CHOICES["truncation"], f"{A}.truncation", problems)
+    from mindspeed_rl.data.templates import shaping_problem
+    shaping = shaping_problem(cfg.data.prompt_type, cfg.data.system_prompt, cfg.data.instruction_template)
+    if shaping:
+        problems.append(f"`{A}`: {shaping}")
     for role in _active_roles(cfg):
         path = role_path(role)
         _one_of(role.optim.lr_decay_style, CHOICES["lr_decay_style"], f"{path}.lr_decay_style", problems)
@@ -281,10 +285,11 @@ def _check_paths(cfg: Config, problems: list[str]) -> None:
         elif role.load and os.path.isfile(os.path.join(role.load, "config.json")):
             from dataclasses import asdict
 
-            from mindspeed_rl.models.arch_check import check_arch_against_hf
-            try:  # the model yaml must agree with the checkpoint it loads
-                check_arch_against_hf({k: v for k, v in asdict(role.arch).items() if v is not None}, role.load,
-                                      role.model_name or None)
+            from mindspeed_rl.models.arch_check import check_arch_against_hf, check_shapes_against_safetensors
+            try:  # what the user set must agree with config.json, and the result with the weights' headers
+                arch = asdict(role.arch)
+                check_arch_against_hf(arch, role.load, role.model_name or None, user_set=role.arch_set)
+                check_shapes_against_safetensors(arch, role.load)
             except UserInputError as err:
                 problems.append(str(err))
     resume = cfg.run.resume

@@ -153,12 +153,14 @@ def build_prompt_loader(
     label_key: Optional[str] = "labels",
     source: Optional[str] = None,
     what: str = "data_path",
+    system_prompt: Optional[str] = None,
+    instruction_template: Optional[str] = None,
 ) -> PromptLoader:
     """PromptDataset + PromptLoader in one call (see build_prompt_dataset for the arguments).
 
     For validation pass shuffle=False, drop_last=False and iterate `loader.iter_epoch()`.
     """
     dataset = build_prompt_dataset(data_path, tokenizer, max_prompt_length, truncation, prompt_type,
-                                   prompt_key, label_key, source, seed, what)
+                                   prompt_key, label_key, source, seed, what, system_prompt, instruction_template)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     return PromptLoader(dataset, batch_size, pad, seed, shuffle, drop_last, what)

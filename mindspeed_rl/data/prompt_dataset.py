@@ -33,7 +33,7 @@ import numpy as np
 
 from mindspeed_rl.data.indexed import open_prefix
 from mindspeed_rl.data.raw import is_raw_data_file, load_raw_dataset
-from mindspeed_rl.data.templates import check_prompt_type, encode_prompt
+from mindspeed_rl.data.templates import check_prompt_type, encode_prompt, shape_messages, shaping_problem
 from mindspeed_rl.utils.errors import UserInputError
 from mindspeed_rl.utils.logging import get_logger
 
@@ -113,7 +113,8 @@ class _IndexedPart:
 class _RawPart:
     """Prompts of one raw file, templated and tokenized when the dataset is built."""
 
-    def __init__(self, path, tokenizer, source, prompt_type, prompt_key, label_key, what):
+    def __init__(self, path, tokenizer, source, prompt_type, prompt_key, label_key, what,
+                 system_prompt=None, instruction_template=None):
         self.name = path
         self._prompts, self._labels, self._sources = [], [], []
         # a throw-away `datasets` cache: everything is tokenized into memory here, and the
@@ -130,6 +131,7 @@ class _RawPart:
             has_source = "data_source" in columns
             for row, sample in enumerate(data, start=1):
                 messages, system = _messages(sample[prompt_key], path, row, prompt_key)
+                messages, system = shape_messages(messages, system, system_prompt, instruction_template)
                 ids = encode_prompt(tokenizer, prompt_type, messages, system)
                 self._prompts.append(np.asarray(ids, dtype=np.int64))
                 self._labels.append(_label_text(sample[label_key]) if label_key is not None else "")
@@ -247,6 +249,8 @@ def build_prompt_dataset(
     source: Optional[str] = None,
     seed: int = 1234,
     what: str = "data_path",
+    system_prompt: Optional[str] = None,
+    instruction_template: Optional[str] = None,
 ) -> PromptDataset:
     """Build the prompt dataset a trainer samples from.
 
@@ -261,6 +265,8 @@ def build_prompt_dataset(
         source: the name put in each sample's "source" (default: the file or prefix name).
         seed: seeds the blend's draws.
         what: the config key data_path came from (data_path / val_data_path), named in errors.
+        system_prompt: raw files: system prompt of samples without one (needs a prompt_type).
+        instruction_template: raw files: each prompt becomes this text with {prompt} replaced by it.
 
     Returns:
         PromptDataset.
@@ -270,13 +276,21 @@ def build_prompt_dataset(
     """
     check_truncation(truncation)
     check_prompt_type(prompt_type, "prompt_type")
+    problem = shaping_problem(prompt_type, system_prompt, instruction_template)
+    if problem:
+        raise UserInputError(problem)
     if max_prompt_length < 1:
         raise UserInputError(f"max_prompt_length {max_prompt_length} must be at least 1.")
     parts, weights = [], []
     for weight, path in parse_data_path(data_path):
         name = source or _source_name(path)
         if is_raw_data_file(path):
-            parts.append(_RawPart(path, tokenizer, name, prompt_type, prompt_key, label_key, what))
+            parts.append(_RawPart(path, tokenizer, name, prompt_type, prompt_key, label_key, what,
+                                  system_prompt, instruction_template))
+        elif system_prompt or instruction_template is not None:
+            raise UserInputError(f"{what} {path!r} is a preprocessed (indexed) dataset: its prompts are token ids "
+                                 "already, so system_prompt / instruction_template cannot shape them; pass them to "
+                                 "preprocess_data.py's template instead, or point data_path at the raw file.")
         else:
             parts.append(_IndexedPart(path, tokenizer, name, what))
         weights.append(weight)

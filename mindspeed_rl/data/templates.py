@@ -8,6 +8,12 @@ So a prompt preprocessed here equals the one MindSpeed-LLM makes for the same --
 
 `hf` renders the tokenizer's own `chat_template` (`apply_chat_template`) instead.
 
+Prompt shaping for raw data (`system_prompt`, `instruction_template`): raw prompts (a question, a
+problem) rarely say how to answer, and a small model needs to be told ("put the final answer
+after ####"). `shape_messages` wraps the last user message in the instruction template (its
+PROMPT placeholder is replaced by the text) and supplies a system prompt where the sample has
+none, before the chat template renders the conversation; the data files stay as they are.
+
 Differences from MindSpeed-LLM: tool calls and observation turns are not supported (RL prompts
 here are question -> answer); only the templates below exist (add one to TEMPLATES when needed).
 """
@@ -20,6 +26,7 @@ from typing import Optional
 from mindspeed_rl.utils.errors import UserInputError
 
 CONTENT = "{content}"  # placeholder in the format strings (str.replace, so "{" in data is safe)
+PROMPT = "{prompt}"  # placeholder of instruction_template (str.replace as well)
 HF = "hf"  # the tokenizer's own chat template
 
 
@@ -88,6 +95,28 @@ def check_prompt_type(name: Optional[str], what: str = "--prompt-type") -> None:
     if name is not None and name != HF and name not in TEMPLATES:
         valid = ", ".join(sorted(TEMPLATES) + [HF])
         raise UserInputError(f"unknown {what} {name!r}; valid: {valid}.")
+
+
+def shaping_problem(prompt_type: Optional[str], system_prompt: Optional[str],
+                    instruction_template: Optional[str]) -> Optional[str]:
+    """One sentence on what is wrong with the prompt-shaping keys, or None."""
+    if instruction_template is not None and PROMPT not in instruction_template:
+        return (f"instruction_template {instruction_template!r} has no {PROMPT} placeholder; write where the "
+                f"prompt goes, e.g. '{PROMPT}\\nPut the final answer after ####.'")
+    if system_prompt and prompt_type in (None, "empty"):
+        return ("system_prompt needs a chat template to place it: set prompt_type (hf = the tokenizer's own "
+                f"chat template, or one of {', '.join(sorted(t for t in TEMPLATES if t != 'empty'))}).")
+    return None
+
+
+def shape_messages(messages: list[dict], system: str, system_prompt: Optional[str] = None,
+                   instruction_template: Optional[str] = None) -> tuple[list[dict], str]:
+    """(messages, system) with the instruction template around the last user message and the
+    system prompt where the sample brings none (a sample's own system message wins)."""
+    if instruction_template is not None:
+        last = dict(messages[-1], content=instruction_template.replace(PROMPT, messages[-1]["content"]))
+        messages = list(messages[:-1]) + [last]
+    return messages, system or (system_prompt or "")
 
 
 def _encode(tokenizer, text: str) -> list[int]:

@@ -90,6 +90,26 @@ def format_plan(plan: list[RolePlacement], resource: str) -> str:
     return "\n".join(lines)
 
 
+def host_cpus_per_device(plan: list[RolePlacement], devices: dict[str, float], cpus: dict[str, float]) -> int:
+    """CPU platform: CPU units each device bundle reserves, which its workers use as torch/OpenMP
+    threads (platform/cpu.py). A node's CPUs are split evenly over the devices the plan can place
+    on it; the smallest share over the nodes (at least 1), so every entry still fits any node.
+    Colocated roles on one bundle (actor + reference) each take all of it: they run in turn.
+
+    Args:
+        devices: node -> free logical devices; cpus: node -> free CPU units (cluster.ClusterInfo).
+    """
+    need = sum(n for _, n in placement_groups(plan))
+    shares = [cpus.get(node, 0.0) // min(free, need) for node, free in devices.items() if free >= 1 and need]
+    return max(1, int(min(shares))) if shares else 1
+
+
+def format_threads(threads: int, where: str) -> str:
+    """The plan's line about CPU workers' host threads."""
+    return (f"CPU workers: {threads} torch/OpenMP thread(s) each ({where}), niceness 0 "
+            f"(Ray's defaults would be OMP_NUM_THREADS=num_cpus and nice 15)")
+
+
 def _span(ranks: list[int]) -> str:
     return f"{ranks[0]}" if len(ranks) == 1 else f"{ranks[0]}-{ranks[-1]}"
 

@@ -26,6 +26,7 @@ import sys
 from dataclasses import dataclass
 
 ROLE_ENV = "MINDSPEED_RL_ROLE"
+HOST_CPUS_ENV = "MINDSPEED_RL_HOST_CPUS"  # CPU units of this worker's device bundle (WorkerGroup sets it)
 
 
 @dataclass
@@ -93,13 +94,15 @@ def init_distributed(platform, timeout: datetime.timedelta = datetime.timedelta(
     env = read_env()
     env.device_index = device_index(platform, env.local_rank)
     platform.set_device(env.device_index)
+    if os.environ.get(HOST_CPUS_ENV):  # before any parallel op: the thread pool is sized once here
+        platform.configure_host_threads(float(os.environ[HOST_CPUS_ENV]))
     if not dist.is_initialized():
         dist.init_process_group(platform.dist_backend, rank=env.rank, world_size=env.world_size, timeout=timeout)
     return env
 
 
 def rank_info() -> dict:
-    """(rank, dp_rank, tp_rank, pp_rank, is_output_rank, node_ip, pid) of this worker.
+    """(rank, dp_rank, tp_rank, pp_rank, is_output_rank, node_ip, pid, threads, nice) of this worker.
 
     Megatron's parallel_state is read when it is initialised (never imported here: on CPU the
     shim must precede megatron); otherwise every rank is its own DP rank. is_output_rank: the rank
@@ -114,7 +117,10 @@ def rank_info() -> dict:
         info.update(dp_rank=mpu.get_data_parallel_rank(), tp_rank=mpu.get_tensor_model_parallel_rank(),
                     pp_rank=mpu.get_pipeline_model_parallel_rank(),
                     is_output_rank=mpu.get_tensor_model_parallel_rank() == 0 and mpu.is_pipeline_last_stage())
-    info.update(node_ip=node_ip(), pid=os.getpid())
+    import torch
+
+    info.update(node_ip=node_ip(), pid=os.getpid(), threads=torch.get_num_threads(),
+                nice=os.getpriority(os.PRIO_PROCESS, 0))
     return info
 
 

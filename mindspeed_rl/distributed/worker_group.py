@@ -44,7 +44,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from mindspeed_rl.distributed.cluster import logs_dir, node_ips
 from mindspeed_rl.distributed.plan import RolePlacement
 from mindspeed_rl.distributed.pools import ResourcePool
-from mindspeed_rl.distributed.worker_env import ROLE_ENV
+from mindspeed_rl.distributed.worker_env import HOST_CPUS_ENV, ROLE_ENV
 from mindspeed_rl.utils.logging import python_warnings_env
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -146,7 +146,8 @@ class WorkerGroup:
         self.actors = []
         try:
             for s in self.slots:
-                env = {**(env_vars or {}), ROLE_ENV: role, "RANK": str(s.rank), "WORLD_SIZE": str(self.world_size),
+                env = {**(env_vars or {}), ROLE_ENV: role, HOST_CPUS_ENV: f"{pool.cpus_per_device:g}",
+                       "RANK": str(s.rank), "WORLD_SIZE": str(self.world_size),
                        "LOCAL_RANK": str(s.local_rank), "MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port),
                        # library warnings that say nothing to the user, filtered in the worker too
                        "PYTHONWARNINGS": python_warnings_env((env_vars or {}).get("PYTHONWARNINGS")

@@ -8,8 +8,12 @@ with config.json, else the weights would not fit (or would silently compute some
     -> UserInputError: model.qwen25-7b.num_layers is 28 but config.json in DIR says 24
        (num_hidden_layers); fix the model yaml or drop the key to take it from config.json.
 
-`arch_from_hf_or_yaml` returns the yaml keys plus every architecture key it leaves out, taken from
-config.json. Compared: everything that changes the weights or the math. Not compared:
+Only the keys the user set are compared: the loader records them (RoleConfig.arch_set, from the
+composed yaml and the overrides) so a schema default is never mistaken for a user's choice.
+`resolve_arch` gives config.json's architecture with the user-set keys on top, and
+`check_shapes_against_safetensors` holds the result against the safetensors headers (shapes only,
+no weight is read), so a mismatch fails in validation (and dry_run), not after Ray started.
+`arch_from_hf_or_yaml` returns the yaml keys plus every architecture key it leaves out. Compared: everything that changes the weights or the math. Not compared:
 max_position_embeddings (a run's length limit; filled when missing) and padded_vocab_size, which
 may exceed config.json's vocab_size (megatron pads the vocabulary) but must not be smaller.
 """
@@ -40,7 +44,7 @@ _HF_KEY = {
 
 def hf_arch(hf_dir: str) -> dict[str, Any]:
     """Megatron-named architecture of a HF checkpoint directory (unsupported features: one sentence)."""
-    from mindspeed_rl.models.builder import model_config_from_hf
+    from mindspeed_rl.models.hf_config import model_config_from_hf
 
     config = read_hf_config(hf_dir)
     try:
@@ -49,9 +53,12 @@ def hf_arch(hf_dir: str) -> dict[str, Any]:
         raise UserInputError(f"{os.path.join(hf_dir, 'config.json')}: {err}") from None
 
 
-def _effective(args: Mapping[str, Any], key: str) -> Any:
-    """The value a key means, with the builder's defaults (num_query_groups without GQA = heads)."""
+def _effective(args: Mapping[str, Any], key: str, user_set=None) -> Any:
+    """The value a key means, with the builder's defaults (num_query_groups without GQA = heads).
+    A num_query_groups the user set without saying group_query_attention means the KV heads."""
     if key == "num_query_groups":
+        if user_set is not None and key in user_set and "group_query_attention" not in user_set:
+            return args.get(key)
         if not args.get("group_query_attention"):
             return args.get("num_attention_heads")
         return args.get("num_query_groups")
@@ -67,30 +74,36 @@ def _same(a: Any, b: Any) -> bool:
         except ValueError:
             return False
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return math.isclose(float(a), float(b), rel_tol=1e-9)
+        # config.json written from a float32 (GGUF, some exporters: 9.999999747e-06) is the same 1e-5
+        return math.isclose(float(a), float(b), rel_tol=1e-6)
     if isinstance(a, str) and isinstance(b, str):
         return a.lower() == b.lower()
     return a == b
 
 
-def check_arch_against_hf(model_args: Mapping[str, Any], hf_dir: str, model_name: Optional[str] = None) -> None:
-    """Raise UserInputError naming the first key the model yaml sets that config.json contradicts.
+def check_arch_against_hf(model_args: Mapping[str, Any], hf_dir: str, model_name: Optional[str] = None,
+                          user_set: Optional[Mapping[str, str]] = None) -> None:
+    """Raise UserInputError naming the first key the user set that config.json contradicts.
 
     Args:
-        model_args: the keys the model yaml sets (Megatron names); unset keys are not checked.
+        model_args: Megatron-named architecture (the user's keys, or the resolved architecture).
         hf_dir: the HF checkpoint directory `load:` points at.
-        model_name: the yaml's model name, for the message (model.<name>.<key>).
+        model_name: the yaml's model name, for the message (model.<name>.<key>) when user_set is None.
+        user_set: key -> yaml path of the keys the user set (RoleConfig.arch_set); only these are
+            compared. None: every non-null key of model_args counts as set.
     """
     hf = hf_arch(hf_dir)
-    prefix = f"model.{model_name}" if model_name else "model"
+    if user_set is None:
+        prefix = f"model.{model_name}" if model_name else "model"
+        user_set = {k: f"{prefix}.{k}" for k, v in model_args.items() if v is not None}
     where = f"config.json in {hf_dir}"
     for key, hf_key in _HF_KEY.items():
         label = key
-        if key == "num_query_groups" and model_args.get(key) is None and "group_query_attention" in model_args:
+        if key == "num_query_groups" and key not in user_set and "group_query_attention" in user_set:
             label = "group_query_attention"  # false means num_query_groups = num_attention_heads
-        elif model_args.get(key) is None:
+        elif key not in user_set:
             continue
-        ours, theirs = _effective(model_args, key), _effective(hf, key)
+        ours, theirs = _effective(model_args, key, user_set), _effective(hf, key)
         if ours is None:
             continue
         if theirs is None:  # e.g. rope_scaling_factor set while config.json has no rope scaling
@@ -99,12 +112,89 @@ def check_arch_against_hf(model_args: Mapping[str, Any], hf_dir: str, model_name
             theirs = "nothing"
         if not _same(ours, theirs):
             shown = model_args[label] if label != key else ours
-            raise UserInputError(f"{prefix}.{label} is {shown} but {where} says {theirs} ({hf_key}); "
-                                 "fix the model yaml or drop the key to take it from config.json.")
-    padded = model_args.get("padded_vocab_size")
+            path = user_set[label]
+            fix = ("fix the model yaml or drop the key" if path.startswith("model")
+                   else f"fix `{path}` or drop it")
+            raise UserInputError(f"{path} is {shown} but {where} says {theirs} ({hf_key}); "
+                                 f"{fix} to take it from config.json.")
+    padded = model_args.get("padded_vocab_size") if "padded_vocab_size" in user_set else None
     if padded is not None and int(padded) < hf["padded_vocab_size"]:
-        raise UserInputError(f"{prefix}.padded_vocab_size is {padded} but {where} says vocab_size "
+        raise UserInputError(f"{user_set['padded_vocab_size']} is {padded} but {where} says vocab_size "
                              f"{hf['padded_vocab_size']}; set it to at least that or drop the key.")
+
+
+def resolve_arch(arch: Mapping[str, Any], user_set, hf_dir: str) -> dict[str, Any]:
+    """config.json's architecture with the user-set keys of `arch` on top; keys config.json does
+    not describe (dropout, init std, rotary_percent, ...) keep their value from `arch`."""
+    out = dict(arch)
+    for key, value in hf_arch(hf_dir).items():
+        if key not in user_set:
+            out[key] = value
+    return out
+
+
+def expected_hf_shapes(args: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ...], str]]:
+    """HF tensor name -> (shape, which keys imply it) for a Llama/Qwen2/Qwen3 architecture."""
+    h, heads, ffn = int(args["hidden_size"]), int(args["num_attention_heads"]), int(args["ffn_hidden_size"])
+    d = int(args.get("kv_channels") or h // heads)
+    groups = int(_effective(args, "num_query_groups") or heads)
+    q, kv = heads * d, groups * d
+    why_q = f"num_attention_heads {heads} x kv_channels {d}"
+    why_kv = f"num_query_groups {groups} x kv_channels {d}"
+    shapes = {"model.norm.weight": ((h,), f"hidden_size {h}")}
+    for i in range(int(args["num_layers"])):
+        p = f"model.layers.{i}."
+        shapes.update({
+            p + "self_attn.q_proj.weight": ((q, h), f"{why_q}, hidden_size {h}"),
+            p + "self_attn.k_proj.weight": ((kv, h), f"{why_kv}, hidden_size {h}"),
+            p + "self_attn.v_proj.weight": ((kv, h), f"{why_kv}, hidden_size {h}"),
+            p + "self_attn.o_proj.weight": ((h, q), f"hidden_size {h}, {why_q}"),
+            p + "mlp.gate_proj.weight": ((ffn, h), f"ffn_hidden_size {ffn}, hidden_size {h}"),
+            p + "mlp.up_proj.weight": ((ffn, h), f"ffn_hidden_size {ffn}, hidden_size {h}"),
+            p + "mlp.down_proj.weight": ((h, ffn), f"hidden_size {h}, ffn_hidden_size {ffn}"),
+            p + "input_layernorm.weight": ((h,), f"hidden_size {h}"),
+            p + "post_attention_layernorm.weight": ((h,), f"hidden_size {h}"),
+        })
+        if args.get("add_qkv_bias"):
+            for name, n, why in (("q", q, why_q), ("k", kv, why_kv), ("v", kv, why_kv)):
+                shapes[p + f"self_attn.{name}_proj.bias"] = ((n,), f"add_qkv_bias, {why}")
+        if args.get("qk_layernorm"):
+            for name in ("q_norm", "k_norm"):
+                shapes[p + f"self_attn.{name}.weight"] = ((d,), f"qk_layernorm, kv_channels {d}")
+    return shapes
+
+
+def check_shapes_against_safetensors(args: Mapping[str, Any], hf_dir: str) -> None:
+    """Raise UserInputError naming the first tensor whose stored shape (safetensors header, no
+    data read) does not fit the architecture, or that is missing, or a layer beyond num_layers."""
+    import re
+
+    from mindspeed_rl.models.hf_bridge.checkpoint_io import SafetensorsReader
+
+    reader = SafetensorsReader(hf_dir)
+    fix = "the checkpoint does not match the architecture: fix config.json, the keys you set, or the download"
+    for name, (shape, why) in expected_hf_shapes(args).items():
+        if name not in reader.weight_map:
+            raise UserInputError(f"{hf_dir} has no tensor {name}, which the architecture needs ({why}); {fix}.")
+        got = reader.shape(name)
+        if got != shape:
+            raise UserInputError(f"tensor {name} in {reader.where(name)} has shape {list(got)}, but the "
+                                 f"architecture implies {list(shape)} ({why}); {fix}.")
+    h, padded = int(args["hidden_size"]), int(args["padded_vocab_size"])
+    heads = ["model.embed_tokens.weight"]
+    if args.get("untie_embeddings_and_output_weights"):
+        heads.append("lm_head.weight")
+    for name in heads:
+        if name not in reader.weight_map:
+            raise UserInputError(f"{hf_dir} has no tensor {name}; {fix}.")
+        got = reader.shape(name)
+        if len(got) != 2 or got[1] != h or got[0] > padded:
+            raise UserInputError(f"tensor {name} in {reader.where(name)} has shape {list(got)}, but the "
+                                 f"architecture implies [<= padded_vocab_size {padded}, hidden_size {h}]; {fix}.")
+    layers = {int(m.group(1)) for k in reader.weight_map if (m := re.match(r"model\.layers\.(\d+)\.", k))}
+    if layers and max(layers) + 1 != int(args["num_layers"]):
+        raise UserInputError(f"{hf_dir} holds {max(layers) + 1} layers but the architecture has num_layers "
+                             f"{args['num_layers']}; {fix}.")
 
 
 def arch_from_hf_or_yaml(model_args: Mapping[str, Any], hf_dir: str, model_name: Optional[str] = None) -> dict[str, Any]:

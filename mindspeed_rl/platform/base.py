@@ -60,6 +60,7 @@ class DeviceOps(Protocol):
     def synchronize(self) -> None: ...
     def empty_cache(self) -> None: ...
     def memory_stats(self) -> dict[str, float]: ...
+    def configure_host_threads(self, cpus: float) -> dict[str, int]: ...
 
 
 @dataclass(frozen=True)
@@ -179,6 +180,12 @@ class Platform:
 
     def empty_cache(self) -> None:
         self.ops.empty_cache()
+
+    def configure_host_threads(self, cpus: float) -> dict[str, int]:
+        """Size this worker's torch/OpenMP thread pool to the `cpus` CPU units its bundle holds and
+        undo Ray's worker niceness where the platform computes on the host (CPU). Returns
+        {"threads": ..., "nice": ...} as they are afterwards."""
+        return self.ops.configure_host_threads(cpus)
 
     def memory_stats(self) -> dict[str, float]:
         """GiB figures: allocated_gb, reserved_gb, max_allocated_gb (device), or rss_gb,

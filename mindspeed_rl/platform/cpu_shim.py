@@ -28,6 +28,16 @@ forward/backward, TP/PP over gloo, DDP and the fp32 optimizer:
                                   Megatron binds these at import (`dist_all_gather_func = ...`),
                                   which is why the shim must come first.
 
+Scope: megatron only. Nothing in torch's own namespaces changes, so transformers, vLLM, a reward
+model or user code in the same process see stock torch (replacing torch.tensor globally once gave
+transformers' from_pretrained uninitialised rotary inv_freq). Instead an import hook (installed
+first, so it sees every megatron module) rebinds, in each megatron.* module after it executes,
+the names that point at torch, torch.cuda or torch.distributed to views of them in which the
+entries above are replaced, and any module-level binding of a replaced function (megatron binds
+`dist_all_gather_func = torch.distributed.all_gather_into_tensor` at import) to its replacement.
+Tensor.cuda and Tensor.type are methods, so they are patched on the class but keep their stock
+behaviour unless the calling frame belongs to a megatron module.
+
 Not patched, because they already behave on CPU or are off our code paths: torch.cuda.empty_cache
 and memory_* (no-ops / zeros while CUDA is uninitialised), device_count (0; only megatron's
 datasets read it), Stream/Event/graphs (MoE overlap, partial distributed optimizer, CUDA graphs).
@@ -36,16 +46,18 @@ one generator, so the change is expected.
 
 Each patch checks that its target exists (AttributeError naming it otherwise); install() is
 idempotent, warns loudly for megatron-core versions outside 0.12-0.16, and raises if megatron was
-imported first and kept a reference to an unpatched function.
+imported first (its modules would hold stock torch and miss the redirects).
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.abc
 import importlib.metadata
 import logging
 import re
 import sys
+import types
 import warnings
 from typing import Any, Callable
 
@@ -135,9 +147,19 @@ def _manual_seed(seed: int) -> None:
     torch.default_generator.manual_seed(int(seed))
 
 
-def _tensor_cuda(self: torch.Tensor, device: Any = None, non_blocking: bool = False,
-                 memory_format: Any = None) -> torch.Tensor:
-    return self  # already on the (only) device
+def _called_from_megatron(depth: int = 2) -> bool:
+    """True when the frame `depth` levels up (the caller of the patched method) is megatron's."""
+    return sys._getframe(depth).f_globals.get("__name__", "").startswith("megatron")
+
+
+def _tensor_cuda(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def cuda(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        if _called_from_megatron():
+            return self  # already on the (only) device
+        return original(self, *args, **kwargs)
+
+    return cuda
 
 
 def _tensor_type(original: Callable) -> Callable:
@@ -146,7 +168,9 @@ def _tensor_type(original: Callable) -> Callable:
         if dtype is not None:
             return original(self, dtype, non_blocking, **kwargs)
         name = original(self)
-        return "torch.cuda." + name[len("torch."):] if _CPU_TYPE_NAME.match(name) else name
+        if _called_from_megatron() and _CPU_TYPE_NAME.match(name):
+            return "torch.cuda." + name[len("torch."):]
+        return name
 
     return type_
 
@@ -229,9 +253,85 @@ class _ExpectedRngWarning(logging.Filter):
         return "CPU RNG state changed within GPU RNG context" not in record.getMessage()
 
 
+class _View(types.ModuleType):
+    """A module as megatron sees it: `overrides` first, everything else from the real module."""
+
+    def __init__(self, real: types.ModuleType, overrides: dict[str, Any]):
+        super().__init__(real.__name__, getattr(real, "__doc__", None))
+        self.__dict__.update(overrides)
+        self._mindspeed_rl_real = real
+
+    def __getattr__(self, name: str) -> Any:  # only for names not overridden
+        value = getattr(self._mindspeed_rl_real, name)
+        setattr(self, name, value)  # cache: later lookups are plain attribute reads
+        return value
+
+
+_views: dict[int, _View] = {}        # id(real module) -> its megatron view
+_by_original: dict[int, Any] = {}    # id(replaced function) -> replacement
+
+
+def _scoped(owner: Any, attr: str, new: Any, label: str, overrides: dict[str, Any]) -> None:
+    """Record `new` as megatron's owner.attr (the target must exist); owner itself is untouched."""
+    if not hasattr(owner, attr):
+        raise AttributeError(f"cpu_shim: patch target {label} does not exist in this torch/megatron")
+    old = getattr(owner, attr)
+    setattr(new, "_mindspeed_rl_shim", True)
+    _originals[label] = old
+    _by_original[id(old)] = new
+    overrides[attr] = new
+
+
+def _rebind(module: types.ModuleType) -> None:
+    """Point a megatron module's names at the views / replacements (see the module docstring)."""
+    namespace = vars(module)
+    for name, value in list(namespace.items()):
+        if isinstance(value, types.ModuleType) and id(value) in _views:
+            namespace[name] = _views[id(value)]
+        elif callable(value) and id(value) in _by_original:
+            namespace[name] = _by_original[id(value)]
+
+
+class _MegatronLoader(importlib.abc.Loader):
+    """Wraps the real loader of a megatron module: exec, then _rebind."""
+
+    def __init__(self, inner: Any):
+        self._inner = inner
+
+    def create_module(self, spec):
+        return self._inner.create_module(spec)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        self._inner.exec_module(module)
+        _rebind(module)
+
+    def __getattr__(self, name: str) -> Any:  # get_resource_reader, is_package, get_source, ...
+        return getattr(self._inner, name)
+
+
+class _MegatronFinder(importlib.abc.MetaPathFinder):
+    """Finds megatron.* modules with the next finders, and hands them the wrapping loader."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None):
+        if fullname != "megatron" and not fullname.startswith("megatron."):
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _MegatronLoader(spec.loader)
+                return spec
+        return None
+
+
+_finder = _MegatronFinder()
+
+
 def _check_no_stale_bindings() -> None:
-    """Raise if a loaded megatron module still holds an original we replaced (it imported the
-    name before install(), so the patch cannot reach it)."""
+    """Raise if a loaded megatron module still holds stock torch or an original we replaced (it was
+    imported before install(), so the redirects cannot reach it)."""
     originals = {id(v): k for k, v in _originals.items()}
     stale = []
     for mod_name, mod in list(sys.modules.items()):
@@ -260,23 +360,38 @@ def install() -> None:
         raise RuntimeError("cpu_shim must not be installed when CUDA is available; use the cuda platform.")
     check_megatron_version(megatron_version())
 
-    cuda = torch.cuda
-    _replace(cuda, "current_device", _current_device, "torch.cuda.current_device")
-    _replace(cuda, "synchronize", _noop, "torch.cuda.synchronize")
-    _replace(cuda, "get_rng_state", _get_rng_state, "torch.cuda.get_rng_state")
-    _replace(cuda, "set_rng_state", _set_rng_state, "torch.cuda.set_rng_state")
-    _replace(cuda, "manual_seed", _manual_seed, "torch.cuda.manual_seed")
-    _replace(torch.Tensor, "cuda", _tensor_cuda, "torch.Tensor.cuda")
-    _replace(torch.Tensor, "type", _tensor_type(torch.Tensor.type), "torch.Tensor.type")
-    for name in _FACTORIES:
-        _replace(torch, name, _cpu_factory(getattr(torch, name)), f"torch.{name}")
+    if any(m == "megatron" or m.startswith("megatron.") for m in sys.modules):
+        # their `torch` is stock torch: name what escaped (the megatron binding of a collective)
+        for name in ("all_gather_into_tensor", "_all_gather_base", "reduce_scatter_tensor", "_reduce_scatter_base"):
+            if hasattr(dist, name):
+                _originals[f"torch.distributed.{name}"] = getattr(dist, name)
+        _check_no_stale_bindings()
+        raise RuntimeError("megatron was imported before the CPU shim; call "
+                           "mindspeed_rl.platform.get_platform().patch() before importing megatron.")
+
+    cuda_over: dict[str, Any] = {}
+    for attr, new in (("current_device", _current_device), ("synchronize", _noop),
+                      ("get_rng_state", _get_rng_state), ("set_rng_state", _set_rng_state),
+                      ("manual_seed", _manual_seed)):
+        _scoped(torch.cuda, attr, new, f"torch.cuda.{attr}", cuda_over)
+    dist_over: dict[str, Any] = {}
     for name, fallback in (("all_gather_into_tensor", all_gather_into_tensor_fallback),
                            ("_all_gather_base", all_gather_into_tensor_fallback),
                            ("reduce_scatter_tensor", reduce_scatter_tensor_fallback),
                            ("_reduce_scatter_base", reduce_scatter_tensor_fallback)):
         if name.startswith("_") and not hasattr(dist, name):
             continue  # private alias removed in newer torch; megatron then uses the public name
-        _replace(dist, name, _with_fallback(getattr(dist, name), fallback), f"torch.distributed.{name}")
+        _scoped(dist, name, _with_fallback(getattr(dist, name), fallback), f"torch.distributed.{name}", dist_over)
+    torch_over: dict[str, Any] = {}
+    for name in _FACTORIES:
+        _scoped(torch, name, _cpu_factory(getattr(torch, name)), f"torch.{name}", torch_over)
+    cuda_view, dist_view = _View(torch.cuda, cuda_over), _View(dist, dist_over)
+    torch_over.update(cuda=cuda_view, distributed=dist_view)
+    _views.update({id(torch): _View(torch, torch_over), id(torch.cuda): cuda_view, id(dist): dist_view})
+    _replace(torch.Tensor, "cuda", _tensor_cuda(torch.Tensor.cuda), "torch.Tensor.cuda")
+    _replace(torch.Tensor, "type", _tensor_type(torch.Tensor.type), "torch.Tensor.type")
+    if _finder not in sys.meta_path:
+        sys.meta_path.insert(0, _finder)
 
     import megatron.core.tensor_parallel.random as mrandom  # first megatron import of the process
 

@@ -3,6 +3,7 @@ there is nothing to patch; MindSpeed switches are reported as ignored by Platfor
 
 from __future__ import annotations
 
+import os
 from typing import Any, Mapping
 
 import torch
@@ -44,3 +45,8 @@ def memory_stats() -> dict[str, float]:
         "reserved_gb": torch.cuda.memory_reserved() / _GB,
         "max_allocated_gb": torch.cuda.max_memory_allocated() / _GB,
     }
+
+
+def configure_host_threads(cpus: float) -> dict[str, int]:
+    """The device computes; host threads only feed it, so Ray's settings stay. Reports them."""
+    return {"threads": torch.get_num_threads(), "nice": os.getpriority(os.PRIO_PROCESS, 0)}

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 from typing import Any, Mapping, Optional
 
@@ -148,3 +149,9 @@ def memory_stats() -> dict[str, float]:
         "max_allocated_gb": npu.max_memory_allocated() / _GB,
     }
 
+
+def configure_host_threads(cpus: float) -> dict[str, int]:
+    """The device computes; host threads only feed it, so Ray's settings stay. Reports them."""
+    import torch
+
+    return {"threads": torch.get_num_threads(), "nice": os.getpriority(os.PRIO_PROCESS, 0)}

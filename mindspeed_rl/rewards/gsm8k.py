@@ -70,3 +70,11 @@ def gsm8k_score(response: str, label: str) -> float:
     if gold_value is None:  # a non-numeric label: fall back to comparing the text
         return float(predicted.strip() == gold)
     return float(predicted_value is not None and predicted_value == gold_value)
+
+
+def hash_answer_format_score(response: str, label: str) -> float:
+    """1.0 when the response states its answer the GSM8K way, "#### N", and says nothing after it
+    (trailing whitespace aside), else 0.0; correctness is gsm8k_score's job. A format reward for
+    models that must first learn to answer in that form (the SmolLM2 example)."""
+    matches = list(_STRICT.finditer(response))
+    return float(bool(matches) and not response[matches[-1].end():].strip())

@@ -20,7 +20,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from mindspeed_rl.rewards.gsm8k import gsm8k_score
+from mindspeed_rl.rewards.gsm8k import gsm8k_score, hash_answer_format_score
 from mindspeed_rl.rewards.math_boxed import acc_score, math_score
 from mindspeed_rl.rewards.think_format import format_score
 from mindspeed_rl.rewards.timeouts import (
@@ -42,6 +42,7 @@ HELPER_START_S = 30.0  # allowance for the helper process to start (imports) on 
 
 VERIFIERS: dict[str, Callable[[str, str], float]] = {
     "gsm8k": gsm8k_score,  # final number, "#### N" or the last number
+    "hash_format": hash_answer_format_score,  # the response ends with "#### N": 1 / 0
     "math": math_score,  # \boxed{} answer equivalent to the label (math-verify): 1 / 0
     "acc": acc_score,  # the seed's boxed accuracy: +1 correct, -0.5 wrong, -1 no \boxed
     "format": format_score,  # <think>...</think><answer>...</answer>: 1 / 0

@@ -64,12 +64,14 @@ def run(cfg, plan) -> int:
     d, run_cfg = cfg.data, cfg.run
     train = build_prompt_loader(d.data_path, tokenizer, run_cfg.global_batch_size, d.max_prompt_length,
                                 d.truncation, run_cfg.seed, shuffle=not d.no_shuffle, prompt_type=d.prompt_type,
-                                prompt_key=d.prompt_key, label_key=d.label_key)
+                                prompt_key=d.prompt_key, label_key=d.label_key,
+                                system_prompt=d.system_prompt, instruction_template=d.instruction_template)
     val_loader = None
     if d.val_data_path and run_cfg.test_freq:
         val_loader = build_prompt_loader(d.val_data_path, tokenizer, run_cfg.global_batch_size, d.max_prompt_length,
                                          d.truncation, run_cfg.seed, shuffle=False, drop_last=False,
                                          prompt_type=d.prompt_type, prompt_key=d.prompt_key, label_key=d.label_key,
+                                         system_prompt=d.system_prompt, instruction_template=d.instruction_template,
                                          what="val_data_path")
     a = cfg.algorithm
     rules = RuleRewardScorer(tokenizer, a.verifier_function, a.verifier_weight, a.missing_eos_penalty,
@@ -82,7 +84,12 @@ def run(cfg, plan) -> int:
     platform = get_platform(run_cfg.platform)
     info = connect(plan, platform)
     check_cluster(plan, info.nodes, platform.ray_resource)
-    pools = create_pools(plan, platform.ray_resource)
+    cpus_per_device = 1.0
+    if platform.name == "cpu":  # the host is the device: give each bundle its share of the node's CPUs
+        from mindspeed_rl.distributed.plan import format_threads, host_cpus_per_device
+        cpus_per_device = host_cpus_per_device(plan, info.nodes, info.cpus)
+        print(format_threads(cpus_per_device, "the CPU units of each device bundle of this cluster"))
+    pools = create_pools(plan, platform.ray_resource, cpus_per_device=cpus_per_device)
     groups, logger = [], None
     try:
         print(check_nodes(cfg, plan, pools))  # each role node sees its paths, MASTER_ADDR is reachable; no worker yet

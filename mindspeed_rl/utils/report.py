@@ -31,6 +31,15 @@ def print_run_summary(cfg, plan) -> None:
         print(f"note: {line}")
     print(f"# placement plan (platform {platform.name}, Ray resource {platform.ray_resource!r})")
     print(format_plan(plan, platform.ray_resource))
+    if platform.name == "cpu":
+        import os
+
+        from mindspeed_rl.distributed.plan import format_threads, host_cpus_per_device, placement_groups
+        need = sum(n for _, n in placement_groups(plan))
+        local = max(os.cpu_count() or 1, need)
+        threads = host_cpus_per_device(plan, {"local": need}, {"local": local})
+        print(format_threads(threads, f"a local instance: {local} CPUs over {need} device bundle(s); "
+                                      "a joined cluster: its nodes' CPUs"))
     print(f"output directory: {cfg.run.output_dir}")
 
 

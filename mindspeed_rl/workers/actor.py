@@ -27,10 +27,12 @@ from mindspeed_rl.platform import get_platform, on_device, params_dtype
 
 def model_args(role_cfg, vocab_size: int) -> dict:
     """Megatron-named architecture of a role: the model yaml, completed from a HF config.json."""
-    args = {k: v for k, v in dataclasses.asdict(role_cfg.arch).items() if v is not None}
+    args = dataclasses.asdict(role_cfg.arch)
     if role_cfg.load and os.path.isfile(os.path.join(role_cfg.load, "config.json")):
-        from mindspeed_rl.models.arch_check import arch_from_hf_or_yaml
-        args = arch_from_hf_or_yaml(args, role_cfg.load, role_cfg.model_name)
+        # the loader resolved this already; again here for a RoleConfig built by hand (idempotent)
+        from mindspeed_rl.models.arch_check import resolve_arch
+        args = resolve_arch(args, role_cfg.arch_set, role_cfg.load)
+    args = {k: v for k, v in args.items() if v is not None}
     if not args.get("padded_vocab_size"):
         multiple = args.get("make_vocab_size_divisible_by", 128) * role_cfg.parallel.tensor_model_parallel_size
         args["padded_vocab_size"] = -(-vocab_size // multiple) * multiple

@@ -65,3 +65,15 @@ class GlooWorker:
 
 # Ray workers cannot import this test-only module by name (it is not installed): ship it by value.
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+class ThreadsWorker:
+    """Reports the host threads / niceness Ray gave it and what init_distributed made of them."""
+
+    def __init__(self):
+        self.given = {"omp": os.environ.get("OMP_NUM_THREADS"), "nice": os.getpriority(os.PRIO_PROCESS, 0)}
+        self.env = init_distributed(get_platform("cpu"), timeout=datetime.timedelta(seconds=60))
+
+    def report(self) -> dict:
+        return {"given": self.given, "threads": torch.get_num_threads(), "omp": os.environ.get("OMP_NUM_THREADS"),
+                "nice": os.getpriority(os.PRIO_PROCESS, 0), "info": rank_info()}

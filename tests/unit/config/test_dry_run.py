@@ -16,6 +16,15 @@ def make_paths(root: Path, cfg) -> None:
     dirs = [cfg.run.tokenizer_name_or_path] + [r.load for r in (cfg.actor, cfg.ref, cfg.reward)]
     for d in filter(None, dirs):
         (root / d).mkdir(parents=True, exist_ok=True)
+    for role in (cfg.actor, cfg.ref):
+        if role.load and not role.model_name and not (root / role.load / "config.json").exists():
+            # no model file: the architecture must come from the checkpoint's config.json
+            import json
+
+            from testing_utils import make_tiny_hf
+            make_tiny_hf("llama", str(root / role.load))
+            config = root / role.load / "config.json"
+            config.write_text(json.dumps(dict(json.loads(config.read_text()), max_position_embeddings=4096)))
     for prefix in filter(None, (cfg.data.data_path, cfg.data.val_data_path)):
         target = root / f"{prefix}_packed_input_ids_document.idx"
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -22,17 +22,93 @@ def test_installed_and_idempotent():
     assert (torch.cuda.current_device, torch.zeros, torch.Tensor.cuda) == before
 
 
-def test_cuda_calls_land_on_cpu():
-    assert torch.cuda.current_device() == torch.device("cpu")
-    torch.cuda.synchronize()
-    for dev in ("cuda", "cuda:1", torch.device("cuda", 0), torch.cuda.current_device()):
-        assert torch.zeros(2, device=dev).device.type == "cpu"
-    assert torch.tensor([1.0], device="cuda").device.type == "cpu"
-    assert torch.ones(2, 2, device="cuda").sum() == 4
-    assert torch.full((2,), 3.0, device="cuda").device.type == "cpu"
+PROBE = """
+import torch
+import torch.distributed as dist
+from torch.cuda import current_device
+
+
+def run(fn):
+    return fn(torch, current_device, dist)
+"""
+
+
+def _megatron_probe():
+    """A module named like megatron's, made the way the import hook makes them (exec, _rebind)."""
+    import types
+
+    mod = types.ModuleType("megatron.shim_probe")
+    exec(compile(PROBE, "<megatron.shim_probe>", "exec"), mod.__dict__)
+    cpu_shim._rebind(mod)
+    return mod
+
+
+def test_cuda_calls_land_on_cpu_in_megatron():
+    probe = _megatron_probe()
+
+    def calls(torch_, current_device, dist_):
+        assert current_device() == torch.device("cpu") == torch_.cuda.current_device()
+        torch_.cuda.synchronize()
+        for dev in ("cuda", "cuda:1", torch.device("cuda", 0), torch_.cuda.current_device()):
+            assert torch_.zeros(2, device=dev).device.type == "cpu"
+        assert torch_.tensor([1.0], device="cuda").device.type == "cpu"
+        assert torch_.ones(2, 2, device="cuda").sum() == 4
+        assert torch_.full((2,), 3.0, device="cuda").device.type == "cpu"
+        assert torch_.zeros(2, device="meta").device.type == "meta"  # other devices untouched
+        assert getattr(dist_.all_gather_into_tensor, "_mindspeed_rl_shim", False)
+        assert torch_.nn is torch.nn and torch_.Tensor is torch.Tensor  # the rest is stock torch
+        return True
+
+    assert probe.run(calls)
     t = torch.arange(3)
-    assert t.cuda() is t and t.cuda(0, non_blocking=True) is t
-    assert torch.zeros(2, device="meta").device.type == "meta"  # other devices untouched
+    exec("assert t.cuda() is t and t.cuda(0, non_blocking=True) is t\n"
+         "assert t.float().type() == 'torch.cuda.FloatTensor'", {"__name__": "megatron.shim_probe", "t": t})
+
+
+def test_nothing_changes_outside_megatron():
+    """Stock torch for everyone else: same objects, stock errors, stock type names."""
+    assert not getattr(torch.tensor, "_mindspeed_rl_shim", False)
+    assert not getattr(torch.cuda.current_device, "_mindspeed_rl_shim", False)
+    assert not getattr(torch.distributed.all_gather_into_tensor, "_mindspeed_rl_shim", False)
+    assert torch.tensor in torch.utils._device._device_constructors()
+    for call in (lambda: torch.zeros(2, device="cuda"), lambda: torch.arange(3).cuda(),
+                 lambda: torch.cuda.current_device()):
+        with pytest.raises((RuntimeError, AssertionError)):
+            call()
+    assert torch.zeros(1).type() == "torch.FloatTensor"
+
+
+def test_megatron_modules_see_the_redirects():
+    from megatron.core.tensor_parallel import layers, mappings
+
+    assert getattr(mappings.dist_all_gather_func, "_mindspeed_rl_shim", False)
+    assert layers.torch is not torch and layers.torch.cuda.current_device() == torch.device("cpu")
+
+
+def test_hf_model_in_a_shim_process_matches_a_clean_process(tmp_path):
+    """transformers' from_pretrained (rotary inv_freq included) with the shim installed and
+    megatron imported gives the same logits, bit for bit, as in a process without either."""
+    from testing_utils import make_tiny_hf
+
+    make_tiny_hf("llama", str(tmp_path / "hf"))
+    code = ("import sys, torch\n"
+            "if sys.argv[1] == '1':\n"
+            "    from mindspeed_rl.platform import get_platform\n"
+            "    get_platform().patch()\n"
+            "    import mindspeed_rl.models.builder\n"
+            "    assert 'megatron.core.models.gpt.gpt_model' in sys.modules\n"
+            "import transformers\n"
+            "m = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[2], dtype=torch.float32).eval()\n"
+            "ids = (torch.arange(1, 33).reshape(2, 16) * 7) % 120\n"
+            "with torch.no_grad():\n"
+            "    torch.save(m(ids).logits, sys.argv[3])\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), OMP_NUM_THREADS="1")
+    for shim in ("0", "1"):
+        proc = subprocess.run([sys.executable, "-c", code, shim, str(tmp_path / "hf"), str(tmp_path / f"{shim}.pt")],
+                              capture_output=True, text=True, env=env, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    clean, shimmed = torch.load(tmp_path / "0.pt"), torch.load(tmp_path / "1.pt")
+    assert torch.isfinite(clean).all() and torch.equal(clean, shimmed)
 
 
 def test_rng_tracker_really_switches_state(gloo_world1):
@@ -168,8 +244,27 @@ def test_gpt_ddp_and_fp32_optimizer_on_cpu(mp_world1):
     assert losses[-1] < losses[0]
 
 
-def test_tensor_type_names_cpu_tensors_as_device_tensors():
-    assert torch.zeros(1).type() == "torch.cuda.FloatTensor"
-    assert torch.nn.Parameter(torch.zeros(1, dtype=torch.bfloat16)).type() == "torch.cuda.BFloat16Tensor"
-    assert torch.zeros(1).type(torch.float64).dtype == torch.float64  # conversion form untouched
-    assert torch.zeros(1, device="meta").type() == "torch.meta.FloatTensor"
+def test_tensor_type_names_cpu_tensors_as_device_tensors_for_megatron():
+    g = {"__name__": "megatron.core.optimizer.probe", "torch": torch}
+    exec("a = torch.zeros(1).type(); b = torch.nn.Parameter(torch.zeros(1, dtype=torch.bfloat16)).type()\n"
+         "c = torch.zeros(1).type(torch.float64).dtype; d = torch.zeros(1, device='meta').type()", g)
+    assert (g["a"], g["b"]) == ("torch.cuda.FloatTensor", "torch.cuda.BFloat16Tensor")
+    assert g["c"] == torch.float64 and g["d"] == "torch.meta.FloatTensor"  # conversion form, meta untouched
+
+
+def test_configure_host_threads_undoes_rays_defaults():
+    """A process started as Ray starts a worker (OMP_NUM_THREADS=1, nice 15) gets 2 threads, nice 0."""
+    code = ("import os, torch\n"
+            "from mindspeed_rl.platform import cpu\n"
+            "before = (torch.get_num_threads(), os.getpriority(os.PRIO_PROCESS, 0))\n"
+            "print(before, cpu.configure_host_threads(2.0), os.environ['OMP_NUM_THREADS'])\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120,
+                          preexec_fn=lambda: os.nice(15))
+    assert proc.returncode == 0, proc.stderr
+    before, after, omp = proc.stdout.strip().rsplit(" ", 1)[0], None, proc.stdout.strip().rsplit(" ", 1)[1]
+    assert before.startswith("(1, 15)") and omp == "2", proc.stdout
+    if os.geteuid() == 0:
+        assert "{'threads': 2, 'nice': 0}" in proc.stdout, proc.stdout
+    else:  # no CAP_SYS_NICE: it says so and keeps going
+        assert "{'threads': 2, 'nice': 15}" in proc.stdout and "keeps niceness 15" in proc.stderr

@@ -80,3 +80,34 @@ def test_gold_answers_on_the_train_slice():
             assert gsm8k_score(f"{reasoning}So the answer is ${plain}.", lab) == 1.0, (i, "flexible")
             assert gsm8k_score(f"{reasoning}#### {wrong}", lab) == 0.0, (i, "strict, changed")
             assert gsm8k_score(f"{reasoning}So the answer is {wrong}.", lab) == 0.0, (i, "flexible, changed")
+
+
+@pytest.mark.parametrize("response,score", [
+    ("#### 7", 1.0), ("3 + 4 = 7\n#### 7\n", 1.0), ("#### -2.5", 1.0),
+    ("#### 7 because 3 + 4", 0.0),  # says something after the answer
+    ("The answer is 7.", 0.0), ("####", 0.0), ("#### <number>", 0.0),
+])
+def test_hash_format_score_by_hand(response, score):
+    from mindspeed_rl.rewards import VERIFIERS
+    from mindspeed_rl.rewards.gsm8k import hash_answer_format_score
+
+    assert hash_answer_format_score(response, "ignored") == score
+    assert VERIFIERS["hash_format"] is hash_answer_format_score
+
+
+def test_arith_task_files_are_what_the_script_writes(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    spec = importlib.util.spec_from_file_location("make_arith_task", root / "scripts" / "make_arith_task.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.main(["--out-dir", str(tmp_path)]) == 0
+    for name in ("train.jsonl", "val.jsonl"):
+        assert (tmp_path / name).read_bytes() == (root / "mindspeed_rl" / "assets" / "arith_task" / name).read_bytes()
+    import json
+    rows = [json.loads(line) for line in (tmp_path / "val.jsonl").open()]
+    for row in rows:
+        a, op, b = row["prompt"][len("What is "):-1].split()
+        assert str(int(a) + int(b) if op == "+" else int(a) - int(b)) == row["labels"]

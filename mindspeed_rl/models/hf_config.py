@@ -1,0 +1,62 @@
+"""Hugging Face config.json -> Megatron-named architecture arguments (pure dict logic).
+
+    args = model_config_from_hf(json.load(open(f"{hf_dir}/config.json")))
+
+Kept apart from builder.py because it needs no megatron: the driver resolves and checks a model's
+architecture from config.json while validating the config, before any worker starts.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+HF_ARCHS = ("llama", "qwen2", "qwen3")
+
+
+def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
+    """Megatron-named args for a Llama / Qwen2 / Qwen3 config.json (transformers 4.x `rope_theta`
+    + `rope_scaling` or 5.x `rope_parameters`). Unsupported features raise ValueError."""
+    model_type = hf.get("model_type")
+    if model_type not in HF_ARCHS:
+        raise ValueError(f"config.json model_type {model_type!r} is not supported; supported: {', '.join(HF_ARCHS)}.")
+    heads = int(hf["num_attention_heads"])
+    kv_heads = int(hf.get("num_key_value_heads") or heads)
+    head_dim = int(hf.get("head_dim") or hf["hidden_size"] // heads)
+    rope = dict(hf.get("rope_parameters") or hf.get("rope_scaling") or {})
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if hf.get("mlp_bias"):
+        raise ValueError("config.json mlp_bias=true is not supported (Megatron has no MLP-only bias).")
+    if model_type == "llama" and hf.get("attention_bias"):
+        raise ValueError("config.json attention_bias=true for llama (bias on o_proj) is not supported.")
+    if hf.get("use_sliding_window"):
+        raise ValueError("config.json use_sliding_window=true is not supported; set it to false.")
+    if hf.get("hidden_act", "silu") != "silu":
+        raise ValueError(f"config.json hidden_act {hf.get('hidden_act')!r} is not supported; only silu (SwiGLU).")
+    if rope_type not in ("default", "llama3"):
+        raise ValueError(f"config.json rope type {rope_type!r} is not supported; use default or llama3.")
+    args: dict[str, Any] = {
+        "num_layers": int(hf["num_hidden_layers"]),
+        "hidden_size": int(hf["hidden_size"]),
+        "ffn_hidden_size": int(hf["intermediate_size"]),
+        "num_attention_heads": heads,
+        "group_query_attention": kv_heads != heads,
+        "num_query_groups": kv_heads,
+        "kv_channels": head_dim,
+        "padded_vocab_size": int(hf["vocab_size"]),
+        "max_position_embeddings": int(hf.get("max_position_embeddings", 4096)),
+        "rotary_base": float(rope.get("rope_theta", hf.get("rope_theta", 10000.0))),
+        "normalization": "RMSNorm",
+        "norm_epsilon": float(hf.get("rms_norm_eps", 1e-6)),
+        "swiglu": True,
+        "add_qkv_bias": model_type == "qwen2" or bool(hf.get("attention_bias", False)),
+        "disable_bias_linear": True,
+        "untie_embeddings_and_output_weights": not hf.get("tie_word_embeddings", False),
+        "qk_layernorm": model_type == "qwen3",
+        "position_embedding_type": "rope",
+    }
+    if rope_type == "llama3":
+        args.update(rope_scaling_type="llama3", rope_scaling_factor=float(rope["factor"]),
+                    low_freq_factor=float(rope["low_freq_factor"]),
+                    high_freq_factor=float(rope["high_freq_factor"]),
+                    original_max_position_embeddings=int(rope["original_max_position_embeddings"]))
+    return args

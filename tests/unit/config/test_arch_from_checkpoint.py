@@ -1,0 +1,117 @@
+"""`load:` a HF directory with an empty model yaml: the architecture comes from config.json.
+
+Table over every architecture the model builder supports (Llama with llama3 rope scaling, Qwen2 /
+Qwen2.5, Qwen3): an empty model entry (or none at all) dry-runs; a key the user did set that
+disagrees fails in dry_run with one sentence naming both values; weights whose safetensors
+headers do not fit config.json fail in dry_run too (headers only).
+"""
+import json
+from pathlib import Path
+
+import pytest
+
+import ray_gpt
+from testing_utils import make_tiny_hf
+from mindspeed_rl.config import load_config
+from mindspeed_rl.models.hf_config import HF_ARCHS
+
+CONFIGS = Path(__file__).resolve().parents[2] / "data" / "ray_gpt_configs"
+ARCHS = {"llama": dict(rotary_base=5000.0, rope_scaling_type="llama3", untie_embeddings_and_output_weights=True),
+         "qwen2": dict(add_qkv_bias=True, untie_embeddings_and_output_weights=False),
+         "qwen3": dict(qk_layernorm=True, kv_channels=32)}
+
+
+@pytest.fixture(scope="module")
+def hf_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hf")
+    for arch in ARCHS:
+        make_tiny_hf(arch, str(root / arch))
+    return {arch: str(root / arch) for arch in ARCHS}
+
+
+def _overrides(hf_dir, *extra):
+    return [f"actor_rollout_ref.actor_rollout.load={hf_dir}", f"actor_rollout_ref.ref.load={hf_dir}", *extra]
+
+
+def test_table_covers_every_builder_architecture():
+    assert set(ARCHS) == set(HF_ARCHS)
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_empty_model_yaml_takes_config_json(arch, hf_dirs, capsys):
+    cfg = load_config("grpo_trainer_hf_any", _overrides(hf_dirs[arch]), config_dir=str(CONFIGS))
+    for role in (cfg.actor, cfg.ref):
+        a = role.arch
+        assert role.arch_set == {}
+        # config.json's 2 KV heads, not the schema default group_query_attention=false
+        assert (a.num_layers, a.hidden_size, a.ffn_hidden_size, a.num_attention_heads) == (2, 64, 128, 4)
+        assert a.group_query_attention is True and a.num_query_groups == 2
+        assert a.padded_vocab_size == 120
+        for key, value in ARCHS[arch].items():
+            assert getattr(a, key) == value, key
+    assert ray_gpt.main(["--config-dir", str(CONFIGS), "--config-name", "grpo_trainer_hf_any", "dry_run=true",
+                         *_overrides(hf_dirs[arch])]) == 0
+    assert "dry_run: the config is valid" in capsys.readouterr().out
+
+
+def test_no_model_yaml_at_all(hf_dirs):
+    """Without any model file the roles name no model; config.json still supplies everything."""
+    from mindspeed_rl.config import build_config, compose_yaml
+    from mindspeed_rl.config.validate import validate
+
+    raw = compose_yaml("grpo_trainer_hf_any", _overrides(hf_dirs["qwen3"]), config_dir=str(CONFIGS))
+    del raw["model"], raw["actor_rollout_ref"]["actor_rollout"]["model"], raw["actor_rollout_ref"]["ref"]["model"]
+    cfg = build_config(raw)
+    validate(cfg)
+    assert cfg.actor.model_name == "" and cfg.actor.arch.qk_layernorm and cfg.actor.arch.kv_channels == 32
+
+
+def test_user_set_key_that_agrees_is_kept_and_recorded(hf_dirs):
+    cfg = load_config("grpo_trainer_hf_any", _overrides(hf_dirs["qwen2"], "training.num_query_groups=2",
+                                                        "actor_rollout_ref.actor_rollout.padded_vocab_size=128"),
+                      config_dir=str(CONFIGS))
+    assert cfg.actor.arch_set == {"num_query_groups": "training.num_query_groups",
+                                  "padded_vocab_size": "actor_rollout_ref.actor_rollout.padded_vocab_size"}
+    assert cfg.actor.arch.padded_vocab_size == 128 and cfg.ref.arch.padded_vocab_size == 120
+
+
+@pytest.mark.parametrize("arch,override,message", [
+    ("llama", "training.rotary_base=10000",
+     r"training.rotary_base is 10000.0 but config.json in \S+ says 5000.0 \(rope_theta\); "
+     r"fix `training.rotary_base` or drop it to take it from config.json."),
+    ("qwen2", "actor_rollout_ref.actor_rollout.group_query_attention=false",
+     r"actor_rollout_ref.actor_rollout.group_query_attention is False but config.json in \S+ says 2 "
+     r"\(num_key_value_heads\)"),
+    ("qwen3", "actor_rollout_ref.actor_rollout.num_layers=3", r"num_layers is 3 but config.json in \S+ says 2"),
+    ("qwen3", "training.qk_layernorm=false", r"training.qk_layernorm is False but .* says True"),
+    ("qwen2", "training.norm_epsilon=1e-5", r"norm_epsilon is 1e-05 but .* says 1e-06 \(rms_norm_eps\)"),
+    ("llama", "training.num_query_groups=4", r"training.num_query_groups is 4 but .* says 2"),
+])
+def test_wrong_user_set_key_fails_in_dry_run(arch, override, message, hf_dirs, capsys):
+    code = ray_gpt.main(["--config-dir", str(CONFIGS), "--config-name", "grpo_trainer_hf_any", "dry_run=true",
+                         *_overrides(hf_dirs[arch], override)])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err
+    import re
+    assert re.search(message, err), err
+
+
+def test_weights_that_do_not_fit_config_json_fail_in_dry_run(hf_dirs, tmp_path, capsys):
+    """config.json edited to 1 KV head: the k_proj header says [32, 64], the architecture [16, 64]."""
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(hf_dirs["llama"], bad)
+    config = json.loads((bad / "config.json").read_text())
+    (bad / "config.json").write_text(json.dumps(dict(config, num_key_value_heads=1)))
+    code = ray_gpt.main(["--config-dir", str(CONFIGS), "--config-name", "grpo_trainer_hf_any", "dry_run=true",
+                         *_overrides(str(bad))])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err
+    assert ("tensor model.layers.0.self_attn.k_proj.weight in" in err and "has shape [32, 64], but the "
+            "architecture implies [16, 64] (num_query_groups 1 x kv_channels 16, hidden_size 64)" in err), err
+    (bad / "config.json").write_text(json.dumps(dict(config, num_hidden_layers=1)))
+    code = ray_gpt.main(["--config-dir", str(CONFIGS), "--config-name", "grpo_trainer_hf_any", "dry_run=true",
+                         *_overrides(str(bad))])
+    err = capsys.readouterr().err
+    assert code == 2 and "holds 2 layers but the architecture has num_layers 1" in err, err
