@@ -100,7 +100,7 @@ def _check_devices(cfg: Config, problems: list[str]) -> None:
                         f"`resource_pool.actor_rollout: {pool.actor_rollout}`; change one of them.")
         return
     tp, pp = cfg.actor.parallel.tensor_model_parallel_size, cfg.actor.parallel.pipeline_model_parallel_size
-    if infer and infer % tp:
+    if infer and infer % tp and cfg.actor.rollout.rollout_engine != "vllm":  # vllm: _check_vllm
         problems.append(f"`{A}.num_gpus_for_infer: {infer}` is not a multiple of tensor_model_parallel_size {tp}; "
                         f"generation ranks hold whole TP groups, so use a multiple of {tp}.")
     for role in _active_roles(cfg):
@@ -144,7 +144,9 @@ def _check_batches(cfg: Config, problems: list[str]) -> None:
         problems.append(f"`{A}.ppo_mini_batch_size: {mini}` x n_samples_per_prompt {n} = {mini * n} sequences is not "
                         f"a multiple of micro_batch_size {mbs} x data-parallel size {dp} = {mbs * dp}; change one of them.")
     _, infer = actor_split(cfg)
-    gen_dp = infer // actor.parallel.tensor_model_parallel_size if infer else dp
+    gen_tp = (actor.rollout.infer_tensor_parallel_size if actor.rollout.rollout_engine == "vllm"
+              else actor.parallel.tensor_model_parallel_size)
+    gen_dp = infer // gen_tp if infer else dp
     if gen_dp and gbs % gen_dp:
         problems.append(f"`training.global_batch_size: {gbs}` prompts do not split evenly over {gen_dp} "
                         f"generation ranks (data-parallel groups); use a multiple of {gen_dp}.")
@@ -232,6 +234,11 @@ def _check_vllm(role: RoleConfig, problems: list[str]) -> None:
         if n and n % itp:
             problems.append(f"`{A}.infer_tensor_parallel_size: {itp}` does not divide {what} {n} of model "
                             f"{role.model_name}; pick one that divides it.")
+    if (a.add_qkv_bias and not a.qk_layernorm and a.kv_channels and a.hidden_size and a.num_attention_heads
+            and a.kv_channels * a.num_attention_heads != a.hidden_size):
+        problems.append(f"`{A}.rollout_engine: vllm`: vLLM's Qwen2 takes the head dimension as hidden_size / "
+                        f"num_attention_heads = {a.hidden_size // a.num_attention_heads}, but model "
+                        f"{role.model_name} sets kv_channels {a.kv_channels}; make them agree or use the megatron engine.")
     if role.num_gpus_for_infer:
         if role.num_gpus_for_infer % itp:
             problems.append(f"`{A}.num_gpus_for_infer: {role.num_gpus_for_infer}` is not a multiple of "
