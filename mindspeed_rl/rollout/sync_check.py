@@ -62,12 +62,12 @@ def check_sync(train_logp: torch.Tensor, rollout_logp: torch.Tensor, mask: torch
     """
     metrics = diff_metrics(train_logp, rollout_logp, mask)
     if not metrics:
-        raise RolloutSyncError(f"step {step}: the weight-sync probe produced no response tokens, so {where}'s "
-                               f"weights could not be checked.")
+        raise RolloutSyncError(f"step {step}: the weight-sync probe produced no response tokens, so the weights "
+                               f"of {where} could not be checked.")
     worst, mean = metrics["rollout/logp_diff_max"], metrics["rollout/logp_diff_mean"]
     if not worst <= tol:  # NaN fails too
         raise RolloutSyncError(
-            f"step {step}: after the weight sync, {where}'s log-probs on the probe differ from the training "
+            f"step {step}: after the weight sync, the log-probs of {where} on the probe differ from the training "
             f"forward by up to {worst:.4g} (mean {mean:.4g}; tolerance {tol:g}), so it is not generating with the "
             f"trained weights; stopping. Check the weight update path (names, layouts, sleep/wake), or raise "
             f"actor_rollout_ref.actor_rollout.sync_check_tolerance if this is a known numeric gap.")

@@ -256,6 +256,8 @@ class VLLMEngine:
             self._asleep = False
 
     def close(self) -> None:
+        """Shut the engine down. vLLM's worker shutdown destroys this process's torch.distributed
+        groups (the trainer's too, in-process): close only when the process is done."""
         if getattr(self, "llm", None) is not None:
             self.llm = None
             import gc

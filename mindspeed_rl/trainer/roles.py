@@ -98,7 +98,7 @@ class ActorFacade(_ShardedRole):
                                                                    K.ROLLOUT_LOG_PROBS)}
         rows = len(batch[K.PROMPT_IDS])
         logp = self.sharded("compute_log_prob", model_inputs(_pad_rows(batch, self.layout.dp_size)))[:rows]
-        where = "the generation ranks' engines" if target is not self else "the actor's rollout engines"
+        where = "the generation ranks' engines" if target is not self else "the actor ranks' rollout engines"
         self._pending_metrics.update(check_sync(logp, batch[K.ROLLOUT_LOG_PROBS], batch[K.RESPONSE_MASK],
                                                 self.sync_tolerance, self.updates + 1, where))
 
