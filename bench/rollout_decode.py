@@ -78,12 +78,13 @@ def _vllm_row(args, config, hf, prompts, sp, native_out, new_tokens) -> None:
     from mindspeed_rl.rollout.vllm_engine import VLLMEngine
 
     engine = VLLMEngine(config.to_dict(), vocab_size=args.vocab, max_length=1024,
-                        dtype=args.dtype, max_num_seqs=args.batch, kv_cache_gb=2)
+                        dtype=args.dtype, max_num_seqs=args.batch, kv_cache_gb=2,
+                        enforce_eager=not args.vllm_compile)
     engine.update_weights((k, v.detach().cpu()) for k, v in hf.state_dict().items())
     engine.generate(prompts, sp)  # warm-up
     best = min(_timed(lambda: engine.generate(prompts, sp))[1] for _ in range(args.repeats))
     out = engine.generate(prompts, sp)
-    print(f"{'vllm (in-process)':<22}{'-':>14}{new_tokens / best:>14.0f}{best:>9.2f}{'(paged)':>14}")
+    print(f"{'vllm' + (' (compiled)' if args.vllm_compile else ' (eager)'):<22}{'-':>14}{new_tokens / best:>14.0f}{best:>9.2f}{'(paged)':>14}")
     print(f"vLLM greedy tokens identical to the native engine's: "
           f"{torch.equal(out.responses, native_out.responses.cpu())}; vLLM engine start {engine.start_s:.1f} s")
 
@@ -104,6 +105,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=2, help="best of N runs per engine")
     p.add_argument("--engine", default="native", choices=["native", "vllm"],
                    help="vllm: add a vLLM row (rollout/vllm_engine.py, in-process; run with the .venv-vllm python)")
+    p.add_argument("--vllm-compile", action="store_true", help="vLLM with torch.compile (enforce_eager=False)")
     p.add_argument("--stop-frac", type=float, default=0.01,
                    help="fraction of the vocabulary used as stop ids in the compaction rows (0 = skip them)")
     args = p.parse_args()
@@ -192,7 +194,8 @@ def main() -> None:
             toks = r.num_response_tokens
             print(f"{label:<22}{toks / r.stats['rollout/decode_s']:>14.0f}{r.stats['rollout/decode_s']:>9.2f}"
                   f"{toks / args.batch:>13.1f}{r.stats['rollout/decode_steps']:>7}")
-    torch.distributed.destroy_process_group()
+    if args.engine != "vllm":  # vLLM's shutdown destroys the process's groups itself
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -126,13 +126,15 @@ class VLLMEngine:
         seed: engine seed (requests carry their own seeds).
         platform_name: cpu / cuda / npu (default: the running platform).
         bucket_bytes: chunk size of update_weights when it is fed a flat stream.
+        enforce_eager: no torch.compile / graph capture (default: the engine starts in seconds, and
+            no captured graph can hold stale weight pointers); False for throughput (benchmarks).
     """
 
     def __init__(self, hf_config: Mapping[str, Any], vocab_size: int, max_length: int,
                  eos_token_ids: Sequence[int] = (), pad_token_id: int = 0, dtype: str = "float32",
                  tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.3, kv_cache_gb: int = 1,
                  max_num_seqs: int = 256, seed: int = 0, platform_name: Optional[str] = None,
-                 bucket_bytes: int = BUCKET_BYTES):
+                 bucket_bytes: int = BUCKET_BYTES, enforce_eager: bool = True):
         self.platform_name = platform_name or get_platform().name
         problems = vllm_env.version_problems(self.platform_name)
         if problems:
@@ -158,7 +160,7 @@ class VLLMEngine:
         kwargs = dict(
             model=self._dir, skip_tokenizer_init=True, load_format="dummy", dtype=dtype, seed=seed,
             max_model_len=self.max_length, gpu_memory_utilization=gpu_memory_utilization,
-            max_num_seqs=max_num_seqs, enforce_eager=True, tensor_parallel_size=tensor_parallel_size,
+            max_num_seqs=max_num_seqs, enforce_eager=enforce_eager, tensor_parallel_size=tensor_parallel_size,
             logprobs_mode="processed_logprobs", enable_prefix_caching=False)
         if tensor_parallel_size > 1:
             kwargs["distributed_executor_backend"] = "external_launcher"
