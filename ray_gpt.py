@@ -67,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from mindspeed_rl.distributed.cluster import ClusterError
     from mindspeed_rl.distributed.worker_group import WorkerGroupError
+    from mindspeed_rl.rollout.sync_check import RolloutSyncError
     from mindspeed_rl.trainer.grpo import TrainingHalted
     from mindspeed_rl.trainer.launch import run
     from mindspeed_rl.utils.logging import quiet_library_warnings
@@ -77,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     except UserInputError as err:
         print(f"ray_gpt.py: {err}", file=sys.stderr)
         return 2
-    except (ClusterError, WorkerGroupError, ConnectionError, TrainingHalted) as err:
+    except (ClusterError, WorkerGroupError, ConnectionError, TrainingHalted, RolloutSyncError) as err:
         print(f"ray_gpt.py: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

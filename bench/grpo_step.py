@@ -36,7 +36,10 @@ phase calls; the Ray round trips inside a phase are counted in that phase. MFU =
 phase time / peak, where peak = best fp32 `torch.mm` 2048^3 FLOP/s on the same threads, measured
 at the start and end of the run, and model FLOPs are 6 x matmul params x tokens + attention for
 the update and 2 x params x tokens + attention for generation (useful tokens only).
-Results go to --json for later comparison (--compare PREV prints the change). Nothing asserts a
+With --engine megatron,vllm (run with the .venv-vllm python of .ci/vllm.sh) our side runs twice,
+with the native engine and with vLLM (`ours, vLLM`: the weights are streamed into the engine and
+checked on the probe every step: `sync` is that, taken out of `gen`), and a `native/vLLM` row
+gives the ratios. Results go to --json for later comparison (--compare PREV prints the change). Nothing asserts a
 time. The machine is shared: the load columns say how busy it was while each side ran.
 """
 from __future__ import annotations
@@ -63,6 +66,8 @@ import grpo_step_workload as wl  # noqa: E402
 REWARD_FILE = os.path.join(ROOT, "bench", "grpo_step_reward.py")
 TRL_SIDE = os.path.join(ROOT, "bench", "_trl_side.py")
 PHASES = ("gen", "reward", "ref", "old_log_prob", "update", "sync", "other")
+SIDE = {"megatron": "ours", "vllm": "ours_vllm"}  # our side per rollout engine (--engine)
+LABEL = {"ours": "ours", "ours_vllm": "ours, vLLM", "trl": "TRL"}
 
 
 def workload(args) -> dict:
@@ -161,7 +166,7 @@ def thread_env(threads: int) -> dict:
 
 
 # ---------------------------------------------------------------------------- our side
-def our_config(size: str, w: dict, d: dict) -> str:
+def our_config(size: str, w: dict, d: dict, engine: str = "megatron") -> str:
     """The experiment yaml of ray_gpt.py for one size (model keys in Megatron names, from SIZES)."""
     s = wl.SIZES[size]
     model = dict(num_layers=s["num_hidden_layers"], hidden_size=s["hidden_size"],
@@ -180,12 +185,13 @@ def our_config(size: str, w: dict, d: dict) -> str:
                  use_kl_loss=True, kl_loss_type="low_var_kl", kl_loss_coef=w["kl_coef"],
                  loss_agg_mode=w["loss_agg"], entropy_coeff=0.0, lr=w["lr"], lr_decay_style="constant",
                  lr_warmup_fraction=0.0, weight_decay=w["weight_decay"], adam_beta1=w["adam_beta1"],
-                 adam_beta2=w["adam_beta2"], adam_eps=w["adam_eps"], clip_grad=w["clip_grad"])
+                 adam_beta2=w["adam_beta2"], adam_eps=w["adam_eps"], clip_grad=w["clip_grad"],
+                 rollout_engine=engine)
     cfg = {
         "model": {f"bench_{size}": model},
         "training": dict(global_batch_size=w["prompts_per_step"], seq_length=8 + w["max_new_tokens"],
                          train_iters=w["steps"], seed=w["seed"], save_interval=0, test_freq=0, log_interval=1,
-                         platform="cpu", tokenizer_name_or_path=d["model"], output_dir=d["ours"]),
+                         platform="cpu", tokenizer_name_or_path=d["model"], output_dir=d[SIDE[engine]]),
         "actor_rollout_ref": {"actor_rollout": actor,
                               "ref": dict(model=f"bench_{size}", load=d["model"], micro_batch_size=seqs)},
         "reward": {"verifier": True},
@@ -193,37 +199,40 @@ def our_config(size: str, w: dict, d: dict) -> str:
                           verifier_function=[f"{REWARD_FILE}:compute_score"], verifier_weight=[1.0]),
         "resource_pool": {"actor_rollout": [1], "ref": [], "reward": []},
     }
-    path = os.path.join(d["config_dir"], f"bench_{size}.yaml")
+    path = os.path.join(d["config_dir"], f"bench_{size}_{engine}.yaml")
     with open(path, "w", encoding="utf-8") as f:
         json.dump(cfg, f, indent=1)  # JSON is YAML
     return path
 
 
-def run_ours(size: str, w: dict, d: dict) -> dict:
-    shutil.rmtree(d["ours"], ignore_errors=True)  # a fresh run: no old metrics or checkpoints to mix in
-    our_config(size, w, d)
-    metrics = os.path.join(d["ours"], "metrics.jsonl")
+def run_ours(size: str, w: dict, d: dict, engine: str = "megatron") -> dict:
+    out = d[SIDE[engine]]
+    shutil.rmtree(out, ignore_errors=True)  # a fresh run: no old metrics or checkpoints to mix in
+    our_config(size, w, d, engine)
+    metrics = os.path.join(out, "metrics.jsonl")
     cmd = [sys.executable, os.path.join(ROOT, "ray_gpt.py"), "--config-dir", d["config_dir"],
-           "--config-name", f"bench_{size}"]
+           "--config-name", f"bench_{size}_{engine}"]
     # RAY_ADDRESS: never join someone's `ray start` cluster; Ray runs its workers at niceness 15 by
     # default, which on a shared machine hands our compute to everyone else's: same niceness as TRL
     env = {**thread_env(w["threads"]), "RAY_ADDRESS": "local", "RAY_worker_niceness": "0"}
-    load = run_monitored(cmd, env, os.path.join(d["root"], "ours.log"), timeout=1800)
+    load = run_monitored(cmd, env, os.path.join(d["root"], f"{SIDE[engine]}.log"), timeout=1800)
     seqs = w["prompts_per_step"] * w["n_samples"]
     steps = []
     with open(metrics, encoding="utf-8") as f:
         for line in f:
             r = json.loads(line)
             t = {p: r.get(f"timing/{p}", 0.0) for p in ("gen", "reward", "ref", "old_log_prob", "adv")}
+            sync = r.get("timing/sync_weights", 0.0)  # vLLM: the sync (and its check) runs inside "gen"
+            t["gen"] -= sync
             step = r["timing/step"]
             steps.append({"step": r["step"], "step_s": step, **{k: v for k, v in t.items() if k != "adv"},
-                          "adv": t["adv"], "update": r["timing/update_actor"], "sync": 0.0,
-                          "other": step - sum(t.values()) - r["timing/update_actor"],
+                          "adv": t["adv"], "update": r["timing/update_actor"], "sync": sync,
+                          "other": step - sum(t.values()) - sync - r["timing/update_actor"],
                           "prompt_len": r["prompt_length/mean"], "response_len": r["response_length/mean"],
                           "tokens": seqs * (r["prompt_length/mean"] + r["response_length/mean"]),
                           "score": r["grpo/score/mean"]})
     # the trainer saves a checkpoint at the last step (outside the step timings); the benchmark needs none
-    shutil.rmtree(os.path.join(d["ours"], "checkpoints"), ignore_errors=True)
+    shutil.rmtree(os.path.join(out, "checkpoints"), ignore_errors=True)
     return {"steps": steps, "load": load}
 
 
@@ -356,20 +365,22 @@ def table(results: dict, peak: float) -> str:
     for size, r in results.items():
         p = wl.param_counts(size)["total"] / 1e6
         label = f"{size} ({p:.2f}M)"
-        for side in ("ours", "trl"):
+        for side in ("ours", "ours_vllm", "trl"):
             if side not in r:
                 continue
             s, load = r[side]["summary"], r[side]["load"]
-            lines.append(f"| {label} | {'ours' if side == 'ours' else 'TRL'} | {s['step_s']:.3f} ({s['step_min']:.3f}-"
+            lines.append(f"| {label} | {LABEL[side]} | {s['step_s']:.3f} ({s['step_min']:.3f}-"
                          f"{s['step_max']:.3f}) | {s['tokens_per_s']:.0f} | "
                          + " | ".join(_fmt(s[ph]) for ph in PHASES)
                          + f" | {_pct(s['mfu_update'])} | {_pct(s['mfu_gen'])} | {_fmt(s['reward_step1'])} | "
                          f"{load['own_cores']:.2f} / {load['others_cores']:.2f} |")
-        if "ratio" in r:
-            q = r["ratio"]
-            lines.append(f"| {label} | ours/TRL | {_x(q['step_s'])} (fastest steps {_x(q['step_min'])}) | "
-                         f"{_x(q['tokens_per_s'])} | " + " | ".join(_x(q.get(ph)) for ph in PHASES)
-                         + f" | {_x(q['mfu_update'])} | {_x(q['mfu_gen'])} | | |")
+        for key, name in (("ratio", "ours/TRL"), ("ratio_vllm", "native/vLLM")):
+            if key not in r:
+                continue
+            q = r[key]
+            lines.append(f"| {label} | {name} | {_x(q.get('step_s'))} (fastest steps {_x(q.get('step_min'))}) | "
+                         f"{_x(q.get('tokens_per_s'))} | " + " | ".join(_x(q.get(ph)) for ph in PHASES)
+                         + f" | {_x(q.get('mfu_update'))} | {_x(q.get('mfu_gen'))} | | |")
     return "\n".join(lines)
 
 
@@ -384,27 +395,31 @@ def compare(prev_path: str, results: dict) -> None:
         prev = json.load(f)["sizes"]
     print(f"\nchange against {prev_path} (median step s, then / now):")
     for size, r in results.items():
-        for side in ("ours", "trl"):
+        for side in ("ours", "ours_vllm", "trl"):
             if side in r and side in prev.get(size, {}):
                 a, b = prev[size][side]["summary"]["step_s"], r[side]["summary"]["step_s"]
                 print(f"  {size:5s} {side:4s} {a:.3f} -> {b:.3f} s ({b / a - 1:+.0%})")
 
 
 # ---------------------------------------------------------------------------- main
-def run_size(i: int, size: str, w: dict, work: str, tok_dir: str, prompts: str, python: str | None) -> dict:
+def run_size(i: int, size: str, w: dict, work: str, tok_dir: str, prompts: str, python: str | None,
+             engines: tuple = ("megatron",)) -> dict:
     """Both sides on one size (the side that goes first alternates with i); the settings check."""
     root = os.path.join(work, size)
     d = {"root": root, "model": os.path.join(root, "model"), "prompts": prompts, "ours": os.path.join(root, "ours"),
+         "ours_vllm": os.path.join(root, "ours_vllm"),
          "config_dir": os.path.join(root, "config"), "workload": os.path.join(work, "workload.json")}
     os.makedirs(d["config_dir"], exist_ok=True)
     wl.build_model(size, d["model"], tok_dir, w["seed"])
     r = {}
-    for side in (["ours", "trl"] if i % 2 == 0 else ["trl", "ours"]):
+    sides = [SIDE[e] for e in engines] + ["trl"]
+    for side in (sides if i % 2 == 0 else sides[::-1]):
         if side == "trl" and python is None:
             continue
         print(f"[{size}] {side}: {w['steps']} steps ...", flush=True)
-        r[side] = run_ours(size, w, d) if side == "ours" else run_trl(python, w, d)
-    if "trl" in r:
+        engine = {v: k for k, v in SIDE.items()}.get(side)
+        r[side] = run_ours(size, w, d, engine) if engine else run_trl(python, w, d)
+    if "trl" in r and "ours" in r:
         ours_set = our_settings(size, d, r["ours"]["load"]["processes"])
         trl_set = {**r["trl"]["settings"], "niceness": [r["trl"]["load"]["processes"]["main"]["nice"]],
                    "sequences_per_update": w["prompts_per_step"] * w["n_samples"]}
@@ -452,10 +467,15 @@ def parse_args(argv=None) -> argparse.Namespace:
                                                 "--quick: <work-dir>/grpo_step_quick.json)")
     p.add_argument("--compare", default=None, help="a previous results JSON to compare step times with")
     p.add_argument("--skip-trl", action="store_true", help="our side only")
+    p.add_argument("--engine", default="megatron", help="our rollout engine(s), comma list of megatron, vllm "
+                   "(vllm: run this script with the .venv-vllm python; 'megatron,vllm' puts them side by side)")
     p.add_argument("--trl-optional", action="store_true", help="go on with our side only if TRL's venv cannot be made")
     args = p.parse_args(argv)
     args.sizes = (args.sizes or ("tiny,10m" if args.quick else ",".join(wl.SIZES))).split(",")
     args.steps = args.steps or (3 if args.quick else 10)
+    args.engine = tuple(args.engine.split(","))
+    if any(e not in SIDE for e in args.engine):
+        p.error(f"--engine {','.join(args.engine)}: use megatron, vllm or megatron,vllm")
     unknown = [s for s in args.sizes if s not in wl.SIZES]
     if unknown:
         p.error(f"unknown size {unknown[0]!r}; valid: {', '.join(wl.SIZES)}")
@@ -487,17 +507,20 @@ def main(argv=None) -> int:
     tok_dir = wl.build_tokenizer(os.path.join(work, "tokenizer"))
     prompts = wl.write_prompts(os.path.join(work, "prompts.jsonl"))
     try:
-        results = {size: run_size(i, size, w, work, tok_dir, prompts, python) for i, size in enumerate(args.sizes)}
+        results = {size: run_size(i, size, w, work, tok_dir, prompts, python, args.engine)
+                   for i, size in enumerate(args.sizes)}
     except RuntimeError as err:
         print(f"grpo_step.py: {err}", file=sys.stderr)
         return 1
     peak = max(peak0, wl.matmul_peak(args.threads))  # the best of start and end: the machine is shared
     for size, r in results.items():
-        for side in ("ours", "trl"):
+        for side in ("ours", "ours_vllm", "trl"):
             if side in r:
                 r[side]["summary"] = summarize(r[side]["steps"], size, peak)
-        if "trl" in r:
+        if "trl" in r and "ours" in r:
             r["ratio"] = ratios(r["ours"]["summary"], r["trl"]["summary"])
+        if "ours" in r and "ours_vllm" in r:
+            r["ratio_vllm"] = ratios(r["ours"]["summary"], r["ours_vllm"]["summary"])
 
     print_settings(results)
     print(f"\nGRPO step on this machine ({cpu_name()}, {args.threads} threads, fp32), {w['prompts_per_step']} "
@@ -506,7 +529,8 @@ def main(argv=None) -> int:
     print(table(results, peak))
     print(LEGEND)
     print("\nmean reward of step 1 from the same initial weights (and over all steps): " + ", ".join(
-        f"{s}: ours {_fmt(r['ours']['summary']['reward_step1'])} ({_fmt(r['ours']['summary']['reward_mean'])})"
+        f"{s}: " + " / ".join(f"{LABEL[k]} {_fmt(r[k]['summary']['reward_step1'])} "
+                              f"({_fmt(r[k]['summary']['reward_mean'])})" for k in ("ours", "ours_vllm") if k in r)
         + (f" / TRL {_fmt(r['trl']['summary']['reward_step1'])} ({_fmt(r['trl']['summary']['reward_mean'])})"
            if "trl" in r else "") for s, r in results.items()))
     wall = time.perf_counter() - started

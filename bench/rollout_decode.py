@@ -4,7 +4,8 @@
     OMP_NUM_THREADS=2 python bench/rollout_decode.py                  # batch 64, 128 new tokens, ~10M params
     python bench/rollout_decode.py --batch 8 --new-tokens 16 --repeats 1   # smoke run
 
-Prints prefill tokens/s (real prompt tokens / prefill time), decode tokens/s (generated tokens /
+With --engine vllm a vLLM row follows (run with the .venv-vllm python; its tokens/s are generated
+tokens over the whole generate call, prefill included). Prints prefill tokens/s (real prompt tokens / prefill time), decode tokens/s (generated tokens /
 decode time), the KV cache's peak size, and, with --stop-frac, decode time when sequences finish
 at different lengths with finished rows compacted out of the cache at once, at 25 %, or never.
 EOS is ignored in the throughput rows so both engines generate exactly --new-tokens per sequence.
@@ -71,6 +72,23 @@ def _timed(fn):
     return out, time.perf_counter() - t0
 
 
+def _vllm_row(args, config, hf, prompts, sp, native_out, new_tokens) -> None:
+    """The vLLM engine on the same weights and prompts: total time only (vLLM interleaves prefill
+    and decode in its scheduler); tokens/s = generated tokens / total."""
+    from mindspeed_rl.rollout.vllm_engine import VLLMEngine
+
+    engine = VLLMEngine(config.to_dict(), vocab_size=args.vocab, max_length=1024,
+                        dtype=args.dtype, max_num_seqs=args.batch, kv_cache_gb=2,
+                        enforce_eager=not args.vllm_compile)
+    engine.update_weights((k, v.detach().cpu()) for k, v in hf.state_dict().items())
+    engine.generate(prompts, sp)  # warm-up
+    best = min(_timed(lambda: engine.generate(prompts, sp))[1] for _ in range(args.repeats))
+    out = engine.generate(prompts, sp)
+    print(f"{'vllm' + (' (compiled)' if args.vllm_compile else ' (eager)'):<22}{'-':>14}{new_tokens / best:>14.0f}{best:>9.2f}{'(paged)':>14}")
+    print(f"vLLM greedy tokens identical to the native engine's: "
+          f"{torch.equal(out.responses, native_out.responses.cpu())}; vLLM engine start {engine.start_s:.1f} s")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--batch", type=int, default=64)
@@ -85,6 +103,9 @@ def main() -> None:
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--hf-attn", default="sdpa", choices=["sdpa", "eager"])
     p.add_argument("--repeats", type=int, default=2, help="best of N runs per engine")
+    p.add_argument("--engine", default="native", choices=["native", "vllm"],
+                   help="vllm: add a vLLM row (rollout/vllm_engine.py, in-process; run with the .venv-vllm python)")
+    p.add_argument("--vllm-compile", action="store_true", help="vLLM with torch.compile (enforce_eager=False)")
     p.add_argument("--stop-frac", type=float, default=0.01,
                    help="fraction of the vocabulary used as stop ids in the compaction rows (0 = skip them)")
     args = p.parse_args()
@@ -151,6 +172,8 @@ def main() -> None:
           f"{hf_gen:>9.2f}{hf_cache / 2**20:>14.1f}")
     print(f"{'native (megatron)':<22}{prompt_tokens / pre:>14.0f}{new_tokens / dec:>14.0f}"
           f"{pre + dec:>9.2f}{engine.kv_cache_bytes / 2**20:>14.1f}")
+    if args.engine == "vllm":
+        _vllm_row(args, config, hf, prompts, sp, out, new_tokens)
     print(f"greedy tokens identical to transformers: {same}; memory {PLATFORM.memory_stats()}")
 
     # ---- sequences of different lengths: compaction of finished rows
@@ -173,7 +196,8 @@ def main() -> None:
             toks = r.num_response_tokens
             print(f"{label:<22}{toks / r.stats['rollout/decode_s']:>14.0f}{r.stats['rollout/decode_s']:>9.2f}"
                   f"{toks / args.batch:>13.1f}{r.stats['rollout/decode_steps']:>7}")
-    torch.distributed.destroy_process_group()
+    if args.engine != "vllm":  # vLLM's shutdown destroys the process's groups itself
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

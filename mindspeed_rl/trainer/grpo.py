@@ -62,12 +62,20 @@ def settings_from_config(cfg, num_devices: int) -> GRPOSettings:
         advantage_whiten=alg_cfg.advantage_whiten, use_kl_in_reward=alg_cfg.use_kl_in_reward,
         kl_penalty=alg_cfg.kl_penalty, kl_ctrl_type=alg_cfg.kl_ctrl.type, kl_coef=alg_cfg.kl_ctrl.kl_coef,
         target_kl=alg_cfg.kl_ctrl.target_kl, horizon=alg_cfg.kl_ctrl.horizon, use_kl_loss=a.ppo.use_kl_loss,
-        on_policy=a.ppo.ppo_epochs == 1 and mini_batches == 1 and not alg_cfg.dynamic_sampling,
+        on_policy=a.ppo.ppo_epochs == 1 and mini_batches == 1 and not alg_cfg.dynamic_sampling
+        and not _renormalised_rollout_log_probs(a.rollout),
         dynamic_sampling=alg_cfg.dynamic_sampling, max_num_gen_batches=alg_cfg.max_num_gen_batches,
         overlong_buffer_len=alg_cfg.overlong_buffer_len, overlong_penalty_factor=alg_cfg.overlong_penalty_factor,
         max_new_tokens=a.rollout.max_new_tokens, test_freq=cfg.run.test_freq, save_interval=cfg.run.save_interval,
         save_final=cfg.run.save_final,
         max_skipped_updates=cfg.run.max_skipped_updates, num_devices=num_devices)
+
+
+def _renormalised_rollout_log_probs(rollout) -> bool:
+    """vLLM with top-k / top-p reports log-probs renormalised over the kept tokens, not the
+    trainer's log_softmax(logits / T): then the old log-probs (and KL in reward) must come from the
+    training forward, so the step is treated as not exactly on-policy."""
+    return rollout.rollout_engine == "vllm" and rollout.do_sample and (rollout.top_p < 1.0 or rollout.top_k > 0)
 
 
 class TrainingHalted(RuntimeError):

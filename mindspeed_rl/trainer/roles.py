@@ -12,6 +12,13 @@ generate_sequences goes to the generation group, compute_log_prob / update_actor
 group; after every update the generation weights are stale and the next sync_rollout_weights (or
 generate_sequences, e.g. validation right after an update) moves them through the Ray object
 store. The sync's wall time is reported with the next update's stats as `timing/sync_weights`.
+
+The vLLM engine (`rollout_engine: vllm`) holds its own copy of the weights, colocated in each
+training rank or on the generation ranks of the split: after every update the next sync streams
+the weights into it (`rollout/sync_peak_bytes`: the largest chunk held at once), and then checks
+it (`verify_sync`): the engine generates on a fixed probe, the training ranks score the same
+tokens, and a difference above the tolerance stops the run with a sentence naming the step and the
+largest difference (rollout/sync_check.py; metrics rollout/logp_diff_max / _mean).
 """
 from __future__ import annotations
 
@@ -38,22 +45,68 @@ class ActorFacade(_ShardedRole):
     """The actor role; `rollout` is the generation group of the train/infer split, else None
     (colocated: the training ranks generate with their own model)."""
 
-    def __init__(self, group, layout, rollout: Optional["RolloutFacade"] = None):
+    def __init__(self, group, layout, rollout: Optional["RolloutFacade"] = None, colocated_copy: bool = False,
+                 verify_sync: bool = False, sync_tolerance: float = 1e-4):
+        """
+        Args:
+            colocated_copy: the training ranks generate with an engine holding its own weights (vLLM):
+                sync them after every update.
+            verify_sync: check every sync with the probe (rollout/sync_check.py), at sync_tolerance.
+        """
         super().__init__(group, layout)
         self.rollout = rollout
+        self.colocated_copy = colocated_copy and rollout is None
+        self.stale = self.colocated_copy  # the engine starts with dummy weights
+        self.verify_sync, self.sync_tolerance = verify_sync, sync_tolerance
+        self.send_rollout_log_probs = False  # TIS on: the update weighs tokens by old / rollout probability
+        self.updates = 0  # update_actor calls (or the step resumed from): the next step is updates + 1
         self._pending_metrics: dict[str, float] = {}  # reported with the next update_actor's stats
 
     def sync_rollout_weights(self) -> None:
         """Split: send the training weights to the generation ranks if an update changed them.
-        Colocated: the engine shares the training model, so there is nothing to move."""
+        Colocated vLLM: stream them into each rank's engine. Colocated native: the engine shares
+        the training model, so there is nothing to move. Then verify the sync when asked to."""
         if self.rollout is not None and self.rollout.stale:
-            seconds = self.rollout.sync_from(self.group)
-            self._pending_metrics["timing/sync_weights"] = self._pending_metrics.get("timing/sync_weights", 0.0) + seconds
+            seconds = self.rollout.sync_from(self.group, with_stats=self.verify_sync)
+            self._add_sync_metrics(seconds, self.rollout.last_sync_stats)
+            target = self.rollout
+        elif self.colocated_copy and self.stale:
+            start = time.perf_counter()
+            per_rank = self.group.run_all("sync_rollout_weights")
+            self.stale = False
+            self._add_sync_metrics(time.perf_counter() - start, per_rank)
+            target = self
+        else:
+            return
+        if self.verify_sync:
+            self._verify(target)
+
+    def _add_sync_metrics(self, seconds: float, per_rank: list) -> None:
+        self._pending_metrics["timing/sync_weights"] = self._pending_metrics.get("timing/sync_weights", 0.0) + seconds
+        peaks = [r["rollout/sync_peak_bytes"] for r in per_rank or [] if isinstance(r, dict) and r]
+        if peaks:
+            self._pending_metrics["rollout/sync_peak_bytes"] = max(
+                peaks + [self._pending_metrics.get("rollout/sync_peak_bytes", 0.0)])
+
+    def _verify(self, target: "_ShardedRole") -> None:
+        """Every engine of `target` generates on the probe; the training ranks score those tokens."""
+        from mindspeed_rl.rollout.sync_check import check_sync
+
+        probes = target.group.run_all("generate_probe")
+        batch = {k: torch.cat([p[k] for p in probes]) for k in (K.PROMPT_IDS, K.PROMPT_MASK, K.INPUT_IDS,
+                                                                   K.ATTENTION_MASK, K.RESPONSES, K.RESPONSE_MASK,
+                                                                   K.ROLLOUT_LOG_PROBS)}
+        rows = len(batch[K.PROMPT_IDS])
+        logp = self.sharded("compute_log_prob", model_inputs(_pad_rows(batch, self.layout.dp_size)))[:rows]
+        where = "the generation ranks' engines" if target is not self else "the actor ranks' rollout engines"
+        self._pending_metrics.update(check_sync(logp, batch[K.ROLLOUT_LOG_PROBS], batch[K.RESPONSE_MASK],
+                                                self.sync_tolerance, self.updates + 1, where))
 
     def generate_sequences(self, prompts, n, greedy=False):
         role = self
-        if self.rollout is not None:
+        if self.rollout is not None or self.colocated_copy:
             self.sync_rollout_weights()
+        if self.rollout is not None:
             role = self.rollout
         # a last validation batch may not split over the DP ranks: pad with copies of its last
         # prompt, then drop what they generated
@@ -70,8 +123,10 @@ class ActorFacade(_ShardedRole):
 
     def update_actor(self, batch):
         keys = (K.PROMPT_IDS, K.INPUT_IDS, K.ATTENTION_MASK, K.RESPONSE_MASK, K.ADVANTAGES, K.OLD_LOG_PROBS,
-                K.REF_LOG_PROBS)
+                K.REF_LOG_PROBS) + ((K.ROLLOUT_LOG_PROBS,) if self.send_rollout_log_probs else ())
         per_rank = self.sharded("update_actor", {k: batch[k] for k in keys if k in batch})
+        self.updates += 1
+        self.stale = self.colocated_copy
         if self.rollout is not None:
             self.rollout.stale = True
         stats = {k: sum(v) / len(v) for k, v in per_rank.items()}  # each key: one value per DP group
@@ -88,14 +143,16 @@ class ActorFacade(_ShardedRole):
     def load_checkpoint(self, path):
         if self.rollout is not None:
             self.rollout.stale = True
-        loaded = self.group.run_all("load_checkpoint", path)[0]
+        self.stale = self.colocated_copy
+        out = self.group.run_all("load_checkpoint", path)[0]
+        self.updates = int(out.get("step", self.updates)) if isinstance(out, dict) else self.updates
         if self.rollout is not None:
             from mindspeed_rl.models.checkpoint import read_trainer_state
 
             saved = read_trainer_state(path).get("rollout")
             if saved:  # checkpoints from before the counter was saved resume with a fresh one
                 self.rollout.load_sampling_state(saved)
-        return loaded
+        return out
 
     def save_hf(self, path):
         return self.group.run_all("save_hf", path)[0]
@@ -115,6 +172,7 @@ class RolloutFacade(_ShardedRole):
         self.sync_timeout_s = sync_timeout_s
         self.stale = True  # the generation ranks start with no weights
         self.last_sync_s = 0.0
+        self.last_sync_stats: list = []
 
     def sampling_state(self) -> dict:
         """The generation ranks' sampling counter (the same on every rank: each call reaches them all)."""
@@ -126,13 +184,17 @@ class RolloutFacade(_ShardedRole):
     def load_sampling_state(self, state: dict) -> None:
         self.group.run_all("load_sampling_state", state)
 
-    def sync_from(self, train_group) -> float:
+    def sync_from(self, train_group, with_stats: bool = False) -> float:
         """Training ranks put their HF-named weights in the object store; every generation rank
-        loads them. Returns the wall time in seconds."""
+        loads them. Returns the wall time in seconds (with_stats: last_sync_stats per rank)."""
         start = time.perf_counter()
         per_rank = train_group.run_all("export_weights_for_rollout", timeout_s=self.sync_timeout_s)
         refs = [ref for rank_refs in per_rank for ref in rank_refs]  # stage by stage, in rank order
-        self.group.run_all("update_weights", refs, self.sync_timeout_s, timeout_s=self.sync_timeout_s)
+        if with_stats:
+            self.last_sync_stats = self.group.run_all("update_weights", refs, self.sync_timeout_s, True,
+                                                      timeout_s=self.sync_timeout_s)
+        else:
+            self.group.run_all("update_weights", refs, self.sync_timeout_s, timeout_s=self.sync_timeout_s)
         del refs, per_rank  # the object store frees the buckets once no reference is left
         self.stale = False
         self.last_sync_s = time.perf_counter() - start
@@ -212,14 +274,18 @@ def build_roles(cfg, plan, pools, needs_reference: bool, groups: list) -> Roles:
     placement = {p.role: p for p in plan}
     actor_place = placement["actor_rollout"]
     rollout = None
+    vllm = cfg.actor.rollout.rollout_engine == "vllm"
     if any(r.job == "generate" for r in actor_place.ranks):  # ray_gpt's train/infer split
-        from mindspeed_rl.workers.rollout import RolloutWorker
+        from mindspeed_rl.workers.rollout import RolloutWorker, generation_tp
         rollout = RolloutFacade(*spawn("rollout", RolloutWorker, pools["actor_rollout"],
-                                       job_placement(actor_place, "generate")),
+                                       job_placement(actor_place, "generate", generation_tp(cfg))),
                                 sync_timeout_s=cfg.run.worker_timeout_s)
         actor_place = job_placement(actor_place, "train")
+    from mindspeed_rl.rollout.sync_check import tolerance
     actor = ActorFacade(*spawn("actor_rollout", ActorRolloutWorker, pools["actor_rollout"], actor_place),
-                        rollout=rollout)
+                        rollout=rollout, colocated_copy=vllm, verify_sync=vllm,
+                        sync_tolerance=tolerance(cfg.actor.params_dtype, cfg.actor.rollout.sync_check_tolerance))
+    actor.send_rollout_log_probs = cfg.actor.ppo.tis_mode != "off"
     reference = None
     if needs_reference:
         reference = ReferenceFacade(*spawn("ref", ReferenceWorker, pools["ref"], placement["ref"]))
@@ -230,13 +296,14 @@ def build_roles(cfg, plan, pools, needs_reference: bool, groups: list) -> Roles:
     return Roles(actor, reference, groups, placement["actor_rollout"].world_size, reward_model)
 
 
-def job_placement(placement, job: str):
+def job_placement(placement, job: str, generation_tp: Optional[int] = None):
     """The ranks of `placement` doing `job` ("train" or "generate"), renumbered 0..n-1 on the same
     devices (bundles): one worker group, and one torch.distributed world, per side of the split.
-    Generation ranks use the actor's TP and no pipeline (workers/rollout.py)."""
+    Generation ranks use generation_tp (default the actor's TP) and no pipeline (workers/rollout.py)."""
     ranks = [replace(r, rank=i) for i, r in enumerate(r for r in placement.ranks if r.job == job)]
     if job == "generate":
-        return replace(placement, ranks=ranks, pp=1, dp=max(1, len(ranks) // placement.tp))
+        tp = generation_tp or placement.tp
+        return replace(placement, ranks=ranks, tp=tp, pp=1, dp=max(1, len(ranks) // tp))
     return replace(placement, ranks=ranks)
 
 

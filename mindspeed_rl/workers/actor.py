@@ -106,17 +106,39 @@ class ActorRolloutWorker(_ModelWorker):
             params_dtype=self.model.config.params_dtype, initial_loss_scale=o.initial_loss_scale)
         r = cfg.actor.rollout
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
-        self.engine = None if cfg.actor.num_gpus_for_infer else NativeEngine(  # split: the rollout ranks generate
-            self.model, vocab_size=self.vocab_size,
-            max_length=self.args.get("max_position_embeddings", cfg.run.seq_length),
-            eos_token_ids=eos_token_ids(self.tokenizer, cfg.actor.load), pad_token_id=pad)
+        self.engine_kind = r.rollout_engine
+        if cfg.actor.num_gpus_for_infer:  # split: the rollout ranks generate
+            self.engine = None
+        elif r.rollout_engine == "vllm":  # its own copy of the weights, synced after every update
+            self.engine = build_vllm_engine(cfg, self.args, self.tokenizer, self.vocab_size)
+        else:
+            self.engine = NativeEngine(
+                self.model, vocab_size=self.vocab_size,
+                max_length=self.args.get("max_position_embeddings", cfg.run.seq_length),
+                eos_token_ids=eos_token_ids(self.tokenizer, cfg.actor.load), pad_token_id=pad)
         self._sampling = lambda n, greedy, seed: SamplingParams.from_ray_gpt(
             n_samples_per_prompt=n, do_sample=r.do_sample and not greedy, temperature=r.temperature,
             top_p=r.top_p, top_k=r.top_k, max_new_tokens=r.max_new_tokens, seq_length=cfg.run.seq_length, seed=seed)
         self.calls = 0
 
-    def sync_rollout_weights(self) -> None:
-        """The engine runs this very model: nothing to copy."""
+    def sync_rollout_weights(self) -> dict[str, float]:
+        """vLLM colocated: stream this rank's weights, TP-gathered under HF names, into its engine in
+        bounded chunks (every rank of a TP group takes part). The native engine runs this very
+        model: nothing to copy. Returns timing/sync_weights and rollout/sync_peak_bytes ({} native)."""
+        if self.engine_kind != "vllm" or self.engine is None:
+            return {}
+        from mindspeed_rl.workers.rollout import gathered_hf_tensors
+
+        self.engine.update_weights(gathered_hf_tensors(self.model, self.args))
+        return {"timing/sync_weights": self.engine.last_sync["seconds"],
+                "rollout/sync_peak_bytes": self.engine.last_sync["peak_bytes"]}
+
+    def generate_probe(self) -> dict:
+        """The engine's generation on the fixed weight-sync probe (rollout/sync_check.py)."""
+        from mindspeed_rl.rollout.sync_check import probe_batch
+
+        r = self.cfg.actor.rollout
+        return probe_batch(self.engine, self.vocab_size, r.do_sample, r.temperature, self.cfg.run.seq_length)
 
     @on_device(move_inputs=False)  # the engine reads prompts as lists; its output comes back to the host
     def generate_sequences(self, prompts: dict, n: int, greedy: bool = False) -> dict:
@@ -138,13 +160,16 @@ class ActorRolloutWorker(_ModelWorker):
         unless shuffle_minibatch)."""
         from mindspeed_rl.models.train_step import PolicyLossSettings, policy_update_step
 
+        if self.engine is not None:
+            self.engine.sleep()  # vLLM on NPU/CUDA: release its KV cache for the update; no-op otherwise
         p = self.cfg.actor.ppo
         s = PolicyLossSettings(p.clip_ratio_low, p.clip_ratio_high, p.clip_ratio_c, p.loss_agg_mode, p.use_kl_loss,
-                               p.kl_loss_type, p.kl_loss_coef, p.entropy_coeff, self.temperature, self.vocab_size)
+                               p.kl_loss_type, p.kl_loss_coef, p.entropy_coeff, self.temperature, self.vocab_size,
+                               p.tis_mode, p.tis_cap)
         rows = batch[K.INPUT_IDS].shape[0]
         num_mini = self.cfg.run.global_batch_size // p.ppo_mini_batch_size
         names = [k for k in (K.INPUT_IDS, K.ATTENTION_MASK, K.RESPONSE_MASK, K.ADVANTAGES, K.OLD_LOG_PROBS,
-                             K.REF_LOG_PROBS) if k in batch]
+                             K.REF_LOG_PROBS, K.ROLLOUT_LOG_PROBS) if k in batch]
         P = batch[K.PROMPT_IDS].shape[1]
         g = torch.Generator().manual_seed(self.cfg.run.seed + self.calls)
         self.model.train()
@@ -158,6 +183,8 @@ class ActorRolloutWorker(_ModelWorker):
                     mb["old_log_probs"] = batch[K.OLD_LOG_PROBS][idx]
                 if K.REF_LOG_PROBS in names:
                     mb["ref_log_probs"] = batch[K.REF_LOG_PROBS][idx]
+                if K.ROLLOUT_LOG_PROBS in names and p.tis_mode != "off":
+                    mb["rollout_log_probs"] = batch[K.ROLLOUT_LOG_PROBS][idx]
                 mbs = _divisor(len(idx), self.role_cfg.micro_batch_size)
                 collected.append(policy_update_step(self.ddp, self.optimizer, self.scheduler, mb, P, mbs, s))
         keys = collected[0].keys() if collected and collected[0] else []
@@ -243,6 +270,25 @@ class ReferenceWorker(_ModelWorker):
         finally:
             if self.offload:
                 self._place(torch.device("cpu"))
+
+
+def build_vllm_engine(cfg, args: dict, tokenizer, vocab_size: int):
+    """The vLLM engine of an actor or generation rank (rollout/vllm_engine.py; imports vLLM)."""
+    from mindspeed_rl.models.hf_export import hf_config_from_args
+    from mindspeed_rl.rollout.vllm_engine import VLLMEngine
+
+    a, r = cfg.actor, cfg.actor.rollout
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[a.params_dtype]
+    hf_config = _hf_config(a.load) or hf_config_from_args(args, vocab_size, dtype)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    return VLLMEngine(hf_config, vocab_size=vocab_size,
+                      max_length=min(int(args.get("max_position_embeddings") or cfg.run.seq_length), cfg.run.seq_length),
+                      eos_token_ids=eos_token_ids(tokenizer, a.load), pad_token_id=pad,
+                      dtype={"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}[a.params_dtype],
+                      tensor_parallel_size=r.infer_tensor_parallel_size,
+                      gpu_memory_utilization=r.gpu_memory_utilization, kv_cache_gb=r.vllm_kv_cache_gb,
+                      max_num_seqs=max(r.num_samples_per_step, 1), seed=cfg.run.seed, platform_name=cfg.run.platform
+                      if cfg.run.platform != "auto" else None)
 
 
 def eos_token_ids(tokenizer, load) -> list[int]:

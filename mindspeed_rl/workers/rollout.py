@@ -4,9 +4,11 @@ With `num_gpus_for_train: a` + `num_gpus_for_infer: b` the actor pool's first a 
 (ActorRolloutWorker: Megatron, the role's TP/PP) and the last b devices only generate
 (RolloutWorker below). Each side is its own worker group and its own torch.distributed world.
 
-Layout of the generation ranks: the config has no inference TP key (MindSpeed-LLM's ray_gpt
-generated with the actor's `tensor_model_parallel_size` and no pipeline: "currently only use TP
-for Inference"), so a generation rank uses the actor's TP and PP 1: b / TP generation DP groups.
+Layout of the generation ranks: the megatron engine uses the actor's TP and PP 1 (MindSpeed-LLM's
+ray_gpt generated with the actor's `tensor_model_parallel_size`: "currently only use TP for
+Inference"): b / TP generation DP groups. The vLLM engine (`rollout_engine: vllm`) uses
+`infer_tensor_parallel_size` (MindSpeed-RL's key): b / infer TP engines; it slices the full
+HF tensors itself, so the hand-over below is the same.
 
 Weights, after every update (trainer/roles.py ActorFacade.sync_rollout_weights):
   1. training ranks `export_hf_buckets`: every parameter of a stage is all-gathered over its TP
@@ -111,6 +113,13 @@ def fetch_buckets(refs: list, timeout_s: float, who: str) -> Iterator[tuple[str,
 # generation side
 
 
+def generation_tp(cfg) -> int:
+    """TP of a generation-only rank: infer_tensor_parallel_size for vLLM, else the actor's TP."""
+    if cfg.actor.rollout.rollout_engine == "vllm":
+        return cfg.actor.rollout.infer_tensor_parallel_size
+    return cfg.actor.parallel.tensor_model_parallel_size
+
+
 class RolloutWorker:
     """One generation-only rank: the actor's architecture at the actor's TP, PP 1, no optimizer.
 
@@ -131,19 +140,26 @@ class RolloutWorker:
         self.cfg, a, r = cfg, cfg.actor, cfg.actor.rollout
         self.env = init_distributed(platform)
         self.device = platform.device(self.env.device_index)
-        init_parallel_state(a.parallel.tensor_model_parallel_size, 1, seed=cfg.run.seed)
+        init_parallel_state(generation_tp(cfg), 1, seed=cfg.run.seed)
         self.tokenizer = load_tokenizer(cfg.run.tokenizer_name_or_path)
         self.vocab_size = len(self.tokenizer)
         self.args = model_args(a, self.vocab_size)  # the training ranks' args: same TP, same padding
-        # sequence_parallel off: decoding
-        self.model = build_gpt_model(self.args, params_dtype=params_dtype(a.params_dtype), device=self.device)
-        self.model.requires_grad_(False)
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
-        self.engine = NativeEngine(self.model, vocab_size=self.vocab_size,
-                                   max_length=self.args.get("max_position_embeddings", cfg.run.seq_length),
-                                   eos_token_ids=eos_token_ids(self.tokenizer, a.load), pad_token_id=pad,
-                                   use_kv_cache=r.use_kv_cache, max_batch_size=r.num_samples_per_step,
-                                   model_args=self.args, shares_training_weights=False)
+        self.engine_kind = r.rollout_engine
+        if r.rollout_engine == "vllm":  # vLLM holds the weights; the buckets stream straight into it
+            from mindspeed_rl.workers.actor import build_vllm_engine
+
+            self.model = None
+            self.engine = build_vllm_engine(cfg, self.args, self.tokenizer, self.vocab_size)
+        else:
+            # sequence_parallel off: decoding
+            self.model = build_gpt_model(self.args, params_dtype=params_dtype(a.params_dtype), device=self.device)
+            self.model.requires_grad_(False)
+            pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+            self.engine = NativeEngine(self.model, vocab_size=self.vocab_size,
+                                       max_length=self.args.get("max_position_embeddings", cfg.run.seq_length),
+                                       eos_token_ids=eos_token_ids(self.tokenizer, a.load), pad_token_id=pad,
+                                       use_kv_cache=r.use_kv_cache, max_batch_size=r.num_samples_per_step,
+                                       model_args=self.args, shares_training_weights=False)
         self._sampling = lambda n, greedy, seed: SamplingParams.from_ray_gpt(
             n_samples_per_prompt=n, do_sample=r.do_sample and not greedy, temperature=r.temperature,
             top_p=r.top_p, top_k=r.top_k, max_new_tokens=r.max_new_tokens, seq_length=cfg.run.seq_length, seed=seed)
@@ -154,14 +170,33 @@ class RolloutWorker:
         from mindspeed_rl.distributed.worker_env import rank_info
         return rank_info()
 
-    def update_weights(self, refs: list, timeout_s: float = 600.0) -> int:
-        """Load the training ranks' buckets (object refs from export_hf_buckets); returns params written."""
+    def update_weights(self, refs: list, timeout_s: float = 600.0, with_stats: bool = False):
+        """Load the training ranks' buckets (object refs from export_hf_buckets), one bucket in
+        memory at a time. Returns the params (native) or tensors (vLLM) written; with_stats: a dict
+        of timing/sync_weights (this rank's load) and rollout/sync_peak_bytes instead."""
+        import time
+
         from mindspeed_rl.rollout.weights import load_hf_tensors
 
         who = f"rollout rank {self.env.rank}"
-        written = load_hf_tensors(self.model, fetch_buckets(refs, timeout_s, who), self.args)
+        start = time.perf_counter()
+        if self.engine_kind == "vllm":
+            self.engine.update_weights(fetch_buckets(refs, timeout_s, who))
+            written, peak = int(self.engine.last_sync["tensors"]), self.engine.last_sync["peak_bytes"]
+        else:
+            written, peak = load_hf_tensors(self.model, fetch_buckets(refs, timeout_s, who), self.args), float("nan")
         self.weight_updates += 1
+        if with_stats:
+            return {"timing/sync_load": time.perf_counter() - start, "rollout/sync_peak_bytes": peak}
         return written
+
+    @on_device(move_inputs=False)
+    def generate_probe(self) -> dict:
+        """The engine's generation on the fixed weight-sync probe (rollout/sync_check.py)."""
+        from mindspeed_rl.rollout.sync_check import probe_batch
+
+        r = self.cfg.actor.rollout
+        return probe_batch(self.engine, self.vocab_size, r.do_sample, r.temperature, self.cfg.run.seq_length)
 
     @on_device(move_inputs=False)
     def generate_sequences(self, prompts: dict, n: int, greedy: bool = False) -> dict:
@@ -184,6 +219,8 @@ class RolloutWorker:
 
     @on_device(move_inputs=False)
     def hf_weights(self) -> dict[str, torch.Tensor]:
-        """This rank's full weights under HF names (TP gathered), for checking a sync."""
+        """This rank's full weights under HF names (TP gathered), for checking a sync (native engine)."""
+        if self.model is None:
+            raise RuntimeError("hf_weights: the vLLM engine holds the weights of this rank; check it with the probe")
         return dict(gathered_hf_tensors(self.model, self.args))
 

