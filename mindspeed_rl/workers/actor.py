@@ -133,6 +133,7 @@ class ActorRolloutWorker(_ModelWorker):
         return {"timing/sync_weights": self.engine.last_sync["seconds"],
                 "rollout/sync_peak_bytes": self.engine.last_sync["peak_bytes"]}
 
+    @on_device(move_inputs=False)
     def generate_probe(self) -> dict:
         """The engine's generation on the fixed weight-sync probe (rollout/sync_check.py)."""
         from mindspeed_rl.rollout.sync_check import probe_batch

@@ -20,8 +20,8 @@ from mindspeed_rl.workers.rollout import RolloutWorker
 
 META, CPU = torch.device("meta"), torch.device("cpu")
 B, P, T = 4, 3, 5
-ENTRY_POINTS = {ActorRolloutWorker: ("generate_sequences", "compute_log_prob", "update_actor"),
-                ReferenceWorker: ("compute_ref_log_prob",), RolloutWorker: ("generate_sequences", "hf_weights"),
+ENTRY_POINTS = {ActorRolloutWorker: ("generate_sequences", "generate_probe", "compute_log_prob", "update_actor"),
+                ReferenceWorker: ("compute_ref_log_prob",), RolloutWorker: ("generate_sequences", "generate_probe", "hf_weights"),
                 RewardModelWorker: ("compute_rm_score",)}
 
 
@@ -49,7 +49,8 @@ def worker(cls, seen):
     w = cls.__new__(cls)  # no Ray, no process group: the data path only
     ppo = SimpleNamespace(clip_ratio_low=0.2, clip_ratio_high=0.2, clip_ratio_c=None, loss_agg_mode="token-mean",
                           use_kl_loss=True, kl_loss_type="low_var_kl", kl_loss_coef=0.1, entropy_coeff=0.0,
-                          ppo_mini_batch_size=2, ppo_epochs=1, shuffle_minibatch=True)
+                          ppo_mini_batch_size=2, ppo_epochs=1, shuffle_minibatch=True,
+                          tis_mode="off", tis_cap=2.0)
     w.cfg = SimpleNamespace(run=SimpleNamespace(seed=1, global_batch_size=4), actor=SimpleNamespace(ppo=ppo))
     w.role_cfg = SimpleNamespace(micro_batch_size=2)
     w.device, w.model, w.ddp, w.optimizer, w.scheduler = META, torch.nn.Linear(1, 1), None, None, None
