@@ -243,7 +243,7 @@ def our_settings(size: str, d: dict, processes: dict) -> dict:
     from mindspeed_rl.data.prompt_dataset import build_prompt_dataset
     from mindspeed_rl.data.tokenizer import load_tokenizer
     from mindspeed_rl.platform import get_platform
-    from mindspeed_rl.workers.actor import eos_token_ids
+    from mindspeed_rl.data.tokenizer import eos_token_ids
 
     get_platform("cpu").patch()
     import megatron.core.optimizer as megatron_optimizer

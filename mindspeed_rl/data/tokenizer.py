@@ -57,3 +57,16 @@ def load_tokenizer(path: str | os.PathLike, what: str = "tokenizer_name_or_path"
     if tokenizer.pad_token_id is None and tokenizer.eos_token is not None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
+
+
+def eos_token_ids(tokenizer, load) -> list[int]:
+    """The tokenizer's EOS plus every id of the checkpoint's generation_config.json (Qwen ends chat
+    turns with <|im_end|> while its tokenizer's eos is <|endoftext|>)."""
+    ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    path = os.path.join(load, "generation_config.json") if load else None
+    if path and os.path.isfile(path):
+        import json
+        with open(path, encoding="utf-8") as f:
+            extra = json.load(f).get("eos_token_id")
+        ids += extra if isinstance(extra, list) else [extra] if extra is not None else []
+    return sorted(set(int(i) for i in ids))

@@ -20,6 +20,7 @@ may exceed config.json's vocab_size (megatron pads the vocabulary) but must not 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from typing import Any, Mapping, Optional
@@ -206,3 +207,16 @@ def arch_from_hf_or_yaml(model_args: Mapping[str, Any], hf_dir: str, model_name:
         if out.get(key) is None:
             out[key] = value
     return out
+
+
+def model_args(role_cfg, vocab_size: int) -> dict:
+    """Megatron-named architecture of a role: the model yaml, completed from a HF config.json."""
+    args = dataclasses.asdict(role_cfg.arch)
+    if role_cfg.load and os.path.isfile(os.path.join(role_cfg.load, "config.json")):
+        # the loader resolved this already; again here for a RoleConfig built by hand (idempotent)
+        args = resolve_arch(args, role_cfg.arch_set, role_cfg.load)
+    args = {k: v for k, v in args.items() if v is not None}
+    if not args.get("padded_vocab_size"):
+        multiple = args.get("make_vocab_size_divisible_by", 128) * role_cfg.parallel.tensor_model_parallel_size
+        args["padded_vocab_size"] = -(-vocab_size // multiple) * multiple
+    return args

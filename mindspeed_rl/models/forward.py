@@ -155,3 +155,11 @@ def compute_log_probs(
         return None
     stacked = torch.cat(out, dim=1)  # (2, B, S-1)
     return stacked[0], (stacked[1] if with_entropy else None)
+
+
+def micro_batch_divisor(rows: int, wanted: int) -> int:
+    """The largest micro-batch size <= wanted that divides rows (shards may be smaller than a micro-batch)."""
+    wanted = max(1, min(wanted, rows))
+    while rows % wanted:
+        wanted -= 1
+    return wanted

@@ -177,3 +177,25 @@ def generate_batch(engine: "RolloutEngine", prompts: dict, n: int, params: Sampl
             batch[key] = [v for v in prompts[key] for _ in range(n)]
     batch[keys.GROUP_INDEX] = prompts[keys.GROUP_INDEX].repeat_interleave(n)
     return batch
+
+
+def check_prompts(prompts: Sequence[Sequence[int]], max_total: int, vocab_size: int) -> list[list[int]]:
+    """Prompts as lists of ints, each non-empty, shorter than max_total and inside the vocabulary;
+    one sentence (UserInputError) for the first that is not. Shared by every engine."""
+    if len(prompts) == 0:
+        raise UserInputError("generate got no prompts; pass at least one prompt.")
+    rows = []
+    for i, p in enumerate(prompts):
+        p = [int(t) for t in p]
+        if not p:
+            raise UserInputError(f"prompt {i} is empty; drop empty prompts from the data or give it tokens.")
+        if len(p) >= max_total:
+            raise UserInputError(
+                f"prompt {i} has {len(p)} tokens, which leaves no room to generate within the maximum "
+                f"length {max_total}; lower max_prompt_length or raise seq_length / max_position_embeddings.")
+        bad = [t for t in p if not 0 <= t < vocab_size]
+        if bad:
+            raise UserInputError(f"prompt {i} has token id {bad[0]} outside the vocabulary [0, {vocab_size}); "
+                                 "check that the tokenizer matches the model.")
+        rows.append(p)
+    return rows

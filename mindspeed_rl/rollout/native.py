@@ -63,7 +63,7 @@ from megatron.core.tensor_parallel.mappings import gather_from_tensor_model_para
 
 from mindspeed_rl.models.forward import attention_mask_4d  # noqa: E402
 from mindspeed_rl.rollout.kv_cache import KVCache, cached_attention, forward_stage, new_cache  # noqa: E402
-from mindspeed_rl.rollout.interface import FINISH_EOS, FINISH_LENGTH, RolloutOutput, SamplingParams  # noqa: E402
+from mindspeed_rl.rollout.interface import check_prompts, FINISH_EOS, FINISH_LENGTH, RolloutOutput, SamplingParams  # noqa: E402
 from mindspeed_rl.rollout.sampling import choose_tokens, make_generator, token_log_probs  # noqa: E402
 from mindspeed_rl.utils.errors import UserInputError  # noqa: E402
 
@@ -188,23 +188,7 @@ class NativeEngine:
     # one batch
 
     def _check_prompts(self, prompts: Sequence[Sequence[int]], max_total: int) -> list[list[int]]:
-        if len(prompts) == 0:
-            raise UserInputError("generate got no prompts; pass at least one prompt.")
-        rows = []
-        for i, p in enumerate(prompts):
-            p = [int(t) for t in p]
-            if not p:
-                raise UserInputError(f"prompt {i} is empty; drop empty prompts from the data or give it tokens.")
-            if len(p) >= max_total:
-                raise UserInputError(
-                    f"prompt {i} has {len(p)} tokens, which leaves no room to generate within the maximum "
-                    f"length {max_total}; lower max_prompt_length or raise seq_length / max_position_embeddings.")
-            bad = [t for t in p if not 0 <= t < self.vocab_size]
-            if bad:
-                raise UserInputError(f"prompt {i} has token id {bad[0]} outside the vocabulary [0, {self.vocab_size}); "
-                                     "check that the tokenizer matches the model.")
-            rows.append(p)
-        return rows
+        return check_prompts(prompts, max_total, self.vocab_size)
 
     def _logits(self, ids: torch.Tensor, key_mask: torch.Tensor, cache: Optional[KVCache],
                 step: Optional[int]) -> Optional[torch.Tensor]:

@@ -48,7 +48,7 @@ import torch
 
 from mindspeed_rl.platform import get_platform
 from mindspeed_rl.platform import vllm_env
-from mindspeed_rl.rollout.interface import FINISH_EOS, FINISH_LENGTH, RolloutOutput, SamplingParams
+from mindspeed_rl.rollout.interface import check_prompts, FINISH_EOS, FINISH_LENGTH, RolloutOutput, SamplingParams
 from mindspeed_rl.utils.errors import UserInputError
 from mindspeed_rl.utils.logging import get_logger
 
@@ -282,23 +282,7 @@ class VLLMEngine:
         return tensor
 
     def _check_prompts(self, prompts: Sequence[Sequence[int]], max_total: int) -> list[list[int]]:
-        if len(prompts) == 0:
-            raise UserInputError("generate got no prompts; pass at least one prompt.")
-        rows = []
-        for i, p in enumerate(prompts):
-            p = [int(t) for t in p]
-            if not p:
-                raise UserInputError(f"prompt {i} is empty; drop empty prompts from the data or give it tokens.")
-            if len(p) >= max_total:
-                raise UserInputError(
-                    f"prompt {i} has {len(p)} tokens, which leaves no room to generate within the maximum "
-                    f"length {max_total}; lower max_prompt_length or raise seq_length / max_position_embeddings.")
-            bad = [t for t in p if not 0 <= t < self.vocab_size]
-            if bad:
-                raise UserInputError(f"prompt {i} has token id {bad[0]} outside the vocabulary [0, {self.vocab_size}); "
-                                     "check that the tokenizer matches the model.")
-            rows.append(p)
-        return rows
+        return check_prompts(prompts, max_total, self.vocab_size)
 
     def _to_output(self, rows: list[list[int]], results, temperature: float) -> RolloutOutput:
         """vLLM RequestOutputs -> RolloutOutput (prompts left-padded, responses right-padded)."""
@@ -327,3 +311,24 @@ class VLLMEngine:
         return RolloutOutput(prompts=prompts, prompt_mask=prompt_mask, responses=responses,
                              response_mask=response_mask, log_probs=log_probs * response_mask, finish_reason=finish,
                              prompt_length=prompt_mask.sum(-1), response_length=lengths, temperature=temperature)
+
+
+def build_vllm_engine(cfg, args: dict, tokenizer, vocab_size: int):
+    """The vLLM engine of an actor or generation rank (rollout/vllm_engine.py; imports vLLM)."""
+    from mindspeed_rl.models.hf_export import hf_config_from_args
+    from mindspeed_rl.data.tokenizer import eos_token_ids
+
+    a, r = cfg.actor, cfg.actor.rollout
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[a.params_dtype]
+    from mindspeed_rl.models.hf_bridge.loader import hf_config_of
+
+    hf_config = hf_config_of(a.load) or hf_config_from_args(args, vocab_size, dtype)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    return VLLMEngine(hf_config, vocab_size=vocab_size,
+                      max_length=min(int(args.get("max_position_embeddings") or cfg.run.seq_length), cfg.run.seq_length),
+                      eos_token_ids=eos_token_ids(tokenizer, a.load), pad_token_id=pad,
+                      dtype={"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}[a.params_dtype],
+                      tensor_parallel_size=r.infer_tensor_parallel_size,
+                      gpu_memory_utilization=r.gpu_memory_utilization, kv_cache_gb=r.vllm_kv_cache_gb,
+                      max_num_seqs=max(r.num_samples_per_step, 1), seed=cfg.run.seed, platform_name=cfg.run.platform
+                      if cfg.run.platform != "auto" else None)

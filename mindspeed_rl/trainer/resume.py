@@ -34,7 +34,7 @@ def find_resume(cfg, vocab_size: int) -> Optional[Resume]:
     """The checkpoint `training.resume` points at (None = start fresh), checked before any worker
     starts: complete (every file matches the manifest), same architecture, written by a trainer."""
     from mindspeed_rl.models import checkpoint as ckpt
-    from mindspeed_rl.workers.actor import model_args
+    from mindspeed_rl.models.arch_check import model_args
 
     where = cfg.run.resume
     if not where:

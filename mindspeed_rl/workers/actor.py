@@ -16,27 +16,14 @@ the output rank's (TP rank 0 of the last stage).
 """
 from __future__ import annotations
 
-import dataclasses
-import os
 
 import torch
 
 from mindspeed_rl.data import keys as K
+from mindspeed_rl.data.tokenizer import eos_token_ids
+from mindspeed_rl.models.arch_check import model_args
+from mindspeed_rl.models.hf_bridge.loader import hf_config_of
 from mindspeed_rl.platform import get_platform, on_device, params_dtype
-
-
-def model_args(role_cfg, vocab_size: int) -> dict:
-    """Megatron-named architecture of a role: the model yaml, completed from a HF config.json."""
-    args = dataclasses.asdict(role_cfg.arch)
-    if role_cfg.load and os.path.isfile(os.path.join(role_cfg.load, "config.json")):
-        # the loader resolved this already; again here for a RoleConfig built by hand (idempotent)
-        from mindspeed_rl.models.arch_check import resolve_arch
-        args = resolve_arch(args, role_cfg.arch_set, role_cfg.load)
-    args = {k: v for k, v in args.items() if v is not None}
-    if not args.get("padded_vocab_size"):
-        multiple = args.get("make_vocab_size_divisible_by", 128) * role_cfg.parallel.tensor_model_parallel_size
-        args["padded_vocab_size"] = -(-vocab_size // multiple) * multiple
-    return args
 
 
 class _ModelWorker:
@@ -70,10 +57,10 @@ class _ModelWorker:
         return rank_info()
 
     def _response_log_probs(self, model, batch: dict) -> torch.Tensor:
-        from mindspeed_rl.models.forward import compute_log_probs
+        from mindspeed_rl.models.forward import compute_log_probs, micro_batch_divisor
 
         P, T = batch[K.PROMPT_IDS].shape[1], batch[K.RESPONSES].shape[1]
-        mbs = _divisor(batch[K.INPUT_IDS].shape[0], self.role_cfg.micro_batch_size)
+        mbs = micro_batch_divisor(batch[K.INPUT_IDS].shape[0], self.role_cfg.micro_batch_size)
         model.eval()
         out = compute_log_probs(model, batch[K.INPUT_IDS], batch[K.ATTENTION_MASK], mbs, self.temperature,
                                 self.vocab_size)
@@ -110,6 +97,8 @@ class ActorRolloutWorker(_ModelWorker):
         if cfg.actor.num_gpus_for_infer:  # split: the rollout ranks generate
             self.engine = None
         elif r.rollout_engine == "vllm":  # its own copy of the weights, synced after every update
+            from mindspeed_rl.rollout.vllm_engine import build_vllm_engine
+
             self.engine = build_vllm_engine(cfg, self.args, self.tokenizer, self.vocab_size)
         else:
             self.engine = NativeEngine(
@@ -127,7 +116,7 @@ class ActorRolloutWorker(_ModelWorker):
         model: nothing to copy. Returns timing/sync_weights and rollout/sync_peak_bytes ({} native)."""
         if self.engine_kind != "vllm" or self.engine is None:
             return {}
-        from mindspeed_rl.workers.rollout import gathered_hf_tensors
+        from mindspeed_rl.rollout.weight_buckets import gathered_hf_tensors
 
         self.engine.update_weights(gathered_hf_tensors(self.model, self.args))
         return {"timing/sync_weights": self.engine.last_sync["seconds"],
@@ -159,6 +148,7 @@ class ActorRolloutWorker(_ModelWorker):
     def update_actor(self, batch: dict) -> dict[str, float]:
         """ppo_epochs x mini-batches over this DP rank's shard (rows of a prompt's group stay together
         unless shuffle_minibatch)."""
+        from mindspeed_rl.models.forward import micro_batch_divisor
         from mindspeed_rl.models.train_step import PolicyLossSettings, policy_update_step
 
         if self.engine is not None:
@@ -186,7 +176,7 @@ class ActorRolloutWorker(_ModelWorker):
                     mb["ref_log_probs"] = batch[K.REF_LOG_PROBS][idx]
                 if K.ROLLOUT_LOG_PROBS in names and p.tis_mode != "off":
                     mb["rollout_log_probs"] = batch[K.ROLLOUT_LOG_PROBS][idx]
-                mbs = _divisor(len(idx), self.role_cfg.micro_batch_size)
+                mbs = micro_batch_divisor(len(idx), self.role_cfg.micro_batch_size)
                 collected.append(policy_update_step(self.ddp, self.optimizer, self.scheduler, mb, P, mbs, s))
         keys = collected[0].keys() if collected and collected[0] else []
         return {k: sum(c[k] for c in collected) / len(collected) for k in keys}
@@ -200,7 +190,7 @@ class ActorRolloutWorker(_ModelWorker):
 
         state = dict(trainer_state or {}, actor={"calls": self.calls})
         return save_checkpoint(path, step, self.ddp, self.args, self.optimizer, self.scheduler,
-                               vocab_size=self.vocab_size, hf_config=_hf_config(self.cfg.actor.load),
+                               vocab_size=self.vocab_size, hf_config=hf_config_of(self.cfg.actor.load),
                                params_dtype=self.role_cfg.params_dtype, trainer_state=state,
                                manifest_extra={"config_hash": config_hash}, keep_last_n=keep_last_n)
 
@@ -230,14 +220,14 @@ class ActorRolloutWorker(_ModelWorker):
         """Export the live actor as a Hugging Face checkpoint directory (every rank calls it)."""
         from mindspeed_rl.models.hf_export import export_hf
 
-        return export_hf(self.ddp, self.args, out_dir, self.vocab_size, hf_config=_hf_config(self.cfg.actor.load),
+        return export_hf(self.ddp, self.args, out_dir, self.vocab_size, hf_config=hf_config_of(self.cfg.actor.load),
                          tokenizer_dir=self.cfg.run.tokenizer_name_or_path)
 
     def export_weights_for_rollout(self, bucket_mb: float = 256.0) -> list:
         """Split deployment: this stage's weights under HF names, in the Ray object store in buckets
         of about bucket_mb; returns their object refs ([] on ranks that put none). Every training
         rank must call it (TP all-gathers); workers/rollout.py describes the hand-over."""
-        from mindspeed_rl.workers.rollout import export_hf_buckets
+        from mindspeed_rl.rollout.weight_buckets import export_hf_buckets
 
         return export_hf_buckets(self.model, self.args, bucket_mb)
 
@@ -271,53 +261,3 @@ class ReferenceWorker(_ModelWorker):
         finally:
             if self.offload:
                 self._place(torch.device("cpu"))
-
-
-def build_vllm_engine(cfg, args: dict, tokenizer, vocab_size: int):
-    """The vLLM engine of an actor or generation rank (rollout/vllm_engine.py; imports vLLM)."""
-    from mindspeed_rl.models.hf_export import hf_config_from_args
-    from mindspeed_rl.rollout.vllm_engine import VLLMEngine
-
-    a, r = cfg.actor, cfg.actor.rollout
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[a.params_dtype]
-    hf_config = _hf_config(a.load) or hf_config_from_args(args, vocab_size, dtype)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    return VLLMEngine(hf_config, vocab_size=vocab_size,
-                      max_length=min(int(args.get("max_position_embeddings") or cfg.run.seq_length), cfg.run.seq_length),
-                      eos_token_ids=eos_token_ids(tokenizer, a.load), pad_token_id=pad,
-                      dtype={"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}[a.params_dtype],
-                      tensor_parallel_size=r.infer_tensor_parallel_size,
-                      gpu_memory_utilization=r.gpu_memory_utilization, kv_cache_gb=r.vllm_kv_cache_gb,
-                      max_num_seqs=max(r.num_samples_per_step, 1), seed=cfg.run.seed, platform_name=cfg.run.platform
-                      if cfg.run.platform != "auto" else None)
-
-
-def eos_token_ids(tokenizer, load) -> list[int]:
-    """The tokenizer's EOS plus every id of the checkpoint's generation_config.json (Qwen ends chat
-    turns with <|im_end|> while its tokenizer's eos is <|endoftext|>)."""
-    ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-    path = os.path.join(load, "generation_config.json") if load else None
-    if path and os.path.isfile(path):
-        import json
-        with open(path, encoding="utf-8") as f:
-            extra = json.load(f).get("eos_token_id")
-        ids += extra if isinstance(extra, list) else [extra] if extra is not None else []
-    return sorted(set(int(i) for i in ids))
-
-
-def _hf_config(load) -> dict | None:
-    """config.json of the HF checkpoint a role started from (None for random init / our checkpoints)."""
-    path = os.path.join(load, "config.json") if load else None
-    if path and os.path.isfile(path):
-        import json
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    return None
-
-
-def _divisor(rows: int, wanted: int) -> int:
-    """The largest micro-batch size <= wanted that divides rows (shards may be smaller than a micro-batch)."""
-    wanted = max(1, min(wanted, rows))
-    while rows % wanted:
-        wanted -= 1
-    return wanted

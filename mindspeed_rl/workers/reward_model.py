@@ -29,7 +29,7 @@ class RewardModelWorker:
         from mindspeed_rl.models.checkpoint import load_weights
         from mindspeed_rl.models.reward_model import build_reward_model, reward_args
         from mindspeed_rl.utils.errors import UserInputError
-        from mindspeed_rl.workers.actor import model_args
+        from mindspeed_rl.models.arch_check import model_args
 
         self.cfg, self.role_cfg = cfg, role
         self.env = init_distributed(platform)
@@ -61,9 +61,9 @@ class RewardModelWorker:
             (B,) on the output rank (TP rank 0 of the last stage); zeros on the other ranks.
         """
         from mindspeed_rl.models.reward_model import compute_scores
-        from mindspeed_rl.workers.actor import _divisor
+        from mindspeed_rl.models.forward import micro_batch_divisor
 
         rows = batch[K.INPUT_IDS].shape[0]
         out = compute_scores(self.model, batch[K.INPUT_IDS], batch[K.ATTENTION_MASK],
-                             _divisor(rows, self.role_cfg.micro_batch_size))
+                             micro_batch_divisor(rows, self.role_cfg.micro_batch_size))
         return torch.zeros(rows, device=self.device) if out is None else out

@@ -38,7 +38,7 @@ def _megatron(hf_dir, seed=0):
 def setup(request, tmp_path_factory, gloo_world1):
     """(arch, HF dir, megatron model, args, engine synced from the megatron model)."""
     from mindspeed_rl.rollout.vllm_engine import VLLMEngine
-    from mindspeed_rl.workers.rollout import gathered_hf_tensors
+    from mindspeed_rl.rollout.weight_buckets import gathered_hf_tensors
 
     arch = request.param
     out = tmp_path_factory.mktemp(arch)
@@ -144,7 +144,7 @@ def test_update_in_shuffled_chunks_splitting_layers_equals_a_fresh_engine(setup,
 def test_sync_check_fires_on_corrupted_weights(setup):
     """The probe after a sync: the true weights pass at 1e-4; one corrupted tensor (layer 1's k_proj
     scaled by 3) stops with the sentence naming the step and the largest difference."""
-    from mindspeed_rl.workers.rollout import gathered_hf_tensors
+    from mindspeed_rl.rollout.weight_buckets import gathered_hf_tensors
 
     arch, _, model, args, engine, _, _ = setup
     engine.update_weights(gathered_hf_tensors(model, args))

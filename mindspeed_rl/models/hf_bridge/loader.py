@@ -36,6 +36,15 @@ def read_hf_config(hf_dir: str) -> dict[str, Any]:
     return config
 
 
+def hf_config_of(load) -> dict | None:
+    """config.json of the HF checkpoint a role started from (None for random init / our checkpoints)."""
+    path = os.path.join(load, "config.json") if load else None
+    if path and os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    return None
+
+
 def _global_name(model: torch.nn.Module, local_name: str) -> tuple[str, Optional[int]]:
     """decoder.layers.<local j>.x -> decoder.layers.<global i>.x, and i."""
     m = _LOCAL_LAYER.match(local_name)

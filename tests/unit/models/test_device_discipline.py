@@ -141,7 +141,7 @@ def test_loaders_copy_into_the_built_parameters(gloo_world1, tmp_path, arch):
     from mindspeed_rl.models.checkpoint import load_weights, save_checkpoint
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
     from mindspeed_rl.rollout.weights import load_hf_tensors
-    from mindspeed_rl.workers.rollout import gathered_hf_tensors
+    from mindspeed_rl.rollout.weight_buckets import gathered_hf_tensors
 
     hf = make_tiny_hf(arch, str(tmp_path / "hf"))
     init_parallel_state(1, 1, seed=3)

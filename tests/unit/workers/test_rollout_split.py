@@ -140,7 +140,7 @@ def test_gathered_hf_tensors_are_the_hf_state_dict(arch, gloo_world1, tmp_path):
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
     from mindspeed_rl.rollout.weights import load_hf_tensors
-    from mindspeed_rl.workers.rollout import gathered_hf_tensors, hf_buckets
+    from mindspeed_rl.rollout.weight_buckets import gathered_hf_tensors, hf_buckets
     from testing_utils import make_tiny_hf
 
     hf = make_tiny_hf(arch, str(tmp_path))

@@ -68,7 +68,7 @@ def spies(monkeypatch):
     import mindspeed_rl.models.reward_model as reward_model
     import mindspeed_rl.models.train_step as train_step
     import mindspeed_rl.rollout.interface as interface
-    import mindspeed_rl.workers.rollout as rollout
+    import mindspeed_rl.rollout.weight_buckets as weight_buckets
 
     seen: list[set] = []
 
@@ -94,7 +94,7 @@ def spies(monkeypatch):
     monkeypatch.setattr(train_step, "policy_update_step", policy_update_step)
     monkeypatch.setattr(interface, "generate_batch", generate_batch)
     monkeypatch.setattr(reward_model, "compute_scores", compute_scores)
-    monkeypatch.setattr(rollout, "gathered_hf_tensors", lambda model, args: iter([("w", torch.ones(2, device=META))]))
+    monkeypatch.setattr(weight_buckets, "gathered_hf_tensors", lambda model, args: iter([("w", torch.ones(2, device=META))]))
     return seen
 
 

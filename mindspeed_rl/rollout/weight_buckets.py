@@ -1,0 +1,93 @@
+"""HF-named weights out of a live sharded megatron model, in buckets through the Ray object store.
+
+    named = gathered_hf_tensors(model, args)     # (HF name, full tensor), TP shards merged
+    refs = export_hf_buckets(model, args)        # DP rank 0 puts ~BUCKET_MB buckets in the object store
+    pairs = fetch_buckets(refs, timeout_s, who)  # the receiving side, one bucket in memory at a time
+
+Shared by the actor (colocated vLLM sync, split export) and the generation-only ranks; it lives
+below workers/ so that the roles do not import each other.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator, Mapping
+
+import torch
+
+BUCKET_MB = 256.0  # weights per object-store entry: a few entries per billion parameters
+
+
+# ---------------------------------------------------------------------------------------------
+# training side: a live sharded model -> HF-named full tensors
+
+
+def gathered_hf_tensors(model: torch.nn.Module, args: Mapping[str, Any]) -> Iterator[tuple[str, torch.Tensor]]:
+    """(HF name, full tensor) of this rank's pipeline stage, TP shards merged.
+
+    Every rank of a TP group must run the iteration to the end together (each parameter is an
+    all-gather over the group); all of them get the same full tensors. Vocabulary rows are kept
+    up to padded_vocab_size, the tied output layer is left out (it is the embedding).
+    """
+    from megatron.core import parallel_state as ps
+
+    from mindspeed_rl.models.checkpoint import chunk_state_dict
+    from mindspeed_rl.models.hf_bridge.sharding import kind_of, mcore_to_hf, merge_tp
+
+    tied = not args.get("untie_embeddings_and_output_weights", False)
+    tp = ps.get_tensor_model_parallel_world_size()
+    for name, tensor in chunk_state_dict(model).items():
+        kind = kind_of(name, tied)
+        if tp > 1 and kind != "replicated":
+            parts = [torch.empty_like(tensor) for _ in range(tp)]
+            torch.distributed.all_gather(parts, tensor.contiguous(), group=ps.get_tensor_model_parallel_group())
+            tensor = merge_tp(kind, parts)
+        yield from mcore_to_hf(name, tensor, args, int(args["padded_vocab_size"])).items()
+
+
+def hf_buckets(named: Iterable[tuple[str, torch.Tensor]], bucket_mb: float) -> Iterator[dict[str, torch.Tensor]]:
+    """Group (name, tensor) pairs into dicts of at least bucket_mb MiB (the last one may be smaller)."""
+    bucket, size, limit = {}, 0, bucket_mb * 2 ** 20
+    for name, tensor in named:
+        bucket[name] = tensor
+        size += tensor.numel() * tensor.element_size()
+        if size >= limit:
+            yield bucket
+            bucket, size = {}, 0
+    if bucket:
+        yield bucket
+
+
+def export_hf_buckets(model: torch.nn.Module, args: Mapping[str, Any], bucket_mb: float = BUCKET_MB) -> list:
+    """Put this stage's HF-named weights in the Ray object store; returns the object refs.
+
+    Only DP rank 0 takes part (DP replicas hold the same weights); its TP ranks gather together
+    and TP rank 0 puts the buckets ({HF name: tensor}, about bucket_mb each). Other ranks return [].
+    """
+    import ray
+    from megatron.core import parallel_state as ps
+
+    if ps.get_data_parallel_rank() != 0:
+        return []
+    named = gathered_hf_tensors(model, args)
+    if ps.get_tensor_model_parallel_rank() != 0:
+        for _ in named:  # take part in every all-gather; TP rank 0 sends
+            pass
+        return []
+    # a copy per tensor: parameters are views into megatron's contiguous buffers, and pickling a
+    # view would ship its whole buffer (the whole model) with every tensor
+    compact = ((k, v.detach().to("cpu", copy=True)) for k, v in named)
+    return [ray.put(bucket) for bucket in hf_buckets(compact, bucket_mb)]
+
+
+def fetch_buckets(refs: list, timeout_s: float, who: str) -> Iterator[tuple[str, torch.Tensor]]:
+    """Stream the (HF name, tensor) pairs of object-store buckets, one bucket in memory at a time."""
+    import ray
+    from ray.exceptions import GetTimeoutError
+
+    for i, ref in enumerate(refs):
+        try:
+            bucket = ray.get(ref, timeout=timeout_s)
+        except GetTimeoutError:
+            raise TimeoutError(f"{who}: weight bucket {i + 1} of {len(refs)} from the training ranks did not "
+                               f"arrive within {timeout_s:g} s (is the training rank that owns it alive?)") from None
+        yield from bucket.items()
