@@ -248,7 +248,7 @@ def our_settings(size: str, d: dict, processes: dict) -> dict:
     get_platform("cpu").patch()
     import megatron.core.optimizer as megatron_optimizer
 
-    cfg = load_config(f"bench_{size}", [], d["config_dir"])
+    cfg = load_config(f"bench_{size}_megatron", [], d["config_dir"])  # the "ours" side: the native engine
     a, ppo, o, r = cfg.actor, cfg.actor.ppo, cfg.actor.optim, cfg.actor.rollout
     tok = load_tokenizer(d["model"])
     first = build_prompt_dataset(d["prompts"], tok, 8)[0]["prompt_ids"]
