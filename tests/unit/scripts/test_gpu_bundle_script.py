@@ -69,10 +69,14 @@ def test_parts_respect_the_limit_and_cut_big_wheels():
 def test_the_real_environment_plan():
     """In the project's venv: the compiled packages come as wheels, the pure ones as copies, and
     nothing the GPU machine already has is brought."""
-    plan = gb.select(gb.NEED, gb.HAVE, gb.installed())
+    env = gb.installed()
+    plan = gb.select(gb.NEED, gb.HAVE, env)
     wheels, pure = {n for n, _ in plan["wheels"]}, {n for n, _ in plan["pure"]}
     assert "ray" in wheels
-    assert {"hydra-core", "omegaconf", "antlr4-python3-runtime", "math-verify", "einops", "megatron-core"} <= pure
+    expected = {"hydra-core", "omegaconf", "antlr4-python3-runtime", "math-verify", "megatron-core"}
+    if "einops" in env:  # megatron-core 0.12 installs it; 0.16 (CI's second stage) does not
+        expected.add("einops")
+    assert expected <= pure
     assert not (wheels | pure) & {"torch", "transformers", "safetensors", "tokenizers", "tensorboard", "numpy"}
 
 
