@@ -103,3 +103,19 @@ def save_random_reward_model(config, out_dir, seed=0):
                 p.add_(1.0)
     model.save_pretrained(out_dir)
     return model
+
+
+class FakeGroup:
+    """A worker group without Ray: records run_all / run_sharded calls as (name, method) in `log`
+    and answers from `answers[method]`, as the real workers would."""
+
+    def __init__(self, name, log, answers):
+        self.name, self.log, self.answers = name, log, answers
+
+    def run_all(self, method, *args, timeout_s=None):
+        self.log.append((self.name, method))
+        return self.answers[method](*args)
+
+    def run_sharded(self, method, batch, *args, layout=None):
+        self.log.append((self.name, method))
+        return self.answers[method](batch, *args)

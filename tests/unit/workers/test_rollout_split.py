@@ -8,6 +8,7 @@ from mindspeed_rl.data import keys as K
 from mindspeed_rl.distributed.plan import make_plan
 from mindspeed_rl.distributed.worker_group import DPLayout
 from mindspeed_rl.trainer.roles import ActorFacade, RolloutFacade, job_placement, logp_diff_metrics
+from testing_utils import FakeGroup
 
 A = "actor_rollout_ref.actor_rollout"
 
@@ -41,21 +42,6 @@ def test_logp_diff_metrics_only_count_response_tokens():
     m = logp_diff_metrics(train, rollout, mask)
     assert m == {"rollout/logp_diff_max": 0.5, "rollout/logp_diff_mean": pytest.approx(0.75 / 5)}
     assert logp_diff_metrics(train, rollout, torch.zeros(2, 3)) == {}
-
-
-class FakeGroup:
-    """Records run_all / run_sharded calls; answers like the real workers would."""
-
-    def __init__(self, name, log, answers):
-        self.name, self.log, self.answers = name, log, answers
-
-    def run_all(self, method, *args, timeout_s=None):
-        self.log.append((self.name, method))
-        return self.answers[method](*args)
-
-    def run_sharded(self, method, batch, *args, layout=None):
-        self.log.append((self.name, method))
-        return self.answers[method](batch, *args)
 
 
 def split_actor(log):

@@ -7,19 +7,7 @@ from mindspeed_rl.data import keys as K
 from mindspeed_rl.distributed.worker_group import DPLayout
 from mindspeed_rl.rollout.sync_check import RolloutSyncError, check_sync, probe_prompts, tolerance
 from mindspeed_rl.trainer.roles import ActorFacade, RolloutFacade
-
-
-class FakeGroup:
-    def __init__(self, name, log, answers):
-        self.name, self.log, self.answers = name, log, answers
-
-    def run_all(self, method, *args, timeout_s=None):
-        self.log.append((self.name, method))
-        return self.answers[method](*args)
-
-    def run_sharded(self, method, batch, *args, layout=None):
-        self.log.append((self.name, method))
-        return self.answers[method](batch, *args)
+from testing_utils import FakeGroup
 
 
 def probe(logp):
