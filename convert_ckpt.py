@@ -3,6 +3,7 @@
     python convert_ckpt.py --load-model-type hf --save-model-type mg \
         --load-dir ./models/Qwen2.5-7B-Instruct --save-dir ./ckpt/qwen25-7b-tp2pp2 \
         --target-tensor-parallel-size 2 --target-pipeline-parallel-size 2 --model-type-hf qwen2
+    # MoE (Qwen3-MoE): add --target-expert-parallel-size 2 [--target-expert-tensor-parallel-size 1]
 
     python convert_ckpt.py --load-model-type mg --save-model-type hf \
         --load-dir ./ckpt/qwen25-7b-tp2pp2 --save-dir ./export/qwen25-7b-hf
@@ -21,7 +22,7 @@ import sys
 import time
 import warnings
 
-MODEL_TYPES_HF = ("llama2", "llama3", "qwen2", "qwen3")
+MODEL_TYPES_HF = ("llama2", "llama3", "qwen2", "qwen3", "qwen3_moe")
 IGNORED = ("use_mcore_models", "model_type", "tokenizer_model", "add_qkv_bias")
 
 
@@ -33,6 +34,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--save-dir", required=True)
     p.add_argument("--target-tensor-parallel-size", type=int, default=1)
     p.add_argument("--target-pipeline-parallel-size", type=int, default=1)
+    p.add_argument("--target-expert-parallel-size", type=int, default=1, help="EP of an MoE model (mg output)")
+    p.add_argument("--target-expert-tensor-parallel-size", type=int, default=None,
+                   help="ETP of an MoE model (mg output; default: the target TP)")
     p.add_argument("--model-type-hf", choices=MODEL_TYPES_HF, default=None)
     p.add_argument("--params-dtype", choices=("fp32", "bf16", "fp16"), default=None,
                    help="cast tensors on save (default: keep the stored dtype)")
@@ -60,7 +64,8 @@ def main(argv=None) -> int:
 
         out = convert(args.load_model_type, args.save_model_type, args.load_dir, args.save_dir,
                       args.target_tensor_parallel_size, args.target_pipeline_parallel_size, args.model_type_hf,
-                      args.params_dtype, args.hf_cfg_dir, args.make_vocab_size_divisible_by)
+                      args.params_dtype, args.hf_cfg_dir, args.make_vocab_size_divisible_by,
+                      args.target_expert_parallel_size, args.target_expert_tensor_parallel_size)
     except UserInputError as err:
         print(f"convert_ckpt.py: {err}", file=sys.stderr)
         return 2

@@ -10,9 +10,11 @@ num_attention_heads, group_query_attention / num_query_groups, kv_channels, padd
 max_position_embeddings, rotary_base, rope_scaling_type ("llama3") with rope_scaling_factor /
 low_freq_factor / high_freq_factor / original_max_position_embeddings, add_qkv_bias,
 disable_bias_linear, untie_embeddings_and_output_weights, normalization, norm_epsilon, swiglu,
-qk_layernorm, attention_dropout, hidden_dropout, init_method_std. Keys this module does not use
+qk_layernorm, attention_dropout, hidden_dropout, init_method_std; MoE (every layer): num_experts,
+moe_router_topk, moe_ffn_hidden_size, norm_topk_prob / moe_router_pre_softmax,
+moe_router_load_balancing_type, moe_aux_loss_coeff, moe_token_dispatcher_type, moe_grouped_gemm. Keys this module does not use
 (MindSpeed switches, tokenizer settings, ...) are ignored here: validating the vocabulary is the
-config package's job. TP/PP sizes come from megatron's parallel_state.
+config package's job. TP/PP/EP/ETP sizes come from megatron's parallel_state.
 
 Departure from megatron-core: GPTModel's llama3 rope scaling only takes the factor (low/high
 frequency factors and the original context length are fixed to Llama-3.1's 1/4/8192), so we
@@ -40,12 +42,14 @@ from megatron.core.transformer.transformer_config import TransformerConfig  # no
 _REQUIRED = ("num_layers", "hidden_size", "num_attention_heads", "padded_vocab_size")
 
 
-def init_parallel_state(tp: int = 1, pp: int = 1, seed: int = 1234) -> None:
-    """(Re)initialise megatron's TP/PP groups over the existing torch.distributed world and seed
-    its RNG tracker (needed before building a model)."""
+def init_parallel_state(tp: int = 1, pp: int = 1, seed: int = 1234, ep: int = 1, etp: Optional[int] = None) -> None:
+    """(Re)initialise megatron's TP/PP (and MoE EP/ETP; ETP defaults to TP) groups over the existing
+    torch.distributed world and seed its RNG tracker (needed before building a model)."""
     if parallel_state.model_parallel_is_initialized():
         parallel_state.destroy_model_parallel()
-    parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
+                                             expert_model_parallel_size=ep,
+                                             expert_tensor_parallel_size=tp if etp is None else etp)
     model_parallel_cuda_manual_seed(seed)
 
 
@@ -92,6 +96,31 @@ def transformer_config(args: Mapping[str, Any], params_dtype: torch.dtype = torc
         tensor_model_parallel_size=parallel_state.get_tensor_model_parallel_world_size(),
         pipeline_model_parallel_size=parallel_state.get_pipeline_model_parallel_world_size(),
         sequence_parallel=sequence_parallel,
+        **moe_config_fields(args),
+    )
+
+
+def moe_config_fields(args: Mapping[str, Any]) -> dict[str, Any]:
+    """TransformerConfig MoE fields from Megatron-named args ({} for a dense model); EP/ETP sizes come
+    from parallel_state. Experts are megatron's SequentialMLP (moe_grouped_gemm needs a grouped-GEMM
+    kernel package; validate.py refuses it where the platform has none). HF's norm_topk_prob, when
+    given, decides moe_router_pre_softmax (softmax over all experts, then top-k, unrenormalised)."""
+    experts = _get(args, "num_experts")
+    if not experts or int(experts) <= 1:
+        return {}
+    norm = args.get("norm_topk_prob")
+    pre_softmax = (not norm) if norm is not None else bool(_get(args, "moe_router_pre_softmax", False))
+    return dict(
+        num_moe_experts=int(experts),
+        moe_router_topk=int(_get(args, "moe_router_topk", 2)),
+        moe_ffn_hidden_size=int(_get(args, "moe_ffn_hidden_size", _get(args, "ffn_hidden_size", 4 * int(args["hidden_size"])))),
+        moe_router_pre_softmax=pre_softmax,
+        moe_router_load_balancing_type=_get(args, "moe_router_load_balancing_type", "aux_loss"),
+        moe_aux_loss_coeff=float(_get(args, "moe_aux_loss_coeff", 0.0)),
+        moe_token_dispatcher_type=_get(args, "moe_token_dispatcher_type", "allgather"),
+        moe_grouped_gemm=bool(_get(args, "moe_grouped_gemm", False)),
+        expert_model_parallel_size=parallel_state.get_expert_model_parallel_world_size(),
+        expert_tensor_parallel_size=parallel_state.get_expert_tensor_parallel_world_size(),
     )
 
 
@@ -130,7 +159,8 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
     scaling = _get(args, "rope_scaling_type")
     if scaling not in (None, "llama3"):
         raise ValueError(f"rope_scaling_type {scaling!r} is not supported; use llama3 or null.")
-    spec = get_gpt_layer_local_spec(qk_layernorm=config.qk_layernorm, normalization=config.normalization)
+    spec = get_gpt_layer_local_spec(num_experts=config.num_moe_experts, moe_grouped_gemm=config.moe_grouped_gemm,
+                                    qk_layernorm=config.qk_layernorm, normalization=config.normalization)
     # megatron's layers pass device=current_device() themselves; modules that do not (the torch-norm
     # fallback) follow the default device, so make that the target too, then place what is left over
     with torch.device(device):

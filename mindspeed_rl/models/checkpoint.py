@@ -11,6 +11,10 @@ Layout (one directory per step, Megatron's `iter_*` + `latest_checkpointed_itera
     .../mp_rank_XX_YYY/optim_dp{dp:03d}.pt        distributed optimizer instead: each DP rank's
                                                   shard (inner Adam state + fp32 main params)
     .../mp_rank_XX_YYY/rng_dp{dp:03d}.pt          python / numpy / torch / megatron tracker rng
+    <save>/iter_0000010/expert_rank_{etp:02d}_{pp:03d}_{ep:03d}/model.safetensors   MoE models: the
+                                                  experts of one (ETP rank, stage, EP rank), GLOBAL
+                                                  expert numbers (expert-data-parallel rank 0);
+                                                  the mp_rank_* files then hold everything else
     <save>/iter_0000010/trainer_state.json        the driver's state (step, data-loader position, KL
                                                   controller, ...) and the workers' counters (resume)
 
@@ -49,7 +53,7 @@ import torch
 from safetensors.torch import save_file
 
 from mindspeed_rl.models.hf_bridge.checkpoint_io import open_safetensors
-from mindspeed_rl.models.hf_bridge.loader import global_param_name, load_into_model
+from mindspeed_rl.models.hf_bridge.loader import global_param_name, load_into_model, model_parallel_ranks
 from mindspeed_rl.models.hf_bridge.mapping import hf_names
 from mindspeed_rl.models.hf_bridge.sharding import kind_of, mcore_to_hf, merge_tp
 from mindspeed_rl.utils.errors import UserInputError
@@ -67,6 +71,14 @@ _ARCH_KEYS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_hea
 
 def rank_dir(tp_rank: int, pp_rank: int) -> str:
     return f"mp_rank_{tp_rank:02d}_{pp_rank:03d}"
+
+
+def expert_rank_dir(etp_rank: int, pp_rank: int, ep_rank: int) -> str:
+    return f"expert_rank_{etp_rank:02d}_{pp_rank:03d}_{ep_rank:03d}"
+
+
+def is_expert_param(name: str) -> bool:
+    return ".mlp.experts." in name
 
 
 def step_dir(save_dir: str, step: int) -> str:
@@ -209,22 +221,33 @@ class MegatronCheckpointReader:
         self.args = m["model_args"]
         self.vocab_size = int(m.get("vocab_size") or self.args["padded_vocab_size"])
         tied = not self.args.get("untie_embeddings_and_output_weights", False)
-        self._files: dict[str, list[str]] = {}  # megatron name -> files of TP ranks 0..tp-1
+        self._files: dict[str, list[str]] = {}  # megatron name -> files of TP (ETP) ranks 0..tp-1
         self.stages: list[list[str]] = []  # HF names held by each pipeline stage, in file order
         self.hf_to_mcore: dict[str, str] = {}
+        ep, etp = int(m.get("ep", 1)), int(m.get("etp", m["tp"]))
+        moe = any(rel.startswith("expert_rank_") for rel in m["files"])
         for pp_rank in range(m["pp"]):
+            first = []  # files holding TP (ETP) rank 0's tensors of this stage
             for tp_rank in range(m["tp"]):
-                file = os.path.join(self.path, rank_dir(tp_rank, pp_rank), MODEL_FILE)
-                for name in open_safetensors(file).keys():
-                    self._files.setdefault(name, []).append(file)
+                first += [self._add(os.path.join(self.path, rank_dir(tp_rank, pp_rank), MODEL_FILE), tp_rank)]
+            for ep_rank in range(ep) if moe else ():
+                for etp_rank in range(etp):
+                    file = os.path.join(self.path, expert_rank_dir(etp_rank, pp_rank, ep_rank), MODEL_FILE)
+                    first += [self._add(file, etp_rank)]
             self.stages.append([])
-            for name in open_safetensors(os.path.join(self.path, rank_dir(0, pp_rank), MODEL_FILE)).keys():
+            for name in (n for f in first if f for n in open_safetensors(f).keys()):
                 if name == "output_layer.weight" and tied:
                     continue  # the last stage's copy of the tied embedding
                 for hf_name in hf_names(name, None, tied)[1]:
                     self.hf_to_mcore[hf_name] = name
                     self.stages[-1].append(hf_name)
         self._cache: tuple[str, dict[str, torch.Tensor]] = ("", {})
+
+    def _add(self, file: str, shard_rank: int) -> Optional[str]:
+        """Record the tensors of one file; returns it when it holds shard 0 (names listed once)."""
+        for name in open_safetensors(file).keys():
+            self._files.setdefault(name, []).append(file)
+        return file if shard_rank == 0 else None
 
     def mcore_names(self) -> list[str]:
         return list(self._files)
@@ -267,7 +290,10 @@ def _ranks() -> dict[str, int]:
 
     return dict(tp=ps.get_tensor_model_parallel_world_size(), pp=ps.get_pipeline_model_parallel_world_size(),
                 dp=ps.get_data_parallel_world_size(), tp_rank=ps.get_tensor_model_parallel_rank(),
-                pp_rank=ps.get_pipeline_model_parallel_rank(), dp_rank=ps.get_data_parallel_rank())
+                pp_rank=ps.get_pipeline_model_parallel_rank(), dp_rank=ps.get_data_parallel_rank(),
+                ep=ps.get_expert_model_parallel_world_size(), etp=ps.get_expert_tensor_parallel_world_size(),
+                ep_rank=ps.get_expert_model_parallel_rank(), etp_rank=ps.get_expert_tensor_parallel_rank(),
+                edp_rank=ps.get_expert_data_parallel_rank())
 
 
 def _barrier() -> None:
@@ -357,9 +383,15 @@ def save_checkpoint(save_dir: str, step: int, model: torch.nn.Module, args: Mapp
     _barrier()
     here = os.path.join(tmp, rank_dir(r["tp_rank"], r["pp_rank"]))
     os.makedirs(here, exist_ok=True)
+    state = chunk_state_dict(model)
     if r["dp_rank"] == 0:
-        tensors = {k: v.contiguous() for k, v in chunk_state_dict(model).items()}
+        tensors = {k: v.contiguous() for k, v in state.items() if not is_expert_param(k)}
         save_file(tensors, os.path.join(here, MODEL_FILE), metadata={"format": FORMAT})
+    experts = {k: v.contiguous() for k, v in state.items() if is_expert_param(k)}
+    if experts and r["edp_rank"] == 0:  # experts differ across EP ranks, which live in the DP dimension
+        where = os.path.join(tmp, expert_rank_dir(r["etp_rank"], r["pp_rank"], r["ep_rank"]))
+        os.makedirs(where, exist_ok=True)
+        save_file(experts, os.path.join(where, MODEL_FILE), metadata={"format": FORMAT})
     distributed = optimizer is not None and _is_distributed_optimizer(optimizer)
     sched = scheduler.state_dict() if scheduler is not None else None
     if distributed:  # every DP rank holds a different shard of the state
@@ -375,7 +407,7 @@ def save_checkpoint(save_dir: str, step: int, model: torch.nn.Module, args: Mapp
     _barrier()
     final = step_dir(save_dir, step)
     if rank0:
-        finish_write(tmp, {"step": step, "tp": r["tp"], "pp": r["pp"], "dp": r["dp"],
+        finish_write(tmp, {"step": step, "tp": r["tp"], "pp": r["pp"], "dp": r["dp"], "ep": r["ep"], "etp": r["etp"],
                            "params_dtype": params_dtype, "vocab_size": vocab_size, "model_args": _jsonable(args),
                            "hf_config": dict(hf_config) if hf_config else None,
                            "has_optimizer": optimizer is not None, "distributed_optimizer": distributed,
@@ -409,7 +441,9 @@ def load_checkpoint(path: str, model: torch.nn.Module, args: Mapping[str, Any], 
     manifest = read_manifest(path)
     check_args_match(manifest, args)
     path, r, m = manifest["path"], _ranks(), manifest
-    same_mp = (m["tp"], m["pp"]) == (r["tp"], r["pp"])
+    # MoE checkpoints always re-shard through the reader (experts live in their own files)
+    moe = any(rel.startswith("expert_rank_") for rel in m["files"])
+    same_mp = (m["tp"], m["pp"]) == (r["tp"], r["pp"]) and not moe
     inner = getattr(model, "module", model)
     if same_mp:
         file = os.path.join(path, rank_dir(r["tp_rank"], r["pp_rank"]), MODEL_FILE)
@@ -427,11 +461,10 @@ def load_checkpoint(path: str, model: torch.nn.Module, args: Mapping[str, Any], 
                                          f"{list(tensor.shape)}; check padded_vocab_size and the model config.")
                 tensor.copy_(value.to(tensor.dtype))
     else:
-        load_into_model(inner, MegatronCheckpointReader(path), args, ps.get_tensor_model_parallel_world_size(),
-                        ps.get_tensor_model_parallel_rank())
+        load_into_model(inner, MegatronCheckpointReader(path), args, *model_parallel_ranks())
     here = os.path.join(path, rank_dir(r["tp_rank"], r["pp_rank"]))
     if optimizer is not None and load_optimizer and m.get("has_optimizer"):
-        if (m["tp"], m["pp"], m["dp"]) != (r["tp"], r["pp"], r["dp"]):
+        if (m["tp"], m["pp"], m["dp"], m.get("ep", 1), m.get("etp", m["tp"])) != (r["tp"], r["pp"], r["dp"], r["ep"], r["etp"]):
             raise UserInputError(
                 f"{path} holds optimizer state for TP={m['tp']} PP={m['pp']} DP={m['dp']} but this run is "
                 f"TP={r['tp']} PP={r['pp']} DP={r['dp']}; resume with the saved layout or set no_load_optim: true.")
@@ -450,7 +483,8 @@ def load_checkpoint(path: str, model: torch.nn.Module, args: Mapping[str, Any], 
         if state["scheduler"] is not None:
             scheduler.load_state_dict(state["scheduler"])
     rng_file = os.path.join(here, f"rng_dp{r['dp_rank']:03d}.pt")
-    if load_rng and same_mp and m["dp"] == r["dp"] and os.path.isfile(rng_file):
+    same_layout = (m["tp"], m["pp"], m["dp"], m.get("ep", 1)) == (r["tp"], r["pp"], r["dp"], r["ep"])
+    if load_rng and same_layout and os.path.isfile(rng_file):
         _set_rng_state(torch.load(rng_file, weights_only=False))
     _barrier()
     log.info("loaded checkpoint step %d from %s (saved at TP=%d PP=%d)", m["step"], path, m["tp"], m["pp"])

@@ -5,7 +5,9 @@ Every conversion is "a reader under HF names -> a writer":
   source HF directory   SafetensorsReader (lazy, per tensor)
   source Megatron dir   checkpoint.MegatronCheckpointReader (TP shards merged on read)
   target Megatron       for each (pp_rank, tp_rank): hf_bridge.mapping.read_shard of every
-                        parameter the stage holds (sharding.stage_param_names) -> model.safetensors
+                        parameter the stage holds (sharding.stage_param_names) -> model.safetensors;
+                        MoE experts per (pp_rank, ep_rank, etp_rank) (sharding.stage_expert_names)
+                        -> expert_rank_*/model.safetensors
   target HF             per pipeline stage of the source (or one shard): HF tensors -> safetensors
 Only slicing, concatenation and (optionally) one dtype cast happen, so HF -> mg(TP=a,PP=b) ->
 mg(TP=c,PP=d) -> HF reproduces every tensor bit for bit when no dtype is given.
@@ -21,19 +23,20 @@ import torch
 from safetensors.torch import save_file
 
 from mindspeed_rl.models.checkpoint import (FORMAT, MODEL_FILE, MegatronCheckpointReader, begin_write,
-                                            finish_write, is_megatron_checkpoint, rank_dir)
+                                            expert_rank_dir, finish_write, is_megatron_checkpoint, rank_dir)
 from mindspeed_rl.models.hf_bridge.checkpoint_io import SafetensorsReader, TensorReader
 from mindspeed_rl.models.hf_bridge.loader import read_hf_config
 from mindspeed_rl.models.hf_bridge.mapping import Dims, hf_names, read_shard
 from mindspeed_rl.platform import PARAMS_DTYPES
-from mindspeed_rl.models.hf_bridge.sharding import check_tp, layer_range, stage_param_names
+from mindspeed_rl.models.hf_bridge.sharding import (check_tp, is_moe, layer_range, stage_expert_names,
+                                                    stage_param_names)
 from mindspeed_rl.models.hf_export import hf_config_from_args, write_hf_dir
 from mindspeed_rl.utils.errors import UserInputError
 from mindspeed_rl.utils.logging import get_logger
 
 log = get_logger(__name__)
 DTYPES = PARAMS_DTYPES  # one spelling of params_dtype, in platform/
-HF_TYPES = {"llama2": "llama", "llama3": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
+HF_TYPES = {"llama2": "llama", "llama3": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "qwen3_moe": "qwen3_moe"}
 
 
 def padded_vocab(vocab_size: int, divisible_by: int, tp: int) -> int:
@@ -73,10 +76,14 @@ def open_source(load_dir: str, model_type: str, model_type_hf: Optional[str] = N
 
 
 def save_megatron(src: Source, save_dir: str, tp: int, pp: int, dtype: Optional[torch.dtype] = None,
-                  make_vocab_size_divisible_by: int = 1) -> str:
-    """Write `src` as a Megatron checkpoint of this project at (TP, PP), step 0. Returns its dir."""
+                  make_vocab_size_divisible_by: int = 1, ep: int = 1, etp: Optional[int] = None) -> str:
+    """Write `src` as a Megatron checkpoint of this project at (TP, PP[, EP, ETP]), step 0. Returns its dir."""
     args = dict(src.args, padded_vocab_size=padded_vocab(src.vocab_size, make_vocab_size_divisible_by, tp))
-    check_tp(args, tp)
+    etp = tp if etp is None else etp
+    if (ep > 1 or etp != tp) and not is_moe(args):
+        raise UserInputError("--target-expert-parallel-size / --target-expert-tensor-parallel-size need an MoE model "
+                             "(num_experts > 1); drop them for this checkpoint.")
+    check_tp(args, tp, ep, etp)
     layer_range(int(args["num_layers"]), pp, 0)  # PP must divide num_layers
     dims, tied = Dims.from_args(args), not args.get("untie_embeddings_and_output_weights", False)
     tmp = begin_write(save_dir, 0)
@@ -89,11 +96,28 @@ def save_megatron(src: Source, save_dir: str, tp: int, pp: int, dtype: Optional[
                 tensors[name] = (t.to(dtype) if dtype else t).contiguous()
             os.makedirs(os.path.join(tmp, rank_dir(tp_rank, pp_rank)))
             save_file(tensors, os.path.join(tmp, rank_dir(tp_rank, pp_rank), MODEL_FILE), metadata={"format": FORMAT})
+        _save_experts(src.reader, args, dims, tmp, pp, pp_rank, ep, etp, dtype)
         log.info("stage %d/%d written", pp_rank + 1, pp)
     any_tensor = next(iter(tensors.values()))
-    return finish_write(tmp, {"step": 0, "tp": tp, "pp": pp, "dp": 1, "params_dtype": str(any_tensor.dtype),
+    return finish_write(tmp, {"step": 0, "tp": tp, "pp": pp, "dp": 1, "ep": ep, "etp": etp,
+                              "params_dtype": str(any_tensor.dtype),
                               "vocab_size": src.vocab_size, "model_args": args, "hf_config": src.hf_config,
                               "has_optimizer": False, "distributed_optimizer": False})
+
+
+def _save_experts(reader: TensorReader, args: dict[str, Any], dims: Dims, tmp: str, pp: int, pp_rank: int,
+                  ep: int, etp: int, dtype: Optional[torch.dtype]) -> None:
+    """The MoE experts of one stage: one file per (EP rank, ETP rank), this rank's slice of each."""
+    for ep_rank in range(ep):
+        names = stage_expert_names(args, pp, pp_rank, ep, ep_rank)
+        for etp_rank in range(etp) if names else ():
+            tensors = {}
+            for name in names:
+                t = read_shard(reader, *hf_names(name, None, False), dims, etp, etp_rank)
+                tensors[name] = (t.to(dtype) if dtype else t).contiguous()
+            where = os.path.join(tmp, expert_rank_dir(etp_rank, pp_rank, ep_rank))
+            os.makedirs(where)
+            save_file(tensors, os.path.join(where, MODEL_FILE), metadata={"format": FORMAT})
 
 
 def save_hf(src: Source, save_dir: str, dtype: Optional[torch.dtype] = None, hf_cfg_dir: Optional[str] = None) -> str:
@@ -118,18 +142,19 @@ def _dir_of(src: Source) -> Optional[str]:
 
 def convert(load_model_type: str, save_model_type: str, load_dir: str, save_dir: str, tp: int = 1, pp: int = 1,
             model_type_hf: Optional[str] = None, params_dtype: Optional[str] = None,
-            hf_cfg_dir: Optional[str] = None, make_vocab_size_divisible_by: int = 1) -> str:
+            hf_cfg_dir: Optional[str] = None, make_vocab_size_divisible_by: int = 1, ep: int = 1,
+            etp: Optional[int] = None) -> str:
     """The whole conversion (what convert_ckpt.py runs). Returns the written directory."""
     if not os.path.isdir(load_dir):
         raise UserInputError(f"--load-dir {load_dir} does not exist; point it at a checkpoint directory.")
-    if tp < 1 or pp < 1:
-        raise UserInputError("--target-tensor-parallel-size and --target-pipeline-parallel-size must be at least 1.")
+    if min(tp, pp, ep, etp or 1) < 1:
+        raise UserInputError("--target-tensor/pipeline/expert(-tensor)-parallel-size must be at least 1.")
     if os.path.abspath(load_dir) == os.path.abspath(save_dir):
         raise UserInputError(f"--save-dir {save_dir} is the --load-dir; write the conversion somewhere else.")
     src = open_source(load_dir, load_model_type, model_type_hf)
     dtype = DTYPES[params_dtype] if params_dtype else None
     if save_model_type == "mg":
-        return save_megatron(src, save_dir, tp, pp, dtype, make_vocab_size_divisible_by)
+        return save_megatron(src, save_dir, tp, pp, dtype, make_vocab_size_divisible_by, ep, etp)
     return save_hf(src, save_dir, dtype, hf_cfg_dir)
 
 
@@ -139,5 +164,6 @@ def describe(path: str) -> str:
     if os.path.isfile(manifest):
         with open(manifest) as f:
             m = json.load(f)
-        return f"{path}: Megatron checkpoint, TP={m['tp']} PP={m['pp']}, {len(m['files'])} files"
+        moe = f" EP={m['ep']} ETP={m['etp']}" if m.get("ep", 1) > 1 or m.get("etp", m["tp"]) != m["tp"] else ""
+        return f"{path}: Megatron checkpoint, TP={m['tp']} PP={m['pp']}{moe}, {len(m['files'])} files"
     return f"{path}: Hugging Face checkpoint"

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-HF_ARCHS = ("llama", "qwen2", "qwen3")
+HF_ARCHS = ("llama", "qwen2", "qwen3", "qwen3_moe")
 
 
 def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
-    """Megatron-named args for a Llama / Qwen2 / Qwen3 config.json (transformers 4.x `rope_theta`
+    """Megatron-named args for a Llama / Qwen2 / Qwen3 / Qwen3-MoE config.json (transformers 4.x `rope_theta`
     + `rope_scaling` or 5.x `rope_parameters`). Unsupported features raise ValueError."""
     model_type = hf.get("model_type")
     if model_type not in HF_ARCHS:
@@ -51,7 +51,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         "add_qkv_bias": model_type == "qwen2" or bool(hf.get("attention_bias", False)),
         "disable_bias_linear": True,
         "untie_embeddings_and_output_weights": not hf.get("tie_word_embeddings", False),
-        "qk_layernorm": model_type == "qwen3",
+        "qk_layernorm": model_type in ("qwen3", "qwen3_moe"),
         "position_embedding_type": "rope",
     }
     if rope_type == "llama3":
@@ -59,4 +59,24 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
                     low_freq_factor=float(rope["low_freq_factor"]),
                     high_freq_factor=float(rope["high_freq_factor"]),
                     original_max_position_embeddings=int(rope["original_max_position_embeddings"]))
+    if model_type == "qwen3_moe":
+        args.update(moe_args_from_hf(hf))
     return args
+
+
+def moe_args_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
+    """Megatron MoE args of a Qwen3-MoE config.json. Every layer must be an MoE layer (our bridge maps
+    no mixed dense/MoE stacks). HF's norm_topk_prob (renormalise the top-k softmax probabilities) is
+    megatron's softmax over the top-k logits, i.e. moe_router_pre_softmax = not norm_topk_prob."""
+    if hf.get("mlp_only_layers") or int(hf.get("decoder_sparse_step", 1)) != 1:
+        raise ValueError("config.json mlp_only_layers / decoder_sparse_step != 1 (dense layers between MoE "
+                         "layers) is not supported; every layer must be an MoE layer.")
+    experts = hf.get("num_experts", hf.get("num_local_experts"))
+    if not experts:
+        raise ValueError("config.json of a qwen3_moe model has no num_experts (or num_local_experts).")
+    return {
+        "num_experts": int(experts),
+        "moe_router_topk": int(hf["num_experts_per_tok"]),
+        "moe_ffn_hidden_size": int(hf["moe_intermediate_size"]),
+        "norm_topk_prob": bool(hf.get("norm_topk_prob", False)),
+    }

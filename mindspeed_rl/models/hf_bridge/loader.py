@@ -15,12 +15,14 @@ from typing import Any, Mapping, Optional
 import torch
 
 from mindspeed_rl.models.hf_bridge.checkpoint_io import SafetensorsReader, TensorReader
-from mindspeed_rl.models.hf_bridge.mapping import ARCHITECTURES, Dims, hf_names, read_shard
+from mindspeed_rl.models.hf_bridge.mapping import ARCHITECTURES, EXPERT_KINDS, Dims, hf_names, read_shard
 from mindspeed_rl.utils.errors import UserInputError
 from mindspeed_rl.utils.logging import get_logger
 
 log = get_logger(__name__)
 _LOCAL_LAYER = re.compile(r"^decoder\.layers\.(\d+)\.")
+_EXPERT_PREFIX = "mlp.experts.local_experts."
+_LOCAL_EXPERT = re.compile(r"^mlp\.experts\.local_experts\.(\d+)")
 
 
 def read_hf_config(hf_dir: str) -> dict[str, Any]:
@@ -46,12 +48,18 @@ def hf_config_of(load) -> dict | None:
 
 
 def _global_name(model: torch.nn.Module, local_name: str) -> tuple[str, Optional[int]]:
-    """decoder.layers.<local j>.x -> decoder.layers.<global i>.x, and i."""
+    """decoder.layers.<local j>.x -> decoder.layers.<global i>.x, and i; an MoE layer's local expert
+    k becomes its global number (MoELayer.local_expert_indices[k])."""
     m = _LOCAL_LAYER.match(local_name)
     if not m:
         return local_name, None
-    layer = model.decoder.layers[int(m.group(1))].layer_number - 1  # layer_number is global, 1-based
-    return f"decoder.layers.{layer}.{local_name[m.end():]}", layer
+    block = model.decoder.layers[int(m.group(1))]
+    layer = block.layer_number - 1  # layer_number is global, 1-based
+    rest = local_name[m.end():]
+    expert = _LOCAL_EXPERT.match(rest)
+    if expert:
+        rest = f"{_EXPERT_PREFIX}{block.mlp.local_expert_indices[int(expert.group(1))]}{rest[expert.end():]}"
+    return f"decoder.layers.{layer}.{rest}", layer
 
 
 def global_param_name(model: torch.nn.Module, local_name: str) -> tuple[str, Optional[int]]:
@@ -61,14 +69,17 @@ def global_param_name(model: torch.nn.Module, local_name: str) -> tuple[str, Opt
 
 @torch.no_grad()
 def load_into_model(model: torch.nn.Module, reader: TensorReader, args: Mapping[str, Any],
-                    tp_size: int, tp_rank: int) -> int:
-    """Copy every parameter of `model` (one TP/PP chunk) from `reader`. Returns the number loaded.
+                    tp_size: int, tp_rank: int, etp_size: Optional[int] = None, etp_rank: Optional[int] = None) -> int:
+    """Copy every parameter of `model` (one TP/PP/EP chunk) from `reader`. Returns the number loaded.
 
     Args:
         model: a GPTModel chunk from builder.build_gpt_model.
         reader: SafetensorsReader (HF directory) or DictReader (in-memory HF state dict).
         args: the Megatron-named args the model was built from.
+        etp_size / etp_rank: how MoE expert tensors are split (default: as TP). Which experts this
+            EP rank holds comes from the model itself.
     """
+    etp_size, etp_rank = (tp_size, tp_rank) if etp_size is None else (etp_size, etp_rank)
     dims = Dims.from_args(args)
     tied = not args.get("untie_embeddings_and_output_weights", False)
     loaded = 0
@@ -77,7 +88,8 @@ def load_into_model(model: torch.nn.Module, reader: TensorReader, args: Mapping[
             continue
         name, layer = _global_name(model, local_name)
         kind, names = hf_names(name, layer, tied)
-        shard = read_shard(reader, kind, names, dims, tp_size, tp_rank)
+        expert = kind in EXPERT_KINDS
+        shard = read_shard(reader, kind, names, dims, etp_size if expert else tp_size, etp_rank if expert else tp_rank)
         if shard.shape != tensor.shape:  # a layout bug, or args that differ from the model's
             raise UserInputError(
                 f"{local_name}: built {list(shard.shape)} from {', '.join(names)} in {reader.where(names[0])}, "
@@ -87,14 +99,19 @@ def load_into_model(model: torch.nn.Module, reader: TensorReader, args: Mapping[
     return loaded
 
 
+def model_parallel_ranks() -> tuple[int, int, int, int]:
+    """(TP size, TP rank, ETP size, ETP rank) of this rank, from megatron's parallel_state."""
+    from megatron.core import parallel_state as ps
+
+    return (ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank(),
+            ps.get_expert_tensor_parallel_world_size(), ps.get_expert_tensor_parallel_rank())
+
+
 def load_hf_checkpoint(model: torch.nn.Module, hf_dir: str, args: Mapping[str, Any]) -> int:
     """Load HF safetensors weights from `hf_dir` into this rank's model chunk (TP/PP from
     megatron's parallel_state). Returns the number of tensors loaded."""
-    from megatron.core import parallel_state
-
     read_hf_config(hf_dir)
     reader = SafetensorsReader(hf_dir)
-    n = load_into_model(model, reader, args, parallel_state.get_tensor_model_parallel_world_size(),
-                        parallel_state.get_tensor_model_parallel_rank())
+    n = load_into_model(model, reader, args, *model_parallel_ranks())
     log.info("loaded %d tensors from %s", n, hf_dir)
     return n

@@ -12,6 +12,14 @@ split dim 1, norms replicated. Splitting qkv by whole query groups keeps each sh
 
 The three architectures share HF names; Qwen2 adds q/k/v biases, Qwen3 adds q_norm / k_norm.
 Which entries apply is decided by the parameters the megatron model actually has.
+
+Qwen3-MoE (every layer MoE, megatron's SequentialMLP experts; E experts, f = moe_ffn_hidden_size):
+  mlp.router.weight                                (E, h)   replicated   (HF: mlp.gate.weight)
+  mlp.experts.local_experts.{e}.linear_fc1.weight  (2f, h)  [gate | up] of expert e, split over ETP
+  mlp.experts.local_experts.{e}.linear_fc2.weight  (h, f)   down_proj of expert e, split over ETP
+Expert numbers in our names are GLOBAL (e = ep_rank * E/EP + local index; loader.global_param_name
+renumbers), so an expert's tensors mean the same at every EP. Expert tensors are split over the
+expert-tensor-parallel group (ETP) instead of TP: kinds "expert_fc1" / "expert_row".
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ import torch
 from mindspeed_rl.models.hf_bridge.checkpoint_io import TensorReader, check_shape
 from mindspeed_rl.utils.errors import UserInputError
 
-ARCHITECTURES = ("llama", "qwen2", "qwen3")
+ARCHITECTURES = ("llama", "qwen2", "qwen3", "qwen3_moe")
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
 
 
@@ -39,13 +47,15 @@ class Dims:
     groups: int
     head_dim: int
     vocab_padded: int
+    moe_ffn: int = 0  # expert MLP width (MoE models), else unused
 
     @classmethod
     def from_args(cls, args: Mapping[str, Any]) -> "Dims":
         heads, hidden = int(args["num_attention_heads"]), int(args["hidden_size"])
         groups = int(args.get("num_query_groups") or heads) if args.get("group_query_attention") else heads
-        return cls(hidden, int(args.get("ffn_hidden_size") or 4 * hidden), heads, groups,
-                   int(args.get("kv_channels") or hidden // heads), int(args["padded_vocab_size"]))
+        ffn = int(args.get("ffn_hidden_size") or 4 * hidden)
+        return cls(hidden, ffn, heads, groups, int(args.get("kv_channels") or hidden // heads),
+                   int(args["padded_vocab_size"]), int(args.get("moe_ffn_hidden_size") or ffn))
 
 
 # megatron name (layer-relative for "decoder.layers.N.*") -> (kind, HF names with {i} = layer)
@@ -64,7 +74,13 @@ _LAYER_MAP = {
     "mlp.linear_fc1.weight": ("fc1", ("model.layers.{i}.mlp.gate_proj.weight",
                                       "model.layers.{i}.mlp.up_proj.weight")),
     "mlp.linear_fc2.weight": ("row", ("model.layers.{i}.mlp.down_proj.weight",)),
+    "mlp.router.weight": ("replicated", ("model.layers.{i}.mlp.gate.weight",)),
 }
+_EXPERT = re.compile(r"^mlp\.experts\.local_experts\.(\d+)\.(linear_fc1|linear_fc2)\.weight$")
+_EXPERT_MAP = {"linear_fc1": ("expert_fc1", ("model.layers.{i}.mlp.experts.{e}.gate_proj.weight",
+                                             "model.layers.{i}.mlp.experts.{e}.up_proj.weight")),
+               "linear_fc2": ("expert_row", ("model.layers.{i}.mlp.experts.{e}.down_proj.weight",))}
+EXPERT_KINDS = ("expert_fc1", "expert_row")  # split over ETP, not TP
 _GLOBAL_MAP = {
     "embedding.word_embeddings.weight": ("vocab", ("model.embed_tokens.weight",)),
     "decoder.final_layernorm.weight": ("replicated", ("model.norm.weight",)),
@@ -78,6 +94,11 @@ TIED_OUTPUT = "model.embed_tokens.weight"  # what output_layer loads when embedd
 def hf_names(mcore_name: str, global_layer: int | None, tied: bool) -> tuple[str, tuple[str, ...]]:
     """(kind, HF tensor names) for a megatron parameter; `mcore_name` uses the global layer."""
     m = _LAYER.match(mcore_name)
+    expert = _EXPERT.match(m.group(2)) if m else None
+    if expert:  # the expert number in the name is global (see module docstring)
+        kind, names = _EXPERT_MAP[expert.group(2)]
+        layer = int(m.group(1)) if global_layer is None else global_layer
+        return kind, tuple(n.format(i=layer, e=int(expert.group(1))) for n in names)
     if m:
         entry = _LAYER_MAP.get(m.group(2))
         if entry is None:
@@ -104,8 +125,17 @@ def _chunk(n: int, tp: int, rank: int, what: str) -> slice:
 
 def read_shard(reader: TensorReader, kind: str, names: tuple[str, ...], dims: Dims,
                tp: int, rank: int) -> torch.Tensor:
-    """The rank-th TP shard of a megatron tensor, read (only that part) from HF tensors."""
+    """The rank-th TP shard of a megatron tensor, read (only that part) from HF tensors. For the
+    expert kinds `tp`/`rank` are the expert-tensor-parallel size and rank."""
     d = dims
+    if kind == "expert_row":  # down_proj (h, f): split the input dim
+        check_shape(reader, names[0], (d.hidden, d.moe_ffn))
+        return reader.read(names[0], cols=_chunk(d.moe_ffn, tp, rank, names[0] + " columns"))
+    if kind == "expert_fc1":  # gate, up (f, h) -> [gate_r | up_r]
+        rows = _chunk(d.moe_ffn, tp, rank, "moe_ffn_hidden_size (expert_tensor_parallel_size)")
+        for n in names:
+            check_shape(reader, n, (d.moe_ffn, d.hidden))
+        return torch.cat([reader.read(n, rows=rows) for n in names], dim=0)
     if kind == "replicated":
         return reader.read(names[0])
     if kind == "row":  # o_proj (h, np*hn) / down_proj (h, ffn): split the input dim
@@ -163,11 +193,11 @@ def to_hf(mcore: Mapping[str, torch.Tensor], args: Mapping[str, Any], vocab_size
         if name.endswith("_extra_state"):
             continue
         kind, names = hf_names(name, None, tied=False)
-        if kind in ("replicated", "row"):
+        if kind in ("replicated", "row", "expert_row"):
             out[names[0]] = tensor
         elif kind == "vocab":
             out[names[0]] = tensor[:vocab_size]
-        elif kind == "fc1":
+        elif kind in ("fc1", "expert_fc1"):
             out[names[0]], out[names[1]] = tensor.chunk(2, dim=0)
         elif kind == "qkv":
             per_group = d.heads // d.groups

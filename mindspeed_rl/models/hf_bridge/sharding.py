@@ -8,9 +8,11 @@ split-then-merge round trip is bit for bit):
   vocab          (Vp/TP, h) per rank: concatenate along dim 0
   qkv            (ng/TP*(q+2)*hn, ...) per rank, whole query groups: concatenate along dim 0
   fc1            [gate_r | up_r] per rank: concatenate the gate halves, then the up halves
+  expert_row / expert_fc1   as row / fc1, over the expert-tensor-parallel (ETP) ranks
 
 Pipeline stages own contiguous, equal layer ranges (megatron-core's default split): stage r of
-PP holds global layers [r*L/PP, (r+1)*L/PP).
+PP holds global layers [r*L/PP, (r+1)*L/PP). Expert parallelism: EP rank r holds the global
+experts [r*E/EP, (r+1)*E/EP) of every MoE layer (megatron's contiguous split).
 """
 
 from __future__ import annotations
@@ -32,14 +34,21 @@ def layer_range(num_layers: int, pp_size: int, pp_rank: int) -> range:
     return range(pp_rank * per, (pp_rank + 1) * per)
 
 
-def check_tp(args: Mapping[str, Any], tp_size: int) -> None:
-    """One sentence naming the field TP does not divide (before any tensor is touched)."""
+def check_tp(args: Mapping[str, Any], tp_size: int, ep_size: int = 1, etp_size: int | None = None) -> None:
+    """One sentence naming the field TP (or EP / ETP for MoE models) does not divide (before any
+    tensor is touched)."""
     d = Dims.from_args(args)
-    for field, n in (("num_attention_heads", d.heads), ("num_query_groups", d.groups),
-                     ("ffn_hidden_size", d.ffn), ("padded_vocab_size", d.vocab_padded)):
-        if n % tp_size:
-            raise UserInputError(f"tensor_model_parallel_size {tp_size} does not divide {field} {n}; "
-                                 f"pick a TP size that divides it.")
+    checks = [("tensor_model_parallel_size", tp_size, "num_attention_heads", d.heads),
+              ("tensor_model_parallel_size", tp_size, "num_query_groups", d.groups),
+              ("tensor_model_parallel_size", tp_size, "padded_vocab_size", d.vocab_padded)]
+    if is_moe(args):
+        checks += [("expert_model_parallel_size", ep_size, "num_experts", int(args["num_experts"])),
+                   ("expert_tensor_parallel_size", etp_size or tp_size, "moe_ffn_hidden_size", d.moe_ffn)]
+    else:
+        checks.append(("tensor_model_parallel_size", tp_size, "ffn_hidden_size", d.ffn))
+    for key, size, field, n in checks:
+        if n % size:
+            raise UserInputError(f"{key} {size} does not divide {field} {n}; pick a size that divides it.")
 
 
 def stage_param_names(args: Mapping[str, Any], pp_size: int, pp_rank: int) -> list[str]:
@@ -53,7 +62,11 @@ def stage_param_names(args: Mapping[str, Any], pp_size: int, pp_rank: int) -> li
         per_layer.append("self_attention.linear_qkv.bias")
     if args.get("qk_layernorm"):
         per_layer += ["self_attention.q_layernorm.weight", "self_attention.k_layernorm.weight"]
-    per_layer += ["pre_mlp_layernorm.weight", "mlp.linear_fc1.weight", "mlp.linear_fc2.weight"]
+    per_layer.append("pre_mlp_layernorm.weight")
+    if is_moe(args):
+        per_layer.append("mlp.router.weight")
+    else:
+        per_layer += ["mlp.linear_fc1.weight", "mlp.linear_fc2.weight"]
     names = ["embedding.word_embeddings.weight"] if first else []
     for i in layer_range(int(args["num_layers"]), pp_size, pp_rank):
         names += [f"decoder.layers.{i}.{n}" for n in per_layer]
@@ -62,6 +75,30 @@ def stage_param_names(args: Mapping[str, Any], pp_size: int, pp_rank: int) -> li
         if not tied or not first:  # tied at PP>1: the last stage keeps its own copy of the embedding
             names.append("output_layer.weight")
     return names
+
+
+def is_moe(args: Mapping[str, Any]) -> bool:
+    return int(args.get("num_experts") or 0) > 1
+
+
+def expert_range(num_experts: int, ep_size: int, ep_rank: int) -> range:
+    """Global expert indices held by expert-parallel rank `ep_rank`."""
+    if num_experts % ep_size:
+        raise UserInputError(f"expert_model_parallel_size {ep_size} does not divide num_experts {num_experts}; "
+                             f"pick an EP size that divides it.")
+    per = num_experts // ep_size
+    return range(ep_rank * per, (ep_rank + 1) * per)
+
+
+def stage_expert_names(args: Mapping[str, Any], pp_size: int, pp_rank: int, ep_size: int, ep_rank: int) -> list[str]:
+    """Expert parameter names (global layer and expert numbers) of one (PP stage, EP rank); [] for
+    a dense model."""
+    if not is_moe(args):
+        return []
+    experts = expert_range(int(args["num_experts"]), ep_size, ep_rank)
+    return [f"decoder.layers.{i}.mlp.experts.local_experts.{e}.{fc}.weight"
+            for i in layer_range(int(args["num_layers"]), pp_size, pp_rank)
+            for e in experts for fc in ("linear_fc1", "linear_fc2")]
 
 
 def kind_of(name: str, tied: bool) -> str:
@@ -73,11 +110,11 @@ def merge_tp(kind: str, shards: Sequence[torch.Tensor]) -> torch.Tensor:
     """Full megatron tensor from its TP shards (rank order). See the module docstring."""
     if len(shards) == 1 or kind == "replicated":
         return shards[0]
-    if kind == "row":
+    if kind in ("row", "expert_row"):
         return torch.cat(list(shards), dim=1)
     if kind in ("vocab", "qkv"):
         return torch.cat(list(shards), dim=0)
-    if kind == "fc1":
+    if kind in ("fc1", "expert_fc1"):
         halves = [s.chunk(2, dim=0) for s in shards]
         return torch.cat([h[0] for h in halves] + [h[1] for h in halves], dim=0)
     raise ValueError(f"unknown layout kind {kind!r}")
