@@ -2,7 +2,8 @@
 
     export_hf(model, args, out_dir, vocab_size=V, hf_config=cfg, tokenizer_dir=tok)  # every rank
 
-From a live, sharded model: every parameter is all-gathered over its TP group and merged
+From a live, sharded model: every parameter is all-gathered over its TP group (MoE experts: over
+their ETP group, then collected over the EP group) and merged
 (hf_bridge.sharding.merge_tp), mapped to HF names (to_hf), and each pipeline stage's first rank
 writes its stage as one safetensors shard; global rank 0 writes the index, config.json and the
 tokenizer files. Departure from "gather everything on rank 0": stages never send weights to
@@ -24,6 +25,7 @@ import torch
 from safetensors.torch import save_file
 
 from mindspeed_rl.models.hf_bridge.checkpoint_io import INDEX_FILE, SINGLE_FILE
+from mindspeed_rl.models.hf_bridge.mapping import EXPERT_KINDS
 from mindspeed_rl.models.hf_bridge.sharding import kind_of, mcore_to_hf, merge_tp
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
@@ -33,7 +35,7 @@ DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float
 
 
 def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype = torch.float32) -> dict[str, Any]:
-    """A config.json for a Llama / Qwen2 / Qwen3 CausalLM with these Megatron-named args."""
+    """A config.json for a Llama / Qwen2 / Qwen3 / Qwen3-MoE CausalLM with these Megatron-named args."""
     model_type = "qwen3" if args.get("qk_layernorm") else "qwen2" if args.get("add_qkv_bias") else "llama"
     heads = int(args["num_attention_heads"])
     groups = int(args.get("num_query_groups") or heads) if args.get("group_query_attention") else heads
@@ -42,7 +44,10 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
         rope.update(rope_type="llama3", factor=float(args["rope_scaling_factor"]),
                     low_freq_factor=float(args["low_freq_factor"]), high_freq_factor=float(args["high_freq_factor"]),
                     original_max_position_embeddings=int(args["original_max_position_embeddings"]))
-    cls = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}[model_type]
+    if int(args.get("num_experts") or 0) > 1:
+        model_type = "qwen3_moe"
+    cls = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
+           "qwen3_moe": "Qwen3MoeForCausalLM"}[model_type]
     config = {
         "architectures": [cls], "model_type": model_type, "hidden_act": "silu",
         "hidden_size": int(args["hidden_size"]), "intermediate_size": int(args["ffn_hidden_size"]),
@@ -57,6 +62,12 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
     }
     if rope["rope_type"] == "llama3":
         config["rope_scaling"] = rope
+    if model_type == "qwen3_moe":  # norm_topk_prob is the inverse of megatron's pre-softmax routing
+        norm = args.get("norm_topk_prob")
+        config.update(num_experts=int(args["num_experts"]), num_experts_per_tok=int(args.get("moe_router_topk") or 2),
+                      moe_intermediate_size=int(args.get("moe_ffn_hidden_size") or args["ffn_hidden_size"]),
+                      norm_topk_prob=bool(norm) if norm is not None else not args.get("moe_router_pre_softmax", False),
+                      decoder_sparse_step=1, mlp_only_layers=[])
     return config
 
 
@@ -106,13 +117,16 @@ def finish_hf_dir(tmp: str, out_dir: str, weight_map: Mapping[str, str], count: 
 
 
 def _gather_tp(tensor: torch.Tensor, kind: str) -> torch.Tensor:
+    """The full tensor from its TP shards (expert kinds: its expert-tensor-parallel shards)."""
     from megatron.core import parallel_state as ps
 
-    tp = ps.get_tensor_model_parallel_world_size()
+    expert = kind in EXPERT_KINDS
+    tp = ps.get_expert_tensor_parallel_world_size() if expert else ps.get_tensor_model_parallel_world_size()
     if tp == 1 or kind == "replicated":
         return tensor
+    group = ps.get_expert_tensor_parallel_group() if expert else ps.get_tensor_model_parallel_group()
     parts = [torch.empty_like(tensor) for _ in range(tp)]
-    torch.distributed.all_gather(parts, tensor.contiguous(), group=ps.get_tensor_model_parallel_group())
+    torch.distributed.all_gather(parts, tensor.contiguous(), group=group)
     return merge_tp(kind, parts)
 
 
@@ -146,10 +160,22 @@ def export_hf(model: torch.nn.Module, args: Mapping[str, Any], out_dir: str, voc
     torch.distributed.barrier()
 
     out: dict[str, torch.Tensor] = {}
+    experts: dict[str, torch.Tensor] = {}  # MoE: this EP rank's experts, merged over ETP
+    expert_writer = ps.get_expert_tensor_parallel_rank() == 0 and ps.get_expert_data_parallel_rank() == 0
     for name, tensor in chunk_state_dict(inner).items():
-        full = _gather_tp(tensor, kind_of(name, tied))  # every TP rank joins the all-gather
-        if writer:
-            out.update({k: v.to(dtype or v.dtype) for k, v in mcore_to_hf(name, full, args, vocab_size).items()})
+        kind = kind_of(name, tied)
+        full = _gather_tp(tensor, kind)  # every TP (ETP) rank joins the all-gather
+        held = experts if kind in EXPERT_KINDS else out
+        if (expert_writer if kind in EXPERT_KINDS else writer):
+            held.update({k: v.to(dtype or v.dtype) for k, v in mcore_to_hf(name, full, args, vocab_size).items()})
+    if ps.get_expert_model_parallel_world_size() > 1 and any(kind_of(n, tied) in EXPERT_KINDS for n in chunk_state_dict(inner)):
+        # the stage writer holds EP rank 0's experts only: collect the other EP ranks' (CPU copies)
+        parts_ep = [None] * ps.get_expert_model_parallel_world_size()
+        torch.distributed.all_gather_object(parts_ep, {k: v.cpu() for k, v in experts.items()},
+                                            group=ps.get_expert_model_parallel_group())
+        experts = {k: v for p in parts_ep for k, v in p.items()}
+    if writer:
+        out.update(experts)
     part = write_shard(tmp, pp_rank, pp, out) if writer else {}
     parts = [None] * torch.distributed.get_world_size() if rank0 else None
     torch.distributed.gather_object(part, parts, dst=0)
