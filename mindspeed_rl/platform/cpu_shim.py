@@ -38,6 +38,9 @@ entries above are replaced, and any module-level binding of a replaced function 
 Tensor.cuda and Tensor.type are methods, so they are patched on the class but keep their stock
 behaviour unless the calling frame belongs to a megatron module.
 
+  megatron.core.transformer.moe.moe_utils.te_general_gemm (0.16, unbound without Transformer
+                                  Engine) -> None, so MoE routers take their torch path
+
 Not patched, because they already behave on CPU or are off our code paths: torch.cuda.empty_cache
 and memory_* (no-ops / zeros while CUDA is uninitialised), device_count (0; only megatron's
 datasets read it), Stream/Event/graphs (MoE overlap, partial distributed optimizer, CUDA graphs).
@@ -304,6 +307,9 @@ class _MegatronLoader(importlib.abc.Loader):
     def exec_module(self, module: types.ModuleType) -> None:
         self._inner.exec_module(module)
         _rebind(module)
+        fix = _MODULE_FIXES.get(module.__name__)
+        if fix is not None:
+            fix(module)
 
     def __getattr__(self, name: str) -> Any:  # get_resource_reader, is_package, get_source, ...
         return getattr(self._inner, name)
@@ -327,6 +333,21 @@ class _MegatronFinder(importlib.abc.MetaPathFinder):
 
 
 _finder = _MegatronFinder()
+
+
+def _fix_moe_utils(module: types.ModuleType) -> None:
+    """megatron-core 0.16 moe_utils: RouterGatingLinearFunction tests `te_general_gemm is not None`,
+    but the name is only bound when Transformer Engine imports, so every MoE router forward raises
+    NameError without TE. Bind it to None (the fallback path it was written for); only when the
+    module left it unbound, so a version that fixes this is untouched."""
+    if not getattr(module, "HAVE_TE", True) and "te_general_gemm" not in vars(module):
+        module.te_general_gemm = None
+
+
+# megatron module -> a fix applied right after it executes (each checks its own precondition)
+_MODULE_FIXES: dict[str, Callable[[types.ModuleType], None]] = {
+    "megatron.core.transformer.moe.moe_utils": _fix_moe_utils,
+}
 
 
 def _check_no_stale_bindings() -> None:
