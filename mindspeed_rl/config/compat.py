@@ -66,9 +66,10 @@ GENERAL_REASON = "a {source} argument of its own training loop; this framework's
 
 # name -> (values that mean "off", why it cannot be on here)
 UNSUPPORTED = {
-    "num_experts": ((None, 0, 1), "mixture-of-experts models are not implemented here"),
-    "expert_model_parallel_size": ((None, 1), "mixture-of-experts models are not implemented here"),
-    "moe_router_topk": ((None, 0, 1, 2), "mixture-of-experts models are not implemented here"),
+    "moe_shared_expert_intermediate_size": ((None, 0), "shared experts (Qwen2-MoE, DeepSeek) are not implemented; Qwen3-MoE has none"),
+    "moe_layer_freq": ((None, 1), "mixed dense / MoE layer stacks are not implemented; every layer is an MoE layer"),
+    "moe_expert_capacity_factor": ((None,), "token dropping (expert capacity) is not implemented; tokens are never dropped"),
+    "moe_router_enable_expert_bias": ((None, False), "aux-loss-free expert bias (DeepSeek-V3) is not implemented"),
     "context_parallel_size": ((None, 1), "context parallelism is not implemented; use tensor/pipeline parallelism"),
     "virtual_pipeline_model_parallel_size": ((None, 1), "interleaved pipeline schedules are not implemented"),
     "num_layers_per_virtual_pipeline_stage": ((None,), "interleaved pipeline schedules are not implemented"),

@@ -55,6 +55,16 @@ class ModelArch:
     attention_dropout: float = doc(0.0, "attention dropout (keep 0 for RL: log-probs must be deterministic)")
     hidden_dropout: float = doc(0.0, "hidden dropout (keep 0 for RL)")
     init_method_std: float = doc(0.02, "std of the random init when load is null")
+    # mixture of experts (every layer; Qwen3-MoE). Null num_experts = a dense model.
+    num_experts: Optional[int] = doc(None, "MoE: experts per layer (HF num_experts); null for a dense model")
+    moe_router_topk: int = doc(2, "MoE: experts each token is routed to (HF num_experts_per_tok)")
+    moe_ffn_hidden_size: Optional[int] = doc(None, "MoE: each expert's MLP width (HF moe_intermediate_size; default ffn_hidden_size)")
+    norm_topk_prob: Optional[bool] = doc(None, "MoE: renormalise the top-k routing probabilities (HF / MindSpeed-LLM name); sets moe_router_pre_softmax to its negation when given")
+    moe_router_pre_softmax: bool = doc(False, "MoE: softmax over all experts before the top-k (probabilities not renormalised)")
+    moe_router_load_balancing_type: str = doc("aux_loss", "MoE: aux_loss, seq_aux_loss, sinkhorn or none")
+    moe_aux_loss_coeff: float = doc(0.0, "MoE: weight of the load-balancing loss added to the policy loss (0 = off; logged either way)")
+    moe_token_dispatcher_type: str = doc("allgather", "MoE: allgather (every platform), alltoall or alltoall_seq (NPU/CUDA)")
+    moe_grouped_gemm: bool = doc(False, "MoE: grouped-GEMM experts (needs a grouped-GEMM kernel: NPU/CUDA); false = one MLP per expert")
 
 
 # ---------------------------------------------------------------------------- per-role training
@@ -63,6 +73,8 @@ class ParallelConfig:
     tensor_model_parallel_size: int = doc(1, "TP: ranks a layer is split over")
     pipeline_model_parallel_size: int = doc(1, "PP: pipeline stages")
     sequence_parallel: bool = doc(False, "Megatron sequence parallelism (needs TP > 1)")
+    expert_model_parallel_size: int = doc(1, "EP: ranks the experts of an MoE layer are spread over; divides num_experts")
+    expert_tensor_parallel_size: Optional[int] = doc(None, "ETP: ranks each expert is split over (null = tensor_model_parallel_size)")
 
 
 @dataclass

@@ -195,6 +195,7 @@ def _check_batches(cfg: Config, problems: list[str]) -> None:
 
 # ---------------------------------------------------------------------------- model and rollout
 def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
+    _check_moe(role, cfg, problems)
     path, a = role_path(role), role.arch
     tp, pp = role.parallel.tensor_model_parallel_size, role.parallel.pipeline_model_parallel_size
     hf_load = role.load and os.path.isfile(os.path.join(role.load, "config.json"))
@@ -347,3 +348,58 @@ def _check_paths(cfg: Config, problems: list[str]) -> None:
             err = data_path_problem(value)
             if err:
                 problems.append(f"`{A}.{key}: {value}`: {err}")
+
+
+# ---------------------------------------------------------------------------- mixture of experts
+MOE_BALANCING = ("aux_loss", "seq_aux_loss", "sinkhorn", "none")
+
+
+def _check_moe(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
+    """Expert parallelism against the model and the devices, megatron-core's rules in one sentence
+    each: EP divides num_experts, ETP divides moe_ffn_hidden_size, the role's devices hold whole
+    (ETP x EP x PP) expert groups as they hold whole (TP x PP) model replicas, SP with TP > 1 (megatron
+    requires it for EP > 1; without it the allgather dispatcher sees every TP rank's copy of the
+    tokens and expert gradients come out TP times too large), and a dispatcher the platform runs."""
+    from mindspeed_rl.platform.base import moe_token_dispatchers
+
+    path, a, par = role_path(role), role.arch, role.parallel
+    tp, pp, ep = par.tensor_model_parallel_size, par.pipeline_model_parallel_size, par.expert_model_parallel_size
+    etp = par.expert_tensor_parallel_size or tp
+    experts = a.num_experts or 0
+    if experts <= 1:
+        if ep > 1 or (par.expert_tensor_parallel_size or tp) != tp:
+            problems.append(f"`{path}.expert_model_parallel_size: {ep}` / expert_tensor_parallel_size need an MoE model, "
+                            f"but model {role.model_name} has no experts (num_experts); drop them.")
+        return
+    if experts % ep:
+        problems.append(f"`{path}.expert_model_parallel_size: {ep}` does not divide num_experts {experts} of model "
+                        f"{role.model_name}; pick an EP that divides it.")
+    ffn = a.moe_ffn_hidden_size or a.ffn_hidden_size
+    if ffn and ffn % etp:
+        problems.append(f"`{path}.expert_tensor_parallel_size: {etp}` does not divide moe_ffn_hidden_size {ffn} of "
+                        f"model {role.model_name}; pick an ETP that divides it.")
+    if a.moe_router_topk > experts:
+        problems.append(f"`model.{role.model_name}.moe_router_topk: {a.moe_router_topk}` exceeds num_experts {experts}.")
+    devices = role_devices(cfg, role)
+    if devices and devices % (etp * ep * pp):
+        problems.append(f"`{path}`: its {devices} device(s) are not a multiple of expert_tensor_parallel_size {etp} x "
+                        f"expert_model_parallel_size {ep} x pipeline_model_parallel_size {pp} = {etp * ep * pp} "
+                        f"(megatron places whole expert groups on the data-parallel ranks); change EP/ETP or the devices.")
+    if tp > 1 and not par.sequence_parallel and (ep > 1 or role.role == "actor_rollout"):
+        problems.append(f"`{path}`: an MoE model at tensor_model_parallel_size {tp} needs sequence_parallel: true "
+                        f"(megatron's rule; without it expert gradients are counted once per TP rank).")
+    _one_of(a.moe_router_load_balancing_type, MOE_BALANCING, f"model.{role.model_name}.moe_router_load_balancing_type", problems)
+    _one_of(a.moe_token_dispatcher_type, ("allgather", "alltoall", "alltoall_seq", "flex"),
+            f"{path}.moe_token_dispatcher_type", problems)
+    if cfg.run.platform == "cpu" and a.moe_token_dispatcher_type not in moe_token_dispatchers("cpu"):
+        problems.append(f"`{path}.moe_token_dispatcher_type: {a.moe_token_dispatcher_type}` does not run on CPU "
+                        f"(megatron's version needs a device stream); use allgather there.")
+    if cfg.run.platform == "cpu" and a.moe_grouped_gemm:
+        problems.append(f"`{path}.moe_grouped_gemm: true` needs a grouped-GEMM kernel (NPU/CUDA); set it to false on CPU.")
+    if a.norm_topk_prob is not None and "moe_router_pre_softmax" in role.arch_set and \
+            a.moe_router_pre_softmax == a.norm_topk_prob:
+        problems.append(f"`{role.arch_set['moe_router_pre_softmax']}: {a.moe_router_pre_softmax}` contradicts "
+                        f"norm_topk_prob {a.norm_topk_prob} (renormalised top-k means no pre-softmax); set only one.")
+    if a.moe_router_topk == 1 and not (a.moe_router_pre_softmax if a.norm_topk_prob is None else not a.norm_topk_prob):
+        problems.append(f"`model.{role.model_name}.moe_router_topk: 1` with renormalised probabilities gives every "
+                        f"token weight 1 and the router no gradient; set norm_topk_prob: false.")

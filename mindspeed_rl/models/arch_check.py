@@ -40,6 +40,8 @@ _HF_KEY = {
     "rope_scaling_type": "rope_scaling", "rope_scaling_factor": "rope_scaling.factor",
     "low_freq_factor": "rope_scaling.low_freq_factor", "high_freq_factor": "rope_scaling.high_freq_factor",
     "original_max_position_embeddings": "rope_scaling.original_max_position_embeddings",
+    "num_experts": "num_experts", "moe_router_topk": "num_experts_per_tok",
+    "moe_ffn_hidden_size": "moe_intermediate_size", "norm_topk_prob": "norm_topk_prob",
 }
 
 
@@ -135,7 +137,7 @@ def resolve_arch(arch: Mapping[str, Any], user_set, hf_dir: str) -> dict[str, An
 
 
 def expected_hf_shapes(args: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ...], str]]:
-    """HF tensor name -> (shape, which keys imply it) for a Llama/Qwen2/Qwen3 architecture."""
+    """HF tensor name -> (shape, which keys imply it) for a Llama/Qwen2/Qwen3(-MoE) architecture."""
     h, heads, ffn = int(args["hidden_size"]), int(args["num_attention_heads"]), int(args["ffn_hidden_size"])
     d = int(args.get("kv_channels") or h // heads)
     groups = int(_effective(args, "num_query_groups") or heads)
@@ -150,12 +152,10 @@ def expected_hf_shapes(args: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ..
             p + "self_attn.k_proj.weight": ((kv, h), f"{why_kv}, hidden_size {h}"),
             p + "self_attn.v_proj.weight": ((kv, h), f"{why_kv}, hidden_size {h}"),
             p + "self_attn.o_proj.weight": ((h, q), f"hidden_size {h}, {why_q}"),
-            p + "mlp.gate_proj.weight": ((ffn, h), f"ffn_hidden_size {ffn}, hidden_size {h}"),
-            p + "mlp.up_proj.weight": ((ffn, h), f"ffn_hidden_size {ffn}, hidden_size {h}"),
-            p + "mlp.down_proj.weight": ((h, ffn), f"hidden_size {h}, ffn_hidden_size {ffn}"),
             p + "input_layernorm.weight": ((h,), f"hidden_size {h}"),
             p + "post_attention_layernorm.weight": ((h,), f"hidden_size {h}"),
         })
+        shapes.update(_mlp_shapes(args, p, h, ffn))
         if args.get("add_qkv_bias"):
             for name, n, why in (("q", q, why_q), ("k", kv, why_kv), ("v", kv, why_kv)):
                 shapes[p + f"self_attn.{name}_proj.bias"] = ((n,), f"add_qkv_bias, {why}")
@@ -163,6 +163,23 @@ def expected_hf_shapes(args: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ..
             for name in ("q_norm", "k_norm"):
                 shapes[p + f"self_attn.{name}.weight"] = ((d,), f"qk_layernorm, kv_channels {d}")
     return shapes
+
+
+def _mlp_shapes(args: Mapping[str, Any], p: str, h: int, ffn: int) -> dict[str, tuple[tuple[int, ...], str]]:
+    """One layer's MLP tensors: dense gate/up/down, or the router and every expert's (per-expert layout)."""
+    experts = int(args.get("num_experts") or 0)
+    if experts <= 1:
+        return {p + "mlp.gate_proj.weight": ((ffn, h), f"ffn_hidden_size {ffn}, hidden_size {h}"),
+                p + "mlp.up_proj.weight": ((ffn, h), f"ffn_hidden_size {ffn}, hidden_size {h}"),
+                p + "mlp.down_proj.weight": ((h, ffn), f"hidden_size {h}, ffn_hidden_size {ffn}")}
+    f = int(args.get("moe_ffn_hidden_size") or ffn)
+    out = {p + "mlp.gate.weight": ((experts, h), f"num_experts {experts}, hidden_size {h}")}
+    for e in range(experts):
+        q = f"{p}mlp.experts.{e}."
+        out.update({q + "gate_proj.weight": ((f, h), f"moe_ffn_hidden_size {f}, hidden_size {h}"),
+                    q + "up_proj.weight": ((f, h), f"moe_ffn_hidden_size {f}, hidden_size {h}"),
+                    q + "down_proj.weight": ((h, f), f"hidden_size {h}, moe_ffn_hidden_size {f}")})
+    return out
 
 
 def check_shapes_against_safetensors(args: Mapping[str, Any], hf_dir: str) -> None:

@@ -236,6 +236,18 @@ def resolve_name(name: str = "auto") -> str:
     return name
 
 
+MOE_TOKEN_DISPATCHERS = ("allgather", "alltoall", "alltoall_seq", "flex")
+
+
+def moe_token_dispatchers(name: str) -> tuple[str, ...]:
+    """Megatron MoE token dispatchers that run on platform `name`. On CPU only allgather: megatron's
+    alltoall / alltoall_seq create a torch.cuda.Stream and hand split sizes to all_to_all as tensors
+    where gloo wants lists, and flex needs DeepEP (CUDA). NPU / CUDA: all but flex on NPU."""
+    if name == "cpu":
+        return ("allgather",)
+    return MOE_TOKEN_DISPATCHERS if name == "cuda" else MOE_TOKEN_DISPATCHERS[:3]
+
+
 def make_platform(name: str) -> Platform:
     """Build the Platform for a resolved name (imports only that device's module)."""
     if name == "npu":
