@@ -80,6 +80,16 @@ def _pp_size() -> int:
     return parallel_state.get_pipeline_model_parallel_world_size()
 
 
+def _expert_group():
+    """The ranks whose MoE layers exchange tokens (megatron's EP x ETP group), or None without
+    expert parallelism. They hold different prompts (EP ranks are data-parallel ranks) but every
+    MoE layer all-gathers equal-shaped tokens over them, so they must decode in lock-step: same
+    batch shape, no compaction, the same number of steps (`_agree`)."""
+    if not parallel_state.model_parallel_is_initialized() or parallel_state.get_expert_model_parallel_world_size() == 1:
+        return None
+    return parallel_state.get_expert_tensor_and_model_parallel_group()
+
+
 class NativeEngine:
     """RolloutEngine over this rank's megatron GPTModel chunk (its TP shard of its pipeline stage).
 
@@ -265,6 +275,14 @@ class NativeEngine:
                         "the tokens chosen on the last pipeline stage", step)
         return msg[0], msg[1].int().view(torch.float32)
 
+    def _agree(self, value: int, how: str, group, device: torch.device) -> int:
+        """max / min of an int over the EP group (lock-step decoding; see _expert_group)."""
+        t = torch.tensor([value], dtype=torch.long, device=device)
+        op = torch.distributed.ReduceOp.MAX if how == "max" else torch.distributed.ReduceOp.MIN
+        self._wait(torch.distributed.all_reduce(t, op=op, group=group, async_op=True),
+                   f"the expert-parallel ranks' batch shape ({how})", None)
+        return int(t.item())
+
     def _broadcast(self, tensor: torch.Tensor, src: int, group, what: str, step: Optional[int]) -> None:
         work = torch.distributed.broadcast(tensor, src=src, group=group, async_op=True)
         self._wait(work, f"{what} (global rank {src})", step)
@@ -290,7 +308,13 @@ class NativeEngine:
                         device: torch.device, generator) -> RolloutOutput:
         B = len(prompts)
         lens = torch.tensor([len(p) for p in prompts], device=device)  # (B,)
+        group = _expert_group()
         P = int(lens.max())
+        if group is not None:
+            if self._agree(B, "max", group, device) != self._agree(B, "min", group, device):
+                raise UserInputError("expert parallelism: the data-parallel ranks of an EP group got different numbers "
+                                     "of rollouts; make global_batch_size x n_samples_per_prompt divisible by the DP size.")
+            P = self._agree(P, "max", group, device)  # left-pad to the longest prompt of the EP group
         ids = torch.full((B, P), self.pad_token_id, dtype=torch.long, device=device)
         prompt_mask = torch.zeros(B, P, dtype=torch.long, device=device)
         for i, p in enumerate(prompts):
@@ -300,6 +324,8 @@ class NativeEngine:
         if sp.max_new_tokens is not None:
             budget = budget.clamp(max=sp.max_new_tokens)
         T = int(budget.max())
+        if group is not None:
+            T = self._agree(T, "max", group, device)
         stops = set(sp.stop_token_ids) | (set() if sp.ignore_eos else set(self.eos_token_ids))
         stop_ids = torch.tensor(sorted(stops), dtype=torch.long, device=device)
 
@@ -336,10 +362,13 @@ class NativeEngine:
                 for i in rows[stopped].tolist():
                     finish[i] = FINISH_EOS
                 done[rows[stopped | at_limit]] = True
-                if bool(done.all()):
+                all_done = bool(done.all())
+                if group is not None:  # every rank of the EP group runs every step until all are done
+                    all_done = self._agree(int(all_done), "min", group, device) == 1
+                if all_done:
                     break
                 running = ~done[rows]
-                if cache is None or (~running).sum() >= max(1.0, self.compact_fraction * len(rows)):
+                if group is None and (cache is None or (~running).sum() >= max(1.0, self.compact_fraction * len(rows))):
                     keep = running.nonzero().squeeze(-1)
                     rows = rows[keep]
                     if cache is not None:

@@ -39,8 +39,9 @@ class _ModelWorker:
         self.cfg, self.role_cfg = cfg, role_cfg
         self.env = init_distributed(platform)
         self.device = platform.device(self.env.device_index)  # models live here; @on_device moves batches here
-        tp, pp = role_cfg.parallel.tensor_model_parallel_size, role_cfg.parallel.pipeline_model_parallel_size
-        init_parallel_state(tp, pp, seed=cfg.run.seed)
+        par = role_cfg.parallel
+        init_parallel_state(par.tensor_model_parallel_size, par.pipeline_model_parallel_size, seed=cfg.run.seed,
+                            ep=par.expert_model_parallel_size, etp=par.expert_tensor_parallel_size)
         self.tokenizer = load_tokenizer(cfg.run.tokenizer_name_or_path)
         self.vocab_size = len(self.tokenizer)
         self.args = model_args(role_cfg, self.vocab_size)

@@ -85,6 +85,19 @@ def _reduce_like_ddp(model, sp):
         torch.distributed.all_reduce(p.grad, group=group)
 
 
+def _generate(model, rank):
+    """Greedy responses for rank-dependent prompts: lengths differ across ranks, and so do the
+    token budgets (max_length - prompt length), so EP ranks must agree on shapes and steps."""
+    from mindspeed_rl.rollout.interface import SamplingParams
+    from mindspeed_rl.rollout.native import NativeEngine
+
+    g = torch.Generator().manual_seed(100 + rank)
+    prompts = [torch.randint(0, VOCAB, (n,), generator=g).tolist() for n in (3 + 2 * rank, 6 + rank)]
+    engine = NativeEngine(model, vocab_size=VOCAB, max_length=20 + 2 * rank, eos_token_ids=(7,), pad_token_id=0)
+    out = engine.generate(prompts, SamplingParams(n=1, do_sample=False))
+    return [r[m.bool()].tolist() for r, m in zip(out.responses, out.response_mask)]
+
+
 def _moe_job(rank, world_size, hf_dir, work):
     from megatron.core import parallel_state as ps
     from megatron.core.tensor_parallel.mappings import gather_from_tensor_model_parallel_region
@@ -110,6 +123,8 @@ def _moe_job(rank, world_size, hf_dir, work):
                                           post_fn=lambda out, mb: gather_from_tensor_model_parallel_region(out))
         if ps.is_pipeline_last_stage():
             res[("logits", key)] = torch.cat(logits)
+        if pp == 1 and tp == 1:  # the native engine: each (DP) rank its own prompts, EP ranks in lock-step
+            res[("generate", key)] = _generate(model, rank)
         if pp == 1 and (tp == 1 or sp):  # gradients: each DP rank its slice of the batch
             dp, dp_rank = ps.get_data_parallel_world_size(), ps.get_data_parallel_rank()
             rows = slice(dp_rank * 4 // dp, (dp_rank + 1) * 4 // dp)
@@ -185,6 +200,16 @@ def test_moe_gradients_match_transformers(moe, layout):
     rel = {name: ((g - ref[name]).norm() / ref[name].norm().clamp_min(1e-12)).item() for name, g in seen.items()}
     bad = {name: f"{r:.2e}" for name, r in rel.items() if not r <= 1e-4}
     assert not bad, f"{layout}: relative gradient errors above 1e-4: {bad}"
+
+
+def test_moe_native_engine_generates_the_same_at_ep2(moe):
+    """EP=2 (lock-step decoding across data-parallel ranks with different prompts and budgets) gives
+    every rank the greedy responses it gets without expert parallelism."""
+    per_rank = moe[0]
+    for rank, r in enumerate(per_rank):
+        single, ep2 = r[("generate", (1, 1, 1, 1, False))], r[("generate", (1, 1, 2, 1, False))]
+        assert single == ep2, f"rank {rank}: EP=1 {single} vs EP=2 {ep2}"
+        assert all(len(x) >= 1 for x in single)
 
 
 def test_moe_checkpoint_and_export_round_trip_bit_for_bit(moe):
