@@ -388,6 +388,13 @@ def _check_moe(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
     if tp > 1 and not par.sequence_parallel and (ep > 1 or role.role == "actor_rollout"):
         problems.append(f"`{path}`: an MoE model at tensor_model_parallel_size {tp} needs sequence_parallel: true "
                         f"(megatron's rule; without it expert gradients are counted once per TP rank).")
+    if role.role == "actor_rollout" and (role.num_gpus_for_infer or role.rollout.rollout_engine == "vllm"):
+        problems.append(f"`{path}`: the train/infer split does not carry MoE experts yet (its weight hand-off "
+                        f"gathers over TP only) and vLLM is not wired for MoE here; generate colocated with "
+                        f"rollout_engine: megatron (num_gpus_for_infer: 0).")
+    if role.role == "actor_rollout" and ep > 1 and pp > 1:
+        problems.append(f"`{path}`: expert_model_parallel_size {ep} with pipeline_model_parallel_size {pp}: the native "
+                        f"engine decodes EP ranks in lock-step only without a pipeline; use PP 1 for an EP actor.")
     _one_of(a.moe_router_load_balancing_type, MOE_BALANCING, f"model.{role.model_name}.moe_router_load_balancing_type", problems)
     _one_of(a.moe_token_dispatcher_type, ("allgather", "alltoall", "alltoall_seq", "flex"),
             f"{path}.moe_token_dispatcher_type", problems)

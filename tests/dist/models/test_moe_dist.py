@@ -9,7 +9,7 @@ import importlib.util
 import pytest
 import torch
 
-from testing_utils import run_gloo
+from testing_utils import make_tiny_hf, run_gloo
 
 pytestmark = pytest.mark.dist
 
@@ -25,23 +25,9 @@ LAYOUTS = ((1, 1, 1, 1, False), (1, 1, 2, 1, False), (2, 1, 1, 2, False), (1, 2,
 _SAVE_AT = LAYOUTS[-1] if _SP_NORM else (2, 1, 1, 2, False)  # the live checkpoint + export layout
 
 
-def make_tiny_moe(out_dir, seed=0):
-    """A random fp32 Qwen3-MoE (4 experts, top-2, renormalised, hidden 64, 2 layers) saved to out_dir."""
-    import transformers as tf
-
-    config = tf.Qwen3MoeConfig(hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_experts=4,
-                               num_experts_per_tok=2, norm_topk_prob=True, num_hidden_layers=2,
-                               num_attention_heads=4, num_key_value_heads=2, head_dim=32, vocab_size=VOCAB,
-                               max_position_embeddings=128)
-    torch.manual_seed(seed)
-    model = tf.Qwen3MoeForCausalLM(config).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.normal_(0.0, 0.1)
-            if name.endswith("norm.weight"):
-                p.add_(1.0)
-    model.save_pretrained(out_dir)
-    return model
+def make_tiny_moe(out_dir):
+    """The tiny Qwen3-MoE of testing_utils (4 experts, top-2, renormalised, hidden 64, 2 layers)."""
+    return make_tiny_hf("qwen3_moe", out_dir)
 
 
 def _batch():

@@ -18,7 +18,9 @@ from mindspeed_rl.models.hf_config import HF_ARCHS
 CONFIGS = Path(__file__).resolve().parents[2] / "data" / "ray_gpt_configs"
 ARCHS = {"llama": dict(rotary_base=5000.0, rope_scaling_type="llama3", untie_embeddings_and_output_weights=True),
          "qwen2": dict(add_qkv_bias=True, untie_embeddings_and_output_weights=False),
-         "qwen3": dict(qk_layernorm=True, kv_channels=32)}
+         "qwen3": dict(qk_layernorm=True, kv_channels=32),
+         "qwen3_moe": dict(qk_layernorm=True, kv_channels=32, num_experts=4, moe_router_topk=2, moe_ffn_hidden_size=32,
+                           norm_topk_prob=True)}
 
 
 @pytest.fixture(scope="module")

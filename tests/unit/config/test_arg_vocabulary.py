@@ -45,7 +45,8 @@ def test_every_vocabulary_name_has_a_route():
     counts = {k: list(routes.values()).count(k) for k in ("schema", "mindspeed", "unsupported", "no_effect")}
     assert all(counts.values()), counts  # every kind occurs
     assert routes["num_layers"] == "schema" and routes["use_flash_attn"] == "mindspeed"
-    assert routes["num_experts"] == "unsupported" and routes["recompute_granularity"] == "no_effect"
+    assert routes["num_experts"] == "schema" and routes["recompute_granularity"] == "no_effect"
+    assert routes["moe_shared_expert_intermediate_size"] == "unsupported"
 
 
 def test_schema_keys_missing_from_the_vocabulary_are_our_own():
@@ -85,7 +86,8 @@ def test_mindspeed_llm_model_yaml_with_megatron_names(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("override,fragments", [
-    (f"{A}.num_experts=8", ["num_experts` is 8", "mixture-of-experts", "set it to 1"]),
+    (f"{A}.moe_shared_expert_intermediate_size=512", ["moe_shared_expert_intermediate_size` is 512",
+                                                      "shared experts", "set it to 0"]),
     (f"{A}.context_parallel_size=2", ["context_parallel_size` is 2", "context parallelism"]),
     (f"{A}.rotary_interleaved=true", ["rotary_interleaved` is True", "interleaved RoPE"]),
     (f"{A}.recompute_granularty=full", ["not a known key", "did you mean `recompute_granularity`"]),

@@ -1,0 +1,69 @@
+"""Mixture-of-experts placement rules: one sentence per problem, in dry_run, before anything starts;
+a valid EP layout dry-runs and the Megatron MoE keys reach the builder's TransformerConfig."""
+import pytest
+
+import ray_gpt
+from mindspeed_rl.config import build_config, compose_yaml
+from mindspeed_rl.config.validate import validate
+
+A = "actor_rollout_ref.actor_rollout"
+TINY = "grpo_trainer_tiny"
+MOE = ["training.num_experts=4", "training.moe_ffn_hidden_size=64", "training.moe_router_topk=2"]
+
+
+def test_ep2_dry_runs_and_both_roles_get_the_experts(capsys):
+    over = MOE + [f"{A}.expert_model_parallel_size=2", "resource_pool.actor_rollout=[2]"]
+    assert ray_gpt.main(["--config-name", TINY, *over, "dry_run=true"]) == 0
+    assert "dry_run: the config is valid" in capsys.readouterr().out
+    cfg = build_config(compose_yaml(TINY, over))
+    assert (cfg.actor.arch.num_experts, cfg.ref.arch.num_experts, cfg.actor.parallel.expert_model_parallel_size) == (4, 4, 2)
+
+
+@pytest.mark.parametrize("overrides,fragment", [
+    ([f"{A}.expert_model_parallel_size=3", "resource_pool.actor_rollout=[3]"],
+     "expert_model_parallel_size: 3` does not divide num_experts 4"),
+    ([f"{A}.expert_tensor_parallel_size=3", "resource_pool.actor_rollout=[3]"],
+     "expert_tensor_parallel_size: 3` does not divide moe_ffn_hidden_size 64"),
+    ([f"{A}.expert_model_parallel_size=2", "resource_pool.actor_rollout=[3]"],
+     "its 3 device(s) are not a multiple of expert_tensor_parallel_size 1 x expert_model_parallel_size 2"),
+    ([f"{A}.tensor_model_parallel_size=2", "resource_pool.actor_rollout=[2]"],
+     "an MoE model at tensor_model_parallel_size 2 needs sequence_parallel: true"),
+    (["training.platform=cpu", "training.moe_token_dispatcher_type=alltoall"],
+     "moe_token_dispatcher_type: alltoall` does not run on CPU"),
+    (["training.platform=cpu", "training.moe_grouped_gemm=true"], "moe_grouped_gemm: true` needs a grouped-GEMM kernel"),
+    (["training.moe_token_dispatcher_type=a2a"], "moe_token_dispatcher_type: a2a` is not supported"),
+    (["training.moe_router_topk=1", "training.norm_topk_prob=true"], "moe_router_topk: 1` with renormalised"),
+    (["training.moe_router_topk=5"], "moe_router_topk: 5` exceeds num_experts 4"),
+    ([f"{A}.num_gpus_for_infer=1", "resource_pool.actor_rollout=[2]"], "the train/infer split does not carry"),
+], ids=["ep-divides-experts", "etp-divides-ffn", "devices-hold-expert-groups", "tp-needs-sp", "cpu-dispatcher",
+        "cpu-grouped-gemm", "unknown-dispatcher", "top1-renormalised", "topk-over-experts", "split"])
+def test_moe_rules(overrides, fragment, capsys):
+    assert ray_gpt.main(["--config-name", TINY, *MOE, *overrides, "dry_run=true"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert fragment in err, f"{fragment!r} not in {err!r}"
+
+
+def test_expert_parallel_without_experts_is_named(capsys):
+    code = ray_gpt.main(["--config-name", TINY, f"{A}.expert_model_parallel_size=2", "resource_pool.actor_rollout=[2]",
+                         "dry_run=true"])
+    assert code == 2 and "need an MoE model, but model tiny has no experts" in capsys.readouterr().err
+
+
+def test_transformer_config_gets_the_moe_fields(gloo_world1):
+    """The Megatron MoE keys become TransformerConfig fields; norm_topk_prob is the inverse of
+    pre-softmax routing (HF renormalises the top-k; megatron's softmax over the top-k logits)."""
+    from mindspeed_rl.models.arch_check import model_args
+    from mindspeed_rl.models.builder import init_parallel_state, transformer_config
+
+    cfg = build_config(compose_yaml(TINY, MOE + ["training.norm_topk_prob=true", "training.moe_aux_loss_coeff=0.01"]))
+    validate(cfg, check_paths=False)
+    init_parallel_state(1, 1)
+    tc = transformer_config(model_args(cfg.actor, 100))
+    assert (tc.num_moe_experts, tc.moe_router_topk, tc.moe_ffn_hidden_size) == (4, 2, 64)
+    assert tc.moe_router_pre_softmax is False and tc.moe_aux_loss_coeff == 0.01
+    assert tc.moe_token_dispatcher_type == "allgather" and tc.moe_grouped_gemm is False
+    tc = transformer_config(dict(model_args(cfg.actor, 100), norm_topk_prob=False))
+    assert tc.moe_router_pre_softmax is True
+    dense = transformer_config(model_args(build_config(compose_yaml(TINY)).actor, 100))
+    assert dense.num_moe_experts is None
