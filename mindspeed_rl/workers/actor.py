@@ -150,6 +150,7 @@ class ActorRolloutWorker(_ModelWorker):
         """ppo_epochs x mini-batches over this DP rank's shard (rows of a prompt's group stay together
         unless shuffle_minibatch)."""
         from mindspeed_rl.models.forward import micro_batch_divisor
+        from mindspeed_rl.models.moe_metrics import ExpertLoadMeter
         from mindspeed_rl.models.train_step import PolicyLossSettings, policy_update_step
 
         if self.engine is not None:
@@ -166,21 +167,22 @@ class ActorRolloutWorker(_ModelWorker):
         g = torch.Generator().manual_seed(self.cfg.run.seed + self.calls)
         self.model.train()
         collected: list[dict] = []
-        for _ in range(p.ppo_epochs):
-            order = torch.randperm(rows, generator=g) if p.shuffle_minibatch else torch.arange(rows)
-            for idx in order.to(self.device).chunk(num_mini):
-                mb = {"input_ids": batch[K.INPUT_IDS][idx], "attention_mask": batch[K.ATTENTION_MASK][idx],
-                      "response_mask": batch[K.RESPONSE_MASK][idx].float(), "advantages": batch[K.ADVANTAGES][idx]}
-                if K.OLD_LOG_PROBS in names:
-                    mb["old_log_probs"] = batch[K.OLD_LOG_PROBS][idx]
-                if K.REF_LOG_PROBS in names:
-                    mb["ref_log_probs"] = batch[K.REF_LOG_PROBS][idx]
-                if K.ROLLOUT_LOG_PROBS in names and p.tis_mode != "off":
-                    mb["rollout_log_probs"] = batch[K.ROLLOUT_LOG_PROBS][idx]
-                mbs = micro_batch_divisor(len(idx), self.role_cfg.micro_batch_size)
-                collected.append(policy_update_step(self.ddp, self.optimizer, self.scheduler, mb, P, mbs, s))
+        with ExpertLoadMeter(self.model) as meter:  # MoE: expert load + aux loss (no-op when dense)
+            for _ in range(p.ppo_epochs):
+                order = torch.randperm(rows, generator=g) if p.shuffle_minibatch else torch.arange(rows)
+                for idx in order.to(self.device).chunk(num_mini):
+                    mb = {"input_ids": batch[K.INPUT_IDS][idx], "attention_mask": batch[K.ATTENTION_MASK][idx],
+                          "response_mask": batch[K.RESPONSE_MASK][idx].float(), "advantages": batch[K.ADVANTAGES][idx]}
+                    if K.OLD_LOG_PROBS in names:
+                        mb["old_log_probs"] = batch[K.OLD_LOG_PROBS][idx]
+                    if K.REF_LOG_PROBS in names:
+                        mb["ref_log_probs"] = batch[K.REF_LOG_PROBS][idx]
+                    if K.ROLLOUT_LOG_PROBS in names and p.tis_mode != "off":
+                        mb["rollout_log_probs"] = batch[K.ROLLOUT_LOG_PROBS][idx]
+                    mbs = micro_batch_divisor(len(idx), self.role_cfg.micro_batch_size)
+                    collected.append(policy_update_step(self.ddp, self.optimizer, self.scheduler, mb, P, mbs, s))
         keys = collected[0].keys() if collected and collected[0] else []
-        return {k: sum(c[k] for c in collected) / len(collected) for k in keys}
+        return {**{k: sum(c[k] for c in collected) / len(collected) for k in keys}, **meter.stats()}
 
     def save_checkpoint(self, path: str, step: int, trainer_state: dict | None = None, keep_last_n: int = 0,
                         config_hash: str = "") -> str:
