@@ -379,6 +379,8 @@ class NativeEngine:
             get_platform().synchronize()
             self._timing["decode_s"] += time.perf_counter() - t1  # sampling included
         T_out = int(resp_len.max())
+        if group is not None:  # one response width over the EP group (the rows of one batch when gathered)
+            T_out = self._agree(T_out, "max", group, device)
         response_mask = (torch.arange(T_out, device=device)[None] < resp_len[:, None]).long()
         responses = seq[:, P:P + T_out].masked_fill(response_mask == 0, self.pad_token_id)
         return RolloutOutput(prompts=ids, prompt_mask=prompt_mask, responses=responses,

@@ -94,6 +94,7 @@ def _moe_job(rank, world_size, hf_dir, work):
                                              vocab_parallel_log_probs)
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
     from mindspeed_rl.models.hf_export import export_hf
+    from mindspeed_rl.models.moe_metrics import ExpertLoadMeter
 
     config = read_hf_config(hf_dir)
     args = dict(model_config_from_hf(config), padded_vocab_size=PADDED)
@@ -115,7 +116,10 @@ def _moe_job(rank, world_size, hf_dir, work):
             dp, dp_rank = ps.get_data_parallel_world_size(), ps.get_data_parallel_rank()
             rows = slice(dp_rank * 4 // dp, (dp_rank + 1) * 4 // dp)
             b_ids, b_mask = ids[rows], mask[rows]
-            out = model(b_ids, position_ids_from_mask(b_mask), attention_mask_4d(b_mask))  # (b, S, V/TP)
+            with ExpertLoadMeter(model) as meter:
+                out = model(b_ids, position_ids_from_mask(b_mask), attention_mask_4d(b_mask))  # (b, S, V/TP)
+            local_tokens = b_ids.numel() // (tp if sp else 1)  # SP: each TP rank routes its sequence shard
+            res[("meter", key)] = (meter.stats(), [float(c.sum()) for c in meter.counts.values()], local_tokens)
             lp, _ = vocab_parallel_log_probs(out[:, :-1], b_ids[:, 1:], vocab_size=VOCAB)
             _loss(lp, b_ids, b_mask).backward()
             _reduce_like_ddp(model, sp)
@@ -186,6 +190,18 @@ def test_moe_gradients_match_transformers(moe, layout):
     rel = {name: ((g - ref[name]).norm() / ref[name].norm().clamp_min(1e-12)).item() for name, g in seen.items()}
     bad = {name: f"{r:.2e}" for name, r in rel.items() if not r <= 1e-4}
     assert not bad, f"{layout}: relative gradient errors above 1e-4: {bad}"
+
+
+def test_moe_metrics_count_every_routed_token(moe):
+    """Each layer routes every token of the rank to top-2 experts; the step's min/max are over the
+    DP-summed counts (4 sequences x SEQ tokens x 2 per layer in all)."""
+    for layout in [l for l in LAYOUTS if l[1] == 1 and (l[0] == 1 or l[4])]:
+        for r in moe[0]:
+            stats, per_layer, tokens = r[("meter", layout)]
+            assert per_layer == [2.0 * tokens] * 2, (layout, per_layer, tokens)
+            assert 0 <= stats["moe/expert_tokens_min"] <= stats["moe/expert_tokens_max"] <= 4 * SEQ
+            assert stats["moe/expert_tokens_max"] >= 4 * SEQ * 2 / 4  # some expert takes at least the mean
+            assert stats["moe/aux_loss"] > 0
 
 
 def test_moe_native_engine_generates_the_same_at_ep2(moe):
