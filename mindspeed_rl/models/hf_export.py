@@ -123,7 +123,7 @@ def export_hf(model: torch.nn.Module, args: Mapping[str, Any], out_dir: str, voc
     """Write this (TP/PP-sharded) model as a HF checkpoint directory; every rank calls it.
 
     Args:
-        model: this rank's GPTModel chunk (or its DDP wrapper).
+        model: this rank's GPTModel chunk (or its DDP wrapper), or its list of virtual-pipeline chunks.
         vocab_size: the real vocabulary (config.json's); padding rows are dropped.
         hf_config: config.json to write (its dtype entry is updated); default from args.
         dtype: tensor dtype on disk (default: the model's).
@@ -133,8 +133,9 @@ def export_hf(model: torch.nn.Module, args: Mapping[str, Any], out_dir: str, voc
     from megatron.core import parallel_state as ps
 
     from mindspeed_rl.models.checkpoint import chunk_state_dict
+    from mindspeed_rl.models.chunks import as_chunks
 
-    inner = getattr(model, "module", model)
+    inner = getattr(as_chunks(model)[0], "module", as_chunks(model)[0])
     tied = not args.get("untie_embeddings_and_output_weights", False)
     writer = ps.get_tensor_model_parallel_rank() == 0 and ps.get_data_parallel_rank() == 0
     pp, pp_rank = ps.get_pipeline_model_parallel_world_size(), ps.get_pipeline_model_parallel_rank()
@@ -146,7 +147,7 @@ def export_hf(model: torch.nn.Module, args: Mapping[str, Any], out_dir: str, voc
     torch.distributed.barrier()
 
     out: dict[str, torch.Tensor] = {}
-    for name, tensor in chunk_state_dict(inner).items():
+    for name, tensor in chunk_state_dict(model).items():
         full = _gather_tp(tensor, kind_of(name, tied))  # every TP rank joins the all-gather
         if writer:
             out.update({k: v.to(dtype or v.dtype) for k, v in mcore_to_hf(name, full, args, vocab_size).items()})
