@@ -1,16 +1,15 @@
 """Peak host memory of one policy-update step (forward + backward through megatron) with and
 without activation recompute, on CPU.
 
-    OMP_NUM_THREADS=2 python bench/recompute_memory.py                 # 8 layers, h 512, 8 x 512 tokens
+    OMP_NUM_THREADS=2 python bench/recompute_memory.py                 # 8 layers, h 256, 8 x 512 tokens
     python bench/recompute_memory.py --layers 2 --hidden 128 --seq 64  # smoke run
 
 Each setting runs in its own process (a world-size-1 gloo group, TP=PP=1, fp32): build the model,
 make the batch, then one `policy_update_step` (SGD, so no optimizer state skews the numbers).
 Columns:
-  held MiB   bytes autograd keeps from forward to backward (saved-tensor hooks, counted once per
-             storage): the activations recompute trades for compute;
   peak MiB   ru_maxrss after the step minus RSS before it: what the step added to the process's
-             peak, allocator effects included;
+             peak (the activations autograd holds between forward and backward, the recomputed
+             ones, gradients; allocator effects included);
   step s     wall time of the step (recompute re-runs forwards; on shared cores only indicative);
   pg_loss    the step's loss, equal in every row (recompute changes memory, not maths).
 A benchmark: it prints a table and asserts nothing.
@@ -75,30 +74,20 @@ def child(setting: str, layers: int, hidden: int, seq: int, batch: int) -> dict:
     ids = torch.randint(0, 4096, (batch, seq), generator=g)
     data = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
             "response_mask": torch.ones(batch, seq - prompt), "advantages": torch.randn(batch, seq - prompt, generator=g)}
-    held, seen = [0], set()
-
-    def pack(t):
-        key = (t.untyped_storage().data_ptr(), t.untyped_storage().nbytes())
-        if key not in seen:
-            seen.add(key)
-            held[0] += key[1]
-        return t
-
     before = _rss_bytes()
     t0 = time.perf_counter()
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        stats = policy_update_step(ddp, opt, sched, data, prompt, batch, PolicyLossSettings())
+    stats = policy_update_step(ddp, opt, sched, data, prompt, batch, PolicyLossSettings())
     seconds = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
     torch.distributed.destroy_process_group()
-    return {"setting": setting, "held_mib": held[0] / MiB, "peak_mib": (peak - before) / MiB, "seconds": seconds,
+    return {"setting": setting, "peak_mib": (peak - before) / MiB, "seconds": seconds,
             "pg_loss": stats["actor/pg_loss"]}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layers", type=int, default=8)
-    ap.add_argument("--hidden", type=int, default=512)
+    ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--seq", type=int, default=512)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--child", help=argparse.SUPPRESS)
@@ -107,7 +96,7 @@ def main() -> None:
         print(json.dumps(child(a.child, a.layers, a.hidden, a.seq, a.batch)))
         return
     print(f"one policy-update step, {a.layers} layers, hidden {a.hidden}, {a.batch} x {a.seq} tokens, fp32, CPU")
-    print(f"{'recompute':<16} {'held MiB':>9} {'peak MiB':>9} {'step s':>7} {'pg_loss':>10}")
+    print(f"{'recompute':<16} {'peak MiB':>9} {'step s':>7} {'pg_loss':>10}")
     for setting in SETTINGS:
         cmd = [sys.executable, __file__, "--child", setting, "--layers", str(a.layers), "--hidden", str(a.hidden),
                "--seq", str(a.seq), "--batch", str(a.batch)]
@@ -116,7 +105,7 @@ def main() -> None:
             print(f"{setting:<16} failed: {out.stderr.strip().splitlines()[-1]}")
             continue
         r = json.loads(out.stdout.strip().splitlines()[-1])
-        print(f"{setting:<16} {r['held_mib']:>9.1f} {r['peak_mib']:>9.1f} {r['seconds']:>7.2f} {r['pg_loss']:>10.6f}")
+        print(f"{setting:<16} {r['peak_mib']:>9.1f} {r['seconds']:>7.2f} {r['pg_loss']:>10.6f}")
 
 
 if __name__ == "__main__":
