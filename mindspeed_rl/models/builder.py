@@ -183,8 +183,14 @@ def build_model_chunks(args: Mapping[str, Any], params_dtype: torch.dtype = torc
     overrides["virtual_pipeline_model_parallel_size"] = vpp
     chunks = [build_gpt_model(args, params_dtype, device=device, config_overrides=overrides, vp_stage=v)
               for v in range(vpp)]
-    parallel_state.set_virtual_pipeline_model_parallel_rank(0)  # megatron 0.12 reads it; leave it at the start
+    if not _takes_vp_stage():  # megatron 0.12 reads the global virtual rank: leave it at the start
+        parallel_state.set_virtual_pipeline_model_parallel_rank(0)
     return chunks
+
+
+def _takes_vp_stage() -> bool:
+    """megatron-core 0.16 passes the virtual stage as an argument; 0.12 reads a global."""
+    return "vp_stage" in inspect.signature(GPTModel.__init__).parameters
 
 
 def _layers_per_chunk(config: TransformerConfig) -> int:
@@ -197,7 +203,7 @@ def _virtual_stage_ends(vp_stage: int, pre_process: Optional[bool], post_process
     layer on the last; parallel_state's global virtual rank is set for megatron 0.12, whose
     layers read it (0.16 takes vp_stage as an argument instead)."""
     vpp = parallel_state.get_virtual_pipeline_model_parallel_world_size() or 1
-    if "vp_stage" not in inspect.signature(GPTModel.__init__).parameters:
+    if not _takes_vp_stage():
         parallel_state.set_virtual_pipeline_model_parallel_rank(vp_stage)
     first = parallel_state.get_pipeline_model_parallel_rank() == 0 and vp_stage == 0
     last = (parallel_state.get_pipeline_model_parallel_rank() == parallel_state.get_pipeline_model_parallel_world_size() - 1
@@ -207,7 +213,7 @@ def _virtual_stage_ends(vp_stage: int, pre_process: Optional[bool], post_process
 
 def _gpt_model(config: TransformerConfig, spec, args: Mapping[str, Any], pre_process: Optional[bool],
                post_process: Optional[bool], vp_stage: Optional[int] = None) -> GPTModel:
-    extra = {"vp_stage": vp_stage} if vp_stage is not None and "vp_stage" in inspect.signature(GPTModel.__init__).parameters else {}
+    extra = {"vp_stage": vp_stage} if vp_stage is not None and _takes_vp_stage() else {}
     return GPTModel(
         config, spec,
         vocab_size=int(args["padded_vocab_size"]),
