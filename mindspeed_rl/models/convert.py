@@ -73,15 +73,24 @@ def open_source(load_dir: str, model_type: str, model_type_hf: Optional[str] = N
 
 
 def save_megatron(src: Source, save_dir: str, tp: int, pp: int, dtype: Optional[torch.dtype] = None,
-                  make_vocab_size_divisible_by: int = 1) -> str:
-    """Write `src` as a Megatron checkpoint of this project at (TP, PP), step 0. Returns its dir."""
+                  make_vocab_size_divisible_by: int = 1, layers_per_virtual_stage: Optional[int] = None) -> str:
+    """Write `src` as a Megatron checkpoint of this project at (TP, PP), step 0. Returns its dir.
+    layers_per_virtual_stage (MindSpeed-LLM's --num-layers-per-virtual-pipeline-stage): each
+    pipeline rank's file holds the layers of its virtual-pipeline chunks (models/chunks.py)."""
     args = dict(src.args, padded_vocab_size=padded_vocab(src.vocab_size, make_vocab_size_divisible_by, tp))
     check_tp(args, tp)
     layer_range(int(args["num_layers"]), pp, 0)  # PP must divide num_layers
+    vpp = 1
+    if layers_per_virtual_stage:
+        vpp, rest = divmod(int(args["num_layers"]), pp * layers_per_virtual_stage)
+        if rest or vpp < 1 or pp < 2:
+            raise UserInputError(f"--num-layers-per-virtual-pipeline-stage {layers_per_virtual_stage} x "
+                                 f"--target-pipeline-parallel-size {pp} must divide num_layers {args['num_layers']} "
+                                 f"with PP > 1; pick layers per virtual stage that divide num_layers / PP.")
     dims, tied = Dims.from_args(args), not args.get("untie_embeddings_and_output_weights", False)
     tmp = begin_write(save_dir, 0)
     for pp_rank in range(pp):
-        names = stage_param_names(args, pp, pp_rank)
+        names = stage_param_names(args, pp, pp_rank, vpp)
         for tp_rank in range(tp):
             tensors = {}
             for name in names:  # (global layer names): read only this rank's slice of each tensor
@@ -91,7 +100,7 @@ def save_megatron(src: Source, save_dir: str, tp: int, pp: int, dtype: Optional[
             save_file(tensors, os.path.join(tmp, rank_dir(tp_rank, pp_rank), MODEL_FILE), metadata={"format": FORMAT})
         log.info("stage %d/%d written", pp_rank + 1, pp)
     any_tensor = next(iter(tensors.values()))
-    return finish_write(tmp, {"step": 0, "tp": tp, "pp": pp, "dp": 1, "params_dtype": str(any_tensor.dtype),
+    return finish_write(tmp, {"step": 0, "tp": tp, "pp": pp, "vpp": vpp, "dp": 1, "params_dtype": str(any_tensor.dtype),
                               "vocab_size": src.vocab_size, "model_args": args, "hf_config": src.hf_config,
                               "has_optimizer": False, "distributed_optimizer": False})
 
@@ -118,7 +127,8 @@ def _dir_of(src: Source) -> Optional[str]:
 
 def convert(load_model_type: str, save_model_type: str, load_dir: str, save_dir: str, tp: int = 1, pp: int = 1,
             model_type_hf: Optional[str] = None, params_dtype: Optional[str] = None,
-            hf_cfg_dir: Optional[str] = None, make_vocab_size_divisible_by: int = 1) -> str:
+            hf_cfg_dir: Optional[str] = None, make_vocab_size_divisible_by: int = 1,
+            layers_per_virtual_stage: Optional[int] = None) -> str:
     """The whole conversion (what convert_ckpt.py runs). Returns the written directory."""
     if not os.path.isdir(load_dir):
         raise UserInputError(f"--load-dir {load_dir} does not exist; point it at a checkpoint directory.")
@@ -129,7 +139,7 @@ def convert(load_model_type: str, save_model_type: str, load_dir: str, save_dir:
     src = open_source(load_dir, load_model_type, model_type_hf)
     dtype = DTYPES[params_dtype] if params_dtype else None
     if save_model_type == "mg":
-        return save_megatron(src, save_dir, tp, pp, dtype, make_vocab_size_divisible_by)
+        return save_megatron(src, save_dir, tp, pp, dtype, make_vocab_size_divisible_by, layers_per_virtual_stage)
     return save_hf(src, save_dir, dtype, hf_cfg_dir)
 
 
@@ -139,5 +149,6 @@ def describe(path: str) -> str:
     if os.path.isfile(manifest):
         with open(manifest) as f:
             m = json.load(f)
-        return f"{path}: Megatron checkpoint, TP={m['tp']} PP={m['pp']}, {len(m['files'])} files"
+        vpp = f" VPP={m['vpp']}" if m.get("vpp", 1) > 1 else ""
+        return f"{path}: Megatron checkpoint, TP={m['tp']} PP={m['pp']}{vpp}, {len(m['files'])} files"
     return f"{path}: Hugging Face checkpoint"
