@@ -12,6 +12,10 @@ Padding: `attention_mask_4d` turns a (B, S) 1/0 mask into megatron's (B, 1, S, S
 (True = masked) that is both causal and hides padding keys. Megatron's GPTModel applies RoPE by
 sequence index and ignores position_ids; with left padding that shifts every real token's position
 by the same amount, which leaves attention unchanged because RoPE only sees relative positions.
+
+`forward_microbatches` takes one chunk or a rank's list of virtual-pipeline chunks (models/chunks.py:
+megatron's interleaved schedule, one data iterator per chunk) and pads the sequence to a multiple of
+TP under sequence parallelism (models/parallel.py); post_fn always sees the unpadded length.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Union
 
 import torch
 
@@ -36,7 +36,7 @@ get_platform().patch()  # megatron must be imported after the platform patch (no
 
 from megatron.core.transformer.spec_utils import ModuleSpec  # noqa: E402
 from megatron.core.transformer.torch_norm import WrappedTorchNorm  # noqa: E402
-from megatron.core.transformer.transformer_block import TransformerBlockSubmodules  # noqa: E402
+from megatron.core.transformer.transformer_block import LayerNormImpl, TransformerBlockSubmodules  # noqa: E402
 
 from mindspeed_rl.models.chunks import Model, as_chunks, unwrap  # noqa: E402
 
@@ -72,11 +72,15 @@ def _swap_norm(node: Any) -> Any:
     return node
 
 
-def sequence_parallel_spec(layer_spec: ModuleSpec, num_layers_here: int) -> TransformerBlockSubmodules:
-    """A block spec of `num_layers_here` layers (this chunk's) whose norms, the final one included,
-    work with SP. Any layer spec (dense or MoE) built on megatron's local spec works."""
-    return TransformerBlockSubmodules(layer_specs=[_swap_norm(layer_spec)] * num_layers_here,
-                                      layer_norm=SequenceParallelNorm)
+def sequence_parallel_spec(spec: Union[ModuleSpec, TransformerBlockSubmodules],
+                           num_layers_here: int) -> TransformerBlockSubmodules:
+    """A block spec whose norms, the final one included, work with SP: a layer spec (dense or MoE,
+    built on megatron's local spec) becomes `num_layers_here` layers (this chunk's); a block spec
+    keeps its layers. Norms that already support SP (Apex's FusedLayerNorm) are left as they are."""
+    if isinstance(spec, TransformerBlockSubmodules):
+        return _swap_norm(spec)
+    return TransformerBlockSubmodules(layer_specs=[_swap_norm(spec)] * num_layers_here,
+                                      layer_norm=_swap_norm(LayerNormImpl))
 
 
 def sequence_parallel_multiple(model: Model) -> int:

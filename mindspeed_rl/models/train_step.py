@@ -8,6 +8,10 @@ DP ranks, and the loss is multiplied by num_microbatches x DP to undo megatron's
 micro-batches (schedules.py) and DDP's averaging over DP ranks. The gradient is then exactly the
 gradient of the mini-batch loss, whatever the micro-batch size and DP size.
 
+Sequence parallelism pads each micro-batch to a multiple of TP (the padded logits are cut before
+the loss); a list of virtual-pipeline chunks runs megatron's interleaved schedule
+(models/parallel.py, models/chunks.py).
+
 Batch layout (data/keys.py): input_ids (b, P + T) = left-padded prompt (P) + right-padded response
 (T); the logits at positions P-1 .. P+T-2 predict the response tokens.
 """
