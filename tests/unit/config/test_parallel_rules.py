@@ -83,3 +83,16 @@ def test_dry_run_exits_2_with_the_sentence(capsys):
     assert ray_gpt.main(["--config-name", TINY, f"{A}.virtual_pipeline_model_parallel_size=2", "dry_run=true"]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and "needs pipeline_model_parallel_size > 1" in err
+
+
+def test_mindspeed_context_parallel_switches_are_forwarded():
+    """MindSpeed's ring-attention switches travel with the role's MindSpeed switches (passed to
+    MindSpeed's argument parser on NPU: platform/npu.py) and are reported as ignored elsewhere."""
+    from mindspeed_rl.platform.npu import switches_to_argv
+
+    cfg = build_config(compose_yaml(TINY, [f"{A}.context_parallel_algo=megatron_cp_algo",
+                                           f"{A}.cp_attention_mask_type=causal"]))
+    switches = cfg.actor.mindspeed_switches
+    assert switches == {"context_parallel_algo": "megatron_cp_algo", "cp_attention_mask_type": "causal"}
+    assert switches_to_argv(switches) == ["--context-parallel-algo", "megatron_cp_algo",
+                                          "--cp-attention-mask-type", "causal"]
