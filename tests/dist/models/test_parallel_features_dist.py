@@ -4,6 +4,7 @@ random 4-layer Qwen3 (q/k norms, GQA; head_dim 32):
 - TP=2 + SP against TP=2 without SP, same weights: logits and log-probs (a sequence length that
   is not a multiple of TP, so the padding path runs), the weights after one SGD step of the policy
   loss (= the gradients, the norms' TP all-reduce included), and the native engine's greedy tokens.
+- both against transformers' log-probs (the PP=1 reference) within 1e-4.
 - PP=2 x VPP=2 (interleaved schedule, 2 chunks per rank) against PP=2 without it: log-probs (a
   micro-batch count the schedule must pad, and one it need not), the weights after one SGD step,
   greedy tokens of the native engine (hidden states go round the pipeline ring once per chunk);
@@ -108,10 +109,17 @@ REAL = _MASK[:, 1:] & _MASK[:, :-1]  # log-prob positions whose token and contex
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
+    from mindspeed_rl.models.forward import position_ids_from_mask
+
     tmp = tmp_path_factory.mktemp("parallel")
-    make_tiny_hf("qwen3", str(tmp / "hf"), num_hidden_layers=4)
+    hf = make_tiny_hf("qwen3", str(tmp / "hf"), num_hidden_layers=4)
+    b = _batch()
+    with torch.no_grad():  # transformers' log-probs of the same tokens: the PP=1 reference
+        logits = hf(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
+                    position_ids=position_ids_from_mask(b["attention_mask"])).logits
+    ref = torch.log_softmax(logits[:, :-1] / 0.7, -1).gather(-1, b["input_ids"][:, 1:, None]).squeeze(-1)
     per_rank = run_gloo(_job, 2, str(tmp / "hf"), str(tmp), timeout_s=400, name="SP / VPP job")
-    return per_rank, tmp
+    return per_rank, tmp, ref
 
 
 def _merged(per_rank, key):
@@ -125,13 +133,14 @@ def _close(a, b, tol, what, where=None):
 
 
 def test_sequence_parallel_equals_tp_without_it(results):
-    per_rank, _ = results
+    per_rank, _, ref = results
     for rank, r in enumerate(per_rank):
         off, on = r[("sp", False)], r[("sp", True)]
         for mbs in (1, 4):
             for i in range(2):  # log-probs, entropy
                 _close(on["lp"][mbs][i], off["lp"][mbs][i], 1e-5, f"rank {rank} SP log-probs[{i}] mbs {mbs}", REAL)
         assert torch.equal(on["greedy"], off["greedy"]), f"rank {rank}: SP changes the engine's greedy tokens"
+        _close(on["lp"][4][0], ref, 1e-4, f"rank {rank} TP=2 + SP log-probs vs transformers", REAL)
         assert on["stepped"].keys() == off["stepped"].keys()
         for name, w in on["stepped"].items():  # lr 1 SGD: the weight difference is the gradient difference
             _close(w, off["stepped"][name], 1e-5, f"rank {rank} SP gradient of {name}")
@@ -139,7 +148,7 @@ def test_sequence_parallel_equals_tp_without_it(results):
 
 
 def test_virtual_pipeline_equals_plain_pipeline(results):
-    per_rank, _ = results
+    per_rank, _, ref = results
     # chunk v of rank r holds layer v * PP + r (4 layers, PP 2, VPP 2)
     assert [r[("vpp", 2, "layers")] for r in per_rank] == [[[0], [2]], [[1], [3]]]
     assert [r[("vpp", 1, "layers")] for r in per_rank] == [[[0, 1]], [[2, 3]]]
@@ -148,6 +157,7 @@ def test_virtual_pipeline_equals_plain_pipeline(results):
     for mbs in (1, 4):
         for i in range(2):
             _close(inter["lp"][mbs][i], plain["lp"][mbs][i], 1e-5, f"VPP log-probs[{i}] mbs {mbs}", REAL)
+    _close(inter["lp"][4][0], ref, 1e-4, "PP=2 x VPP=2 log-probs vs transformers", REAL)
     assert per_rank[0][("vpp", 2)]["lp"][1] is None  # not the last stage: nothing to return
     for r in per_rank:
         assert torch.equal(r[("vpp", 2)]["greedy"], plain["greedy"]), "VPP changes the engine's greedy tokens"
@@ -161,7 +171,7 @@ def test_virtual_pipeline_equals_plain_pipeline(results):
 def test_virtual_pipeline_export_and_checkpoint_round_trip(results):
     from safetensors.torch import load_file
 
-    per_rank, tmp = results
+    per_rank, tmp, _ = results
     import glob
 
     def tensors(d):
