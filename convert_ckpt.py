@@ -37,6 +37,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--target-expert-parallel-size", type=int, default=1, help="EP of an MoE model (mg output)")
     p.add_argument("--target-expert-tensor-parallel-size", type=int, default=None,
                    help="ETP of an MoE model (mg output; default: the target TP)")
+    p.add_argument("--num-layers-per-virtual-pipeline-stage", type=int, default=None,
+                   help="mg target: layers per virtual pipeline chunk (the run's virtual pipeline); any run loads any layout")
     p.add_argument("--model-type-hf", choices=MODEL_TYPES_HF, default=None)
     p.add_argument("--params-dtype", choices=("fp32", "bf16", "fp16"), default=None,
                    help="cast tensors on save (default: keep the stored dtype)")
@@ -65,7 +67,8 @@ def main(argv=None) -> int:
         out = convert(args.load_model_type, args.save_model_type, args.load_dir, args.save_dir,
                       args.target_tensor_parallel_size, args.target_pipeline_parallel_size, args.model_type_hf,
                       args.params_dtype, args.hf_cfg_dir, args.make_vocab_size_divisible_by,
-                      args.target_expert_parallel_size, args.target_expert_tensor_parallel_size)
+                      args.num_layers_per_virtual_pipeline_stage, args.target_expert_parallel_size,
+                      args.target_expert_tensor_parallel_size)
     except UserInputError as err:
         print(f"convert_ckpt.py: {err}", file=sys.stderr)
         return 2

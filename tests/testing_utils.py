@@ -61,20 +61,22 @@ TINY_HF = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_a
                num_key_value_heads=2, vocab_size=120, max_position_embeddings=128)
 
 
-def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None):
+def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
     """Save a random fp32 llama / qwen2 / qwen3 / qwen3_moe CausalLM (GQA 4q/2kv heads, head_dim >= 16)
     to out_dir and return it in eval mode. llama: llama3 rope scaling, untied; qwen2: qkv bias, tied;
     qwen3: q/k norms, head_dim 32 != hidden/heads; qwen3_moe: as qwen3 with 4 experts of width 32,
-    top-2, renormalised."""
+    top-2, renormalised. `overrides` change TINY_HF (num_hidden_layers=4)."""
     import transformers as tf
 
+    tiny = dict(TINY_HF, **overrides)
+
     config = {
-        "llama": lambda: tf.LlamaConfig(**TINY_HF, rope_theta=5000.0, rope_scaling={
+        "llama": lambda: tf.LlamaConfig(**tiny, rope_theta=5000.0, rope_scaling={
             "rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
             "original_max_position_embeddings": 32}),
-        "qwen2": lambda: tf.Qwen2Config(**TINY_HF, tie_word_embeddings=True),
-        "qwen3": lambda: tf.Qwen3Config(**TINY_HF, head_dim=32),
-        "qwen3_moe": lambda: tf.Qwen3MoeConfig(**TINY_HF, head_dim=32, moe_intermediate_size=32, num_experts=4,
+        "qwen2": lambda: tf.Qwen2Config(**tiny, tie_word_embeddings=True),
+        "qwen3": lambda: tf.Qwen3Config(**tiny, head_dim=32),
+        "qwen3_moe": lambda: tf.Qwen3MoeConfig(**tiny, head_dim=32, moe_intermediate_size=32, num_experts=4,
                                                num_experts_per_tok=2, norm_topk_prob=True),
     }[arch]()
     cls = {"llama": tf.LlamaForCausalLM, "qwen2": tf.Qwen2ForCausalLM, "qwen3": tf.Qwen3ForCausalLM,

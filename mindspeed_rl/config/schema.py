@@ -72,7 +72,14 @@ class ModelArch:
 class ParallelConfig:
     tensor_model_parallel_size: int = doc(1, "TP: ranks a layer is split over")
     pipeline_model_parallel_size: int = doc(1, "PP: pipeline stages")
-    sequence_parallel: bool = doc(False, "Megatron sequence parallelism (needs TP > 1)")
+    sequence_parallel: bool = doc(False, "Megatron sequence parallelism: norms, dropout and residuals split along the sequence over the TP ranks (needs TP > 1); sequences are padded to a multiple of TP")
+    virtual_pipeline_model_parallel_size: Optional[int] = doc(None, "virtual pipeline (interleaved schedule): model chunks per pipeline rank (needs PP > 1; PP x this divides num_layers); null or 1 = off")
+    num_layers_per_virtual_pipeline_stage: Optional[int] = doc(None, "Megatron's other spelling of the virtual pipeline: layers per chunk, i.e. num_layers / (PP x virtual_pipeline_model_parallel_size); set one of the two")
+    recompute_granularity: Optional[str] = doc(None, "activation recompute in training: full (whole layers) or selective (core attention only); null = off")
+    recompute_method: Optional[str] = doc(None, "full recompute: uniform (every recompute_num_layers layers are one checkpointed group) or block (only the first recompute_num_layers layers of each pipeline chunk); default uniform")
+    recompute_num_layers: Optional[int] = doc(None, "full recompute: layers per group (uniform) or recomputed layers per pipeline chunk (block); default 1; at most the layers of one chunk")
+    recompute_activations: bool = doc(False, "Megatron's shorthand for recompute_granularity: selective")
+    context_parallel_size: int = doc(1, "CP: ranks a sequence is split over (ring attention); validated only: see README 'Parallelism: SP, VPP, recompute, CP'")
     expert_model_parallel_size: int = doc(1, "EP: ranks the experts of an MoE layer are spread over; divides num_experts")
     expert_tensor_parallel_size: Optional[int] = doc(None, "ETP: ranks each expert is split over (null = tensor_model_parallel_size)")
 

@@ -217,8 +217,12 @@ def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
                         f"{a.num_attention_heads}; set kv_channels explicitly.")
     if a.group_query_attention and not a.num_query_groups:
         problems.append(f"`model.{role.model_name}.group_query_attention` is true but num_query_groups is not set.")
-    if role.parallel.sequence_parallel and tp == 1:
-        problems.append(f"`{path}.sequence_parallel: true` needs tensor_model_parallel_size > 1; set it to false.")
+    from mindspeed_rl.config.parallel_rules import parallel_problems
+    try:
+        dp = data_parallel_size(cfg, role)
+    except ZeroDivisionError:
+        dp = 1
+    problems += parallel_problems(role, path, dp, role.rollout.n_samples_per_prompt, role.ppo.ppo_mini_batch_size or 1)
     if role.bf16 and role.fp16:
         problems.append(f"`{path}`: bf16 and fp16 are both true; choose one.")
     if role.role == "reward" and role.parallel.sequence_parallel:
@@ -242,10 +246,6 @@ def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
     elif a.max_position_embeddings and cfg.data.max_prompt_length + r.max_new_tokens > a.max_position_embeddings:
         problems.append(f"`{A}.max_prompt_length: {cfg.data.max_prompt_length}` + max_new_tokens {r.max_new_tokens} "
                         f"exceeds max_position_embeddings {a.max_position_embeddings} of model {role.model_name}; shorten one.")
-    colocated_gen = not role.num_gpus_for_infer  # the training ranks generate, with the training layout
-    if r.rollout_engine == "megatron" and colocated_gen and role.parallel.sequence_parallel:
-        problems.append(f"`{A}.sequence_parallel: true`: the native megatron rollout engine cannot decode with "
-                        f"sequence parallelism; set it to false.")
     if r.rollout_engine == "vllm":
         _check_vllm(role, problems)
     if p.tis_mode not in ("off", "token", "sequence"):

@@ -116,7 +116,8 @@ def rank_info() -> dict:
     if mpu is not None and mpu.model_parallel_is_initialized():
         info.update(dp_rank=mpu.get_data_parallel_rank(), tp_rank=mpu.get_tensor_model_parallel_rank(),
                     pp_rank=mpu.get_pipeline_model_parallel_rank(),
-                    is_output_rank=mpu.get_tensor_model_parallel_rank() == 0 and mpu.is_pipeline_last_stage())
+                    is_output_rank=mpu.get_tensor_model_parallel_rank() == 0
+                    and mpu.is_pipeline_last_stage(ignore_virtual=True))  # the last chunk lives here
     import torch
 
     info.update(node_ip=node_ip(), pid=os.getpid(), threads=torch.get_num_threads(),

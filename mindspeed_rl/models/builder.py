@@ -23,6 +23,7 @@ compute the scaled inverse frequencies ourselves and set them on the rotary embe
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Any, Mapping, Optional
 
@@ -39,15 +40,26 @@ from megatron.core.models.gpt.gpt_model import GPTModel  # noqa: E402
 from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed  # noqa: E402
 from megatron.core.transformer.transformer_config import TransformerConfig  # noqa: E402
 
+from mindspeed_rl.models.parallel import sequence_parallel_spec  # noqa: E402
+
 _REQUIRED = ("num_layers", "hidden_size", "num_attention_heads", "padded_vocab_size")
 
 
-def init_parallel_state(tp: int = 1, pp: int = 1, seed: int = 1234, ep: int = 1, etp: Optional[int] = None) -> None:
-    """(Re)initialise megatron's TP/PP (and MoE EP/ETP; ETP defaults to TP) groups over the existing
-    torch.distributed world and seed its RNG tracker (needed before building a model)."""
+def init_parallel_state(tp: int = 1, pp: int = 1, seed: int = 1234, vpp: int = 1, ep: int = 1,
+                        etp: Optional[int] = None) -> None:
+    """(Re)initialise megatron's TP/PP (MoE: EP/ETP, ETP defaults to TP) groups over the existing
+    torch.distributed world and seed its RNG tracker (needed before building a model). vpp > 1:
+    chunks per pipeline rank (interleaved schedule; see models/chunks.py)."""
     if parallel_state.model_parallel_is_initialized():
         parallel_state.destroy_model_parallel()
+    # megatron-core 0.12 destroys the embedding groups but keeps their rank lists, so after a
+    # re-initialisation at another PP a rank outside the new groups believes it is in one
+    # (finalize_model_grads then asks for a group that does not exist); 0.16 clears them
+    for stale in ("_EMBEDDING_GLOBAL_RANKS", "_POSITION_EMBEDDING_GLOBAL_RANKS"):
+        if hasattr(parallel_state, stale):
+            setattr(parallel_state, stale, None)
     parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
+                                             virtual_pipeline_model_parallel_size=vpp if vpp > 1 else None,
                                              expert_model_parallel_size=ep,
                                              expert_tensor_parallel_size=tp if etp is None else etp)
     model_parallel_cuda_manual_seed(seed)
@@ -59,8 +71,9 @@ def _get(args: Mapping[str, Any], key: str, default: Any = None) -> Any:
 
 
 def transformer_config(args: Mapping[str, Any], params_dtype: torch.dtype = torch.float32,
-                       sequence_parallel: bool = False) -> TransformerConfig:
-    """TransformerConfig from Megatron-named args; TP/PP sizes from parallel_state."""
+                       sequence_parallel: bool = False, overrides: Optional[Mapping[str, Any]] = None) -> TransformerConfig:
+    """TransformerConfig from Megatron-named args; TP/PP sizes from parallel_state. `overrides`:
+    more TransformerConfig fields (SP / VPP / recompute: models/parallel.parallel_config_kwargs)."""
     missing = [k for k in _REQUIRED if args.get(k) is None]
     if missing:
         raise ValueError(f"model config is missing {', '.join(missing)} (Megatron argument names).")
@@ -97,6 +110,7 @@ def transformer_config(args: Mapping[str, Any], params_dtype: torch.dtype = torc
         pipeline_model_parallel_size=parallel_state.get_pipeline_model_parallel_world_size(),
         sequence_parallel=sequence_parallel,
         **moe_config_fields(args),
+        **dict(overrides or {}),
     )
 
 
@@ -140,14 +154,18 @@ def llama3_inv_freq(dim: int, base: float, factor: float, low_freq_factor: float
 
 def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.float32,
                     sequence_parallel: bool = False, pre_process: Optional[bool] = None,
-                    post_process: Optional[bool] = None, device: Optional[torch.device] = None) -> GPTModel:
+                    post_process: Optional[bool] = None, device: Optional[torch.device] = None,
+                    config_overrides: Optional[Mapping[str, Any]] = None, vp_stage: Optional[int] = None) -> GPTModel:
     """The GPTModel chunk of this rank (its PP stage, its TP shard), randomly initialised.
 
     Args:
         args: Megatron-named architecture arguments (see module docstring).
         params_dtype: torch.float32 / torch.bfloat16 / torch.float16.
-        pre_process / post_process: default to "this rank is the first / last PP stage".
+        pre_process / post_process: default to "this rank is the first / last PP stage" (of the
+            whole virtual pipeline when vp_stage is given).
         device: where every weight goes; default the platform's current device (set_device's).
+        config_overrides: TransformerConfig fields for SP / VPP / recompute (models/parallel.py).
+        vp_stage: which of this rank's virtual-pipeline chunks to build (build_model_chunks).
 
     Returns:
         A GPTModel wholly on `device`, every parameter in params_dtype (norms included, as megatron's
@@ -155,16 +173,22 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
         vocab-parallel logits (B, S, V/TP).
     """
     device = torch.device(device) if device is not None else get_platform().current_device()
-    config = transformer_config(args, params_dtype, sequence_parallel)
+    overrides = dict(config_overrides or {})
+    sequence_parallel = bool(overrides.pop("sequence_parallel", sequence_parallel))
+    config = transformer_config(args, params_dtype, sequence_parallel, overrides)
     scaling = _get(args, "rope_scaling_type")
     if scaling not in (None, "llama3"):
         raise ValueError(f"rope_scaling_type {scaling!r} is not supported; use llama3 or null.")
     spec = get_gpt_layer_local_spec(num_experts=config.num_moe_experts, moe_grouped_gemm=config.moe_grouped_gemm,
                                     qk_layernorm=config.qk_layernorm, normalization=config.normalization)
+    if config.sequence_parallel:  # megatron's torch-norm fallback refuses SP: models/parallel.py
+        spec = sequence_parallel_spec(spec, _layers_per_chunk(config))
+    if vp_stage is not None:
+        pre_process, post_process = _virtual_stage_ends(vp_stage, pre_process, post_process)
     # megatron's layers pass device=current_device() themselves; modules that do not (the torch-norm
     # fallback) follow the default device, so make that the target too, then place what is left over
     with torch.device(device):
-        model = _gpt_model(config, spec, args, pre_process, post_process)
+        model = _gpt_model(config, spec, args, pre_process, post_process, vp_stage)
     place_model(model, device, params_dtype)
     if hasattr(model, "rotary_pos_emb"):  # inv_freq is a plain attribute (module.to skips it); it stays fp32
         rotary = model.rotary_pos_emb
@@ -177,8 +201,50 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
     return model
 
 
+def build_model_chunks(args: Mapping[str, Any], params_dtype: torch.dtype = torch.float32,
+                       device: Optional[torch.device] = None,
+                       config_overrides: Optional[Mapping[str, Any]] = None) -> list[GPTModel]:
+    """This rank's GPTModel chunks: one, or one per virtual pipeline stage when parallel_state was
+    initialised with vpp > 1 (init_parallel_state); see models/chunks.py for the layer layout."""
+    vpp = parallel_state.get_virtual_pipeline_model_parallel_world_size() or 1
+    overrides = dict(config_overrides or {})
+    if vpp == 1:
+        overrides.pop("virtual_pipeline_model_parallel_size", None)
+        return [build_gpt_model(args, params_dtype, device=device, config_overrides=overrides)]
+    overrides["virtual_pipeline_model_parallel_size"] = vpp
+    chunks = [build_gpt_model(args, params_dtype, device=device, config_overrides=overrides, vp_stage=v)
+              for v in range(vpp)]
+    if not _takes_vp_stage():  # megatron 0.12 reads the global virtual rank: leave it at the start
+        parallel_state.set_virtual_pipeline_model_parallel_rank(0)
+    return chunks
+
+
+def _takes_vp_stage() -> bool:
+    """megatron-core 0.16 passes the virtual stage as an argument; 0.12 reads a global."""
+    return "vp_stage" in inspect.signature(GPTModel.__init__).parameters
+
+
+def _layers_per_chunk(config: TransformerConfig) -> int:
+    vpp = config.virtual_pipeline_model_parallel_size or 1
+    return config.num_layers // (config.pipeline_model_parallel_size * vpp)
+
+
+def _virtual_stage_ends(vp_stage: int, pre_process: Optional[bool], post_process: Optional[bool]):
+    """pre/post_process of chunk vp_stage: the embedding on the first virtual stage, the output
+    layer on the last; parallel_state's global virtual rank is set for megatron 0.12, whose
+    layers read it (0.16 takes vp_stage as an argument instead)."""
+    vpp = parallel_state.get_virtual_pipeline_model_parallel_world_size() or 1
+    if not _takes_vp_stage():
+        parallel_state.set_virtual_pipeline_model_parallel_rank(vp_stage)
+    first = parallel_state.get_pipeline_model_parallel_rank() == 0 and vp_stage == 0
+    last = (parallel_state.get_pipeline_model_parallel_rank() == parallel_state.get_pipeline_model_parallel_world_size() - 1
+            and vp_stage == vpp - 1)
+    return (first if pre_process is None else pre_process), (last if post_process is None else post_process)
+
+
 def _gpt_model(config: TransformerConfig, spec, args: Mapping[str, Any], pre_process: Optional[bool],
-               post_process: Optional[bool]) -> GPTModel:
+               post_process: Optional[bool], vp_stage: Optional[int] = None) -> GPTModel:
+    extra = {"vp_stage": vp_stage} if vp_stage is not None and _takes_vp_stage() else {}
     return GPTModel(
         config, spec,
         vocab_size=int(args["padded_vocab_size"]),
@@ -189,6 +255,7 @@ def _gpt_model(config: TransformerConfig, spec, args: Mapping[str, Any], pre_pro
         position_embedding_type="rope",
         rotary_percent=float(_get(args, "rotary_percent", 1.0)),
         rotary_base=float(_get(args, "rotary_base", 10000.0)),
+        **extra,
     )
 
 

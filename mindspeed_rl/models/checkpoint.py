@@ -3,10 +3,10 @@
 Layout (one directory per step, Megatron's `iter_*` + `latest_checkpointed_iteration.txt`):
 
     <save>/latest_checkpointed_iteration.txt      "<step>", replaced atomically after the step dir
-    <save>/iter_0000010/manifest.json             format, step, tp, pp, dp, dtype, vocab_size,
+    <save>/iter_0000010/manifest.json             format, step, tp, pp, vpp, dp, dtype, vocab_size,
                                                   model_args, hf_config, files {relpath: bytes}
-    <save>/iter_0000010/mp_rank_{tp:02d}_{pp:03d}/model.safetensors   this chunk's TP shards,
-                                                  named with GLOBAL layer numbers (DP rank 0)
+    <save>/iter_0000010/mp_rank_{tp:02d}_{pp:03d}/model.safetensors   this rank's TP shards (all its
+                                                  virtual-pipeline chunks), named with GLOBAL layer numbers (DP rank 0)
     .../mp_rank_XX_YYY/optim.pt                   optimizer.state_dict() + scheduler (DP rank 0)
     .../mp_rank_XX_YYY/optim_dp{dp:03d}.pt        distributed optimizer instead: each DP rank's
                                                   shard (inner Adam state + fp32 main params)
@@ -52,6 +52,7 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
+from mindspeed_rl.models.chunks import as_chunks
 from mindspeed_rl.models.hf_bridge.checkpoint_io import open_safetensors
 from mindspeed_rl.models.hf_bridge.loader import global_param_name, load_into_model, model_parallel_ranks
 from mindspeed_rl.models.hf_bridge.mapping import hf_names
@@ -289,7 +290,8 @@ def _ranks() -> dict[str, int]:
     from megatron.core import parallel_state as ps
 
     return dict(tp=ps.get_tensor_model_parallel_world_size(), pp=ps.get_pipeline_model_parallel_world_size(),
-                dp=ps.get_data_parallel_world_size(), tp_rank=ps.get_tensor_model_parallel_rank(),
+                vpp=ps.get_virtual_pipeline_model_parallel_world_size() or 1, dp=ps.get_data_parallel_world_size(),
+                tp_rank=ps.get_tensor_model_parallel_rank(),
                 pp_rank=ps.get_pipeline_model_parallel_rank(), dp_rank=ps.get_data_parallel_rank(),
                 ep=ps.get_expert_model_parallel_world_size(), etp=ps.get_expert_tensor_parallel_world_size(),
                 ep_rank=ps.get_expert_model_parallel_rank(), etp_rank=ps.get_expert_tensor_parallel_rank(),
@@ -334,13 +336,15 @@ def _load_optimizer_shards(optimizer, shards: list[dict[str, Any]]) -> None:
             o.grad_scaler.load_state_dict(shard["grad_scaler"])
 
 
-def chunk_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """This chunk's tensors keyed by megatron names with global layer numbers. (DDP unwrapped.)"""
-    model = getattr(model, "module", model)
+def chunk_state_dict(model) -> dict[str, torch.Tensor]:
+    """This rank's tensors keyed by megatron names with global layer numbers (DDP unwrapped); for a
+    list of virtual-pipeline chunks, all of them (their names never collide: models/chunks.py)."""
     out = {}
-    for local, tensor in model.state_dict().items():
-        if not local.endswith("_extra_state"):
-            out[global_param_name(model, local)[0]] = tensor.detach()
+    for chunk in as_chunks(model):
+        chunk = getattr(chunk, "module", chunk)
+        for local, tensor in chunk.state_dict().items():
+            if not local.endswith("_extra_state"):
+                out[global_param_name(chunk, local)[0]] = tensor.detach()
     return out
 
 
@@ -368,7 +372,7 @@ def save_checkpoint(save_dir: str, step: int, model: torch.nn.Module, args: Mapp
     """Save model (+ optimizer, scheduler, rng) at `step`; every rank calls it. Returns iter dir.
 
     Args:
-        model: this rank's GPTModel chunk (or its DDP wrapper).
+        model: this rank's GPTModel chunk (or its DDP wrapper), or its list of virtual-pipeline chunks.
         args: the Megatron-named args it was built from (recorded in the manifest).
         vocab_size: the real (HF / tokenizer) vocabulary; exports drop padding rows past it.
         hf_config: config.json of the HF checkpoint the run started from, kept for HF export.
@@ -407,7 +411,7 @@ def save_checkpoint(save_dir: str, step: int, model: torch.nn.Module, args: Mapp
     _barrier()
     final = step_dir(save_dir, step)
     if rank0:
-        finish_write(tmp, {"step": step, "tp": r["tp"], "pp": r["pp"], "dp": r["dp"], "ep": r["ep"], "etp": r["etp"],
+        finish_write(tmp, {"step": step, "tp": r["tp"], "pp": r["pp"], "vpp": r["vpp"], "dp": r["dp"], "ep": r["ep"], "etp": r["etp"],
                            "params_dtype": params_dtype, "vocab_size": vocab_size, "model_args": _jsonable(args),
                            "hf_config": dict(hf_config) if hf_config else None,
                            "has_optimizer": optimizer is not None, "distributed_optimizer": distributed,
@@ -441,33 +445,38 @@ def load_checkpoint(path: str, model: torch.nn.Module, args: Mapping[str, Any], 
     manifest = read_manifest(path)
     check_args_match(manifest, args)
     path, r, m = manifest["path"], _ranks(), manifest
+    # the virtual pipeline decides which layers a (tp, pp) file holds, so it is part of the layout;
     # MoE checkpoints always re-shard through the reader (experts live in their own files)
     moe = any(rel.startswith("expert_rank_") for rel in m["files"])
-    same_mp = (m["tp"], m["pp"]) == (r["tp"], r["pp"]) and not moe
-    inner = getattr(model, "module", model)
+    same_mp = (m["tp"], m["pp"], m.get("vpp", 1)) == (r["tp"], r["pp"], r["vpp"]) and not moe
+    inners = [getattr(chunk, "module", chunk) for chunk in as_chunks(model)]
     if same_mp:
         file = os.path.join(path, rank_dir(r["tp_rank"], r["pp_rank"]), MODEL_FILE)
         with open_safetensors(file) as f:
             stored = set(f.keys())
-            for local, tensor in inner.state_dict(keep_vars=True).items():
-                if local.endswith("_extra_state"):
-                    continue
-                name = global_param_name(inner, local)[0]
-                if name not in stored:
-                    raise UserInputError(f"tensor {name} is not in {file}; the checkpoint is from another model.")
-                value = f.get_tensor(name)
-                if value.shape != tensor.shape:
-                    raise UserInputError(f"tensor {name} in {file} has shape {list(value.shape)} but the model has "
-                                         f"{list(tensor.shape)}; check padded_vocab_size and the model config.")
-                tensor.copy_(value.to(tensor.dtype))
+            for inner in inners:
+                for local, tensor in inner.state_dict(keep_vars=True).items():
+                    if local.endswith("_extra_state"):
+                        continue
+                    name = global_param_name(inner, local)[0]
+                    if name not in stored:
+                        raise UserInputError(f"tensor {name} is not in {file}; the checkpoint is from another model.")
+                    value = f.get_tensor(name)
+                    if value.shape != tensor.shape:
+                        raise UserInputError(f"tensor {name} in {file} has shape {list(value.shape)} but the model "
+                                             f"has {list(tensor.shape)}; check padded_vocab_size and the model config.")
+                    tensor.copy_(value.to(tensor.dtype))
     else:
-        load_into_model(inner, MegatronCheckpointReader(path), args, *model_parallel_ranks())
+        reader = MegatronCheckpointReader(path)
+        for inner in inners:
+            load_into_model(inner, reader, args, *model_parallel_ranks())
     here = os.path.join(path, rank_dir(r["tp_rank"], r["pp_rank"]))
     if optimizer is not None and load_optimizer and m.get("has_optimizer"):
-        if (m["tp"], m["pp"], m["dp"], m.get("ep", 1), m.get("etp", m["tp"])) != (r["tp"], r["pp"], r["dp"], r["ep"], r["etp"]):
+        if not same_mp and not moe or m["dp"] != r["dp"] or (m.get("ep", 1), m.get("etp", m["tp"])) != (r["ep"], r["etp"]):
             raise UserInputError(
-                f"{path} holds optimizer state for TP={m['tp']} PP={m['pp']} DP={m['dp']} but this run is "
-                f"TP={r['tp']} PP={r['pp']} DP={r['dp']}; resume with the saved layout or set no_load_optim: true.")
+                f"{path} holds optimizer state for TP={m['tp']} PP={m['pp']} VPP={m.get('vpp', 1)} DP={m['dp']} but "
+                f"this run is TP={r['tp']} PP={r['pp']} VPP={r['vpp']} DP={r['dp']}; resume with the saved layout "
+                f"or set no_load_optim: true.")
         if m.get("distributed_optimizer"):
             state = torch.load(os.path.join(here, f"optim_dp{r['dp_rank']:03d}.pt"), weights_only=False)
             _load_optimizer_shards(optimizer, state["shards"])
@@ -498,5 +507,6 @@ def load_weights(model: torch.nn.Module, path: str, args: Mapping[str, Any]) -> 
         return load_checkpoint(path, model, args, load_rng=False)
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint
 
-    load_hf_checkpoint(getattr(model, "module", model), path, args)
+    for chunk in as_chunks(model):
+        load_hf_checkpoint(getattr(chunk, "module", chunk), path, args)
     return 0

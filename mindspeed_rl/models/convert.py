@@ -76,8 +76,11 @@ def open_source(load_dir: str, model_type: str, model_type_hf: Optional[str] = N
 
 
 def save_megatron(src: Source, save_dir: str, tp: int, pp: int, dtype: Optional[torch.dtype] = None,
-                  make_vocab_size_divisible_by: int = 1, ep: int = 1, etp: Optional[int] = None) -> str:
-    """Write `src` as a Megatron checkpoint of this project at (TP, PP[, EP, ETP]), step 0. Returns its dir."""
+                  make_vocab_size_divisible_by: int = 1, layers_per_virtual_stage: Optional[int] = None,
+                  ep: int = 1, etp: Optional[int] = None) -> str:
+    """Write `src` as a Megatron checkpoint of this project at (TP, PP[, EP, ETP]), step 0. Returns its dir.
+    layers_per_virtual_stage (MindSpeed-LLM's --num-layers-per-virtual-pipeline-stage): each
+    pipeline rank's file holds the layers of its virtual-pipeline chunks (models/chunks.py)."""
     args = dict(src.args, padded_vocab_size=padded_vocab(src.vocab_size, make_vocab_size_divisible_by, tp))
     etp = tp if etp is None else etp
     if (ep > 1 or etp != tp) and not is_moe(args):
@@ -85,10 +88,17 @@ def save_megatron(src: Source, save_dir: str, tp: int, pp: int, dtype: Optional[
                              "(num_experts > 1); drop them for this checkpoint.")
     check_tp(args, tp, ep, etp)
     layer_range(int(args["num_layers"]), pp, 0)  # PP must divide num_layers
+    vpp = 1
+    if layers_per_virtual_stage:
+        vpp, rest = divmod(int(args["num_layers"]), pp * layers_per_virtual_stage)
+        if rest or vpp < 1 or pp < 2:
+            raise UserInputError(f"--num-layers-per-virtual-pipeline-stage {layers_per_virtual_stage} x "
+                                 f"--target-pipeline-parallel-size {pp} must divide num_layers {args['num_layers']} "
+                                 f"with PP > 1; pick layers per virtual stage that divide num_layers / PP.")
     dims, tied = Dims.from_args(args), not args.get("untie_embeddings_and_output_weights", False)
     tmp = begin_write(save_dir, 0)
     for pp_rank in range(pp):
-        names = stage_param_names(args, pp, pp_rank)
+        names = stage_param_names(args, pp, pp_rank, vpp)
         for tp_rank in range(tp):
             tensors = {}
             for name in names:  # (global layer names): read only this rank's slice of each tensor
@@ -99,7 +109,7 @@ def save_megatron(src: Source, save_dir: str, tp: int, pp: int, dtype: Optional[
         _save_experts(src.reader, args, dims, tmp, pp, pp_rank, ep, etp, dtype)
         log.info("stage %d/%d written", pp_rank + 1, pp)
     any_tensor = next(iter(tensors.values()))
-    return finish_write(tmp, {"step": 0, "tp": tp, "pp": pp, "dp": 1, "ep": ep, "etp": etp,
+    return finish_write(tmp, {"step": 0, "tp": tp, "pp": pp, "vpp": vpp, "dp": 1, "ep": ep, "etp": etp,
                               "params_dtype": str(any_tensor.dtype),
                               "vocab_size": src.vocab_size, "model_args": args, "hf_config": src.hf_config,
                               "has_optimizer": False, "distributed_optimizer": False})
@@ -142,8 +152,8 @@ def _dir_of(src: Source) -> Optional[str]:
 
 def convert(load_model_type: str, save_model_type: str, load_dir: str, save_dir: str, tp: int = 1, pp: int = 1,
             model_type_hf: Optional[str] = None, params_dtype: Optional[str] = None,
-            hf_cfg_dir: Optional[str] = None, make_vocab_size_divisible_by: int = 1, ep: int = 1,
-            etp: Optional[int] = None) -> str:
+            hf_cfg_dir: Optional[str] = None, make_vocab_size_divisible_by: int = 1,
+            layers_per_virtual_stage: Optional[int] = None, ep: int = 1, etp: Optional[int] = None) -> str:
     """The whole conversion (what convert_ckpt.py runs). Returns the written directory."""
     if not os.path.isdir(load_dir):
         raise UserInputError(f"--load-dir {load_dir} does not exist; point it at a checkpoint directory.")
@@ -154,7 +164,7 @@ def convert(load_model_type: str, save_model_type: str, load_dir: str, save_dir:
     src = open_source(load_dir, load_model_type, model_type_hf)
     dtype = DTYPES[params_dtype] if params_dtype else None
     if save_model_type == "mg":
-        return save_megatron(src, save_dir, tp, pp, dtype, make_vocab_size_divisible_by, ep, etp)
+        return save_megatron(src, save_dir, tp, pp, dtype, make_vocab_size_divisible_by, layers_per_virtual_stage, ep, etp)
     return save_hf(src, save_dir, dtype, hf_cfg_dir)
 
 
@@ -164,6 +174,7 @@ def describe(path: str) -> str:
     if os.path.isfile(manifest):
         with open(manifest) as f:
             m = json.load(f)
+        vpp = f" VPP={m['vpp']}" if m.get("vpp", 1) > 1 else ""
         moe = f" EP={m['ep']} ETP={m['etp']}" if m.get("ep", 1) > 1 or m.get("etp", m["tp"]) != m["tp"] else ""
-        return f"{path}: Megatron checkpoint, TP={m['tp']} PP={m['pp']}{moe}, {len(m['files'])} files"
+        return f"{path}: Megatron checkpoint, TP={m['tp']} PP={m['pp']}{vpp}{moe}, {len(m['files'])} files"
     return f"{path}: Hugging Face checkpoint"

@@ -12,6 +12,10 @@ Padding: `attention_mask_4d` turns a (B, S) 1/0 mask into megatron's (B, 1, S, S
 (True = masked) that is both causal and hides padding keys. Megatron's GPTModel applies RoPE by
 sequence index and ignores position_ids; with left padding that shifts every real token's position
 by the same amount, which leaves attention unchanged because RoPE only sees relative positions.
+
+`forward_microbatches` takes one chunk or a rank's list of virtual-pipeline chunks (models/chunks.py:
+megatron's interleaved schedule, one data iterator per chunk) and pads the sequence to a multiple of
+TP under sequence parallelism (models/parallel.py); post_fn always sees the unpadded length.
 """
 
 from __future__ import annotations
@@ -27,6 +31,9 @@ get_platform().patch()  # megatron must be imported after the platform patch (no
 from megatron.core import parallel_state  # noqa: E402
 from megatron.core.pipeline_parallel import get_forward_backward_func  # noqa: E402
 from megatron.core.tensor_parallel.mappings import reduce_from_tensor_model_parallel_region  # noqa: E402
+
+from mindspeed_rl.models.chunks import as_chunks  # noqa: E402
+from mindspeed_rl.models.parallel import pad_for_sequence_parallel, sequence_parallel_multiple  # noqa: E402
 
 
 def attention_mask_4d(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -94,7 +101,7 @@ def vocab_parallel_log_probs(
 
 
 def forward_microbatches(
-    model: torch.nn.Module,
+    model,
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     micro_batch_size: int,
@@ -103,7 +110,7 @@ def forward_microbatches(
     """Forward-only pass over micro-batches through megatron's (pipeline) schedule.
 
     Args:
-        model: this rank's GPTModel chunk.
+        model: this rank's GPTModel chunk, or its list of virtual-pipeline chunks (models/chunks.py).
         input_ids: (B, S) token ids; attention_mask: (B, S) 1 on real tokens. B % micro_batch_size == 0.
         post_fn: (logits (b, S, V/TP), micro-batch dict with input_ids / attention_mask) -> tensor;
             runs on the last pipeline stage, e.g. to turn logits into log-probs.
@@ -114,27 +121,40 @@ def forward_microbatches(
     batch, seq = input_ids.shape
     if batch % micro_batch_size:
         raise ValueError(f"batch size {batch} is not divisible by micro_batch_size {micro_batch_size}")
+    chunks = as_chunks(model)
+    # sequence parallelism splits the sequence over TP ranks: pad it to a multiple of TP (mask 0,
+    # after every real token, so no real token attends to it) and cut the logits back to S
+    ids, mask = pad_for_sequence_parallel(input_ids, attention_mask, sequence_parallel_multiple(chunks))
     micro = [{"input_ids": i, "attention_mask": m}
-             for i, m in zip(input_ids.split(micro_batch_size), attention_mask.split(micro_batch_size))]
+             for i, m in zip(ids.split(micro_batch_size), mask.split(micro_batch_size))]
+    real = len(micro)
+    if len(chunks) > 1:  # the interleaved schedule runs micro-batches in groups of PP: repeat the last
+        pp = parallel_state.get_pipeline_model_parallel_world_size()
+        micro += [micro[-1]] * (-real % pp)
 
     def step(data_iter, chunk):
         mb = next(data_iter)
         logits = chunk(mb["input_ids"], position_ids_from_mask(mb["attention_mask"]),
                        attention_mask_4d(mb["attention_mask"]))
-        return logits, lambda out: (torch.zeros((), device=out.device), {"out": post_fn(out, mb)})
 
+        def post(out):
+            mb_real = {"input_ids": mb["input_ids"][:, :seq], "attention_mask": mb["attention_mask"][:, :seq]}
+            return torch.zeros((), device=out.device), {"out": post_fn(out[:, :seq], mb_real)}
+        return logits, post
+
+    data = [iter(micro) for _ in chunks] if len(chunks) > 1 else iter(micro)
     with torch.no_grad():
         outputs = get_forward_backward_func()(
-            forward_step_func=step, data_iterator=iter(micro), model=model,
-            num_microbatches=len(micro), seq_length=seq, micro_batch_size=micro_batch_size,
+            forward_step_func=step, data_iterator=data, model=chunks if len(chunks) > 1 else chunks[0],
+            num_microbatches=len(micro), seq_length=ids.shape[1], micro_batch_size=micro_batch_size,
             forward_only=True)
-    if not parallel_state.is_pipeline_last_stage():
+    if not parallel_state.is_pipeline_last_stage(ignore_virtual=True):
         return None
-    return [o["out"] for o in outputs]
+    return [o["out"] for o in outputs[:real]]
 
 
 def compute_log_probs(
-    model: torch.nn.Module,
+    model,
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     micro_batch_size: int,

@@ -137,7 +137,7 @@ def export_hf(model: torch.nn.Module, args: Mapping[str, Any], out_dir: str, voc
     """Write this (TP/PP-sharded) model as a HF checkpoint directory; every rank calls it.
 
     Args:
-        model: this rank's GPTModel chunk (or its DDP wrapper).
+        model: this rank's GPTModel chunk (or its DDP wrapper), or its list of virtual-pipeline chunks.
         vocab_size: the real vocabulary (config.json's); padding rows are dropped.
         hf_config: config.json to write (its dtype entry is updated); default from args.
         dtype: tensor dtype on disk (default: the model's).
@@ -147,8 +147,9 @@ def export_hf(model: torch.nn.Module, args: Mapping[str, Any], out_dir: str, voc
     from megatron.core import parallel_state as ps
 
     from mindspeed_rl.models.checkpoint import chunk_state_dict
+    from mindspeed_rl.models.chunks import as_chunks
 
-    inner = getattr(model, "module", model)
+    inner = getattr(as_chunks(model)[0], "module", as_chunks(model)[0])
     tied = not args.get("untie_embeddings_and_output_weights", False)
     writer = ps.get_tensor_model_parallel_rank() == 0 and ps.get_data_parallel_rank() == 0
     pp, pp_rank = ps.get_pipeline_model_parallel_world_size(), ps.get_pipeline_model_parallel_rank()
@@ -162,13 +163,13 @@ def export_hf(model: torch.nn.Module, args: Mapping[str, Any], out_dir: str, voc
     out: dict[str, torch.Tensor] = {}
     experts: dict[str, torch.Tensor] = {}  # MoE: this EP rank's experts, merged over ETP
     expert_writer = ps.get_expert_tensor_parallel_rank() == 0 and ps.get_expert_data_parallel_rank() == 0
-    for name, tensor in chunk_state_dict(inner).items():
+    for name, tensor in chunk_state_dict(model).items():
         kind = kind_of(name, tied)
         full = _gather_tp(tensor, kind)  # every TP (ETP) rank joins the all-gather
         held = experts if kind in EXPERT_KINDS else out
         if (expert_writer if kind in EXPERT_KINDS else writer):
             held.update({k: v.to(dtype or v.dtype) for k, v in mcore_to_hf(name, full, args, vocab_size).items()})
-    if ps.get_expert_model_parallel_world_size() > 1 and any(kind_of(n, tied) in EXPERT_KINDS for n in chunk_state_dict(inner)):
+    if ps.get_expert_model_parallel_world_size() > 1 and any(kind_of(n, tied) in EXPERT_KINDS for n in chunk_state_dict(model)):
         # the stage writer holds EP rank 0's experts only: collect the other EP ranks' (CPU copies)
         parts_ep = [None] * ps.get_expert_model_parallel_world_size()
         torch.distributed.all_gather_object(parts_ep, {k: v.cpu() for k, v in experts.items()},

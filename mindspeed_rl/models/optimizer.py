@@ -27,12 +27,15 @@ megatron_fixes.apply()  # the distributed optimizer needs it without Transformer
 LR_DECAY_STYLES = ("constant", "linear", "cosine")
 
 
-def wrap_ddp(model: torch.nn.Module, use_distributed_optimizer: bool = True) -> DistributedDataParallel:
-    """Wrap a GPTModel chunk in megatron's DDP (contiguous fp32 grad buffers, DP all-reduce)."""
+def wrap_ddp(model: torch.nn.Module, use_distributed_optimizer: bool = True,
+             bucketing: bool = True) -> DistributedDataParallel:
+    """Wrap a GPTModel chunk in megatron's DDP (contiguous fp32 grad buffers, DP all-reduce).
+    bucketing=False for virtual-pipeline chunks after the first (as megatron's training does)."""
     ddp_config = DistributedDataParallelConfig(
         grad_reduce_in_fp32=True, overlap_grad_reduce=False,
         use_distributed_optimizer=use_distributed_optimizer)
-    return DistributedDataParallel(config=model.config, ddp_config=ddp_config, module=model)
+    return DistributedDataParallel(config=model.config, ddp_config=ddp_config, module=model,
+                                   disable_bucketing=not bucketing)
 
 
 def build_optimizer(

@@ -8,6 +8,10 @@ DP ranks, and the loss is multiplied by num_microbatches x DP to undo megatron's
 micro-batches (schedules.py) and DDP's averaging over DP ranks. The gradient is then exactly the
 gradient of the mini-batch loss, whatever the micro-batch size and DP size.
 
+Sequence parallelism pads each micro-batch to a multiple of TP (the padded logits are cut before
+the loss); a list of virtual-pipeline chunks runs megatron's interleaved schedule
+(models/parallel.py, models/chunks.py).
+
 Batch layout (data/keys.py): input_ids (b, P + T) = left-padded prompt (P) + right-padded response
 (T); the logits at positions P-1 .. P+T-2 predict the response tokens.
 """
@@ -27,7 +31,9 @@ from megatron.core import parallel_state  # noqa: E402
 from megatron.core.distributed import finalize_model_grads  # noqa: E402
 from megatron.core.pipeline_parallel import get_forward_backward_func  # noqa: E402
 
+from mindspeed_rl.models.chunks import as_chunks  # noqa: E402
 from mindspeed_rl.models.forward import attention_mask_4d, position_ids_from_mask, vocab_parallel_log_probs  # noqa: E402
+from mindspeed_rl.models.parallel import pad_for_sequence_parallel, sequence_parallel_multiple  # noqa: E402
 
 
 @dataclass
@@ -70,7 +76,8 @@ def policy_update_step(model, optimizer, scheduler, batch: dict, prompt_width: i
     """Forward-backward over the micro-batches of `batch`, then one optimizer step.
 
     Args:
-        model: this rank's DDP-wrapped GPTModel chunk.
+        model: this rank's DDP-wrapped GPTModel chunk, or its list of virtual-pipeline chunks
+            (interleaved schedule; the micro-batch count must then be a multiple of PP).
         batch: input_ids, attention_mask (b, P+T); response_mask, advantages (b, T); optional
             old_log_probs (b, T) (absent = exactly on-policy: the detached current log-probs) and
             ref_log_probs (b, T) (needed when s.use_kl_loss).
@@ -80,22 +87,28 @@ def policy_update_step(model, optimizer, scheduler, batch: dict, prompt_width: i
         value), actor/pg_clipfrac, actor/ppo_kl, actor/pg_clipfrac_lower (micro-batch means),
         actor/grad_norm, actor/lr, actor/update_skipped.
     """
+    chunks = as_chunks(model)
     ids = batch["input_ids"]
     b, seq = ids.shape
     if b % micro_batch_size:
         raise ValueError(f"mini-batch of {b} sequences is not divisible by micro_batch_size {micro_batch_size}")
+    pp = parallel_state.get_pipeline_model_parallel_world_size()
+    if len(chunks) > 1 and (b // micro_batch_size) % pp:
+        raise ValueError(f"the interleaved pipeline schedule needs the micro-batches of a mini-batch "
+                         f"({b // micro_batch_size}) to be a multiple of pipeline_model_parallel_size {pp}")
     keys = [k for k in ("input_ids", "attention_mask", "response_mask", "advantages", "old_log_probs",
                         "ref_log_probs", "rollout_log_probs") if k in batch]
     micro = [dict(zip(keys, parts)) for parts in zip(*(batch[k].split(micro_batch_size) for k in keys))]
     dp = parallel_state.get_data_parallel_world_size()
     denom = global_denominator(batch["response_mask"], s.loss_agg_mode)
     scale = len(micro) * dp
+    multiple = sequence_parallel_multiple(chunks)  # SP: the sequence is split over TP ranks
 
     def step(data_iter, chunk):
         mb = next(data_iter)
-        logits = chunk(mb["input_ids"], position_ids_from_mask(mb["attention_mask"]),
-                       attention_mask_4d(mb["attention_mask"]))
-        return logits, lambda out: _loss(out, mb)
+        ids, mask = pad_for_sequence_parallel(mb["input_ids"], mb["attention_mask"], multiple)
+        logits = chunk(ids, position_ids_from_mask(mask), attention_mask_4d(mask))
+        return logits, lambda out: _loss(out[:, :seq], mb)
 
     def _loss(logits, mb):
         rmask = mb["response_mask"].float()
@@ -124,20 +137,22 @@ def policy_update_step(model, optimizer, scheduler, batch: dict, prompt_width: i
             out["actor/entropy"] = entropy.detach() * dp
         return loss * scale, out
 
-    model.zero_grad_buffer()
+    for chunk in chunks:
+        chunk.zero_grad_buffer()
     optimizer.zero_grad()
+    data = [iter(micro) for _ in chunks] if len(chunks) > 1 else iter(micro)  # one iterator per chunk
     outputs = get_forward_backward_func()(
-        forward_step_func=step, data_iterator=iter(micro), model=[model], num_microbatches=len(micro),
-        seq_length=seq, micro_batch_size=micro_batch_size, forward_only=False)
-    finalize_model_grads([model])
+        forward_step_func=step, data_iterator=data, model=chunks, num_microbatches=len(micro),
+        seq_length=seq + (-seq % multiple), micro_batch_size=micro_batch_size, forward_only=False)
+    finalize_model_grads(chunks)
     lr = float(optimizer.param_groups[0]["lr"])  # the rate this step uses (the scheduler moves it after)
-    if _all_finite(model, outputs):
+    if _all_finite(chunks, outputs):
         ok, grad_norm, _ = optimizer.step()
     else:  # one bad batch must not poison the weights: skip the step on every rank, the trainer counts it
         ok, grad_norm = False, None
     if ok:
         scheduler.step(1)
-    if not parallel_state.is_pipeline_last_stage():
+    if not parallel_state.is_pipeline_last_stage(ignore_virtual=True):
         return {}
     summed = {"actor/pg_loss", "actor/kl_loss", "actor/entropy"}  # shares of the mini-batch loss: add up
     stats = {}
@@ -156,7 +171,7 @@ def nonfinite_flag(model, outputs: list) -> torch.Tensor:
     (torch._foreach_norm with ord=inf is inf or NaN exactly when a NaN/inf is present, and never
     overflows), the loss terms by one stacked isfinite. Gradients are read from megatron's main_grad
     buffers when present (after the DP reduction, where a NaN on any rank has reached its owner)."""
-    params = list(model.parameters())
+    params = [p for chunk in as_chunks(model) for p in chunk.parameters()]
     device = params[0].device if params else torch.device("cpu")
     grads = []
     for p in params:

@@ -42,7 +42,10 @@ Every wait for another rank that this file issues (a stage's hidden states, the 
 tokens) has a timeout (`comm_timeout_s`) and a message naming what it waited for; the TP
 collectives inside megatron's layers use the process group's timeout.
 
-Not supported (clear error): sequence parallelism (a 1-token step cannot be split over TP ranks).
+Sequence parallelism: a training model built with SP generates with SP switched off for the call
+(models/parallel.sequence_parallel_off: same weights, same math). A decode step is one token, which
+cannot be split over the TP ranks, and without autograd there are no saved activations for SP to
+shard; each TP rank holds the (b, s, h) activations of the prefill instead of 1/TP of them.
 """
 
 from __future__ import annotations
@@ -61,7 +64,9 @@ get_platform().patch()  # megatron must be imported after the platform patch (no
 from megatron.core import parallel_state  # noqa: E402
 from megatron.core.tensor_parallel.mappings import gather_from_tensor_model_parallel_region  # noqa: E402
 
+from mindspeed_rl.models.chunks import as_chunks, unwrap  # noqa: E402
 from mindspeed_rl.models.forward import attention_mask_4d  # noqa: E402
+from mindspeed_rl.models.parallel import sequence_parallel_off  # noqa: E402
 from mindspeed_rl.rollout.kv_cache import KVCache, cached_attention, forward_stage, new_cache  # noqa: E402
 from mindspeed_rl.rollout.interface import check_prompts, FINISH_EOS, FINISH_LENGTH, RolloutOutput, SamplingParams  # noqa: E402
 from mindspeed_rl.rollout.sampling import choose_tokens, make_generator, token_log_probs  # noqa: E402
@@ -117,11 +122,10 @@ class NativeEngine:
                  max_batch_size: Optional[int] = None, compact_fraction: float = 0.25,
                  model_args: Optional[dict] = None, shares_training_weights: bool = True,
                  comm_timeout_s: float = 600.0):
-        while not hasattr(model, "decoder") and hasattr(model, "module"):  # DDP, Float16Module
-            model = model.module
-        if getattr(model.config, "sequence_parallel", False):
-            raise UserInputError("the megatron rollout engine does not support sequence_parallel; "
-                                 "set sequence_parallel: false for the actor_rollout role.")
+        # this rank's chunks: one, or one per virtual pipeline stage (models/chunks.py); DDP and
+        # Float16Module wrappers are unwrapped
+        self.chunks = [unwrap(chunk) for chunk in as_chunks(model)]
+        model = self.chunks[0]
         if max_batch_size is not None and max_batch_size < 1:
             raise UserInputError(f"num_samples_per_step is {max_batch_size}; set it to >= 1.")
         self.model = model
@@ -151,20 +155,22 @@ class NativeEngine:
         rows = [p for p in rows for _ in range(sampling.n)]  # the n samples of a prompt adjacent
         device = next(self.model.parameters()).device
         generator = make_generator(sampling.seed, device)
-        chunk = self.max_batch_size or len(rows)
+        per_batch = self.max_batch_size or len(rows)
         was_training = self.model.training
-        self.model.eval()
+        for chunk in self.chunks:
+            chunk.eval()
         self.kv_cache_bytes = 0
         self._timing = {"prefill_s": 0.0, "decode_s": 0.0, "decode_steps": 0}
         t0 = time.perf_counter()
         try:
-            with torch.no_grad():
-                parts = [self._generate_batch(rows[i:i + chunk], sampling, max_total, device, generator)
-                         for i in range(0, len(rows), chunk)]
+            with torch.no_grad(), sequence_parallel_off(self.chunks):
+                parts = [self._generate_batch(rows[i:i + per_batch], sampling, max_total, device, generator)
+                         for i in range(0, len(rows), per_batch)]
         finally:
-            self.model.train(was_training)
-            if _pp_size() > 1:
-                self.model.set_input_tensor(None)  # drop the last received hidden states
+            for chunk in self.chunks:
+                chunk.train(was_training)
+                if _pp_size() > 1:
+                    chunk.set_input_tensor(None)  # drop the last received hidden states
         out = _concat(parts, self.pad_token_id, sampling.logprob_temperature)
         out.stats = {"rollout/time_s": time.perf_counter() - t0, "rollout/prefill_s": self._timing["prefill_s"],
                      "rollout/decode_s": self._timing["decode_s"], "rollout/decode_steps": self._timing["decode_steps"],
@@ -180,7 +186,7 @@ class NativeEngine:
                              "training model")
         from mindspeed_rl.rollout.weights import load_hf_tensors
 
-        load_hf_tensors(self.model, named_tensors, self.model_args)
+        load_hf_tensors(self.model, named_tensors, self.model_args)  # generation ranks: PP 1, one chunk
 
     def sleep(self) -> None:
         """The KV cache lives only inside generate(), so there is nothing held between calls;
@@ -192,7 +198,7 @@ class NativeEngine:
 
     def close(self) -> None:
         self._closed = True
-        self.model = None
+        self.model, self.chunks = None, []
 
     # ------------------------------------------------------------------------------------------
     # one batch
@@ -200,28 +206,39 @@ class NativeEngine:
     def _check_prompts(self, prompts: Sequence[Sequence[int]], max_total: int) -> list[list[int]]:
         return check_prompts(prompts, max_total, self.vocab_size)
 
-    def _logits(self, ids: torch.Tensor, key_mask: torch.Tensor, cache: Optional[KVCache],
+    def _logits(self, ids: torch.Tensor, key_mask: torch.Tensor, caches: list[Optional[KVCache]],
                 step: Optional[int]) -> Optional[torch.Tensor]:
         """Next-token logits (b, V) of the last position, on the last pipeline stage; None on the
         other stages, which send their hidden states on. ids (b, s): the new tokens (the whole
         sequence without cache); key_mask (b, k) 1 on real keys, k = tokens seen so far;
-        step: index of the response token these logits choose (None: the prefill), for messages."""
+        caches: one per chunk (None: no cache); step: index of the response token these logits
+        choose (None: the prefill), for messages.
+
+        With a virtual pipeline each rank runs its chunks in order, and the hidden states go round
+        the pipeline ring once per chunk: chunk v of rank r receives from rank r-1 (from the last
+        rank's chunk v-1 when r = 0) and sends to rank r+1 (to rank 0's chunk v+1 from the last)."""
         s, k = ids.shape[1], key_mask.shape[1]
         if s == k:  # prefill / no cache: causal + padding
             mask = attention_mask_4d(key_mask)  # (b, 1, s, s)
         else:  # decode: one query row that may see every real key
             mask = ~key_mask.bool()[:, None, None, :]  # (b, 1, 1, k)
         pos = (key_mask.long().cumsum(-1) - 1).clamp(min=0)[:, k - s:]  # (b, s); unused by RoPE
-        pp = _pp_size() > 1
-        if pp and not parallel_state.is_pipeline_first_stage():
-            self.model.set_input_tensor(self._recv_hidden((s, ids.shape[0], self.model.config.hidden_size), step))
-        if cache is None:  # megatron's own full forward: the reference the cache is tested against
-            out = self.model(ids, pos, mask)  # last stage (b, s, V/TP), other stages (s, b, h)
-            out = out[:, -1] if self.model.post_process else out
-        else:
-            out = forward_stage(self.model, ids, pos, mask, cache)  # (b, V/TP) or (s, b, h)
-        if pp and not parallel_state.is_pipeline_last_stage():
-            self._send_hidden(out, step)
+        pp = _pp_size()
+        pp_rank = parallel_state.get_pipeline_model_parallel_rank() if pp > 1 else 0
+        out = None
+        for v, (chunk, cache) in enumerate(zip(self.chunks, caches)):
+            stage = v * pp + pp_rank  # the virtual stage this chunk is
+            if stage > 0:
+                chunk.set_input_tensor(self._recv_hidden((s, ids.shape[0], chunk.config.hidden_size), step, stage))
+            if cache is None:  # megatron's own full forward: the reference the cache is tested against
+                out = chunk(ids, pos, mask)  # last stage (b, s, V/TP), other stages (s, b, h)
+                out = out[:, -1] if chunk.post_process else out
+            else:
+                out = forward_stage(chunk, ids, pos, mask, cache)  # (b, V/TP) or (s, b, h)
+            if stage < pp * len(self.chunks) - 1:
+                self._send_hidden(out, step, stage)
+                out = None
+        if out is None:
             return None
         if _tp_size() > 1:
             out = gather_from_tensor_model_parallel_region(out)  # (b, V_pad)
@@ -235,22 +252,22 @@ class NativeEngine:
         """The dtype of the hidden states between stages: megatron's pipeline_dtype, as in training."""
         return self.model.config.pipeline_dtype or next(self.model.parameters()).dtype
 
-    def _recv_hidden(self, shape: tuple, step: Optional[int]) -> torch.Tensor:
-        """The previous pipeline stage's output (s, b, h) for this step."""
+    def _recv_hidden(self, shape: tuple, step: Optional[int], stage: int) -> torch.Tensor:
+        """The previous (virtual) pipeline stage's output (s, b, h) for this step; megatron's
+        prev rank wraps round the ring (rank 0's later chunks receive from the last rank)."""
         buf = torch.empty(shape, dtype=self._hidden_dtype, device=next(self.model.parameters()).device)
         src = parallel_state.get_pipeline_model_parallel_prev_rank()
         work = torch.distributed.irecv(buf, src=src, group=parallel_state.get_pipeline_model_parallel_group())
-        self._wait(work, f"the hidden states {tuple(shape)} of pipeline stage "
-                         f"{parallel_state.get_pipeline_model_parallel_rank() - 1} (global rank {src})", step)
+        self._wait(work, f"the hidden states {tuple(shape)} of pipeline stage {stage - 1} (global rank {src})", step)
         return buf
 
-    def _send_hidden(self, hidden: torch.Tensor, step: Optional[int]) -> None:
-        """This stage's output (s, b, h) to the next pipeline stage."""
+    def _send_hidden(self, hidden: torch.Tensor, step: Optional[int], stage: int) -> None:
+        """This (virtual) stage's output (s, b, h) to the next one (round the ring)."""
         hidden = hidden.to(self._hidden_dtype).contiguous()
         dst = parallel_state.get_pipeline_model_parallel_next_rank()
         work = torch.distributed.isend(hidden, dst=dst, group=parallel_state.get_pipeline_model_parallel_group())
-        self._wait(work, f"pipeline stage {parallel_state.get_pipeline_model_parallel_rank() + 1} (global rank "
-                         f"{dst}) to take this stage's hidden states {tuple(hidden.shape)}", step)
+        self._wait(work, f"pipeline stage {stage + 1} (global rank {dst}) to take this stage's hidden states "
+                         f"{tuple(hidden.shape)}", step)
 
     def _choose(self, logits: Optional[torch.Tensor], sp: SamplingParams, uniforms: Optional[torch.Tensor],
                 rows: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -336,13 +353,16 @@ class NativeEngine:
         done = torch.zeros(B, dtype=torch.bool, device=device)
         finish = [FINISH_LENGTH] * B
 
-        cache = new_cache(self.model, B, P + T) if self.use_kv_cache else None
-        if cache is not None:  # allocated in full here; compaction only shrinks it
-            self.kv_cache_bytes = max(self.kv_cache_bytes, cache.nbytes)
+        caches = [new_cache(c, B, P + T) if self.use_kv_cache else None for c in self.chunks]  # one per chunk
+        if self.use_kv_cache:  # allocated in full here; compaction only shrinks it
+            self.kv_cache_bytes = max(self.kv_cache_bytes, sum(c.nbytes for c in caches))
         rows = torch.arange(B, device=device)  # original index of each row in the running batch
-        with cached_attention(self.model, cache) if cache is not None else contextlib.nullcontext():
+        with contextlib.ExitStack() as hooks:
+            for chunk, cache in zip(self.chunks, caches):
+                if cache is not None:
+                    hooks.enter_context(cached_attention(chunk, cache))
             t0 = time.perf_counter()
-            logits = self._logits(ids, prompt_mask, cache, None)  # (B, V) prefill; None before the last stage
+            logits = self._logits(ids, prompt_mask, caches, None)  # (B, V) prefill; None before the last stage
             get_platform().synchronize()
             t1 = time.perf_counter()
             self._timing["prefill_s"] += t1 - t0
@@ -368,13 +388,13 @@ class NativeEngine:
                 if all_done:
                     break
                 running = ~done[rows]
-                if group is None and (cache is None or (~running).sum() >= max(1.0, self.compact_fraction * len(rows))):
+                if group is None and (not self.use_kv_cache or (~running).sum() >= max(1.0, self.compact_fraction * len(rows))):
                     keep = running.nonzero().squeeze(-1)
                     rows = rows[keep]
-                    if cache is not None:
+                    for cache in caches if self.use_kv_cache else ():
                         cache.keep(keep)
-                step_ids = seq[rows, P + t:P + t + 1] if cache is not None else seq[rows, :P + t + 1]
-                logits = self._logits(step_ids, key_mask[rows, :P + t + 1], cache, t + 1)
+                step_ids = seq[rows, P + t:P + t + 1] if self.use_kv_cache else seq[rows, :P + t + 1]
+                logits = self._logits(step_ids, key_mask[rows, :P + t + 1], caches, t + 1)
                 self._timing["decode_steps"] += 1
             get_platform().synchronize()
             self._timing["decode_s"] += time.perf_counter() - t1  # sampling included

@@ -22,8 +22,21 @@ import torch
 from mindspeed_rl.data import keys as K
 from mindspeed_rl.data.tokenizer import eos_token_ids
 from mindspeed_rl.models.arch_check import model_args
+from mindspeed_rl.models.chunks import as_chunks
 from mindspeed_rl.models.hf_bridge.loader import hf_config_of
 from mindspeed_rl.platform import get_platform, on_device, params_dtype
+
+
+def _parallel_kwargs(role_cfg, num_layers: int) -> dict:
+    """TransformerConfig fields for the role's SP / virtual pipeline / recompute settings."""
+    from mindspeed_rl.models.chunks import vpp_from_keys
+    from mindspeed_rl.models.parallel import parallel_config_kwargs
+
+    p = role_cfg.parallel
+    vpp = vpp_from_keys(num_layers, p.pipeline_model_parallel_size,
+                        p.virtual_pipeline_model_parallel_size, p.num_layers_per_virtual_pipeline_stage)
+    granularity = p.recompute_granularity or ("selective" if p.recompute_activations else None)
+    return parallel_config_kwargs(p.sequence_parallel, vpp, granularity, p.recompute_method, p.recompute_num_layers)
 
 
 class _ModelWorker:
@@ -34,23 +47,28 @@ class _ModelWorker:
         platform.patch(role_cfg.mindspeed_switches)
         from mindspeed_rl.data.tokenizer import load_tokenizer
         from mindspeed_rl.distributed.worker_env import init_distributed
-        from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state
+        from mindspeed_rl.models.builder import build_model_chunks, init_parallel_state
 
         self.cfg, self.role_cfg = cfg, role_cfg
         self.env = init_distributed(platform)
         self.device = platform.device(self.env.device_index)  # models live here; @on_device moves batches here
         par = role_cfg.parallel
-        init_parallel_state(par.tensor_model_parallel_size, par.pipeline_model_parallel_size, seed=cfg.run.seed,
-                            ep=par.expert_model_parallel_size, etp=par.expert_tensor_parallel_size)
+        tp, pp = par.tensor_model_parallel_size, par.pipeline_model_parallel_size
         self.tokenizer = load_tokenizer(cfg.run.tokenizer_name_or_path)
         self.vocab_size = len(self.tokenizer)
         self.args = model_args(role_cfg, self.vocab_size)
-        self.model = build_gpt_model(self.args, params_dtype=params_dtype(role_cfg.params_dtype), device=self.device)
+        overrides = _parallel_kwargs(role_cfg, self.args["num_layers"])  # SP / virtual pipeline / recompute
+        init_parallel_state(tp, pp, seed=cfg.run.seed, vpp=overrides.get("virtual_pipeline_model_parallel_size", 1),
+                            ep=par.expert_model_parallel_size, etp=par.expert_tensor_parallel_size)
+        chunks = build_model_chunks(self.args, params_dtype(role_cfg.params_dtype), self.device, overrides)
+        # one GPTModel, or the list of this rank's virtual-pipeline chunks (models/chunks.py)
+        self.model = chunks[0] if len(chunks) == 1 else chunks
         if role_cfg.load:  # a HF directory or a checkpoint of this project, sharded to this TP/PP
             from mindspeed_rl.models.checkpoint import load_weights
             load_weights(self.model, role_cfg.load, self.args)
         if not train:
-            self.model.requires_grad_(False)
+            for chunk in chunks:
+                chunk.requires_grad_(False)
         self.temperature = cfg.actor.rollout.temperature if cfg.actor.rollout.do_sample else 1.0
 
     def rank_info(self) -> dict:
@@ -62,7 +80,8 @@ class _ModelWorker:
 
         P, T = batch[K.PROMPT_IDS].shape[1], batch[K.RESPONSES].shape[1]
         mbs = micro_batch_divisor(batch[K.INPUT_IDS].shape[0], self.role_cfg.micro_batch_size)
-        model.eval()
+        for chunk in as_chunks(model):
+            chunk.eval()
         out = compute_log_probs(model, batch[K.INPUT_IDS], batch[K.ATTENTION_MASK], mbs, self.temperature,
                                 self.vocab_size)
         if out is None:  # not the last pipeline stage: the output rank answers for the DP group
@@ -84,14 +103,15 @@ class ActorRolloutWorker(_ModelWorker):
         # later multi-threaded op of the process slower after its first (size-1) parameter all-gather
         # (bench/grpo_step.py: step 3.05 s -> 2.42 s at 10M params). Same maths either way.
         distributed = o.use_distributed_optimizer and parallel_state.get_data_parallel_world_size() > 1
-        self.ddp = wrap_ddp(self.model, distributed)
+        ddp = [wrap_ddp(chunk, distributed, bucketing=i == 0) for i, chunk in enumerate(as_chunks(self.model))]
+        self.ddp = ddp[0] if len(ddp) == 1 else ddp
         mini_batches = cfg.run.global_batch_size // cfg.actor.ppo.ppo_mini_batch_size
         self.optimizer, self.scheduler = build_optimizer(
-            [self.ddp], lr=o.lr, train_iters=cfg.run.train_iters * mini_batches * cfg.actor.ppo.ppo_epochs,
+            ddp, lr=o.lr, train_iters=cfg.run.train_iters * mini_batches * cfg.actor.ppo.ppo_epochs,
             min_lr=o.min_lr, lr_decay_style=o.lr_decay_style, lr_warmup_fraction=o.lr_warmup_fraction,
             weight_decay=o.weight_decay, clip_grad=o.clip_grad, adam_beta1=o.adam_beta1, adam_beta2=o.adam_beta2,
             adam_eps=o.adam_eps, use_distributed_optimizer=distributed,
-            params_dtype=self.model.config.params_dtype, initial_loss_scale=o.initial_loss_scale)
+            params_dtype=ddp[0].config.params_dtype, initial_loss_scale=o.initial_loss_scale)
         r = cfg.actor.rollout
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         self.engine_kind = r.rollout_engine
@@ -136,7 +156,8 @@ class ActorRolloutWorker(_ModelWorker):
         from mindspeed_rl.rollout.interface import generate_batch, sampling_seed
 
         self.calls += 1
-        self.model.eval()
+        for chunk in as_chunks(self.model):
+            chunk.eval()
         seed = sampling_seed(self.cfg.run.seed, self.calls, self.rank_info()["dp_rank"])
         return generate_batch(self.engine, prompts, n, self._sampling(n, greedy, seed))
 
@@ -165,7 +186,8 @@ class ActorRolloutWorker(_ModelWorker):
                              K.REF_LOG_PROBS, K.ROLLOUT_LOG_PROBS) if k in batch]
         P = batch[K.PROMPT_IDS].shape[1]
         g = torch.Generator().manual_seed(self.cfg.run.seed + self.calls)
-        self.model.train()
+        for chunk in as_chunks(self.model):
+            chunk.train()
         collected: list[dict] = []
         with ExpertLoadMeter(self.model) as meter:  # MoE: expert load + aux loss (no-op when dense)
             for _ in range(p.ppo_epochs):
@@ -209,7 +231,7 @@ class ActorRolloutWorker(_ModelWorker):
         from mindspeed_rl.models.checkpoint import _ranks, load_checkpoint, read_manifest, read_trainer_state
 
         manifest, here = read_manifest(path), _ranks()
-        saved = {k: manifest[k] for k in ("tp", "pp", "dp")}
+        saved = {k: manifest.get(k, 1) for k in ("tp", "pp", "vpp", "dp")}  # vpp: 1 in older checkpoints
         same = all(saved[k] == here[k] for k in saved)
         step = load_checkpoint(path, self.ddp, self.args, self.optimizer, self.scheduler, load_optimizer=same,
                                load_rng=same)
@@ -250,7 +272,8 @@ class ReferenceWorker(_ModelWorker):
 
     def _place(self, device: torch.device) -> None:
         """Move the weights (parameters and buffers) to `device`; free the device cache after leaving it."""
-        self.model.to(device)
+        for chunk in as_chunks(self.model):
+            chunk.to(device)
         if device.type == "cpu":
             self._empty_cache()
 

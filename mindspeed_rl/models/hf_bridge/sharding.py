@@ -51,9 +51,10 @@ def check_tp(args: Mapping[str, Any], tp_size: int, ep_size: int = 1, etp_size: 
             raise UserInputError(f"{key} {size} does not divide {field} {n}; pick a size that divides it.")
 
 
-def stage_param_names(args: Mapping[str, Any], pp_size: int, pp_rank: int) -> list[str]:
-    """Megatron parameter names (global layer numbers) of one pipeline stage of a GPTModel built by
-    builder.build_gpt_model, in the order its state_dict lists them."""
+def stage_param_names(args: Mapping[str, Any], pp_size: int, pp_rank: int, vpp_size: int = 1) -> list[str]:
+    """Megatron parameter names (global layer numbers) of one pipeline rank of a GPTModel built by
+    builder.build_gpt_model (all its chunks with a virtual pipeline of vpp_size: models/chunks.py),
+    in the order its state_dict(s) list them."""
     first, last = pp_rank == 0, pp_rank == pp_size - 1
     tied = not args.get("untie_embeddings_and_output_weights", False)
     per_layer = ["input_layernorm.weight", "self_attention.linear_proj.weight",
@@ -68,7 +69,12 @@ def stage_param_names(args: Mapping[str, Any], pp_size: int, pp_rank: int) -> li
     else:
         per_layer += ["mlp.linear_fc1.weight", "mlp.linear_fc2.weight"]
     names = ["embedding.word_embeddings.weight"] if first else []
-    for i in layer_range(int(args["num_layers"]), pp_size, pp_rank):
+    if vpp_size > 1:
+        from mindspeed_rl.models.chunks import virtual_layer_ranges
+        layers = [i for r in virtual_layer_ranges(int(args["num_layers"]), pp_size, pp_rank, vpp_size) for i in r]
+    else:
+        layers = layer_range(int(args["num_layers"]), pp_size, pp_rank)
+    for i in layers:
         names += [f"decoder.layers.{i}.{n}" for n in per_layer]
     if last:
         names.append("decoder.final_layernorm.weight")

@@ -45,7 +45,11 @@ def test_every_vocabulary_name_has_a_route():
     counts = {k: list(routes.values()).count(k) for k in ("schema", "mindspeed", "unsupported", "no_effect")}
     assert all(counts.values()), counts  # every kind occurs
     assert routes["num_layers"] == "schema" and routes["use_flash_attn"] == "mindspeed"
-    assert routes["num_experts"] == "schema" and routes["recompute_granularity"] == "no_effect"
+    assert routes["num_experts"] == "schema" and routes["overlap_grad_reduce"] == "no_effect"
+    for key in ("recompute_granularity", "recompute_method", "recompute_num_layers", "context_parallel_size",
+                "num_layers_per_virtual_pipeline_stage", "sequence_parallel"):  # models/parallel.py
+        assert routes[key] == "schema", key
+    assert routes["context_parallel_algo"] == "mindspeed"  # forwarded to MindSpeed on NPU
     assert routes["moe_shared_expert_intermediate_size"] == "unsupported"
 
 
@@ -76,11 +80,11 @@ def test_mindspeed_llm_model_yaml_with_megatron_names(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert code == 0, err
     notes = [line for line in out.splitlines() if line.startswith("note:")]
-    for key in ("recompute_granularity", "overlap_grad_reduce", "apply_rope_fusion", "rotary_interleaved",
-                "use_rotary_position_embeddings", "context_parallel_size"):
+    for key in ("overlap_grad_reduce", "apply_rope_fusion", "rotary_interleaved", "use_rotary_position_embeddings"):
         assert sum(line.startswith(f"note: {key}:") for line in notes) == 1, (key, notes)  # reported once
     assert any("MindSpeed switches" in line and "use_flash_attn" in line and "use_fused_swiglu" in line for line in notes)
     cfg = build_config(compose_yaml("exp", [], str(tmp_path)), "exp")
+    assert (cfg.actor.parallel.recompute_granularity, cfg.actor.parallel.recompute_method) == ("full", "block")
     assert cfg.actor.arch.make_vocab_size_divisible_by == 1 and cfg.actor.arch.untie_embeddings_and_output_weights
     assert cfg.actor.mindspeed_switches == {"use_flash_attn": True, "use_fused_rmsnorm": True, "use_fused_swiglu": True}
 
@@ -88,7 +92,8 @@ def test_mindspeed_llm_model_yaml_with_megatron_names(tmp_path, capsys):
 @pytest.mark.parametrize("override,fragments", [
     (f"{A}.moe_shared_expert_intermediate_size=512", ["moe_shared_expert_intermediate_size` is 512",
                                                       "shared experts", "set it to 0"]),
-    (f"{A}.context_parallel_size=2", ["context_parallel_size` is 2", "context parallelism"]),
+    (f"{A}.context_parallel_size=2", ["context_parallel_size: 2`: context parallelism is not available",
+                                      "Transformer Engine", "set it to 1"]),
     (f"{A}.rotary_interleaved=true", ["rotary_interleaved` is True", "interleaved RoPE"]),
     (f"{A}.recompute_granularty=full", ["not a known key", "did you mean `recompute_granularity`"]),
     ("training.global_batch_sise=4", ["did you mean `global_batch_size`"]),
@@ -103,7 +108,7 @@ def test_outside_or_unsupported(override, fragments, capsys):
 
 
 def test_no_effect_reason_names_the_source():
-    assert "Megatron-LM" in compat.no_effect_reason("recompute_granularity")
+    assert "Megatron-LM" in compat.no_effect_reason("overlap_grad_reduce")
     assert compat.no_effect_reason("finetune") == compat.NO_EFFECT_KEYS["finetune"]
     mindspeed_only = [n for n, s in compat.vocabulary()["names"].items() if s == ["mindspeed-llm"] and compat.route(n) == "no_effect"]
     assert mindspeed_only and "MindSpeed-LLM" in compat.no_effect_reason(mindspeed_only[0])

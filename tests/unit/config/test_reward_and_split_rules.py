@@ -5,7 +5,6 @@ import pytest
 import ray_gpt
 from mindspeed_rl.config import build_config, compose_yaml
 from mindspeed_rl.config.validate import validate
-from mindspeed_rl.utils.errors import UserInputError
 
 A = "actor_rollout_ref.actor_rollout"
 TINY = "grpo_trainer_tiny"
@@ -39,12 +38,12 @@ def test_reward_model_alone_or_with_verifiers_validates(tmp_path):
 
 def test_split_validates_with_a_pipelined_sequence_parallel_trainer():
     """Generation ranks never pipeline nor split sequences, so PP 2 + sequence parallelism on the
-    training ranks validate when the split is on; colocated, sequence parallelism is refused."""
+    training ranks validate when the split is on; colocated too (the native engine decodes with
+    SP switched off: models/parallel.sequence_parallel_off)."""
     split = [f"{A}.pipeline_model_parallel_size=2", f"{A}.tensor_model_parallel_size=2", f"{A}.sequence_parallel=true",
              "resource_pool.actor_rollout=[6]", f"{A}.num_gpus_for_train=4", f"{A}.num_gpus_for_infer=2"]
     validate(build_config(compose_yaml(TINY, split)), check_paths=False)
-    with pytest.raises(UserInputError, match="cannot decode with sequence parallelism"):
-        validate(build_config(compose_yaml(TINY, split[:3] + ["resource_pool.actor_rollout=[4]"])), check_paths=False)
+    validate(build_config(compose_yaml(TINY, split[:3] + ["resource_pool.actor_rollout=[4]"])), check_paths=False)
 
 
 def test_split_generation_ranks_hold_whole_tp_groups(capsys):

@@ -72,7 +72,7 @@ def test_architecture_mismatch_and_layout_change_are_named(gloo_world1, tmp_path
     manifest = tmp_path / "iter_0000001" / "manifest.json"  # pretend it was saved at TP=2
     m = json.loads(manifest.read_text())
     manifest.write_text(json.dumps(dict(m, dp=2)))
-    with pytest.raises(UserInputError, match=r"optimizer state for TP=1 PP=1 DP=2 but this run is TP=1 PP=1 DP=1; .*no_load_optim"):
+    with pytest.raises(UserInputError, match=r"optimizer state for TP=1 PP=1 VPP=1 DP=2 but this run is TP=1 PP=1 VPP=1 DP=1; .*no_load_optim"):
         load_checkpoint(str(tmp_path), ddp, ARGS, opt, sched)
     assert load_checkpoint(str(tmp_path), ddp, ARGS, opt, sched, load_optimizer=False) == 1
 

@@ -131,3 +131,27 @@ def test_corrupt_safetensors_shard_is_named(tmp_path, capsys):
     assert _run("--load-model-type", "mg", "--save-model-type", "hf", "--load-dir", tmp_path / "nowhere",
                 "--save-dir", tmp_path / "x") == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_virtual_pipeline_target_round_trip(tmp_path, capsys):
+    """--num-layers-per-virtual-pipeline-stage: each PP rank's file holds the layers of its chunks
+    (4 layers, PP 2, 1 layer per chunk: rank 0 layers 0 and 2, rank 1 layers 1 and 3), and the
+    checkpoint converts back to HF bit for bit; a size that does not divide is one sentence."""
+    make_tiny_hf("qwen3", tmp_path / "hf", num_hidden_layers=4)
+    mg, back = tmp_path / "mg", tmp_path / "back"
+    common = ["--load-model-type", "hf", "--save-model-type", "mg", "--load-dir", tmp_path / "hf",
+              "--target-pipeline-parallel-size", 2]
+    assert _run(*common, "--save-dir", mg, "--num-layers-per-virtual-pipeline-stage", 1) == 0
+    assert "TP=1 PP=2 VPP=2" in capsys.readouterr().out
+    step = mg / "iter_0000000"
+    assert json.loads((step / "manifest.json").read_text())["vpp"] == 2
+    for pp_rank, layers in ((0, {0, 2}), (1, {1, 3})):
+        names = load_file(step / f"mp_rank_00_{pp_rank:03d}" / "model.safetensors").keys()
+        assert {int(n.split(".")[2]) for n in names if n.startswith("decoder.layers.")} == layers
+    assert ("embedding.word_embeddings.weight" in names) is False and "output_layer.weight" in names
+    assert _run("--load-model-type", "mg", "--save-model-type", "hf", "--load-dir", mg, "--save-dir", back) == 0
+    src, out = _hf_tensors(tmp_path / "hf"), _hf_tensors(back)
+    assert src.keys() == out.keys() and all(torch.equal(src[k], out[k]) for k in src)
+    assert _run(*common, "--save-dir", tmp_path / "bad", "--num-layers-per-virtual-pipeline-stage", 3) == 2
+    err = capsys.readouterr().err
+    assert "--num-layers-per-virtual-pipeline-stage 3 x --target-pipeline-parallel-size 2 must divide num_layers 4" in err

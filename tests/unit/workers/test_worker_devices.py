@@ -140,9 +140,10 @@ def test_the_worker_builds_its_model_on_its_device(gloo_world1, monkeypatch):
     monkeypatch.setattr(worker_env, "init_distributed", lambda platform: SimpleNamespace(device_index=0))
     monkeypatch.setattr(tokenizer, "load_tokenizer", lambda path: [0] * 40)
     monkeypatch.setattr(actor, "model_args", lambda role_cfg, vocab: dict(args))
-    role = SimpleNamespace(mindspeed_switches={}, parallel=SimpleNamespace(tensor_model_parallel_size=1,
-                           pipeline_model_parallel_size=1, expert_model_parallel_size=1,
-                           expert_tensor_parallel_size=None), params_dtype="bf16", load=None, micro_batch_size=2)
+    from mindspeed_rl.config.schema import ParallelConfig
+
+    role = SimpleNamespace(mindspeed_switches={}, parallel=ParallelConfig(), params_dtype="bf16", load=None,
+                           micro_batch_size=2)
     cfg = SimpleNamespace(run=SimpleNamespace(platform="auto", seed=1, tokenizer_name_or_path=None), ref=role,
                           actor=SimpleNamespace(rollout=SimpleNamespace(temperature=1.0, do_sample=False)),
                           resource_pool=SimpleNamespace(ref=[1]))
