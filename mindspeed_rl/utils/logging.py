@@ -79,6 +79,8 @@ def setup_logging(
 NOISE_WARNINGS = (
     ("Apex is not installed", "UserWarning"),  # megatron-core falls back to torch norms: the intended path off CUDA
     ("Transformer Engine and Apex are not installed", "UserWarning"),  # ... and to torch optimizers
+    # selective recompute: megatron warns about Transformer Engine's fused attention, which no CPU run has
+    ("If you are using transformer_engine as the transformer implementation", "UserWarning"),
 )
 # Log lines of other libraries, the same idea: (logger name, message prefix)
 NOISE_LOG_LINES = (
