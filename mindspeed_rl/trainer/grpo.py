@@ -169,6 +169,7 @@ class GRPOTrainer:
         metrics.update(adv_metrics)
         metrics.update(update_stats)
         metrics.update(timer.metrics())
+        metrics.update(outside_workers(metrics))
         tokens = float(batch[K.ATTENTION_MASK].sum())
         metrics["perf/throughput"] = tokens / max(timer.elapsed["step"], 1e-9) / self.s.num_devices
         return metrics
@@ -242,6 +243,21 @@ class GRPOTrainer:
         if not scores:
             return {}
         return {"val/score/mean": float(torch.cat(scores).mean())}
+
+
+def outside_workers(metrics: dict[str, float]) -> dict[str, float]:
+    """timing/outside_workers: the step's wall time minus the work the workers timed themselves
+    (timing/<phase>_worker, reported with the update's stats) and the driver's own scoring and
+    advantages: what Ray calls, transfers and the driver's bookkeeping cost. A reference that
+    reports no worker time (its own group, overlapped with scoring) counts with its wait. {} when
+    no worker reported a time."""
+    worker = {k: v for k, v in metrics.items() if k.startswith("timing/") and k.endswith("_worker")}
+    if not worker:
+        return {}
+    inside = sum(worker.values()) + metrics.get("timing/reward", 0.0) + metrics.get("timing/adv", 0.0)
+    if "timing/ref_worker" not in worker:
+        inside += metrics.get("timing/ref", 0.0)
+    return {"timing/outside_workers": metrics["timing/step"] - inside}
 
 
 # ---------------------------------------------------------------------- batch helpers
