@@ -99,6 +99,7 @@ def forward_microbatches(
     attention_mask: torch.Tensor,
     micro_batch_size: int,
     post_fn: Callable[[torch.Tensor, dict], torch.Tensor],
+    trim_padding: bool = False,
 ) -> Optional[list[torch.Tensor]]:
     """Forward-only pass over micro-batches through megatron's (pipeline) schedule.
 
@@ -107,6 +108,9 @@ def forward_microbatches(
         input_ids: (B, S) token ids; attention_mask: (B, S) 1 on real tokens. B % micro_batch_size == 0.
         post_fn: (logits (b, S, V/TP), micro-batch dict with input_ids / attention_mask) -> tensor;
             runs on the last pipeline stage, e.g. to turn logits into log-probs.
+        trim_padding: run each micro-batch on its `padding_span` only (PP 1); post_fn then sees
+            the trimmed micro-batch and must return (..., S') along its last dim, which is padded
+            back with zeros to (..., S) (compute_log_probs: (2, b, S'-1) -> (2, b, S-1)).
 
     Returns:
         post_fn's outputs per micro-batch on the last pipeline stage; None on other stages.
@@ -119,10 +123,20 @@ def forward_microbatches(
 
     def step(data_iter, chunk):
         mb = next(data_iter)
-        logits = chunk(mb["input_ids"], position_ids_from_mask(mb["attention_mask"]),
-                       attention_mask_4d(mb["attention_mask"]))
-        return logits, lambda out: (torch.zeros((), device=out.device), {"out": post_fn(out, mb)})
+        first, end = padding_span(mb["attention_mask"]) if trim else (0, seq)
+        cut = {k: v[:, first:end] for k, v in mb.items()}
+        logits = chunk(cut["input_ids"], position_ids_from_mask(cut["attention_mask"]),
+                       attention_mask_4d(cut["attention_mask"]))
 
+        def post(out):  # computed on the trimmed columns, returned at the full width
+            res = post_fn(out, cut)
+            if trim:
+                res = torch.nn.functional.pad(res, (first, seq - end))
+            return torch.zeros((), device=out.device), {"out": res}
+        return logits, post
+
+    # PP > 1 sends activations of one fixed shape between stages: trim only on a single stage
+    trim = trim_padding and parallel_state.get_pipeline_model_parallel_world_size() == 1
     with torch.no_grad():
         outputs = get_forward_backward_func()(
             forward_step_func=step, data_iterator=iter(micro), model=model,
@@ -150,11 +164,33 @@ def compute_log_probs(
                                            vocab_size, with_entropy)
         return torch.stack([lp, ent if ent is not None else torch.zeros_like(lp)])  # (2, b, S-1)
 
-    out = forward_microbatches(model, input_ids, attention_mask, micro_batch_size, post)
+    # similar lengths share a micro-batch (each is trimmed to its own real columns); order restored below
+    order = None
+    if micro_batch_size < input_ids.shape[0]:
+        order = torch.argsort(attention_mask.sum(-1), stable=True)
+        input_ids, attention_mask = input_ids[order], attention_mask[order]
+    out = forward_microbatches(model, input_ids, attention_mask, micro_batch_size, post, trim_padding=True)
     if out is None:
         return None
     stacked = torch.cat(out, dim=1)  # (2, B, S-1)
+    if order is not None:
+        stacked = stacked[:, torch.argsort(order)]
     return stacked[0], (stacked[1] if with_entropy else None)
+
+
+def padding_span(attention_mask: torch.Tensor) -> tuple[int, int]:
+    """(first, end): the columns [first, end) of a (b, S) 1/0 mask that hold a real token in some row.
+
+    Columns outside are padding in every row: left of the longest prompt and right of the longest
+    response. Dropping them changes no real token's result (causal attention never looks right;
+    RoPE sees relative positions only, so a uniform left shift leaves attention as it was), only
+    the work: a micro-batch costs its own longest sequence, not the batch's (issue 15: no compute
+    on padding; TRL pads to the batch's longest)."""
+    real = attention_mask.bool().any(dim=0)  # (S,)
+    idx = real.nonzero()
+    if idx.numel() == 0:
+        return 0, attention_mask.shape[1]
+    return int(idx[0]), int(idx[-1]) + 1
 
 
 def micro_batch_divisor(rows: int, wanted: int) -> int:
