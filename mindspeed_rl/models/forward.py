@@ -67,10 +67,16 @@ def vocab_parallel_log_probs(
     local_vocab = logits.shape[-1]
     start = parallel_state.get_tensor_model_parallel_rank() * local_vocab if tp > 1 else 0
     reduce = reduce_from_tensor_model_parallel_region if tp > 1 else (lambda t: t)
-    z = logits.float() / temperature  # (..., V/TP)
+    z = logits.float()
+    if temperature != 1.0:
+        z = z / temperature  # (..., V/TP)
     if vocab_size is not None and start + local_vocab > vocab_size:
         ids = torch.arange(start, start + local_vocab, device=z.device)
         z = z.masked_fill(ids >= vocab_size, float("-inf"))
+    if tp == 1 and not with_entropy:
+        # the whole vocabulary is here: one fused log_softmax (forward and backward) instead of the
+        # max / exp / sum / log passes below, each a pass over (..., V) floats (issue 15)
+        return torch.log_softmax(z, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1), None
 
     z_max = z.detach().max(dim=-1).values  # (...,) a constant shift: no gradient needed
     if tp > 1:
