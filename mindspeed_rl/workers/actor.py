@@ -157,18 +157,16 @@ class ActorRolloutWorker(_ModelWorker):
         initial weights when the two load the same one (or both start from the seeded random init,
         which is what a separate reference worker builds). The RNG states are put back afterwards,
         so the actor's later draws do not depend on where the reference lives."""
-        from megatron.core.tensor_parallel.random import get_cuda_rng_tracker
-
         from mindspeed_rl.models.builder import build_gpt_model
+        from mindspeed_rl.models.checkpoint import _rng_state, _set_rng_state
 
         ref_cfg = self.cfg.ref
         args = model_args(ref_cfg, self.vocab_size)
-        cpu_rng, tracker = torch.get_rng_state(), get_cuda_rng_tracker().get_states()
+        rng = _rng_state()  # python, numpy, torch and megatron's model-parallel tracker (as a checkpoint saves)
         try:
             model = build_gpt_model(args, params_dtype=params_dtype(ref_cfg.params_dtype), device=self.device)
         finally:
-            torch.set_rng_state(cpu_rng)
-            get_cuda_rng_tracker().set_states(tracker)
+            _set_rng_state(rng)
         if ref_cfg.load and ref_cfg.load != self.cfg.actor.load:
             from mindspeed_rl.models.checkpoint import load_weights
             load_weights(model, ref_cfg.load, args)
