@@ -71,7 +71,7 @@ LABEL = {"ours": "ours", "ours_vllm": "ours, vLLM", "trl": "TRL"}
 
 
 def workload(args) -> dict:
-    return dict(seed=1234, steps=args.steps, prompts_per_step=args.prompts_per_step, n_samples=8,
+    return dict(seed=1234, steps=args.steps, prompts_per_step=args.prompts_per_step, n_samples=args.n_samples,
                 max_new_tokens=args.max_new_tokens, temperature=1.0, top_p=1.0, top_k=0, kl_coef=0.001,
                 clip_low=0.2, clip_high=0.2, loss_agg="token-mean", trl_loss_type="dapo", lr=1e-5,
                 weight_decay=0.01, adam_beta1=0.9, adam_beta2=0.999, adam_eps=1e-8, clip_grad=1.0,
@@ -120,8 +120,9 @@ class LoadMonitor:
                 continue
             role = env.get(b"MINDSPEED_RL_ROLE", b"main" if pid == self.root else b"").decode()
             if role:  # our Ray workers, and the side's main process
+                peak = max(_peak_rss_mb(pid), self.workers.get(role, {}).get("peak_rss_mb", 0.0))
                 self.workers[role] = {"threads": env.get(b"OMP_NUM_THREADS", b"unset (Ray: 1)").decode(),
-                                      "nice": nice[pid]}
+                                      "nice": nice[pid], "peak_rss_mb": peak}
 
     def stop(self) -> dict:
         self.sample()
@@ -134,6 +135,18 @@ class LoadMonitor:
         return {"wall_s": round(wall, 1), "machine_busy_cores": round(machine, 2), "own_cores": round(own, 2),
                 "others_cores": round(max(machine - own, 0.0), 2), "loadavg_1m": [self.load0, os.getloadavg()[0]],
                 "processes": self.workers}
+
+
+def _peak_rss_mb(pid: int) -> float:
+    """The process's peak resident memory (VmHWM) in MB; 0 when it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
 
 
 def _proc_stat() -> tuple[int, int]:
@@ -169,6 +182,8 @@ def thread_env(threads: int) -> dict:
 def our_config(size: str, w: dict, d: dict, engine: str = "megatron") -> str:
     """The experiment yaml of ray_gpt.py for one size (model keys in Megatron names, from SIZES)."""
     s = wl.SIZES[size]
+    if "dir" in s:  # --model: a real HF directory, architecture from its config.json (no model yaml)
+        return _write_config(_our_cfg(None, w, d, engine, size), d, size, engine)
     model = dict(num_layers=s["num_hidden_layers"], hidden_size=s["hidden_size"],
                  ffn_hidden_size=s["intermediate_size"], num_attention_heads=s["num_attention_heads"],
                  group_query_attention=True, num_query_groups=s["num_key_value_heads"],
@@ -176,8 +191,13 @@ def our_config(size: str, w: dict, d: dict, engine: str = "megatron") -> str:
                  make_vocab_size_divisible_by=128, rotary_base=10000, normalization="RMSNorm", norm_epsilon=1e-6,
                  swiglu=True, add_qkv_bias=True, disable_bias_linear=True,
                  untie_embeddings_and_output_weights=False, position_embedding_type="rope")
+    return _write_config(_our_cfg(model, w, d, engine, size), d, size, engine)
+
+
+def _our_cfg(model, w: dict, d: dict, engine: str, size: str) -> dict:
     seqs = w["prompts_per_step"] * w["n_samples"]
-    actor = dict(model=f"bench_{size}", load=d["model"], data_path=d["prompts"], max_prompt_length=8,
+    named = {"model": f"bench_{_slug(size)}"} if model else {}
+    actor = dict(**named, load=d["model"], data_path=d["prompts"], max_prompt_length=8,
                  n_samples_per_prompt=w["n_samples"], max_new_tokens=w["max_new_tokens"], do_sample=True,
                  temperature=w["temperature"], top_p=w["top_p"], top_k=w["top_k"], num_samples_per_step=seqs,
                  micro_batch_size=seqs, ppo_mini_batch_size=w["prompts_per_step"], ppo_epochs=1,
@@ -188,18 +208,27 @@ def our_config(size: str, w: dict, d: dict, engine: str = "megatron") -> str:
                  adam_beta2=w["adam_beta2"], adam_eps=w["adam_eps"], clip_grad=w["clip_grad"],
                  rollout_engine=engine)
     cfg = {
-        "model": {f"bench_{size}": model},
+        **({"model": {f"bench_{_slug(size)}": model}} if model else {}),
         "training": dict(global_batch_size=w["prompts_per_step"], seq_length=8 + w["max_new_tokens"],
                          train_iters=w["steps"], seed=w["seed"], save_interval=0, test_freq=0, log_interval=1,
                          platform="cpu", tokenizer_name_or_path=d["model"], output_dir=d[SIDE[engine]]),
         "actor_rollout_ref": {"actor_rollout": actor,
-                              "ref": dict(model=f"bench_{size}", load=d["model"], micro_batch_size=seqs)},
+                              "ref": dict(**named, load=d["model"], micro_batch_size=seqs)},
         "reward": {"verifier": True},
         "algorithm": dict(adv_estimator="group_norm", norm_adv_by_std=True, use_kl_in_reward=False,
                           verifier_function=[f"{REWARD_FILE}:compute_score"], verifier_weight=[1.0]),
         "resource_pool": {"actor_rollout": [1], "ref": [], "reward": []},
     }
-    path = os.path.join(d["config_dir"], f"bench_{size}_{engine}.yaml")
+    return cfg
+
+
+def _slug(size: str) -> str:
+    """A size name usable in file and config names (model:SmolLM2 -> model_SmolLM2)."""
+    return "".join(c if c.isalnum() else "_" for c in size)
+
+
+def _write_config(cfg: dict, d: dict, size: str, engine: str) -> str:
+    path = os.path.join(d["config_dir"], f"bench_{_slug(size)}_{engine}.yaml")
     with open(path, "w", encoding="utf-8") as f:
         json.dump(cfg, f, indent=1)  # JSON is YAML
     return path
@@ -211,7 +240,7 @@ def run_ours(size: str, w: dict, d: dict, engine: str = "megatron") -> dict:
     our_config(size, w, d, engine)
     metrics = os.path.join(out, "metrics.jsonl")
     cmd = [sys.executable, os.path.join(ROOT, "ray_gpt.py"), "--config-dir", d["config_dir"],
-           "--config-name", f"bench_{size}_{engine}"]
+           "--config-name", f"bench_{_slug(size)}_{engine}"]
     # RAY_ADDRESS: never join someone's `ray start` cluster; Ray runs its workers at niceness 15 by
     # default, which on a shared machine hands our compute to everyone else's: same niceness as TRL
     env = {**thread_env(w["threads"]), "RAY_ADDRESS": "local", "RAY_worker_niceness": "0"}
@@ -224,10 +253,16 @@ def run_ours(size: str, w: dict, d: dict, engine: str = "megatron") -> dict:
             t = {p: r.get(f"timing/{p}", 0.0) for p in ("gen", "reward", "ref", "old_log_prob", "adv")}
             sync = r.get("timing/sync_weights", 0.0)  # vLLM: the sync (and its check) runs inside "gen"
             t["gen"] -= sync
+            update = r["timing/update_actor"]
             step = r["timing/step"]
+            if "timing/update_actor_worker" in r:  # the workers timed themselves: Ray is not in the phases
+                sync = r.get("timing/sync_weights_worker", sync)
+                t.update(gen=r.get("timing/gen_worker", 0.0), ref=r.get("timing/ref_worker", t["ref"]),
+                         old_log_prob=r.get("timing/old_log_prob_worker", 0.0))
+                update = r["timing/update_actor_worker"]
             steps.append({"step": r["step"], "step_s": step, **{k: v for k, v in t.items() if k != "adv"},
-                          "adv": t["adv"], "update": r["timing/update_actor"], "sync": sync,
-                          "other": step - sum(t.values()) - sync - r["timing/update_actor"],
+                          "adv": t["adv"], "update": update, "sync": sync,
+                          "other": step - sum(t.values()) - sync - update,
                           "prompt_len": r["prompt_length/mean"], "response_len": r["response_length/mean"],
                           "tokens": seqs * (r["prompt_length/mean"] + r["response_length/mean"]),
                           "score": r["grpo/score/mean"]})
@@ -248,7 +283,7 @@ def our_settings(size: str, d: dict, processes: dict) -> dict:
     get_platform("cpu").patch()
     import megatron.core.optimizer as megatron_optimizer
 
-    cfg = load_config(f"bench_{size}_megatron", [], d["config_dir"])  # the "ours" side: the native engine
+    cfg = load_config(f"bench_{_slug(size)}_megatron", [], d["config_dir"])  # the "ours" side: the native engine
     a, ppo, o, r = cfg.actor, cfg.actor.ppo, cfg.actor.optim, cfg.actor.rollout
     tok = load_tokenizer(d["model"])
     first = build_prompt_dataset(d["prompts"], tok, 8)[0]["prompt_ids"]
@@ -291,10 +326,12 @@ def run_trl(python: str, w: dict, d: dict) -> dict:
 
 # ---------------------------------------------------------------------------- checks and numbers
 LEGEND = ("phases in s, medians over steps 2..N; ours/TRL below 1x is ours faster for times, above 1x for tok/s "
-          "and MFU.\nref (ours) = the wait left after scoring (it overlaps the reward); old = old log-probs (skipped "
-          "on-policy); sync = weight sync (0: same weights);\nother = step - phases: ours the driver + Ray outside the "
-          "phase calls, TRL the advantages + Trainer bookkeeping. busy cores = CPU the side's processes used / the "
-          "rest of the machine.")
+          "and MFU.\nours: gen / ref / update are the workers' own times (timing/*_worker: the reference runs inside "
+          "the actor worker, right after generating); old = old log-probs (skipped on-policy); sync = weight sync "
+          "(0: same weights);\nother = step - phases: ours the Ray calls, transfers and driver outside the workers "
+          "(timing/outside_workers + advantages), TRL the advantages + Trainer bookkeeping. busy cores = CPU the "
+          "side's processes used / the rest of the machine. peak RSS = the largest resident memory per process "
+          "(ours: the actor worker, which holds the reference too / the driver; TRL: its one process).")
 
 MUST_MATCH = ("n_samples", "max_new_tokens", "do_sample", "temperature", "top_p", "top_k", "kl_coef", "clip_low",
               "clip_high", "dual_clip", "loss_agg", "ppo_epochs", "updates_per_generation", "optimizer", "lr",
@@ -360,7 +397,7 @@ def _pct(x) -> str:
 
 def table(results: dict, peak: float) -> str:
     head = ("| size | side | step s, median (min-max) | tok/s | gen | reward | ref | old | update | sync | other "
-            "| MFU update | MFU gen | reward @1 | busy cores: side / others |")
+            "| MFU update | MFU gen | reward @1 | busy cores: side / others | peak RSS MB |")
     lines = [head, "|" + " --- |" * (head.count("|") - 1)]
     for size, r in results.items():
         p = wl.param_counts(size)["total"] / 1e6
@@ -373,14 +410,52 @@ def table(results: dict, peak: float) -> str:
                          f"{s['step_max']:.3f}) | {s['tokens_per_s']:.0f} | "
                          + " | ".join(_fmt(s[ph]) for ph in PHASES)
                          + f" | {_pct(s['mfu_update'])} | {_pct(s['mfu_gen'])} | {_fmt(s['reward_step1'])} | "
-                         f"{load['own_cores']:.2f} / {load['others_cores']:.2f} |")
+                         f"{load['own_cores']:.2f} / {load['others_cores']:.2f} | {_memory(load)} |")
         for key, name in (("ratio", "ours/TRL"), ("ratio_vllm", "native/vLLM")):
             if key not in r:
                 continue
             q = r[key]
             lines.append(f"| {label} | {name} | {_x(q.get('step_s'))} (fastest steps {_x(q.get('step_min'))}) | "
                          f"{_x(q.get('tokens_per_s'))} | " + " | ".join(_x(q.get(ph)) for ph in PHASES)
-                         + f" | {_x(q.get('mfu_update'))} | {_x(q.get('mfu_gen'))} | | |")
+                         + f" | {_x(q.get('mfu_update'))} | {_x(q.get('mfu_gen'))} | | | |")
+    return "\n".join(lines)
+
+
+def _memory(load: dict) -> str:
+    """Peak RSS per process of a side: workers first, then the main process (driver / TRL)."""
+    procs = load.get("processes", {})
+    order = sorted(procs, key=lambda role: role == "main")
+    return " / ".join(f"{role} {procs[role].get('peak_rss_mb', 0.0):.0f}" for role in order)
+
+
+def reward_curves(ours: list[dict], trl: list[dict]) -> dict:
+    """Per-step mean reward of both sides over the same steps: mean absolute difference, and that
+    relative to TRL's mean reward (the issue's bound: within 4 %)."""
+    pairs = [(a["score"], b["score"]) for a, b in zip(ours, trl) if a.get("score") is not None
+             and b.get("score") is not None]
+    if not pairs:
+        return {}
+    mae = statistics.fmean(abs(a - b) for a, b in pairs)
+    level = statistics.fmean(b for _, b in pairs)
+    return {"steps": len(pairs), "mae": mae, "relative_mae": mae / level if level else None,
+            "ours_mean": statistics.fmean(a for a, _ in pairs), "trl_mean": level}
+
+
+def scaling_table(points: dict) -> str:
+    """Step time against samples per prompt x new tokens (one size), both sides."""
+    lines = ["| size | n_samples x new tokens | tokens/step | ours step s | TRL step s | ours/TRL | "
+             "ours gen / ref / update | TRL gen / ref / update | ours peak RSS MB |", "|" + " --- |" * 9]
+    for (size, point), r in points.items():
+        o, t = r.get("ours", {}).get("summary"), r.get("trl", {}).get("summary")
+        if not o:
+            continue
+        ratio = r.get("ratio", {}).get("step_s")
+        phases = lambda x: " / ".join(_fmt(x[p]) for p in ("gen", "ref", "update")) if x else "-"  # noqa: E731
+        lines.append(f"| {size} | {point} | {o['tokens_per_step']:.0f} | {o['step_s']:.3f} | "
+                     f"{t['step_s']:.3f} | {_x(ratio)} | {phases(o)} | {phases(t)} | "
+                     f"{_memory(r['ours']['load'])} |" if t else
+                     f"| {size} | {point} | {o['tokens_per_step']:.0f} | {o['step_s']:.3f} | - | - | {phases(o)} | - | "
+                     f"{_memory(r['ours']['load'])} |")
     return "\n".join(lines)
 
 
@@ -405,12 +480,16 @@ def compare(prev_path: str, results: dict) -> None:
 def run_size(i: int, size: str, w: dict, work: str, tok_dir: str, prompts: str, python: str | None,
              engines: tuple = ("megatron",)) -> dict:
     """Both sides on one size (the side that goes first alternates with i); the settings check."""
-    root = os.path.join(work, size)
-    d = {"root": root, "model": os.path.join(root, "model"), "prompts": prompts, "ours": os.path.join(root, "ours"),
+    root = os.path.join(work, _slug(size) + w.get("point_suffix", ""))
+    model_dir = wl.SIZES[size].get("dir") or os.path.join(work, _slug(size), "model")
+    d = {"root": root, "model": model_dir, "prompts": prompts, "ours": os.path.join(root, "ours"),
          "ours_vllm": os.path.join(root, "ours_vllm"),
-         "config_dir": os.path.join(root, "config"), "workload": os.path.join(work, "workload.json")}
+         "config_dir": os.path.join(root, "config"), "workload": os.path.join(root, "workload.json")}
     os.makedirs(d["config_dir"], exist_ok=True)
-    wl.build_model(size, d["model"], tok_dir, w["seed"])
+    with open(d["workload"], "w", encoding="utf-8") as f:  # TRL's side reads the point's workload
+        json.dump(w, f, indent=1)
+    if "dir" not in wl.SIZES[size] and not os.path.isfile(os.path.join(model_dir, "config.json")):
+        wl.build_model(size, d["model"], tok_dir, w["seed"])
     r = {}
     sides = [SIDE[e] for e in engines] + ["trl"]
     for side in (sides if i % 2 == 0 else sides[::-1]):
@@ -424,6 +503,7 @@ def run_size(i: int, size: str, w: dict, work: str, tok_dir: str, prompts: str, 
         trl_set = {**r["trl"]["settings"], "niceness": [r["trl"]["load"]["processes"]["main"]["nice"]],
                    "sequences_per_update": w["prompts_per_step"] * w["n_samples"]}
         r["matched"], r["differs"] = check_settings(ours_set, trl_set)
+        r["reward_curves"] = reward_curves(r["ours"]["steps"], r["trl"]["steps"])
     return r
 
 
@@ -460,6 +540,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="tiny and 10m, 3 steps")
     p.add_argument("--prompts-per-step", type=int, default=2, help="prompts per step (x 8 samples)")
     p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--n-samples", type=int, default=8, help="samples per prompt")
+    p.add_argument("--model", action="append", default=[], help="a Hugging Face model directory to run as one more "
+                   "size (architecture and tokenizer from it; repeatable), e.g. the SmolLM2-135M fixture")
+    p.add_argument("--scaling", default=None, help="comma list of n_samples x new_tokens points, e.g. 8x64,16x64,8x128: "
+                   "step time of both sides at each, on the first size")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="intra-op threads of both sides")
     p.add_argument("--work-dir", default=os.path.join(ROOT, "outputs", "bench_grpo_step"))
     p.add_argument("--venv-dir", default=os.path.join(ROOT, ".bench_venv"), help="where TRL's venv is kept")
@@ -472,11 +557,25 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--trl-optional", action="store_true", help="go on with our side only if TRL's venv cannot be made")
     args = p.parse_args(argv)
     args.sizes = (args.sizes or ("tiny,10m" if args.quick else ",".join(wl.SIZES))).split(",")
+    if args.model and args.sizes == (["tiny", "10m"] if args.quick else list(wl.SIZES)):
+        args.sizes = []  # --model alone: just the model(s)
+    for model_dir in args.model:
+        if not os.path.isfile(os.path.join(model_dir, "config.json")):
+            p.error(f"--model {model_dir}: no config.json there; pass a Hugging Face model directory")
+        args.sizes.append(wl.add_model_dir(model_dir))
+    points = []
+    for point in (args.scaling.split(",") if args.scaling else []):
+        try:
+            n, t = (int(x) for x in point.lower().split("x"))
+        except ValueError:
+            p.error(f"--scaling {point!r}: write points as N_SAMPLESxNEW_TOKENS, e.g. 8x64")
+        points.append((n, t))
+    args.scaling = points
     args.steps = args.steps or (3 if args.quick else 10)
     args.engine = tuple(args.engine.split(","))
     if any(e not in SIDE for e in args.engine):
         p.error(f"--engine {','.join(args.engine)}: use megatron, vllm or megatron,vllm")
-    unknown = [s for s in args.sizes if s not in wl.SIZES]
+    unknown = [s for s in args.sizes if s not in wl.SIZES and not s.startswith("model:")]
     if unknown:
         p.error(f"unknown size {unknown[0]!r}; valid: {', '.join(wl.SIZES)}")
     args.json = args.json or (os.path.join(args.work_dir, "grpo_step_quick.json") if args.quick
@@ -506,14 +605,19 @@ def main(argv=None) -> int:
     print(f"fp32 matmul peak on {args.threads} threads: {peak0 / 1e9:.1f} GFLOP/s")
     tok_dir = wl.build_tokenizer(os.path.join(work, "tokenizer"))
     prompts = wl.write_prompts(os.path.join(work, "prompts.jsonl"))
+    scaling = {}
     try:
         results = {size: run_size(i, size, w, work, tok_dir, prompts, python, args.engine)
                    for i, size in enumerate(args.sizes)}
+        for j, (n, t) in enumerate(args.scaling):  # the first size at each point
+            wp = dict(w, n_samples=n, max_new_tokens=t, point_suffix=f"_{n}x{t}")
+            scaling[(args.sizes[0], f"{n}x{t}")] = run_size(j, args.sizes[0], wp, work, tok_dir, prompts, python,
+                                                            ("megatron",))
     except RuntimeError as err:
         print(f"grpo_step.py: {err}", file=sys.stderr)
         return 1
     peak = max(peak0, wl.matmul_peak(args.threads))  # the best of start and end: the machine is shared
-    for size, r in results.items():
+    for (size, _), r in [((size, None), r) for size, r in results.items()] + list(scaling.items()):
         for side in ("ours", "ours_vllm", "trl"):
             if side in r:
                 r[side]["summary"] = summarize(r[side]["steps"], size, peak)
@@ -533,13 +637,22 @@ def main(argv=None) -> int:
                               f"({_fmt(r[k]['summary']['reward_mean'])})" for k in ("ours", "ours_vllm") if k in r)
         + (f" / TRL {_fmt(r['trl']['summary']['reward_step1'])} ({_fmt(r['trl']['summary']['reward_mean'])})"
            if "trl" in r else "") for s, r in results.items()))
+    for size, r in results.items():
+        c = r.get("reward_curves")
+        if c:
+            print(f"reward curves ({size}, {c['steps']} steps, mean reward per step): ours {c['ours_mean']:.3f}, "
+                  f"TRL {c['trl_mean']:.3f}, mean absolute difference {c['mae']:.4f} "
+                  f"({_pct(c['relative_mae'])} of TRL's mean; the bound is 4 %)")
+    if scaling:
+        print(f"\nscaling ({args.sizes[0]}; {w['prompts_per_step']} prompts per step):\n" + scaling_table(scaling))
     wall = time.perf_counter() - started
     print(f"total wall time {wall:.0f} s")
     report = {"meta": {"date": datetime.datetime.now().isoformat(timespec="seconds"), "command": " ".join(sys.argv),
                        "wall_s": round(wall, 1), "cpu": cpu_name(), "threads": args.threads, "cpus": os.cpu_count(),
                        "peak_flops": peak, "peak_flops_start": peak0, "python": host.python_version(),
                        "trl_venv": python},
-              "workload": w, "sizes": results}
+              "workload": w, "sizes": results,
+              "scaling": {f"{size} {point}": r for (size, point), r in scaling.items()}}
     os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
     with open(args.json, "w", encoding="utf-8") as f:
         json.dump(report, f, indent=1, default=str)

@@ -87,27 +87,45 @@ def build_model(size: str, out_dir: str, tokenizer_dir: str, seed: int) -> str:
     return out_dir
 
 
+def add_model_dir(model_dir: str) -> str:
+    """Register a Hugging Face directory (--model) as a size: its shape from config.json. Returns
+    the size name ("model:<dir name>"). Llama / Qwen2 / Qwen3-style dense decoders."""
+    with open(os.path.join(model_dir, "config.json"), encoding="utf-8") as f:
+        c = json.load(f)
+    name = f"model:{os.path.basename(os.path.normpath(model_dir))}"
+    SIZES[name] = dict(hidden_size=c["hidden_size"], num_hidden_layers=c["num_hidden_layers"],
+                       num_attention_heads=c["num_attention_heads"],
+                       num_key_value_heads=c.get("num_key_value_heads", c["num_attention_heads"]),
+                       intermediate_size=c["intermediate_size"], vocab_size=c["vocab_size"],
+                       head_dim=c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"],
+                       qkv_bias=c.get("model_type") == "qwen2" or bool(c.get("attention_bias", False)),
+                       tied=bool(c.get("tie_word_embeddings", False)), dir=os.path.abspath(model_dir))
+    return name
+
+
 # ---------------------------------------------------------------------------- FLOPs
 def param_counts(size: str) -> dict[str, int]:
     """Parameters of a size: total (tied embedding once) and `matmul` (weights that multiply every
     token: all linear layers plus the output projection, i.e. the tied embedding counted as lm_head)."""
     s = SIZES[size]
     d, L, f = s["hidden_size"], s["num_hidden_layers"], s["intermediate_size"]
-    head = d // s["num_attention_heads"]
+    head = s.get("head_dim", d // s["num_attention_heads"])
     q, kv = s["num_attention_heads"] * head, s["num_key_value_heads"] * head
-    attn = d * q + 2 * d * kv + q * d + (q + 2 * kv)  # q,k,v,o weights + qkv bias
+    bias = (q + 2 * kv) if s.get("qkv_bias", True) else 0
+    attn = d * q + 2 * d * kv + q * d + bias  # q,k,v,o weights + qkv bias
     mlp = 3 * d * f
     norms = 2 * d
-    emb = VOCAB_SIZE * d
+    emb = s.get("vocab_size", VOCAB_SIZE) * d
+    untied = 0 if s.get("tied", True) else emb
     linear = L * (d * q + 2 * d * kv + q * d + mlp)
-    return {"total": L * (attn + mlp + norms) + d + emb, "matmul": linear + emb}
+    return {"total": L * (attn + mlp + norms) + d + emb + untied, "matmul": linear + emb}
 
 
 def attention_flops_fwd(size: str, seq_lens: list[int]) -> float:
     """Forward FLOPs of causal attention scores and values (QK^T and AV) over whole sequences:
     token i attends to i keys, 2 matmuls x 2 FLOPs x q_dim per key, per layer."""
     s = SIZES[size]
-    q_dim = s["hidden_size"]  # heads x head_dim
+    q_dim = s["num_attention_heads"] * s.get("head_dim", s["hidden_size"] // s["num_attention_heads"])
     return sum(4.0 * s["num_hidden_layers"] * q_dim * n * (n + 1) / 2 for n in seq_lens)
 
 

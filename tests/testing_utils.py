@@ -122,6 +122,12 @@ class FakeGroup:
         self.log.append((self.name, method))
         return self.answers[method](*args)
 
-    def run_sharded(self, method, batch, *args, layout=None):
+    def run_sharded(self, method, batch, *args, layout=None, combine=None):
+        """One shard per DP rank of `layout` (default 1); outputs joined by `combine` as the real group does."""
+        from mindspeed_rl.distributed.worker_group import concat_batches, split_batch
+
         self.log.append((self.name, method))
-        return self.answers[method](batch, *args)
+        if layout is None or layout.dp_size == 1:
+            out = self.answers[method](batch, *args)
+            return combine([out]) if combine else out
+        return (combine or concat_batches)([self.answers[method](s, *args) for s in split_batch(batch, layout.dp_size)])

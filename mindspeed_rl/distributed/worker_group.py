@@ -186,18 +186,21 @@ class WorkerGroup:
         return Pending(self, method, refs, lambda v: v[0], self._t(timeout_s))
 
     def run_sharded(self, method: str, batch, *args, layout: DPLayout | None = None,
-                    timeout_s: float | None = None, **kwargs) -> Any:
+                    timeout_s: float | None = None, combine: Callable[[list], Any] = None, **kwargs) -> Any:
         """Split `batch` over the DP shards, call method(shard, *args, **kwargs) on every rank and
         concatenate the output ranks' results in DP order (see split_batch / concat_batches).
 
         Args:
             batch: dict of tensors/lists with B rows each (or a TensorDict); B % dp == 0.
             layout: rank -> DP index and output rank per DP index; default: DPLayout.pure(world).
+            combine: joins the output ranks' results (a list in DP order); default concat_batches.
         """
-        return self.run_sharded_async(method, batch, *args, layout=layout, timeout_s=timeout_s, **kwargs).result()
+        return self.run_sharded_async(method, batch, *args, layout=layout, timeout_s=timeout_s, combine=combine,
+                                      **kwargs).result()
 
     def run_sharded_async(self, method: str, batch, *args, layout: DPLayout | None = None,
-                          timeout_s: float | None = None, **kwargs) -> Pending:
+                          timeout_s: float | None = None, combine: Callable[[list], Any] = None,
+                          **kwargs) -> Pending:
         self._check_open(method)
         layout = layout or DPLayout.pure(self.world_size)
         if len(layout.dp_of_rank) != self.world_size:
@@ -206,7 +209,8 @@ class WorkerGroup:
         shards = [ray.put(s) for s in split_batch(batch, layout.dp_size)]  # one copy per DP shard, not per rank
         refs = {r: self._method(a, method).remote(shards[layout.dp_of_rank[r]], *args, **kwargs)
                 for r, a in enumerate(self.actors)}
-        return Pending(self, method, refs, lambda v: concat_batches([v[r] for r in layout.output_ranks]),
+        join = combine or concat_batches
+        return Pending(self, method, refs, lambda v: join([v[r] for r in layout.output_ranks]),
                        self._t(timeout_s))
 
     def shutdown(self) -> None:

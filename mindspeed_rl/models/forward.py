@@ -74,10 +74,16 @@ def vocab_parallel_log_probs(
     local_vocab = logits.shape[-1]
     start = parallel_state.get_tensor_model_parallel_rank() * local_vocab if tp > 1 else 0
     reduce = reduce_from_tensor_model_parallel_region if tp > 1 else (lambda t: t)
-    z = logits.float() / temperature  # (..., V/TP)
+    z = logits.float()
+    if temperature != 1.0:
+        z = z / temperature  # (..., V/TP)
     if vocab_size is not None and start + local_vocab > vocab_size:
         ids = torch.arange(start, start + local_vocab, device=z.device)
         z = z.masked_fill(ids >= vocab_size, float("-inf"))
+    if tp == 1 and not with_entropy:
+        # the whole vocabulary is here: one fused log_softmax (forward and backward) instead of the
+        # max / exp / sum / log passes below, each a pass over (..., V) floats (issue 15)
+        return torch.log_softmax(z, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1), None
 
     z_max = z.detach().max(dim=-1).values  # (...,) a constant shift: no gradient needed
     if tp > 1:
@@ -106,6 +112,7 @@ def forward_microbatches(
     attention_mask: torch.Tensor,
     micro_batch_size: int,
     post_fn: Callable[[torch.Tensor, dict], torch.Tensor],
+    trim_padding: bool = False,
 ) -> Optional[list[torch.Tensor]]:
     """Forward-only pass over micro-batches through megatron's (pipeline) schedule.
 
@@ -114,6 +121,9 @@ def forward_microbatches(
         input_ids: (B, S) token ids; attention_mask: (B, S) 1 on real tokens. B % micro_batch_size == 0.
         post_fn: (logits (b, S, V/TP), micro-batch dict with input_ids / attention_mask) -> tensor;
             runs on the last pipeline stage, e.g. to turn logits into log-probs.
+        trim_padding: run each micro-batch on its `padding_span` only (where `shape_free`); post_fn sees
+            the trimmed micro-batch and must return (..., S') along its last dim, which is padded
+            back with zeros to (..., S) (compute_log_probs: (2, b, S'-1) -> (2, b, S-1)).
 
     Returns:
         post_fn's outputs per micro-batch on the last pipeline stage; None on other stages.
@@ -134,14 +144,20 @@ def forward_microbatches(
 
     def step(data_iter, chunk):
         mb = next(data_iter)
-        logits = chunk(mb["input_ids"], position_ids_from_mask(mb["attention_mask"]),
-                       attention_mask_4d(mb["attention_mask"]))
+        first, end = padding_span(mb["attention_mask"]) if trim else (0, seq)
+        inputs = {k: v[:, first:end] for k, v in mb.items()} if trim else mb  # SP-padded under SP
+        logits = chunk(inputs["input_ids"], position_ids_from_mask(inputs["attention_mask"]),
+                       attention_mask_4d(inputs["attention_mask"]))
 
-        def post(out):
-            mb_real = {"input_ids": mb["input_ids"][:, :seq], "attention_mask": mb["attention_mask"][:, :seq]}
-            return torch.zeros((), device=out.device), {"out": post_fn(out[:, :seq], mb_real)}
+        def post(out):  # post_fn sees the columns first:end; its result is padded back to S
+            cols = {k: v[:, first:end] for k, v in mb.items()}
+            res = post_fn(out[:, :end - first], cols)
+            if trim:
+                res = torch.nn.functional.pad(res, (first, seq - end))
+            return torch.zeros((), device=out.device), {"out": res}
         return logits, post
 
+    trim = trim_padding and shape_free(chunks)
     data = [iter(micro) for _ in chunks] if len(chunks) > 1 else iter(micro)
     with torch.no_grad():
         outputs = get_forward_backward_func()(
@@ -170,11 +186,42 @@ def compute_log_probs(
                                            vocab_size, with_entropy)
         return torch.stack([lp, ent if ent is not None else torch.zeros_like(lp)])  # (2, b, S-1)
 
-    out = forward_microbatches(model, input_ids, attention_mask, micro_batch_size, post)
+    # similar lengths share a micro-batch (each is trimmed to its own real columns); order restored below
+    order = None
+    if micro_batch_size < input_ids.shape[0]:
+        order = torch.argsort(attention_mask.sum(-1), stable=True)
+        input_ids, attention_mask = input_ids[order], attention_mask[order]
+    out = forward_microbatches(model, input_ids, attention_mask, micro_batch_size, post, trim_padding=True)
     if out is None:
         return None
     stacked = torch.cat(out, dim=1)  # (2, B, S-1)
+    if order is not None:
+        stacked = stacked[:, torch.argsort(order)]
     return stacked[0], (stacked[1] if with_entropy else None)
+
+
+def shape_free(model) -> bool:
+    """Whether micro-batches may each have their own width (see padding_span): not when PP sends
+    activations of one shape between stages, SP splits the sequence over TP ranks (padded to a
+    multiple), or EP gathers every rank's tokens (gloo has no uneven all_gather)."""
+    return (parallel_state.get_pipeline_model_parallel_world_size() == 1
+            and sequence_parallel_multiple(model) == 1
+            and parallel_state.get_expert_model_parallel_world_size() == 1)
+
+
+def padding_span(attention_mask: torch.Tensor) -> tuple[int, int]:
+    """(first, end): the columns [first, end) of a (b, S) 1/0 mask that hold a real token in some row.
+
+    Columns outside are padding in every row: left of the longest prompt and right of the longest
+    response. Dropping them changes no real token's result (causal attention never looks right;
+    RoPE sees relative positions only, so a uniform left shift leaves attention as it was), only
+    the work: a micro-batch costs its own longest sequence, not the batch's (issue 15: no compute
+    on padding; TRL pads to the batch's longest)."""
+    real = attention_mask.bool().any(dim=0)  # (S,)
+    idx = real.nonzero()
+    if idx.numel() == 0:
+        return 0, attention_mask.shape[1]
+    return int(idx[0]), int(idx[-1]) + 1
 
 
 def micro_batch_divisor(rows: int, wanted: int) -> int:

@@ -32,7 +32,8 @@ from megatron.core.distributed import finalize_model_grads  # noqa: E402
 from megatron.core.pipeline_parallel import get_forward_backward_func  # noqa: E402
 
 from mindspeed_rl.models.chunks import as_chunks  # noqa: E402
-from mindspeed_rl.models.forward import attention_mask_4d, position_ids_from_mask, vocab_parallel_log_probs  # noqa: E402
+from mindspeed_rl.models.forward import (  # noqa: E402
+    attention_mask_4d, padding_span, position_ids_from_mask, shape_free, vocab_parallel_log_probs)
 from mindspeed_rl.models.parallel import pad_for_sequence_parallel, sequence_parallel_multiple  # noqa: E402
 
 
@@ -58,6 +59,16 @@ def response_log_probs(logits: torch.Tensor, input_ids: torch.Tensor, prompt_wid
     T = input_ids.shape[1] - prompt_width
     return vocab_parallel_log_probs(logits[:, prompt_width - 1: prompt_width - 1 + T], input_ids[:, prompt_width:],
                                     temperature, vocab_size, with_entropy)
+
+
+def by_length(attention_mask: torch.Tensor, micro_batch_size: int) -> torch.Tensor:
+    """Row order that puts sequences of similar length in the same micro-batch, so trimming each
+    micro-batch to its own real columns saves the most (identity when there is one micro-batch).
+    The loss is a sum over micro-batches with a global denominator: the order does not change it."""
+    rows = attention_mask.shape[0]
+    if micro_batch_size >= rows:
+        return torch.arange(rows, device=attention_mask.device)
+    return torch.argsort(attention_mask.sum(-1), stable=True)
 
 
 def global_denominator(response_mask: torch.Tensor, mode: str) -> Optional[torch.Tensor]:
@@ -98,21 +109,32 @@ def policy_update_step(model, optimizer, scheduler, batch: dict, prompt_width: i
                          f"({b // micro_batch_size}) to be a multiple of pipeline_model_parallel_size {pp}")
     keys = [k for k in ("input_ids", "attention_mask", "response_mask", "advantages", "old_log_probs",
                         "ref_log_probs", "rollout_log_probs") if k in batch]
-    micro = [dict(zip(keys, parts)) for parts in zip(*(batch[k].split(micro_batch_size) for k in keys))]
+    order = by_length(batch["attention_mask"], micro_batch_size)  # similar lengths share a micro-batch
+    micro = [dict(zip(keys, parts)) for parts in zip(*(batch[k][order].split(micro_batch_size) for k in keys))]
     dp = parallel_state.get_data_parallel_world_size()
     denom = global_denominator(batch["response_mask"], s.loss_agg_mode)
+    if denom is None:  # Dr.GRPO's constant is the full response width, also for a trimmed micro-batch
+        denom = float(seq - prompt_width)
     scale = len(micro) * dp
     multiple = sequence_parallel_multiple(chunks)  # SP: the sequence is split over TP ranks
 
+    trim = shape_free(chunks)  # micro-batches of their own width (not under PP, SP or EP)
+
     def step(data_iter, chunk):
-        mb = next(data_iter)
+        mb, width = next(data_iter), prompt_width
+        if trim:  # no compute on columns that are padding in every row of this micro-batch
+            first, end = padding_span(mb["attention_mask"])
+            first, end = min(first, prompt_width - 1), max(end, prompt_width + 1)
+            mb = {k: v[:, first:end] if k in ("input_ids", "attention_mask") else v[:, :end - prompt_width]
+                  for k, v in mb.items()}
+            width = prompt_width - first
         ids, mask = pad_for_sequence_parallel(mb["input_ids"], mb["attention_mask"], multiple)
         logits = chunk(ids, position_ids_from_mask(mask), attention_mask_4d(mask))
-        return logits, lambda out: _loss(out[:, :seq], mb)
+        return logits, lambda out: _loss(out[:, :mb["input_ids"].shape[1]], mb, width)
 
-    def _loss(logits, mb):
+    def _loss(logits, mb, width):
         rmask = mb["response_mask"].float()
-        logp, ent = response_log_probs(logits, mb["input_ids"], prompt_width, s.temperature, s.vocab_size,
+        logp, ent = response_log_probs(logits, mb["input_ids"], width, s.temperature, s.vocab_size,
                                        with_entropy=s.entropy_coeff != 0)
         old = mb.get("old_log_probs", logp.detach())
         adv, tis = mb["advantages"], {}

@@ -67,7 +67,7 @@ from megatron.core.tensor_parallel.mappings import gather_from_tensor_model_para
 from mindspeed_rl.models.chunks import as_chunks, unwrap  # noqa: E402
 from mindspeed_rl.models.forward import attention_mask_4d  # noqa: E402
 from mindspeed_rl.models.parallel import sequence_parallel_off  # noqa: E402
-from mindspeed_rl.rollout.kv_cache import KVCache, cached_attention, forward_stage, new_cache  # noqa: E402
+from mindspeed_rl.rollout.kv_cache import KVCache, cached_attention, forward_stage, lean_supported, new_cache  # noqa: E402
 from mindspeed_rl.rollout.interface import check_prompts, FINISH_EOS, FINISH_LENGTH, RolloutOutput, SamplingParams  # noqa: E402
 from mindspeed_rl.rollout.sampling import choose_tokens, make_generator, token_log_probs  # noqa: E402
 from mindspeed_rl.utils.errors import UserInputError  # noqa: E402
@@ -140,6 +140,7 @@ class NativeEngine:
         self.shares_training_weights = shares_training_weights
         self.comm_timeout_s = float(comm_timeout_s)
         self.kv_cache_bytes = 0  # peak KV-cache size of the last generate() on this rank
+        self.lean = lean_supported(model)  # kv_cache.lean_forward: megatron's maths without its modules
         self._timing = {"prefill_s": 0.0, "decode_s": 0.0, "decode_steps": 0}
         self._closed = False
 
@@ -356,6 +357,8 @@ class NativeEngine:
         caches = [new_cache(c, B, P + T) if self.use_kv_cache else None for c in self.chunks]  # one per chunk
         if self.use_kv_cache:  # allocated in full here; compaction only shrinks it
             self.kv_cache_bytes = max(self.kv_cache_bytes, sum(c.nbytes for c in caches))
+            for cache in caches:
+                cache.lean = self.lean
         rows = torch.arange(B, device=device)  # original index of each row in the running batch
         with contextlib.ExitStack() as hooks:
             for chunk, cache in zip(self.chunks, caches):

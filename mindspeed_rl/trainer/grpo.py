@@ -20,6 +20,7 @@ import torch
 
 from mindspeed_rl import algorithms as alg
 from mindspeed_rl.data import keys as K
+from mindspeed_rl.data.batches import concat_rollouts
 from mindspeed_rl.trainer.metrics import MetricsLogger, Timer, batch_metrics
 from mindspeed_rl.workers.interfaces import ActorRollout, Batch, Pending, Reference, Reward
 
@@ -169,6 +170,7 @@ class GRPOTrainer:
         metrics.update(adv_metrics)
         metrics.update(update_stats)
         metrics.update(timer.metrics())
+        metrics.update(outside_workers(metrics))
         tokens = float(batch[K.ATTENTION_MASK].sum())
         metrics["perf/throughput"] = tokens / max(timer.elapsed["step"], 1e-9) / self.s.num_devices
         return metrics
@@ -204,7 +206,7 @@ class GRPOTrainer:
             kept.append(_select(batch, keep))
             total = sum(len(b[K.SCORES]) for b in kept)
             if total >= wanted or rounds >= self.s.max_num_gen_batches:
-                merged = _concat(kept)
+                merged = concat_rollouts(kept)
                 if total > wanted:
                     merged = _select(merged, torch.arange(total) < wanted)
                 reward_metrics["dapo/gen_rounds"] = float(rounds)
@@ -244,9 +246,22 @@ class GRPOTrainer:
         return {"val/score/mean": float(torch.cat(scores).mean())}
 
 
+def outside_workers(metrics: dict[str, float]) -> dict[str, float]:
+    """timing/outside_workers: the step's wall time minus the work the workers timed themselves
+    (timing/<phase>_worker, reported with the update's stats) and the driver's own scoring and
+    advantages: what Ray calls, transfers and the driver's bookkeeping cost. A reference that
+    reports no worker time (its own group, overlapped with scoring) counts with its wait. {} when
+    no worker reported a time."""
+    worker = {k: v for k, v in metrics.items() if k.startswith("timing/") and k.endswith("_worker")}
+    if not worker:
+        return {}
+    inside = sum(worker.values()) + metrics.get("timing/reward", 0.0) + metrics.get("timing/adv", 0.0)
+    if "timing/ref_worker" not in worker:
+        inside += metrics.get("timing/ref", 0.0)
+    return {"timing/outside_workers": metrics["timing/step"] - inside}
+
+
 # ---------------------------------------------------------------------- batch helpers
-PROMPT_KEYS = {K.PROMPT_IDS, K.PROMPT_MASK}  # (B, P), left-padded
-SEQUENCE_KEYS = {K.INPUT_IDS, K.ATTENTION_MASK, K.POSITION_IDS}  # (B, P + T); other 2-D keys are (B, T)
 
 
 def _select(batch: Batch, keep: torch.Tensor) -> Batch:
@@ -260,32 +275,4 @@ def _select(batch: Batch, keep: torch.Tensor) -> Batch:
             out[key] = [value[i] for i in idx]
         else:
             out[key] = value
-    return out
-
-
-def _concat(batches: list[Batch]) -> Batch:
-    """Concatenate rollout batches along rows, re-padding to the widest prompt and response.
-
-    Prompts are left-padded (width P), responses right-padded (width T), and full sequences
-    (width S = P + T) are both, so each key is padded on the side(s) its layout needs.
-    """
-    P = max(b[K.PROMPT_IDS].shape[1] for b in batches)
-    T = max(b[K.RESPONSES].shape[1] for b in batches)
-    out = {}
-    for key in batches[0]:
-        values = [b[key] for b in batches]
-        if isinstance(values[0], torch.Tensor) and values[0].dim() == 2:
-            padded = []
-            for b, v in zip(batches, values):
-                dp, dt = P - b[K.PROMPT_IDS].shape[1], T - b[K.RESPONSES].shape[1]
-                left, right = (dp, dt) if key in SEQUENCE_KEYS else (dp, 0) if key in PROMPT_KEYS else (0, dt)
-                v = torch.nn.functional.pad(v, (left, right))
-                padded.append(v)
-            out[key] = torch.cat(padded)
-        elif isinstance(values[0], torch.Tensor) and values[0].dim() > 0:
-            out[key] = torch.cat(values)
-        elif isinstance(values[0], list):
-            out[key] = [x for v in values for x in v]
-        else:
-            out[key] = values[-1]
     return out

@@ -29,6 +29,7 @@ from typing import Any, Optional
 import torch
 
 from mindspeed_rl.data import keys as K
+from mindspeed_rl.data.batches import concat_rollouts
 
 
 class _ShardedRole:
@@ -37,8 +38,9 @@ class _ShardedRole:
     def __init__(self, group, layout):
         self.group, self.layout = group, layout
 
-    def sharded(self, method, batch, *args):
-        return self.group.run_sharded(method, batch, *args, layout=self.layout)
+    def sharded(self, method, batch, *args, combine=None):
+        """combine: joins the DP ranks' outputs (default: concatenated as they are)."""
+        return self.group.run_sharded(method, batch, *args, layout=self.layout, combine=combine)
 
 
 class ActorFacade(_ShardedRole):
@@ -59,6 +61,7 @@ class ActorFacade(_ShardedRole):
         self.stale = self.colocated_copy  # the engine starts with dummy weights
         self.verify_sync, self.sync_tolerance = verify_sync, sync_tolerance
         self.send_rollout_log_probs = False  # TIS on: the update weighs tokens by old / rollout probability
+        self.ref_with_generation = False  # the actor workers hold the reference: ref log-probs come with the batch
         self.updates = 0  # update_actor calls (or the step resumed from): the next step is updates + 1
         self._pending_metrics: dict[str, float] = {}  # reported with the next update_actor's stats
 
@@ -75,6 +78,10 @@ class ActorFacade(_ShardedRole):
             per_rank = self.group.run_all("sync_rollout_weights")
             self.stale = False
             self._add_sync_metrics(time.perf_counter() - start, per_rank)
+            worker_s = [r["timing/sync_weights"] for r in per_rank or [] if isinstance(r, dict) and r]
+            if worker_s:  # the slowest rank's own time; the rest of the driver's time is Ray
+                self._pending_metrics["timing/sync_weights_worker"] = (
+                    self._pending_metrics.get("timing/sync_weights_worker", 0.0) + max(worker_s))
             target = self
         else:
             return
@@ -112,7 +119,10 @@ class ActorFacade(_ShardedRole):
         # prompt, then drop what they generated
         rows = len(prompts[K.PROMPT_IDS])
         padded = _pad_rows(prompts, role.layout.dp_size)
-        out = role.sharded("generate_sequences", padded, n, greedy)
+        # the reference held by the actor workers scores the samples in the same call (training only)
+        extra = (True,) if self.ref_with_generation and not greedy and role is self else ()
+        # each DP rank pads to its own longest prompt and response: join them at the widest
+        out = role.sharded("generate_sequences", padded, n, greedy, *extra, combine=concat_rollouts)
         return out if padded is prompts else _take_rows(out, rows * n)
 
     def compute_log_prob(self, batch):
@@ -162,6 +172,17 @@ class ReferenceFacade(_ShardedRole):
     def compute_ref_log_prob_async(self, batch):
         pending = self.group.run_sharded_async("compute_ref_log_prob", model_inputs(batch), layout=self.layout)
         return _Get(pending)
+
+
+class ActorReferenceFacade(_ShardedRole):
+    """The reference held inside the actor workers (workers/actor.py reference_in_actor). Its
+    log-probs normally arrive with the generated batch (ActorFacade.ref_with_generation); a batch
+    without them (DAPO's merged batch) is sent to the actor group's compute_ref_log_prob."""
+
+    def compute_ref_log_prob_async(self, batch):
+        if K.REF_LOG_PROBS in batch:
+            return _Ready(batch[K.REF_LOG_PROBS])
+        return _Get(self.group.run_sharded_async("compute_ref_log_prob", model_inputs(batch), layout=self.layout))
 
 
 class RolloutFacade(_ShardedRole):
@@ -246,6 +267,14 @@ class _Get:
         return self.pending.result()
 
 
+class _Ready:
+    def __init__(self, value):
+        self.value = value
+
+    def get(self):
+        return self.value
+
+
 def model_inputs(batch: dict) -> dict:
     return {k: batch[k] for k in (K.PROMPT_IDS, K.INPUT_IDS, K.ATTENTION_MASK, K.RESPONSES, K.RESPONSE_MASK)}
 
@@ -253,7 +282,7 @@ def model_inputs(batch: dict) -> dict:
 @dataclass
 class Roles:
     actor: ActorFacade
-    reference: Optional[ReferenceFacade]
+    reference: Optional[Any]  # ReferenceFacade, or ActorReferenceFacade when the actor holds it
     groups: list = field(default_factory=list)  # every WorkerGroup spawned, for shutdown
     world_size: int = 1  # devices of the actor (perf/throughput is per device)
     reward_model: Optional[RewardModelFacade] = None  # resource_pool.reward non-empty
@@ -263,10 +292,10 @@ def build_roles(cfg, plan, pools, needs_reference: bool, groups: list) -> Roles:
     """Spawn the role groups on their pools. Appends each group to `groups` as soon as it exists,
     so the caller can shut down what was spawned when a later role fails."""
     from mindspeed_rl.distributed.worker_group import DPLayout, WorkerGroup
-    from mindspeed_rl.workers.actor import ActorRolloutWorker, ReferenceWorker
+    from mindspeed_rl.workers.actor import ActorRolloutWorker, ReferenceWorker, reference_in_actor
 
-    def spawn(role, cls, pool, where):
-        group = WorkerGroup(role, cls, pool, where, args=(cfg,), ready_timeout_s=cfg.run.worker_start_timeout_s,
+    def spawn(role, cls, pool, where, *extra):
+        group = WorkerGroup(role, cls, pool, where, args=(cfg, *extra), ready_timeout_s=cfg.run.worker_start_timeout_s,
                             call_timeout_s=cfg.run.worker_timeout_s)
         groups.append(group)
         return group, DPLayout.from_rank_info(group.run_all("rank_info"))
@@ -282,12 +311,16 @@ def build_roles(cfg, plan, pools, needs_reference: bool, groups: list) -> Roles:
                                 sync_timeout_s=cfg.run.worker_timeout_s)
         actor_place = job_placement(actor_place, "train")
     from mindspeed_rl.rollout.sync_check import tolerance
-    actor = ActorFacade(*spawn("actor_rollout", ActorRolloutWorker, pools["actor_rollout"], actor_place),
+    ref_in_actor = needs_reference and reference_in_actor(cfg)
+    actor = ActorFacade(*spawn("actor_rollout", ActorRolloutWorker, pools["actor_rollout"], actor_place, ref_in_actor),
                         rollout=rollout, colocated_copy=vllm, verify_sync=vllm,
                         sync_tolerance=tolerance(cfg.actor.params_dtype, cfg.actor.rollout.sync_check_tolerance))
     actor.send_rollout_log_probs = cfg.actor.ppo.tis_mode != "off"
     reference = None
-    if needs_reference:
+    if ref_in_actor:  # one process per device holds both models: no reference group to spawn
+        actor.ref_with_generation = not cfg.algorithm.dynamic_sampling  # DAPO scores the merged batch later
+        reference = ActorReferenceFacade(actor.group, actor.layout)
+    elif needs_reference:
         reference = ReferenceFacade(*spawn("ref", ReferenceWorker, pools["ref"], placement["ref"]))
     reward_model = None
     if "reward" in placement:

@@ -6,6 +6,17 @@ DP shard of the batch. The actor trains with megatron's DDP + distributed optimi
 (models/train_step.py) and generates with the native engine over the SAME model object, so a
 colocated actor needs no weight sync. The reference is the same trunk, frozen.
 
+Reference inside the actor (`reference_in_actor`): when the reference shares the actor's devices
+(`resource_pool.ref: []`) with the same TP/PP and no train/infer split, the actor worker holds the
+frozen reference model beside the policy (as TRL holds both in one process) and computes its
+log-probs right after generating, in the same call: one Ray round trip and one batch transfer less
+per step, and no second process with its own copy of the framework. Its weights are the
+reference's `load`, or a copy of the actor's initial weights when both load the same checkpoint
+(or both start from the same seeded random init, which a separate worker would reproduce).
+
+Every entry point times itself (`timing/<phase>_worker`, reported with the next update's stats), so
+the trainer can show the Ray and driver time outside the workers as a measured number.
+
 Checkpoints (save_checkpoint / load_checkpoint for resume, save_hf) are written by every rank
 through models/checkpoint.py; the driver decides when (trainer/grpo.py). With ray_gpt's
 train/infer split (num_gpus_for_infer > 0) these ranks only train: they build no engine and hand
@@ -16,6 +27,8 @@ the output rank's (TP rank 0 of the last stage).
 """
 from __future__ import annotations
 
+import contextlib
+import time
 
 import torch
 
@@ -70,16 +83,33 @@ class _ModelWorker:
             for chunk in chunks:
                 chunk.requires_grad_(False)
         self.temperature = cfg.actor.rollout.temperature if cfg.actor.rollout.do_sample else 1.0
+        self.phase_s: dict[str, float] = {}  # seconds per entry point since the last drain_timings
 
     def rank_info(self) -> dict:
         from mindspeed_rl.distributed.worker_env import rank_info
         return rank_info()
 
-    def _response_log_probs(self, model, batch: dict) -> torch.Tensor:
+    @contextlib.contextmanager
+    def _timed(self, phase: str):
+        """Adds the wall time of the block to phase_s[phase] (worker-side: no Ray, no transfer)."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            phases = self.__dict__.setdefault("phase_s", {})
+            phases[phase] = phases.get(phase, 0.0) + time.perf_counter() - start
+
+    def drain_timings(self) -> dict[str, float]:
+        """{"timing/<phase>_worker": seconds} accumulated since the last call; resets them."""
+        out = {f"timing/{k}_worker": v for k, v in self.__dict__.get("phase_s", {}).items()}
+        self.phase_s = {}
+        return out
+
+    def _response_log_probs(self, model, batch: dict, micro_batch_size: int | None = None) -> torch.Tensor:
         from mindspeed_rl.models.forward import compute_log_probs, micro_batch_divisor
 
         P, T = batch[K.PROMPT_IDS].shape[1], batch[K.RESPONSES].shape[1]
-        mbs = micro_batch_divisor(batch[K.INPUT_IDS].shape[0], self.role_cfg.micro_batch_size)
+        mbs = micro_batch_divisor(batch[K.INPUT_IDS].shape[0], micro_batch_size or self.role_cfg.micro_batch_size)
         for chunk in as_chunks(model):
             chunk.eval()
         out = compute_log_probs(model, batch[K.INPUT_IDS], batch[K.ATTENTION_MASK], mbs, self.temperature,
@@ -89,9 +119,27 @@ class _ModelWorker:
         return out[0][:, P - 1: P - 1 + T] * batch[K.RESPONSE_MASK]
 
 
+def reference_in_actor(cfg) -> bool:
+    """The reference runs inside the actor worker: it shares the actor's devices (resource_pool.ref
+    empty) at the same TP / PP / virtual pipeline / EP / ETP (one megatron parallel state per
+    process), with no train/infer split (whose training ranks generate nothing to score next to)."""
+    from mindspeed_rl.models.chunks import vpp_from_keys
+
+    def layout(role_cfg):
+        p = role_cfg.parallel
+        vpp = vpp_from_keys(role_cfg.arch.num_layers, p.pipeline_model_parallel_size,
+                            p.virtual_pipeline_model_parallel_size, p.num_layers_per_virtual_pipeline_stage)
+        return (p.tensor_model_parallel_size, p.pipeline_model_parallel_size, vpp, p.expert_model_parallel_size,
+                p.expert_tensor_parallel_size or p.tensor_model_parallel_size)
+
+    return not cfg.resource_pool.ref and not cfg.actor.num_gpus_for_infer and layout(cfg.actor) == layout(cfg.ref)
+
+
 class ActorRolloutWorker(_ModelWorker):
-    def __init__(self, cfg):
+    def __init__(self, cfg, with_reference: bool = False):
+        """with_reference: also hold the frozen reference model (see reference_in_actor)."""
         super().__init__(cfg, cfg.actor, train=True)
+        self.ref_model = self._build_reference() if with_reference else None
         from mindspeed_rl.models.optimizer import build_optimizer, wrap_ddp
         from mindspeed_rl.rollout.interface import SamplingParams
         from mindspeed_rl.rollout.native import NativeEngine
@@ -131,6 +179,69 @@ class ActorRolloutWorker(_ModelWorker):
             top_p=r.top_p, top_k=r.top_k, max_new_tokens=r.max_new_tokens, seq_length=cfg.run.seq_length, seed=seed)
         self.calls = 0
 
+    def _build_reference(self) -> torch.nn.Module:
+        """The frozen reference beside the policy: the ref role's own checkpoint, or the actor's
+        initial weights when the two load the same one (or both start from the seeded random init,
+        which is what a separate reference worker builds). The RNG states are put back afterwards,
+        so the actor's later draws do not depend on where the reference lives."""
+        from mindspeed_rl.models.builder import build_model_chunks
+        from mindspeed_rl.models.checkpoint import _rng_state, _set_rng_state
+
+        ref_cfg = self.cfg.ref
+        args = model_args(ref_cfg, self.vocab_size)
+        rng = _rng_state()  # python, numpy, torch and megatron's model-parallel tracker (as a checkpoint saves)
+        try:
+            chunks = build_model_chunks(args, params_dtype(ref_cfg.params_dtype), self.device,
+                                        _parallel_kwargs(ref_cfg, args["num_layers"]))
+        finally:
+            _set_rng_state(rng)
+        model = chunks[0] if len(chunks) == 1 else chunks
+        if ref_cfg.load and ref_cfg.load != self.cfg.actor.load:
+            from mindspeed_rl.models.checkpoint import load_weights
+            load_weights(model, ref_cfg.load, args)
+        else:
+            with torch.no_grad():
+                for chunk, actor_chunk in zip(chunks, as_chunks(self.model)):
+                    for dst, src in zip(chunk.state_dict().values(), actor_chunk.state_dict().values()):
+                        if isinstance(dst, torch.Tensor):
+                            dst.copy_(src)
+        for chunk in chunks:
+            chunk.requires_grad_(False)
+            chunk.eval()
+        platform = get_platform(self.cfg.run.platform)
+        self.ref_offload = platform.name != "cpu"  # MindSpeed-RL's reference offload: host memory between uses
+        self._empty_cache = platform.empty_cache
+        if self.ref_offload:
+            self._move(model, torch.device("cpu"))
+        return model
+
+    def _move(self, model, device: torch.device) -> None:
+        """The reference's offload: every chunk to `device`; the device cache is emptied after leaving it."""
+        for chunk in as_chunks(model):
+            chunk.to(device)
+        if device.type == "cpu":
+            self._empty_cache()
+
+    def _ref_log_probs(self, batch: dict) -> torch.Tensor:
+        """(B, T) reference log-probs of a batch already on this worker's device."""
+        if self.ref_model is None:
+            raise RuntimeError("compute_ref_log_prob on an actor worker built without the reference "
+                               "(reference_in_actor was false for this config)")
+        with self._timed("ref"):
+            if self.ref_offload:
+                self._move(self.ref_model, self.device)
+            try:
+                with torch.no_grad():
+                    return self._response_log_probs(self.ref_model, batch, self.cfg.ref.micro_batch_size)
+            finally:
+                if self.ref_offload:
+                    self._move(self.ref_model, torch.device("cpu"))
+
+    @on_device
+    def compute_ref_log_prob(self, batch: dict) -> torch.Tensor:
+        """The reference's (B, T) log-probs, computed by the reference held in this process."""
+        return self._ref_log_probs(batch)
+
     def sync_rollout_weights(self) -> dict[str, float]:
         """vLLM colocated: stream this rank's weights, TP-gathered under HF names, into its engine in
         bounded chunks (every rank of a TP group takes part). The native engine runs this very
@@ -152,24 +263,37 @@ class ActorRolloutWorker(_ModelWorker):
         return probe_batch(self.engine, self.vocab_size, r.do_sample, r.temperature, self.cfg.run.seq_length)
 
     @on_device(move_inputs=False)  # the engine reads prompts as lists; its output comes back to the host
-    def generate_sequences(self, prompts: dict, n: int, greedy: bool = False) -> dict:
+    def generate_sequences(self, prompts: dict, n: int, greedy: bool = False, with_ref: bool = False) -> dict:
+        """n samples per prompt; with_ref: also the reference's log-probs of them (ref_log_probs),
+        computed here by the reference held in this process, before the batch leaves the worker."""
         from mindspeed_rl.rollout.interface import generate_batch, sampling_seed
 
-        self.calls += 1
-        for chunk in as_chunks(self.model):
-            chunk.eval()
-        seed = sampling_seed(self.cfg.run.seed, self.calls, self.rank_info()["dp_rank"])
-        return generate_batch(self.engine, prompts, n, self._sampling(n, greedy, seed))
+        with self._timed("gen"):
+            self.calls += 1
+            for chunk in as_chunks(self.model):
+                chunk.eval()
+            seed = sampling_seed(self.cfg.run.seed, self.calls, self.rank_info()["dp_rank"])
+            batch = generate_batch(self.engine, prompts, n, self._sampling(n, greedy, seed))
+        if with_ref:
+            batch[K.REF_LOG_PROBS] = self._ref_log_probs(batch)
+        return batch
 
     @on_device
     def compute_log_prob(self, batch: dict) -> torch.Tensor:
-        with torch.no_grad():
+        with self._timed("old_log_prob"), torch.no_grad():
             return self._response_log_probs(self.model, batch)
 
     @on_device
     def update_actor(self, batch: dict) -> dict[str, float]:
         """ppo_epochs x mini-batches over this DP rank's shard (rows of a prompt's group stay together
-        unless shuffle_minibatch)."""
+        unless shuffle_minibatch). The stats carry this worker's phase times since the last update
+        (timing/<phase>_worker: gen, ref, old_log_prob, update_actor)."""
+        with self._timed("update_actor"):
+            stats = self._update_actor(batch)
+        stats.update(self.drain_timings())
+        return stats
+
+    def _update_actor(self, batch: dict) -> dict[str, float]:
         from mindspeed_rl.models.forward import micro_batch_divisor
         from mindspeed_rl.models.moe_metrics import ExpertLoadMeter
         from mindspeed_rl.models.train_step import PolicyLossSettings, policy_update_step

@@ -31,10 +31,12 @@ def test_quick_tiny_two_steps(tmp_path):
                 "mfu_update", "mfu_gen"):
         assert summary[key] is not None, key
     assert 0.0 <= summary["reward_step1"] <= 1.0
+    assert tiny["ours"]["load"]["processes"]["actor_rollout"]["peak_rss_mb"] > 0  # memory per process
     assert report["meta"]["peak_flops"] > 0
     assert "| tiny (0.08M) | ours |" in proc.stdout
     if "trl" in tiny:  # its venv could be made: both sides, same settings, both rewards reported
         assert [s["step"] for s in tiny["trl"]["steps"]] == [1, 2]
         assert not tiny["differs"] and all(row["match"] is not False for row in tiny["matched"]), tiny["matched"]
         assert 0.0 <= tiny["trl"]["summary"]["reward_step1"] <= 1.0
+        assert tiny["reward_curves"]["steps"] == 2 and tiny["reward_curves"]["mae"] >= 0
         assert "| tiny (0.08M) | ours/TRL |" in proc.stdout

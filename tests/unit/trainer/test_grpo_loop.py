@@ -4,7 +4,8 @@ import torch
 
 from mindspeed_rl import algorithms as alg
 from mindspeed_rl.data import keys as K
-from mindspeed_rl.trainer.grpo import GRPOSettings, GRPOTrainer, _concat
+from mindspeed_rl.data.batches import concat_rollouts
+from mindspeed_rl.trainer.grpo import GRPOSettings, GRPOTrainer
 from mindspeed_rl.trainer.metrics import MetricsLogger, read_metrics
 
 V, T, NUM_PROMPTS = 4, 3, 8
@@ -144,7 +145,7 @@ def test_concat_repads_prompts_left_and_responses_right():
          K.INPUT_IDS: torch.tensor([[0, 5, 7]]), K.SCORES: torch.tensor([1.0]), K.LABELS: ["x"]}
     b = {K.PROMPT_IDS: torch.tensor([[6]]), K.RESPONSES: torch.tensor([[8, 9]]),
          K.INPUT_IDS: torch.tensor([[6, 8, 9]]), K.SCORES: torch.tensor([0.0]), K.LABELS: ["y"]}
-    out = _concat([a, b])
+    out = concat_rollouts([a, b])
     assert out[K.PROMPT_IDS].tolist() == [[0, 5], [0, 6]]
     assert out[K.RESPONSES].tolist() == [[7, 0], [8, 9]]
     assert out[K.INPUT_IDS].tolist() == [[0, 5, 7, 0], [0, 6, 8, 9]]

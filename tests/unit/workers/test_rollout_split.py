@@ -161,14 +161,38 @@ def test_a_batch_that_does_not_split_over_dp_is_padded_then_trimmed():
     """A last validation batch of 3 prompts on 2 DP ranks: 4 go out, the 3 prompts' samples come back."""
     seen = []
 
-    def generate(prompts, n, greedy):
+    def generate(prompts, n, greedy):  # one call per DP rank
         seen.append(prompts)
-        rows = len(prompts[K.PROMPT_IDS]) * n
-        return {K.RESPONSES: torch.arange(rows).unsqueeze(-1), K.LABELS: [str(i) for i in range(rows)]}
+        ids = prompts[K.PROMPT_IDS].repeat_interleave(n, 0)
+        return {K.PROMPT_IDS: ids, K.RESPONSES: 10 * ids, K.LABELS: [str(int(i)) for i in ids]}
 
     actor = ActorFacade(FakeGroup("train", [], {"generate_sequences": generate}), DPLayout.pure(2))
     prompts = {K.PROMPT_IDS: torch.tensor([[1], [2], [3]]), K.LABELS: ["a", "b", "c"]}
     out = actor.generate_sequences(prompts, 2)
-    assert seen[0][K.PROMPT_IDS].flatten().tolist() == [1, 2, 3, 3] and seen[0][K.LABELS] == ["a", "b", "c", "c"]
-    assert out[K.RESPONSES].flatten().tolist() == list(range(6)) and len(out[K.LABELS]) == 6
+    assert [s[K.PROMPT_IDS].flatten().tolist() for s in seen] == [[1, 2], [3, 3]]
+    assert [s[K.LABELS] for s in seen] == [["a", "b"], ["c", "c"]]
+    assert out[K.RESPONSES].flatten().tolist() == [10, 10, 20, 20, 30, 30] and len(out[K.LABELS]) == 6
     assert actor.generate_sequences({K.PROMPT_IDS: torch.tensor([[1], [2]])}, 2)[K.RESPONSES].shape[0] == 4
+
+
+def test_dp_ranks_responses_of_different_widths_are_joined_at_the_widest():
+    """Each DP rank stops at its own longest response (and pads its prompts to its own longest):
+    the facade joins them re-padded, as a plain torch.cat of (B, T1) and (B, T2) cannot."""
+    from mindspeed_rl.data import keys as K
+    from mindspeed_rl.distributed.worker_group import DPLayout
+    from mindspeed_rl.trainer.roles import ActorFacade
+    from testing_utils import FakeGroup
+
+    def generate(prompts, n, greedy):  # rank 0 answers 1 token, rank 1 answers 3
+        p = prompts[K.PROMPT_IDS]
+        t = 1 if int(p[0, -1]) == 5 else 3
+        resp = torch.full((len(p), t), 9)
+        return {K.PROMPT_IDS: p, K.RESPONSES: resp, K.RESPONSE_MASK: torch.ones_like(resp),
+                K.INPUT_IDS: torch.cat([p, resp], 1), K.FINISH_REASON: ["stop"] * len(p)}
+
+    actor = ActorFacade(FakeGroup("actor", [], {"generate_sequences": generate}), DPLayout.pure(2))
+    out = actor.generate_sequences({K.PROMPT_IDS: torch.tensor([[1, 5], [2, 6]])}, 1)
+    assert out[K.RESPONSES].tolist() == [[9, 0, 0], [9, 9, 9]]
+    assert out[K.RESPONSE_MASK].tolist() == [[1, 0, 0], [1, 1, 1]]
+    assert out[K.INPUT_IDS].tolist() == [[1, 5, 9, 0, 0], [2, 6, 9, 9, 9]]
+    assert out[K.FINISH_REASON] == ["stop", "stop"]
