@@ -18,17 +18,19 @@ import torch
 import torch.nn.functional as F
 
 
-def _routers(model: torch.nn.Module) -> list[torch.nn.Module]:
+def _routers(model) -> list[torch.nn.Module]:
+    """The routers of a model, or of every chunk of a virtual-pipeline chunk list."""
     from megatron.core.transformer.moe.router import TopKRouter
 
-    model = getattr(model, "module", model)
-    return [m for m in model.modules() if isinstance(m, TopKRouter)]
+    from mindspeed_rl.models.chunks import as_chunks, unwrap
+
+    return [m for chunk in as_chunks(model) for m in unwrap(chunk).modules() if isinstance(m, TopKRouter)]
 
 
 class ExpertLoadMeter:
-    """Accumulates tokens per expert (per MoE layer of this chunk) and the aux loss while entered."""
+    """Accumulates tokens per expert (per MoE layer of this rank's chunks) and the aux loss while entered."""
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model):
         self.routers = _routers(model)
         self.counts: dict[int, torch.Tensor] = {}  # layer index in this chunk -> (E,) tokens
         self.aux: list[torch.Tensor] = []
