@@ -1,0 +1,131 @@
+"""MoE routing replay mechanics (models/moe_replay.py) on one process: forced experts are the ones
+used, gates are megatron's, the router keeps its gradient, unrecorded tokens route by themselves,
+and replaying the model's own routing changes nothing."""
+import pytest
+import torch
+
+ARGS = dict(num_layers=2, hidden_size=32, ffn_hidden_size=64, num_attention_heads=4, padded_vocab_size=40,
+            max_position_embeddings=32, normalization="RMSNorm", swiglu=True, disable_bias_linear=True,
+            num_experts=4, moe_router_topk=2, moe_ffn_hidden_size=16)
+
+
+def _model(**extra):
+    from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state
+
+    init_parallel_state(1, 1)
+    torch.manual_seed(0)
+    return build_gpt_model(dict(ARGS, **extra))
+
+
+def _inputs(b=2, s=6):
+    from mindspeed_rl.models.forward import attention_mask_4d, position_ids_from_mask
+
+    g = torch.Generator().manual_seed(3)
+    ids, mask = torch.randint(0, 40, (b, s), generator=g), torch.ones(b, s, dtype=torch.long)
+    return ids, position_ids_from_mask(mask), attention_mask_4d(mask)
+
+
+def _record(model, ids, pos, mask):
+    """The model's own routing as the rollout would record it: (b, s, L, k)."""
+    from mindspeed_rl.models.moe_replay import RoutingRecorder
+
+    rec = RoutingRecorder(model, ids.shape[0], ids.shape[1])
+    rec.at(torch.arange(ids.shape[0]), 0)
+    with rec, torch.no_grad():
+        model(ids, pos, mask)
+    return rec.result(torch.ones(ids.shape, dtype=torch.long))
+
+
+def _router_outputs(model):
+    """Captures (probs, routing_map) of every router call, layer by layer."""
+    seen = []
+    handles = [r.register_forward_hook(lambda m, i, o: seen.append((o[0].detach(), o[1])))
+               for _, r in __import__("mindspeed_rl.models.moe_replay", fromlist=["x"]).moe_routers(model)]
+    return seen, handles
+
+
+@pytest.mark.parametrize("pre_softmax", [False, True])
+def test_replayed_gates_equal_megatrons_when_the_choice_is_the_routers_own(gloo_world1, pre_softmax):
+    from megatron.core.transformer.moe import moe_utils
+
+    from mindspeed_rl.models.moe_replay import replayed_routing
+
+    logits = torch.randn(10, 4, generator=torch.Generator().manual_seed(1))
+    fn = getattr(moe_utils, "topk_routing_with_score_function", None) or moe_utils.topk_softmax_with_capacity
+    ref_probs, ref_map = fn(logits, 2, use_pre_softmax=pre_softmax)[:2]
+    own = torch.topk(torch.softmax(logits, -1) if pre_softmax else logits, 2, dim=1).indices.sort(1).values
+    probs, routing_map = replayed_routing(logits, own, 2, use_pre_softmax=pre_softmax)
+    assert torch.equal(routing_map, ref_map)
+    torch.testing.assert_close(probs, ref_probs, rtol=0, atol=1e-7)
+    # another choice: exactly those experts, gates renormalised over them (or the softmax's entries)
+    forced = torch.tensor([[0, 3]] * 10)
+    probs, routing_map = replayed_routing(logits, forced, 2, use_pre_softmax=pre_softmax)
+    assert routing_map.nonzero()[:, 1].view(10, 2).tolist() == forced.tolist()
+    want = torch.softmax(logits, -1)[:, [0, 3]] if pre_softmax else torch.softmax(logits[:, [0, 3]], -1)
+    torch.testing.assert_close(probs[:, [0, 3]], want)
+    assert (probs[:, [1, 2]] == 0).all()
+
+
+def test_forced_experts_are_used_and_the_router_keeps_its_gradient(gloo_world1):
+    from mindspeed_rl.models.moe_replay import moe_routers, replay_routing
+
+    model = _model()
+    ids, pos, mask = _inputs()
+    b, s = ids.shape
+    forced = torch.zeros(b, s, 2, 2, dtype=torch.int16)
+    forced[..., 0], forced[..., 1] = 1, 3  # every token of both layers to experts 1 and 3
+    forced[1, 4:] = -1  # not recorded: these tokens route by themselves
+    seen, handles = _router_outputs(model)
+    with replay_routing(model, forced):
+        out = model(ids, pos, mask)
+    for h in handles:
+        h.remove()
+    assert len(seen) == 2
+    for probs, routing_map in seen:  # token order of the router: (s, b) flattened
+        used = routing_map.view(s, b, 4)
+        assert used[:, 0].nonzero()[:, 1].view(s, 2).tolist() == [[1, 3]] * s
+        assert used[:4, 1].nonzero()[:, 1].view(4, 2).tolist() == [[1, 3]] * 4
+        assert used[4:, 1].sum(-1).tolist() == [2, 2]  # own top-2 for the unrecorded tokens
+        torch.testing.assert_close(probs.view(s, b, 4).sum(-1), torch.ones(s, b))  # renormalised top-k
+    out.float().sum().backward()
+    for _, router in moe_routers(model):
+        grad = router.weight.grad
+        assert grad is not None and grad.abs().sum() > 0
+        assert grad[[1, 3]].abs().sum() > 0  # the replayed experts' logits get gradient through the gates
+    # the patch is scoped: outside the block the routers choose again
+    seen, handles = _router_outputs(model)
+    with torch.no_grad():
+        model(ids, pos, mask)
+    for h in handles:
+        h.remove()
+    assert not all(bool((m.view(s, b, 4)[..., [1, 3]].sum(-1) == 2).all()) for _, m in seen)
+
+
+def test_replaying_the_models_own_routing_changes_nothing_and_a_changed_model_routes_as_recorded(gloo_world1):
+    from mindspeed_rl.models.forward import attention_mask_4d, compute_log_probs, position_ids_from_mask
+    from mindspeed_rl.models.moe_replay import moe_routers
+
+    model = _model().eval()
+    ids, pos, mask = _inputs(b=4, s=7)
+    attn = torch.ones(ids.shape, dtype=torch.long)
+    attn[0, :2] = 0  # left padding: trimmed and sorted micro-batches must carry the routing along
+    routed = _record(model, ids, position_ids_from_mask(attn), attention_mask_4d(attn))
+    assert routed.shape == (4, 7, 2, 2) and routed.dtype == torch.int16 and (routed >= 0).all()
+    with torch.no_grad():
+        own, _ = compute_log_probs(model, ids, attn, 1)
+        replayed, _ = compute_log_probs(model, ids, attn, 1, routed_experts=routed)
+    real = (attn[:, 1:] * attn[:, :-1]).bool()
+    assert torch.equal(own[real], replayed[real])
+    with torch.no_grad():  # another router: its own routing differs, the replayed one is the recorded one
+        for _, router in moe_routers(model):
+            router.weight.add_(torch.randn_like(router.weight))
+    seen, handles = _router_outputs(model)
+    with torch.no_grad():
+        moved, _ = compute_log_probs(model, ids, torch.ones_like(attn), 4, routed_experts=routed)
+    for h in handles:
+        h.remove()
+    for layer, (_, routing_map) in enumerate(seen):
+        got = routing_map.view(7, 4, 4).transpose(0, 1).int().topk(2, -1).indices.sort(-1).values
+        assert torch.equal(got, routed[:, :, layer].long())
+    assert _record(model, ids, pos, mask).ne(routed).any()  # the changed router would route otherwise
+    assert moved.isfinite().all()
