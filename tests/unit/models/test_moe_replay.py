@@ -129,3 +129,39 @@ def test_replaying_the_models_own_routing_changes_nothing_and_a_changed_model_ro
         assert torch.equal(got, routed[:, :, layer].long())
     assert _record(model, ids, pos, mask).ne(routed).any()  # the changed router would route otherwise
     assert moved.isfinite().all()
+
+
+@pytest.mark.parametrize("use_kv_cache", [True, False])
+def test_native_engine_records_the_routing_of_every_token_it_ran(gloo_world1, use_kv_cache):
+    """The rollout's routing equals a full forward's over the generated sequences at every real token
+    but each response's last (never run); padding is -1; batches of different widths join padded."""
+    from mindspeed_rl.data import keys as K
+    from mindspeed_rl.data.batches import concat_rollouts
+    from mindspeed_rl.models.forward import attention_mask_4d, position_ids_from_mask
+    from mindspeed_rl.rollout.interface import SamplingParams
+    from mindspeed_rl.rollout.native import NativeEngine
+
+    model = _model().eval()
+    engine = NativeEngine(model, vocab_size=40, max_length=16, eos_token_ids=(5,), use_kv_cache=use_kv_cache,
+                          max_batch_size=2, record_routing=True)
+    out = engine.generate([[3, 4, 9], [7, 1], [2, 8, 6, 11, 12]], SamplingParams(n=1, do_sample=True, seed=4,
+                                                                                max_new_tokens=6))
+    batch = out.to_batch()
+    ids, attn, routed = batch[K.INPUT_IDS], batch[K.ATTENTION_MASK], batch[K.ROUTED_EXPERTS]
+    assert routed.shape == (*ids.shape, 2, 2)
+    full = _record(model, ids, position_ids_from_mask(attn), attention_mask_4d(attn))
+    P = batch[K.PROMPT_IDS].shape[1]
+    last = P + batch[K.RESPONSE_LENGTH] - 1  # (B,) the last response token of each row
+    ran = attn.bool().clone()
+    ran[torch.arange(len(last)), last] = False
+    assert torch.equal(routed[ran], full[ran])
+    assert (routed[~attn.bool()] == -1).all()
+    # two rollouts of other widths join like input_ids: -1 where the other is padded
+    tensors = {k: v for k, v in batch.items() if isinstance(v, torch.Tensor)}
+    cut = {K.INPUT_IDS, K.ATTENTION_MASK, K.POSITION_IDS, K.ROUTED_EXPERTS, K.RESPONSES, K.RESPONSE_MASK,
+           K.ROLLOUT_LOG_PROBS}  # one response column less
+    small = {k: v[:1, :-1] if k in cut else v[:1] for k, v in tensors.items()}
+    joined = concat_rollouts([tensors, small])
+    assert joined[K.ROUTED_EXPERTS].shape == (4, ids.shape[1], 2, 2)
+    assert torch.equal(joined[K.ROUTED_EXPERTS][3, :-1], routed[0, :-1])
+    assert (joined[K.ROUTED_EXPERTS][3, -1] == -1).all()
