@@ -99,6 +99,34 @@ def _routing_of(routers):
     return seen, [r.register_forward_hook(hook) for _, r in routers]
 
 
+def _pipeline_routing(model, ids, mask, pp: int):
+    """Routing recorded through megatron's (pipeline) schedule, this DP rank's rows: under PP each
+    stage records its own layers and `result` joins them; and at PP 2 the replayed forward equals
+    the routers' own (same weights)."""
+    from megatron.core import parallel_state as ps
+
+    from mindspeed_rl.models.forward import compute_log_probs, forward_microbatches
+    from mindspeed_rl.models.moe_replay import RoutingRecorder
+
+    dp, dp_rank = ps.get_data_parallel_world_size(), ps.get_data_parallel_rank()
+    rows = slice(dp_rank * 4 // dp, (dp_rank + 1) * 4 // dp) if pp > 1 else slice(0, 4)  # PP 1: the reference
+    ids, mask = ids[rows], mask[rows]
+    recorder = RoutingRecorder(model, *ids.shape)
+    recorder.at(torch.arange(ids.shape[0]), 0)
+    with recorder, torch.no_grad():
+        forward_microbatches(model, ids, mask, ids.shape[0], post_fn=lambda out, mb: out[..., :1])
+    routed = recorder.result(mask)
+    out = {"rows": (rows.start, rows.stop), "routed": routed}
+    if pp > 1:
+        with torch.no_grad():
+            own = compute_log_probs(model, ids, mask, 1, vocab_size=VOCAB)
+            replayed = compute_log_probs(model, ids, mask, 1, vocab_size=VOCAB, routed_experts=routed)
+        if own is not None:  # the last stage
+            real = (mask[:, 1:] * mask[:, :-1]).bool()
+            out["same_weights_diff"] = float((own[0] - replayed[0])[real].abs().max())
+    return out
+
+
 def _replay_checks(model, ids, mask):
     """Routing replay on this rank's DP slice, 15 columns (odd: SP pads them): recorded as the engine
     records (SP off), replayed with the same weights and after the routers changed."""
@@ -172,6 +200,8 @@ def _moe_job(rank, world_size, hf_dir, work):
                                           post_fn=lambda out, mb: gather_from_tensor_model_parallel_region(out))
         if ps.is_pipeline_last_stage():
             res[("logits", key)] = torch.cat(logits)
+        if (tp, pp, ep) == (1, 1, 1) or pp == 2:  # the rollout routing of every layer, joined over stages
+            res[("pp_routing", key)] = _pipeline_routing(model, ids, mask, pp)
         if pp == 1 and tp == 1:  # the native engine: each (DP) rank its own prompts, EP ranks in lock-step
             res[("generate", key)] = _generate(model, rank)
         if pp == 1 and (tp == 1 or sp):  # gradients: each DP rank its slice of the batch
@@ -279,6 +309,19 @@ def test_moe_native_engine_generates_the_same_at_ep2(moe):
         assert routed1 == routed2, f"rank {rank}: the recorded routing differs between EP=1 and EP=2"
         for row in routed1:  # every real token that ran: 2 layers x top-2 distinct experts
             assert row and all(len(set(layer)) == 2 and min(layer) >= 0 for tok in row for layer in tok)
+
+
+def test_moe_routing_recorded_under_pipeline_parallelism_joins_every_stages_layers(moe):
+    """PP 2 x EP 2: each stage records its own layers; joined, every rank holds the routing of both
+    layers that PP 1 records for its rows, and replaying it changes no log-prob (same weights)."""
+    pp2 = next(l for l in LAYOUTS if l[1] == 2)
+    for rank, r in enumerate(moe[0]):
+        full, got = r[("pp_routing", (1, 1, 1, 1, False))]["routed"], r[("pp_routing", pp2)]
+        start, stop = got["rows"]
+        assert (got["routed"] >= 0).sum() > 0 and torch.equal(got["routed"], full[start:stop]), rank
+        if "same_weights_diff" in got:
+            assert got["same_weights_diff"] <= 1e-6, (rank, got["same_weights_diff"])
+    assert sum("same_weights_diff" in r[("pp_routing", pp2)] for r in moe[0]) == 2  # the last stage's ranks
 
 
 @pytest.mark.parametrize("layout", [l for l in LAYOUTS if l[1] == 1 and l[2] == 2],
