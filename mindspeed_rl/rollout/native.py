@@ -35,6 +35,11 @@ same prompts):
      once at least `compact_fraction` of the cached rows are finished; until then they are
      computed and ignored. bench/rollout_decode.py measures the policies.
 
+MoE routing replay (record_routing): a forward hook on every router writes each token's top-k
+experts at its (row, position) of a (B, P + T, L, k) tensor as prefill and decode steps run
+(models/moe_replay.RoutingRecorder; the stages' layers are joined under PP); the training forwards
+replay it. The last response token never runs through the model: it stays -1 (routes by itself).
+
 Sampling and log-probs: rollout/sampling.py (log_softmax(logits / T) over the full vocabulary,
 before top-k/top-p, on fp32 logits: the quantity the trainer computes).
 
