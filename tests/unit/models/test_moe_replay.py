@@ -165,3 +165,43 @@ def test_native_engine_records_the_routing_of_every_token_it_ran(gloo_world1, us
     assert joined[K.ROUTED_EXPERTS].shape == (4, ids.shape[1], 2, 2)
     assert torch.equal(joined[K.ROUTED_EXPERTS][3, :-1], routed[0, :-1])
     assert (joined[K.ROUTED_EXPERTS][3, -1] == -1).all()
+
+
+def test_the_policy_update_replays_the_routing_through_sorted_trimmed_micro_batches(gloo_world1):
+    """policy_update_step with routed_experts takes exactly the gradient of the direct forward under
+    the same forced routing (rows sorted by length and trimmed per micro-batch carry their routing)."""
+    from mindspeed_rl import algorithms as alg
+    from mindspeed_rl.models.forward import attention_mask_4d, position_ids_from_mask
+    from mindspeed_rl.models.moe_replay import replay_routing
+    from mindspeed_rl.models.optimizer import build_optimizer, wrap_ddp
+    from mindspeed_rl.models.train_step import PolicyLossSettings, policy_update_step, response_log_probs
+
+    P, T, B = 3, 4, 4
+    model = _model()
+    g = torch.Generator().manual_seed(5)
+    ids = torch.randint(1, 40, (B, P + T), generator=g)
+    attn = torch.ones(B, P + T, dtype=torch.long)
+    attn[0, :2] = 0  # left padding: row 0 is the shortest, so sorting moves it
+    attn[1, P + 2:] = 0
+    rmask = attn[:, P:].float()
+    forced = torch.randint(0, 4, (B, P + T, 2, 1), generator=g).to(torch.int16)
+    forced = torch.cat([forced, (forced + 1 + torch.randint(0, 3, forced.shape, generator=g).to(torch.int16)) % 4], -1)
+    forced[2, -1] = -1  # a token not recorded routes by itself
+    batch = {"input_ids": ids, "attention_mask": attn, "response_mask": rmask, "routed_experts": forced,
+             "advantages": torch.randn(B, T, generator=g) * rmask}
+    s = PolicyLossSettings()
+    with replay_routing(model, forced):
+        logits = model(ids, position_ids_from_mask(attn), attention_mask_4d(attn))
+    logp, _ = response_log_probs(logits, ids, P, 1.0, None, with_entropy=False)
+    loss = alg.policy_loss(logp, logp.detach(), batch["advantages"], rmask, 0.2, 0.2, None, "token-mean")[0]
+    loss.backward()
+    lr = 0.5
+    expected = {n: (p.detach() - lr * p.grad).clone() for n, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    ddp = wrap_ddp(model, use_distributed_optimizer=False)
+    opt, sched = build_optimizer([ddp], lr=lr, train_iters=10, clip_grad=1e9, optimizer="sgd",
+                                 use_distributed_optimizer=False)
+    policy_update_step(ddp, opt, sched, batch, P, 1, s)
+    worst = max((p.detach() - expected[n]).abs().max().item() for n, p in model.named_parameters())
+    assert worst < 1e-6, worst
+    assert any(n.endswith("router.weight") for n in expected)
