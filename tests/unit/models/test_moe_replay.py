@@ -38,9 +38,11 @@ def _record(model, ids, pos, mask):
 
 def _router_outputs(model):
     """Captures (probs, routing_map) of every router call, layer by layer."""
+    from mindspeed_rl.models.moe_replay import moe_routers
+
     seen = []
     handles = [r.register_forward_hook(lambda m, i, o: seen.append((o[0].detach(), o[1])))
-               for _, r in __import__("mindspeed_rl.models.moe_replay", fromlist=["x"]).moe_routers(model)]
+               for _, r in moe_routers(model)]
     return seen, handles
 
 
