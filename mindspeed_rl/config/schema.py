@@ -137,6 +137,7 @@ class PPOConfig:
     tis_mode: str = doc("off", "truncated importance sampling of the policy loss for a rollout engine that differs from the training forward: off, token or sequence")
     tis_cap: float = doc(2.0, "TIS: upper bound of an importance weight")
     loss_agg_mode: str = doc("token-mean", "token-mean, seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm")
+    moe_enable_routing_replay: bool = doc(False, "MoE routing replay (R3; megatron-core's field name): the old-log-prob and update forwards route each token to the experts the native rollout chose, gates from the current router; the reference routes by itself")
 
 
 @dataclass

@@ -366,6 +366,10 @@ def _check_moe(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
     tp, pp, ep = par.tensor_model_parallel_size, par.pipeline_model_parallel_size, par.expert_model_parallel_size
     etp = par.expert_tensor_parallel_size or tp
     experts = a.num_experts or 0
+    replay = role.role == "actor_rollout" and role.ppo.moe_enable_routing_replay
+    if replay and experts <= 1:
+        problems.append(f"`{path}.moe_enable_routing_replay: true` replays MoE expert choices, but model "
+                        f"{role.model_name} has no experts (num_experts); set it to false.")
     if experts <= 1:
         if ep > 1 or (par.expert_tensor_parallel_size or tp) != tp:
             problems.append(f"`{path}.expert_model_parallel_size: {ep}` / expert_tensor_parallel_size need an MoE model, "
@@ -407,6 +411,12 @@ def _check_moe(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
             a.moe_router_pre_softmax == a.norm_topk_prob:
         problems.append(f"`{role.arch_set['moe_router_pre_softmax']}: {a.moe_router_pre_softmax}` contradicts "
                         f"norm_topk_prob {a.norm_topk_prob} (renormalised top-k means no pre-softmax); set only one.")
+    if replay and a.moe_router_load_balancing_type == "sinkhorn":
+        problems.append(f"`{path}.moe_enable_routing_replay: true` cannot replay sinkhorn routing (megatron's sinkhorn "
+                        f"router has no top-k step to replace); use moe_router_load_balancing_type aux_loss or none.")
+    if replay and par.recompute_granularity == "full":
+        problems.append(f"`{path}.moe_enable_routing_replay: true` with recompute_granularity: full: the recomputed "
+                        f"layers would route by themselves in backward; use recompute_granularity: selective or none.")
     if a.moe_router_topk == 1 and not (a.moe_router_pre_softmax if a.norm_topk_prob is None else not a.norm_topk_prob):
         problems.append(f"`model.{role.model_name}.moe_router_topk: 1` with renormalised probabilities gives every "
                         f"token weight 1 and the router no gradient; set norm_topk_prob: false.")

@@ -32,6 +32,10 @@ def concat_rollouts(batches: list[dict]) -> dict:
                 v = torch.nn.functional.pad(v, (left, right))
                 padded.append(v)
             out[key] = torch.cat(padded)
+        elif key == K.ROUTED_EXPERTS:  # (B, S, L, k): a full sequence per row; -1 = no recorded expert
+            out[key] = torch.cat([torch.nn.functional.pad(
+                v, (0, 0, 0, 0, P - b[K.PROMPT_IDS].shape[1], T - b[K.RESPONSES].shape[1]), value=-1)
+                for b, v in zip(batches, values)])
         elif isinstance(values[0], torch.Tensor) and values[0].dim() > 0:
             out[key] = torch.cat(values)
         elif isinstance(values[0], list):

@@ -23,6 +23,7 @@ RESPONSE_MASK = "response_mask"  # (B, T) 1 on generated tokens (EOS included), 
 RESPONSE_LENGTH = "response_length"  # (B,)
 ROLLOUT_LOG_PROBS = "rollout_log_probs"  # (B, T) log-probs of the sampled tokens under the sampler
 FINISH_REASON = "finish_reason"  # list[str] (B,) "eos" | "length"
+ROUTED_EXPERTS = "routed_experts"  # (B, S, L, k) int16 MoE experts each token was routed to in rollout, -1 = none (models/moe_replay.py)
 
 # ---- scoring and training
 SCORES = "scores"  # (B,) sequence-level reward

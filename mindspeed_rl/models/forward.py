@@ -33,6 +33,7 @@ from megatron.core.pipeline_parallel import get_forward_backward_func  # noqa: E
 from megatron.core.tensor_parallel.mappings import reduce_from_tensor_model_parallel_region  # noqa: E402
 
 from mindspeed_rl.models.chunks import as_chunks  # noqa: E402
+from mindspeed_rl.models.moe_replay import columns, replay_routing  # noqa: E402
 from mindspeed_rl.models.parallel import pad_for_sequence_parallel, sequence_parallel_multiple  # noqa: E402
 
 
@@ -113,6 +114,7 @@ def forward_microbatches(
     micro_batch_size: int,
     post_fn: Callable[[torch.Tensor, dict], torch.Tensor],
     trim_padding: bool = False,
+    routed_experts: Optional[torch.Tensor] = None,
 ) -> Optional[list[torch.Tensor]]:
     """Forward-only pass over micro-batches through megatron's (pipeline) schedule.
 
@@ -124,6 +126,8 @@ def forward_microbatches(
         trim_padding: run each micro-batch on its `padding_span` only (where `shape_free`); post_fn sees
             the trimmed micro-batch and must return (..., S') along its last dim, which is padded
             back with zeros to (..., S) (compute_log_probs: (2, b, S'-1) -> (2, b, S-1)).
+        routed_experts: (B, S, L, k) the rollout's expert choices to replay (models/moe_replay.py),
+            cut and padded with each micro-batch's columns; None = the routers choose.
 
     Returns:
         post_fn's outputs per micro-batch on the last pipeline stage; None on other stages.
@@ -137,6 +141,9 @@ def forward_microbatches(
     ids, mask = pad_for_sequence_parallel(input_ids, attention_mask, sequence_parallel_multiple(chunks))
     micro = [{"input_ids": i, "attention_mask": m}
              for i, m in zip(ids.split(micro_batch_size), mask.split(micro_batch_size))]
+    if routed_experts is not None:  # MoE routing replay: the same rows and columns as input_ids
+        for mb, r in zip(micro, columns(routed_experts, 0, seq, ids.shape[1]).split(micro_batch_size)):
+            mb["routed_experts"] = r
     real = len(micro)
     if len(chunks) > 1:  # the interleaved schedule runs micro-batches in groups of PP: repeat the last
         pp = parallel_state.get_pipeline_model_parallel_world_size()
@@ -146,8 +153,9 @@ def forward_microbatches(
         mb = next(data_iter)
         first, end = padding_span(mb["attention_mask"]) if trim else (0, seq)
         inputs = {k: v[:, first:end] for k, v in mb.items()} if trim else mb  # SP-padded under SP
-        logits = chunk(inputs["input_ids"], position_ids_from_mask(inputs["attention_mask"]),
-                       attention_mask_4d(inputs["attention_mask"]))
+        with replay_routing(chunk, inputs.get("routed_experts")):
+            logits = chunk(inputs["input_ids"], position_ids_from_mask(inputs["attention_mask"]),
+                           attention_mask_4d(inputs["attention_mask"]))
 
         def post(out):  # post_fn sees the columns first:end; its result is padded back to S
             cols = {k: v[:, first:end] for k, v in mb.items()}
@@ -177,9 +185,11 @@ def compute_log_probs(
     temperature: float = 1.0,
     vocab_size: Optional[int] = None,
     with_entropy: bool = False,
+    routed_experts: Optional[torch.Tensor] = None,
 ) -> Optional[tuple[torch.Tensor, Optional[torch.Tensor]]]:
     """Log-probs of each next token: (B, S-1) for input_ids[:, 1:] (and entropy), on the last PP
-    stage; None elsewhere. Positions where attention_mask is 0 hold meaningless values."""
+    stage; None elsewhere. Positions where attention_mask is 0 hold meaningless values.
+    routed_experts (B, S, L, k): the rollout's expert choices to replay (models/moe_replay.py)."""
 
     def post(logits, mb):
         lp, ent = vocab_parallel_log_probs(logits[:, :-1], mb["input_ids"][:, 1:], temperature,
@@ -191,7 +201,9 @@ def compute_log_probs(
     if micro_batch_size < input_ids.shape[0]:
         order = torch.argsort(attention_mask.sum(-1), stable=True)
         input_ids, attention_mask = input_ids[order], attention_mask[order]
-    out = forward_microbatches(model, input_ids, attention_mask, micro_batch_size, post, trim_padding=True)
+        routed_experts = routed_experts[order] if routed_experts is not None else None
+    out = forward_microbatches(model, input_ids, attention_mask, micro_batch_size, post, trim_padding=True,
+                               routed_experts=routed_experts)
     if out is None:
         return None
     stacked = torch.cat(out, dim=1)  # (2, B, S-1)

@@ -32,6 +32,7 @@ from megatron.core.distributed import finalize_model_grads  # noqa: E402
 from megatron.core.pipeline_parallel import get_forward_backward_func  # noqa: E402
 
 from mindspeed_rl.models.chunks import as_chunks  # noqa: E402
+from mindspeed_rl.models.moe_replay import columns, replay_routing  # noqa: E402
 from mindspeed_rl.models.forward import (  # noqa: E402
     attention_mask_4d, padding_span, position_ids_from_mask, shape_free, vocab_parallel_log_probs)
 from mindspeed_rl.models.parallel import pad_for_sequence_parallel, sequence_parallel_multiple  # noqa: E402
@@ -91,7 +92,8 @@ def policy_update_step(model, optimizer, scheduler, batch: dict, prompt_width: i
             (interleaved schedule; the micro-batch count must then be a multiple of PP).
         batch: input_ids, attention_mask (b, P+T); response_mask, advantages (b, T); optional
             old_log_probs (b, T) (absent = exactly on-policy: the detached current log-probs) and
-            ref_log_probs (b, T) (needed when s.use_kl_loss).
+            ref_log_probs (b, T) (needed when s.use_kl_loss); optional routed_experts (b, P+T, L, k):
+            the rollout's expert choices, replayed in the forward (models/moe_replay.py).
     Returns:
         stats on the last pipeline stage (empty elsewhere): actor/pg_loss, actor/kl_loss and
         actor/entropy as this rank's share x DP (their mean over DP ranks is the mini-batch
@@ -108,7 +110,7 @@ def policy_update_step(model, optimizer, scheduler, batch: dict, prompt_width: i
         raise ValueError(f"the interleaved pipeline schedule needs the micro-batches of a mini-batch "
                          f"({b // micro_batch_size}) to be a multiple of pipeline_model_parallel_size {pp}")
     keys = [k for k in ("input_ids", "attention_mask", "response_mask", "advantages", "old_log_probs",
-                        "ref_log_probs", "rollout_log_probs") if k in batch]
+                        "ref_log_probs", "rollout_log_probs", "routed_experts") if k in batch]
     order = by_length(batch["attention_mask"], micro_batch_size)  # similar lengths share a micro-batch
     micro = [dict(zip(keys, parts)) for parts in zip(*(batch[k][order].split(micro_batch_size) for k in keys))]
     dp = parallel_state.get_data_parallel_world_size()
@@ -125,11 +127,13 @@ def policy_update_step(model, optimizer, scheduler, batch: dict, prompt_width: i
         if trim:  # no compute on columns that are padding in every row of this micro-batch
             first, end = padding_span(mb["attention_mask"])
             first, end = min(first, prompt_width - 1), max(end, prompt_width + 1)
-            mb = {k: v[:, first:end] if k in ("input_ids", "attention_mask") else v[:, :end - prompt_width]
-                  for k, v in mb.items()}
+            mb = {k: v[:, first:end] if k in ("input_ids", "attention_mask", "routed_experts")
+                  else v[:, :end - prompt_width] for k, v in mb.items()}
             width = prompt_width - first
         ids, mask = pad_for_sequence_parallel(mb["input_ids"], mb["attention_mask"], multiple)
-        logits = chunk(ids, position_ids_from_mask(mask), attention_mask_4d(mask))
+        routed = columns(mb.get("routed_experts"), 0, ids.shape[1], ids.shape[1])  # SP padding: -1
+        with replay_routing(chunk, routed):
+            logits = chunk(ids, position_ids_from_mask(mask), attention_mask_4d(mask))
         return logits, lambda out: _loss(out[:, :mb["input_ids"].shape[1]], mb, width)
 
     def _loss(logits, mb, width):

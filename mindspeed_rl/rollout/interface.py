@@ -99,6 +99,8 @@ class RolloutOutput:
         finish_reason: list[str] (B,) "eos" or "length".
         prompt_length / response_length: (B,) real token counts.
         temperature: the T of log_probs.
+        routed_experts: (B, P + T, L, k) int16 MoE experts of every token and layer (-1: padding /
+            not run), when the engine records routing for replay (models/moe_replay.py); else None.
     """
 
     prompts: torch.Tensor
@@ -111,6 +113,7 @@ class RolloutOutput:
     response_length: torch.Tensor
     temperature: float = 1.0
     stats: dict[str, float] = field(default_factory=dict)
+    routed_experts: Optional[torch.Tensor] = None
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -132,6 +135,7 @@ class RolloutOutput:
             keys.RESPONSES: self.responses, keys.RESPONSE_MASK: self.response_mask,
             keys.RESPONSE_LENGTH: self.response_length, keys.ROLLOUT_LOG_PROBS: self.log_probs,
             keys.FINISH_REASON: list(self.finish_reason),
+            **({keys.ROUTED_EXPERTS: self.routed_experts} if self.routed_experts is not None else {}),
         }
 
 

@@ -35,6 +35,11 @@ same prompts):
      once at least `compact_fraction` of the cached rows are finished; until then they are
      computed and ignored. bench/rollout_decode.py measures the policies.
 
+MoE routing replay (record_routing): a forward hook on every router writes each token's top-k
+experts at its (row, position) of a (B, P + T, L, k) tensor as prefill and decode steps run
+(models/moe_replay.RoutingRecorder; the stages' layers are joined under PP); the training forwards
+replay it. The last response token never runs through the model: it stays -1 (routes by itself).
+
 Sampling and log-probs: rollout/sampling.py (log_softmax(logits / T) over the full vocabulary,
 before top-k/top-p, on fp32 logits: the quantity the trainer computes).
 
@@ -66,6 +71,7 @@ from megatron.core.tensor_parallel.mappings import gather_from_tensor_model_para
 
 from mindspeed_rl.models.chunks import as_chunks, unwrap  # noqa: E402
 from mindspeed_rl.models.forward import attention_mask_4d  # noqa: E402
+from mindspeed_rl.models.moe_replay import RoutingRecorder  # noqa: E402
 from mindspeed_rl.models.parallel import sequence_parallel_off  # noqa: E402
 from mindspeed_rl.rollout.kv_cache import KVCache, cached_attention, forward_stage, lean_supported, new_cache  # noqa: E402
 from mindspeed_rl.rollout.interface import check_prompts, FINISH_EOS, FINISH_LENGTH, RolloutOutput, SamplingParams  # noqa: E402
@@ -115,13 +121,15 @@ class NativeEngine:
         shares_training_weights: the model is the training model itself: update_weights is a no-op.
         comm_timeout_s: how long a rank waits for another pipeline stage's hidden states or for the
             chosen tokens before it raises, naming what it waited for.
+        record_routing: MoE: return every token's top-k experts per layer (RolloutOutput.routed_experts)
+            for routing replay in the training forwards (models/moe_replay.py).
     """
 
     def __init__(self, model: torch.nn.Module, vocab_size: int, max_length: int,
                  eos_token_ids: Sequence[int] = (), pad_token_id: int = 0, use_kv_cache: bool = True,
                  max_batch_size: Optional[int] = None, compact_fraction: float = 0.25,
                  model_args: Optional[dict] = None, shares_training_weights: bool = True,
-                 comm_timeout_s: float = 600.0):
+                 comm_timeout_s: float = 600.0, record_routing: bool = False):
         # this rank's chunks: one, or one per virtual pipeline stage (models/chunks.py); DDP and
         # Float16Module wrappers are unwrapped
         self.chunks = [unwrap(chunk) for chunk in as_chunks(model)]
@@ -139,6 +147,7 @@ class NativeEngine:
         self.model_args = model_args
         self.shares_training_weights = shares_training_weights
         self.comm_timeout_s = float(comm_timeout_s)
+        self.record_routing = record_routing
         self.kv_cache_bytes = 0  # peak KV-cache size of the last generate() on this rank
         self.lean = lean_supported(model)  # kv_cache.lean_forward: megatron's maths without its modules
         self._timing = {"prefill_s": 0.0, "decode_s": 0.0, "decode_steps": 0}
@@ -360,10 +369,15 @@ class NativeEngine:
             for cache in caches:
                 cache.lean = self.lean
         rows = torch.arange(B, device=device)  # original index of each row in the running batch
+        # MoE routing replay: each router's top-k per token, written at (rows, positions) of each forward
+        recorder = RoutingRecorder(self.chunks, B, P + T) if self.record_routing else None
         with contextlib.ExitStack() as hooks:
             for chunk, cache in zip(self.chunks, caches):
                 if cache is not None:
                     hooks.enter_context(cached_attention(chunk, cache))
+            if recorder is not None:
+                hooks.enter_context(recorder)
+                recorder.at(rows, 0)
             t0 = time.perf_counter()
             logits = self._logits(ids, prompt_mask, caches, None)  # (B, V) prefill; None before the last stage
             get_platform().synchronize()
@@ -397,6 +411,8 @@ class NativeEngine:
                     for cache in caches if self.use_kv_cache else ():
                         cache.keep(keep)
                 step_ids = seq[rows, P + t:P + t + 1] if self.use_kv_cache else seq[rows, :P + t + 1]
+                if recorder is not None:
+                    recorder.at(rows, P + t if self.use_kv_cache else 0)
                 logits = self._logits(step_ids, key_mask[rows, :P + t + 1], caches, t + 1)
                 self._timing["decode_steps"] += 1
             get_platform().synchronize()
@@ -406,10 +422,13 @@ class NativeEngine:
             T_out = self._agree(T_out, "max", group, device)
         response_mask = (torch.arange(T_out, device=device)[None] < resp_len[:, None]).long()
         responses = seq[:, P:P + T_out].masked_fill(response_mask == 0, self.pad_token_id)
+        routed = None
+        if recorder is not None:  # -1 on padding; the last response token was never run: -1 too
+            routed = recorder.result(torch.cat([prompt_mask, response_mask], 1), self.comm_timeout_s)
         return RolloutOutput(prompts=ids, prompt_mask=prompt_mask, responses=responses,
                              response_mask=response_mask, log_probs=log_probs[:, :T_out] * response_mask,
                              finish_reason=finish, prompt_length=lens, response_length=resp_len,
-                             temperature=sp.logprob_temperature)
+                             temperature=sp.logprob_temperature, routed_experts=routed)
 
 
 def _concat(parts: list[RolloutOutput], pad: int, temperature: float) -> RolloutOutput:
@@ -425,6 +444,11 @@ def _concat(parts: list[RolloutOutput], pad: int, temperature: float) -> Rollout
     def right(x, width, value):
         return torch.nn.functional.pad(x, (0, width - x.shape[1]), value=value)
 
+    routed = None
+    if parts[0].routed_experts is not None:  # (B, P + T, L, k): left-pad the prompt, right-pad the response
+        routed = torch.cat([torch.nn.functional.pad(p.routed_experts, (0, 0, 0, 0, P - p.prompts.shape[1],
+                                                                       T - p.responses.shape[1]), value=-1)
+                            for p in parts])
     return RolloutOutput(
         prompts=torch.cat([left(p.prompts, P, pad) for p in parts]),
         prompt_mask=torch.cat([left(p.prompt_mask, P, 0) for p in parts]),
@@ -434,4 +458,4 @@ def _concat(parts: list[RolloutOutput], pad: int, temperature: float) -> Rollout
         finish_reason=[r for p in parts for r in p.finish_reason],
         prompt_length=torch.cat([p.prompt_length for p in parts]),
         response_length=torch.cat([p.response_length for p in parts]),
-        temperature=temperature)
+        temperature=temperature, routed_experts=routed)

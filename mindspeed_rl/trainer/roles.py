@@ -126,14 +126,17 @@ class ActorFacade(_ShardedRole):
         return out if padded is prompts else _take_rows(out, rows * n)
 
     def compute_log_prob(self, batch):
-        logp = self.sharded("compute_log_prob", model_inputs(batch))
+        inputs = model_inputs(batch)
+        if K.ROUTED_EXPERTS in batch:  # MoE routing replay: the rollout's experts go with the tokens
+            inputs[K.ROUTED_EXPERTS] = batch[K.ROUTED_EXPERTS]
+        logp = self.sharded("compute_log_prob", inputs)
         if K.ROLLOUT_LOG_PROBS in batch:  # the sampler's log-probs vs the trainer's, same weights
             self._pending_metrics.update(logp_diff_metrics(logp, batch[K.ROLLOUT_LOG_PROBS], batch[K.RESPONSE_MASK]))
         return logp
 
     def update_actor(self, batch):
         keys = (K.PROMPT_IDS, K.INPUT_IDS, K.ATTENTION_MASK, K.RESPONSE_MASK, K.ADVANTAGES, K.OLD_LOG_PROBS,
-                K.REF_LOG_PROBS) + ((K.ROLLOUT_LOG_PROBS,) if self.send_rollout_log_probs else ())
+                K.REF_LOG_PROBS, K.ROUTED_EXPERTS) + ((K.ROLLOUT_LOG_PROBS,) if self.send_rollout_log_probs else ())
         per_rank = self.sharded("update_actor", {k: batch[k] for k in keys if k in batch})
         self.updates += 1
         self.stale = self.colocated_copy

@@ -105,15 +105,18 @@ class _ModelWorker:
         self.phase_s = {}
         return out
 
-    def _response_log_probs(self, model, batch: dict, micro_batch_size: int | None = None) -> torch.Tensor:
+    def _response_log_probs(self, model, batch: dict, micro_batch_size: int | None = None,
+                            replay: bool = False) -> torch.Tensor:
+        """(B, T) response log-probs; replay: route MoE tokens as the rollout did (routed_experts)."""
         from mindspeed_rl.models.forward import compute_log_probs, micro_batch_divisor
 
         P, T = batch[K.PROMPT_IDS].shape[1], batch[K.RESPONSES].shape[1]
         mbs = micro_batch_divisor(batch[K.INPUT_IDS].shape[0], micro_batch_size or self.role_cfg.micro_batch_size)
         for chunk in as_chunks(model):
             chunk.eval()
+        routed = batch.get(K.ROUTED_EXPERTS) if replay else None  # MoE routing replay (models/moe_replay.py)
         out = compute_log_probs(model, batch[K.INPUT_IDS], batch[K.ATTENTION_MASK], mbs, self.temperature,
-                                self.vocab_size)
+                                self.vocab_size, **({"routed_experts": routed} if routed is not None else {}))
         if out is None:  # not the last pipeline stage: the output rank answers for the DP group
             return torch.zeros(batch[K.RESPONSES].shape, device=self.device)
         return out[0][:, P - 1: P - 1 + T] * batch[K.RESPONSE_MASK]
@@ -173,7 +176,8 @@ class ActorRolloutWorker(_ModelWorker):
             self.engine = NativeEngine(
                 self.model, vocab_size=self.vocab_size,
                 max_length=self.args.get("max_position_embeddings", cfg.run.seq_length),
-                eos_token_ids=eos_token_ids(self.tokenizer, cfg.actor.load), pad_token_id=pad)
+                eos_token_ids=eos_token_ids(self.tokenizer, cfg.actor.load), pad_token_id=pad,
+                record_routing=cfg.actor.ppo.moe_enable_routing_replay)  # MoE routing replay (R3)
         self._sampling = lambda n, greedy, seed: SamplingParams.from_ray_gpt(
             n_samples_per_prompt=n, do_sample=r.do_sample and not greedy, temperature=r.temperature,
             top_p=r.top_p, top_k=r.top_k, max_new_tokens=r.max_new_tokens, seq_length=cfg.run.seq_length, seed=seed)
@@ -281,7 +285,7 @@ class ActorRolloutWorker(_ModelWorker):
     @on_device
     def compute_log_prob(self, batch: dict) -> torch.Tensor:
         with self._timed("old_log_prob"), torch.no_grad():
-            return self._response_log_probs(self.model, batch)
+            return self._response_log_probs(self.model, batch, replay=True)
 
     @on_device
     def update_actor(self, batch: dict) -> dict[str, float]:
@@ -325,6 +329,8 @@ class ActorRolloutWorker(_ModelWorker):
                         mb["ref_log_probs"] = batch[K.REF_LOG_PROBS][idx]
                     if K.ROLLOUT_LOG_PROBS in names and p.tis_mode != "off":
                         mb["rollout_log_probs"] = batch[K.ROLLOUT_LOG_PROBS][idx]
+                    if K.ROUTED_EXPERTS in batch:  # MoE routing replay (R3): the rollout's experts
+                        mb["routed_experts"] = batch[K.ROUTED_EXPERTS][idx]
                     mbs = micro_batch_divisor(len(idx), self.role_cfg.micro_batch_size)
                     collected.append(policy_update_step(self.ddp, self.optimizer, self.scheduler, mb, P, mbs, s))
         keys = collected[0].keys() if collected and collected[0] else []

@@ -35,3 +35,22 @@ def test_moe_actor_at_ep2_learns_the_tiny_task(tmp_path):
     assert (manifest["ep"], manifest["dp"]) == (2, 2)
     experts = [f for f in manifest["files"] if f.startswith("expert_rank_")]
     assert sorted(experts) == ["expert_rank_00_000_000/model.safetensors", "expert_rank_00_000_001/model.safetensors"]
+
+
+def test_moe_routing_replay_runs_end_to_end_at_ep2(tmp_path):
+    """moe_enable_routing_replay at EP=2: the rollout's routing travels to the old-log-prob and update
+    forwards (two mini-batches per step: the second is off-policy), and with the same weights the
+    trainer's log-probs equal the sampler's (fp32)."""
+    steps = 3
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "ray_gpt.py"), f"training.train_iters={steps}", f"training.output_dir={tmp_path}",
+         "training.num_experts=4", "training.moe_ffn_hidden_size=128", "training.moe_router_topk=2",
+         f"{A}.expert_model_parallel_size=2", f"{A}.moe_enable_routing_replay=true", f"{A}.ppo_mini_batch_size=8", f"{A}.micro_batch_size=32",
+         "resource_pool.actor_rollout=[2]", "training.test_freq=0", "training.save_interval=0"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "RAY_ADDRESS": "local"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(1, steps + 1))
+    for r in rows:
+        assert r["rollout/logp_diff_max"] <= 1e-4, r["rollout/logp_diff_max"]
+        assert r["moe/expert_tokens_max"] > 0 and r["actor/update_skipped"] == 0

@@ -1,8 +1,10 @@
 """Qwen3-MoE on 4 gloo processes, one spawn: logits vs transformers at (TP, PP, EP, ETP, SP) in
 {(1,1,1,1), (1,1,2,1), (2,1,2,2,SP), (1,2,2,1)}; gradients of a summed log-prob loss (each DP rank
 its slice of the batch, grads reduced as megatron's DDP does) vs transformers' autograd on the
-whole batch; and a live TP2/EP2/ETP2 checkpoint + HF export that reload at TP1/EP1 and export bit
-for bit."""
+whole batch; a live TP2/EP2/ETP2 checkpoint + HF export that reload at TP1/EP1 and export bit
+for bit; and MoE routing replay at EP2 and TP2/EP2/ETP2+SP (models/moe_replay.py): the rollout's
+recorded experts (the native engine at EP2 records what it does at EP1) replayed in the training
+forward change nothing while the weights are the same, and route as recorded after they changed."""
 
 import importlib.util
 
@@ -72,16 +74,104 @@ def _reduce_like_ddp(model, sp):
 
 
 def _generate(model, rank):
-    """Greedy responses for rank-dependent prompts: lengths differ across ranks, and so do the
-    token budgets (max_length - prompt length), so EP ranks must agree on shapes and steps."""
+    """Greedy responses (and the recorded routing) for rank-dependent prompts: lengths differ across
+    ranks, and so do the token budgets (max_length - prompt length), so EP ranks must agree on shapes
+    and steps."""
     from mindspeed_rl.rollout.interface import SamplingParams
     from mindspeed_rl.rollout.native import NativeEngine
 
     g = torch.Generator().manual_seed(100 + rank)
     prompts = [torch.randint(0, VOCAB, (n,), generator=g).tolist() for n in (3 + 2 * rank, 6 + rank)]
-    engine = NativeEngine(model, vocab_size=VOCAB, max_length=20 + 2 * rank, eos_token_ids=(7,), pad_token_id=0)
+    engine = NativeEngine(model, vocab_size=VOCAB, max_length=20 + 2 * rank, eos_token_ids=(7,), pad_token_id=0,
+                          record_routing=True)
     out = engine.generate(prompts, SamplingParams(n=1, do_sample=False))
-    return [r[m.bool()].tolist() for r, m in zip(out.responses, out.response_mask)]
+    mask = torch.cat([out.prompt_mask, out.response_mask], 1).bool()  # (B, S): real tokens, any padding
+    return ([r[m.bool()].tolist() for r, m in zip(out.responses, out.response_mask)],
+            [routed[m][:-1].tolist() for routed, m in zip(out.routed_experts, mask)])  # the last token: never run
+
+
+def _routing_of(routers):
+    """Collects each router call's chosen experts (tokens, k), sorted, in call order."""
+    seen = []
+
+    def hook(module, inputs, output):
+        seen.append(output[1].int().topk(module.topk, dim=1).indices.sort(dim=1).values)
+    return seen, [r.register_forward_hook(hook) for _, r in routers]
+
+
+def _pipeline_routing(model, ids, mask, pp: int):
+    """Routing recorded through megatron's (pipeline) schedule, this DP rank's rows: under PP each
+    stage records its own layers and `result` joins them; and at PP 2 the replayed forward equals
+    the routers' own (same weights)."""
+    from megatron.core import parallel_state as ps
+
+    from mindspeed_rl.models.forward import compute_log_probs, forward_microbatches
+    from mindspeed_rl.models.moe_replay import RoutingRecorder
+
+    dp, dp_rank = ps.get_data_parallel_world_size(), ps.get_data_parallel_rank()
+    rows = slice(dp_rank * 4 // dp, (dp_rank + 1) * 4 // dp) if pp > 1 else slice(0, 4)  # PP 1: the reference
+    ids, mask = ids[rows], mask[rows]
+    recorder = RoutingRecorder(model, *ids.shape)
+    recorder.at(torch.arange(ids.shape[0]), 0)
+    with recorder, torch.no_grad():
+        forward_microbatches(model, ids, mask, ids.shape[0], post_fn=lambda out, mb: out[..., :1])
+    routed = recorder.result(mask)
+    out = {"rows": (rows.start, rows.stop), "routed": routed}
+    if pp > 1:
+        with torch.no_grad():
+            own = compute_log_probs(model, ids, mask, 1, vocab_size=VOCAB)
+            replayed = compute_log_probs(model, ids, mask, 1, vocab_size=VOCAB, routed_experts=routed)
+        if own is not None:  # the last stage
+            real = (mask[:, 1:] * mask[:, :-1]).bool()
+            out["same_weights_diff"] = float((own[0] - replayed[0])[real].abs().max())
+    return out
+
+
+def _replay_checks(model, ids, mask):
+    """Routing replay on this rank's DP slice, 15 columns (odd: SP pads them): recorded as the engine
+    records (SP off), replayed with the same weights and after the routers changed."""
+    from megatron.core import parallel_state as ps
+
+    from mindspeed_rl.models.forward import attention_mask_4d, compute_log_probs, position_ids_from_mask
+    from mindspeed_rl.models.moe_replay import RoutingRecorder, columns, moe_routers
+    from mindspeed_rl.models.parallel import sequence_parallel_off
+
+    dp, dp_rank = ps.get_data_parallel_world_size(), ps.get_data_parallel_rank()
+    rows = slice(dp_rank * 4 // dp, (dp_rank + 1) * 4 // dp)
+    ids, mask = ids[rows, :SEQ - 1], mask[rows, :SEQ - 1]
+    recorder = RoutingRecorder(model, *ids.shape)
+    recorder.at(torch.arange(ids.shape[0]), 0)
+    with recorder, torch.no_grad(), sequence_parallel_off(model):
+        model(ids, position_ids_from_mask(mask), attention_mask_4d(mask))
+    routed = recorder.result(mask)  # (b, 15, L, k)
+    with torch.no_grad():  # micro-batches of 1, sorted by length: the routing travels with the rows
+        own = compute_log_probs(model, ids, mask, 1, vocab_size=VOCAB)[0]
+        replayed = compute_log_probs(model, ids, mask, 1, vocab_size=VOCAB, routed_experts=routed)[0]
+        torch.manual_seed(7)  # the same new routers on every rank
+        for _, router in moe_routers(model):
+            router.weight.add_(torch.randn_like(router.weight))
+    routers = moe_routers(model)
+    out = {}
+    for name, replay in (("moved_own", None), ("moved_replay", routed)):
+        seen, hooks = _routing_of(routers)
+        with torch.no_grad():
+            out[name] = compute_log_probs(model, ids, mask, ids.shape[0], vocab_size=VOCAB, routed_experts=replay)[0]
+        for h in hooks:
+            h.remove()
+        # what this rank's routers saw: its sequence slice under SP; compare with the recorded experts there
+        width = seq = ids.shape[1]
+        tp = ps.get_tensor_model_parallel_world_size() if model.config.sequence_parallel else 1
+        width += -seq % tp
+        local = width // tp
+        want = columns(routed, 0, seq, width)[:, ps.get_tensor_model_parallel_rank() * local:][:, :local]
+        real = (want >= 0).all(-1)  # (b, local, L)
+        out[name + "_mismatch"] = sum(
+            int((got.view(local, ids.shape[0], -1).transpose(0, 1) != want[:, :, layer].long()).any(-1)[real[:, :, layer]].sum())
+            for layer, got in enumerate(seen))
+    real = (mask[:, 1:] * mask[:, :-1]).bool()
+    return {"same_weights_diff": float((own - replayed)[real].abs().max()),
+            "moved_diff": float((out["moved_own"] - out["moved_replay"])[real].abs().max()),
+            "moved_own_mismatch": out["moved_own_mismatch"], "moved_replay_mismatch": out["moved_replay_mismatch"]}
 
 
 def _moe_job(rank, world_size, hf_dir, work):
@@ -110,6 +200,8 @@ def _moe_job(rank, world_size, hf_dir, work):
                                           post_fn=lambda out, mb: gather_from_tensor_model_parallel_region(out))
         if ps.is_pipeline_last_stage():
             res[("logits", key)] = torch.cat(logits)
+        if (tp, pp, ep) == (1, 1, 1) or pp == 2:  # the rollout routing of every layer, joined over stages
+            res[("pp_routing", key)] = _pipeline_routing(model, ids, mask, pp)
         if pp == 1 and tp == 1:  # the native engine: each (DP) rank its own prompts, EP ranks in lock-step
             res[("generate", key)] = _generate(model, rank)
         if pp == 1 and (tp == 1 or sp):  # gradients: each DP rank its slice of the batch
@@ -127,6 +219,8 @@ def _moe_job(rank, world_size, hf_dir, work):
         if key == _SAVE_AT:  # live save + export at TP2/ETP2 (and EP2 with SP)
             save_checkpoint(f"{work}/ckpt", 1, model, args, vocab_size=VOCAB, hf_config=config)
             export_hf(model, args, f"{work}/hf_tp2ep2", VOCAB, hf_config=config)
+        if pp == 1 and ep == 2:  # routing replay (last: it changes the routers)
+            res[("replay", key)] = _replay_checks(model, ids, mask)
     init_parallel_state(1, 1)  # reload the TP2/EP2 checkpoint at TP1/EP1, export again
     model = build_gpt_model(args).eval()
     assert load_checkpoint(f"{work}/ckpt", model, args) == 1
@@ -209,9 +303,36 @@ def test_moe_native_engine_generates_the_same_at_ep2(moe):
     every rank the greedy responses it gets without expert parallelism."""
     per_rank = moe[0]
     for rank, r in enumerate(per_rank):
-        single, ep2 = r[("generate", (1, 1, 1, 1, False))], r[("generate", (1, 1, 2, 1, False))]
+        (single, routed1), (ep2, routed2) = r[("generate", (1, 1, 1, 1, False))], r[("generate", (1, 1, 2, 1, False))]
         assert single == ep2, f"rank {rank}: EP=1 {single} vs EP=2 {ep2}"
         assert all(len(x) >= 1 for x in single)
+        assert routed1 == routed2, f"rank {rank}: the recorded routing differs between EP=1 and EP=2"
+        for row in routed1:  # every real token that ran: 2 layers x top-2 distinct experts
+            assert row and all(len(set(layer)) == 2 and min(layer) >= 0 for tok in row for layer in tok)
+
+
+def test_moe_routing_recorded_under_pipeline_parallelism_joins_every_stages_layers(moe):
+    """PP 2 x EP 2: each stage records its own layers; joined, every rank holds the routing of both
+    layers that PP 1 records for its rows, and replaying it changes no log-prob (same weights)."""
+    pp2 = next(l for l in LAYOUTS if l[1] == 2)
+    for rank, r in enumerate(moe[0]):
+        full, got = r[("pp_routing", (1, 1, 1, 1, False))]["routed"], r[("pp_routing", pp2)]
+        start, stop = got["rows"]
+        assert (got["routed"] >= 0).sum() > 0 and torch.equal(got["routed"], full[start:stop]), rank
+        if "same_weights_diff" in got:
+            assert got["same_weights_diff"] <= 1e-6, (rank, got["same_weights_diff"])
+    assert sum("same_weights_diff" in r[("pp_routing", pp2)] for r in moe[0]) == 2  # the last stage's ranks
+
+
+@pytest.mark.parametrize("layout", [l for l in LAYOUTS if l[1] == 1 and l[2] == 2],
+                         ids=lambda l: "tp{}ep{}etp{}{}".format(l[0], *l[2:4], "sp" * l[4]))
+def test_moe_routing_replay_matches_with_the_same_weights_and_routes_as_recorded_after_a_change(moe, layout):
+    for rank, r in enumerate(moe[0]):
+        got = r[("replay", layout)]
+        assert got["same_weights_diff"] <= 1e-6, (rank, got)
+        assert got["moved_replay_mismatch"] == 0, (rank, got)  # every recorded token routed as recorded
+        assert got["moved_own_mismatch"] > 0, (rank, got)  # the changed routers alone would route otherwise
+        assert got["moved_diff"] > 1e-4, (rank, got)
 
 
 def test_moe_checkpoint_and_export_round_trip_bit_for_bit(moe):

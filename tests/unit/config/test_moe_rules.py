@@ -35,8 +35,14 @@ def test_ep2_dry_runs_and_both_roles_get_the_experts(capsys):
     (["training.moe_router_topk=1", "training.norm_topk_prob=true"], "moe_router_topk: 1` with renormalised"),
     (["training.moe_router_topk=5"], "moe_router_topk: 5` exceeds num_experts 4"),
     ([f"{A}.num_gpus_for_infer=1", "resource_pool.actor_rollout=[2]"], "the train/infer split does not carry"),
+    ([f"{A}.moe_enable_routing_replay=true", f"{A}.rollout_engine=vllm"], "vLLM is not wired for MoE here"),
+    ([f"{A}.moe_enable_routing_replay=true", "training.moe_router_load_balancing_type=sinkhorn"],
+     "moe_enable_routing_replay: true` cannot replay sinkhorn routing"),
+    ([f"{A}.moe_enable_routing_replay=true", f"{A}.recompute_granularity=full"],
+     "moe_enable_routing_replay: true` with recompute_granularity: full"),
 ], ids=["ep-divides-experts", "etp-divides-ffn", "devices-hold-expert-groups", "tp-needs-sp", "cpu-dispatcher",
-        "cpu-grouped-gemm", "unknown-dispatcher", "top1-renormalised", "topk-over-experts", "split"])
+        "cpu-grouped-gemm", "unknown-dispatcher", "top1-renormalised", "topk-over-experts", "split",
+        "replay-vllm", "replay-sinkhorn", "replay-full-recompute"])
 def test_moe_rules(overrides, fragment, capsys):
     assert ray_gpt.main(["--config-name", TINY, *MOE, *overrides, "dry_run=true"]) == 2
     err = capsys.readouterr().err
@@ -48,6 +54,15 @@ def test_expert_parallel_without_experts_is_named(capsys):
     code = ray_gpt.main(["--config-name", TINY, f"{A}.expert_model_parallel_size=2", "resource_pool.actor_rollout=[2]",
                          "dry_run=true"])
     assert code == 2 and "need an MoE model, but model tiny has no experts" in capsys.readouterr().err
+
+
+def test_routing_replay_on_a_dense_model_is_named_and_on_moe_dry_runs(capsys):
+    code = ray_gpt.main(["--config-name", TINY, f"{A}.moe_enable_routing_replay=true", "dry_run=true"])
+    err = capsys.readouterr().err
+    assert code == 2 and "moe_enable_routing_replay: true` replays MoE expert choices, but model tiny has no experts" in err
+    assert "Traceback" not in err
+    assert ray_gpt.main(["--config-name", TINY, *MOE, f"{A}.moe_enable_routing_replay=true", "dry_run=true"]) == 0
+    assert build_config(compose_yaml(TINY, MOE)).actor.ppo.moe_enable_routing_replay is False  # off by default
 
 
 def test_transformer_config_gets_the_moe_fields(gloo_world1):
