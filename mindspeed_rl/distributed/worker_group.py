@@ -38,7 +38,7 @@ from typing import Any, Callable
 
 import ray
 import torch
-from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+from ray.exceptions import GetTimeoutError, OutOfMemoryError, RayActorError, RayTaskError
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from mindspeed_rl.distributed.cluster import logs_dir, node_ips
@@ -248,7 +248,7 @@ class WorkerGroup:
                 rank = pending.pop(ref)
                 try:
                     out[rank] = ray.get(ref)
-                except (RayActorError, RayTaskError, GetTimeoutError) as err:
+                except (RayActorError, RayTaskError, GetTimeoutError, OutOfMemoryError) as err:
                     raise self._failure(rank, method, err) from err
         return out
 
@@ -270,6 +270,9 @@ class WorkerGroup:
         msg = _ANSI.sub("", str(err))
         pid = s.pid or _int(re.search(r"pid[:=]\s*(\d+)", msg))
         log = f"{s.node_ip}:{logs_dir()}/worker-*-{pid if pid else '*'}.err"
+        if isinstance(err, OutOfMemoryError):  # not a RayActorError: Ray's memory monitor killed it
+            return WorkerGroupError(f"{self.role} rank {rank} on {s.node_ip} was killed during {method} by "
+                                    f"Ray's memory monitor: {_memory_report(msg)}")
         if isinstance(err, RayActorError):
             return WorkerGroupError(f"{self.role} rank {rank} on {s.node_ip} died during {method}: "
                                     f"{_death_cause(err, msg)}; its log: {log}{_log_tail(pid)}")
@@ -348,6 +351,15 @@ def _death_cause(err: Exception, msg: str) -> str:
         return f"its __init__ raised {lines[-1][:300]}"
     detail = re.search(r"Worker exit detail: (.*?\.)(?:\s|$)", msg)
     return detail.group(1) if detail else _first_line(msg)
+
+
+def _memory_report(msg: str) -> str:
+    """One sentence from Ray's OutOfMemoryError text: how full the node was, and what to change."""
+    used = re.search(r"was ([\d.]+\s*GB) used / ([\d.]+\s*GB) limit", msg)
+    level = f"the node's memory reached {used.group(1)} of {used.group(2)}" if used else "the node ran low on memory"
+    return (f"{level} (Ray kills a worker above 95 %, `RAY_memory_usage_threshold`). Lower the memory per "
+            f"worker (smaller micro_batch_size, max_new_tokens or n_samples_per_prompt; offload the reference) "
+            f"or stop what else runs on that node; `ray logs raylet.out` lists the largest processes.")
 
 
 def _log_tail(pid: int | None, lines: int = 8) -> str:
