@@ -113,7 +113,7 @@ class _ModelWorker:
         for chunk in as_chunks(model):
             chunk.eval()
         out = compute_log_probs(model, batch[K.INPUT_IDS], batch[K.ATTENTION_MASK], mbs, self.temperature,
-                                self.vocab_size)
+                                self.vocab_size, from_position=P - 1)  # logits for the response only
         if out is None:  # not the last pipeline stage: the output rank answers for the DP group
             return torch.zeros(batch[K.RESPONSES].shape, device=self.device)
         return out[0][:, P - 1: P - 1 + T] * batch[K.RESPONSE_MASK]
