@@ -35,7 +35,36 @@ def batch_of(rows: int, prompt: int, response: int, vocab: int, seed: int = 0) -
 
 
 # ---------------------------------------------------------------------------- ours
-def ours(model_dir: str, batch: dict, prompt: int):
+def ours(model_dir: str, batch: dict, prompt: int, full_logits: bool = False, local_attention: bool = False):
+    """One policy_update_step of a fresh model; full_logits / local_attention turn a lever off
+    (the output layer on every position; megatron's DotProductAttention) to measure it alone."""
+    import contextlib
+
+    from mindspeed_rl.models import builder, train_step
+
+    sdpa = builder.sdpa_core_attention
+    builder.sdpa_core_attention = (lambda name: False) if local_attention else sdpa
+    try:
+        update = _ours(model_dir, batch, prompt)
+    finally:
+        builder.sdpa_core_attention = sdpa
+    if not full_logits:
+        return update
+    @contextlib.contextmanager
+    def every_column(chunk, start):
+        yield 0
+
+    def step():
+        columns = train_step.output_columns
+        train_step.output_columns = every_column
+        try:
+            return update()
+        finally:
+            train_step.output_columns = columns
+    return step
+
+
+def _ours(model_dir: str, batch: dict, prompt: int):
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state
     from mindspeed_rl.models.hf_bridge.loader import load_hf_checkpoint, read_hf_config
     from mindspeed_rl.models.hf_config import model_config_from_hf
@@ -46,7 +75,10 @@ def ours(model_dir: str, batch: dict, prompt: int):
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", "29871")
         torch.distributed.init_process_group("gloo", rank=0, world_size=1, timeout=datetime.timedelta(seconds=60))
-    init_parallel_state(1, 1, seed=1)
+    from megatron.core import parallel_state
+
+    if not parallel_state.model_parallel_is_initialized():  # several variants share one state
+        init_parallel_state(1, 1, seed=1)
     args = model_config_from_hf(read_hf_config(model_dir))
     model = build_gpt_model(args)
     load_hf_checkpoint(model, model_dir, args)
@@ -100,6 +132,23 @@ def profile(name: str, step, repeat: int, top: int) -> float:
     return min(times)
 
 
+def interleaved(steps: dict, rounds: int) -> dict:
+    """Run each variant once per round, in turn (so a change in the machine's load hits all of them),
+    after one warm-up each; returns {name: [(wall s, process CPU s) per round]}. On a shared machine
+    the CPU seconds (all threads of this process) say more than the wall time."""
+    for step in steps.values():
+        step()
+    times = {name: [] for name in steps}
+    for r in range(rounds):
+        for name, step in steps.items():
+            t0, c0 = time.perf_counter(), time.process_time()
+            step()
+            times[name].append((time.perf_counter() - t0, time.process_time() - c0))
+        print(f"round {r + 1}: " + ", ".join(f"{n} {t[-1][0]:.3f} s / {t[-1][1]:.3f} cpu-s" for n, t in times.items())
+              + f" (load {os.getloadavg()[0]:.1f})", flush=True)
+    return times
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", help="a Hugging Face directory (Llama / Qwen2 / Qwen3 dense)")
@@ -111,6 +160,10 @@ def main() -> int:
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--side", choices=["both", "ours", "theirs"], default="both")
+    ap.add_argument("--levers", action="store_true",
+                    help="no profile: time ours, ours with each lever off, and transformers, interleaved")
+    ap.add_argument("--variants", default="ours,full-logits,local-attn,transformers",
+                    help="with --levers: which of ours, full-logits, local-attn, transformers (memory: one model each)")
     a = ap.parse_args()
     if bool(a.model) == bool(a.size):
         print("give exactly one of --model DIR and --size NAME", file=sys.stderr)
@@ -128,6 +181,21 @@ def main() -> int:
     with open(os.path.join(model_dir, "config.json"), encoding="utf-8") as f:
         vocab = json.load(f)["vocab_size"]
     batch = batch_of(a.rows, a.prompt, a.response, vocab)
+    if a.levers:
+        make = {"ours": lambda: ours(model_dir, batch, a.prompt),
+                "full-logits": lambda: ours(model_dir, batch, a.prompt, full_logits=True),
+                "local-attn": lambda: ours(model_dir, batch, a.prompt, local_attention=True),
+                "transformers": lambda: theirs(model_dir, batch, a.prompt)}
+        names = a.variants.split(",")
+        if "ours" not in names or set(names) - set(make):
+            print(f"--variants: a comma list of {', '.join(make)} that includes ours", file=sys.stderr)
+            return 2
+        times = interleaved({name: make[name]() for name in names}, a.repeat)
+        best = {name: (min(w for w, _ in t), min(c for _, c in t)) for name, t in times.items()}
+        print("\nvariant        best wall s  best cpu-s  cpu / ours")
+        for name, (wall, cpu) in best.items():
+            print(f"{name:<14} {wall:10.3f}  {cpu:10.3f}  {cpu / best['ours'][1]:9.2f}x")
+        return 0
     results = {}
     if a.side in ("both", "theirs"):
         results["transformers"] = profile("transformers (TRL's update)", theirs(model_dir, batch, a.prompt), a.repeat, a.top)
