@@ -1,4 +1,5 @@
-"""Build a megatron-core GPTModel (local layer spec) from flat Megatron-named arguments.
+"""Build a megatron-core GPTModel (local layer spec; core attention fused with torch's SDPA where the
+platform allows, models/core_attention.py) from flat Megatron-named arguments.
 
     args = model_config_from_hf(json.load(open(f"{hf_dir}/config.json")))   # or a model yaml
     init_parallel_state(tp=2, pp=1, seed=1234)
@@ -31,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from mindspeed_rl.platform import get_platform, place_model
+from mindspeed_rl.platform.base import sdpa_core_attention
 
 get_platform().patch()  # megatron must be imported after the platform patch (no-op when done)
 
@@ -40,6 +42,7 @@ from megatron.core.models.gpt.gpt_model import GPTModel  # noqa: E402
 from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed  # noqa: E402
 from megatron.core.transformer.transformer_config import TransformerConfig  # noqa: E402
 
+from mindspeed_rl.models.core_attention import with_sdpa_attention  # noqa: E402
 from mindspeed_rl.models.parallel import sequence_parallel_spec  # noqa: E402
 
 _REQUIRED = ("num_layers", "hidden_size", "num_attention_heads", "padded_vocab_size")
@@ -181,6 +184,8 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
         raise ValueError(f"rope_scaling_type {scaling!r} is not supported; use llama3 or null.")
     spec = get_gpt_layer_local_spec(num_experts=config.num_moe_experts, moe_grouped_gemm=config.moe_grouped_gemm,
                                     qk_layernorm=config.qk_layernorm, normalization=config.normalization)
+    if sdpa_core_attention(get_platform().name):  # fused attention (models/core_attention.py)
+        spec = with_sdpa_attention(spec)
     if config.sequence_parallel:  # megatron's torch-norm fallback refuses SP: models/parallel.py
         spec = sequence_parallel_spec(spec, _layers_per_chunk(config))
     if vp_stage is not None:

@@ -16,11 +16,19 @@ by the same amount, which leaves attention unchanged because RoPE only sees rela
 `forward_microbatches` takes one chunk or a rank's list of virtual-pipeline chunks (models/chunks.py:
 megatron's interleaved schedule, one data iterator per chunk) and pads the sequence to a multiple of
 TP under sequence parallelism (models/parallel.py); post_fn always sees the unpadded length.
+
+Logits only where needed (issue 15): the output layer (hidden -> vocabulary, the largest matmul of
+a small model, and the (tokens x V) fp32 log_softmax after it) runs on the response positions only.
+`output_columns` slices the final hidden states (s, b, h) before megatron's output layer with a
+forward pre-hook for the duration of one forward, so GPTModel (0.12 and 0.16 call the layer the
+same way) and its TP output layer are unchanged. Under sequence parallelism the hidden states are
+still split over TP ranks there and the layer gathers them itself: no slicing then (full logits).
 """
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+import contextlib
+from typing import Callable, Iterator, Optional
 
 import torch
 
@@ -32,7 +40,7 @@ from megatron.core import parallel_state  # noqa: E402
 from megatron.core.pipeline_parallel import get_forward_backward_func  # noqa: E402
 from megatron.core.tensor_parallel.mappings import reduce_from_tensor_model_parallel_region  # noqa: E402
 
-from mindspeed_rl.models.chunks import as_chunks  # noqa: E402
+from mindspeed_rl.models.chunks import as_chunks, unwrap  # noqa: E402
 from mindspeed_rl.models.moe_replay import columns, replay_routing  # noqa: E402
 from mindspeed_rl.models.parallel import pad_for_sequence_parallel, sequence_parallel_multiple  # noqa: E402
 
@@ -48,6 +56,25 @@ def attention_mask_4d(attention_mask: torch.Tensor) -> torch.Tensor:
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     """(B, S) positions counted over real tokens only (0 for left padding), as HF generate does."""
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+@contextlib.contextmanager
+def output_columns(chunk, start: int) -> Iterator[int]:
+    """Within the block, `chunk`'s output layer sees only sequence positions >= start: its logits
+    are (b, S - start, V/TP) for columns start.. of the input. Yields the start applied: `start`,
+    or 0 where the chunk has no output layer (not the last pipeline stage) or the hidden states
+    are split over TP ranks (sequence parallelism; the layer gathers them itself)."""
+    model = unwrap(chunk)
+    layer = getattr(model, "output_layer", None) if getattr(model, "post_process", False) else None
+    if start <= 0 or layer is None or getattr(layer, "sequence_parallel", False):
+        yield 0
+        return
+    # (s, b, h) -> (s - start, b, h); weight / runtime_gather_output are passed as keywords
+    handle = layer.register_forward_pre_hook(lambda _module, args: (args[0][start:], *args[1:]))
+    try:
+        yield start
+    finally:
+        handle.remove()
 
 
 def vocab_parallel_log_probs(
@@ -115,6 +142,7 @@ def forward_microbatches(
     post_fn: Callable[[torch.Tensor, dict], torch.Tensor],
     trim_padding: bool = False,
     routed_experts: Optional[torch.Tensor] = None,
+    logits_from: int = 0,
 ) -> Optional[list[torch.Tensor]]:
     """Forward-only pass over micro-batches through megatron's (pipeline) schedule.
 
@@ -128,6 +156,9 @@ def forward_microbatches(
             back with zeros to (..., S) (compute_log_probs: (2, b, S'-1) -> (2, b, S-1)).
         routed_experts: (B, S, L, k) the rollout's expert choices to replay (models/moe_replay.py),
             cut and padded with each micro-batch's columns; None = the routers choose.
+        logits_from: the output layer runs only on columns >= logits_from of input_ids (see
+            output_columns); post_fn then gets logits for columns logits_start.. of its micro-batch,
+            where micro-batch key "logits_start" says which (0 where nothing was cut).
 
     Returns:
         post_fn's outputs per micro-batch on the last pipeline stage; None on other stages.
@@ -153,13 +184,15 @@ def forward_microbatches(
         mb = next(data_iter)
         first, end = padding_span(mb["attention_mask"]) if trim else (0, seq)
         inputs = {k: v[:, first:end] for k, v in mb.items()} if trim else mb  # SP-padded under SP
-        with replay_routing(chunk, inputs.get("routed_experts")):
+        wanted = min(max(logits_from - first, 0), end - first - 1)  # keep at least one column
+        with replay_routing(chunk, inputs.get("routed_experts")), output_columns(chunk, wanted) as start:
             logits = chunk(inputs["input_ids"], position_ids_from_mask(inputs["attention_mask"]),
                            attention_mask_4d(inputs["attention_mask"]))
 
         def post(out):  # post_fn sees the columns first:end; its result is padded back to S
             cols = {k: v[:, first:end] for k, v in mb.items()}
-            res = post_fn(out[:, :end - first], cols)
+            cols["logits_start"] = start
+            res = post_fn(out[:, :end - first - start], cols)
             if trim:
                 res = torch.nn.functional.pad(res, (first, seq - end))
             return torch.zeros((), device=out.device), {"out": res}
@@ -186,15 +219,20 @@ def compute_log_probs(
     vocab_size: Optional[int] = None,
     with_entropy: bool = False,
     routed_experts: Optional[torch.Tensor] = None,
+    from_position: int = 0,
 ) -> Optional[tuple[torch.Tensor, Optional[torch.Tensor]]]:
     """Log-probs of each next token: (B, S-1) for input_ids[:, 1:] (and entropy), on the last PP
     stage; None elsewhere. Positions where attention_mask is 0 hold meaningless values.
-    routed_experts (B, S, L, k): the rollout's expert choices to replay (models/moe_replay.py)."""
+    routed_experts (B, S, L, k): the rollout's expert choices to replay (models/moe_replay.py).
+    from_position: only positions >= it are computed (the logits too; e.g. P - 1 for the response
+    of a prompt of width P); the columns before it hold zeros."""
 
-    def post(logits, mb):
-        lp, ent = vocab_parallel_log_probs(logits[:, :-1], mb["input_ids"][:, 1:], temperature,
+    def post(logits, mb):  # logits (b, S' - start, V/TP) for columns start.. of the micro-batch
+        start = mb["logits_start"]
+        lp, ent = vocab_parallel_log_probs(logits[:, :-1], mb["input_ids"][:, start + 1:], temperature,
                                            vocab_size, with_entropy)
-        return torch.stack([lp, ent if ent is not None else torch.zeros_like(lp)])  # (2, b, S-1)
+        out = torch.stack([lp, ent if ent is not None else torch.zeros_like(lp)])  # (2, b, S'-1-start)
+        return torch.nn.functional.pad(out, (start, 0))  # (2, b, S'-1)
 
     # similar lengths share a micro-batch (each is trimmed to its own real columns); order restored below
     order = None
@@ -203,10 +241,12 @@ def compute_log_probs(
         input_ids, attention_mask = input_ids[order], attention_mask[order]
         routed_experts = routed_experts[order] if routed_experts is not None else None
     out = forward_microbatches(model, input_ids, attention_mask, micro_batch_size, post, trim_padding=True,
-                               routed_experts=routed_experts)
+                               routed_experts=routed_experts, logits_from=from_position)
     if out is None:
         return None
     stacked = torch.cat(out, dim=1)  # (2, B, S-1)
+    if from_position > 0:  # also where the output layer saw every column (sequence parallelism)
+        stacked[..., :from_position] = 0
     if order is not None:
         stacked = stacked[:, torch.argsort(order)]
     return stacked[0], (stacked[1] if with_entropy else None)

@@ -8,8 +8,9 @@ DP ranks, and the loss is multiplied by num_microbatches x DP to undo megatron's
 micro-batches (schedules.py) and DDP's averaging over DP ranks. The gradient is then exactly the
 gradient of the mini-batch loss, whatever the micro-batch size and DP size.
 
-Sequence parallelism pads each micro-batch to a multiple of TP (the padded logits are cut before
-the loss); a list of virtual-pipeline chunks runs megatron's interleaved schedule
+The output layer runs on the response positions only (forward.output_columns; all positions under
+sequence parallelism, where the padded logits are cut before the loss). Sequence parallelism pads
+each micro-batch to a multiple of TP; a list of virtual-pipeline chunks runs megatron's interleaved schedule
 (models/parallel.py, models/chunks.py).
 
 Batch layout (data/keys.py): input_ids (b, P + T) = left-padded prompt (P) + right-padded response
@@ -34,7 +35,7 @@ from megatron.core.pipeline_parallel import get_forward_backward_func  # noqa: E
 from mindspeed_rl.models.chunks import as_chunks  # noqa: E402
 from mindspeed_rl.models.moe_replay import columns, replay_routing  # noqa: E402
 from mindspeed_rl.models.forward import (  # noqa: E402
-    attention_mask_4d, padding_span, position_ids_from_mask, shape_free, vocab_parallel_log_probs)
+    attention_mask_4d, output_columns, padding_span, position_ids_from_mask, shape_free, vocab_parallel_log_probs)
 from mindspeed_rl.models.parallel import pad_for_sequence_parallel, sequence_parallel_multiple  # noqa: E402
 
 
@@ -55,10 +56,12 @@ class PolicyLossSettings:
 
 
 def response_log_probs(logits: torch.Tensor, input_ids: torch.Tensor, prompt_width: int, temperature: float,
-                       vocab_size: Optional[int], with_entropy: bool):
-    """(b, T) log-probs (and entropy) of the response tokens from (b, P + T, V/TP) logits."""
+                       vocab_size: Optional[int], with_entropy: bool, logits_start: int = 0):
+    """(b, T) log-probs (and entropy) of the response tokens from (b, P + T - logits_start, V/TP)
+    logits of the columns logits_start.. (forward.output_columns; 0: every column)."""
     T = input_ids.shape[1] - prompt_width
-    return vocab_parallel_log_probs(logits[:, prompt_width - 1: prompt_width - 1 + T], input_ids[:, prompt_width:],
+    first = prompt_width - 1 - logits_start
+    return vocab_parallel_log_probs(logits[:, first: first + T], input_ids[:, prompt_width:],
                                     temperature, vocab_size, with_entropy)
 
 
@@ -132,14 +135,14 @@ def policy_update_step(model, optimizer, scheduler, batch: dict, prompt_width: i
             width = prompt_width - first
         ids, mask = pad_for_sequence_parallel(mb["input_ids"], mb["attention_mask"], multiple)
         routed = columns(mb.get("routed_experts"), 0, ids.shape[1], ids.shape[1])  # SP padding: -1
-        with replay_routing(chunk, routed):
+        with replay_routing(chunk, routed), output_columns(chunk, width - 1) as start:  # response logits only
             logits = chunk(ids, position_ids_from_mask(mask), attention_mask_4d(mask))
-        return logits, lambda out: _loss(out[:, :mb["input_ids"].shape[1]], mb, width)
+        return logits, lambda out: _loss(out, mb, width, start)
 
-    def _loss(logits, mb, width):
+    def _loss(logits, mb, width, start):
         rmask = mb["response_mask"].float()
         logp, ent = response_log_probs(logits, mb["input_ids"], width, s.temperature, s.vocab_size,
-                                       with_entropy=s.entropy_coeff != 0)
+                                       with_entropy=s.entropy_coeff != 0, logits_start=start)
         old = mb.get("old_log_probs", logp.detach())
         adv, tis = mb["advantages"], {}
         if s.tis_mode != "off" and "rollout_log_probs" in mb:

@@ -251,6 +251,13 @@ def moe_token_dispatchers(name: str) -> tuple[str, ...]:
     return MOE_TOKEN_DISPATCHERS if name == "cuda" else MOE_TOKEN_DISPATCHERS[:3]
 
 
+def sdpa_core_attention(name: str) -> bool:
+    """Whether models on platform `name` use torch's scaled_dot_product_attention as megatron's
+    local core attention (models/core_attention.py): CPU and CUDA. On NPU, MindSpeed's fused
+    attention is switched by its own keys (use_flash_attn), so megatron's module stays."""
+    return name in ("cpu", "cuda")
+
+
 def make_platform(name: str) -> Platform:
     """Build the Platform for a resolved name (imports only that device's module)."""
     if name == "npu":

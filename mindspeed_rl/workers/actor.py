@@ -116,7 +116,8 @@ class _ModelWorker:
             chunk.eval()
         routed = batch.get(K.ROUTED_EXPERTS) if replay else None  # MoE routing replay (models/moe_replay.py)
         out = compute_log_probs(model, batch[K.INPUT_IDS], batch[K.ATTENTION_MASK], mbs, self.temperature,
-                                self.vocab_size, **({"routed_experts": routed} if routed is not None else {}))
+                                self.vocab_size, from_position=P - 1,  # logits for the response only
+                                **({"routed_experts": routed} if routed is not None else {}))
         if out is None:  # not the last pipeline stage: the output rank answers for the DP group
             return torch.zeros(batch[K.RESPONSES].shape, device=self.device)
         return out[0][:, P - 1: P - 1 + T] * batch[K.RESPONSE_MASK]

@@ -50,6 +50,9 @@ def _run(chunks, args, micro):
         lp = compute_log_probs(chunks if len(chunks) > 1 else chunks[0], b["input_ids"], b["attention_mask"], mbs,
                                temperature=0.7, vocab_size=VOCAB, with_entropy=True)
         out["lp"][mbs] = lp
+    # the output layer on the response positions only (sliced before it; not under SP): same values
+    out["lp_response"] = compute_log_probs(chunks if len(chunks) > 1 else chunks[0], b["input_ids"], b["attention_mask"],
+                                           2, temperature=0.7, vocab_size=VOCAB, with_entropy=True, from_position=P - 1)
     engine = NativeEngine(chunks if len(chunks) > 1 else chunks[0], vocab_size=VOCAB, max_length=64)
     out["greedy"] = engine.generate(PROMPTS, SamplingParams(do_sample=False, max_new_tokens=8)).responses
     ddp = [wrap_ddp(c, use_distributed_optimizer=False, bucketing=i == 0) for i, c in enumerate(chunks)]
@@ -166,6 +169,19 @@ def test_virtual_pipeline_equals_plain_pipeline(results):
     for name, w in stepped.items():
         _close(w, ref[name], 1e-6, f"VPP gradient of {name}")
     assert abs(inter["stats"]["actor/pg_loss"] - plain["stats"]["actor/pg_loss"]) < 1e-6
+
+
+def test_response_only_logits_equal_full_logits(results):
+    """compute_log_probs(from_position=P-1) (the actor's call: the output layer sees the response
+    columns only) equals the full pass there and is 0 before, at TP=2 with and without SP, PP=2, VPP=2."""
+    per_rank, _, _ = results
+    runs = [(f"rank {r} sp {sp}", per_rank[r][("sp", sp)]) for r in (0, 1) for sp in (False, True)]
+    runs += [(f"PP=2 VPP={v}", per_rank[1][("vpp", v)]) for v in (1, 2)]
+    for what, run in runs:
+        for i in range(2):  # log-probs, entropy
+            part, full = run["lp_response"][i], run["lp"][4][i]
+            _close(part[:, P - 1:], full[:, P - 1:], 1e-5, f"{what}: response-only log-probs[{i}]", REAL[:, P - 1:])
+            assert not part[:, :P - 1].any(), f"{what}: columns before the response are not 0"
 
 
 def test_virtual_pipeline_export_and_checkpoint_round_trip(results):

@@ -45,3 +45,29 @@ def test_log_probs_of_trimmed_micro_batches_equal_the_full_width(gloo_world1):
     real = (mask[:, :-1] * mask[:, 1:]).bool()  # predictions of a real token from a real token
     assert trimmed.shape == full.shape == (4, 11)
     assert (trimmed - full).abs()[real].max() <= 1e-5
+
+
+def test_output_layer_runs_on_the_response_columns_only(gloo_world1):
+    """compute_log_probs(from_position=P-1), as the actor calls it: the output layer sees only the
+    columns from P-1 of each (trimmed) micro-batch, and the values there equal the full pass."""
+    init_parallel_state(1, 1, seed=3)
+    model = build_gpt_model(ARGS).eval()
+    g = torch.Generator().manual_seed(1)
+    P = 5
+    ids = torch.randint(1, 40, (4, 12), generator=g)
+    mask = torch.ones(4, 12, dtype=torch.long)
+    mask[1, :2] = 0  # a left-padded prompt
+    mask[[2, 3], 8:] = 0  # short responses: their micro-batch is trimmed to columns 0..7
+    rows = []
+    handle = model.output_layer.register_forward_hook(lambda _m, args, _out: rows.append(args[0].shape[0]))
+    try:
+        part, part_ent = compute_log_probs(model, ids, mask, 2, temperature=0.8, with_entropy=True, from_position=P - 1)
+        full, full_ent = compute_log_probs(model, ids, mask, 2, temperature=0.8, with_entropy=True)
+    finally:
+        handle.remove()
+    assert rows == [8 - (P - 1), 12 - (P - 1), 8, 12]  # hidden states reaching the output layer, per micro-batch
+    real = (mask[:, :-1] * mask[:, 1:]).bool()
+    real[:, :P - 1] = False
+    assert (part - full).abs()[real].max() <= 1e-6
+    assert (part_ent - full_ent).abs()[real].max() <= 1e-6
+    assert not part[:, :P - 1].any() and not part_ent[:, :P - 1].any()

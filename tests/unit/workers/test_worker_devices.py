@@ -72,7 +72,7 @@ def spies(monkeypatch):
 
     seen: list[set] = []
 
-    def compute_log_probs(model, input_ids, attention_mask, mbs, temperature, vocab_size):
+    def compute_log_probs(model, input_ids, attention_mask, mbs, temperature, vocab_size, from_position=0):
         seen.append(tensor_devices([input_ids, attention_mask]))
         return torch.zeros(input_ids.shape[0], input_ids.shape[1] - 1, device=input_ids.device), None
 

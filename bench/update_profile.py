@@ -1,0 +1,211 @@
+"""Profile one policy update, ours (megatron, models/train_step.py) against transformers as TRL runs it.
+
+Both sides load the same Hugging Face directory, take the same (rows, prompt + response) random
+token batch as one micro-batch, and do what one GRPO update does: forward, per-token log-probs of
+the response, the clipped loss + k3 KL, backward, grad clipping and one AdamW step. The transformers
+side follows TRL 1.16's `_get_per_token_logps_and_entropies` (logits only for the response via
+`logits_to_keep`, SDPA attention, fp32). torch.profiler's top operators of each side are printed
+(self CPU time), then the wall time per update (best of --repeat), so the gap can be attributed.
+
+    python bench/update_profile.py --model DIR [--rows 16 --prompt 8 --response 64 --repeat 3 --top 25]
+    python bench/update_profile.py --size 10m      # the bench's random 10M Qwen2 (built in a temp dir)
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import sys
+import tempfile
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def batch_of(rows: int, prompt: int, response: int, vocab: int, seed: int = 0) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, vocab, (rows, prompt + response), generator=g)
+    rmask = torch.ones(rows, response)
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "response_mask": rmask,
+            "advantages": torch.randn(rows, 1, generator=g).expand(rows, response).contiguous(),
+            "old_log_probs": torch.full((rows, response), -7.0),
+            "ref_log_probs": torch.full((rows, response), -7.0)}
+
+
+# ---------------------------------------------------------------------------- ours
+def ours(model_dir: str, batch: dict, prompt: int, full_logits: bool = False, local_attention: bool = False):
+    """One policy_update_step of a fresh model; full_logits / local_attention turn a lever off
+    (the output layer on every position; megatron's DotProductAttention) to measure it alone."""
+    import contextlib
+
+    from mindspeed_rl.models import builder, train_step
+
+    sdpa = builder.sdpa_core_attention
+    builder.sdpa_core_attention = (lambda name: False) if local_attention else sdpa
+    try:
+        update = _ours(model_dir, batch, prompt)
+    finally:
+        builder.sdpa_core_attention = sdpa
+    if not full_logits:
+        return update
+    @contextlib.contextmanager
+    def every_column(chunk, start):
+        yield 0
+
+    def step():
+        columns = train_step.output_columns
+        train_step.output_columns = every_column
+        try:
+            return update()
+        finally:
+            train_step.output_columns = columns
+    return step
+
+
+def _ours(model_dir: str, batch: dict, prompt: int):
+    from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state
+    from mindspeed_rl.models.hf_bridge.loader import load_hf_checkpoint, read_hf_config
+    from mindspeed_rl.models.hf_config import model_config_from_hf
+    from mindspeed_rl.models.optimizer import build_optimizer, wrap_ddp
+    from mindspeed_rl.models.train_step import PolicyLossSettings, policy_update_step
+
+    if not torch.distributed.is_initialized():
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", "29871")
+        torch.distributed.init_process_group("gloo", rank=0, world_size=1, timeout=datetime.timedelta(seconds=60))
+    from megatron.core import parallel_state
+
+    if not parallel_state.model_parallel_is_initialized():  # several variants share one state
+        init_parallel_state(1, 1, seed=1)
+    args = model_config_from_hf(read_hf_config(model_dir))
+    model = build_gpt_model(args)
+    load_hf_checkpoint(model, model_dir, args)
+    ddp = wrap_ddp(model, use_distributed_optimizer=False)
+    opt, sched = build_optimizer([ddp], lr=1e-5, train_iters=100, weight_decay=0.01, clip_grad=1.0,
+                                 use_distributed_optimizer=False)
+    s = PolicyLossSettings(use_kl_loss=True, kl_loss_type="low_var_kl", kl_loss_coef=0.001,
+                           vocab_size=int(args.get("vocab_size") or args["padded_vocab_size"]))
+    return lambda: policy_update_step(ddp, opt, sched, batch, prompt, batch["input_ids"].shape[0], s)
+
+
+# ---------------------------------------------------------------------------- transformers (TRL's way)
+def theirs(model_dir: str, batch: dict, prompt: int):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32, attn_implementation="sdpa")
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.01)
+    ids, mask, response = batch["input_ids"], batch["attention_mask"], batch["response_mask"].shape[1]
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        logits = model(input_ids=ids, attention_mask=mask, logits_to_keep=response + 1).logits[:, :-1]
+        logp = torch.log_softmax(logits.float(), -1).gather(-1, ids[:, prompt:, None]).squeeze(-1)  # (B, T)
+        ratio = torch.exp(logp - logp.detach())
+        adv = batch["advantages"]
+        pg = -torch.min(ratio * adv, ratio.clamp(0.8, 1.2) * adv)
+        d = batch["ref_log_probs"] - logp
+        kl = torch.exp(d) - d - 1
+        loss = ((pg + 0.001 * kl) * batch["response_mask"]).sum() / batch["response_mask"].sum()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+    return step
+
+
+def profile(name: str, step, repeat: int, top: int) -> float:
+    step()  # warm-up (optimizer state, allocator)
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    from torch.profiler import ProfilerActivity, profile as prof
+
+    with prof(activities=[ProfilerActivity.CPU]) as p:
+        step()
+    print(f"\n=== {name}: best {min(times):.3f} s of {repeat} updates ({', '.join(f'{t:.3f}' for t in times)}); "
+          f"load {os.getloadavg()[0]:.2f}")
+    print(p.key_averages().table(sort_by="self_cpu_time_total", row_limit=top, max_name_column_width=48))
+    return min(times)
+
+
+def interleaved(steps: dict, rounds: int) -> dict:
+    """Run each variant once per round, in turn (so a change in the machine's load hits all of them),
+    after one warm-up each; returns {name: [(wall s, process CPU s) per round]}. On a shared machine
+    the CPU seconds (all threads of this process) say more than the wall time."""
+    for step in steps.values():
+        step()
+    times = {name: [] for name in steps}
+    for r in range(rounds):
+        for name, step in steps.items():
+            t0, c0 = time.perf_counter(), time.process_time()
+            step()
+            times[name].append((time.perf_counter() - t0, time.process_time() - c0))
+        print(f"round {r + 1}: " + ", ".join(f"{n} {t[-1][0]:.3f} s / {t[-1][1]:.3f} cpu-s" for n, t in times.items())
+              + f" (load {os.getloadavg()[0]:.1f})", flush=True)
+    return times
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", help="a Hugging Face directory (Llama / Qwen2 / Qwen3 dense)")
+    ap.add_argument("--size", choices=["tiny", "10m", "50m"], help="the bench's random Qwen2 of this size")
+    ap.add_argument("--rows", type=int, default=16)
+    ap.add_argument("--prompt", type=int, default=8)
+    ap.add_argument("--response", type=int, default=64)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--side", choices=["both", "ours", "theirs"], default="both")
+    ap.add_argument("--levers", action="store_true",
+                    help="no profile: time ours, ours with each lever off, and transformers, interleaved")
+    ap.add_argument("--variants", default="ours,full-logits,local-attn,transformers",
+                    help="with --levers: which of ours, full-logits, local-attn, transformers (memory: one model each)")
+    a = ap.parse_args()
+    if bool(a.model) == bool(a.size):
+        print("give exactly one of --model DIR and --size NAME", file=sys.stderr)
+        return 2
+    torch.set_num_threads(a.threads)
+    tmp = None
+    model_dir = a.model
+    if a.size:
+        from bench import grpo_step_workload as wl
+
+        tmp = tempfile.TemporaryDirectory()
+        model_dir = wl.build_model(a.size, tmp.name, wl.build_tokenizer(os.path.join(tmp.name, "tok")), seed=0)
+    import json
+
+    with open(os.path.join(model_dir, "config.json"), encoding="utf-8") as f:
+        vocab = json.load(f)["vocab_size"]
+    batch = batch_of(a.rows, a.prompt, a.response, vocab)
+    if a.levers:
+        make = {"ours": lambda: ours(model_dir, batch, a.prompt),
+                "full-logits": lambda: ours(model_dir, batch, a.prompt, full_logits=True),
+                "local-attn": lambda: ours(model_dir, batch, a.prompt, local_attention=True),
+                "transformers": lambda: theirs(model_dir, batch, a.prompt)}
+        names = a.variants.split(",")
+        if "ours" not in names or set(names) - set(make):
+            print(f"--variants: a comma list of {', '.join(make)} that includes ours", file=sys.stderr)
+            return 2
+        times = interleaved({name: make[name]() for name in names}, a.repeat)
+        best = {name: (min(w for w, _ in t), min(c for _, c in t)) for name, t in times.items()}
+        print("\nvariant        best wall s  best cpu-s  cpu / ours")
+        for name, (wall, cpu) in best.items():
+            print(f"{name:<14} {wall:10.3f}  {cpu:10.3f}  {cpu / best['ours'][1]:9.2f}x")
+        return 0
+    results = {}
+    if a.side in ("both", "theirs"):
+        results["transformers"] = profile("transformers (TRL's update)", theirs(model_dir, batch, a.prompt), a.repeat, a.top)
+    if a.side in ("both", "ours"):
+        results["ours"] = profile("ours (policy_update_step)", ours(model_dir, batch, a.prompt), a.repeat, a.top)
+    if len(results) == 2:
+        print(f"\nours/transformers update: {results['ours'] / results['transformers']:.2f}x "
+              f"({results['ours']:.3f} s vs {results['transformers']:.3f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""Fused core attention for megatron's local layer spec: torch's scaled_dot_product_attention.
+
+Megatron's local `DotProductAttention` materialises the (b x heads, sq, sk) scores with baddbmm, a
+softmax over them and a bmm, each a pass over S x S floats per head, and repeats K/V for GQA.
+`SDPACoreAttention` computes the same softmax(Q K^T * scale + mask) V with one call to
+`torch.nn.functional.scaled_dot_product_attention` (a fused, flash-style kernel on CPU and CUDA;
+issue 15 / 17). It subclasses DotProductAttention so its constructor, attributes and state dict
+(none) stay megatron's, in megatron-core 0.12 and 0.16 alike (same forward signature).
+
+Masks: megatron's bool (b, 1, sq, sk), True = may not attend. Megatron fills masked scores with
+-10000 before its softmax; SDPA gets the same additive -10000, so every row with an allowed key
+gives the same result. A row with no allowed key (a left-padding query) is padding whatever the
+kernel does with it: megatron averages all values there, SDPA the softmax of the unmasked scores.
+With no mask and a causal layer, SDPA's own causal mask (`is_causal`) is megatron's default one.
+
+Not handled here (megatron's own forward runs instead): attention dropout while training (megatron
+draws it from its TP-aware RNG tracker), attention bias, packed sequences, sliding windows and
+megatron 0.16's softmax offsets. Whether the platform uses this module is `platform.sdpa_core_attention`
+(NPU: MindSpeed's fused attention, switched by its own keys).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from mindspeed_rl.platform import get_platform
+
+get_platform().patch()  # megatron must be imported after the platform patch (no-op when done)
+
+from megatron.core.transformer.dot_product_attention import DotProductAttention  # noqa: E402
+from megatron.core.transformer.enums import AttnMaskType  # noqa: E402
+
+MASKED_SCORE = -10000.0  # megatron's attention_mask_func fill value
+
+
+class SDPACoreAttention(DotProductAttention):
+    """DotProductAttention whose forward is one scaled_dot_product_attention call (see module doc)."""
+
+    def _megatron_only(self, attention_bias, packed_seq_params) -> bool:
+        dropout = self.attention_dropout.p > 0 and self.training
+        return (dropout or attention_bias is not None or packed_seq_params is not None
+                or getattr(self, "softmax_offset", None) is not None
+                or getattr(self.scale_mask_softmax, "window_size", None) is not None)
+
+    def forward(self, query, key, value, attention_mask, attn_mask_type=None, attention_bias=None,
+                packed_seq_params=None):
+        """query (sq, b, np, hn), key / value (sk, b, ng, hn), attention_mask bool (b|1, 1, sq, sk) or
+        None -> context (sq, b, np * hn), as DotProductAttention.forward."""
+        if self._megatron_only(attention_bias, packed_seq_params):
+            return super().forward(query, key, value, attention_mask, attn_mask_type, attention_bias,
+                                   packed_seq_params)
+        sq, b, heads, _ = query.shape
+        q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))  # (b, heads | groups, s, hn)
+        per_group = heads // k.shape[1]
+        if per_group > 1:  # GQA: as megatron, each group's K/V serves per_group consecutive heads
+            k, v = k.repeat_interleave(per_group, dim=1), v.repeat_interleave(per_group, dim=1)
+        mask, causal = None, False
+        if attention_mask is not None:
+            mask = torch.zeros(attention_mask.shape, dtype=q.dtype, device=q.device).masked_fill_(
+                attention_mask, MASKED_SCORE)
+        else:
+            causal = (attn_mask_type or self.attn_mask_type) == AttnMaskType.causal and sq > 1
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.0, is_causal=causal,
+                                                 scale=self.softmax_scale * self._layer_coeff())
+        return context.permute(2, 0, 1, 3).reshape(sq, b, heads * context.shape[-1])  # (sq, b, np * hn)
+
+    def _layer_coeff(self) -> float:
+        """apply_query_key_layer_scaling divides softmax_scale by layer_number and multiplies the
+        scores back in the softmax: the product is softmax_scale x coeff."""
+        coeff = getattr(self.scale_mask_softmax, "scale", None)
+        return float(coeff) if coeff is not None else 1.0
+
+
+def with_sdpa_attention(spec: Any) -> Any:
+    """A copy of a layer / block spec tree with megatron's DotProductAttention swapped for
+    SDPACoreAttention (anything else, e.g. Transformer Engine's attention, is left as it is)."""
+    if spec is DotProductAttention:
+        return SDPACoreAttention
+    if isinstance(spec, (list, tuple)):
+        return type(spec)(with_sdpa_attention(s) for s in spec)
+    if dataclasses.is_dataclass(spec) and not isinstance(spec, type):
+        return dataclasses.replace(spec, **{f.name: with_sdpa_attention(getattr(spec, f.name))
+                                            for f in dataclasses.fields(spec) if f.init})
+    return spec
