@@ -252,7 +252,8 @@ def run_ours(size: str, w: dict, d: dict, engine: str = "megatron") -> dict:
             r = json.loads(line)
             t = {p: r.get(f"timing/{p}", 0.0) for p in ("gen", "reward", "ref", "old_log_prob", "adv")}
             sync = r.get("timing/sync_weights", 0.0)  # vLLM: the sync (and its check) runs inside "gen"
-            t["gen"] -= sync
+            check = r.get("timing/sync_check", 0.0)  # vLLM: the probe check after the sync (driver's time)
+            t["gen"] -= sync + check
             update = r["timing/update_actor"]
             step = r["timing/step"]
             if "timing/update_actor_worker" in r:  # the workers timed themselves: Ray is not in the phases
@@ -260,8 +261,9 @@ def run_ours(size: str, w: dict, d: dict, engine: str = "megatron") -> dict:
                 t.update(gen=r.get("timing/gen_worker", 0.0), ref=r.get("timing/ref_worker", t["ref"]),
                          old_log_prob=r.get("timing/old_log_prob_worker", 0.0))
                 update = r["timing/update_actor_worker"]
+            sync += check  # the sync column is the weight sync plus its probe check
             steps.append({"step": r["step"], "step_s": step, **{k: v for k, v in t.items() if k != "adv"},
-                          "adv": t["adv"], "update": update, "sync": sync,
+                          "adv": t["adv"], "update": update, "sync": sync, "sync_check": check,
                           "other": step - sum(t.values()) - sync - update,
                           "prompt_len": r["prompt_length/mean"], "response_len": r["response_length/mean"],
                           "tokens": seqs * (r["prompt_length/mean"] + r["response_length/mean"]),

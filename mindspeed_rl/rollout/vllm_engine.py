@@ -331,4 +331,4 @@ def build_vllm_engine(cfg, args: dict, tokenizer, vocab_size: int):
                       tensor_parallel_size=r.infer_tensor_parallel_size,
                       gpu_memory_utilization=r.gpu_memory_utilization, kv_cache_gb=r.vllm_kv_cache_gb,
                       max_num_seqs=max(r.num_samples_per_step, 1), seed=cfg.run.seed, platform_name=cfg.run.platform
-                      if cfg.run.platform != "auto" else None)
+                      if cfg.run.platform != "auto" else None, enforce_eager=r.enforce_eager)
