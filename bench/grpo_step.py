@@ -75,7 +75,7 @@ def workload(args) -> dict:
                 max_new_tokens=args.max_new_tokens, temperature=1.0, top_p=1.0, top_k=0, kl_coef=0.001,
                 clip_low=0.2, clip_high=0.2, loss_agg="token-mean", trl_loss_type="dapo", lr=1e-5,
                 weight_decay=0.01, adam_beta1=0.9, adam_beta2=0.999, adam_eps=1e-8, clip_grad=1.0,
-                threads=args.threads)
+                threads=args.threads, vllm_compile=args.vllm_compile)
 
 
 # ---------------------------------------------------------------------------- machine load
@@ -206,7 +206,7 @@ def _our_cfg(model, w: dict, d: dict, engine: str, size: str) -> dict:
                  loss_agg_mode=w["loss_agg"], entropy_coeff=0.0, lr=w["lr"], lr_decay_style="constant",
                  lr_warmup_fraction=0.0, weight_decay=w["weight_decay"], adam_beta1=w["adam_beta1"],
                  adam_beta2=w["adam_beta2"], adam_eps=w["adam_eps"], clip_grad=w["clip_grad"],
-                 rollout_engine=engine)
+                 rollout_engine=engine, **({"enforce_eager": not w["vllm_compile"]} if engine == "vllm" else {}))
     cfg = {
         **({"model": {f"bench_{_slug(size)}": model}} if model else {}),
         "training": dict(global_batch_size=w["prompts_per_step"], seq_length=8 + w["max_new_tokens"],
@@ -556,6 +556,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--skip-trl", action="store_true", help="our side only")
     p.add_argument("--engine", default="megatron", help="our rollout engine(s), comma list of megatron, vllm "
                    "(vllm: run this script with the .venv-vllm python; 'megatron,vllm' puts them side by side)")
+    p.add_argument("--vllm-compile", action="store_true", help="the vLLM side compiles its model (enforce_eager: "
+                   "false; the engine starts in minutes the first time, then from vLLM's compile cache)")
     p.add_argument("--trl-optional", action="store_true", help="go on with our side only if TRL's venv cannot be made")
     args = p.parse_args(argv)
     args.sizes = (args.sizes or ("tiny,10m" if args.quick else ",".join(wl.SIZES))).split(",")
