@@ -126,8 +126,10 @@ class VLLMEngine:
         seed: engine seed (requests carry their own seeds).
         platform_name: cpu / cuda / npu (default: the running platform).
         bucket_bytes: chunk size of update_weights when it is fed a flat stream.
-        enforce_eager: no torch.compile / graph capture (default: the engine starts in seconds, and
-            no captured graph can hold stale weight pointers); False for throughput (benchmarks).
+        enforce_eager: no torch.compile / graph capture (the default: the engine starts in seconds).
+            False (config `enforce_eager: false`) compiles the model at start; updates still reach
+            it: the layer-wise reload copies into the original parameter storage and the rebuilt
+            CPU GEMM handles are graph inputs, not constants (tests/vllm/test_vllm_compiled.py).
     """
 
     def __init__(self, hf_config: Mapping[str, Any], vocab_size: int, max_length: int,
