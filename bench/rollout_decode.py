@@ -122,6 +122,7 @@ def main() -> None:
     from mindspeed_rl.models.hf_bridge import DictReader, load_into_model
     from mindspeed_rl.rollout.interface import SamplingParams
     from mindspeed_rl.rollout.native import NativeEngine
+    from mindspeed_rl.rollout.sync_check import probe_batch
 
     # one device, one dtype for both engines (issue 17: the norms used to stay fp32 on the CPU)
     dtype = getattr(torch, args.dtype)
@@ -194,6 +195,13 @@ def main() -> None:
         best = min(vllm_s[k])
         print(f"{k:<22}{'-':>14}{new_tokens / best:>14.0f}{best:>9.2f}{'(paged)':>14}{_runs(vllm_s[k]):>22}"
               f"   start {e.start_s:.1f} s; native/vLLM total {(pre + dec) / best:.2f}x")
+        # the trainer's per-step extras with vLLM: the weight stream and the probe's generation (the
+        # check's training forward on 2 x 16 tokens is not timed here)
+        sync_s = min(_timed(lambda: e.update_weights((n, v.detach().cpu()) for n, v in hf.state_dict().items()))[1]
+                     for _ in range(args.repeats))
+        probe_s = min(_timed(lambda: probe_batch(e, args.vocab, True, 1.0, 1024))[1] for _ in range(args.repeats))
+        print(f"  {k}: weight sync {sync_s:.3f} s, sync-check probe generation {probe_s:.3f} s (best of "
+              f"{args.repeats}) = {(sync_s + probe_s) / best:.0%} of this generation")
         if not args.sample:
             print(f"  {k}: greedy tokens identical to the native engine's: "
                   f"{torch.equal(e.generate(prompts, sp).responses, out.responses.cpu())}")
