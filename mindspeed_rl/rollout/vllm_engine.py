@@ -325,6 +325,9 @@ def build_vllm_engine(cfg, args: dict, tokenizer, vocab_size: int):
     from mindspeed_rl.models.hf_bridge.loader import hf_config_of
 
     hf_config = hf_config_of(a.load) or hf_config_from_args(args, vocab_size, dtype)
+    # a tokenizer may hold more ids than the model has rows (added tokens past a checkpoint's
+    # vocab_size): the engine holds the rows the model has, which is what the trainer scores
+    vocab_size = min(int(vocab_size), int(args.get("padded_vocab_size") or vocab_size))
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     return VLLMEngine(hf_config, vocab_size=vocab_size,
                       max_length=min(int(args.get("max_position_embeddings") or cfg.run.seq_length), cfg.run.seq_length),
