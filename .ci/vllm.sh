@@ -4,7 +4,8 @@
 # so it cannot share the main .venv. Its torchvision / torchaudio / torchcodec dependencies are CUDA
 # builds that break `import vllm`: they are removed. Measured from scratch: 254 s install on a quiet
 # machine; the whole stage took 52 min once on a machine shared by four busy sessions (1763 s install,
-# 22 min tests), so expect ~12 min on a CI machine of its own.
+# 22 min tests), so expect ~12 min on a CI machine of its own. test_vllm_compiled.py compiles one
+# tiny model (enforce_eager=False; the second engine of that shape loads vLLM's compile cache).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}

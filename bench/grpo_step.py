@@ -75,7 +75,7 @@ def workload(args) -> dict:
                 max_new_tokens=args.max_new_tokens, temperature=1.0, top_p=1.0, top_k=0, kl_coef=0.001,
                 clip_low=0.2, clip_high=0.2, loss_agg="token-mean", trl_loss_type="dapo", lr=1e-5,
                 weight_decay=0.01, adam_beta1=0.9, adam_beta2=0.999, adam_eps=1e-8, clip_grad=1.0,
-                threads=args.threads)
+                threads=args.threads, vllm_compile=args.vllm_compile)
 
 
 # ---------------------------------------------------------------------------- machine load
@@ -206,7 +206,7 @@ def _our_cfg(model, w: dict, d: dict, engine: str, size: str) -> dict:
                  loss_agg_mode=w["loss_agg"], entropy_coeff=0.0, lr=w["lr"], lr_decay_style="constant",
                  lr_warmup_fraction=0.0, weight_decay=w["weight_decay"], adam_beta1=w["adam_beta1"],
                  adam_beta2=w["adam_beta2"], adam_eps=w["adam_eps"], clip_grad=w["clip_grad"],
-                 rollout_engine=engine)
+                 rollout_engine=engine, **({"enforce_eager": not w["vllm_compile"]} if engine == "vllm" else {}))
     cfg = {
         **({"model": {f"bench_{_slug(size)}": model}} if model else {}),
         "training": dict(global_batch_size=w["prompts_per_step"], seq_length=8 + w["max_new_tokens"],
@@ -252,7 +252,8 @@ def run_ours(size: str, w: dict, d: dict, engine: str = "megatron") -> dict:
             r = json.loads(line)
             t = {p: r.get(f"timing/{p}", 0.0) for p in ("gen", "reward", "ref", "old_log_prob", "adv")}
             sync = r.get("timing/sync_weights", 0.0)  # vLLM: the sync (and its check) runs inside "gen"
-            t["gen"] -= sync
+            check = r.get("timing/sync_check", 0.0)  # vLLM: the probe check after the sync (driver's time)
+            t["gen"] -= sync + check
             update = r["timing/update_actor"]
             step = r["timing/step"]
             if "timing/update_actor_worker" in r:  # the workers timed themselves: Ray is not in the phases
@@ -260,8 +261,9 @@ def run_ours(size: str, w: dict, d: dict, engine: str = "megatron") -> dict:
                 t.update(gen=r.get("timing/gen_worker", 0.0), ref=r.get("timing/ref_worker", t["ref"]),
                          old_log_prob=r.get("timing/old_log_prob_worker", 0.0))
                 update = r["timing/update_actor_worker"]
+            sync += check  # the sync column is the weight sync plus its probe check
             steps.append({"step": r["step"], "step_s": step, **{k: v for k, v in t.items() if k != "adv"},
-                          "adv": t["adv"], "update": update, "sync": sync,
+                          "adv": t["adv"], "update": update, "sync": sync, "sync_check": check,
                           "other": step - sum(t.values()) - sync - update,
                           "prompt_len": r["prompt_length/mean"], "response_len": r["response_length/mean"],
                           "tokens": seqs * (r["prompt_length/mean"] + r["response_length/mean"]),
@@ -554,6 +556,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--skip-trl", action="store_true", help="our side only")
     p.add_argument("--engine", default="megatron", help="our rollout engine(s), comma list of megatron, vllm "
                    "(vllm: run this script with the .venv-vllm python; 'megatron,vllm' puts them side by side)")
+    p.add_argument("--vllm-compile", action="store_true", help="the vLLM side compiles its model (enforce_eager: "
+                   "false; the engine starts in minutes the first time, then from vLLM's compile cache)")
     p.add_argument("--trl-optional", action="store_true", help="go on with our side only if TRL's venv cannot be made")
     args = p.parse_args(argv)
     args.sizes = (args.sizes or ("tiny,10m" if args.quick else ",".join(wl.SIZES))).split(",")

@@ -72,21 +72,24 @@ def _timed(fn):
     return out, time.perf_counter() - t0
 
 
-def _vllm_row(args, config, hf, prompts, sp, native_out, new_tokens) -> None:
-    """The vLLM engine on the same weights and prompts: total time only (vLLM interleaves prefill
-    and decode in its scheduler); tokens/s = generated tokens / total."""
+def _vllm_engines(args, config, hf) -> dict:
+    """vLLM engines (rollout/vllm_engine.py, in-process) on the same weights: eager, and compiled
+    (torch.compile, enforce_eager=False) with --vllm-compile. Weights go in through update_weights,
+    the trainer's path (the layer-wise reload), so the compiled row is the trainer's setting too."""
     from mindspeed_rl.rollout.vllm_engine import VLLMEngine
 
-    engine = VLLMEngine(config.to_dict(), vocab_size=args.vocab, max_length=1024,
-                        dtype=args.dtype, max_num_seqs=args.batch, kv_cache_gb=2,
-                        enforce_eager=not args.vllm_compile)
-    engine.update_weights((k, v.detach().cpu()) for k, v in hf.state_dict().items())
-    engine.generate(prompts, sp)  # warm-up
-    best = min(_timed(lambda: engine.generate(prompts, sp))[1] for _ in range(args.repeats))
-    out = engine.generate(prompts, sp)
-    print(f"{'vllm' + (' (compiled)' if args.vllm_compile else ' (eager)'):<22}{'-':>14}{new_tokens / best:>14.0f}{best:>9.2f}{'(paged)':>14}")
-    print(f"vLLM greedy tokens identical to the native engine's: "
-          f"{torch.equal(out.responses, native_out.responses.cpu())}; vLLM engine start {engine.start_s:.1f} s")
+    engines = {}
+    for eager in (True,) + ((False,) if args.vllm_compile else ()):
+        engine = VLLMEngine(config.to_dict(), vocab_size=args.vocab, max_length=1024, dtype=args.dtype,
+                            max_num_seqs=args.batch, kv_cache_gb=2, enforce_eager=eager)
+        engine.update_weights((k, v.detach().cpu()) for k, v in hf.state_dict().items())
+        engines["vllm (eager)" if eager else "vllm (compiled)"] = engine
+    return engines
+
+
+def _runs(times: list) -> str:
+    """Every repeat's seconds, for the spread on a shared machine."""
+    return " ".join(f"{t:.2f}" for t in times)
 
 
 def main() -> None:
@@ -105,7 +108,10 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=2, help="best of N runs per engine")
     p.add_argument("--engine", default="native", choices=["native", "vllm"],
                    help="vllm: add a vLLM row (rollout/vllm_engine.py, in-process; run with the .venv-vllm python)")
-    p.add_argument("--vllm-compile", action="store_true", help="vLLM with torch.compile (enforce_eager=False)")
+    p.add_argument("--vllm-compile", action="store_true", help="also a compiled vLLM row (torch.compile, "
+                   "enforce_eager=False; the engine starts in minutes on a busy machine the first time)")
+    p.add_argument("--sample", action="store_true", help="our engines sample at T = 1 with log-probs (the "
+                   "trainer's setting) instead of greedy; transformers stays greedy")
     p.add_argument("--stop-frac", type=float, default=0.01,
                    help="fraction of the vocabulary used as stop ids in the compaction rows (0 = skip them)")
     args = p.parse_args()
@@ -116,6 +122,7 @@ def main() -> None:
     from mindspeed_rl.models.hf_bridge import DictReader, load_into_model
     from mindspeed_rl.rollout.interface import SamplingParams
     from mindspeed_rl.rollout.native import NativeEngine
+    from mindspeed_rl.rollout.sync_check import probe_batch
 
     # one device, one dtype for both engines (issue 17: the norms used to stay fp32 on the CPU)
     dtype = getattr(torch, args.dtype)
@@ -152,29 +159,54 @@ def main() -> None:
 
     engine = NativeEngine(model, vocab_size=args.vocab, max_length=1024)
     sp = SamplingParams(do_sample=False, max_new_tokens=args.new_tokens, ignore_eos=True)
-    hf_prefill(), hf_generate(), engine.generate(prompts, sp)  # warm-up (first-call allocations)
-    # interleaved repeats, best of each: the CPU may be shared, so load swings hit both engines
-    hf_pre, hf_gen, pre, dec = [], [], [], []
+    # --sample: the trainer's setting (T = 1 with log-probs) for our engines; transformers stays greedy
+    ours_sp = SamplingParams(do_sample=True, temperature=1.0, max_new_tokens=args.new_tokens, ignore_eos=True,
+                             seed=3) if args.sample else sp
+    vllm = _vllm_engines(args, config, hf) if args.engine == "vllm" else {}
+    hf_prefill(), hf_generate(), engine.generate(prompts, ours_sp)  # warm-up (first-call allocations)
+    for e in vllm.values():
+        e.generate(prompts, ours_sp)
+    # interleaved repeats, best of each: the CPU may be shared, so load swings hit every engine
+    hf_pre, hf_gen, pre, dec, vllm_s = [], [], [], [], {k: [] for k in vllm}
     for _ in range(args.repeats):
         hf_pre.append(_timed(hf_prefill)[1])
         hf_gen.append(_timed(hf_generate)[1])
-        out = engine.generate(prompts, sp)
+        out = engine.generate(prompts, ours_sp)
         pre.append(out.stats["rollout/prefill_s"])
         dec.append(out.stats["rollout/decode_s"])
+        for k, e in vllm.items():
+            vllm_s[k].append(_timed(lambda: e.generate(prompts, ours_sp))[1])
+    spread = {"native (megatron)": [p + d for p, d in zip(pre, dec)], **vllm_s}
     hf_pre, hf_gen, pre, dec = min(hf_pre), min(hf_gen), min(pre), min(dec)
     hf_dec = hf_gen - hf_pre
     hf_cache = 2 * args.layers * args.batch * args.kv_heads * (P + args.new_tokens) * (args.hidden // args.heads) \
         * torch.finfo(dtype).bits // 8
-    same = torch.equal(out.responses.to(device), hf_generate()[:, P:]) if args.dtype == "float32" else None
+    same = torch.equal(out.responses.to(device), hf_generate()[:, P:]) \
+        if args.dtype == "float32" and not args.sample else None
 
-    print(f"{'engine':<22}{'prefill tok/s':>14}{'decode tok/s':>14}{'total s':>9}{'KV cache MiB':>14}")
+    print(f"{'engine':<22}{'prefill tok/s':>14}{'decode tok/s':>14}{'total s':>9}{'KV cache MiB':>14}{'total s, all runs':>22}")
     print(f"{'transformers generate':<22}{prompt_tokens / hf_pre:>14.0f}{new_tokens / hf_dec:>14.0f}"
           f"{hf_gen:>9.2f}{hf_cache / 2**20:>14.1f}")
     print(f"{'native (megatron)':<22}{prompt_tokens / pre:>14.0f}{new_tokens / dec:>14.0f}"
-          f"{pre + dec:>9.2f}{engine.kv_cache_bytes / 2**20:>14.1f}")
-    if args.engine == "vllm":
-        _vllm_row(args, config, hf, prompts, sp, out, new_tokens)
-    print(f"greedy tokens identical to transformers: {same}; memory {PLATFORM.memory_stats()}")
+          f"{pre + dec:>9.2f}{engine.kv_cache_bytes / 2**20:>14.1f}{_runs(spread['native (megatron)']):>22}")
+    # vLLM interleaves prefill and decode in its scheduler: total time only; its tokens/s column is
+    # generated tokens over the whole call, prefill included
+    for k, e in vllm.items():
+        best = min(vllm_s[k])
+        print(f"{k:<22}{'-':>14}{new_tokens / best:>14.0f}{best:>9.2f}{'(paged)':>14}{_runs(vllm_s[k]):>22}"
+              f"   start {e.start_s:.1f} s; native/vLLM total {(pre + dec) / best:.2f}x")
+        # the trainer's per-step extras with vLLM: the weight stream and the probe's generation (the
+        # check's training forward on 2 x 16 tokens is not timed here)
+        sync_s = min(_timed(lambda: e.update_weights((n, v.detach().cpu()) for n, v in hf.state_dict().items()))[1]
+                     for _ in range(args.repeats))
+        probe_s = min(_timed(lambda: probe_batch(e, args.vocab, True, 1.0, 1024))[1] for _ in range(args.repeats))
+        print(f"  {k}: weight sync {sync_s:.3f} s, sync-check probe generation {probe_s:.3f} s (best of "
+              f"{args.repeats}) = {(sync_s + probe_s) / best:.0%} of this generation")
+        if not args.sample:
+            print(f"  {k}: greedy tokens identical to the native engine's: "
+                  f"{torch.equal(e.generate(prompts, sp).responses, out.responses.cpu())}")
+    print(f"greedy tokens identical to transformers: {same}; memory {PLATFORM.memory_stats()}; "
+          f"load average {os.getloadavg()[0]:.1f}")
 
     # ---- sequences of different lengths: compaction of finished rows
     if args.stop_frac > 0:

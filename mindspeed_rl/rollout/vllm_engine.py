@@ -126,8 +126,10 @@ class VLLMEngine:
         seed: engine seed (requests carry their own seeds).
         platform_name: cpu / cuda / npu (default: the running platform).
         bucket_bytes: chunk size of update_weights when it is fed a flat stream.
-        enforce_eager: no torch.compile / graph capture (default: the engine starts in seconds, and
-            no captured graph can hold stale weight pointers); False for throughput (benchmarks).
+        enforce_eager: no torch.compile / graph capture (the default: the engine starts in seconds).
+            False (config `enforce_eager: false`) compiles the model at start; updates still reach
+            it: the layer-wise reload copies into the original parameter storage and the rebuilt
+            CPU GEMM handles are graph inputs, not constants (tests/vllm/test_vllm_compiled.py).
     """
 
     def __init__(self, hf_config: Mapping[str, Any], vocab_size: int, max_length: int,
@@ -323,6 +325,9 @@ def build_vllm_engine(cfg, args: dict, tokenizer, vocab_size: int):
     from mindspeed_rl.models.hf_bridge.loader import hf_config_of
 
     hf_config = hf_config_of(a.load) or hf_config_from_args(args, vocab_size, dtype)
+    # a tokenizer may hold more ids than the model has rows (added tokens past a checkpoint's
+    # vocab_size): the engine holds the rows the model has, which is what the trainer scores
+    vocab_size = min(int(vocab_size), int(args.get("padded_vocab_size") or vocab_size))
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     return VLLMEngine(hf_config, vocab_size=vocab_size,
                       max_length=min(int(args.get("max_position_embeddings") or cfg.run.seq_length), cfg.run.seq_length),
@@ -331,4 +336,4 @@ def build_vllm_engine(cfg, args: dict, tokenizer, vocab_size: int):
                       tensor_parallel_size=r.infer_tensor_parallel_size,
                       gpu_memory_utilization=r.gpu_memory_utilization, kv_cache_gb=r.vllm_kv_cache_gb,
                       max_num_seqs=max(r.num_samples_per_step, 1), seed=cfg.run.seed, platform_name=cfg.run.platform
-                      if cfg.run.platform != "auto" else None)
+                      if cfg.run.platform != "auto" else None, enforce_eager=r.enforce_eager)

@@ -86,7 +86,11 @@ class ActorFacade(_ShardedRole):
         else:
             return
         if self.verify_sync:
+            start = time.perf_counter()
             self._verify(target)
+            # what the check costs every step (probe generation + training forward + Ray round trips)
+            self._pending_metrics["timing/sync_check"] = (self._pending_metrics.get("timing/sync_check", 0.0)
+                                                          + time.perf_counter() - start)
 
     def _add_sync_metrics(self, seconds: float, per_rank: list) -> None:
         self._pending_metrics["timing/sync_weights"] = self._pending_metrics.get("timing/sync_weights", 0.0) + seconds

@@ -265,7 +265,7 @@ class ActorRolloutWorker(_ModelWorker):
         from mindspeed_rl.rollout.sync_check import probe_batch
 
         r = self.cfg.actor.rollout
-        return probe_batch(self.engine, self.vocab_size, r.do_sample, r.temperature, self.cfg.run.seq_length)
+        return probe_batch(self.engine, self.engine.vocab_size, r.do_sample, r.temperature, self.cfg.run.seq_length)
 
     @on_device(move_inputs=False)  # the engine reads prompts as lists; its output comes back to the host
     def generate_sequences(self, prompts: dict, n: int, greedy: bool = False, with_ref: bool = False) -> dict:

@@ -113,7 +113,7 @@ class RolloutWorker:
         from mindspeed_rl.rollout.sync_check import probe_batch
 
         r = self.cfg.actor.rollout
-        return probe_batch(self.engine, self.vocab_size, r.do_sample, r.temperature, self.cfg.run.seq_length)
+        return probe_batch(self.engine, self.engine.vocab_size, r.do_sample, r.temperature, self.cfg.run.seq_length)
 
     @on_device(move_inputs=False)
     def generate_sequences(self, prompts: dict, n: int, greedy: bool = False) -> dict:

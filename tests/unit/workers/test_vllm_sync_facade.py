@@ -39,6 +39,7 @@ def test_colocated_vllm_syncs_once_per_update_and_checks_every_sync():
     stats = actor.update_actor({})
     assert stats["rollout/sync_peak_bytes"] == 1024.0 and stats["timing/sync_weights"] > 0
     assert stats["rollout/logp_diff_max"] == pytest.approx(5e-5, abs=1e-6)
+    assert stats["timing/sync_check"] > 0  # what the probe check costs, reported with the update
     actor.sync_rollout_weights()  # after the update: sync and check again
     assert log[-3:] == [("train", "sync_rollout_weights"), ("train", "generate_probe"), ("train", "compute_log_prob")]
 
