@@ -19,9 +19,7 @@ round differently); fp32 is the numerics floor. A benchmark, not a test: nothing
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
-import socket
 import sys
 
 import torch
@@ -29,6 +27,9 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from mindspeed_rl.platform import get_platform  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from rollout_decode import init_world  # noqa: E402  (bench/ is not a package)
 
 PLATFORM = get_platform()
 PLATFORM.patch()
@@ -38,16 +39,6 @@ ARGS = dict(num_layers=4, hidden_size=128, ffn_hidden_size=256, num_attention_he
             swiglu=True, disable_bias_linear=True, qk_layernorm=True, num_experts=8, moe_router_topk=2,
             moe_ffn_hidden_size=64, norm_topk_prob=True, init_method_std=0.02)
 VOCAB = 250
-
-
-def _init_world() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ["MASTER_PORT"] = str(port)
-    torch.distributed.init_process_group(PLATFORM.dist_backend, rank=0, world_size=1,
-                                         timeout=datetime.timedelta(seconds=60))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -144,7 +135,7 @@ def main(argv=None) -> int:
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--seed", type=int, default=1234)
     a = ap.parse_args(argv)
-    _init_world()
+    init_world()
     updates = [int(u) for u in a.updates.split(",")]
     print(f"MoE {ARGS['num_layers']} layers, {ARGS['num_experts']} experts top-{ARGS['moe_router_topk']}, hidden "
           f"{ARGS['hidden_size']}; {a.prompts} prompts x {a.n} samples, {a.new_tokens} new tokens; Adam lr {a.lr}")

@@ -31,7 +31,9 @@ PLATFORM = get_platform()
 PLATFORM.patch()
 
 
-def _init_world() -> None:
+def init_world() -> None:
+    """A one-process torch.distributed world on a free local port (megatron needs one); also used by
+    bench/moe_routing_replay.py."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -117,7 +119,7 @@ def main() -> None:
     args = p.parse_args()
 
     device = PLATFORM.set_device(0)  # first: nccl communicators bind to the current device
-    _init_world()
+    init_world()
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.hf_bridge import DictReader, load_into_model
     from mindspeed_rl.rollout.interface import SamplingParams
