@@ -20,7 +20,6 @@ megatron 0.16's softmax offsets. Whether the platform uses this module is `platf
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import torch
@@ -32,6 +31,8 @@ get_platform().patch()  # megatron must be imported after the platform patch (no
 
 from megatron.core.transformer.dot_product_attention import DotProductAttention  # noqa: E402
 from megatron.core.transformer.enums import AttnMaskType  # noqa: E402
+
+from mindspeed_rl.models.spec_tree import swap_in_spec  # noqa: E402
 
 MASKED_SCORE = -10000.0  # megatron's attention_mask_func fill value
 
@@ -77,11 +78,4 @@ class SDPACoreAttention(DotProductAttention):
 def with_sdpa_attention(spec: Any) -> Any:
     """A copy of a layer / block spec tree with megatron's DotProductAttention swapped for
     SDPACoreAttention (anything else, e.g. Transformer Engine's attention, is left as it is)."""
-    if spec is DotProductAttention:
-        return SDPACoreAttention
-    if isinstance(spec, (list, tuple)):
-        return type(spec)(with_sdpa_attention(s) for s in spec)
-    if dataclasses.is_dataclass(spec) and not isinstance(spec, type):
-        return dataclasses.replace(spec, **{f.name: with_sdpa_attention(getattr(spec, f.name))
-                                            for f in dataclasses.fields(spec) if f.init})
-    return spec
+    return swap_in_spec(spec, DotProductAttention, SDPACoreAttention)

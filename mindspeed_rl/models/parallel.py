@@ -25,7 +25,6 @@ chunk) or selective (only core attention). Only training forwards recompute (meg
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from typing import Any, Iterator, Optional, Union
 
 import torch
@@ -39,6 +38,7 @@ from megatron.core.transformer.torch_norm import WrappedTorchNorm  # noqa: E402
 from megatron.core.transformer.transformer_block import LayerNormImpl, TransformerBlockSubmodules  # noqa: E402
 
 from mindspeed_rl.models.chunks import Model, as_chunks, unwrap  # noqa: E402
+from mindspeed_rl.models.spec_tree import swap_in_spec  # noqa: E402
 
 RECOMPUTE_GRANULARITIES = ("full", "selective")
 RECOMPUTE_METHODS = ("uniform", "block")
@@ -62,14 +62,7 @@ class SequenceParallelNorm:
 
 def _swap_norm(node: Any) -> Any:
     """A copy of a spec tree with every WrappedTorchNorm replaced by SequenceParallelNorm."""
-    if node is WrappedTorchNorm:
-        return SequenceParallelNorm
-    if isinstance(node, (list, tuple)):
-        return type(node)(_swap_norm(n) for n in node)
-    if dataclasses.is_dataclass(node) and not isinstance(node, type):
-        return dataclasses.replace(node, **{f.name: _swap_norm(getattr(node, f.name))
-                                            for f in dataclasses.fields(node) if f.init})
-    return node
+    return swap_in_spec(node, WrappedTorchNorm, SequenceParallelNorm)
 
 
 def sequence_parallel_spec(spec: Union[ModuleSpec, TransformerBlockSubmodules],
