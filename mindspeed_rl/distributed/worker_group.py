@@ -358,7 +358,7 @@ def _memory_report(msg: str) -> str:
     used = re.search(r"was ([\d.]+\s*GB) used / ([\d.]+\s*GB) limit", msg)
     level = f"the node's memory reached {used.group(1)} of {used.group(2)}" if used else "the node ran low on memory"
     return (f"{level} (Ray kills a worker above 95 %, `RAY_memory_usage_threshold`). Lower the memory per "
-            f"worker (smaller micro_batch_size, max_new_tokens or n_samples_per_prompt; offload the reference) "
+            f"worker (smaller micro_batch_size, max_new_tokens or n_samples_per_prompt) "
             f"or stop what else runs on that node; `ray logs raylet.out` lists the largest processes.")
 
 
