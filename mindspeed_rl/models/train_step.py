@@ -31,6 +31,7 @@ get_platform().patch()  # megatron must be imported after the platform patch (no
 from megatron.core import parallel_state  # noqa: E402
 from megatron.core.distributed import finalize_model_grads  # noqa: E402
 from megatron.core.pipeline_parallel import get_forward_backward_func  # noqa: E402
+from megatron.core.utils import get_model_config  # noqa: E402
 
 from mindspeed_rl.models.chunks import as_chunks  # noqa: E402
 from mindspeed_rl.models.moe_replay import columns, replay_routing  # noqa: E402
@@ -86,6 +87,27 @@ def global_denominator(response_mask: torch.Tensor, mode: str) -> Optional[torch
     return count[0].double()
 
 
+def rows_to_run(batch: dict, s: PolicyLossSettings, chunks: list, micro_batch_size: int, pp: int) -> Optional[torch.Tensor]:
+    """Indices of the rows the update must run, or None for all of them.
+
+    A row whose advantages are 0 on every response token adds exactly 0 to the clipped policy loss
+    (-A * ratio, dual clip and TIS weights included) and to its gradient. When that loss is the only
+    term (no KL loss, no entropy bonus, a dense model: MoE's load-balancing loss sees every token),
+    those rows are left out of the forward and backward; the loss denominator still counts them, so
+    the gradient is unchanged (the stats pg_clipfrac / ppo_kl are then means over the rows run). Rows
+    that matter come first; zero rows fill the last micro-batch (at least one micro-batch runs, and
+    a multiple of PP under the interleaved schedule)."""
+    if s.use_kl_loss or s.entropy_coeff != 0 or get_model_config(chunks[0]).num_moe_experts:
+        return None
+    b = batch["advantages"].shape[0]
+    matters = ((batch["advantages"] != 0) & (batch["response_mask"] > 0)).any(-1)  # NaN counts: it matters
+    step = micro_batch_size * (pp if len(chunks) > 1 else 1)
+    n = min(b, max(step, -(-int(matters.sum()) // step) * step))
+    if n == b:
+        return None
+    return torch.cat([matters.nonzero()[:, 0], (~matters).nonzero()[:, 0]])[:n]
+
+
 def policy_update_step(model, optimizer, scheduler, batch: dict, prompt_width: int, micro_batch_size: int,
                        s: PolicyLossSettings) -> dict[str, float]:
     """Forward-backward over the micro-batches of `batch`, then one optimizer step.
@@ -114,10 +136,13 @@ def policy_update_step(model, optimizer, scheduler, batch: dict, prompt_width: i
                          f"({b // micro_batch_size}) to be a multiple of pipeline_model_parallel_size {pp}")
     keys = [k for k in ("input_ids", "attention_mask", "response_mask", "advantages", "old_log_probs",
                         "ref_log_probs", "rollout_log_probs", "routed_experts") if k in batch]
+    denom = global_denominator(batch["response_mask"], s.loss_agg_mode)  # over every row, run or not
+    run = rows_to_run(batch, s, chunks, micro_batch_size, pp)
+    if run is not None:  # zero-advantage rows add nothing: not run
+        batch = {k: batch[k][run] for k in keys}
     order = by_length(batch["attention_mask"], micro_batch_size)  # similar lengths share a micro-batch
     micro = [dict(zip(keys, parts)) for parts in zip(*(batch[k][order].split(micro_batch_size) for k in keys))]
     dp = parallel_state.get_data_parallel_world_size()
-    denom = global_denominator(batch["response_mask"], s.loss_agg_mode)
     if denom is None:  # Dr.GRPO's constant is the full response width, also for a trimmed micro-batch
         denom = float(seq - prompt_width)
     scale = len(micro) * dp
@@ -191,6 +216,7 @@ def policy_update_step(model, optimizer, scheduler, batch: dict, prompt_width: i
     stats["actor/grad_norm"] = float(grad_norm) if grad_norm is not None else float("nan")
     stats["actor/lr"] = lr
     stats["actor/update_skipped"] = float(not ok)
+    stats["actor/rows_not_run"] = float(b - len(micro) * micro_batch_size)  # zero advantage (rows_to_run)
     return stats
 
 

@@ -233,6 +233,9 @@ class GRPOTrainer:
         metrics["grpo/advantages/mean"] = float(adv[valid].mean()) if valid.any() else 0.0
         metrics["grpo/advantages/max"] = float(adv[valid].max()) if valid.any() else 0.0
         metrics["grpo/advantages/min"] = float(adv[valid].min()) if valid.any() else 0.0
+        # rows that teach nothing through the policy loss (e.g. a group that scored all alike); without
+        # a KL loss or entropy bonus the update does not run them (models/train_step.rows_to_run)
+        metrics["grpo/zero_advantage_frac"] = float(((adv == 0) | ~valid).all(-1).float().mean())
         return metrics
 
     def validate(self) -> dict[str, float]:

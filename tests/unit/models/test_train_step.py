@@ -125,3 +125,40 @@ def test_tis_weighs_each_token_loss(gloo_world1, tis_mode):
     assert abs(stats["actor/pg_loss"] - loss.item()) < 1e-5
     halves = [float((w[i:i + 2] * rm[i:i + 2]).sum() / rm[i:i + 2].sum()) for i in (0, 2)]  # micro-batch means
     assert stats["actor/tis_weight_mean"] == pytest.approx(sum(halves) / 2, abs=1e-5)
+
+
+@pytest.mark.parametrize("mode,micro,zero_rows", [("token-mean", 1, [1, 3]), ("seq-mean-token-mean", 2, [0, 2]),
+                                                   ("token-mean", 2, [0, 1, 2, 3])])
+def test_zero_advantage_rows_are_not_run(gloo_world1, mode, micro, zero_rows):
+    """With the policy loss as the only term, rows whose advantages are all 0 are left out of the
+    forward/backward, and the update still takes exactly the gradient of the whole mini-batch's
+    loss (whose denominator counts those rows). With a KL loss every row runs."""
+    init_parallel_state(1, 1, seed=7)
+    s = PolicyLossSettings(loss_agg_mode=mode, clip_ratio_low=0.1, clip_ratio_high=0.1)
+    model = build_gpt_model(ARGS)
+    batch = make_batch(seed=3)
+    batch["advantages"][zero_rows] = 0.0
+    logits = model(batch["input_ids"], position_ids_from_mask(batch["attention_mask"]),
+                   attention_mask_4d(batch["attention_mask"]))
+    logp, _ = response_log_probs(logits, batch["input_ids"], P, 1.0, None, with_entropy=False)
+    loss = alg.policy_loss(logp, batch["old_log_probs"], batch["advantages"], batch["response_mask"],
+                           0.1, 0.1, None, mode)[0]
+    loss.backward()
+    expected = {n: (p.detach() - 0.5 * p.grad).clone() for n, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    seen = []
+    model.embedding.register_forward_hook(  # rows that go through the model
+        lambda m, args, kwargs, out: seen.append((args or [kwargs["input_ids"]])[0].shape[0]), with_kwargs=True)
+    ddp = wrap_ddp(model, use_distributed_optimizer=False)
+    opt, sched = build_optimizer([ddp], lr=0.5, train_iters=10, clip_grad=1e9, optimizer="sgd",
+                                 use_distributed_optimizer=False)
+    stats = policy_update_step(ddp, opt, sched, batch, P, micro, s)
+    ran = max(micro, -(-(B - len(zero_rows)) // micro) * micro)  # whole micro-batches, at least one
+    assert sum(seen) == ran and stats["actor/rows_not_run"] == B - ran
+    worst = max((p.detach() - expected[n]).abs().max().item() for n, p in model.named_parameters())
+    assert worst < 1e-6, worst
+    assert abs(stats["actor/pg_loss"] - loss.item()) < 1e-6
+
+    seen.clear()  # a KL loss needs every row's log-probs: nothing is left out
+    policy_update_step(ddp, opt, sched, batch, P, micro, PolicyLossSettings(loss_agg_mode=mode, use_kl_loss=True))
+    assert sum(seen) == B

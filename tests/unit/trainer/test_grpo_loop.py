@@ -21,6 +21,7 @@ class TabularActor:
         self.gen = torch.Generator().manual_seed(seed)
         self.synced = 0
         self.updates = []
+        self.advantages = []  # (advantages, response_mask) of every update
 
     def sync_rollout_weights(self):
         self.synced += 1
@@ -51,6 +52,7 @@ class TabularActor:
 
     def update_actor(self, batch):
         self.updates.append(sorted(k for k in batch if not k.startswith("_")))
+        self.advantages.append((batch[K.ADVANTAGES], batch[K.RESPONSE_MASK]))
         logp = self._logp(batch)
         old = batch.get(K.OLD_LOG_PROBS, logp.detach())
         loss, stats = alg.policy_loss(logp, old, batch[K.ADVANTAGES], batch[K.RESPONSE_MASK])
@@ -121,6 +123,10 @@ def test_reward_rises_and_metrics_are_written(tmp_path):
         assert key in rows[0], key
     assert "val/score/mean" in rows[9] and "val/score/mean" not in rows[8]
     assert actor.synced == 40
+    for row, (adv, mask) in zip(rows, actor.advantages):  # rows the policy loss learns nothing from
+        mask = mask.bool()
+        assert row["grpo/zero_advantage_frac"] == float(((adv == 0) | ~mask).all(-1).float().mean())
+    assert any(0 < r["grpo/zero_advantage_frac"] < 1 for r in rows)  # some groups scored alike, others not
     # exactly on-policy by default: no old log-probs recomputed, no reference needed (no KL)
     assert K.OLD_LOG_PROBS not in actor.updates[0] and ref.calls == 0
 
