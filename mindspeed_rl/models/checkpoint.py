@@ -483,6 +483,9 @@ def load_checkpoint(path: str, model: torch.nn.Module, args: Mapping[str, Any], 
         else:
             state = torch.load(os.path.join(here, "optim.pt"), weights_only=False)
             optimizer.load_state_dict(state["optimizer"])
+        from mindspeed_rl.models.optimizer import use_fused_adam
+
+        use_fused_adam(optimizer)  # the saved param groups carry the saving run's kernel choice
         if scheduler is not None and state["scheduler"] is not None:
             scheduler.load_state_dict(state["scheduler"])
     elif scheduler is not None and m.get("has_optimizer"):  # the lr schedule does not depend on the layout
