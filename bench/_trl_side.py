@@ -81,7 +81,7 @@ def grpo_config(w: dict, out_dir: str):
         loss_type=w["trl_loss_type"], scale_rewards="group", mask_truncated_completions=False,
         learning_rate=w["lr"], lr_scheduler_type="constant", warmup_steps=0, weight_decay=w["weight_decay"],
         adam_beta1=w["adam_beta1"], adam_beta2=w["adam_beta2"], adam_epsilon=w["adam_eps"],
-        max_grad_norm=w["clip_grad"], optim="adamw_torch", use_vllm=False, gradient_checkpointing=False,
+        max_grad_norm=w["clip_grad"], optim="adamw_torch_fused", use_vllm=False, gradient_checkpointing=False,
         disable_dropout=True, logging_steps=1, save_strategy="no", report_to="none", log_completions=False,
         dataloader_num_workers=0, remove_unused_columns=False, shuffle_dataset=True,
         model_init_kwargs={"dtype": "float32"})
@@ -199,6 +199,7 @@ def used_settings(trainer, tokenizer, first_prompt: str) -> dict:
         "optimizer": f"{type(opt).__module__}.{type(opt).__name__}",
         "lr": groups[0]["lr"], "weight_decay": max(grp["weight_decay"] for grp in groups),
         "betas": list(groups[0]["betas"]), "adam_eps": groups[0]["eps"],
+        "adam_kernel": "fused" if groups[0].get("fused") else "foreach" if groups[0].get("foreach") else "for-loop",
         "decay_params": len(decay), "no_decay_params": sum(len(grp["params"]) for grp in groups) - len(decay),
         "lr_schedule": trainer.args.lr_scheduler_type.value if hasattr(trainer.args.lr_scheduler_type, "value")
         else str(trainer.args.lr_scheduler_type),

@@ -280,6 +280,7 @@ def our_settings(size: str, d: dict, processes: dict) -> dict:
     from mindspeed_rl.data.prompt_dataset import build_prompt_dataset
     from mindspeed_rl.data.tokenizer import load_tokenizer
     from mindspeed_rl.platform import get_platform
+    from mindspeed_rl.platform.base import fused_adamw
     from mindspeed_rl.data.tokenizer import eos_token_ids
 
     get_platform("cpu").patch()
@@ -303,6 +304,7 @@ def our_settings(size: str, d: dict, processes: dict) -> dict:
         "adv_eps": GROUP_NORM_EPS, "ppo_epochs": ppo.ppo_epochs, "updates_per_generation": mini_batches * ppo.ppo_epochs,
         "optimizer": f"{adam.__module__}.{adam.__name__}", "lr": o.lr, "weight_decay": o.weight_decay,
         "betas": [o.adam_beta1, o.adam_beta2], "adam_eps": o.adam_eps, "lr_schedule": o.lr_decay_style,
+        "adam_kernel": "fused" if fused_adamw("cpu") else "for-loop",  # models/optimizer.use_fused_adam
         "clip_grad": o.clip_grad, "params_dtype": a.params_dtype if a.params_dtype != "fp32" else "float32",
         "params": wl.param_counts(size)["total"], "ref_model": ppo.use_kl_loss,
         "threads": sorted({p["threads"] for role, p in processes.items() if role != "main"}),
@@ -337,7 +339,7 @@ LEGEND = ("phases in s, medians over steps 2..N; ours/TRL below 1x is ours faste
 
 MUST_MATCH = ("n_samples", "max_new_tokens", "do_sample", "temperature", "top_p", "top_k", "kl_coef", "clip_low",
               "clip_high", "dual_clip", "loss_agg", "ppo_epochs", "updates_per_generation", "optimizer", "lr",
-              "weight_decay", "betas", "adam_eps", "lr_schedule", "clip_grad", "params_dtype", "params",
+              "weight_decay", "betas", "adam_eps", "adam_kernel", "lr_schedule", "clip_grad", "params_dtype", "params",
               "ref_model", "threads", "niceness", "prompt_ids", "eos_ids", "sequences_per_update")
 SHOWN_ONLY = ("kl_estimator", "adv", "versions", "decay_params", "no_decay_params")
 

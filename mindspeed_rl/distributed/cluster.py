@@ -28,6 +28,7 @@ from mindspeed_rl.distributed.plan import RolePlacement, placement_groups
 from mindspeed_rl.utils.logging import get_logger
 
 log = get_logger(__name__)
+LOCAL_START_ATTEMPTS = 3  # tries to start a local Ray instance before giving up (Ray waits 30 s each)
 
 
 class ClusterError(RuntimeError):
@@ -91,13 +92,22 @@ def connect(plan: list[RolePlacement], platform, *, address: str | None = None,
         kwargs["resources"] = {resource: need}
     log.info("starting a local Ray instance (%s)", ", ".join(f"{k}={v}" for k, v in kwargs.items()))
     with _quiet_npu_probe(platform.name == "cpu"):
-        try:
-            ray.init(address="local", **kwargs)
-        except Exception as err:  # noqa: BLE001 - Ray raises a bare Exception when its daemons start too slowly
-            load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-            raise ClusterError(f"starting a local Ray instance failed: {str(err).strip().splitlines()[0]} (load "
-                               f"average {load:.1f} on {os.cpu_count()} cores); retry when the machine is less "
-                               f"busy, or start Ray first with `ray start --head` and set RAY_ADDRESS.") from None
+        for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
+            try:
+                ray.init(address="local", **kwargs)
+                break
+            except Exception as err:  # noqa: BLE001 - Ray raises a bare Exception when its daemons start too slowly
+                # Ray waits a fixed 30 s for its raylet; on a busy machine a second start usually makes it
+                load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+                first_line = str(err).strip().splitlines()[0]
+                ray.shutdown()  # the half-started daemons of this attempt
+                if attempt < LOCAL_START_ATTEMPTS:
+                    log.warning("starting a local Ray instance failed (%s, load average %.1f); trying again (%d/%d)",
+                                first_line, load, attempt + 1, LOCAL_START_ATTEMPTS)
+                    continue
+                raise ClusterError(f"starting a local Ray instance failed {LOCAL_START_ATTEMPTS} times: {first_line} "
+                                   f"(load average {load:.1f} on {os.cpu_count()} cores); retry when the machine is "
+                                   f"less busy, or start Ray first with `ray start --head` and set RAY_ADDRESS.") from None
     return _describe("local", True, resource)
 
 

@@ -62,11 +62,24 @@ def test_ray_start_timing_out_is_a_sentence(monkeypatch):
     from mindspeed_rl.distributed import cluster
     from mindspeed_rl.platform import get_platform
 
+    calls, shutdowns = [], []
+
     def slow_init(**kwargs):
-        raise Exception("The current node timed out during startup. This could happen because ...")
+        calls.append(kwargs)
+        if len(calls) < fail_times:  # the first fail_times - 1 starts time out
+            raise Exception("The current node timed out during startup. This could happen because ...")
 
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", slow_init)
-    with pytest.raises(cluster.ClusterError, match=r"starting a local Ray instance failed: The current node timed out "
-                                                   r"during startup\. .*\(load average [0-9.]+ on \d+ cores\); retry"):
+    monkeypatch.setattr(ray, "shutdown", lambda: shutdowns.append(1))
+    monkeypatch.setattr(cluster, "_describe", lambda *args: "described")
+    fail_times = 2  # a busy machine: the second start makes it
+    assert cluster.connect([], get_platform("cpu"), address="local") == "described"
+    assert len(calls) == 2 and len(shutdowns) == 1
+    calls.clear()
+    fail_times = cluster.LOCAL_START_ATTEMPTS + 1  # never: one sentence, not a traceback
+    with pytest.raises(cluster.ClusterError, match=r"starting a local Ray instance failed 3 times: The current node "
+                                                   r"timed out during startup\. .*\(load average [0-9.]+ on \d+ "
+                                                   r"cores\); retry"):
         cluster.connect([], get_platform("cpu"), address="local")
+    assert len(calls) == cluster.LOCAL_START_ATTEMPTS
