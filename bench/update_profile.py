@@ -35,9 +35,12 @@ def batch_of(rows: int, prompt: int, response: int, vocab: int, seed: int = 0) -
 
 
 # ---------------------------------------------------------------------------- ours
-def ours(model_dir: str, batch: dict, prompt: int, full_logits: bool = False, local_attention: bool = False):
-    """One policy_update_step of a fresh model; full_logits / local_attention turn a lever off
-    (the output layer on every position; megatron's DotProductAttention) to measure it alone."""
+def ours(model_dir: str, batch: dict, prompt: int, full_logits: bool = False, local_attention: bool = False,
+         megatron_rope: bool = False, unfused_wgrad: bool = False):
+    """One policy_update_step of a fresh model; full_logits / local_attention / megatron_rope /
+    unfused_wgrad turn a lever off (the output layer on every position; megatron's DotProductAttention;
+    megatron's unfused RoPE instead of models/rotary.py; weight gradients through param.grad and DDP's
+    add_ instead of into main_grad, platform/wgrad_fusion.py) to measure it alone."""
     import contextlib
 
     from mindspeed_rl.models import builder, train_step
@@ -45,9 +48,11 @@ def ours(model_dir: str, batch: dict, prompt: int, full_logits: bool = False, lo
     sdpa = builder.sdpa_core_attention
     builder.sdpa_core_attention = (lambda name: False) if local_attention else sdpa
     try:
-        update = _ours(model_dir, batch, prompt)
+        update = _ours(model_dir, batch, prompt, unfused_wgrad)
     finally:
         builder.sdpa_core_attention = sdpa
+    if megatron_rope:
+        update = _with_megatron_rope(update)
     if not full_logits:
         return update
     @contextlib.contextmanager
@@ -64,7 +69,23 @@ def ours(model_dir: str, batch: dict, prompt: int, full_logits: bool = False, lo
     return step
 
 
-def _ours(model_dir: str, batch: dict, prompt: int):
+def _with_megatron_rope(update):
+    """update, run with megatron's own apply_rotary_pos_emb in its attention (the patch is global:
+    swapped in and back around each call, so the other variants keep ours)."""
+    from megatron.core.models.common.embeddings import rope_utils
+    from megatron.core.transformer import attention
+
+    def step():
+        ours_ = attention.apply_rotary_pos_emb
+        attention.apply_rotary_pos_emb = rope_utils.apply_rotary_pos_emb
+        try:
+            return update()
+        finally:
+            attention.apply_rotary_pos_emb = ours_
+    return step
+
+
+def _ours(model_dir: str, batch: dict, prompt: int, unfused_wgrad: bool = False):
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state
     from mindspeed_rl.models.hf_bridge.loader import load_hf_checkpoint, read_hf_config
     from mindspeed_rl.models.hf_config import model_config_from_hf
@@ -83,6 +104,10 @@ def _ours(model_dir: str, batch: dict, prompt: int):
     model = build_gpt_model(args)
     load_hf_checkpoint(model, model_dir, args)
     ddp = wrap_ddp(model, use_distributed_optimizer=False)
+    if unfused_wgrad:
+        for module in ddp.module.modules():
+            if hasattr(module, "gradient_accumulation_fusion"):
+                module.gradient_accumulation_fusion = False
     opt, sched = build_optimizer([ddp], lr=1e-5, train_iters=100, weight_decay=0.01, clip_grad=1.0,
                                  use_distributed_optimizer=False)
     s = PolicyLossSettings(use_kl_loss=True, kl_loss_type="low_var_kl", kl_loss_coef=0.001,
@@ -162,8 +187,9 @@ def main() -> int:
     ap.add_argument("--side", choices=["both", "ours", "theirs"], default="both")
     ap.add_argument("--levers", action="store_true",
                     help="no profile: time ours, ours with each lever off, and transformers, interleaved")
-    ap.add_argument("--variants", default="ours,full-logits,local-attn,transformers",
-                    help="with --levers: which of ours, full-logits, local-attn, transformers (memory: one model each)")
+    ap.add_argument("--variants", default="ours,full-logits,local-attn,megatron-rope,unfused-wgrad,transformers",
+                    help="with --levers: which of ours, full-logits, local-attn, megatron-rope, unfused-wgrad, transformers "
+                         "(memory: one model each)")
     a = ap.parse_args()
     if bool(a.model) == bool(a.size):
         print("give exactly one of --model DIR and --size NAME", file=sys.stderr)
@@ -185,16 +211,23 @@ def main() -> int:
         make = {"ours": lambda: ours(model_dir, batch, a.prompt),
                 "full-logits": lambda: ours(model_dir, batch, a.prompt, full_logits=True),
                 "local-attn": lambda: ours(model_dir, batch, a.prompt, local_attention=True),
+                "megatron-rope": lambda: ours(model_dir, batch, a.prompt, megatron_rope=True),
+                "unfused-wgrad": lambda: ours(model_dir, batch, a.prompt, unfused_wgrad=True),
                 "transformers": lambda: theirs(model_dir, batch, a.prompt)}
         names = a.variants.split(",")
         if "ours" not in names or set(names) - set(make):
             print(f"--variants: a comma list of {', '.join(make)} that includes ours", file=sys.stderr)
             return 2
         times = interleaved({name: make[name]() for name in names}, a.repeat)
+        import statistics
+
         best = {name: (min(w for w, _ in t), min(c for _, c in t)) for name, t in times.items()}
-        print("\nvariant        best wall s  best cpu-s  cpu / ours")
+        median = {name: (statistics.median(w for w, _ in t), statistics.median(c for _, c in t))
+                  for name, t in times.items()}
+        print("\nvariant        best wall s  best cpu-s  cpu / ours  median wall s  median cpu-s")
         for name, (wall, cpu) in best.items():
-            print(f"{name:<14} {wall:10.3f}  {cpu:10.3f}  {cpu / best['ours'][1]:9.2f}x")
+            print(f"{name:<14} {wall:10.3f}  {cpu:10.3f}  {cpu / best['ours'][1]:9.2f}x  {median[name][0]:12.3f}  "
+                  f"{median[name][1]:12.3f}")
         return 0
     results = {}
     if a.side in ("both", "theirs"):

@@ -1,5 +1,6 @@
-"""Build a megatron-core GPTModel (local layer spec; core attention fused with torch's SDPA where the
-platform allows, models/core_attention.py) from flat Megatron-named arguments.
+"""Build a megatron-core GPTModel (local layer spec; core attention fused with torch's SDPA and RoPE with
+cos/sin once per forward where the platform allows, models/core_attention.py and models/rotary.py)
+from flat Megatron-named arguments.
 
     args = model_config_from_hf(json.load(open(f"{hf_dir}/config.json")))   # or a model yaml
     init_parallel_state(tp=2, pp=1, seed=1234)
@@ -32,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from mindspeed_rl.platform import get_platform, place_model
-from mindspeed_rl.platform.base import sdpa_core_attention
+from mindspeed_rl.platform.base import own_rotary, sdpa_core_attention
 
 get_platform().patch()  # megatron must be imported after the platform patch (no-op when done)
 
@@ -44,6 +45,7 @@ from megatron.core.transformer.transformer_config import TransformerConfig  # no
 
 from mindspeed_rl.models.core_attention import with_sdpa_attention  # noqa: E402
 from mindspeed_rl.models.parallel import sequence_parallel_spec  # noqa: E402
+from mindspeed_rl.models.rotary import install as install_rotary  # noqa: E402
 
 _REQUIRED = ("num_layers", "hidden_size", "num_attention_heads", "padded_vocab_size")
 
@@ -186,6 +188,8 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
                                     qk_layernorm=config.qk_layernorm, normalization=config.normalization)
     if sdpa_core_attention(get_platform().name):  # fused attention (models/core_attention.py)
         spec = with_sdpa_attention(spec)
+    if own_rotary(get_platform().name):  # RoPE: cos/sin once per forward, one rotation op (models/rotary.py)
+        install_rotary()
     if config.sequence_parallel:  # megatron's torch-norm fallback refuses SP: models/parallel.py
         spec = sequence_parallel_spec(spec, _layers_per_chunk(config))
     if vp_stage is not None:

@@ -6,7 +6,8 @@
 The flat arguments are the optim keys of the config (mindspeed_rl.config.schema.OptimConfig), so
 configs reach megatron through one builder and no config object crosses into models/.
 Gradients are reduced in fp32 and never overlapped with backward (overlap needs CUDA streams);
-grad clipping, loss scaling (fp16) and master weights are megatron's own.
+grad clipping, loss scaling (fp16) and master weights are megatron's own. On CPU the linear layers'
+weight gradients are accumulated into DDP's main_grad buffer inside their GEMM (platform/wgrad_fusion.py).
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from megatron.core.distributed import DistributedDataParallel, DistributedDataPa
 from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer  # noqa: E402
 from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler  # noqa: E402
 
-from mindspeed_rl.platform import megatron_fixes  # noqa: E402
+from mindspeed_rl.platform import megatron_fixes, wgrad_fusion  # noqa: E402
 from mindspeed_rl.platform.base import fused_adamw  # noqa: E402
 
 megatron_fixes.apply()  # the distributed optimizer needs it without Transformer Engine
@@ -35,8 +36,10 @@ def wrap_ddp(model: torch.nn.Module, use_distributed_optimizer: bool = True,
     ddp_config = DistributedDataParallelConfig(
         grad_reduce_in_fp32=True, overlap_grad_reduce=False,
         use_distributed_optimizer=use_distributed_optimizer)
-    return DistributedDataParallel(config=model.config, ddp_config=ddp_config, module=model,
-                                   disable_bucketing=not bucketing)
+    ddp = DistributedDataParallel(config=model.config, ddp_config=ddp_config, module=model,
+                                  disable_bucketing=not bucketing)
+    wgrad_fusion.enable(ddp.module)  # CPU: weight gradients accumulate into main_grad in the GEMM
+    return ddp
 
 
 def build_optimizer(

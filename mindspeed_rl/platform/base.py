@@ -265,6 +265,13 @@ def fused_adamw(name: str) -> bool:
     return name in ("cpu", "cuda")
 
 
+def own_rotary(name: str) -> bool:
+    """Whether models on platform `name` apply RoPE with models/rotary.py (cos/sin once per table, one
+    rotation op) instead of megatron's unfused rope: CPU and CUDA. On NPU, MindSpeed's fused rope stays
+    (use_fused_rotary_pos_emb)."""
+    return name in ("cpu", "cuda")
+
+
 def make_platform(name: str) -> Platform:
     """Build the Platform for a resolved name (imports only that device's module)."""
     if name == "npu":

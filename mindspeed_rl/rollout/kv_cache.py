@@ -46,6 +46,8 @@ get_platform().patch()  # megatron must be imported after the platform patch (no
 
 from megatron.core.models.common.embeddings.rope_utils import apply_rotary_pos_emb  # noqa: E402
 
+from mindspeed_rl.models.rotary import rotate_half  # noqa: E402
+
 
 class KVCache:
     """K and V of every layer for the rows still generating: (b, groups/TP, max_len, head_dim) each,
@@ -114,11 +116,7 @@ class CachedCoreAttention(torch.nn.Module):
         if not self.own_rope:
             return apply_rotary_pos_emb(t, self.cache.freqs[start:end], self.config)
         cos, sin = self.cache.rope(start, end, t.dtype)
-        rot = cos.shape[-1]
-        x, rest = t[..., :rot], t[..., rot:]
-        x1, x2 = torch.chunk(x, 2, dim=-1)
-        x = x * cos + torch.cat((-x2, x1), dim=-1) * sin
-        return torch.cat((x, rest), dim=-1) if rest.shape[-1] else x
+        return rotate_half(t, cos, sin)  # the training forward's rotation (models/rotary.py)
 
     def forward(self, query, key, value, attention_mask, attn_mask_type=None, attention_bias=None,
                 packed_seq_params=None):
