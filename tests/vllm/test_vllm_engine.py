@@ -182,3 +182,32 @@ def test_threads_sleep_and_close(setup, caplog):
     assert sum("no sleep mode on cpu" in r.getMessage() for r in caplog.records) == 1
     engine.wake_up()
     assert engine.generate(PROMPTS[:1], SamplingParams(do_sample=False, max_new_tokens=2)).responses.shape[1] >= 1
+
+
+def test_a_tokenizer_with_more_ids_than_the_model_has_rows(setup):
+    """Added tokens past a checkpoint's vocab_size (bench/grpo_step.py: 2049 ids, 2048 rows): the
+    actor's engine holds the model's rows, so its first weight sync loads without vLLM's embedding
+    loader asserting, and the sync-check probe draws its prompt ids from those rows only."""
+    from types import SimpleNamespace
+
+    from mindspeed_rl.rollout.vllm_engine import build_vllm_engine
+    from mindspeed_rl.workers.actor import ActorRolloutWorker
+
+    _, out, model, args, _, _, extra = setup
+    tokenizer_ids, rows = 4096, args["padded_vocab_size"]  # a probe over 4096 ids surely draws one >= 128
+    rollout = SimpleNamespace(infer_tensor_parallel_size=1, gpu_memory_utilization=0.3, vllm_kv_cache_gb=1,
+                              num_samples_per_step=4, enforce_eager=True, do_sample=True, temperature=1.0)
+    cfg = SimpleNamespace(actor=SimpleNamespace(load=str(out), params_dtype="fp32", rollout=rollout),
+                          run=SimpleNamespace(seq_length=128, seed=0, platform="cpu"))
+    engine = build_vllm_engine(cfg, args, SimpleNamespace(pad_token_id=0, eos_token_id=0), tokenizer_ids)
+    extra.append(engine)
+    assert engine.vocab_size == rows
+    # the actor's own methods on a stand-in holding what they read (a whole actor needs Ray and a trainer)
+    actor = SimpleNamespace(engine_kind="vllm", engine=engine, model=model, args=args, cfg=cfg,
+                            vocab_size=tokenizer_ids)
+    sync = ActorRolloutWorker.sync_rollout_weights(actor)
+    assert sync["timing/sync_weights"] > 0 and engine.last_sync["tensors"] > 0
+    probe = ActorRolloutWorker.generate_probe(actor)
+    prompt_ids = probe["prompts"][probe["prompts"] != 0]
+    assert prompt_ids.numel() > 0 and int(probe["prompts"].max()) < rows
+    assert int(probe["responses"].max()) < rows and probe["response_mask"].sum() > 0
