@@ -36,11 +36,14 @@ def batch_of(rows: int, prompt: int, response: int, vocab: int, seed: int = 0) -
 
 # ---------------------------------------------------------------------------- ours
 def ours(model_dir: str, batch: dict, prompt: int, full_logits: bool = False, local_attention: bool = False,
-         megatron_rope: bool = False, unfused_wgrad: bool = False):
+         megatron_rope: bool = False, unfused_wgrad: bool = False, loop_adam: bool = False, all_rows: bool = False,
+         kl: bool = True):
     """One policy_update_step of a fresh model; full_logits / local_attention / megatron_rope /
     unfused_wgrad turn a lever off (the output layer on every position; megatron's DotProductAttention;
     megatron's unfused RoPE instead of models/rotary.py; weight gradients through param.grad and DDP's
-    add_ instead of into main_grad, platform/wgrad_fusion.py) to measure it alone."""
+    add_ instead of into main_grad, platform/wgrad_fusion.py; torch's per-parameter Adam instead of its
+    fused kernel; every row run, also those with zero advantages) to measure it alone. kl=False: the
+    policy loss alone (no reference log-probs), where zero-advantage rows are left out."""
     import contextlib
 
     from mindspeed_rl.models import builder, train_step
@@ -48,11 +51,13 @@ def ours(model_dir: str, batch: dict, prompt: int, full_logits: bool = False, lo
     sdpa = builder.sdpa_core_attention
     builder.sdpa_core_attention = (lambda name: False) if local_attention else sdpa
     try:
-        update = _ours(model_dir, batch, prompt, unfused_wgrad)
+        update = _ours(model_dir, batch, prompt, unfused_wgrad, loop_adam, kl)
     finally:
         builder.sdpa_core_attention = sdpa
     if megatron_rope:
         update = _with_megatron_rope(update)
+    if all_rows:
+        update = _with_all_rows(update)
     if not full_logits:
         return update
     @contextlib.contextmanager
@@ -85,7 +90,22 @@ def _with_megatron_rope(update):
     return step
 
 
-def _ours(model_dir: str, batch: dict, prompt: int, unfused_wgrad: bool = False):
+def _with_all_rows(update):
+    """update, run with every row through the forward/backward (train_step.rows_to_run off)."""
+    from mindspeed_rl.models import train_step
+
+    def step():
+        rows_to_run = train_step.rows_to_run
+        train_step.rows_to_run = lambda *args: None
+        try:
+            return update()
+        finally:
+            train_step.rows_to_run = rows_to_run
+    return step
+
+
+def _ours(model_dir: str, batch: dict, prompt: int, unfused_wgrad: bool = False, loop_adam: bool = False,
+          kl: bool = True):
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state
     from mindspeed_rl.models.hf_bridge.loader import load_hf_checkpoint, read_hf_config
     from mindspeed_rl.models.hf_config import model_config_from_hf
@@ -110,18 +130,21 @@ def _ours(model_dir: str, batch: dict, prompt: int, unfused_wgrad: bool = False)
                 module.gradient_accumulation_fusion = False
     opt, sched = build_optimizer([ddp], lr=1e-5, train_iters=100, weight_decay=0.01, clip_grad=1.0,
                                  use_distributed_optimizer=False)
-    s = PolicyLossSettings(use_kl_loss=True, kl_loss_type="low_var_kl", kl_loss_coef=0.001,
+    if loop_adam:
+        for group in opt.optimizer.param_groups:
+            group["fused"] = False  # what torch picks on CPU by itself
+    s = PolicyLossSettings(use_kl_loss=kl, kl_loss_type="low_var_kl", kl_loss_coef=0.001,
                            vocab_size=int(args.get("vocab_size") or args["padded_vocab_size"]))
     return lambda: policy_update_step(ddp, opt, sched, batch, prompt, batch["input_ids"].shape[0], s)
 
 
 # ---------------------------------------------------------------------------- transformers (TRL's way)
-def theirs(model_dir: str, batch: dict, prompt: int):
+def theirs(model_dir: str, batch: dict, prompt: int, kl: bool = True):
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32, attn_implementation="sdpa")
     model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.01)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.01, fused=True)  # transformers' default optim
     ids, mask, response = batch["input_ids"], batch["attention_mask"], batch["response_mask"].shape[1]
 
     def step():
@@ -131,9 +154,11 @@ def theirs(model_dir: str, batch: dict, prompt: int):
         ratio = torch.exp(logp - logp.detach())
         adv = batch["advantages"]
         pg = -torch.min(ratio * adv, ratio.clamp(0.8, 1.2) * adv)
-        d = batch["ref_log_probs"] - logp
-        kl = torch.exp(d) - d - 1
-        loss = ((pg + 0.001 * kl) * batch["response_mask"]).sum() / batch["response_mask"].sum()
+        loss_t = pg
+        if kl:  # TRL computes the KL only when beta != 0
+            d = batch["ref_log_probs"] - logp
+            loss_t = pg + 0.001 * (torch.exp(d) - d - 1)
+        loss = (loss_t * batch["response_mask"]).sum() / batch["response_mask"].sum()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -187,9 +212,12 @@ def main() -> int:
     ap.add_argument("--side", choices=["both", "ours", "theirs"], default="both")
     ap.add_argument("--levers", action="store_true",
                     help="no profile: time ours, ours with each lever off, and transformers, interleaved")
-    ap.add_argument("--variants", default="ours,full-logits,local-attn,megatron-rope,unfused-wgrad,transformers",
-                    help="with --levers: which of ours, full-logits, local-attn, megatron-rope, unfused-wgrad, transformers "
-                         "(memory: one model each)")
+    ap.add_argument("--variants", default="ours,full-logits,local-attn,megatron-rope,unfused-wgrad,loop-adam,transformers",
+                    help="with --levers: which of ours, full-logits, local-attn, megatron-rope, unfused-wgrad, loop-adam, "
+                         "all-rows, transformers (memory: one model each)")
+    ap.add_argument("--zero-rows", type=float, default=0.0,
+                    help="fraction of the rows with advantage 0 (a group that scored alike); > 0 also drops the KL "
+                         "term on both sides, the case where ours does not run those rows (variant all-rows runs them)")
     a = ap.parse_args()
     if bool(a.model) == bool(a.size):
         print("give exactly one of --model DIR and --size NAME", file=sys.stderr)
@@ -207,13 +235,17 @@ def main() -> int:
     with open(os.path.join(model_dir, "config.json"), encoding="utf-8") as f:
         vocab = json.load(f)["vocab_size"]
     batch = batch_of(a.rows, a.prompt, a.response, vocab)
+    kl = a.zero_rows == 0
+    batch["advantages"][: round(a.zero_rows * a.rows)] = 0.0
     if a.levers:
-        make = {"ours": lambda: ours(model_dir, batch, a.prompt),
-                "full-logits": lambda: ours(model_dir, batch, a.prompt, full_logits=True),
-                "local-attn": lambda: ours(model_dir, batch, a.prompt, local_attention=True),
-                "megatron-rope": lambda: ours(model_dir, batch, a.prompt, megatron_rope=True),
-                "unfused-wgrad": lambda: ours(model_dir, batch, a.prompt, unfused_wgrad=True),
-                "transformers": lambda: theirs(model_dir, batch, a.prompt)}
+        make = {"ours": lambda: ours(model_dir, batch, a.prompt, kl=kl),
+                "full-logits": lambda: ours(model_dir, batch, a.prompt, full_logits=True, kl=kl),
+                "local-attn": lambda: ours(model_dir, batch, a.prompt, local_attention=True, kl=kl),
+                "megatron-rope": lambda: ours(model_dir, batch, a.prompt, megatron_rope=True, kl=kl),
+                "unfused-wgrad": lambda: ours(model_dir, batch, a.prompt, unfused_wgrad=True, kl=kl),
+                "loop-adam": lambda: ours(model_dir, batch, a.prompt, loop_adam=True, kl=kl),
+                "all-rows": lambda: ours(model_dir, batch, a.prompt, all_rows=True, kl=kl),
+                "transformers": lambda: theirs(model_dir, batch, a.prompt, kl=kl)}
         names = a.variants.split(",")
         if "ours" not in names or set(names) - set(make):
             print(f"--variants: a comma list of {', '.join(make)} that includes ours", file=sys.stderr)
@@ -231,9 +263,9 @@ def main() -> int:
         return 0
     results = {}
     if a.side in ("both", "theirs"):
-        results["transformers"] = profile("transformers (TRL's update)", theirs(model_dir, batch, a.prompt), a.repeat, a.top)
+        results["transformers"] = profile("transformers (TRL's update)", theirs(model_dir, batch, a.prompt, kl), a.repeat, a.top)
     if a.side in ("both", "ours"):
-        results["ours"] = profile("ours (policy_update_step)", ours(model_dir, batch, a.prompt), a.repeat, a.top)
+        results["ours"] = profile("ours (policy_update_step)", ours(model_dir, batch, a.prompt, kl=kl), a.repeat, a.top)
     if len(results) == 2:
         print(f"\nours/transformers update: {results['ours'] / results['transformers']:.2f}x "
               f"({results['ours']:.3f} s vs {results['transformers']:.3f} s)")

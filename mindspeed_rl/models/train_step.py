@@ -87,21 +87,23 @@ def global_denominator(response_mask: torch.Tensor, mode: str) -> Optional[torch
     return count[0].double()
 
 
-def rows_to_run(batch: dict, s: PolicyLossSettings, chunks: list, micro_batch_size: int, pp: int) -> Optional[torch.Tensor]:
+def rows_to_run(batch: dict, s: PolicyLossSettings, chunks: list, micro_batch_size: int, pp: int,
+                free: bool) -> Optional[torch.Tensor]:
     """Indices of the rows the update must run, or None for all of them.
 
     A row whose advantages are 0 on every response token adds exactly 0 to the clipped policy loss
     (-A * ratio, dual clip and TIS weights included) and to its gradient. When that loss is the only
     term (no KL loss, no entropy bonus, a dense model: MoE's load-balancing loss sees every token),
     those rows are left out of the forward and backward; the loss denominator still counts them, so
-    the gradient is unchanged (the stats pg_clipfrac / ppo_kl are then means over the rows run). Rows
-    that matter come first; zero rows fill the last micro-batch (at least one micro-batch runs, and
-    a multiple of PP under the interleaved schedule)."""
+    the gradient is unchanged (the stats pg_clipfrac / ppo_kl are then means over the rows run).
+    free: micro-batches may have any shape (forward.shape_free), so the last one is just smaller;
+    otherwise (PP, SP, EP) zero rows fill whole micro-batches (a multiple of PP under the
+    interleaved schedule). At least one row runs."""
     if s.use_kl_loss or s.entropy_coeff != 0 or get_model_config(chunks[0]).num_moe_experts:
         return None
     b = batch["advantages"].shape[0]
     matters = ((batch["advantages"] != 0) & (batch["response_mask"] > 0)).any(-1)  # NaN counts: it matters
-    step = micro_batch_size * (pp if len(chunks) > 1 else 1)
+    step = 1 if free else micro_batch_size * (pp if len(chunks) > 1 else 1)
     n = min(b, max(step, -(-int(matters.sum()) // step) * step))
     if n == b:
         return None
@@ -137,7 +139,8 @@ def policy_update_step(model, optimizer, scheduler, batch: dict, prompt_width: i
     keys = [k for k in ("input_ids", "attention_mask", "response_mask", "advantages", "old_log_probs",
                         "ref_log_probs", "rollout_log_probs", "routed_experts") if k in batch]
     denom = global_denominator(batch["response_mask"], s.loss_agg_mode)  # over every row, run or not
-    run = rows_to_run(batch, s, chunks, micro_batch_size, pp)
+    trim = shape_free(chunks)  # micro-batches of their own width and rows (not under PP, SP or EP)
+    run = rows_to_run(batch, s, chunks, micro_batch_size, pp, trim)
     if run is not None:  # zero-advantage rows add nothing: not run
         batch = {k: batch[k][run] for k in keys}
     order = by_length(batch["attention_mask"], micro_batch_size)  # similar lengths share a micro-batch
@@ -147,8 +150,6 @@ def policy_update_step(model, optimizer, scheduler, batch: dict, prompt_width: i
         denom = float(seq - prompt_width)
     scale = len(micro) * dp
     multiple = sequence_parallel_multiple(chunks)  # SP: the sequence is split over TP ranks
-
-    trim = shape_free(chunks)  # micro-batches of their own width (not under PP, SP or EP)
 
     def step(data_iter, chunk):
         mb, width = next(data_iter), prompt_width
@@ -216,7 +217,7 @@ def policy_update_step(model, optimizer, scheduler, batch: dict, prompt_width: i
     stats["actor/grad_norm"] = float(grad_norm) if grad_norm is not None else float("nan")
     stats["actor/lr"] = lr
     stats["actor/update_skipped"] = float(not ok)
-    stats["actor/rows_not_run"] = float(b - len(micro) * micro_batch_size)  # zero advantage (rows_to_run)
+    stats["actor/rows_not_run"] = float(b - sum(m["input_ids"].shape[0] for m in micro))  # rows_to_run
     return stats
 
 
