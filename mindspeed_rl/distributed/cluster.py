@@ -117,7 +117,7 @@ def describe_nodes(resource: str) -> tuple[dict[str, float], dict[str, float]]:
     Returns:
         (devices, cpus): node name (see node_names) -> free units.
     """
-    free = _available_per_node()
+    free = available_per_node()
     names = node_names()
     devices, cpus = {}, {}
     for node in ray.nodes():
@@ -160,7 +160,7 @@ def _describe(address: str, started: bool, resource: str) -> ClusterInfo:
     return ClusterInfo(address, started, resource, devices, cpus)
 
 
-def _available_per_node() -> dict[str, dict[str, float]]:
+def available_per_node() -> dict[str, dict[str, float]]:
     """Node id -> available resources. Ray exposes this only privately; without it the totals
     are used (then a busy cluster is caught by the placement-group timeout instead)."""
     try:

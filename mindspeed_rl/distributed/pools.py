@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 
-from mindspeed_rl.distributed.cluster import ClusterError, describe_nodes
+from mindspeed_rl.distributed.cluster import ClusterError, available_per_node, describe_nodes
 from mindspeed_rl.distributed.plan import RolePlacement, check_cluster
 from mindspeed_rl.utils.logging import get_logger
 
@@ -109,18 +109,62 @@ def create_pools(plan: list[RolePlacement], resource: str, *, cpus_per_device: f
     return pools
 
 
-def remove_pools(pools: dict[str, ResourcePool]) -> None:
-    """Remove every placement group (the workers on them must be gone or are killed by Ray)."""
-    done = set()
+def remove_pools(pools: dict[str, ResourcePool], timeout_s: float = 30.0) -> None:
+    """Remove every placement group (the workers on them must be gone or are killed by Ray) and wait
+    until their nodes have the devices back.
+
+    Ray removes a group at once but hands its bundles back to the node asynchronously (tens of ms
+    idle, seconds on a loaded machine): without the wait, pools created right after this call (a
+    second run in the same driver, the next test) can be refused by check_cluster for devices that
+    are on their way back. A wait longer than timeout_s is logged, naming the nodes, not raised:
+    this runs on the way out, often while another error is being reported.
+    """
+    done, returning = set(), {}  # node id -> devices on their way back
+    try:
+        free_before = available_per_node()
+    except Exception:  # the cluster is gone: nothing to wait for
+        free_before = {}
     for pool in pools.values():
         if id(pool) in done:
             continue
         done.add(id(pool))
         for pg in pool.groups:
             try:
+                nodes = ray.util.placement_group_table(pg).get("bundles_to_node_id", {})
                 remove_placement_group(pg)
             except Exception as err:  # already removed or the cluster is gone: nothing to free
                 log.debug("could not remove placement group %s: %s", pg.id, err)
+                continue
+            for node in nodes.values():
+                returning[node] = returning.get(node, 0) + 1
+    if not returning:
+        return
+    resource = next(iter(pools.values())).resource
+    expected = {node: float(free_before[node].get(resource, 0.0)) + n
+                for node, n in returning.items() if node in free_before}
+    _wait_returned(resource, expected, timeout_s)
+
+
+def _wait_returned(resource: str, expected: dict[str, float], timeout_s: float) -> None:
+    """Wait until every node has at least `expected` free units of `resource` (or is gone)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            free = available_per_node()
+            alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+        except Exception as err:  # the cluster went away meanwhile: nothing holds the devices
+            log.debug("cluster state unreadable while removing placement groups: %s", err)
+            return
+        short = {node: want for node, want in expected.items()
+                 if node in alive and float(free.get(node, {}).get(resource, 0.0)) < want}
+        if not short:
+            return
+        if time.monotonic() >= deadline:
+            log.warning("the removed placement groups' %s devices were not back on node(s) %s within %.0f s "
+                        "(another job may have taken them); a run started now may find too few free devices.",
+                        resource, ", ".join(n[:12] for n in short), timeout_s)
+            return
+        time.sleep(0.05)
 
 
 def _wait_placed(waits: dict, pools: dict[str, ResourcePool], timeout_s: float) -> None:

@@ -64,8 +64,9 @@ def test_failing_init_is_reported_and_cleaned_up(pools, plan, healthy):
     with pytest.raises(WorkerGroupError, match=r"actor rank \d on .* died during __init__: its __init__ raised "
                                                r"ValueError: bad init value"):
         WorkerGroup("actor", GlooWorker, pools["actor_rollout"], plan["actor_rollout"], kwargs={"fail_init": True},
-                    ready_timeout_s=60)
-    assert time.monotonic() - start < 20
+                    ready_timeout_s=300)
+    # reported when the rank died, not at the ready deadline (two worker starts take 5-60 s on 2 busy cores)
+    assert time.monotonic() - start < 150
 
 
 def test_unknown_method_is_named(healthy):

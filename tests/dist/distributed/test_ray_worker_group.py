@@ -93,6 +93,20 @@ def test_unplaceable_group_times_out_naming_role_and_bundle(pools, monkeypatch):
     assert alive() == before  # the failed attempt left no placement group behind
 
 
+def test_removed_pools_have_their_devices_back_when_remove_pools_returns(ray_session):
+    # Ray gives a removed group's bundles back asynchronously; a run (or test) that creates pools
+    # right after must not be refused for devices still on their way back (a CI failure once).
+    from mindspeed_rl.distributed.cluster import describe_nodes
+    from mindspeed_rl.distributed.pools import remove_pools
+
+    free_before = sum(describe_nodes("NPU")[0].values())
+    for _ in range(3):
+        created = create_pools(list(plan_of("resource_pool.actor_rollout=[2]").values()), "NPU", timeout_s=30)
+        assert sum(describe_nodes("NPU")[0].values()) == free_before - 2
+        remove_pools(created)
+        assert sum(describe_nodes("NPU")[0].values()) == free_before
+
+
 def test_connect_describes_the_running_cluster(ray_session, plan):
     info = connect(list(plan.values()), get_platform("cpu"))
     assert info.resource == "NPU" and not info.started_local
