@@ -36,14 +36,18 @@ def batch_of(rows: int, prompt: int, response: int, vocab: int, seed: int = 0) -
 
 # ---------------------------------------------------------------------------- ours
 def ours(model_dir: str, batch: dict, prompt: int, full_logits: bool = False, local_attention: bool = False,
-         megatron_rope: bool = False, unfused_wgrad: bool = False, loop_adam: bool = False, all_rows: bool = False,
-         kl: bool = True):
+         megatron_rope: bool = False, unfused_wgrad: bool = False, unfused_embedding: bool = False,
+         loop_adam: bool = False, all_rows: bool = False, kl: bool = True, megatron_swiglu: bool = False,
+         log_softmax: bool = False):
     """One policy_update_step of a fresh model; full_logits / local_attention / megatron_rope /
-    unfused_wgrad turn a lever off (the output layer on every position; megatron's DotProductAttention;
-    megatron's unfused RoPE instead of models/rotary.py; weight gradients through param.grad and DDP's
-    add_ instead of into main_grad, platform/wgrad_fusion.py; torch's per-parameter Adam instead of its
-    fused kernel; every row run, also those with zero advantages) to measure it alone. kl=False: the
-    policy loss alone (no reference log-probs), where zero-advantage rows are left out."""
+    megatron_swiglu / unfused_wgrad / unfused_embedding turn a lever off (the output layer on every
+    position; megatron's DotProductAttention; megatron's unfused RoPE instead of models/rotary.py;
+    megatron's unfused chunk + silu * mul instead of models/swiglu.py; the linear layers' weight
+    gradients through param.grad and DDP's add_ instead of into main_grad, platform/wgrad_fusion.py;
+    the word embedding's the same way, a (V, H) gradient instead of its rows into main_grad; torch's
+    per-parameter Adam instead of its fused kernel; every row run, also those with zero advantages;
+    log_softmax + gather for the log-probs and the exact finite check, _with_log_softmax) to measure
+    it alone. kl=False: the policy loss alone (no reference log-probs), where zero-advantage rows are left out."""
     import contextlib
 
     from mindspeed_rl.models import builder, train_step
@@ -51,13 +55,16 @@ def ours(model_dir: str, batch: dict, prompt: int, full_logits: bool = False, lo
     sdpa = builder.sdpa_core_attention
     builder.sdpa_core_attention = (lambda name: False) if local_attention else sdpa
     try:
-        update = _ours(model_dir, batch, prompt, unfused_wgrad, loop_adam, kl)
+        update = _ours(model_dir, batch, prompt, unfused_wgrad=unfused_wgrad, unfused_embedding=unfused_embedding,
+                       loop_adam=loop_adam, kl=kl, megatron_swiglu=megatron_swiglu)
     finally:
         builder.sdpa_core_attention = sdpa
     if megatron_rope:
         update = _with_megatron_rope(update)
     if all_rows:
         update = _with_all_rows(update)
+    if log_softmax:
+        update = _with_log_softmax(update)
     if not full_logits:
         return update
     @contextlib.contextmanager
@@ -90,6 +97,28 @@ def _with_megatron_rope(update):
     return step
 
 
+def _with_log_softmax(update):
+    """update, with the response log-probs as log_softmax + gather of the column slice (what the
+    update did before forward.token_log_probs) and the finite check's exact max |g| per tensor."""
+    from mindspeed_rl.models import train_step
+
+    def old_log_probs(logits, targets, temperature, vocab_size, first):
+        z = logits[:, first: first + targets.shape[1]].float() / temperature
+        if vocab_size is not None and vocab_size < z.shape[-1]:
+            z = z.masked_fill(torch.arange(z.shape[-1]) >= vocab_size, float("-inf"))
+        return torch.log_softmax(z, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+    def step():
+        saved = train_step.token_log_probs, train_step.nonfinite_flag
+        train_step.token_log_probs = old_log_probs
+        train_step.nonfinite_flag = lambda model, outputs, exact=False: saved[1](model, outputs, exact=True)
+        try:
+            return update()
+        finally:
+            train_step.token_log_probs, train_step.nonfinite_flag = saved
+    return step
+
+
 def _with_all_rows(update):
     """update, run with every row through the forward/backward (train_step.rows_to_run off)."""
     from mindspeed_rl.models import train_step
@@ -104,8 +133,8 @@ def _with_all_rows(update):
     return step
 
 
-def _ours(model_dir: str, batch: dict, prompt: int, unfused_wgrad: bool = False, loop_adam: bool = False,
-          kl: bool = True):
+def _ours(model_dir: str, batch: dict, prompt: int, unfused_wgrad: bool = False, unfused_embedding: bool = False,
+          loop_adam: bool = False, kl: bool = True, megatron_swiglu: bool = False):
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state
     from mindspeed_rl.models.hf_bridge.loader import load_hf_checkpoint, read_hf_config
     from mindspeed_rl.models.hf_config import model_config_from_hf
@@ -124,10 +153,18 @@ def _ours(model_dir: str, batch: dict, prompt: int, unfused_wgrad: bool = False,
     model = build_gpt_model(args)
     load_hf_checkpoint(model, model_dir, args)
     ddp = wrap_ddp(model, use_distributed_optimizer=False)
+    if megatron_swiglu:  # the flag is per config (MoE experts keep a copy): megatron's unfused glu
+        for module in ddp.module.modules():
+            if getattr(module, "config", None) is not None:
+                module.config.bias_activation_fusion = False
     if unfused_wgrad:
         for module in ddp.module.modules():
             if hasattr(module, "gradient_accumulation_fusion"):
                 module.gradient_accumulation_fusion = False
+    if unfused_embedding:
+        from mindspeed_rl.platform import wgrad_fusion
+
+        wgrad_fusion.unfuse_embeddings(ddp.module)
     opt, sched = build_optimizer([ddp], lr=1e-5, train_iters=100, weight_decay=0.01, clip_grad=1.0,
                                  use_distributed_optimizer=False)
     if loop_adam:
@@ -212,8 +249,10 @@ def main() -> int:
     ap.add_argument("--side", choices=["both", "ours", "theirs"], default="both")
     ap.add_argument("--levers", action="store_true",
                     help="no profile: time ours, ours with each lever off, and transformers, interleaved")
-    ap.add_argument("--variants", default="ours,full-logits,local-attn,megatron-rope,unfused-wgrad,loop-adam,transformers",
-                    help="with --levers: which of ours, full-logits, local-attn, megatron-rope, unfused-wgrad, loop-adam, "
+    ap.add_argument("--variants", default="ours,full-logits,local-attn,megatron-rope,megatron-swiglu,unfused-wgrad,"
+                                          "unfused-embedding,loop-adam,transformers",
+                    help="with --levers: which of ours, full-logits, local-attn, megatron-rope, megatron-swiglu, "
+                         "unfused-wgrad, unfused-embedding, loop-adam, log-softmax, "
                          "all-rows, transformers (memory: one model each)")
     ap.add_argument("--zero-rows", type=float, default=0.0,
                     help="fraction of the rows with advantage 0 (a group that scored alike); > 0 also drops the KL "
@@ -242,9 +281,12 @@ def main() -> int:
                 "full-logits": lambda: ours(model_dir, batch, a.prompt, full_logits=True, kl=kl),
                 "local-attn": lambda: ours(model_dir, batch, a.prompt, local_attention=True, kl=kl),
                 "megatron-rope": lambda: ours(model_dir, batch, a.prompt, megatron_rope=True, kl=kl),
+                "megatron-swiglu": lambda: ours(model_dir, batch, a.prompt, megatron_swiglu=True, kl=kl),
                 "unfused-wgrad": lambda: ours(model_dir, batch, a.prompt, unfused_wgrad=True, kl=kl),
+                "unfused-embedding": lambda: ours(model_dir, batch, a.prompt, unfused_embedding=True, kl=kl),
                 "loop-adam": lambda: ours(model_dir, batch, a.prompt, loop_adam=True, kl=kl),
                 "all-rows": lambda: ours(model_dir, batch, a.prompt, all_rows=True, kl=kl),
+                "log-softmax": lambda: ours(model_dir, batch, a.prompt, log_softmax=True, kl=kl),
                 "transformers": lambda: theirs(model_dir, batch, a.prompt, kl=kl)}
         names = a.variants.split(",")
         if "ours" not in names or set(names) - set(make):
@@ -256,9 +298,9 @@ def main() -> int:
         best = {name: (min(w for w, _ in t), min(c for _, c in t)) for name, t in times.items()}
         median = {name: (statistics.median(w for w, _ in t), statistics.median(c for _, c in t))
                   for name, t in times.items()}
-        print("\nvariant        best wall s  best cpu-s  cpu / ours  median wall s  median cpu-s")
+        print("\nvariant           best wall s  best cpu-s  cpu / ours  median wall s  median cpu-s")
         for name, (wall, cpu) in best.items():
-            print(f"{name:<14} {wall:10.3f}  {cpu:10.3f}  {cpu / best['ours'][1]:9.2f}x  {median[name][0]:12.3f}  "
+            print(f"{name:<17} {wall:10.3f}  {cpu:10.3f}  {cpu / best['ours'][1]:9.2f}x  {median[name][0]:12.3f}  "
                   f"{median[name][1]:12.3f}")
         return 0
     results = {}

@@ -1,6 +1,6 @@
-"""Build a megatron-core GPTModel (local layer spec; core attention fused with torch's SDPA and RoPE with
-cos/sin once per forward where the platform allows, models/core_attention.py and models/rotary.py)
-from flat Megatron-named arguments.
+"""Build a megatron-core GPTModel (local layer spec; core attention fused with torch's SDPA, RoPE with
+cos/sin once per forward and SwiGLU without a cat in backward where the platform allows,
+models/core_attention.py, models/rotary.py and models/swiglu.py) from flat Megatron-named arguments.
 
     args = model_config_from_hf(json.load(open(f"{hf_dir}/config.json")))   # or a model yaml
     init_parallel_state(tp=2, pp=1, seed=1234)
@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from mindspeed_rl.platform import get_platform, place_model
-from mindspeed_rl.platform.base import own_rotary, sdpa_core_attention
+from mindspeed_rl.platform.base import own_rotary, own_swiglu, sdpa_core_attention
 
 get_platform().patch()  # megatron must be imported after the platform patch (no-op when done)
 
@@ -46,6 +46,7 @@ from megatron.core.transformer.transformer_config import TransformerConfig  # no
 from mindspeed_rl.models.core_attention import with_sdpa_attention  # noqa: E402
 from mindspeed_rl.models.parallel import sequence_parallel_spec  # noqa: E402
 from mindspeed_rl.models.rotary import install as install_rotary  # noqa: E402
+from mindspeed_rl.models.swiglu import install as install_swiglu  # noqa: E402
 
 _REQUIRED = ("num_layers", "hidden_size", "num_attention_heads", "padded_vocab_size")
 
@@ -85,6 +86,9 @@ def transformer_config(args: Mapping[str, Any], params_dtype: torch.dtype = torc
     hidden, heads = int(args["hidden_size"]), int(args["num_attention_heads"])
     groups = int(_get(args, "num_query_groups", heads)) if _get(args, "group_query_attention", False) else heads
     swiglu = bool(_get(args, "swiglu", True))
+    own_glu = swiglu and own_swiglu(get_platform().name)
+    if own_glu:  # megatron's MLP calls its fused-activation names, which now are models/swiglu.py's
+        install_swiglu()
     return TransformerConfig(
         num_layers=int(args["num_layers"]),
         hidden_size=hidden,
@@ -108,7 +112,7 @@ def transformer_config(args: Mapping[str, Any], params_dtype: torch.dtype = torc
         pipeline_dtype=params_dtype,
         attention_softmax_in_fp32=True,
         masked_softmax_fusion=False,  # the explicit (B,1,S,S) padding masks need the generic path
-        bias_activation_fusion=False,
+        bias_activation_fusion=own_glu,  # with megatron's own functions: torch.compile and a cat in backward
         apply_rope_fusion=False,
         gradient_accumulation_fusion=False,
         tensor_model_parallel_size=parallel_state.get_tensor_model_parallel_world_size(),

@@ -7,7 +7,8 @@ The flat arguments are the optim keys of the config (mindspeed_rl.config.schema.
 configs reach megatron through one builder and no config object crosses into models/.
 Gradients are reduced in fp32 and never overlapped with backward (overlap needs CUDA streams);
 grad clipping, loss scaling (fp16) and master weights are megatron's own. On CPU the linear layers'
-weight gradients are accumulated into DDP's main_grad buffer inside their GEMM (platform/wgrad_fusion.py).
+weight gradients are accumulated into DDP's main_grad buffer inside their GEMM, and the word
+embedding's rows straight into it (platform/wgrad_fusion.py).
 """
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def wrap_ddp(model: torch.nn.Module, use_distributed_optimizer: bool = True,
         use_distributed_optimizer=use_distributed_optimizer)
     ddp = DistributedDataParallel(config=model.config, ddp_config=ddp_config, module=model,
                                   disable_bucketing=not bucketing)
-    wgrad_fusion.enable(ddp.module)  # CPU: weight gradients accumulate into main_grad in the GEMM
+    wgrad_fusion.enable(ddp.module)  # CPU: weight gradients accumulate into main_grad (GEMM, embedding rows)
     return ddp
 
 

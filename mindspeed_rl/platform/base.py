@@ -272,6 +272,13 @@ def own_rotary(name: str) -> bool:
     return name in ("cpu", "cuda")
 
 
+def own_swiglu(name: str) -> bool:
+    """Whether gated silu MLPs on platform `name` run models/swiglu.py (silu(a) * b on the halves of
+    fc1's output, backward without a cat) through megatron's bias_activation_fusion hook: CPU and CUDA.
+    On NPU, MindSpeed's fused swiglu stays (use_fused_swiglu)."""
+    return name in ("cpu", "cuda")
+
+
 def make_platform(name: str) -> Platform:
     """Build the Platform for a resolved name (imports only that device's module)."""
     if name == "npu":

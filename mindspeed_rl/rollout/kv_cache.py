@@ -46,6 +46,7 @@ get_platform().patch()  # megatron must be imported after the platform patch (no
 
 from megatron.core.models.common.embeddings.rope_utils import apply_rotary_pos_emb  # noqa: E402
 
+from mindspeed_rl.models import swiglu  # noqa: E402
 from mindspeed_rl.models.rotary import rotate_half  # noqa: E402
 
 
@@ -199,7 +200,7 @@ def forward_stage(model: torch.nn.Module, input_ids: torch.Tensor, position_ids:
 def lean_supported(model: torch.nn.Module) -> bool:
     """True when `lean_forward` computes exactly what megatron's modules compute for this model:
     the whole model on this rank (TP 1, PP 1), dense local-spec layers (TransformerLayer + MLP, no
-    cross attention, no MoE / MLA), pre-norm residuals, unfused bias/activation."""
+    cross attention, no MoE / MLA), pre-norm residuals, unfused bias/activation (or models/swiglu.py's)."""
     from megatron.core.transformer.identity_op import IdentityOp
     from megatron.core.transformer.mlp import MLP
     from megatron.core.transformer.transformer_layer import TransformerLayer
@@ -209,7 +210,9 @@ def lean_supported(model: torch.nn.Module) -> bool:
         return False
     if getattr(c, "num_moe_experts", None) or getattr(c, "multi_latent_attention", False):
         return False
-    if c.apply_residual_connection_post_layernorm or c.fp32_residual_connection or c.bias_activation_fusion:
+    if c.apply_residual_connection_post_layernorm or c.fp32_residual_connection:
+        return False
+    if c.bias_activation_fusion and not swiglu.runs(c):  # models/swiglu.py's equals the unfused glu below
         return False
     for layer in model.decoder.layers:
         a = layer.self_attention

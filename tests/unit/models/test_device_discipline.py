@@ -98,13 +98,19 @@ def test_finite_flag_finds_one_bad_gradient_or_loss_term(bad):
     assert float(nonfinite_flag(_linear_with_grads(cpu), ok)) == 0.0
     assert float(nonfinite_flag(_linear_with_grads(cpu, bad=bad), ok)) == 1.0
     assert float(nonfinite_flag(_linear_with_grads(cpu), ok + [{"actor/kl_loss": torch.tensor(bad)}])) == 1.0
+    assert float(nonfinite_flag(_linear_with_grads(cpu, bad=bad), ok, exact=True)) == 1.0
     huge = _linear_with_grads(cpu)  # finite values whose L2 norm would overflow fp32 are still finite
     for p in huge.parameters():
         p.grad.fill_(3e38)
-    assert float(nonfinite_flag(huge, ok)) == 0.0
+    assert float(nonfinite_flag(huge, ok)) == 1.0  # the fast check's false alarm ...
+    assert float(nonfinite_flag(huge, ok, exact=True)) == 0.0  # ... which the exact check settles
+    from mindspeed_rl.models.train_step import _all_finite
+    assert _all_finite(huge, ok) is True
+    assert _all_finite(_linear_with_grads(cpu, bad=bad), ok) is False
     main = _linear_with_grads(cpu)  # megatron's main_grad is what the optimizer steps with
     next(main.parameters()).main_grad = torch.full((3, 3), bad)
     assert float(nonfinite_flag(main, ok)) == 1.0
+    assert float(nonfinite_flag(main, ok, exact=True)) == 1.0
 
 
 def test_finite_check_syncs_with_the_host_once_not_per_parameter(monkeypatch):

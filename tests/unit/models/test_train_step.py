@@ -170,3 +170,36 @@ def test_zero_advantage_rows_are_not_run(gloo_world1, mode, micro, zero_rows):
     seen.clear()  # a KL loss needs every row's log-probs: nothing is left out
     policy_update_step(ddp, opt, sched, batch, P, micro, PolicyLossSettings(loss_agg_mode=mode, use_kl_loss=True))
     assert sum(seen) == B
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_update_without_entropy_equals_log_softmax_gradient_with_clipping(gloo_world1, temperature):
+    """Without an entropy term the update takes the log-probs from forward.token_log_probs (its own
+    backward) and megatron clips through megatron_fixes' l2 norm and scale: the step must equal plain
+    autograd through torch.log_softmax + gather, clipped to norm 0.5 by hand."""
+    init_parallel_state(1, 1, seed=7)
+    s = PolicyLossSettings(use_kl_loss=True, kl_loss_coef=0.1, temperature=temperature)
+    model = build_gpt_model(ARGS)
+    batch = make_batch(3)
+    logits = model(batch["input_ids"], position_ids_from_mask(batch["attention_mask"]),
+                   attention_mask_4d(batch["attention_mask"]))
+    z = logits[:, P - 1: P - 1 + T].float() / temperature
+    logp = torch.log_softmax(z, -1).gather(-1, batch["input_ids"][:, P:, None]).squeeze(-1)
+    rm = batch["response_mask"]
+    loss = alg.policy_loss(logp, batch["old_log_probs"], batch["advantages"], rm, 0.2, 0.2, None, "token-mean")[0]
+    loss = loss + 0.1 * alg.aggregate_loss(alg.kl_penalty(logp, batch["ref_log_probs"], "low_var_kl"), rm,
+                                           "token-mean")
+    loss.backward()
+    norm = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in model.parameters()))
+    clip = min(1.0, 0.5 / (float(norm) + 1e-6))
+    assert clip < 1  # the clipping path runs
+    lr = 0.5
+    expected = {n: (p.detach() - lr * clip * p.grad).clone() for n, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    ddp = wrap_ddp(model, use_distributed_optimizer=False)
+    opt, sched = build_optimizer([ddp], lr=lr, train_iters=10, clip_grad=0.5, optimizer="sgd",
+                                 use_distributed_optimizer=False)
+    stats = policy_update_step(ddp, opt, sched, batch, P, 2, s)
+    worst = max((p.detach() - expected[n]).abs().max().item() for n, p in model.named_parameters())
+    assert worst < 1e-6, worst
+    assert abs(stats["actor/grad_norm"] - float(norm)) < 1e-5 * float(norm)
