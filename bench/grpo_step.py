@@ -267,7 +267,12 @@ def run_ours(size: str, w: dict, d: dict, engine: str = "megatron") -> dict:
                           "other": step - sum(t.values()) - sync - update,
                           "prompt_len": r["prompt_length/mean"], "response_len": r["response_length/mean"],
                           "tokens": seqs * (r["prompt_length/mean"] + r["response_length/mean"]),
-                          "score": r["grpo/score/mean"]})
+                          "score": r["grpo/score/mean"],
+                          # the workers' CPU seconds (all threads) and minor page faults per phase
+                          "worker_cpu": {k[len("timing/"):-len("_worker_cpu")]: v for k, v in r.items()
+                                         if k.startswith("timing/") and k.endswith("_worker_cpu")},
+                          "worker_faults": {k[len("perf/"):-len("_minor_faults")]: v for k, v in r.items()
+                                            if k.startswith("perf/") and k.endswith("_minor_faults")}})
     # the trainer saves a checkpoint at the last step (outside the step timings); the benchmark needs none
     shutil.rmtree(os.path.join(out, "checkpoints"), ignore_errors=True)
     return {"steps": steps, "load": load}

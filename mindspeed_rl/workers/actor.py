@@ -28,6 +28,7 @@ the output rank's (TP rank 0 of the last stage).
 from __future__ import annotations
 
 import contextlib
+import resource
 import time
 
 import torch
@@ -91,17 +92,26 @@ class _ModelWorker:
 
     @contextlib.contextmanager
     def _timed(self, phase: str):
-        """Adds the wall time of the block to phase_s[phase] (worker-side: no Ray, no transfer)."""
-        start = time.perf_counter()
+        """Adds the wall time, this process's CPU time (all its threads) and its minor page faults
+        during the block to phase_s[phase] (worker-side: no Ray, no transfer). CPU / wall says how
+        many of its threads a phase kept busy; the faults count fresh memory touched."""
+        start, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
         try:
             yield
         finally:
+            after = resource.getrusage(resource.RUSAGE_SELF)
+            took = (time.perf_counter() - start,
+                    after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime,
+                    after.ru_minflt - before.ru_minflt)
             phases = self.__dict__.setdefault("phase_s", {})
-            phases[phase] = phases.get(phase, 0.0) + time.perf_counter() - start
+            phases[phase] = tuple(a + b for a, b in zip(phases.get(phase, (0.0, 0.0, 0)), took))
 
     def drain_timings(self) -> dict[str, float]:
-        """{"timing/<phase>_worker": seconds} accumulated since the last call; resets them."""
-        out = {f"timing/{k}_worker": v for k, v in self.__dict__.get("phase_s", {}).items()}
+        """{"timing/<phase>_worker": wall s, "timing/<phase>_worker_cpu": CPU s,
+        "perf/<phase>_minor_faults": count} accumulated since the last call; resets them."""
+        out = {}
+        for k, (wall, cpu, faults) in self.__dict__.get("phase_s", {}).items():
+            out.update({f"timing/{k}_worker": wall, f"timing/{k}_worker_cpu": cpu, f"perf/{k}_minor_faults": faults})
         self.phase_s = {}
         return out
 

@@ -78,10 +78,13 @@ def test_the_worker_scores_its_samples_with_the_reference_and_times_each_phase(m
     assert seen == [("the reference", 2)] and torch.equal(out[K.REF_LOG_PROBS], torch.full((2, 3), -1.0))
     stats = w.update_actor({})
     assert stats["actor/pg_loss"] == 0.5
-    assert {k for k in stats if k.startswith("timing/")} == {"timing/gen_worker", "timing/ref_worker",
-                                                            "timing/update_actor_worker"}
+    phases = ("gen", "ref", "update_actor")
+    assert {k for k in stats if k.startswith(("timing/", "perf/"))} == {
+        *(f"timing/{p}_worker" for p in phases), *(f"timing/{p}_worker_cpu" for p in phases),
+        *(f"perf/{p}_minor_faults" for p in phases)}
     assert all(stats[k] >= 0 for k in stats)
-    assert {k for k in w.update_actor({}) if k.startswith("timing/")} == {"timing/update_actor_worker"}  # drained
+    assert {k for k in w.update_actor({}) if k.startswith("timing/")} == {
+        "timing/update_actor_worker", "timing/update_actor_worker_cpu"}  # drained
 
 
 def test_without_the_reference_the_worker_says_so():
