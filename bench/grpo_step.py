@@ -75,7 +75,7 @@ def workload(args) -> dict:
                 max_new_tokens=args.max_new_tokens, temperature=1.0, top_p=1.0, top_k=0, kl_coef=0.001,
                 clip_low=0.2, clip_high=0.2, loss_agg="token-mean", trl_loss_type="dapo", lr=1e-5,
                 weight_decay=0.01, adam_beta1=0.9, adam_beta2=0.999, adam_eps=1e-8, clip_grad=1.0,
-                threads=args.threads, vllm_compile=args.vllm_compile)
+                threads=args.threads, vllm_compile=args.vllm_compile, rounds=args.rounds)
 
 
 # ---------------------------------------------------------------------------- machine load
@@ -320,6 +320,18 @@ def our_settings(size: str, d: dict, processes: dict) -> dict:
 
 
 # ---------------------------------------------------------------------------- TRL's side
+def median_step(steps: list[dict]) -> float:
+    """The median step time over steps 2..N (all steps when there is only one), as summarize takes it."""
+    return statistics.median(s["step_s"] for s in (steps[1:] or steps))
+
+
+def quietest(runs: list[dict]) -> dict:
+    """Of a side's --rounds runs, the one with the lowest median step (a shared machine only ever adds
+    time, as best-of-N in bench/rollout_decode.py); every run's median is kept as rounds_step_s."""
+    best = min(runs, key=lambda run: median_step(run["steps"]))
+    return {**best, "rounds_step_s": [round(median_step(run["steps"]), 4) for run in runs]}
+
+
 def run_trl(python: str, w: dict, d: dict) -> dict:
     out = os.path.join(d["root"], "trl.json")
     cmd = [python, TRL_SIDE, "--model", d["model"], "--prompts", d["prompts"], "--workload", d["workload"],
@@ -499,14 +511,18 @@ def run_size(i: int, size: str, w: dict, work: str, tok_dir: str, prompts: str, 
         json.dump(w, f, indent=1)
     if "dir" not in wl.SIZES[size] and not os.path.isfile(os.path.join(model_dir, "config.json")):
         wl.build_model(size, d["model"], tok_dir, w["seed"])
-    r = {}
+    runs = {}
     sides = [SIDE[e] for e in engines] + ["trl"]
-    for side in (sides if i % 2 == 0 else sides[::-1]):
-        if side == "trl" and python is None:
-            continue
-        print(f"[{size}] {side}: {w['steps']} steps ...", flush=True)
-        engine = {v: k for k, v in SIDE.items()}.get(side)
-        r[side] = run_ours(size, w, d, engine) if engine else run_trl(python, w, d)
+    rounds = w.get("rounds", 1)
+    for rnd in range(rounds):  # the side that goes first alternates with the size and with the round
+        for side in (sides if (i + rnd) % 2 == 0 else sides[::-1]):
+            if side == "trl" and python is None:
+                continue
+            print(f"[{size}] {side}: {w['steps']} steps" + (f", round {rnd + 1}/{rounds}" if rounds > 1 else "") + " ...",
+                  flush=True)
+            engine = {v: k for k, v in SIDE.items()}.get(side)
+            runs.setdefault(side, []).append(run_ours(size, w, d, engine) if engine else run_trl(python, w, d))
+    r = {side: quietest(done) for side, done in runs.items()}
     if "trl" in r and "ours" in r:
         ours_set = our_settings(size, d, r["ours"]["load"]["processes"])
         trl_set = {**r["trl"]["settings"], "niceness": [r["trl"]["load"]["processes"]["main"]["nice"]],
@@ -554,6 +570,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "size (architecture and tokenizer from it; repeatable), e.g. the SmolLM2-135M fixture")
     p.add_argument("--scaling", default=None, help="comma list of n_samples x new_tokens points, e.g. 8x64,16x64,8x128: "
                    "step time of both sides at each, on the first size")
+    p.add_argument("--rounds", type=int, default=1, help="run each side this many times (the order alternating) "
+                   "and keep each side's run with the lowest median step: on a shared machine one noisy run "
+                   "otherwise decides the ratio (each run's median is printed and kept in the JSON)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="intra-op threads of both sides")
     p.add_argument("--work-dir", default=os.path.join(ROOT, "outputs", "bench_grpo_step"))
     p.add_argument("--venv-dir", default=os.path.join(ROOT, ".bench_venv"), help="where TRL's venv is kept")
@@ -583,6 +602,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         points.append((n, t))
     args.scaling = points
     args.steps = args.steps or (3 if args.quick else 10)
+    if args.rounds < 1:
+        p.error(f"--rounds {args.rounds}: use 1 or more")
     args.engine = tuple(args.engine.split(","))
     if any(e not in SIDE for e in args.engine):
         p.error(f"--engine {','.join(args.engine)}: use megatron, vllm or megatron,vllm")
@@ -648,6 +669,11 @@ def main(argv=None) -> int:
                               f"({_fmt(r[k]['summary']['reward_mean'])})" for k in ("ours", "ours_vllm") if k in r)
         + (f" / TRL {_fmt(r['trl']['summary']['reward_step1'])} ({_fmt(r['trl']['summary']['reward_mean'])})"
            if "trl" in r else "") for s, r in results.items()))
+    for size, r in results.items():
+        rounds = {LABEL[k]: r[k]["rounds_step_s"] for k in ("ours", "ours_vllm", "trl") if len(r.get(k, {}).get("rounds_step_s", [])) > 1}
+        if rounds:
+            print(f"rounds ({size}; median step s of each run, the lowest kept): " + "; ".join(
+                f"{side} " + ", ".join(f"{x:.3f}" for x in xs) for side, xs in rounds.items()))
     for size, r in results.items():
         c = r.get("reward_curves")
         if c:

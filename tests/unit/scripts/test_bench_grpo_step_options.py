@@ -58,3 +58,28 @@ def test_reward_curves_compare_step_by_step(bench):
     c = gs.reward_curves(ours, trl)
     assert c["steps"] == 2 and c["mae"] == pytest.approx(0.03) and c["relative_mae"] == pytest.approx(0.03 / 0.54)
     assert gs.reward_curves([], trl) == {}
+
+
+def test_rounds_alternate_the_order_and_keep_each_sides_quietest_run(bench, tmp_path, monkeypatch):
+    gs, wl = bench
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    monkeypatch.setitem(wl.SIZES, "model:m", {"dir": str(model)})
+    medians = {"ours": iter([2.0, 1.5, 1.8]), "ours_vllm": iter([1.0, 1.2, 0.9])}
+    order = []
+
+    def fake_run(size, w, d, engine="megatron"):
+        side = gs.SIDE[engine]
+        order.append(side)
+        m = next(medians[side])  # step 1 is left out: its time must not decide
+        return {"steps": [{"step_s": 100.0}, {"step_s": m - 0.1}, {"step_s": m}, {"step_s": m + 0.1}], "load": {}}
+
+    monkeypatch.setattr(gs, "run_ours", fake_run)
+    w = {"steps": 4, "rounds": 3}
+    r = gs.run_size(0, "model:m", w, str(tmp_path / "work"), None, None, None, ("megatron", "vllm"))
+    assert order == ["ours", "ours_vllm", "ours_vllm", "ours", "ours", "ours_vllm"]
+    assert r["ours"]["rounds_step_s"] == [2.0, 1.5, 1.8] and gs.median_step(r["ours"]["steps"]) == 1.5
+    assert r["ours_vllm"]["rounds_step_s"] == [1.0, 1.2, 0.9] and gs.median_step(r["ours_vllm"]["steps"]) == 0.9
+    with pytest.raises(SystemExit):
+        gs.parse_args(["--rounds", "0"])
