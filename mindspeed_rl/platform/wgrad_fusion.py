@@ -28,7 +28,7 @@ param.grad, so the output layer's dummy had to be zeros; now both parts are in m
 At PP>1 each stage's copy is its own chunk's only consumer (a dummy, as untied); megatron's
 embedding group all-reduces their main_grads afterwards as before. Untied, the first micro-batch
 is bitwise today's; tied, the shared weight's two parts meet in another order ((out + e) against
-out + e summed apart: 1e-7 relative); bf16 rows are added in fp32 (today: summed in bf16 first).
+out + e summed apart: a few float32 ulps); bf16 rows are added in fp32 (today: summed in bf16 first).
 Tied, the hook sees a gradient only where the output layer ran in that micro-batch (it always does
 in training; with overlap_grad_reduce, which wrap_ddp leaves off, it must).
 """
