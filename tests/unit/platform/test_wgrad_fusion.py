@@ -3,8 +3,8 @@ gradients into main_grad inside the GEMM, and its word embedding its rows (index
 micro-batches every main_grad equals megatron's unfused path (param.grad, then the hook's add_) to
 a few float32 ulps of its largest element, 4 x eps = 4.8e-7 relative (the first micro-batch bitwise,
 but for the tied weight, whose two parts are summed in another order; the second adds A B to the
-first inside the GEMM instead of after it: one rounding against two, 2 ulps apart in one CI run), tied and untied embeddings; no (V, H) gradient is allocated, filled or added for the
-embedding; a model without DDP keeps megatron's embedding; the accumulation function is visible to
+first inside the GEMM instead of after it: one rounding against two, 2 ulps apart in one CI run),
+tied and untied embeddings; no (V, H) gradient is allocated, filled or added for the embedding; a model without DDP keeps megatron's embedding; the accumulation function is visible to
 megatron's layers module only."""
 import sys
 
