@@ -74,3 +74,30 @@ def test_transformer_config_from_args(gloo_world1):
     assert cfg.bf16 and cfg.normalization == "RMSNorm" and cfg.layernorm_epsilon == 1e-5
     with pytest.raises(ValueError, match="missing num_layers"):
         transformer_config({"hidden_size": 8, "num_attention_heads": 2, "padded_vocab_size": 16})
+
+
+def test_reinitialising_parallel_state_shuts_down_the_previous_groups(gloo_world1):
+    """megatron's destroy_model_parallel only forgets its groups; torch keeps every one registered,
+    each gloo group with 3 threads. A process that re-initialised ~100 times (the unit tests on
+    megatron-core 0.16) ran 5,700 threads and starved the Ray tests after it. Re-initialising must
+    leave the group count and the thread count where one initialisation left them."""
+    import os
+
+    import torch.distributed.distributed_c10d as c10d
+
+    from mindspeed_rl.models.builder import destroy_parallel_state, init_parallel_state
+
+    def threads():
+        return len(os.listdir(f"/proc/{os.getpid()}/task"))
+
+    init_parallel_state(1, 1)
+    groups, nthreads = len(c10d._world.pg_map), threads()
+    assert groups > 1  # megatron made groups, so the check below can see a leak
+    for tp_pp in ((1, 1), (1, 1), (1, 1)):
+        init_parallel_state(*tp_pp)
+        assert len(c10d._world.pg_map) == groups
+    assert threads() <= nthreads
+    made = groups - 1  # every group but the world
+    assert destroy_parallel_state() == made
+    assert len(c10d._world.pg_map) == 1 and c10d.GroupMember.WORLD in c10d._world.pg_map
+    init_parallel_state(1, 1)  # the usual state for the tests after this one
