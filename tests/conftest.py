@@ -5,8 +5,10 @@ before anything imports megatron (on CPU: the megatron-core CUDA shim).
 """
 
 import datetime
+import importlib.util
 import os
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -28,6 +30,20 @@ def gloo_world1():
         torch.distributed.init_process_group(
             "gloo", rank=0, world_size=1, timeout=datetime.timedelta(seconds=60))
     yield
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> str:
+    """The SmolLM2-135M-Instruct fixture (scripts/make_smollm2.py): built once, cached between runs,
+    and a skip with the reason when the GGUF package or the libraries to read it are unavailable."""
+    spec = importlib.util.spec_from_file_location(
+        "make_smollm2", Path(__file__).resolve().parents[1] / "scripts" / "make_smollm2.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    try:
+        return script.ensure_smollm2()
+    except script.FixtureUnavailable as err:
+        pytest.skip(f"SmolLM2-135M-Instruct fixture unavailable: {err}")
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -11,7 +11,6 @@ the engine starts from dummy weights):
   2.2e-5), and fails for an engine one small update behind (every weight 1e-5 off: 2.1e-3).
 Skipped, with the reason, where the fixture cannot be built (no PyPI, or no gguf / accelerate)."""
 import datetime
-import importlib.util
 import json
 import os
 from pathlib import Path
@@ -23,23 +22,12 @@ import testing_utils
 from mindspeed_rl.data import keys as K
 from mindspeed_rl.rollout.interface import SamplingParams
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.real_model, pytest.mark.slow]
 QUESTIONS = ["What is 12 + 7?", "Name a primary colour.", "Write one word that rhymes with cat."]
 
 
-def _smollm2_dir() -> str:
-    spec = importlib.util.spec_from_file_location("make_smollm2", ROOT / "scripts" / "make_smollm2.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    try:
-        return script.ensure_smollm2()
-    except script.FixtureUnavailable as err:
-        pytest.skip(f"SmolLM2-135M-Instruct fixture unavailable: {err}")
-
-
 @pytest.fixture(scope="module")
-def setup():
+def setup(smollm2_dir):
     """(training model, engine synced from it, chat prompts as id lists, tokenizer)."""
     from transformers import AutoTokenizer
 
@@ -49,7 +37,7 @@ def setup():
     from mindspeed_rl.rollout.vllm_engine import VLLMEngine
     from mindspeed_rl.rollout.weight_buckets import gathered_hf_tensors
 
-    hf_dir = _smollm2_dir()
+    hf_dir = smollm2_dir
     if not torch.distributed.is_initialized():  # a closed vLLM engine tears down the process's group
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ["MASTER_PORT"] = str(testing_utils.free_port())
