@@ -30,6 +30,7 @@ import math
 from typing import Any, Mapping, Optional
 
 import torch
+import torch.distributed.distributed_c10d as c10d
 import torch.nn.functional as F
 
 from mindspeed_rl.platform import get_platform, place_model
@@ -57,17 +58,15 @@ _OWN_GROUPS: list = []
 
 def destroy_parallel_state() -> int:
     """Forget megatron's parallel state and shut down the process groups init_parallel_state created
-    (each gloo group holds 3 threads and its sockets until then: megatron-core 0.16 makes ~17 groups
+    (each gloo group holds 3 threads and its sockets until then: megatron-core 0.16 makes ~20 groups
     per initialisation, and a process re-initialising a hundred times ran 5,700 threads). Local to
     this rank, like torch's destroy_process_group of a subgroup. Returns how many groups the last
     initialisation made (all shut down now: megatron-core 0.16 shuts its DP gloo groups itself)."""
-    import torch.distributed.distributed_c10d as c10d
-
     if parallel_state.model_parallel_is_initialized():
         parallel_state.destroy_model_parallel()
     made = len(_OWN_GROUPS)
     live = c10d._world.pg_map if torch.distributed.is_initialized() else {}
-    for group in [g for g in _OWN_GROUPS if g in live and g is not c10d.GroupMember.WORLD]:
+    for group in [g for g in _OWN_GROUPS if g in live]:  # never the world: it predates them
         torch.distributed.destroy_process_group(group)
     _OWN_GROUPS.clear()
     return made
@@ -79,8 +78,6 @@ def init_parallel_state(tp: int = 1, pp: int = 1, seed: int = 1234, vpp: int = 1
     torch.distributed world and seed its RNG tracker (needed before building a model). vpp > 1:
     chunks per pipeline rank (interleaved schedule; see models/chunks.py). A re-initialisation
     first shuts down the groups the previous one made (destroy_parallel_state)."""
-    import torch.distributed.distributed_c10d as c10d
-
     destroy_parallel_state()
     # megatron-core 0.12 destroys the embedding groups but keeps their rank lists, so after a
     # re-initialisation at another PP a rank outside the new groups believes it is in one
