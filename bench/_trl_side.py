@@ -73,7 +73,7 @@ def grpo_config(w: dict, out_dir: str):
 
     sequences = w["prompts_per_step"] * w["n_samples"]
     return GRPOConfig(
-        output_dir=out_dir, max_steps=w["steps"], seed=w["seed"], use_cpu=True, bf16=False, fp16=False,
+        output_dir=out_dir, max_steps=w["steps"], seed=w["seed"], use_cpu=True, bf16=w.get("dtype", "fp32") == "bf16", fp16=False,
         per_device_train_batch_size=sequences, gradient_accumulation_steps=1, steps_per_generation=1,
         num_generations=w["n_samples"], num_iterations=1, max_completion_length=w["max_new_tokens"],
         temperature=w["temperature"], top_p=w["top_p"], top_k=w["top_k"], repetition_penalty=1.0,
@@ -204,7 +204,9 @@ def used_settings(trainer, tokenizer, first_prompt: str) -> dict:
         "lr_schedule": trainer.args.lr_scheduler_type.value if hasattr(trainer.args.lr_scheduler_type, "value")
         else str(trainer.args.lr_scheduler_type),
         "clip_grad": trainer.args.max_grad_norm,
-        "params_dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
+        # bf16=True: accelerate runs forward (generation, reference, loss) under CPU autocast to bf16
+        "compute_dtype": "bfloat16" if trainer.args.bf16 else str(next(model.parameters()).dtype).replace("torch.", ""),
+        "master_dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
         "params": sum(p.numel() for p in model.parameters()),
         "ref_model": trainer.ref_model is not None,
         "threads": torch.get_num_threads(), "torch": torch.__version__,

@@ -7,7 +7,8 @@
 The same workload on both sides, in one invocation, size by size (the side that goes first
 alternates): a random-init Qwen2 saved with transformers (bench/grpo_step_workload.py), the same
 character tokenizer, the tiny task's prompts, the same pure-Python reward (bench/grpo_step_reward.py),
-fp32, 8 samples per prompt, 64 new tokens, AdamW (same lr, weight decay, betas, eps; constant lr;
+fp32 (--dtype bf16: our bf16 model with fp32 main params against TRL's bf16=True, autocast over
+fp32 parameters), 8 samples per prompt, 64 new tokens, AdamW (same lr, weight decay, betas, eps; constant lr;
 grad clip 1.0), KL k3 with the same beta, clip 0.2/0.2 without dual clip, token-mean loss, one
 update per generation (ratio = 1: neither side recomputes old log-probs), threads pinned with
 OMP_NUM_THREADS/MKL_NUM_THREADS (and torch.set_num_threads on TRL's side), both at niceness 0
@@ -33,7 +34,7 @@ old = old log-probs (skipped on-policy by both); update = policy forward + backw
 sync = weight sync to the rollout engine (0 on both sides: generation uses the training weights);
 other = step minus the phases: for us the advantages (~1 ms) plus driver and Ray time outside the
 phase calls; the Ray round trips inside a phase are counted in that phase. MFU = model FLOPs /
-phase time / peak, where peak = best fp32 `torch.mm` 2048^3 FLOP/s on the same threads, measured
+phase time / peak, where peak = best `torch.mm` 2048^3 FLOP/s in the run's dtype on the same threads, measured
 at the start and end of the run, and model FLOPs are 6 x matmul params x tokens + attention for
 the update and 2 x params x tokens + attention for generation (useful tokens only).
 With --engine megatron,vllm (run with the .venv-vllm python of .ci/vllm.sh) our side runs twice,
@@ -75,7 +76,7 @@ def workload(args) -> dict:
                 max_new_tokens=args.max_new_tokens, temperature=1.0, top_p=1.0, top_k=0, kl_coef=0.001,
                 clip_low=0.2, clip_high=0.2, loss_agg="token-mean", trl_loss_type="dapo", lr=1e-5,
                 weight_decay=0.01, adam_beta1=0.9, adam_beta2=0.999, adam_eps=1e-8, clip_grad=1.0,
-                threads=args.threads, vllm_compile=args.vllm_compile, rounds=args.rounds)
+                threads=args.threads, vllm_compile=args.vllm_compile, rounds=args.rounds, dtype=args.dtype)
 
 
 # ---------------------------------------------------------------------------- machine load
@@ -206,20 +207,27 @@ def _our_cfg(model, w: dict, d: dict, engine: str, size: str) -> dict:
                  loss_agg_mode=w["loss_agg"], entropy_coeff=0.0, lr=w["lr"], lr_decay_style="constant",
                  lr_warmup_fraction=0.0, weight_decay=w["weight_decay"], adam_beta1=w["adam_beta1"],
                  adam_beta2=w["adam_beta2"], adam_eps=w["adam_eps"], clip_grad=w["clip_grad"],
-                 rollout_engine=engine, **({"enforce_eager": not w["vllm_compile"]} if engine == "vllm" else {}))
+                 rollout_engine=engine, bf16=_bf16(w),
+                 **({"enforce_eager": not w["vllm_compile"]} if engine == "vllm" else {}))
     cfg = {
         **({"model": {f"bench_{_slug(size)}": model}} if model else {}),
         "training": dict(global_batch_size=w["prompts_per_step"], seq_length=8 + w["max_new_tokens"],
                          train_iters=w["steps"], seed=w["seed"], save_interval=0, test_freq=0, log_interval=1,
                          platform="cpu", tokenizer_name_or_path=d["model"], output_dir=d[SIDE[engine]]),
         "actor_rollout_ref": {"actor_rollout": actor,
-                              "ref": dict(**named, load=d["model"], micro_batch_size=seqs)},
+                              "ref": dict(**named, load=d["model"], micro_batch_size=seqs, bf16=_bf16(w))},
         "reward": {"verifier": True},
         "algorithm": dict(adv_estimator="group_norm", norm_adv_by_std=True, use_kl_in_reward=False,
                           verifier_function=[f"{REWARD_FILE}:compute_score"], verifier_weight=[1.0]),
         "resource_pool": {"actor_rollout": [1], "ref": [], "reward": []},
     }
     return cfg
+
+
+def _bf16(w: dict) -> bool:
+    """--dtype bf16: bf16 parameters and compute on our side (megatron keeps fp32 main params in the
+    optimizer), TRL's bf16=True (autocast over its fp32 parameters)."""
+    return w.get("dtype", "fp32") == "bf16"
 
 
 def _slug(size: str) -> str:
@@ -258,8 +266,10 @@ def run_ours(size: str, w: dict, d: dict, engine: str = "megatron") -> dict:
             step = r["timing/step"]
             if "timing/update_actor_worker" in r:  # the workers timed themselves: Ray is not in the phases
                 sync = r.get("timing/sync_weights_worker", sync)
+                # on-policy the trainer asks for no old log-probs (driver's old_log_prob ~0); then the
+                # worker's compute_log_prob time is the vLLM probe's training forward, already in sync_check
                 t.update(gen=r.get("timing/gen_worker", 0.0), ref=r.get("timing/ref_worker", t["ref"]),
-                         old_log_prob=r.get("timing/old_log_prob_worker", 0.0))
+                         old_log_prob=r.get("timing/old_log_prob_worker", 0.0) if t["old_log_prob"] > 1e-3 else 0.0)
                 update = r["timing/update_actor_worker"]
             sync += check  # the sync column is the weight sync plus its probe check
             steps.append({"step": r["step"], "step_s": step, **{k: v for k, v in t.items() if k != "adv"},
@@ -310,7 +320,10 @@ def our_settings(size: str, d: dict, processes: dict) -> dict:
         "optimizer": f"{adam.__module__}.{adam.__name__}", "lr": o.lr, "weight_decay": o.weight_decay,
         "betas": [o.adam_beta1, o.adam_beta2], "adam_eps": o.adam_eps, "lr_schedule": o.lr_decay_style,
         "adam_kernel": "fused" if fused_adamw("cpu") else "for-loop",  # models/optimizer.use_fused_adam
-        "clip_grad": o.clip_grad, "params_dtype": a.params_dtype if a.params_dtype != "fp32" else "float32",
+        "clip_grad": o.clip_grad,
+        "compute_dtype": {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}[a.params_dtype],
+        # megatron's mixed-precision optimizer steps fp32 main params for bf16/fp16 models (models/optimizer.py)
+        "master_dtype": "float32",
         "params": wl.param_counts(size)["total"], "ref_model": ppo.use_kl_loss,
         "threads": sorted({p["threads"] for role, p in processes.items() if role != "main"}),
         "niceness": sorted({p["nice"] for role, p in processes.items() if role != "main"}),
@@ -356,7 +369,7 @@ LEGEND = ("phases in s, medians over steps 2..N; ours/TRL below 1x is ours faste
 
 MUST_MATCH = ("n_samples", "max_new_tokens", "do_sample", "temperature", "top_p", "top_k", "kl_coef", "clip_low",
               "clip_high", "dual_clip", "loss_agg", "ppo_epochs", "updates_per_generation", "optimizer", "lr",
-              "weight_decay", "betas", "adam_eps", "adam_kernel", "lr_schedule", "clip_grad", "params_dtype", "params",
+              "weight_decay", "betas", "adam_eps", "adam_kernel", "lr_schedule", "clip_grad", "compute_dtype", "master_dtype", "params",
               "ref_model", "threads", "niceness", "prompt_ids", "eos_ids", "sequences_per_update")
 SHOWN_ONLY = ("kl_estimator", "adv", "versions", "decay_params", "no_decay_params")
 
@@ -584,6 +597,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "(vllm: run this script with the .venv-vllm python; 'megatron,vllm' puts them side by side)")
     p.add_argument("--vllm-compile", action="store_true", help="the vLLM side compiles its model (enforce_eager: "
                    "false; the engine starts in minutes the first time, then from vLLM's compile cache)")
+    p.add_argument("--dtype", default="fp32", choices=("fp32", "bf16"),
+                   help="compute precision of both sides: bf16 = our bf16 model with fp32 main params in the "
+                        "optimizer, TRL's bf16=True (autocast over fp32 parameters); MFU against the bf16 matmul peak")
     p.add_argument("--trl-optional", action="store_true", help="go on with our side only if TRL's venv cannot be made")
     args = p.parse_args(argv)
     args.sizes = (args.sizes or ("tiny,10m" if args.quick else ",".join(wl.SIZES))).split(",")
@@ -633,8 +649,8 @@ def main(argv=None) -> int:
                 return 3
             print(f"TRL's venv could not be created; our side only. ({str(err).splitlines()[0]})")
 
-    peak0 = wl.matmul_peak(args.threads)
-    print(f"fp32 matmul peak on {args.threads} threads: {peak0 / 1e9:.1f} GFLOP/s")
+    peak0 = wl.matmul_peak(args.threads, dtype=args.dtype)
+    print(f"{args.dtype} matmul peak on {args.threads} threads: {peak0 / 1e9:.1f} GFLOP/s")
     tok_dir = wl.build_tokenizer(os.path.join(work, "tokenizer"))
     prompts = wl.write_prompts(os.path.join(work, "prompts.jsonl"))
     scaling = {}
@@ -648,7 +664,7 @@ def main(argv=None) -> int:
     except RuntimeError as err:
         print(f"grpo_step.py: {err}", file=sys.stderr)
         return 1
-    peak = max(peak0, wl.matmul_peak(args.threads))  # the best of start and end: the machine is shared
+    peak = max(peak0, wl.matmul_peak(args.threads, dtype=args.dtype))  # the best of start and end: the machine is shared
     for (size, _), r in [((size, None), r) for size, r in results.items()] + list(scaling.items()):
         for side in ("ours", "ours_vllm", "trl"):
             if side in r:
@@ -659,7 +675,7 @@ def main(argv=None) -> int:
             r["ratio_vllm"] = ratios(r["ours"]["summary"], r["ours_vllm"]["summary"])
 
     print_settings(results)
-    print(f"\nGRPO step on this machine ({cpu_name()}, {args.threads} threads, fp32), {w['prompts_per_step']} "
+    print(f"\nGRPO step on this machine ({cpu_name()}, {args.threads} threads, {args.dtype}), {w['prompts_per_step']} "
           f"prompts x {w['n_samples']} samples, {w['max_new_tokens']} new tokens, steps 2..{w['steps']}; "
           f"peak {peak / 1e9:.1f} GFLOP/s\n")
     print(table(results, peak))

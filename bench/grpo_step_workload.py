@@ -144,8 +144,9 @@ def phase_flops(size: str, prompt_len: float, response_len: float, sequences: in
     return {"update": 3.0 * fwd, "ref": fwd, "gen": fwd, "tokens": tokens}
 
 
-def matmul_peak(threads: int, n: int = 2048, repeats: int = 5) -> float:
-    """Best fp32 FLOP/s of an n x n x n torch.mm on `threads` threads (this CPU's practical peak)."""
+def matmul_peak(threads: int, n: int = 2048, repeats: int = 5, dtype: str = "fp32") -> float:
+    """Best FLOP/s of an n x n x n torch.mm in `dtype` (fp32 or bf16) on `threads` threads (this CPU's
+    practical peak for that precision)."""
     import time
 
     import torch
@@ -153,7 +154,8 @@ def matmul_peak(threads: int, n: int = 2048, repeats: int = 5) -> float:
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        a, b = torch.randn(n, n), torch.randn(n, n)
+        dt = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+        a, b = torch.randn(n, n, dtype=dt), torch.randn(n, n, dtype=dt)
         torch.mm(a, b)  # warm-up
         best = float("inf")
         for _ in range(repeats):

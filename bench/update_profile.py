@@ -9,6 +9,8 @@ side follows TRL 1.16's `_get_per_token_logps_and_entropies` (logits only for th
 
     python bench/update_profile.py --model DIR [--rows 16 --prompt 8 --response 64 --repeat 3 --top 25]
     python bench/update_profile.py --size 10m      # the bench's random 10M Qwen2 (built in a temp dir)
+    python bench/update_profile.py --size 10m --dtype bf16 --levers --variants ours,bf16-attn,transformers
+                                                   # bf16 (transformers under autocast, as TRL's bf16=True)
 """
 from __future__ import annotations
 
@@ -38,7 +40,7 @@ def batch_of(rows: int, prompt: int, response: int, vocab: int, seed: int = 0) -
 def ours(model_dir: str, batch: dict, prompt: int, full_logits: bool = False, local_attention: bool = False,
          megatron_rope: bool = False, unfused_wgrad: bool = False, unfused_embedding: bool = False,
          loop_adam: bool = False, all_rows: bool = False, kl: bool = True, megatron_swiglu: bool = False,
-         log_softmax: bool = False):
+         log_softmax: bool = False, dtype: str = "fp32", bf16_attention: bool = False):
     """One policy_update_step of a fresh model; full_logits / local_attention / megatron_rope /
     megatron_swiglu / unfused_wgrad / unfused_embedding turn a lever off (the output layer on every
     position; megatron's DotProductAttention; megatron's unfused RoPE instead of models/rotary.py;
@@ -46,8 +48,9 @@ def ours(model_dir: str, batch: dict, prompt: int, full_logits: bool = False, lo
     gradients through param.grad and DDP's add_ instead of into main_grad, platform/wgrad_fusion.py;
     the word embedding's the same way, a (V, H) gradient instead of its rows into main_grad; torch's
     per-parameter Adam instead of its fused kernel; every row run, also those with zero advantages;
-    log_softmax + gather for the log-probs and the exact finite check, _with_log_softmax) to measure
-    it alone. kl=False: the policy loss alone (no reference log-probs), where zero-advantage rows are left out."""
+    log_softmax + gather for the log-probs and the exact finite check, _with_log_softmax; bf16 inputs
+    attending in bf16 instead of fp32, bf16_attention) to measure it alone. kl=False: the policy loss
+    alone (no reference log-probs), where zero-advantage rows are left out."""
     import contextlib
 
     from mindspeed_rl.models import builder, train_step
@@ -56,7 +59,7 @@ def ours(model_dir: str, batch: dict, prompt: int, full_logits: bool = False, lo
     builder.sdpa_core_attention = (lambda name: False) if local_attention else sdpa
     try:
         update = _ours(model_dir, batch, prompt, unfused_wgrad=unfused_wgrad, unfused_embedding=unfused_embedding,
-                       loop_adam=loop_adam, kl=kl, megatron_swiglu=megatron_swiglu)
+                       loop_adam=loop_adam, kl=kl, megatron_swiglu=megatron_swiglu, dtype=dtype)
     finally:
         builder.sdpa_core_attention = sdpa
     if megatron_rope:
@@ -65,6 +68,8 @@ def ours(model_dir: str, batch: dict, prompt: int, full_logits: bool = False, lo
         update = _with_all_rows(update)
     if log_softmax:
         update = _with_log_softmax(update)
+    if bf16_attention:
+        update = _with_bf16_attention(update)
     if not full_logits:
         return update
     @contextlib.contextmanager
@@ -119,6 +124,21 @@ def _with_log_softmax(update):
     return step
 
 
+def _with_bf16_attention(update):
+    """update, with the fused core attention computing bf16 inputs in bf16 (CPU's default computes
+    them in fp32: platform.base.sdpa_in_fp32_for_bf16)."""
+    from mindspeed_rl.models import core_attention
+
+    def step():
+        saved = core_attention.sdpa_in_fp32_for_bf16
+        core_attention.sdpa_in_fp32_for_bf16 = lambda name: False
+        try:
+            return update()
+        finally:
+            core_attention.sdpa_in_fp32_for_bf16 = saved
+    return step
+
+
 def _with_all_rows(update):
     """update, run with every row through the forward/backward (train_step.rows_to_run off)."""
     from mindspeed_rl.models import train_step
@@ -134,7 +154,7 @@ def _with_all_rows(update):
 
 
 def _ours(model_dir: str, batch: dict, prompt: int, unfused_wgrad: bool = False, unfused_embedding: bool = False,
-          loop_adam: bool = False, kl: bool = True, megatron_swiglu: bool = False):
+          loop_adam: bool = False, kl: bool = True, megatron_swiglu: bool = False, dtype: str = "fp32"):
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state
     from mindspeed_rl.models.hf_bridge.loader import load_hf_checkpoint, read_hf_config
     from mindspeed_rl.models.hf_config import model_config_from_hf
@@ -150,7 +170,8 @@ def _ours(model_dir: str, batch: dict, prompt: int, unfused_wgrad: bool = False,
     if not parallel_state.model_parallel_is_initialized():  # several variants share one state
         init_parallel_state(1, 1, seed=1)
     args = model_config_from_hf(read_hf_config(model_dir))
-    model = build_gpt_model(args)
+    params_dtype = DTYPES[dtype]
+    model = build_gpt_model(args, params_dtype=params_dtype)  # bf16: megatron's bf16 model, fp32 main params
     load_hf_checkpoint(model, model_dir, args)
     ddp = wrap_ddp(model, use_distributed_optimizer=False)
     if megatron_swiglu:  # the flag is per config (MoE experts keep a copy): megatron's unfused glu
@@ -166,7 +187,7 @@ def _ours(model_dir: str, batch: dict, prompt: int, unfused_wgrad: bool = False,
 
         wgrad_fusion.unfuse_embeddings(ddp.module)
     opt, sched = build_optimizer([ddp], lr=1e-5, train_iters=100, weight_decay=0.01, clip_grad=1.0,
-                                 use_distributed_optimizer=False)
+                                 use_distributed_optimizer=False, params_dtype=params_dtype)
     if loop_adam:
         for group in opt.optimizer.param_groups:
             group["fused"] = False  # what torch picks on CPU by itself
@@ -176,7 +197,9 @@ def _ours(model_dir: str, batch: dict, prompt: int, unfused_wgrad: bool = False,
 
 
 # ---------------------------------------------------------------------------- transformers (TRL's way)
-def theirs(model_dir: str, batch: dict, prompt: int, kl: bool = True):
+def theirs(model_dir: str, batch: dict, prompt: int, kl: bool = True, dtype: str = "fp32"):
+    """TRL's update; dtype bf16 = TRL's bf16=True on CPU: accelerate's autocast to bf16 around the
+    forward of the fp32 model (the loss maths after it in fp32, as TRL's)."""
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32, attn_implementation="sdpa")
@@ -186,7 +209,8 @@ def theirs(model_dir: str, batch: dict, prompt: int, kl: bool = True):
 
     def step():
         opt.zero_grad(set_to_none=True)
-        logits = model(input_ids=ids, attention_mask=mask, logits_to_keep=response + 1).logits[:, :-1]
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
+            logits = model(input_ids=ids, attention_mask=mask, logits_to_keep=response + 1).logits[:, :-1]
         logp = torch.log_softmax(logits.float(), -1).gather(-1, ids[:, prompt:, None]).squeeze(-1)  # (B, T)
         ratio = torch.exp(logp - logp.detach())
         adv = batch["advantages"]
@@ -200,6 +224,9 @@ def theirs(model_dir: str, batch: dict, prompt: int, kl: bool = True):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
     return step
+
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def profile(name: str, step, repeat: int, top: int) -> float:
@@ -246,13 +273,17 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--dtype", choices=sorted(DTYPES), default="fp32",
+                    help="bf16: our bf16 model (fp32 main params) against transformers under CPU autocast to bf16 "
+                         "(TRL's bf16=True)")
     ap.add_argument("--side", choices=["both", "ours", "theirs"], default="both")
     ap.add_argument("--levers", action="store_true",
                     help="no profile: time ours, ours with each lever off, and transformers, interleaved")
     ap.add_argument("--variants", default="ours,full-logits,local-attn,megatron-rope,megatron-swiglu,unfused-wgrad,"
                                           "unfused-embedding,loop-adam,transformers",
                     help="with --levers: which of ours, full-logits, local-attn, megatron-rope, megatron-swiglu, "
-                         "unfused-wgrad, unfused-embedding, loop-adam, log-softmax, "
+                         "unfused-wgrad, unfused-embedding, loop-adam, log-softmax, bf16-attn (with --dtype bf16: "
+                         "attention in bf16 instead of fp32), "
                          "all-rows, transformers (memory: one model each)")
     ap.add_argument("--zero-rows", type=float, default=0.0,
                     help="fraction of the rows with advantage 0 (a group that scored alike); > 0 also drops the KL "
@@ -277,17 +308,18 @@ def main() -> int:
     kl = a.zero_rows == 0
     batch["advantages"][: round(a.zero_rows * a.rows)] = 0.0
     if a.levers:
-        make = {"ours": lambda: ours(model_dir, batch, a.prompt, kl=kl),
-                "full-logits": lambda: ours(model_dir, batch, a.prompt, full_logits=True, kl=kl),
-                "local-attn": lambda: ours(model_dir, batch, a.prompt, local_attention=True, kl=kl),
-                "megatron-rope": lambda: ours(model_dir, batch, a.prompt, megatron_rope=True, kl=kl),
-                "megatron-swiglu": lambda: ours(model_dir, batch, a.prompt, megatron_swiglu=True, kl=kl),
-                "unfused-wgrad": lambda: ours(model_dir, batch, a.prompt, unfused_wgrad=True, kl=kl),
-                "unfused-embedding": lambda: ours(model_dir, batch, a.prompt, unfused_embedding=True, kl=kl),
-                "loop-adam": lambda: ours(model_dir, batch, a.prompt, loop_adam=True, kl=kl),
-                "all-rows": lambda: ours(model_dir, batch, a.prompt, all_rows=True, kl=kl),
-                "log-softmax": lambda: ours(model_dir, batch, a.prompt, log_softmax=True, kl=kl),
-                "transformers": lambda: theirs(model_dir, batch, a.prompt, kl=kl)}
+        make = {"ours": lambda: ours(model_dir, batch, a.prompt, kl=kl, dtype=a.dtype),
+                "full-logits": lambda: ours(model_dir, batch, a.prompt, full_logits=True, kl=kl, dtype=a.dtype),
+                "local-attn": lambda: ours(model_dir, batch, a.prompt, local_attention=True, kl=kl, dtype=a.dtype),
+                "megatron-rope": lambda: ours(model_dir, batch, a.prompt, megatron_rope=True, kl=kl, dtype=a.dtype),
+                "megatron-swiglu": lambda: ours(model_dir, batch, a.prompt, megatron_swiglu=True, kl=kl, dtype=a.dtype),
+                "unfused-wgrad": lambda: ours(model_dir, batch, a.prompt, unfused_wgrad=True, kl=kl, dtype=a.dtype),
+                "unfused-embedding": lambda: ours(model_dir, batch, a.prompt, unfused_embedding=True, kl=kl, dtype=a.dtype),
+                "loop-adam": lambda: ours(model_dir, batch, a.prompt, loop_adam=True, kl=kl, dtype=a.dtype),
+                "all-rows": lambda: ours(model_dir, batch, a.prompt, all_rows=True, kl=kl, dtype=a.dtype),
+                "log-softmax": lambda: ours(model_dir, batch, a.prompt, log_softmax=True, kl=kl, dtype=a.dtype),
+                "bf16-attn": lambda: ours(model_dir, batch, a.prompt, bf16_attention=True, kl=kl, dtype=a.dtype),
+                "transformers": lambda: theirs(model_dir, batch, a.prompt, kl=kl, dtype=a.dtype)}
         names = a.variants.split(",")
         if "ours" not in names or set(names) - set(make):
             print(f"--variants: a comma list of {', '.join(make)} that includes ours", file=sys.stderr)
@@ -305,9 +337,9 @@ def main() -> int:
         return 0
     results = {}
     if a.side in ("both", "theirs"):
-        results["transformers"] = profile("transformers (TRL's update)", theirs(model_dir, batch, a.prompt, kl), a.repeat, a.top)
+        results["transformers"] = profile("transformers (TRL's update)", theirs(model_dir, batch, a.prompt, kl, dtype=a.dtype), a.repeat, a.top)
     if a.side in ("both", "ours"):
-        results["ours"] = profile("ours (policy_update_step)", ours(model_dir, batch, a.prompt, kl=kl), a.repeat, a.top)
+        results["ours"] = profile("ours (policy_update_step)", ours(model_dir, batch, a.prompt, kl=kl, dtype=a.dtype), a.repeat, a.top)
     if len(results) == 2:
         print(f"\nours/transformers update: {results['ours'] / results['transformers']:.2f}x "
               f"({results['ours']:.3f} s vs {results['transformers']:.3f} s)")

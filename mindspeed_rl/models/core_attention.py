@@ -16,7 +16,9 @@ With no mask and a causal layer, SDPA's own causal mask (`is_causal`) is megatro
 Not handled here (megatron's own forward runs instead): attention dropout while training (megatron
 draws it from its TP-aware RNG tracker), attention bias, packed sequences, sliding windows and
 megatron 0.16's softmax offsets. Whether the platform uses this module is `platform.sdpa_core_attention`
-(NPU: MindSpeed's fused attention, switched by its own keys).
+(NPU: MindSpeed's fused attention, switched by its own keys). On CPU, bf16 query/key/value attend in
+fp32 and the context is rounded back to bf16 (`platform.base.sdpa_in_fp32_for_bf16`: torch's CPU
+flash kernel is slower in bf16 there, and fp32 is the more precise).
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from mindspeed_rl.platform import get_platform
+from mindspeed_rl.platform.base import sdpa_in_fp32_for_bf16
 
 get_platform().patch()  # megatron must be imported after the platform patch (no-op when done)
 
@@ -54,7 +57,10 @@ class SDPACoreAttention(DotProductAttention):
             return super().forward(query, key, value, attention_mask, attn_mask_type, attention_bias,
                                    packed_seq_params)
         sq, b, heads, _ = query.shape
-        q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))  # (b, heads | groups, s, hn)
+        dtype = query.dtype
+        bf16_in_fp32 = dtype == torch.bfloat16 and sdpa_in_fp32_for_bf16(get_platform().name)  # CPU
+        compute = torch.float32 if bf16_in_fp32 else dtype
+        q, k, v = (t.permute(1, 2, 0, 3).to(compute) for t in (query, key, value))  # (b, heads | groups, s, hn)
         per_group = heads // k.shape[1]
         if per_group > 1:  # GQA: as megatron, each group's K/V serves per_group consecutive heads
             k, v = k.repeat_interleave(per_group, dim=1), v.repeat_interleave(per_group, dim=1)
@@ -66,6 +72,7 @@ class SDPACoreAttention(DotProductAttention):
             causal = (attn_mask_type or self.attn_mask_type) == AttnMaskType.causal and sq > 1
         context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.0, is_causal=causal,
                                                  scale=self.softmax_scale * self._layer_coeff())
+        context = context.to(dtype)
         return context.permute(2, 0, 1, 3).reshape(sq, b, heads * context.shape[-1])  # (sq, b, np * hn)
 
     def _layer_coeff(self) -> float:

@@ -89,3 +89,36 @@ def test_builder_uses_sdpa_on_cpu(gloo_world1):
     model = build_gpt_model(ARGS)
     assert all(type(layer.self_attention.core_attention) is SDPACoreAttention for layer in model.decoder.layers)
     assert with_sdpa_attention([DotProductAttention, int]) == [SDPACoreAttention, int]
+
+
+@pytest.mark.parametrize("in_fp32", [True, False])
+def test_bf16_attends_in_fp32_on_cpu(gloo_world1, monkeypatch, in_fp32):
+    """On CPU, bf16 query/key/value are computed in fp32 (platform.base.sdpa_in_fp32_for_bf16) and the
+    context rounded to bf16 once: bit for bit the fp32 module's result rounded, gradients in bf16. Where
+    the platform says no, the kernel runs in bf16 (another rounding)."""
+    from mindspeed_rl.models import core_attention
+
+    monkeypatch.setattr(core_attention, "sdpa_in_fp32_for_bf16", lambda name: in_fp32)
+    init_parallel_state(1, 1, seed=1)
+    _, fused = _pair()
+    mask = attention_mask_4d(_mask())
+    q, k, v = (t.detach().bfloat16().requires_grad_() for t in _qkv(9, 9))
+    seen = []
+    original = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(core_attention.F, "scaled_dot_product_attention",
+                        lambda *a, **kw: seen.append(a[0].dtype) or original(*a, **kw))
+    ctx = fused(q, k, v, mask)
+    assert ctx.dtype == torch.bfloat16 and seen == [torch.float32 if in_fp32 else torch.bfloat16]
+    reference = fused(*(t.detach().float() for t in (q, k, v)), mask).bfloat16()
+    if in_fp32:
+        assert torch.equal(ctx, reference)
+    else:
+        assert (ctx.float() - reference.float()).abs().max() <= 0.05
+    grads = torch.autograd.grad(ctx.float().square().sum(), (q, k, v))
+    assert all(g.dtype == torch.bfloat16 and torch.isfinite(g).all() for g in grads)
+
+
+def test_only_cpu_attends_bf16_in_fp32():
+    from mindspeed_rl.platform.base import sdpa_in_fp32_for_bf16
+
+    assert sdpa_in_fp32_for_bf16("cpu") and not sdpa_in_fp32_for_bf16("cuda") and not sdpa_in_fp32_for_bf16("npu")

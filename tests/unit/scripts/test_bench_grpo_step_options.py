@@ -83,3 +83,65 @@ def test_rounds_alternate_the_order_and_keep_each_sides_quietest_run(bench, tmp_
     assert r["ours_vllm"]["rounds_step_s"] == [1.0, 1.2, 0.9] and gs.median_step(r["ours_vllm"]["steps"]) == 0.9
     with pytest.raises(SystemExit):
         gs.parse_args(["--rounds", "0"])
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_dtype_reaches_both_of_our_roles_and_the_settings_check(bench, tmp_path, dtype):
+    gs, _ = bench
+    args = gs.parse_args(["--sizes", "tiny", "--dtype", dtype])
+    w = gs.workload(args)
+    assert w["dtype"] == dtype
+    d = {"config_dir": str(tmp_path), "model": str(tmp_path / "model"), "prompts": str(tmp_path / "p.jsonl"),
+         "ours": str(tmp_path / "ours")}
+    with open(gs.our_config("tiny", w, d)) as f:
+        cfg = json.load(f)
+    roles = cfg["actor_rollout_ref"]
+    assert roles["actor_rollout"]["bf16"] is roles["ref"]["bf16"] is (dtype == "bf16")
+    # compute and master precision must match; a TRL run in another precision stops the comparison
+    ours = {"compute_dtype": "bfloat16" if dtype == "bf16" else "float32", "master_dtype": "float32"}
+    _, bad = gs.check_settings(ours, dict(ours))
+    assert "compute_dtype" not in bad and "master_dtype" not in bad
+    _, bad = gs.check_settings(ours, {**ours, "compute_dtype": "float32" if dtype == "bf16" else "bfloat16"})
+    assert "compute_dtype" in bad
+    with pytest.raises(SystemExit):
+        gs.parse_args(["--dtype", "fp16"])
+
+
+def test_matmul_peak_is_measured_in_the_asked_precision(bench, monkeypatch):
+    import torch
+
+    _, wl = bench
+    seen = []
+    mm = torch.mm
+    monkeypatch.setattr(torch, "mm", lambda a, b: seen.append(a.dtype) or mm(a, b))
+    assert wl.matmul_peak(1, n=64, repeats=1, dtype="bf16") > 0
+    assert wl.matmul_peak(1, n=64, repeats=1) > 0
+    assert set(seen) == {torch.bfloat16, torch.float32} and seen[0] == torch.bfloat16
+
+
+@pytest.mark.parametrize("driver_old", [2e-5, 0.2])
+def test_the_probe_forward_is_not_counted_as_old_log_probs(bench, tmp_path, monkeypatch, driver_old):
+    """On-policy the trainer asks for no old log-probs; the worker's compute_log_prob time is then the
+    vLLM sync check's probe forward, already in `sync` (counted once, so `other` is not negative)."""
+    gs, _ = bench
+    out = tmp_path / "ours_vllm"
+    monkeypatch.setattr(gs, "our_config", lambda *a, **k: None)
+
+    def fake_run(cmd, env, log_path, timeout):
+        out.mkdir(exist_ok=True)
+        record = {"step": 1, "timing/step": 1.0, "timing/gen": 0.6, "timing/reward": 0.01, "timing/ref": 0.0,
+                  "timing/old_log_prob": driver_old, "timing/adv": 0.001, "timing/update_actor": 0.3,
+                  "timing/sync_weights": 0.05, "timing/sync_check": 0.08, "timing/gen_worker": 0.4,
+                  "timing/ref_worker": 0.1, "timing/old_log_prob_worker": 0.03 + driver_old,
+                  "timing/update_actor_worker": 0.28, "timing/sync_weights_worker": 0.05,
+                  "prompt_length/mean": 4.0, "response_length/mean": 64.0, "grpo/score/mean": 0.5}
+        (out / "metrics.jsonl").write_text(json.dumps(record) + "\n")
+        return {}
+
+    monkeypatch.setattr(gs, "run_monitored", fake_run)
+    d = {"ours_vllm": str(out), "config_dir": str(tmp_path), "root": str(tmp_path)}
+    step = gs.run_ours("10m", {"prompts_per_step": 2, "n_samples": 8, "threads": 2}, d, "vllm")["steps"][0]
+    assert step["sync"] == pytest.approx(0.13)
+    assert step["old_log_prob"] == (0.0 if driver_old < 1e-3 else pytest.approx(0.23))
+    if driver_old < 1e-3:
+        assert step["other"] >= 0
