@@ -117,6 +117,7 @@ class RolloutConfig:
     gpu_memory_utilization: float = doc(0.3, "vllm engine: fraction of device memory it may take for weights + KV cache (never vLLM's 0.92 default: the trainer shares the device)")
     enforce_eager: bool = doc(True, "vllm engine: no torch.compile / graph capture (verl's name). false compiles the model when the engine starts (minutes on CPU the first time, cached after) for faster generation; weight updates reach the compiled model (tests/vllm/test_vllm_compiled.py)")
     vllm_kv_cache_gb: int = doc(1, "vllm engine on CPU: GiB of host memory for its KV cache (VLLM_CPU_KVCACHE_SPACE)")
+    sync_check_interval: int = doc(1, "vllm engine: check the weight sync on the probe at every this many syncs (1: every step, the default; the first sync is always checked; 0: never). A check costs the probe's generation and training forward (3-8 % of a step on CPU)")
     sync_check_tolerance: Optional[float] = doc(None, "vllm engine: largest |log-prob difference| between the engine and the training forward on the probe after a weight sync before the run stops (default 1e-4 for fp32, 0.5 for bf16/fp16)")
 
 

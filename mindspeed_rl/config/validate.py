@@ -291,6 +291,9 @@ def _check_vllm(role: RoleConfig, problems: list[str]) -> None:
         problems.append(f"`{A}.gpu_memory_utilization: {r.gpu_memory_utilization}` must be in (0, 1].")
     if r.vllm_kv_cache_gb < 1:
         problems.append(f"`{A}.vllm_kv_cache_gb: {r.vllm_kv_cache_gb}` must be at least 1 (GiB).")
+    if r.sync_check_interval < 0:
+        problems.append(f"`{A}.sync_check_interval: {r.sync_check_interval}` must be 0 (never check) or a "
+                        f"number of syncs >= 1 (1 = check every step).")
     if r.sync_check_tolerance is not None and not r.sync_check_tolerance > 0:
         problems.append(f"`{A}.sync_check_tolerance: {r.sync_check_tolerance}` must be > 0, or null for the "
                         f"default of the dtype.")

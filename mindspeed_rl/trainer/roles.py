@@ -48,18 +48,21 @@ class ActorFacade(_ShardedRole):
     (colocated: the training ranks generate with their own model)."""
 
     def __init__(self, group, layout, rollout: Optional["RolloutFacade"] = None, colocated_copy: bool = False,
-                 verify_sync: bool = False, sync_tolerance: float = 1e-4):
+                 verify_sync: bool = False, sync_tolerance: float = 1e-4, sync_check_interval: int = 1):
         """
         Args:
             colocated_copy: the training ranks generate with an engine holding its own weights (vLLM):
                 sync them after every update.
-            verify_sync: check every sync with the probe (rollout/sync_check.py), at sync_tolerance.
+            verify_sync: check syncs with the probe (rollout/sync_check.py), at sync_tolerance: the first
+                sync, then every sync_check_interval-th (1: every sync; 0: none).
         """
         super().__init__(group, layout)
         self.rollout = rollout
         self.colocated_copy = colocated_copy and rollout is None
         self.stale = self.colocated_copy  # the engine starts with dummy weights
         self.verify_sync, self.sync_tolerance = verify_sync, sync_tolerance
+        self.sync_check_interval = int(sync_check_interval)  # 0: never
+        self.syncs = 0  # weight syncs done by this facade (the check runs on the 1st, 1+k-th, 1+2k-th, ...)
         self.send_rollout_log_probs = False  # TIS on: the update weighs tokens by old / rollout probability
         self.ref_with_generation = False  # the actor workers hold the reference: ref log-probs come with the batch
         self.updates = 0  # update_actor calls (or the step resumed from): the next step is updates + 1
@@ -85,10 +88,12 @@ class ActorFacade(_ShardedRole):
             target = self
         else:
             return
-        if self.verify_sync:
+        self.syncs += 1
+        k = self.sync_check_interval
+        if self.verify_sync and k > 0 and (self.syncs - 1) % k == 0:
             start = time.perf_counter()
             self._verify(target)
-            # what the check costs every step (probe generation + training forward + Ray round trips)
+            # what the check costs (probe generation + training forward + Ray round trips)
             self._pending_metrics["timing/sync_check"] = (self._pending_metrics.get("timing/sync_check", 0.0)
                                                           + time.perf_counter() - start)
 
@@ -321,7 +326,8 @@ def build_roles(cfg, plan, pools, needs_reference: bool, groups: list) -> Roles:
     ref_in_actor = needs_reference and reference_in_actor(cfg)
     actor = ActorFacade(*spawn("actor_rollout", ActorRolloutWorker, pools["actor_rollout"], actor_place, ref_in_actor),
                         rollout=rollout, colocated_copy=vllm, verify_sync=vllm,
-                        sync_tolerance=tolerance(cfg.actor.params_dtype, cfg.actor.rollout.sync_check_tolerance))
+                        sync_tolerance=tolerance(cfg.actor.params_dtype, cfg.actor.rollout.sync_check_tolerance),
+                        sync_check_interval=cfg.actor.rollout.sync_check_interval)
     actor.send_rollout_log_probs = cfg.actor.ppo.tis_mode != "off"
     reference = None
     if ref_in_actor:  # one process per device holds both models: no reference group to spawn

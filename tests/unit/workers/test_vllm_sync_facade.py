@@ -80,3 +80,36 @@ def test_check_sync_by_hand_and_its_bounds():
         check_sync(train, train, torch.zeros(1, 3), 1e-4, step=2)
     assert tolerance("fp32") == 1e-4 and tolerance("bf16") == 0.5 and tolerance("bf16", 0.1) == 0.1
     assert probe_prompts(50) == probe_prompts(50) and all(0 <= t < 50 for p in probe_prompts(50) for t in p)
+
+
+@pytest.mark.parametrize("interval, checked", [(1, [1, 2, 3, 4, 5]), (2, [1, 3, 5]), (3, [1, 4]), (0, [])])
+def test_sync_check_interval_checks_the_first_sync_then_every_kth(interval, checked):
+    log = []
+    actor = colocated(log, engine_logp=[-1.0, -2.0])
+    actor.sync_check_interval = interval
+    done = []
+    for sync in range(1, 6):
+        actor.stale = True  # an update happened
+        before = len(log)
+        actor.sync_rollout_weights()
+        calls = [name for _, name in log[before:]]
+        assert calls[0] == "sync_rollout_weights"  # the weights always move
+        if "generate_probe" in calls:
+            assert calls == ["sync_rollout_weights", "generate_probe", "compute_log_prob"]
+            done.append(sync)
+    assert done == checked
+    assert ("timing/sync_check" in actor._pending_metrics) == bool(checked)
+    assert actor._pending_metrics["rollout/sync_peak_bytes"] == 1024.0  # sync stats with or without a check
+
+
+def test_sync_check_interval_reaches_the_facade_and_is_validated():
+    from mindspeed_rl.config import load_config
+    from mindspeed_rl.config.validate import validate
+    from mindspeed_rl.utils.errors import UserInputError
+
+    A = "actor_rollout_ref.actor_rollout"
+    cfg = load_config("grpo_trainer_tiny", [f"{A}.rollout_engine=vllm", f"{A}.sync_check_interval=4"])
+    assert cfg.actor.rollout.sync_check_interval == 4
+    with pytest.raises(UserInputError, match=r"sync_check_interval: -1` must be 0 \(never check\) or a number of "
+                                             r"syncs >= 1"):
+        validate(load_config("grpo_trainer_tiny", [f"{A}.rollout_engine=vllm", f"{A}.sync_check_interval=-1"]))
