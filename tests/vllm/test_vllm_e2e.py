@@ -1,6 +1,7 @@
 """ray_gpt.py end to end with rollout_engine=vllm on CPU: colocated it learns the tiny task with the
 native e2e test's margin; on the generation rank of the train/infer split it runs, syncs and
-checks every step; a sync check that cannot be met stops the run with its sentence.
+checks every step; a sync check that cannot be met stops the run with its sentence, and with
+`sync_check_interval: 0` no check runs.
 
 The tiny model's head dim is 16, which vLLM's CPU attention has no kernel for: these runs use
 hidden_size 128 and kv_channels 32 (head dim 32; vLLM's Qwen2 takes it as hidden / heads)."""
@@ -68,3 +69,15 @@ def test_a_sync_check_that_cannot_pass_stops_the_run_with_its_sentence(tmp_path)
     assert ("ray_gpt.py: step 1: after the weight sync, the log-probs of the actor ranks' rollout engines on the "
             "probe differ from the training forward by up to") in proc.stderr
     assert "tolerance 1e-12" in proc.stderr and "Traceback" not in proc.stderr.split("ray_gpt.py: step 1")[-1]
+
+
+def test_sync_check_interval_0_runs_no_check(tmp_path):
+    """The same impossible tolerance with `sync_check_interval: 0`: no check runs, so the run finishes
+    (the key reaches the trainer); the weights still sync every step."""
+    proc = ray_gpt("training.train_iters=2", f"training.output_dir={tmp_path}", "training.test_freq=0",
+                   f"{A}.sync_check_tolerance=1e-12", f"{A}.sync_check_interval=0", timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = metrics(tmp_path)
+    assert len(rows) == 2
+    for r in rows:
+        assert "timing/sync_check" not in r and r["timing/sync_weights"] > 0, r
