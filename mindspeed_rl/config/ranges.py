@@ -97,7 +97,8 @@ CHECKED_ELSEWHERE = {
     "RunConfig.keep_last_n", "RunConfig.max_skipped_updates",
     # rollout_engine: vllm and TIS (validate._check_vllm / _check_ppo): checked only when that engine / mode is on
     "RolloutConfig.infer_tensor_parallel_size", "RolloutConfig.gpu_memory_utilization",
-    "RolloutConfig.vllm_kv_cache_gb", "RolloutConfig.sync_check_tolerance", "RolloutConfig.sync_check_interval", "PPOConfig.tis_cap",
+    "RolloutConfig.vllm_kv_cache_gb", "RolloutConfig.sync_check_tolerance", "RolloutConfig.sync_check_interval",
+    "PPOConfig.tis_cap",
 }
 # numeric keys any value of their type is valid for
 NO_RANGE = {

@@ -16,9 +16,10 @@ store. The sync's wall time is reported with the next update's stats as `timing/
 The vLLM engine (`rollout_engine: vllm`) holds its own copy of the weights, colocated in each
 training rank or on the generation ranks of the split: after every update the next sync streams
 the weights into it (`rollout/sync_peak_bytes`: the largest chunk held at once), and then checks
-it (`verify_sync`): the engine generates on a fixed probe, the training ranks score the same
-tokens, and a difference above the tolerance stops the run with a sentence naming the step and the
-largest difference (rollout/sync_check.py; metrics rollout/logp_diff_max / _mean).
+it (`verify_sync`; the first sync and every `sync_check_interval`-th): the engine generates on a
+fixed probe, the training ranks score the same tokens, and a difference above the tolerance stops
+the run with a sentence naming the step and the largest difference (rollout/sync_check.py; metrics
+rollout/logp_diff_max / _mean).
 """
 from __future__ import annotations
 
