@@ -294,7 +294,7 @@ def our_settings(size: str, d: dict, processes: dict) -> dict:
     from mindspeed_rl.config import load_config
     from mindspeed_rl.data.prompt_dataset import build_prompt_dataset
     from mindspeed_rl.data.tokenizer import load_tokenizer
-    from mindspeed_rl.platform import get_platform
+    from mindspeed_rl.platform import get_platform, params_dtype
     from mindspeed_rl.platform.base import fused_adamw
     from mindspeed_rl.data.tokenizer import eos_token_ids
 
@@ -321,7 +321,7 @@ def our_settings(size: str, d: dict, processes: dict) -> dict:
         "betas": [o.adam_beta1, o.adam_beta2], "adam_eps": o.adam_eps, "lr_schedule": o.lr_decay_style,
         "adam_kernel": "fused" if fused_adamw("cpu") else "for-loop",  # models/optimizer.use_fused_adam
         "clip_grad": o.clip_grad,
-        "compute_dtype": {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}[a.params_dtype],
+        "compute_dtype": str(params_dtype(a.params_dtype)).replace("torch.", ""),
         # megatron's mixed-precision optimizer steps fp32 main params for bf16/fp16 models (models/optimizer.py)
         "master_dtype": "float32",
         "params": wl.param_counts(size)["total"], "ref_model": ppo.use_kl_loss,

@@ -154,7 +154,9 @@ def matmul_peak(threads: int, n: int = 2048, repeats: int = 5, dtype: str = "fp3
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        dt = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+        from mindspeed_rl.platform.placement import params_dtype
+
+        dt = params_dtype(dtype)
         a, b = torch.randn(n, n, dtype=dt), torch.randn(n, n, dtype=dt)
         torch.mm(a, b)  # warm-up
         best = float("inf")

@@ -25,6 +25,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from mindspeed_rl.platform.placement import PARAMS_DTYPES  # noqa: E402
+
 
 def batch_of(rows: int, prompt: int, response: int, vocab: int, seed: int = 0) -> dict:
     g = torch.Generator().manual_seed(seed)
@@ -170,7 +172,7 @@ def _ours(model_dir: str, batch: dict, prompt: int, unfused_wgrad: bool = False,
     if not parallel_state.model_parallel_is_initialized():  # several variants share one state
         init_parallel_state(1, 1, seed=1)
     args = model_config_from_hf(read_hf_config(model_dir))
-    params_dtype = DTYPES[dtype]
+    params_dtype = PARAMS_DTYPES[dtype]
     model = build_gpt_model(args, params_dtype=params_dtype)  # bf16: megatron's bf16 model, fp32 main params
     load_hf_checkpoint(model, model_dir, args)
     ddp = wrap_ddp(model, use_distributed_optimizer=False)
@@ -226,9 +228,6 @@ def theirs(model_dir: str, batch: dict, prompt: int, kl: bool = True, dtype: str
     return step
 
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-
-
 def profile(name: str, step, repeat: int, top: int) -> float:
     step()  # warm-up (optimizer state, allocator)
     times = []
@@ -273,7 +272,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--dtype", choices=sorted(DTYPES), default="fp32",
+    ap.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32",
                     help="bf16: our bf16 model (fp32 main params) against transformers under CPU autocast to bf16 "
                          "(TRL's bf16=True)")
     ap.add_argument("--side", choices=["both", "ours", "theirs"], default="both")
@@ -308,18 +307,14 @@ def main() -> int:
     kl = a.zero_rows == 0
     batch["advantages"][: round(a.zero_rows * a.rows)] = 0.0
     if a.levers:
-        make = {"ours": lambda: ours(model_dir, batch, a.prompt, kl=kl, dtype=a.dtype),
-                "full-logits": lambda: ours(model_dir, batch, a.prompt, full_logits=True, kl=kl, dtype=a.dtype),
-                "local-attn": lambda: ours(model_dir, batch, a.prompt, local_attention=True, kl=kl, dtype=a.dtype),
-                "megatron-rope": lambda: ours(model_dir, batch, a.prompt, megatron_rope=True, kl=kl, dtype=a.dtype),
-                "megatron-swiglu": lambda: ours(model_dir, batch, a.prompt, megatron_swiglu=True, kl=kl, dtype=a.dtype),
-                "unfused-wgrad": lambda: ours(model_dir, batch, a.prompt, unfused_wgrad=True, kl=kl, dtype=a.dtype),
-                "unfused-embedding": lambda: ours(model_dir, batch, a.prompt, unfused_embedding=True, kl=kl, dtype=a.dtype),
-                "loop-adam": lambda: ours(model_dir, batch, a.prompt, loop_adam=True, kl=kl, dtype=a.dtype),
-                "all-rows": lambda: ours(model_dir, batch, a.prompt, all_rows=True, kl=kl, dtype=a.dtype),
-                "log-softmax": lambda: ours(model_dir, batch, a.prompt, log_softmax=True, kl=kl, dtype=a.dtype),
-                "bf16-attn": lambda: ours(model_dir, batch, a.prompt, bf16_attention=True, kl=kl, dtype=a.dtype),
-                "transformers": lambda: theirs(model_dir, batch, a.prompt, kl=kl, dtype=a.dtype)}
+        levers = {"ours": {}, "full-logits": {"full_logits": True}, "local-attn": {"local_attention": True},
+                  "megatron-rope": {"megatron_rope": True}, "megatron-swiglu": {"megatron_swiglu": True},
+                  "unfused-wgrad": {"unfused_wgrad": True}, "unfused-embedding": {"unfused_embedding": True},
+                  "loop-adam": {"loop_adam": True}, "all-rows": {"all_rows": True},
+                  "log-softmax": {"log_softmax": True}, "bf16-attn": {"bf16_attention": True}}
+        make = {name: (lambda off=off: ours(model_dir, batch, a.prompt, kl=kl, dtype=a.dtype, **off))
+                for name, off in levers.items()}
+        make["transformers"] = lambda: theirs(model_dir, batch, a.prompt, kl=kl, dtype=a.dtype)
         names = a.variants.split(",")
         if "ours" not in names or set(names) - set(make):
             print(f"--variants: a comma list of {', '.join(make)} that includes ours", file=sys.stderr)
