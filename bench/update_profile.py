@@ -42,7 +42,8 @@ def batch_of(rows: int, prompt: int, response: int, vocab: int, seed: int = 0) -
 def ours(model_dir: str, batch: dict, prompt: int, full_logits: bool = False, local_attention: bool = False,
          megatron_rope: bool = False, unfused_wgrad: bool = False, unfused_embedding: bool = False,
          loop_adam: bool = False, all_rows: bool = False, kl: bool = True, megatron_swiglu: bool = False,
-         log_softmax: bool = False, dtype: str = "fp32", bf16_attention: bool = False):
+         log_softmax: bool = False, dtype: str = "fp32", bf16_attention: bool = False,
+         stochastic_rounding: bool = False):
     """One policy_update_step of a fresh model; full_logits / local_attention / megatron_rope /
     megatron_swiglu / unfused_wgrad / unfused_embedding turn a lever off (the output layer on every
     position; megatron's DotProductAttention; megatron's unfused RoPE instead of models/rotary.py;
@@ -51,7 +52,8 @@ def ours(model_dir: str, batch: dict, prompt: int, full_logits: bool = False, lo
     the word embedding's the same way, a (V, H) gradient instead of its rows into main_grad; torch's
     per-parameter Adam instead of its fused kernel; every row run, also those with zero advantages;
     log_softmax + gather for the log-probs and the exact finite check, _with_log_softmax; bf16 inputs
-    attending in bf16 instead of fp32, bf16_attention) to measure it alone. kl=False: the policy loss
+    attending in bf16 instead of fp32, bf16_attention) to measure it alone; stochastic_rounding turns
+    the bf16 main-to-model copy's stochastic rounding on (its cost). kl=False: the policy loss
     alone (no reference log-probs), where zero-advantage rows are left out."""
     import contextlib
 
@@ -61,7 +63,8 @@ def ours(model_dir: str, batch: dict, prompt: int, full_logits: bool = False, lo
     builder.sdpa_core_attention = (lambda name: False) if local_attention else sdpa
     try:
         update = _ours(model_dir, batch, prompt, unfused_wgrad=unfused_wgrad, unfused_embedding=unfused_embedding,
-                       loop_adam=loop_adam, kl=kl, megatron_swiglu=megatron_swiglu, dtype=dtype)
+                       loop_adam=loop_adam, kl=kl, megatron_swiglu=megatron_swiglu, dtype=dtype,
+                       stochastic_rounding=stochastic_rounding)
     finally:
         builder.sdpa_core_attention = sdpa
     if megatron_rope:
@@ -156,7 +159,8 @@ def _with_all_rows(update):
 
 
 def _ours(model_dir: str, batch: dict, prompt: int, unfused_wgrad: bool = False, unfused_embedding: bool = False,
-          loop_adam: bool = False, kl: bool = True, megatron_swiglu: bool = False, dtype: str = "fp32"):
+          loop_adam: bool = False, kl: bool = True, megatron_swiglu: bool = False, dtype: str = "fp32",
+          stochastic_rounding: bool = False):
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state
     from mindspeed_rl.models.hf_bridge.loader import load_hf_checkpoint, read_hf_config
     from mindspeed_rl.models.hf_config import model_config_from_hf
@@ -189,7 +193,8 @@ def _ours(model_dir: str, batch: dict, prompt: int, unfused_wgrad: bool = False,
 
         wgrad_fusion.unfuse_embeddings(ddp.module)
     opt, sched = build_optimizer([ddp], lr=1e-5, train_iters=100, weight_decay=0.01, clip_grad=1.0,
-                                 use_distributed_optimizer=False, params_dtype=params_dtype)
+                                 use_distributed_optimizer=False, params_dtype=params_dtype,
+                                 stochastic_rounding=stochastic_rounding, seed=1)
     if loop_adam:
         for group in opt.optimizer.param_groups:
             group["fused"] = False  # what torch picks on CPU by itself
@@ -282,7 +287,8 @@ def main() -> int:
                                           "unfused-embedding,loop-adam,transformers",
                     help="with --levers: which of ours, full-logits, local-attn, megatron-rope, megatron-swiglu, "
                          "unfused-wgrad, unfused-embedding, loop-adam, log-softmax, bf16-attn (with --dtype bf16: "
-                         "attention in bf16 instead of fp32), "
+                         "attention in bf16 instead of fp32), stochastic-rounding (with --dtype bf16: the bf16 copy "
+                         "rounds stochastically, bf16_stochastic_rounding), "
                          "all-rows, transformers (memory: one model each)")
     ap.add_argument("--zero-rows", type=float, default=0.0,
                     help="fraction of the rows with advantage 0 (a group that scored alike); > 0 also drops the KL "
@@ -311,7 +317,8 @@ def main() -> int:
                   "megatron-rope": {"megatron_rope": True}, "megatron-swiglu": {"megatron_swiglu": True},
                   "unfused-wgrad": {"unfused_wgrad": True}, "unfused-embedding": {"unfused_embedding": True},
                   "loop-adam": {"loop_adam": True}, "all-rows": {"all_rows": True},
-                  "log-softmax": {"log_softmax": True}, "bf16-attn": {"bf16_attention": True}}
+                  "log-softmax": {"log_softmax": True}, "bf16-attn": {"bf16_attention": True},
+                  "stochastic-rounding": {"stochastic_rounding": True}}
         make = {name: (lambda off=off: ours(model_dir, batch, a.prompt, kl=kl, dtype=a.dtype, **off))
                 for name, off in levers.items()}
         make["transformers"] = lambda: theirs(model_dir, batch, a.prompt, kl=kl, dtype=a.dtype)

@@ -97,6 +97,7 @@ class OptimConfig:
     adam_eps: float = doc(1e-8, "Adam epsilon")
     use_distributed_optimizer: bool = doc(True, "shard optimizer state over data-parallel ranks (Megatron); used only when DP > 1")
     initial_loss_scale: float = doc(4096.0, "starting dynamic loss scale (fp16 only)")
+    bf16_stochastic_rounding: bool = doc(False, "bf16 only: round the fp32 main params into the bf16 model stochastically (unbiased) instead of to nearest, so updates below half a bf16 ulp reach the model in expectation (models/stochastic_rounding.py; README, bf16 on CPU)")
 
 
 @dataclass
@@ -151,7 +152,7 @@ class RoleConfig:
     load: Optional[str] = doc(None, "HF checkpoint directory, Megatron checkpoint directory, or null for a seeded random init")
     save: Optional[str] = doc(None, "where checkpoints of this role go (default <output_dir>/checkpoints)")
     micro_batch_size: int = doc(1, "sequences per forward/backward micro-batch")
-    bf16: bool = doc(False, "bfloat16 parameters and compute; the optimizer steps fp32 main params (on CPU attention is computed in fp32). Updates below half a bf16 ulp reach the model only once they add up: at real-model learning rates a short run may not move (README, bf16 on CPU)")
+    bf16: bool = doc(False, "bfloat16 parameters and compute; the optimizer steps fp32 main params (on CPU attention is computed in fp32). Updates below half a bf16 ulp reach the model only once they add up: at real-model learning rates a short run may not move unless bf16_stochastic_rounding is on (README, bf16 on CPU)")
     fp16: bool = doc(False, "float16 parameters and compute with loss scaling")
     num_gpus_for_train: Optional[int] = doc(None, "actor devices that train; with num_gpus_for_infer the actor pool is split (ray_gpt). Default: all, colocated")
     num_gpus_for_infer: Optional[int] = doc(None, "actor devices that only generate (0 or null = the training ranks generate)")

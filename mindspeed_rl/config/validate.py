@@ -225,6 +225,9 @@ def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
     problems += parallel_problems(role, path, dp, role.rollout.n_samples_per_prompt, role.ppo.ppo_mini_batch_size or 1)
     if role.bf16 and role.fp16:
         problems.append(f"`{path}`: bf16 and fp16 are both true; choose one.")
+    if role.role == "actor_rollout" and role.optim.bf16_stochastic_rounding and not role.bf16:
+        problems.append(f"`{path}.bf16_stochastic_rounding: true` rounds into bf16 parameters but `{path}.bf16` is false; "
+                        f"set bf16: true or drop bf16_stochastic_rounding.")
     if role.role == "reward" and role.parallel.sequence_parallel:
         problems.append("`reward.sequence_parallel: true`: the reward model's scalar head reads whole sequences on "
                         "every TP rank; set reward.sequence_parallel: false.")

@@ -60,16 +60,22 @@ def build_optimizer(
     params_dtype: torch.dtype = torch.float32,
     initial_loss_scale: float = 4096.0,
     optimizer: str = "adam",
+    stochastic_rounding: bool = False,
+    seed: int = 0,
 ) -> tuple[object, OptimizerParamScheduler]:
     """Adam (decoupled weight decay, as megatron's 'adam') with grad clipping and an lr schedule.
 
     Args:
         optimizer: "adam", or "sgd" (tests use it: its step is -lr x grad, so gradient scale shows).
         model_chunks: DDP-wrapped model chunks of this rank.
+        stochastic_rounding: bf16 only; the main-to-model copy rounds stochastically, its random bits
+            a function of (seed, step, parameter, position) (models/stochastic_rounding.py).
         train_iters: optimizer steps the schedule spans (warmup is lr_warmup_fraction of it).
     Returns:
         (megatron optimizer, scheduler); call scheduler.step(1) after every optimizer.step().
     """
+    if stochastic_rounding and params_dtype != torch.bfloat16:
+        raise ValueError(f"stochastic rounding copies into bf16 parameters; these are {params_dtype}")
     if lr_decay_style not in LR_DECAY_STYLES:
         raise ValueError(f"lr_decay_style {lr_decay_style!r} is not one of {LR_DECAY_STYLES}")
     config = OptimizerConfig(
@@ -86,6 +92,10 @@ def build_optimizer(
         lr_warmup_steps=int(lr_warmup_fraction * steps), lr_decay_steps=steps, lr_decay_style=lr_decay_style,
         start_wd=weight_decay, end_wd=weight_decay, wd_incr_steps=steps, wd_incr_style="constant",
         override_opt_param_scheduler=True, use_checkpoint_opt_param_scheduler=False)  # on resume the config's schedule wins (e.g. more train_iters); the step count is restored
+    if stochastic_rounding:
+        from mindspeed_rl.models import stochastic_rounding as sr
+
+        sr.enable(megatron_optimizer, model_chunks, seed=seed, step_of=lambda: scheduler.num_steps)
     return megatron_optimizer, scheduler
 
 

@@ -173,7 +173,8 @@ class ActorRolloutWorker(_ModelWorker):
             min_lr=o.min_lr, lr_decay_style=o.lr_decay_style, lr_warmup_fraction=o.lr_warmup_fraction,
             weight_decay=o.weight_decay, clip_grad=o.clip_grad, adam_beta1=o.adam_beta1, adam_beta2=o.adam_beta2,
             adam_eps=o.adam_eps, use_distributed_optimizer=distributed,
-            params_dtype=ddp[0].config.params_dtype, initial_loss_scale=o.initial_loss_scale)
+            params_dtype=ddp[0].config.params_dtype, initial_loss_scale=o.initial_loss_scale,
+            stochastic_rounding=o.bf16_stochastic_rounding, seed=cfg.run.seed)
         r = cfg.actor.rollout
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         self.engine_kind = r.rollout_engine

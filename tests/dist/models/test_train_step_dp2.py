@@ -36,3 +36,53 @@ def test_dp2_equals_dp1(mode, kl):
         assert worst < 1e-6, worst
     mean_pg = sum(r["stats"]["actor/pg_loss"] for r in two) / 2
     assert abs(mean_pg - one["stats"]["actor/pg_loss"]) < 1e-6
+
+
+def _bf16_stochastic(rank, world, tp, distributed):
+    """Two bf16 updates with stochastic rounding; returns every parameter and whether TP splits it."""
+    import torch
+
+    from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state
+    from mindspeed_rl.models.optimizer import build_optimizer, wrap_ddp
+    from mindspeed_rl.models.train_step import PolicyLossSettings, policy_update_step
+    from tests.unit.models.test_train_step import ARGS, P, make_batch
+
+    init_parallel_state(tp, 1, seed=7)
+    ddp = wrap_ddp(build_gpt_model(ARGS, params_dtype=torch.bfloat16), use_distributed_optimizer=distributed)
+    opt, sched = build_optimizer([ddp], lr=1e-4, train_iters=10, clip_grad=1e9, use_distributed_optimizer=distributed,
+                                 params_dtype=torch.bfloat16, stochastic_rounding=True, seed=5)
+    dp = world // tp
+    for step in range(2):
+        batch = make_batch(step)
+        if dp == 2:
+            dp_rank = rank // tp
+            batch = {k: v[dp_rank * 2:(dp_rank + 1) * 2] for k, v in batch.items()}
+        policy_update_step(ddp, opt, sched, batch, P, 1, PolicyLossSettings(use_kl_loss=True))
+    return {name: (p.detach().clone(), bool(getattr(p, "tensor_model_parallel", False)))
+            for name, p in ddp.module.named_parameters()}
+
+
+def test_bf16_stochastic_rounding_keeps_dp_replicas_identical_and_shards_consistent():
+    """DP=2: both ranks hold the same bf16 weights, and the distributed optimizer (each rank rounds
+    its shard at its offset in the parameter) gives the plain optimizer's weights bit for bit."""
+    plain = run_gloo(_bf16_stochastic, 2, 1, False)
+    sharded = run_gloo(_bf16_stochastic, 2, 1, True)
+    for name, (weight, _) in plain[0].items():
+        assert torch_equal(weight, plain[1][name][0]), name
+        assert torch_equal(weight, sharded[0][name][0]) and torch_equal(weight, sharded[1][name][0]), name
+
+
+def test_bf16_stochastic_rounding_keeps_tp_replicated_params_identical():
+    """TP=2: the parameters both TP ranks hold whole (norms) round alike on both; a key that
+    included the TP rank would let the replicas drift apart."""
+    ranks = run_gloo(_bf16_stochastic, 2, 2, False)
+    replicated = [name for name, (_, split) in ranks[0].items() if not split]
+    assert replicated and any("norm" in name for name in replicated)
+    for name in replicated:
+        assert torch_equal(ranks[0][name][0], ranks[1][name][0]), name
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+
+    return torch.equal(a, b)

@@ -34,6 +34,8 @@ CASES = [
     ("missing-data", [f"{A}.data_path=/nonexistent/gsm8k"], ["data_path: /nonexistent/gsm8k", "preprocess_data.py"]),
     ("wrong-type", ["training.train_iters=abc"], ["`training.train_iters` must be an integer"]),
     ("bf16-and-fp16", ["training.bf16=true", "training.fp16=true"], ["bf16 and fp16 are both true"]),
+    ("stochastic-rounding-without-bf16", [f"{A}.bf16_stochastic_rounding=true"],
+     ["bf16_stochastic_rounding: true", "bf16` is false", "set bf16: true"]),
     ("empty-actor-pool", ["resource_pool.actor_rollout=[]"], ["resource_pool.actor_rollout` is empty"]),
     ("bad-pool-entry", ["resource_pool.ref=[0]"], ["resource_pool.ref", "positive device counts"]),
     ("ppo-stage", ["training.stage=ray_ppo"], ["training.stage: ray_ppo", "ray_grpo"]),

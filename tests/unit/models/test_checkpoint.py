@@ -16,14 +16,18 @@ ARGS = dict(num_layers=2, hidden_size=32, ffn_hidden_size=64, num_attention_head
             add_qkv_bias=True, normalization="RMSNorm", swiglu=True, disable_bias_linear=True)
 
 
-def _trained(seed, use_distributed_optimizer):
+def _trained(seed, use_distributed_optimizer, bf16_stochastic=False):
+    """bf16_stochastic: a bf16 model whose main-to-model copy rounds stochastically (its random bits
+    follow the scheduler's step, which the checkpoint restores; its seed is the run's, not the init's)."""
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state
     from mindspeed_rl.models.optimizer import build_optimizer, wrap_ddp
 
     init_parallel_state(1, 1, seed=seed)
-    ddp = wrap_ddp(build_gpt_model(ARGS), use_distributed_optimizer=use_distributed_optimizer)
+    dtype = torch.bfloat16 if bf16_stochastic else torch.float32
+    ddp = wrap_ddp(build_gpt_model(ARGS, params_dtype=dtype), use_distributed_optimizer=use_distributed_optimizer)
     opt, sched = build_optimizer([ddp], lr=1e-2, train_iters=10, lr_warmup_fraction=0.3, clip_grad=1.0,
-                                 use_distributed_optimizer=use_distributed_optimizer)
+                                 use_distributed_optimizer=use_distributed_optimizer, params_dtype=dtype,
+                                 stochastic_rounding=bf16_stochastic, seed=5)
     return ddp, opt, sched
 
 
@@ -34,11 +38,11 @@ def _step(ddp, opt, sched, seed):
     return policy_update_step(ddp, opt, sched, make_batch(seed), P, 2, PolicyLossSettings())
 
 
-@pytest.mark.parametrize("distributed", [True, False])
-def test_resume_is_exact(gloo_world1, tmp_path, distributed):
+@pytest.mark.parametrize("distributed,bf16_stochastic", [(True, False), (False, False), (True, True), (False, True)])
+def test_resume_is_exact(gloo_world1, tmp_path, distributed, bf16_stochastic):
     from mindspeed_rl.models.checkpoint import load_checkpoint, read_manifest, save_checkpoint
 
-    ddp, opt, sched = _trained(7, distributed)
+    ddp, opt, sched = _trained(7, distributed, bf16_stochastic)
     for i in range(2):
         _step(ddp, opt, sched, i)
     random.seed(3)
@@ -46,7 +50,7 @@ def test_resume_is_exact(gloo_world1, tmp_path, distributed):
     expected_rand = random.random()
     after = [_step(ddp, opt, sched, 2)["actor/lr"], [p.detach().clone() for p in ddp.module.parameters()]]
 
-    ddp2, opt2, sched2 = _trained(99, distributed)  # different init: everything must come from disk
+    ddp2, opt2, sched2 = _trained(99, distributed, bf16_stochastic)  # different init: everything must come from disk
     assert load_checkpoint(str(tmp_path), ddp2, ARGS, opt2, sched2) == 2
     assert random.random() == expected_rand
     lr = _step(ddp2, opt2, sched2, 2)["actor/lr"]
