@@ -86,3 +86,51 @@ def torch_equal(a, b) -> bool:
     import torch
 
     return torch.equal(a, b)
+
+
+def _moe_bf16_stochastic(rank, world, hf_dir):
+    """EP=2 (dense parameters data-parallel over the two ranks, each rank its own experts): two bf16
+    updates with stochastic rounding through megatron's chained (dense + expert) optimizer."""
+    import torch
+
+    from mindspeed_rl.models import stochastic_rounding
+    from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state
+    from mindspeed_rl.models.hf_bridge import read_hf_config
+    from mindspeed_rl.models.hf_config import model_config_from_hf
+    from mindspeed_rl.models.optimizer import build_optimizer, wrap_ddp
+    from mindspeed_rl.models.train_step import PolicyLossSettings, policy_update_step
+    from tests.unit.models.test_train_step import P, make_batch
+
+    init_parallel_state(1, 1, seed=7, ep=2)
+    args = dict(model_config_from_hf(read_hf_config(hf_dir)), padded_vocab_size=128)
+    ddp = wrap_ddp(build_gpt_model(args, params_dtype=torch.bfloat16), use_distributed_optimizer=False)
+    switched = []
+    enable = stochastic_rounding.enable
+    stochastic_rounding.enable = lambda *a, **k: switched.append(enable(*a, **k)) or switched[-1]
+    try:
+        opt, sched = build_optimizer([ddp], lr=1e-4, train_iters=10, clip_grad=1e9, use_distributed_optimizer=False,
+                                     params_dtype=torch.bfloat16, stochastic_rounding=True, seed=5)
+    finally:
+        stochastic_rounding.enable = enable
+    for step in range(2):
+        batch = {k: v[rank * 2:(rank + 1) * 2] for k, v in make_batch(step).items()}
+        policy_update_step(ddp, opt, sched, batch, P, 1, PolicyLossSettings(use_kl_loss=True))
+    return {"switched": switched, "params": {name: (p.detach().clone(), getattr(p, "allreduce", True))
+                                             for name, p in ddp.module.named_parameters()}}
+
+
+def test_bf16_stochastic_rounding_under_expert_parallelism(tmp_path):
+    """Both optimizers of the chain (dense, experts) round stochastically; the dense parameters, which
+    the EP ranks hold as data-parallel replicas, stay identical; each rank's experts are its own."""
+    from testing_utils import make_tiny_hf
+
+    make_tiny_hf("qwen3_moe", str(tmp_path), num_hidden_layers=2)
+    ranks = run_gloo(_moe_bf16_stochastic, 2, str(tmp_path), timeout_s=300)
+    assert ranks[0]["switched"] == [2]
+    params = [r["params"] for r in ranks]
+    dense = [n for n, (_, allreduce) in params[0].items() if allreduce]
+    experts = [n for n, (_, allreduce) in params[0].items() if not allreduce]
+    assert dense and experts
+    for name in dense:
+        assert torch_equal(params[0][name][0], params[1][name][0]), name
+    assert any(not torch_equal(params[0][n][0], params[1][n][0]) for n in experts)
