@@ -19,6 +19,11 @@ Checks, in order (each PASS / FAIL with its figures; the exit code is 0 only whe
   update     one policy update in bf16 through megatron (DDP, fp32 main params, KL loss): finite
              loss and grad norm, grad norm > 0, weights changed, step not skipped; seconds and
              the 6·N·tokens TFLOP/s of that step.
+  rounding   bf16 stochastic rounding (bf16_stochastic_rounding) on the device, its noise from
+             torch's device generator: every value one of its two bf16 neighbours, exact values
+             kept, P(up) for 1 + 0.3 ulp within 5 sigma of 0.3, a shard equal to its slice of the
+             whole; then one bf16 update with it: every bf16 weight the stochastic rounding of its
+             fp32 main param.
   decode     tokens/s of the native engine vs transformers generate, greedy, same prompts, in
              --dtype (reported, not judged: the target >= 1x is issue 17's open speed work).
   ray_gpt    `ray_gpt.py` on the tiny task, colocated, --ray-steps steps on this platform (fp32 and
@@ -312,6 +317,52 @@ def check_update(ctx) -> tuple[bool, dict]:
     return ok, f
 
 
+def check_rounding(ctx) -> tuple[bool, dict]:
+    from mindspeed_rl.models import stochastic_rounding as sr
+    from mindspeed_rl.models.optimizer import build_optimizer, wrap_ddp
+    from mindspeed_rl.models.train_step import PolicyLossSettings, policy_update_step
+
+    a, device, vocab = ctx["args"], ctx["device"], ctx["vocab"]
+    n, ulp, frac = sr.BLOCK + 4096, 2.0 ** -7, 0.3
+
+    def rounded(x, key, start=0):
+        return sr.stochastic_round_(torch.empty(x.numel(), dtype=torch.bfloat16, device=device), x, key, start)
+
+    out = rounded(torch.full((n,), 1.0 + frac * ulp, device=device), (1, 2)).float()
+    p_up, sigma = ((out - 1.0) / ulp).mean().item(), (frac * (1 - frac) / n) ** 0.5
+    v = (torch.randn(n, generator=torch.Generator().manual_seed(3)) * 0.05).to(device)
+    whole, start = rounded(v, (4,)), sr.BLOCK - 100
+    exact = v.to(torch.bfloat16).float()
+    f = {"noise": "host" if sr.noise_on_host(device) else "device generator", "p_up": p_up, "sigma": sigma,
+         "neighbours": bool(((out == 1.0) | (out == 1.0 + ulp)).all()),
+         "exact_kept": torch.equal(rounded(exact, (5,)).float(), exact),
+         "shard_equals_slice": torch.equal(rounded(v[start:start + 1000], (4,), start), whole[start:start + 1000])}
+    model, _ = build_loaded(ctx["hf_dir"], torch.bfloat16, device)
+    ddp = wrap_ddp(model, use_distributed_optimizer=False)
+    optimizer, scheduler = build_optimizer([ddp], lr=1e-4, train_iters=10, use_distributed_optimizer=False,
+                                           params_dtype=torch.bfloat16, stochastic_rounding=True, seed=9)
+    P, T = a.seq // 2, a.seq - a.seq // 2
+    ids, mask = token_batch(vocab, a.batch, a.seq, device, seed=5)
+    g = torch.Generator().manual_seed(6)
+    batch = {"input_ids": ids, "attention_mask": mask, "response_mask": torch.ones(a.batch, T, device=device),
+             "advantages": torch.randn(a.batch, T, generator=g).to(device),
+             "old_log_probs": torch.full((a.batch, T), -math.log(vocab), device=device),
+             "ref_log_probs": torch.full((a.batch, T), -math.log(vocab), device=device)}
+    model.train()
+    policy_update_step(ddp, optimizer, scheduler, batch, P, max(1, a.batch // 2),
+                       PolicyLossSettings(use_kl_loss=True, kl_loss_coef=0.01, vocab_size=vocab))
+    keys = sr.param_keys([ddp])
+    inner = getattr(optimizer, "chained_optimizers", [optimizer])
+    pairs = [(m, w) for o in inner for mg, wg in zip(o.float16_groups, o.fp32_from_float16_groups) for m, w in zip(mg, wg)]
+    f["update_weights"] = len(pairs)
+    f["update_rounded_as_expected"] = all(
+        torch.equal(m.detach(), sr.stochastic_round_(torch.empty_like(m), w.detach(), (9, 0) + keys[id(m)]))
+        for m, w in pairs)
+    ok = (f["neighbours"] and f["exact_kept"] and f["shard_equals_slice"] and abs(p_up - frac) < 5 * sigma
+          and len(pairs) > 0 and f["update_rounded_as_expected"])
+    return ok, f
+
+
 def check_decode(ctx) -> tuple[bool, dict]:
     a = ctx["args"]
     name = a.dtype
@@ -371,7 +422,8 @@ def check_ray_gpt(ctx) -> tuple[bool, dict]:
 
 
 CHECKS: list[tuple[str, Callable]] = [("build", check_build), ("parity", check_parity), ("greedy", check_greedy),
-                                      ("update", check_update), ("decode", check_decode), ("ray_gpt", check_ray_gpt)]
+                                      ("update", check_update), ("rounding", check_rounding), ("decode", check_decode),
+                                      ("ray_gpt", check_ray_gpt)]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -23,7 +23,9 @@ def test_every_check_passes_on_cpu(tmp_path):
     assert results["passed"] and results["device"].startswith("cpu")
     checks = results["checks"]
     assert {k: v["status"] for k, v in checks.items()} == {k: "PASS" for k in
-                                                          ("build", "parity", "greedy", "update", "decode", "ray_gpt")}
+                                                          ("build", "parity", "greedy", "update", "rounding",
+                                                           "decode", "ray_gpt")}
     assert checks["parity"]["figures"]["fp32_max"] <= 2e-3
     assert checks["update"]["figures"]["params_changed"] > 0
+    assert checks["rounding"]["figures"]["update_rounded_as_expected"] and checks["rounding"]["figures"]["update_weights"] > 0
     assert checks["ray_gpt"]["figures"]["bf16"]["steps"] == 2
