@@ -281,6 +281,18 @@ def check_greedy(ctx) -> tuple[bool, dict]:
     return same >= math.ceil(GREEDY_MIN_FRAC * len(prompts)), {"rows_identical": same, "rows": len(prompts)}
 
 
+def update_batch(a, vocab: int, device: torch.device) -> tuple[int, dict]:
+    """(prompt length, a policy-update batch): --batch rows of --seq tokens, the first half prompt
+    (row 0's left-padded), random advantages, uniform old / reference log-probs."""
+    P, T = a.seq // 2, a.seq - a.seq // 2
+    ids, mask = token_batch(vocab, a.batch, a.seq, device, seed=5)
+    g = torch.Generator().manual_seed(6)
+    return P, {"input_ids": ids, "attention_mask": mask, "response_mask": torch.ones(a.batch, T, device=device),
+               "advantages": torch.randn(a.batch, T, generator=g).to(device),
+               "old_log_probs": torch.full((a.batch, T), -math.log(vocab), device=device),
+               "ref_log_probs": torch.full((a.batch, T), -math.log(vocab), device=device)}
+
+
 def check_update(ctx) -> tuple[bool, dict]:
     from mindspeed_rl.models.optimizer import build_optimizer, wrap_ddp
     from mindspeed_rl.models.train_step import PolicyLossSettings, policy_update_step
@@ -290,14 +302,7 @@ def check_update(ctx) -> tuple[bool, dict]:
     ddp = wrap_ddp(model, use_distributed_optimizer=False)
     optimizer, scheduler = build_optimizer([ddp], lr=1e-4, train_iters=10, use_distributed_optimizer=False,
                                            params_dtype=torch.bfloat16)
-    P = a.seq // 2
-    ids, mask = token_batch(vocab, a.batch, a.seq, device, seed=5)  # row 0's prompt is left-padded
-    T = a.seq - P
-    g = torch.Generator().manual_seed(6)
-    batch = {"input_ids": ids, "attention_mask": mask, "response_mask": torch.ones(a.batch, T, device=device),
-             "advantages": torch.randn(a.batch, T, generator=g).to(device),
-             "old_log_probs": torch.full((a.batch, T), -math.log(vocab), device=device),
-             "ref_log_probs": torch.full((a.batch, T), -math.log(vocab), device=device)}
+    P, batch = update_batch(a, vocab, device)
     before = [p.detach().float().clone() for p in model.parameters()]
     s = PolicyLossSettings(use_kl_loss=True, kl_loss_coef=0.01, vocab_size=vocab)
     model.train()
@@ -341,13 +346,7 @@ def check_rounding(ctx) -> tuple[bool, dict]:
     ddp = wrap_ddp(model, use_distributed_optimizer=False)
     optimizer, scheduler = build_optimizer([ddp], lr=1e-4, train_iters=10, use_distributed_optimizer=False,
                                            params_dtype=torch.bfloat16, stochastic_rounding=True, seed=9)
-    P, T = a.seq // 2, a.seq - a.seq // 2
-    ids, mask = token_batch(vocab, a.batch, a.seq, device, seed=5)
-    g = torch.Generator().manual_seed(6)
-    batch = {"input_ids": ids, "attention_mask": mask, "response_mask": torch.ones(a.batch, T, device=device),
-             "advantages": torch.randn(a.batch, T, generator=g).to(device),
-             "old_log_probs": torch.full((a.batch, T), -math.log(vocab), device=device),
-             "ref_log_probs": torch.full((a.batch, T), -math.log(vocab), device=device)}
+    P, batch = update_batch(a, vocab, device)
     model.train()
     policy_update_step(ddp, optimizer, scheduler, batch, P, max(1, a.batch // 2),
                        PolicyLossSettings(use_kl_loss=True, kl_loss_coef=0.01, vocab_size=vocab))

@@ -134,25 +134,20 @@ def param_keys(model_chunks: Iterable[torch.nn.Module]) -> dict[int, tuple[int, 
     return keys
 
 
-def _is_distributed(opt) -> bool:
-    from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
-
-    return isinstance(opt, DistributedOptimizer)
-
-
 def enable(megatron_optimizer, model_chunks: list[torch.nn.Module], *, seed: int,
            step_of: Callable[[], int]) -> int:
     """Make every bf16 main-to-model copy of megatron_optimizer (Float16OptimizerWithFloat16Params
     or DistributedOptimizer, alone or chained) round stochastically. step_of() returns the number of
     optimizer steps taken before the current one. Returns how many optimizers were switched."""
+    from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
     from megatron.core.optimizer.optimizer import Float16OptimizerWithFloat16Params
 
     keys = param_keys(model_chunks)
     switched = 0
     for opt in getattr(megatron_optimizer, "chained_optimizers", [megatron_optimizer]):
-        if getattr(getattr(opt, "config", None), "fp16", False) or not getattr(opt.config, "bf16", False):
+        if not opt.config.bf16:
             continue  # fp32 params: no rounding; fp16: its own range issues, not handled here
-        if _is_distributed(opt):
+        if isinstance(opt, DistributedOptimizer):
             opt._copy_main_params_to_model_params = types.MethodType(_make_distributed_copy(keys, seed, step_of), opt)
         elif isinstance(opt, Float16OptimizerWithFloat16Params):
             opt._copy_main_params_to_model_params = types.MethodType(_make_float16_copy(keys, seed, step_of), opt)
@@ -183,9 +178,9 @@ def _make_float16_copy(keys, seed: int, step_of: Callable[[], int]):
 
 
 def _make_distributed_copy(keys, seed: int, step_of: Callable[[], int]):
-    """megatron-core's DistributedOptimizer._copy_main_params_to_model_params (0.12-0.16, no fp8, no
-    custom FSDP, no precision-aware optimizer: those keep megatron's own copy) with the bf16 shards
-    rounded stochastically at their offset inside the parameter."""
+    """megatron-core's DistributedOptimizer._copy_main_params_to_model_params (0.12-0.16) with the
+    bf16 shards rounded stochastically at their offset inside the parameter. fp8 parameters, FSDP and
+    the precision-aware optimizer are refused with a sentence."""
     def copy(self) -> None:
         if getattr(self, "is_stub_optimizer", False):
             return

@@ -1,5 +1,6 @@
 """Data parallelism does not change the update: DP=2 on halves == DP=1 on the whole mini-batch."""
 import pytest
+import torch
 
 from testing_utils import run_gloo
 
@@ -40,8 +41,6 @@ def test_dp2_equals_dp1(mode, kl):
 
 def _bf16_stochastic(rank, world, tp, distributed):
     """Two bf16 updates with stochastic rounding; returns every parameter and whether TP splits it."""
-    import torch
-
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state
     from mindspeed_rl.models.optimizer import build_optimizer, wrap_ddp
     from mindspeed_rl.models.train_step import PolicyLossSettings, policy_update_step
@@ -68,8 +67,8 @@ def test_bf16_stochastic_rounding_keeps_dp_replicas_identical_and_shards_consist
     plain = run_gloo(_bf16_stochastic, 2, 1, False)
     sharded = run_gloo(_bf16_stochastic, 2, 1, True)
     for name, (weight, _) in plain[0].items():
-        assert torch_equal(weight, plain[1][name][0]), name
-        assert torch_equal(weight, sharded[0][name][0]) and torch_equal(weight, sharded[1][name][0]), name
+        assert torch.equal(weight, plain[1][name][0]), name
+        assert torch.equal(weight, sharded[0][name][0]) and torch.equal(weight, sharded[1][name][0]), name
 
 
 def test_bf16_stochastic_rounding_keeps_tp_replicated_params_identical():
@@ -79,20 +78,12 @@ def test_bf16_stochastic_rounding_keeps_tp_replicated_params_identical():
     replicated = [name for name, (_, split) in ranks[0].items() if not split]
     assert replicated and any("norm" in name for name in replicated)
     for name in replicated:
-        assert torch_equal(ranks[0][name][0], ranks[1][name][0]), name
-
-
-def torch_equal(a, b) -> bool:
-    import torch
-
-    return torch.equal(a, b)
+        assert torch.equal(ranks[0][name][0], ranks[1][name][0]), name
 
 
 def _moe_bf16_stochastic(rank, world, hf_dir):
     """EP=2 (dense parameters data-parallel over the two ranks, each rank its own experts): two bf16
     updates with stochastic rounding through megatron's chained (dense + expert) optimizer."""
-    import torch
-
     from mindspeed_rl.models import stochastic_rounding
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state
     from mindspeed_rl.models.hf_bridge import read_hf_config
@@ -132,5 +123,5 @@ def test_bf16_stochastic_rounding_under_expert_parallelism(tmp_path):
     experts = [n for n, (_, allreduce) in params[0].items() if not allreduce]
     assert dense and experts
     for name in dense:
-        assert torch_equal(params[0][name][0], params[1][name][0]), name
-    assert any(not torch_equal(params[0][n][0], params[1][n][0]) for n in experts)
+        assert torch.equal(params[0][name][0], params[1][name][0]), name
+    assert any(not torch.equal(params[0][n][0], params[1][n][0]) for n in experts)
