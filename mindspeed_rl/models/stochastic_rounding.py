@@ -22,7 +22,8 @@ The random bits are a pure function of (seed, optimizer step, parameter, element
 - DP=2 with the distributed optimizer gives the bf16 weights DP=1 gives (tests/dist).
 The stream is cut in blocks of 2**20 elements, each from its own seeded generator: numpy's SFC64
 on the host (about 1.1 ns an element with the arithmetic, 2 CPU cores: 0.15 s for SmolLM2's 135M
-params, against 0.02 s for the round-to-nearest copy), torch's device generator elsewhere.
+params, against 0.02 s for the round-to-nearest copy), torch's device generator elsewhere, where
+the copy queues its kernels without a host sync (NaN is masked per block on the device).
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ import numpy as np
 import torch
 
 BLOCK = 1 << 20
+_BF16_NAN = 0x7FC0  # the quiet NaN torch's fp32 -> bf16 conversion gives
 
 
 def block_seed(key: tuple[int, ...], block: int) -> np.random.SeedSequence:
@@ -98,12 +100,16 @@ def stochastic_round_(dst: torch.Tensor, src: torch.Tensor, key: tuple[int, ...]
         # fp32 bits + U[0, 2^16), truncated to the upper half: the bf16 of the result. For negative
         # values the bit pattern is sign-magnitude, so this rounds the magnitude, as it should.
         x.add_(bits[done:done + m]).bitwise_right_shift_(16)
+        if not host:  # NaN in place, with no host sync (see below)
+            x.masked_fill_(bits[done:done + m].bitwise_and(0x7FFFFFFF) > 0x7F800000, _BF16_NAN)
         out16[done:done + m].copy_(x)
         done += m
     # +-inf come out as themselves (the noise stays below the bf16 bits); a NaN could carry into the
-    # exponent or the sign. A sum is NaN whenever an element is (and seldom otherwise: inf - inf), and
-    # costs a fraction of an isfinite mask (a bool tensor as large as the parameter).
-    if not bool(torch.isfinite(src.sum())):
+    # exponent or the sign, or truncate to inf. On the host: a sum is NaN whenever an element is (and
+    # seldom otherwise: inf - inf) and costs a fraction of an isfinite mask; on an accelerator that
+    # test would be one host sync per parameter per step, so the blocks above mask NaN bit patterns
+    # (exponent all ones, mantissa not zero) on the device instead.
+    if host and not bool(torch.isfinite(src.sum())):
         bad = torch.isnan(src).reshape(-1)
         out[bad] = src.reshape(-1)[bad].to(torch.bfloat16)
     if out.data_ptr() != dst.data_ptr():

@@ -28,4 +28,5 @@ def test_every_check_passes_on_cpu(tmp_path):
     assert checks["parity"]["figures"]["fp32_max"] <= 2e-3
     assert checks["update"]["figures"]["params_changed"] > 0
     assert checks["rounding"]["figures"]["update_rounded_as_expected"] and checks["rounding"]["figures"]["update_weights"] > 0
+    assert checks["rounding"]["figures"]["nan_kept"]
     assert checks["ray_gpt"]["figures"]["bf16"]["steps"] == 2

@@ -77,11 +77,20 @@ def test_a_shard_rounds_as_its_slice_of_the_whole(path):
     assert torch.equal(again, whole) and not torch.equal(other, whole)
 
 
-def test_non_finite_and_non_contiguous_targets():
-    x = torch.tensor([float("inf"), -float("inf"), float("nan"), 0.1, 3.4e38])
-    out = sr.stochastic_round_(torch.empty(5, dtype=torch.bfloat16), x, (0,))
-    assert out[0].item() == float("inf") and out[1].item() == -float("inf") and torch.isnan(out[2])
-    assert out[3].item() in neighbours(x[3:4])[0].tolist() + neighbours(x[3:4])[1].tolist()
+def test_non_finite_and_non_contiguous_targets(path):
+    # NaN bit patterns that noise would carry into the sign (0x7FFFFFFF, 0xFFFFFFFF) or that truncation
+    # alone would turn into inf (0x7F800001), among finite values in several blocks
+    nans = torch.tensor([0x7FFFFFFF, -1, 0x7F800001, 0x7FC00000], dtype=torch.int32).view(torch.float32)
+    x = torch.cat([torch.tensor([float("inf"), -float("inf"), float("nan"), 0.1, 3.4e38]), nans,
+                   torch.full((sr.BLOCK,), 0.1), nans])
+    for key in range(20):  # different noise each time: a carry needs noise above the pattern's low bits
+        out = sr.stochastic_round_(torch.empty(len(x), dtype=torch.bfloat16), x, (key,))
+        assert out[0].item() == float("inf") and out[1].item() == -float("inf") and torch.isnan(out[2])
+        assert out[3].item() in neighbours(x[3:4])[0].tolist() + neighbours(x[3:4])[1].tolist()
+        assert torch.equal(torch.isnan(out), torch.isnan(x)), key
+        finite = torch.isfinite(x)
+        finite[4] = False  # 3.4e38 lies between bf16's largest value and inf: either is right
+        assert bool(torch.isfinite(out[finite]).all()), key
     target = torch.zeros(4, 6, dtype=torch.bfloat16)
     src = torch.randn(6, 4) * 0.05
     sr.stochastic_round_(target.t(), src, (9,))  # a transposed view
