@@ -57,10 +57,10 @@ def ensure_venv(root: str, log=print) -> str:
 
 
 # ---------------------------------------------------------------------------- the run (inside the TRL venv)
-def _load_reward():
+def _load_reward(path: str):
+    """compute_score(response, label) of the workload's reward file (the one our side is given too)."""
     import importlib.util
 
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "grpo_step_reward.py")
     spec = importlib.util.spec_from_file_location("grpo_step_reward", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -97,13 +97,18 @@ def run(args) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOTrainer
 
-    score = _load_reward()
+    score = _load_reward(w.get("reward_file") or os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                              "grpo_step_reward.py"))
+    chat = w.get("prompt_type") == "hf"  # our prompt_type hf = the tokenizer's chat template = TRL's conversational
 
-    def parity_reward(completions, answer, **_):
-        return [score(c, a) for c, a in zip(completions, answer)]
+    def reward(completions, answer, **_):
+        # conversational prompts give completions as [{"role": "assistant", "content": text}]
+        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+        return [score(t, a) for t, a in zip(texts, answer)]
 
     rows = [json.loads(line) for line in open(args.prompts, encoding="utf-8")]
-    dataset = Dataset.from_list([{"prompt": r["prompt"], "answer": r["labels"]} for r in rows])
+    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": r["prompt"]}] if chat else r["prompt"],
+                                  "answer": r["labels"]} for r in rows])
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
     timings: dict[str, float] = {}
@@ -164,7 +169,7 @@ def run(args) -> None:
                             "tokens": timings.get("tokens"), "response_len": timings.get("response_len"),
                             "prompt_len": timings.get("prompt_len")})
 
-    trainer = TimedGRPOTrainer(model=model, reward_funcs=parity_reward, args=grpo_config(w, args.scratch),
+    trainer = TimedGRPOTrainer(model=model, reward_funcs=reward, args=grpo_config(w, args.scratch),
                                train_dataset=dataset, processing_class=tokenizer, callbacks=[StepTimer()])
     trainer.train()
     logs = [h for h in trainer.state.log_history if "reward" in h]
@@ -172,10 +177,19 @@ def run(args) -> None:
         rec.update(score=log.get("reward"), trl_step_time=log.get("step_time"), kl=log.get("kl"),
                    entropy=log.get("entropy"))
     with open(args.out, "w", encoding="utf-8") as f:
-        json.dump({"settings": used_settings(trainer, tokenizer, rows[0]["prompt"]), "steps": records}, f)
+        json.dump({"settings": used_settings(trainer, tokenizer, dataset[0]["prompt"]), "steps": records}, f)
 
 
-def used_settings(trainer, tokenizer, first_prompt: str) -> dict:
+def prompt_ids(tokenizer, prompt) -> list[int]:
+    """The ids TRL generates from for one dataset prompt: a conversation through the chat template
+    (as GRPOTrainer._tokenize_prompts), plain text through the tokenizer without special tokens."""
+    if isinstance(prompt, list):
+        out = tokenizer.apply_chat_template([prompt], add_generation_prompt=True, tokenize=True, return_dict=True)
+        return [int(i) for i in out["input_ids"][0]]
+    return tokenizer(prompt, add_special_tokens=False)["input_ids"]
+
+
+def used_settings(trainer, tokenizer, first_prompt) -> dict:
     """What the trainer actually runs with, read back from its objects (not from our inputs)."""
     import torch
 
@@ -210,7 +224,8 @@ def used_settings(trainer, tokenizer, first_prompt: str) -> dict:
         "params": sum(p.numel() for p in model.parameters()),
         "ref_model": trainer.ref_model is not None,
         "threads": torch.get_num_threads(), "torch": torch.__version__,
-        "prompt_ids": tokenizer(first_prompt, add_special_tokens=False)["input_ids"],
+        "prompt_ids": prompt_ids(tokenizer, first_prompt),
+        "bf16_rounding": "none (fp32 parameters; bf16=True is autocast)" if trainer.args.bf16 else "none (fp32)",
         "eos_ids": list(trainer.eos_token_ids),
         "versions": {k: metadata.version(k) for k in ("trl", "transformers", "accelerate", "torch")},
     }

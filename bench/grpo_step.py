@@ -65,6 +65,7 @@ import _trl_side  # noqa: E402
 import grpo_step_workload as wl  # noqa: E402
 
 REWARD_FILE = os.path.join(ROOT, "bench", "grpo_step_reward.py")
+ARITH_REWARD_FILE = os.path.join(ROOT, "bench", "grpo_step_reward_arith.py")
 TRL_SIDE = os.path.join(ROOT, "bench", "_trl_side.py")
 PHASES = ("gen", "reward", "ref", "old_log_prob", "update", "sync", "other")
 SIDE = {"megatron": "ours", "vllm": "ours_vllm"}  # our side per rollout engine (--engine)
@@ -72,11 +73,18 @@ LABEL = {"ours": "ours", "ours_vllm": "ours, vLLM", "trl": "TRL"}
 
 
 def workload(args) -> dict:
+    """The settings both sides run with. --task arith (the SmolLM2 example's task, --model a chat model)
+    takes the example's learning rate and weight decay, its reward, and its prompts through the
+    tokenizer's chat template."""
+    arith = args.task == "arith"
     return dict(seed=1234, steps=args.steps, prompts_per_step=args.prompts_per_step, n_samples=args.n_samples,
                 max_new_tokens=args.max_new_tokens, temperature=1.0, top_p=1.0, top_k=0, kl_coef=0.001,
-                clip_low=0.2, clip_high=0.2, loss_agg="token-mean", trl_loss_type="dapo", lr=1e-5,
-                weight_decay=0.01, adam_beta1=0.9, adam_beta2=0.999, adam_eps=1e-8, clip_grad=1.0,
-                threads=args.threads, vllm_compile=args.vllm_compile, rounds=args.rounds, dtype=args.dtype)
+                clip_low=0.2, clip_high=0.2, loss_agg="token-mean", trl_loss_type="dapo", lr=5e-6 if arith else 1e-5,
+                weight_decay=0.0 if arith else 0.01, adam_beta1=0.9, adam_beta2=0.999, adam_eps=1e-8, clip_grad=1.0,
+                threads=args.threads, vllm_compile=args.vllm_compile, rounds=args.rounds, dtype=args.dtype,
+                task=args.task, reward_file=ARITH_REWARD_FILE if arith else REWARD_FILE,
+                prompt_type="hf" if arith else None, max_prompt_length=128 if arith else 8,
+                stochastic_rounding=args.stochastic_rounding)
 
 
 # ---------------------------------------------------------------------------- machine load
@@ -198,7 +206,8 @@ def our_config(size: str, w: dict, d: dict, engine: str = "megatron") -> str:
 def _our_cfg(model, w: dict, d: dict, engine: str, size: str) -> dict:
     seqs = w["prompts_per_step"] * w["n_samples"]
     named = {"model": f"bench_{_slug(size)}"} if model else {}
-    actor = dict(**named, load=d["model"], data_path=d["prompts"], max_prompt_length=8,
+    actor = dict(**named, load=d["model"], data_path=d["prompts"], max_prompt_length=w["max_prompt_length"],
+                 **({"prompt_type": w["prompt_type"]} if w.get("prompt_type") else {}),
                  n_samples_per_prompt=w["n_samples"], max_new_tokens=w["max_new_tokens"], do_sample=True,
                  temperature=w["temperature"], top_p=w["top_p"], top_k=w["top_k"], num_samples_per_step=seqs,
                  micro_batch_size=seqs, ppo_mini_batch_size=w["prompts_per_step"], ppo_epochs=1,
@@ -208,17 +217,18 @@ def _our_cfg(model, w: dict, d: dict, engine: str, size: str) -> dict:
                  lr_warmup_fraction=0.0, weight_decay=w["weight_decay"], adam_beta1=w["adam_beta1"],
                  adam_beta2=w["adam_beta2"], adam_eps=w["adam_eps"], clip_grad=w["clip_grad"],
                  rollout_engine=engine, bf16=_bf16(w),
+                 **({"bf16_stochastic_rounding": True} if w.get("stochastic_rounding") else {}),
                  **({"enforce_eager": not w["vllm_compile"]} if engine == "vllm" else {}))
     cfg = {
         **({"model": {f"bench_{_slug(size)}": model}} if model else {}),
-        "training": dict(global_batch_size=w["prompts_per_step"], seq_length=8 + w["max_new_tokens"],
+        "training": dict(global_batch_size=w["prompts_per_step"], seq_length=w["max_prompt_length"] + w["max_new_tokens"],
                          train_iters=w["steps"], seed=w["seed"], save_interval=0, test_freq=0, log_interval=1,
                          platform="cpu", tokenizer_name_or_path=d["model"], output_dir=d[SIDE[engine]]),
         "actor_rollout_ref": {"actor_rollout": actor,
                               "ref": dict(**named, load=d["model"], micro_batch_size=seqs, bf16=_bf16(w))},
         "reward": {"verifier": True},
         "algorithm": dict(adv_estimator="group_norm", norm_adv_by_std=True, use_kl_in_reward=False,
-                          verifier_function=[f"{REWARD_FILE}:compute_score"], verifier_weight=[1.0]),
+                          verifier_function=[f"{w['reward_file']}:compute_score"], verifier_weight=[1.0]),
         "resource_pool": {"actor_rollout": [1], "ref": [], "reward": []},
     }
     return cfg
@@ -304,7 +314,8 @@ def our_settings(size: str, d: dict, processes: dict) -> dict:
     cfg = load_config(f"bench_{_slug(size)}_megatron", [], d["config_dir"])  # the "ours" side: the native engine
     a, ppo, o, r = cfg.actor, cfg.actor.ppo, cfg.actor.optim, cfg.actor.rollout
     tok = load_tokenizer(d["model"])
-    first = build_prompt_dataset(d["prompts"], tok, 8)[0]["prompt_ids"]
+    first = build_prompt_dataset(d["prompts"], tok, cfg.data.max_prompt_length,
+                                 prompt_type=cfg.data.prompt_type)[0]["prompt_ids"]
     mini_batches = cfg.run.global_batch_size // ppo.ppo_mini_batch_size
     adam = megatron_optimizer.Adam
     return {
@@ -329,6 +340,8 @@ def our_settings(size: str, d: dict, processes: dict) -> dict:
         "niceness": sorted({p["nice"] for role, p in processes.items() if role != "main"}),
         "prompt_ids": [int(i) for i in first], "eos_ids": eos_token_ids(tok, d["model"]),
         "sequences_per_update": cfg.run.global_batch_size * r.n_samples_per_prompt,
+        "bf16_rounding": ("stochastic" if o.bf16_stochastic_rounding else "to nearest") + " (bf16 model params "
+                         "from fp32 main params)" if a.params_dtype == "bf16" else "none (fp32)",
     }
 
 
@@ -371,7 +384,7 @@ MUST_MATCH = ("n_samples", "max_new_tokens", "do_sample", "temperature", "top_p"
               "clip_high", "dual_clip", "loss_agg", "ppo_epochs", "updates_per_generation", "optimizer", "lr",
               "weight_decay", "betas", "adam_eps", "adam_kernel", "lr_schedule", "clip_grad", "compute_dtype", "master_dtype", "params",
               "ref_model", "threads", "niceness", "prompt_ids", "eos_ids", "sequences_per_update")
-SHOWN_ONLY = ("kl_estimator", "adv", "versions", "decay_params", "no_decay_params")
+SHOWN_ONLY = ("kl_estimator", "adv", "bf16_rounding", "versions", "decay_params", "no_decay_params")
 
 
 def check_settings(ours: dict, trl: dict) -> tuple[list[dict], list[str]]:
@@ -471,8 +484,14 @@ def reward_curves(ours: list[dict], trl: list[dict]) -> dict:
         return {}
     mae = statistics.fmean(abs(a - b) for a, b in pairs)
     level = statistics.fmean(b for _, b in pairs)
+    k = max(1, min(3, len(pairs) // 3))  # the learning: mean reward of the first k steps -> the last k
+    ends = {f"{side}_{end}": statistics.fmean(p[i] for p in (pairs[:k] if end == "first" else pairs[-k:]))
+            for i, side in enumerate(("ours", "trl")) for end in ("first", "last")}
     return {"steps": len(pairs), "mae": mae, "relative_mae": mae / level if level else None,
-            "ours_mean": statistics.fmean(a for a, _ in pairs), "trl_mean": level}
+            "ours_mean": statistics.fmean(a for a, _ in pairs), "trl_mean": level, "ends_steps": k, **ends,
+            # wall time of those steps (the sum of step times: the time to the reward reached)
+            "ours_seconds": sum(s.get("step_s", 0.0) for s in ours[:len(pairs)]),
+            "trl_seconds": sum(s.get("step_s", 0.0) for s in trl[:len(pairs)])}
 
 
 def scaling_table(points: dict) -> str:
@@ -601,7 +620,20 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="compute precision of both sides: bf16 = our bf16 model with fp32 main params in the "
                         "optimizer, TRL's bf16=True (autocast over fp32 parameters); MFU against the bf16 matmul peak")
     p.add_argument("--trl-optional", action="store_true", help="go on with our side only if TRL's venv cannot be made")
+    p.add_argument("--task", default="parity", choices=("parity", "arith"),
+                   help="parity: the benchmark's own reward on the tiny task's prompts (any size); arith: the SmolLM2 "
+                        "example's task (its questions through the chat template, its reward, lr 5e-6, no weight "
+                        "decay), which a real chat model learns: give it with --model, and use --steps 20 "
+                        "--prompts-per-step 8 --max-new-tokens 32 for the example's run")
+    p.add_argument("--stochastic-rounding", action="store_true",
+                   help="with --dtype bf16: our side rounds its fp32 main params into the bf16 model stochastically "
+                        "(bf16_stochastic_rounding); TRL's autocast keeps fp32 parameters and needs no rounding")
     args = p.parse_args(argv)
+    if args.stochastic_rounding and args.dtype != "bf16":
+        p.error("--stochastic-rounding rounds into bf16 weights: add --dtype bf16")
+    if args.task == "arith" and (not args.model or args.sizes):
+        p.error("--task arith needs a chat model and only that: pass --model DIR (e.g. the SmolLM2-135M-Instruct "
+                "fixture) and no --sizes")
     args.sizes = (args.sizes or ("tiny,10m" if args.quick else ",".join(wl.SIZES))).split(",")
     if args.model and args.sizes == (["tiny", "10m"] if args.quick else list(wl.SIZES)):
         args.sizes = []  # --model alone: just the model(s)
@@ -652,7 +684,8 @@ def main(argv=None) -> int:
     peak0 = wl.matmul_peak(args.threads, dtype=args.dtype)
     print(f"{args.dtype} matmul peak on {args.threads} threads: {peak0 / 1e9:.1f} GFLOP/s")
     tok_dir = wl.build_tokenizer(os.path.join(work, "tokenizer"))
-    prompts = wl.write_prompts(os.path.join(work, "prompts.jsonl"))
+    prompts = (wl.write_arith_prompts(os.path.join(work, "prompts_arith.jsonl")) if args.task == "arith"
+               else wl.write_prompts(os.path.join(work, "prompts.jsonl")))
     scaling = {}
     try:
         results = {size: run_size(i, size, w, work, tok_dir, prompts, python, args.engine)
@@ -696,6 +729,10 @@ def main(argv=None) -> int:
             print(f"reward curves ({size}, {c['steps']} steps, mean reward per step): ours {c['ours_mean']:.3f}, "
                   f"TRL {c['trl_mean']:.3f}, mean absolute difference {c['mae']:.4f} "
                   f"({_pct(c['relative_mae'])} of TRL's mean; the bound is 4 %)")
+            if "ours_first" in c:
+                print(f"  learning (mean reward of the first {c['ends_steps']} steps -> the last {c['ends_steps']}): "
+                      f"ours {c['ours_first']:.3f} -> {c['ours_last']:.3f} in {c['ours_seconds']:.0f} s of steps, "
+                      f"TRL {c['trl_first']:.3f} -> {c['trl_last']:.3f} in {c['trl_seconds']:.0f} s")
     if scaling:
         print(f"\nscaling ({args.sizes[0]}; {w['prompts_per_step']} prompts per step):\n" + scaling_table(scaling))
     wall = time.perf_counter() - started

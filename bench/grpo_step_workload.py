@@ -11,7 +11,8 @@ random and differ between the two sides; with 2048 tokens ~97 % of responses run
 max_new_tokens, so both sides generate and train on (almost) exactly the same token count. It also
 gives the output layer a realistic share of the FLOPs at 10M-50M parameters.
 
-Prompts: the tiny task's training prompts ("7x3=", label "777"), 4 tokens each.
+Prompts: the tiny task's training prompts ("7x3=", label "777"), 4 tokens each; with `--task arith`
+(a chat model given with --model) the SmolLM2 example's questions, a task a real model learns.
 Models: Qwen2ForCausalLM (GQA, qkv bias, SwiGLU, RMSNorm, RoPE, tied embeddings) saved with
 `save_pretrained` in fp32 from a fixed seed; SIZES lists the shapes.
 """
@@ -60,6 +61,29 @@ def write_prompts(path: str) -> str:
         for line in src:
             row = json.loads(line)
             dst.write(json.dumps({"prompt": row["prompt"], "labels": row["labels"]}) + "\n")
+    return path
+
+
+ARITH_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "mindspeed_rl", "assets",
+                         "arith_task")
+SMOLLM2_EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "rlxf",
+                               "grpo_trainer_smollm2_135m.yaml")
+
+
+def write_arith_prompts(path: str) -> str:
+    """`--task arith`: the SmolLM2 example's training questions with its instruction_template applied
+    ("What is 7 + 8?\nReply with the result only, written as: #### <number>"), as {"prompt", "labels"}
+    jsonl. Both sides send the prompt as one user message through the tokenizer's chat template."""
+    import yaml
+
+    with open(SMOLLM2_EXAMPLE, encoding="utf-8") as f:
+        template = yaml.safe_load(f)["actor_rollout_ref"]["actor_rollout"]["instruction_template"]
+    with open(os.path.join(ARITH_DIR, "train.jsonl"), encoding="utf-8") as src, \
+            open(path, "w", encoding="utf-8") as dst:
+        for line in src:
+            row = json.loads(line)
+            dst.write(json.dumps({"prompt": template.replace("{prompt}", row["prompt"]),
+                                  "labels": row["labels"]}) + "\n")
     return path
 
 

@@ -145,3 +145,59 @@ def test_the_probe_forward_is_not_counted_as_old_log_probs(bench, tmp_path, monk
     assert step["old_log_prob"] == (0.0 if driver_old < 1e-3 else pytest.approx(0.23))
     if driver_old < 1e-3:
         assert step["other"] >= 0
+
+
+def test_arith_task_is_the_smollm2_examples_and_needs_a_model(bench, tmp_path):
+    gs, wl = bench
+    (tmp_path / "config.json").write_text(json.dumps(dict(
+        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128,
+        vocab_size=100, tie_word_embeddings=True, model_type="llama")))
+    args = gs.parse_args(["--model", str(tmp_path), "--task", "arith", "--dtype", "bf16", "--stochastic-rounding"])
+    try:
+        w = gs.workload(args)
+        d = {"config_dir": str(tmp_path), "model": str(tmp_path), "prompts": str(tmp_path / "p.jsonl"),
+             "ours": str(tmp_path / "ours")}
+        with open(gs.our_config(args.sizes[0], w, d)) as f:
+            cfg = json.load(f)
+    finally:
+        wl.SIZES.pop(args.sizes[0], None)
+    actor = cfg["actor_rollout_ref"]["actor_rollout"]
+    # the example's learning rate, weight decay, chat template and reward; the settings TRL gets are w's
+    import yaml
+    example = yaml.safe_load(open(wl.SMOLLM2_EXAMPLE))["actor_rollout_ref"]["actor_rollout"]
+    assert actor["lr"] == w["lr"] == float(example["lr"]) and actor["weight_decay"] == w["weight_decay"] == 0.0
+    assert actor["prompt_type"] == "hf" == example["prompt_type"] and actor["bf16_stochastic_rounding"] is True
+    assert cfg["algorithm"]["verifier_function"] == [f"{gs.ARITH_REWARD_FILE}:compute_score"]
+    assert cfg["training"]["seq_length"] == actor["max_prompt_length"] + actor["max_new_tokens"]
+    # the prompts carry the example's instruction; the reward is its gsm8k + 0.5 x hash_format
+    rows = [json.loads(line) for line in open(wl.write_arith_prompts(str(tmp_path / "p.jsonl")))]
+    assert rows[0]["prompt"] == example["instruction_template"].replace("{prompt}", "What is 2 - 1?")
+    assert rows[0]["labels"] == "1" and len(rows) == 2000
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("arith_reward", gs.ARITH_REWARD_FILE)
+    reward = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reward)
+    from mindspeed_rl.rewards.scoring import compute_score
+    for response in ("#### 1", "It is 1.", "#### 2", "1 #### 1 and more", "", "#### 1\n"):
+        assert reward.compute_score(response, "1") == \
+            compute_score("gsm8k", response, "1") + 0.5 * compute_score("hash_format", response, "1"), response
+    for bad in (["--model", str(tmp_path), "--stochastic-rounding"],           # fp32 has no rounding
+                ["--task", "arith"],                                            # no chat model
+                ["--task", "arith", "--model", str(tmp_path), "--sizes", "10m"]):  # random sizes cannot chat
+        with pytest.raises(SystemExit):
+            try:
+                gs.parse_args(bad)
+            finally:
+                for name in [k for k in wl.SIZES if k.startswith("model:")]:
+                    wl.SIZES.pop(name)
+
+
+def test_learning_is_compared_from_the_first_steps_to_the_last(bench):
+    gs, _ = bench
+    ours = [{"score": s, "step_s": 2.0} for s in (0.2, 0.2, 0.3, 0.5, 0.6, 0.7, 0.7, 0.8, 0.8)]
+    trl = [{"score": s, "step_s": 3.0} for s in (0.2, 0.3, 0.2, 0.4, 0.5, 0.6, 0.6, 0.7, 0.8)]
+    c = gs.reward_curves(ours, trl)
+    assert c["ends_steps"] == 3 and c["ours_first"] == pytest.approx(0.7 / 3) and c["ours_last"] == pytest.approx(0.77,
+                                                                                                                    abs=0.01)
+    assert c["trl_first"] == pytest.approx(0.7 / 3) and c["trl_last"] == pytest.approx(0.7)
+    assert c["ours_seconds"] == 18.0 and c["trl_seconds"] == 27.0
