@@ -83,7 +83,7 @@ def grpo_config(w: dict, out_dir: str):
         adam_beta1=w["adam_beta1"], adam_beta2=w["adam_beta2"], adam_epsilon=w["adam_eps"],
         max_grad_norm=w["clip_grad"], optim="adamw_torch_fused", use_vllm=False, gradient_checkpointing=False,
         disable_dropout=True, logging_steps=1, save_strategy="no", report_to="none", log_completions=False,
-        dataloader_num_workers=0, remove_unused_columns=False, shuffle_dataset=True,
+        dataloader_num_workers=0, remove_unused_columns=False, shuffle_dataset=False,  # file order, as ours
         model_init_kwargs={"dtype": "float32"})
 
 
@@ -225,6 +225,7 @@ def used_settings(trainer, tokenizer, first_prompt) -> dict:
         "ref_model": trainer.ref_model is not None,
         "threads": torch.get_num_threads(), "torch": torch.__version__,
         "prompt_ids": prompt_ids(tokenizer, first_prompt),
+        "prompt_order": "shuffled (TRL's seed)" if trainer.args.shuffle_dataset else "file order",
         "bf16_rounding": "none (fp32 parameters; bf16=True is autocast)" if trainer.args.bf16 else "none (fp32)",
         "eos_ids": list(trainer.eos_token_ids),
         "versions": {k: metadata.version(k) for k in ("trl", "transformers", "accelerate", "torch")},

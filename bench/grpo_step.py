@@ -24,9 +24,10 @@ own venv (bench/_trl_side.py; trl pinned, torch/transformers at our versions). P
 median step time over steps 2..N (min-max), tokens/s (prompt + response tokens / step time), the
 phases, MFU of the update phase and of generation, the first step's mean reward, the machine load.
 Step 1 is left out of the timings (first calls allocate and warm up); it is where the rewards of
-the two sides are compared, as both start from the same weights (their prompts and sampling RNGs
-differ, so expect agreement within sampling noise, about +-0.03; the mean over all steps is
-printed beside it).
+the two sides are compared, as both start from the same weights. Both read the prompts in file
+order (a matched setting), so step k trains on the same prompts on both sides and only the sampling
+RNGs differ: expect agreement within sampling noise (about +-0.03 on the parity task); the mean
+over all steps is printed beside it.
 
 Legend: gen = generation (ours: the Ray call to the actor, native engine; TRL: `_generate`);
 ref = reference log-probs (ours: what is left to wait for after scoring, since they overlap);
@@ -206,7 +207,10 @@ def our_config(size: str, w: dict, d: dict, engine: str = "megatron") -> str:
 def _our_cfg(model, w: dict, d: dict, engine: str, size: str) -> dict:
     seqs = w["prompts_per_step"] * w["n_samples"]
     named = {"model": f"bench_{_slug(size)}"} if model else {}
+    # no_shuffle: both sides read the prompts in file order, so step k trains on the same prompts on
+    # both (the reward curves are then paired: only the samples differ)
     actor = dict(**named, load=d["model"], data_path=d["prompts"], max_prompt_length=w["max_prompt_length"],
+                 no_shuffle=True,
                  **({"prompt_type": w["prompt_type"]} if w.get("prompt_type") else {}),
                  n_samples_per_prompt=w["n_samples"], max_new_tokens=w["max_new_tokens"], do_sample=True,
                  temperature=w["temperature"], top_p=w["top_p"], top_k=w["top_k"], num_samples_per_step=seqs,
@@ -340,6 +344,7 @@ def our_settings(size: str, d: dict, processes: dict) -> dict:
         "niceness": sorted({p["nice"] for role, p in processes.items() if role != "main"}),
         "prompt_ids": [int(i) for i in first], "eos_ids": eos_token_ids(tok, d["model"]),
         "sequences_per_update": cfg.run.global_batch_size * r.n_samples_per_prompt,
+        "prompt_order": "file order" if cfg.data.no_shuffle else "shuffled (our seed)",
         "bf16_rounding": ("stochastic" if o.bf16_stochastic_rounding else "to nearest") + " (bf16 model params "
                          "from fp32 main params)" if a.params_dtype == "bf16" else "none (fp32)",
     }
@@ -383,7 +388,7 @@ LEGEND = ("phases in s, medians over steps 2..N; ours/TRL below 1x is ours faste
 MUST_MATCH = ("n_samples", "max_new_tokens", "do_sample", "temperature", "top_p", "top_k", "kl_coef", "clip_low",
               "clip_high", "dual_clip", "loss_agg", "ppo_epochs", "updates_per_generation", "optimizer", "lr",
               "weight_decay", "betas", "adam_eps", "adam_kernel", "lr_schedule", "clip_grad", "compute_dtype", "master_dtype", "params",
-              "ref_model", "threads", "niceness", "prompt_ids", "eos_ids", "sequences_per_update")
+              "ref_model", "threads", "niceness", "prompt_ids", "eos_ids", "sequences_per_update", "prompt_order")
 SHOWN_ONLY = ("kl_estimator", "adv", "bf16_rounding", "versions", "decay_params", "no_decay_params")
 
 
