@@ -72,9 +72,11 @@ def grpo_config(w: dict, out_dir: str):
     from trl import GRPOConfig
 
     sequences = w["prompts_per_step"] * w["n_samples"]
+    micro = w.get("micro_batch") or sequences  # one generation of `sequences`, accumulated over micro-batches
     return GRPOConfig(
         output_dir=out_dir, max_steps=w["steps"], seed=w["seed"], use_cpu=True, bf16=w.get("dtype", "fp32") == "bf16", fp16=False,
-        per_device_train_batch_size=sequences, gradient_accumulation_steps=1, steps_per_generation=1,
+        per_device_train_batch_size=micro, gradient_accumulation_steps=sequences // micro,
+        steps_per_generation=sequences // micro,
         num_generations=w["n_samples"], num_iterations=1, max_completion_length=w["max_new_tokens"],
         temperature=w["temperature"], top_p=w["top_p"], top_k=w["top_k"], repetition_penalty=1.0,
         beta=w["kl_coef"], epsilon=w["clip_low"], epsilon_high=w["clip_high"], delta=None,
@@ -209,7 +211,11 @@ def used_settings(trainer, tokenizer, first_prompt) -> dict:
         "adv": f"(r - mean_g) / (std_g + 1e-4), std unbiased, scale_rewards={trainer.scale_rewards}",
         "adv_eps": 1e-4,
         "ppo_epochs": trainer.num_iterations,
-        "updates_per_generation": trainer.args.steps_per_generation * trainer.args.gradient_accumulation_steps,
+        # optimizer steps per generation batch: its micro-batches (steps_per_generation) over the ones
+        # accumulated into one step, times the passes over it
+        "updates_per_generation": trainer.num_iterations * trainer.args.steps_per_generation
+        // trainer.args.gradient_accumulation_steps,
+        "micro_batch": trainer.args.per_device_train_batch_size,
         "optimizer": f"{type(opt).__module__}.{type(opt).__name__}",
         "lr": groups[0]["lr"], "weight_decay": max(grp["weight_decay"] for grp in groups),
         "betas": list(groups[0]["betas"]), "adam_eps": groups[0]["eps"],

@@ -85,7 +85,8 @@ def workload(args) -> dict:
                 threads=args.threads, vllm_compile=args.vllm_compile, rounds=args.rounds, dtype=args.dtype,
                 task=args.task, reward_file=ARITH_REWARD_FILE if arith else REWARD_FILE,
                 prompt_type="hf" if arith else None, max_prompt_length=128 if arith else 8,
-                stochastic_rounding=args.stochastic_rounding)
+                stochastic_rounding=args.stochastic_rounding,
+                micro_batch=args.micro_batch or args.prompts_per_step * args.n_samples)
 
 
 # ---------------------------------------------------------------------------- machine load
@@ -214,7 +215,7 @@ def _our_cfg(model, w: dict, d: dict, engine: str, size: str) -> dict:
                  **({"prompt_type": w["prompt_type"]} if w.get("prompt_type") else {}),
                  n_samples_per_prompt=w["n_samples"], max_new_tokens=w["max_new_tokens"], do_sample=True,
                  temperature=w["temperature"], top_p=w["top_p"], top_k=w["top_k"], num_samples_per_step=seqs,
-                 micro_batch_size=seqs, ppo_mini_batch_size=w["prompts_per_step"], ppo_epochs=1,
+                 micro_batch_size=_micro(w), ppo_mini_batch_size=w["prompts_per_step"], ppo_epochs=1,
                  clip_ratio_low=w["clip_low"], clip_ratio_high=w["clip_high"], clip_ratio_c=None,
                  use_kl_loss=True, kl_loss_type="low_var_kl", kl_loss_coef=w["kl_coef"],
                  loss_agg_mode=w["loss_agg"], entropy_coeff=0.0, lr=w["lr"], lr_decay_style="constant",
@@ -229,13 +230,19 @@ def _our_cfg(model, w: dict, d: dict, engine: str, size: str) -> dict:
                          train_iters=w["steps"], seed=w["seed"], save_interval=0, test_freq=0, log_interval=1,
                          platform="cpu", tokenizer_name_or_path=d["model"], output_dir=d[SIDE[engine]]),
         "actor_rollout_ref": {"actor_rollout": actor,
-                              "ref": dict(**named, load=d["model"], micro_batch_size=seqs, bf16=_bf16(w))},
+                              "ref": dict(**named, load=d["model"], micro_batch_size=_micro(w), bf16=_bf16(w))},
         "reward": {"verifier": True},
         "algorithm": dict(adv_estimator="group_norm", norm_adv_by_std=True, use_kl_in_reward=False,
                           verifier_function=[f"{w['reward_file']}:compute_score"], verifier_weight=[1.0]),
         "resource_pool": {"actor_rollout": [1], "ref": [], "reward": []},
     }
     return cfg
+
+
+def _micro(w: dict) -> int:
+    """Sequences per forward/backward micro-batch (update and reference) on both sides: --micro-batch,
+    default all of a step's sequences in one."""
+    return w.get("micro_batch") or w["prompts_per_step"] * w["n_samples"]
 
 
 def _bf16(w: dict) -> bool:
@@ -345,6 +352,7 @@ def our_settings(size: str, d: dict, processes: dict) -> dict:
         "prompt_ids": [int(i) for i in first], "eos_ids": eos_token_ids(tok, d["model"]),
         "sequences_per_update": cfg.run.global_batch_size * r.n_samples_per_prompt,
         "prompt_order": "file order" if cfg.data.no_shuffle else "shuffled (our seed)",
+        "micro_batch": a.micro_batch_size,
         "bf16_rounding": ("stochastic" if o.bf16_stochastic_rounding else "to nearest") + " (bf16 model params "
                          "from fp32 main params)" if a.params_dtype == "bf16" else "none (fp32)",
     }
@@ -388,7 +396,8 @@ LEGEND = ("phases in s, medians over steps 2..N; ours/TRL below 1x is ours faste
 MUST_MATCH = ("n_samples", "max_new_tokens", "do_sample", "temperature", "top_p", "top_k", "kl_coef", "clip_low",
               "clip_high", "dual_clip", "loss_agg", "ppo_epochs", "updates_per_generation", "optimizer", "lr",
               "weight_decay", "betas", "adam_eps", "adam_kernel", "lr_schedule", "clip_grad", "compute_dtype", "master_dtype", "params",
-              "ref_model", "threads", "niceness", "prompt_ids", "eos_ids", "sequences_per_update", "prompt_order")
+              "ref_model", "threads", "niceness", "prompt_ids", "eos_ids", "sequences_per_update", "prompt_order",
+              "micro_batch")
 SHOWN_ONLY = ("kl_estimator", "adv", "bf16_rounding", "versions", "decay_params", "no_decay_params")
 
 
@@ -633,7 +642,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--stochastic-rounding", action="store_true",
                    help="with --dtype bf16: our side rounds its fp32 main params into the bf16 model stochastically "
                         "(bf16_stochastic_rounding); TRL's autocast keeps fp32 parameters and needs no rounding")
+    p.add_argument("--micro-batch", type=int, default=None,
+                   help="sequences per forward/backward micro-batch of the update and the reference forward on "
+                        "both sides (TRL: per_device_train_batch_size, with gradient accumulation over the step's "
+                        "sequences); default: all of a step's sequences at once")
     args = p.parse_args(argv)
+    seqs = args.prompts_per_step * args.n_samples
+    if args.micro_batch is not None and (args.micro_batch < 1 or seqs % args.micro_batch):
+        p.error(f"--micro-batch {args.micro_batch}: use a divisor of the {seqs} sequences a step has "
+                f"(--prompts-per-step x --n-samples)")
+    if args.scaling and args.micro_batch:
+        p.error("--micro-batch with --scaling: the points change the sequences per step; run them apart")
     if args.stochastic_rounding and args.dtype != "bf16":
         p.error("--stochastic-rounding rounds into bf16 weights: add --dtype bf16")
     if args.task == "arith" and (not args.model or args.sizes):

@@ -28,6 +28,12 @@ Sampling: each of the n samples of a prompt is its own request with seed = sampl
 row index, so a run is reproducible for a given seed (vLLM's draws differ from the native
 engine's: same distribution, other random numbers).
 
+Inference TP > 1: vLLM's `external_launcher` in the caller's torch.distributed world (the training
+or generation ranks' gloo/HCCL/NCCL group): every `tensor_parallel_size` consecutive ranks are one
+engine, each holding its TP slice of every weight (update_weights takes full HF tensors and vLLM's
+loaders slice them); the ranks of an engine run the same requests and sample alike. On CPU, TP 2
+generates the TP 1 tokens and log-probs within 3e-6 (tests/vllm/test_vllm_tp.py).
+
 Memory: an explicit memory fraction (vLLM's 0.92 default fails next to a trainer); on CPU the KV
 cache size (VLLM_CPU_KVCACHE_SPACE). sleep()/wake_up() release and retake the KV cache and
 weights on NPU/CUDA (level 1); vLLM has no sleep mode on CPU, where they are no-ops (said once).
@@ -107,6 +113,54 @@ def _retie_embeddings(model: torch.nn.Module) -> None:
         method.process_weights_after_loading(head)
 
 
+SHM_PREFIX = "mindspeed_rl_vllm_"
+
+
+def _name_cpu_shm_after_this_engine() -> str:
+    """vLLM's CPU tensor parallelism all-reduces through shared memory files named after
+    VLLM_DIST_IDENT, which its CPU worker derives from the init method: "env://" for every
+    external_launcher world. So a second run on the host (or one after a killed run, whose files
+    stay in /dev/shm) fails with "create shm in SHMManager failed. errno: 17". Name the files after a
+    token rank 0 draws for this engine (all ranks of the world build their engines together).
+    Returns the token."""
+    import uuid
+
+    box = [uuid.uuid4().hex[:12] if torch.distributed.get_rank() == 0 else None]
+    torch.distributed.broadcast_object_list(box, src=0)
+    token = box[0]
+    from vllm.distributed.device_communicators import cpu_communicator
+
+    shm = getattr(cpu_communicator, "_CPUSHMDistributed", None)
+    if shm is not None and hasattr(shm, "make_group_name"):  # vLLM 0.32's CPU communicator
+        def make_group_name(communicator) -> str:
+            ranks = "-".join(str(r) for r in communicator.ranks)
+            return f"{SHM_PREFIX}{token}-{communicator.unique_name}-[{ranks}]-cpushm"
+
+        shm.make_group_name = staticmethod(make_group_name)
+    return token
+
+
+def _unlink_cpu_shm(token: str) -> None:
+    """Once every rank has mapped the engine's shared memory (vLLM's init ends with barriers after
+    the ranks join), remove the names: the mappings live on, and a killed process (Ray kills the
+    workers at the end of a run) leaves nothing in /dev/shm."""
+    import glob
+
+    torch.distributed.barrier()
+    for path in glob.glob(os.path.join("/dev/shm", f"{SHM_PREFIX}{token}-*")):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    # the TP group's message-queue broadcaster (a 24 MiB multiprocessing SharedMemory "psm_*" its
+    # rank 0 created and the others attached to while the group was made): unlinked now, and not
+    # again when the engine is collected
+    from vllm.distributed import parallel_state
+
+    buffer = getattr(getattr(parallel_state.get_tp_group(), "mq_broadcaster", None), "buffer", None)
+    if buffer is not None and getattr(buffer, "is_creator", False):
+        buffer.shared_memory.unlink()
+        buffer.is_creator = False
+
+
 class VLLMEngine:
     """RolloutEngine on an in-process vLLM `LLM`.
 
@@ -119,7 +173,10 @@ class VLLMEngine:
         pad_token_id: fills the padding of prompts and responses.
         dtype: "float32", "bfloat16" or "float16".
         tensor_parallel_size: inference TP; > 1 runs vLLM's external_launcher on the caller's
-            torch.distributed group (NPU/CUDA; not run on CPU here).
+            torch.distributed world (RANK / LOCAL_RANK / MASTER_* set, the process group up): every
+            `tensor_parallel_size` consecutive ranks form one engine, so all of them must build
+            their engines together and give it the same prompts and seeds (they sample alike).
+            Run on CPU over gloo (tests/vllm/test_vllm_tp.py).
         gpu_memory_utilization: fraction of device memory vLLM may take (weights + KV cache).
         kv_cache_gb: host memory of the KV cache on CPU (GiB).
         max_num_seqs: sequences vLLM schedules at once (ray_gpt num_samples_per_step is per rank).
@@ -141,9 +198,11 @@ class VLLMEngine:
         problems = vllm_env.version_problems(self.platform_name)
         if problems:
             raise UserInputError("\n".join(problems))
-        if tensor_parallel_size > 1 and self.platform_name == "cpu":
-            raise UserInputError(f"infer_tensor_parallel_size {tensor_parallel_size}: vLLM's tensor parallelism "
-                                 f"inside a training process needs NPU/CUDA here; set it to 1 on CPU.")
+        shm_token = None
+        if tensor_parallel_size > 1:
+            self._check_world(tensor_parallel_size)
+            if self.platform_name == "cpu":
+                shm_token = _name_cpu_shm_after_this_engine()
         os.environ.update(vllm_env.engine_env(self.platform_name, kv_cache_gb))
         self.vocab_size = int(vocab_size)
         self.max_length = int(max_length)
@@ -173,9 +232,25 @@ class VLLMEngine:
         t0 = time.perf_counter()
         with _keep_torch_threads():
             self.llm = LLM(**kwargs)
+        if shm_token is not None:
+            _unlink_cpu_shm(shm_token)
         self.start_s = time.perf_counter() - t0
         log.info("vLLM engine up in %.1f s (%s, TP %d, dtype %s)", self.start_s, self.platform_name,
                  tensor_parallel_size, dtype)
+
+    @staticmethod
+    def _check_world(tp: int) -> None:
+        """external_launcher joins the caller's torch.distributed world: it must be up, and a
+        multiple of the inference TP (consecutive ranks form an engine)."""
+        missing = [k for k in ("RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
+        if missing or not torch.distributed.is_initialized():
+            raise RuntimeError(f"infer_tensor_parallel_size {tp}: vLLM's tensor parallelism joins the process's "
+                               f"torch.distributed world, which is not set up here (missing: "
+                               f"{', '.join(missing) or 'the process group'}); build the engine inside a worker")
+        world = torch.distributed.get_world_size()
+        if world % tp:
+            raise UserInputError(f"infer_tensor_parallel_size {tp} does not divide the {world} ranks that build "
+                                 f"vLLM engines; use a divisor of {world}.")
 
     # ------------------------------------------------------------------------------------------
     # RolloutEngine

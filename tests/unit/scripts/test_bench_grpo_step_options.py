@@ -201,3 +201,24 @@ def test_learning_is_compared_from_the_first_steps_to_the_last(bench):
                                                                                                                     abs=0.01)
     assert c["trl_first"] == pytest.approx(0.7 / 3) and c["trl_last"] == pytest.approx(0.7)
     assert c["ours_seconds"] == 18.0 and c["trl_seconds"] == 27.0
+
+
+def test_micro_batch_reaches_both_of_our_roles_and_must_divide_the_step(bench, tmp_path):
+    gs, _ = bench
+    args = gs.parse_args(["--sizes", "tiny", "--prompts-per-step", "8", "--micro-batch", "16"])
+    w = gs.workload(args)
+    d = {"config_dir": str(tmp_path), "model": str(tmp_path / "model"), "prompts": str(tmp_path / "p.jsonl"),
+         "ours": str(tmp_path / "ours")}
+    with open(gs.our_config("tiny", w, d)) as f:
+        cfg = json.load(f)
+    roles = cfg["actor_rollout_ref"]
+    assert w["micro_batch"] == 16 and roles["actor_rollout"]["micro_batch_size"] == roles["ref"]["micro_batch_size"] == 16
+    assert roles["actor_rollout"]["no_shuffle"] is True  # file order: both sides see the same prompts at step k
+    default = gs.workload(gs.parse_args(["--sizes", "tiny"]))
+    assert default["micro_batch"] == 16  # 2 prompts x 8 samples: all at once
+    for bad in (["--micro-batch", "5"], ["--micro-batch", "0"], ["--micro-batch", "8", "--scaling", "8x64"]):
+        with pytest.raises(SystemExit):
+            gs.parse_args(bad)
+    _, bad = gs.check_settings({"micro_batch": 16, "prompt_order": "file order"},
+                               {"micro_batch": 64, "prompt_order": "file order"})
+    assert "micro_batch" in bad and "prompt_order" not in bad
