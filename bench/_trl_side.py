@@ -72,7 +72,7 @@ def grpo_config(w: dict, out_dir: str):
     from trl import GRPOConfig
 
     sequences = w["prompts_per_step"] * w["n_samples"]
-    micro = w.get("micro_batch") or sequences  # one generation of `sequences`, accumulated over micro-batches
+    micro = w["micro_batch"]  # one generation of `sequences`, accumulated over micro-batches
     return GRPOConfig(
         output_dir=out_dir, max_steps=w["steps"], seed=w["seed"], use_cpu=True, bf16=w.get("dtype", "fp32") == "bf16", fp16=False,
         per_device_train_batch_size=micro, gradient_accumulation_steps=sequences // micro,

@@ -215,7 +215,7 @@ def _our_cfg(model, w: dict, d: dict, engine: str, size: str) -> dict:
                  **({"prompt_type": w["prompt_type"]} if w.get("prompt_type") else {}),
                  n_samples_per_prompt=w["n_samples"], max_new_tokens=w["max_new_tokens"], do_sample=True,
                  temperature=w["temperature"], top_p=w["top_p"], top_k=w["top_k"], num_samples_per_step=seqs,
-                 micro_batch_size=_micro(w), ppo_mini_batch_size=w["prompts_per_step"], ppo_epochs=1,
+                 micro_batch_size=w["micro_batch"], ppo_mini_batch_size=w["prompts_per_step"], ppo_epochs=1,
                  clip_ratio_low=w["clip_low"], clip_ratio_high=w["clip_high"], clip_ratio_c=None,
                  use_kl_loss=True, kl_loss_type="low_var_kl", kl_loss_coef=w["kl_coef"],
                  loss_agg_mode=w["loss_agg"], entropy_coeff=0.0, lr=w["lr"], lr_decay_style="constant",
@@ -230,19 +230,13 @@ def _our_cfg(model, w: dict, d: dict, engine: str, size: str) -> dict:
                          train_iters=w["steps"], seed=w["seed"], save_interval=0, test_freq=0, log_interval=1,
                          platform="cpu", tokenizer_name_or_path=d["model"], output_dir=d[SIDE[engine]]),
         "actor_rollout_ref": {"actor_rollout": actor,
-                              "ref": dict(**named, load=d["model"], micro_batch_size=_micro(w), bf16=_bf16(w))},
+                              "ref": dict(**named, load=d["model"], micro_batch_size=w["micro_batch"], bf16=_bf16(w))},
         "reward": {"verifier": True},
         "algorithm": dict(adv_estimator="group_norm", norm_adv_by_std=True, use_kl_in_reward=False,
                           verifier_function=[f"{w['reward_file']}:compute_score"], verifier_weight=[1.0]),
         "resource_pool": {"actor_rollout": [1], "ref": [], "reward": []},
     }
     return cfg
-
-
-def _micro(w: dict) -> int:
-    """Sequences per forward/backward micro-batch (update and reference) on both sides: --micro-batch,
-    default all of a step's sequences in one."""
-    return w.get("micro_batch") or w["prompts_per_step"] * w["n_samples"]
 
 
 def _bf16(w: dict) -> bool:
@@ -715,7 +709,8 @@ def main(argv=None) -> int:
         results = {size: run_size(i, size, w, work, tok_dir, prompts, python, args.engine)
                    for i, size in enumerate(args.sizes)}
         for j, (n, t) in enumerate(args.scaling):  # the first size at each point
-            wp = dict(w, n_samples=n, max_new_tokens=t, point_suffix=f"_{n}x{t}")
+            wp = dict(w, n_samples=n, max_new_tokens=t, point_suffix=f"_{n}x{t}",
+                      micro_batch=w["prompts_per_step"] * n)  # all of the point's sequences (--micro-batch is refused)
             scaling[(args.sizes[0], f"{n}x{t}")] = run_size(j, args.sizes[0], wp, work, tok_dir, prompts, python,
                                                             ("megatron",))
     except RuntimeError as err:

@@ -64,10 +64,9 @@ def write_prompts(path: str) -> str:
     return path
 
 
-ARITH_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "mindspeed_rl", "assets",
-                         "arith_task")
-SMOLLM2_EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "rlxf",
-                               "grpo_trainer_smollm2_135m.yaml")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ARITH_DIR = os.path.join(ROOT, "mindspeed_rl", "assets", "arith_task")
+SMOLLM2_EXAMPLE = os.path.join(ROOT, "configs", "rlxf", "grpo_trainer_smollm2_135m.yaml")
 
 
 def write_arith_prompts(path: str) -> str:
@@ -76,13 +75,15 @@ def write_arith_prompts(path: str) -> str:
     jsonl. Both sides send the prompt as one user message through the tokenizer's chat template."""
     import yaml
 
+    from mindspeed_rl.data.templates import PROMPT
+
     with open(SMOLLM2_EXAMPLE, encoding="utf-8") as f:
         template = yaml.safe_load(f)["actor_rollout_ref"]["actor_rollout"]["instruction_template"]
     with open(os.path.join(ARITH_DIR, "train.jsonl"), encoding="utf-8") as src, \
             open(path, "w", encoding="utf-8") as dst:
         for line in src:
             row = json.loads(line)
-            dst.write(json.dumps({"prompt": template.replace("{prompt}", row["prompt"]),
+            dst.write(json.dumps({"prompt": template.replace(PROMPT, row["prompt"]),
                                   "labels": row["labels"]}) + "\n")
     return path
 

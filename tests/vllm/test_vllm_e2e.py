@@ -87,35 +87,33 @@ def shm_files() -> set:
     return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
 
 
+def run_at_inference_tp2(tmp_path, placement: str, *overrides) -> None:
+    """Three steps of ray_gpt.py with vLLM at inference TP 2: the placement plan shows `placement`,
+    every step is synced and passes the sync check, and nothing new is left in /dev/shm."""
+    before = shm_files()
+    proc = ray_gpt("training.train_iters=3", f"training.output_dir={tmp_path}", "training.test_freq=0",
+                   f"{A}.infer_tensor_parallel_size=2", *overrides)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert placement in proc.stdout
+    rows = metrics(tmp_path)
+    assert len(rows) == 3
+    for r in rows:
+        assert r["rollout/logp_diff_max"] <= 1e-4 and r["timing/sync_weights"] > 0, r
+    assert shm_files() <= before, shm_files() - before
+
+
 def test_vllm_at_inference_tp2_colocated_with_a_tp2_actor(tmp_path):
     """Each training TP group hosts one vLLM engine at inference TP 2 (external_launcher over the
     actor's gloo world): weights synced from the TP-2 trainer and checked on the probe every step.
     The engine's shared memory leaves nothing in /dev/shm when Ray kills the workers: vLLM names it
     alike for every run on a host, so a leftover failed the next run (errno 17)."""
-    before = shm_files()
-    proc = ray_gpt("training.train_iters=3", f"training.output_dir={tmp_path}", "training.test_freq=0",
-                   "resource_pool.actor_rollout=[2]", f"{A}.tensor_model_parallel_size=2",
-                   f"{A}.infer_tensor_parallel_size=2")
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    assert "ranks 0-1: train+generate" in proc.stdout
-    rows = metrics(tmp_path)
-    assert len(rows) == 3
-    for r in rows:
-        assert r["rollout/logp_diff_max"] <= 1e-4 and r["timing/sync_weights"] > 0, r
-    assert shm_files() <= before, shm_files() - before
+    run_at_inference_tp2(tmp_path, "ranks 0-1: train+generate", "resource_pool.actor_rollout=[2]",
+                         f"{A}.tensor_model_parallel_size=2")
 
 
 def test_vllm_at_inference_tp2_on_the_split(tmp_path):
     """Two generation ranks form one vLLM engine at inference TP 2; the training rank (TP 1) streams
     its weights to both, and the batch's log-probs are checked against the training forward."""
-    before = shm_files()
-    proc = ray_gpt("training.train_iters=3", f"training.output_dir={tmp_path}", "training.test_freq=0",
-                   "resource_pool.actor_rollout=[3]", f"{A}.num_gpus_for_train=1", f"{A}.num_gpus_for_infer=2",
-                   f"{A}.infer_tensor_parallel_size=2", f"{A}.ppo_mini_batch_size=8")  # old log-probs computed
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    assert "ranks 1-2: generate" in proc.stdout
-    rows = metrics(tmp_path)
-    assert len(rows) == 3
-    for r in rows:
-        assert r["rollout/logp_diff_max"] <= 1e-4 and r["timing/sync_weights"] > 0, r
-    assert shm_files() <= before, shm_files() - before
+    run_at_inference_tp2(tmp_path, "ranks 1-2: generate", "resource_pool.actor_rollout=[3]",
+                         f"{A}.num_gpus_for_train=1", f"{A}.num_gpus_for_infer=2",
+                         f"{A}.ppo_mini_batch_size=8")  # 2 mini-batches: old log-probs computed
