@@ -47,8 +47,12 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-NEED = ("ray", "megatron-core", "hydra-core", "omegaconf", "antlr4-python3-runtime", "math-verify")
-HAVE = ("torch", "transformers", "safetensors", "tokenizers", "tensorboard", "pytest", "tqdm")
+NEED = ("ray", "megatron-core", "hydra-core", "omegaconf", "antlr4-python3-runtime", "math-verify", "datasets")
+# what the GPU machines' image holds (the device tool's KINDS.md); every install_requires entry of
+# setup.py is in NEED or here (a test checks), so the bundle cannot miss a runtime dependency
+HAVE = ("torch", "transformers", "safetensors", "tokenizers", "tensorboard", "pytest", "tqdm", "numpy", "pyarrow",
+        "pandas", "fsspec", "xxhash", "huggingface-hub", "filelock", "packaging", "pyyaml", "requests", "aiohttp",
+        "psutil")
 DEPS_OVERRIDE = {"megatron-core": ("einops", "packaging")}
 # compiled distributions copied anyway, and why that is safe: megatron-core 0.12.1 publishes no
 # CPython 3.12 wheel; its one compiled module (megatron/core/datasets/helpers_cpp, built for this

@@ -45,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from typing import Any, Callable
 
 import torch
@@ -86,11 +87,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--ray-steps", type=int, default=5)
     p.add_argument("--skip-ray", action="store_true", help="leave out the ray_gpt check (e.g. no ray installed)")
+    p.add_argument("--only", default=None,
+                   help=f"comma list of the checks to run, of {','.join(n for n, _ in CHECKS)} (default: all)")
+    p.add_argument("--log-dir", default=None, help="write each ray_gpt run's stdout and stderr here")
     p.add_argument("--json", default=None, help="also write the results to this file")
     args = p.parse_args(argv)
     for key in ("batch", "seq", "gen_batch", "new_tokens", "ray_steps"):
         if getattr(args, key) < 1:
             p.error(f"--{key.replace('_', '-')} must be >= 1, got {getattr(args, key)}")
+    if args.only is not None:
+        names = [n for n, _ in CHECKS]
+        args.only = [x.strip() for x in args.only.split(",") if x.strip()]
+        unknown = [x for x in args.only if x not in names]
+        if unknown or not args.only:
+            p.error(f"--only takes a comma list of {', '.join(names)}; got {unknown or 'nothing'}")
     if args.seq < 8 or args.seq > SHAPES[args.shape][1]["max_position_embeddings"]:
         p.error(f"--seq must be between 8 and the shape's max_position_embeddings, got {args.seq}")
     return args
@@ -427,6 +437,10 @@ def check_ray_gpt(ctx) -> tuple[bool, dict]:
             figures[label] = {"error": f"ray_gpt.py did not finish {a.ray_steps} steps within the timeout"}
             ok = False
             continue
+        if a.log_dir:
+            os.makedirs(a.log_dir, exist_ok=True)
+            with open(os.path.join(a.log_dir, f"ray_gpt_{label}.log"), "w") as fh:
+                fh.write(f"$ {' '.join(proc.args)}\nexit {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
         passed, f = summarize_run(out_dir, a.ray_steps)
         if proc.returncode != 0:
             passed, f["error"] = False, f"exit {proc.returncode}: {proc.stderr.strip()[-800:]}"
@@ -458,15 +472,17 @@ def run(args: argparse.Namespace, platform_name: str) -> dict[str, Any]:
                "vocab": SHAPES[args.shape][1]["vocab_size"], "hf": hf.to(device),
                "hf_bf16": copy.deepcopy(hf).to(device, torch.bfloat16)}
         for name, check in CHECKS:
-            if name == "ray_gpt" and args.skip_ray:
-                results["checks"][name] = {"status": "SKIP", "figures": {"reason": "--skip-ray"}}
+            if name == "ray_gpt" and args.skip_ray or args.only is not None and name not in args.only:
+                reason = "--skip-ray" if name == "ray_gpt" and args.skip_ray else "not in --only"
+                results["checks"][name] = {"status": "SKIP", "figures": {"reason": reason}}
                 continue
             t0 = time.perf_counter()
             try:
                 ok, figures = check(ctx)
                 status = "PASS" if ok else "FAIL"
             except Exception as err:  # one check's crash is its FAIL; the others still run
-                status, figures = "FAIL", {"error": f"{type(err).__name__}: {err}"}
+                status, figures = "FAIL", {"error": f"{type(err).__name__}: {err}",
+                                           "traceback": traceback.format_exc()[-3000:]}
             results["checks"][name] = {"status": status, "seconds": round(time.perf_counter() - t0, 2),
                                        "figures": figures}
             print(f"{name:<8} {status:<5} {json.dumps(figures, default=_short)}", flush=True)

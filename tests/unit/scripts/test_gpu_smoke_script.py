@@ -24,7 +24,7 @@ def test_no_accelerator_is_one_sentence_and_exit_3(capsys, device):
 
 
 @pytest.mark.parametrize("bad", [["--batch", "0"], ["--seq", "4"], ["--shape", "tiny", "--seq", "4096"],
-                                 ["--device", "tpu"]])
+                                 ["--device", "tpu"], ["--only", "parity,speed"], ["--only", ","]])
 def test_bad_arguments_exit_2(bad):
     with pytest.raises(SystemExit) as err:
         gs.parse_args(bad)
@@ -59,3 +59,24 @@ def test_run_summary_needs_every_step_and_finite_grad_norms(tmp_path):
 def test_bf16_bound_is_relative_to_transformers_own_bf16_error():
     assert gs.bf16_bound(0.0) == pytest.approx(gs.BF16_SLACK)
     assert gs.bf16_bound(0.1) == pytest.approx(0.2 + gs.BF16_SLACK)
+
+
+def test_only_runs_the_named_checks_and_skips_the_rest(tmp_path, capsys):
+    args = gs.parse_args(["--device", "cpu", "--shape", "tiny", "--batch", "2", "--seq", "16", "--only", "build, parity",
+                          "--json", str(tmp_path / "s.json")])
+    assert args.only == ["build", "parity"]
+    results = gs.run(args, "cpu")
+    status = {k: v["status"] for k, v in results["checks"].items()}
+    assert status == {"build": "PASS", "parity": "PASS", "greedy": "SKIP", "update": "SKIP", "rounding": "SKIP",
+                      "decode": "SKIP", "ray_gpt": "SKIP"}
+    assert results["checks"]["greedy"]["figures"]["reason"] == "not in --only"
+
+
+def test_a_crashing_check_fails_with_its_traceback(monkeypatch):
+    def boom(ctx):
+        raise RuntimeError("device said no")
+    monkeypatch.setattr(gs, "CHECKS", [("build", boom)])
+    results = gs.run(gs.parse_args(["--device", "cpu", "--shape", "tiny", "--seq", "16"]), "cpu")
+    f = results["checks"]["build"]
+    assert f["status"] == "FAIL" and f["figures"]["error"] == "RuntimeError: device said no"
+    assert "in boom" in f["figures"]["traceback"]
