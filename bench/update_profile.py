@@ -209,14 +209,14 @@ def theirs(model_dir: str, batch: dict, prompt: int, kl: bool = True, dtype: str
     forward of the fp32 model (the loss maths after it in fp32, as TRL's)."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32, attn_implementation="sdpa")
-    model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.01, fused=True)  # transformers' default optim
     ids, mask, response = batch["input_ids"], batch["attention_mask"], batch["response_mask"].shape[1]
+    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32, attn_implementation="sdpa")
+    model.to(ids.device).train()  # on the batch's device (scripts/gpu_smoke.py's speed check runs this on a GPU)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.01, fused=True)  # transformers' default optim
 
     def step():
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
+        with torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=dtype == "bf16"):
             logits = model(input_ids=ids, attention_mask=mask, logits_to_keep=response + 1).logits[:, :-1]
         logp = torch.log_softmax(logits.float(), -1).gather(-1, ids[:, prompt:, None]).squeeze(-1)  # (B, T)
         ratio = torch.exp(logp - logp.detach())

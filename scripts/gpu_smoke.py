@@ -25,7 +25,13 @@ Checks, in order (each PASS / FAIL with its figures; the exit code is 0 only whe
              whole, NaN bit patterns kept NaN, and (CUDA) no host sync in the copy; then one bf16
              update with it: every bf16 weight the stochastic rounding of its fp32 main param.
   decode     tokens/s of the native engine vs transformers generate, greedy, same prompts, in
-             --dtype (reported, not judged: the target >= 1x is issue 17's open speed work).
+             --dtype (reported, not judged).
+  speed      one bf16 policy update of --speed-rows x --speed-seq tokens (one micro-batch), timed
+             (median of --speed-repeat after 2 warm-ups): ours (megatron, fp32 main params, fused Adam)
+             against transformers as TRL 1.16 runs it (fp32 weights under bf16 autocast, SDPA,
+             logits_to_keep, fused AdamW: bench/update_profile.py's `theirs`, without TRL's fused LM
+             head), with 6·N·tokens TFLOP/s, the share of the device's own measured bf16 matmul rate
+             and (CUDA) peak memory. Reported, not judged: PASS when both sides ran finite updates.
   ray_gpt    `ray_gpt.py` on the tiny task, colocated, --ray-steps steps on this platform (fp32 and
              bf16): exit 0, every step logged, finite grad norms; score and seconds per step.
 
@@ -37,10 +43,12 @@ from __future__ import annotations
 import argparse
 import copy
 import datetime
+import importlib.util
 import json
 import math
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -85,6 +93,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seq", type=int, default=128, help="tokens per sequence in the parity and update checks")
     p.add_argument("--gen-batch", type=int, default=64, help="prompts in the greedy and decode checks")
     p.add_argument("--new-tokens", type=int, default=64)
+    p.add_argument("--speed-rows", type=int, default=16, help="sequences in the speed check's update")
+    p.add_argument("--speed-seq", type=int, default=1024,
+                   help="tokens per sequence in the speed check (half prompt; capped at the shape's positions)")
+    p.add_argument("--speed-repeat", type=int, default=5, help="timed updates per side in the speed check")
     p.add_argument("--ray-steps", type=int, default=5)
     p.add_argument("--skip-ray", action="store_true", help="leave out the ray_gpt check (e.g. no ray installed)")
     p.add_argument("--only", default=None,
@@ -92,7 +104,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--log-dir", default=None, help="write each ray_gpt run's stdout and stderr here")
     p.add_argument("--json", default=None, help="also write the results to this file")
     args = p.parse_args(argv)
-    for key in ("batch", "seq", "gen_batch", "new_tokens", "ray_steps"):
+    for key in ("batch", "seq", "gen_batch", "new_tokens", "ray_steps", "speed_rows", "speed_seq", "speed_repeat"):
         if getattr(args, key) < 1:
             p.error(f"--{key.replace('_', '-')} must be >= 1, got {getattr(args, key)}")
     if args.only is not None:
@@ -402,6 +414,84 @@ def check_decode(ctx) -> tuple[bool, dict]:
     return True, f
 
 
+def _timed(step, repeat: int, sync) -> list[float]:
+    """Seconds of `repeat` calls of step() after 2 warm-ups, each between device syncs."""
+    for _ in range(2):
+        step()
+    times = []
+    for _ in range(repeat):
+        sync()
+        t0 = time.perf_counter()
+        step()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def matmul_tflops(device: torch.device, n: int, sync) -> float:
+    """The device's bf16 (n, n) x (n, n) matmul rate, TFLOP/s (median of 10 after 3 warm-ups)."""
+    x = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    y = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    t = statistics.median(_timed(lambda: torch.mm(x, y), 10, sync))
+    return 2 * n ** 3 / t / 1e12
+
+
+def _peak_mib(device: torch.device) -> float | None:
+    return torch.cuda.max_memory_allocated(device) / 2 ** 20 if device.type == "cuda" else None
+
+
+def _reset_peak(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def check_speed(ctx) -> tuple[bool, dict]:
+    from mindspeed_rl.models.optimizer import build_optimizer, wrap_ddp
+    from mindspeed_rl.models.train_step import PolicyLossSettings, policy_update_step
+
+    spec = importlib.util.spec_from_file_location("update_profile", os.path.join(ROOT, "bench", "update_profile.py"))
+    update_profile = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(update_profile)
+    a, device, vocab = ctx["args"], ctx["device"], ctx["vocab"]
+    rows, seq = a.speed_rows, min(a.speed_seq, SHAPES[a.shape][1]["max_position_embeddings"])
+    P = seq // 2
+    batch = {k: v.to(device) for k, v in update_profile.batch_of(rows, P, seq - P, vocab).items()}
+    sync = ctx_sync()
+    f: dict[str, Any] = {"rows": rows, "seq": seq, "tokens": rows * seq}
+
+    _reset_peak(device)
+    model, _ = build_loaded(ctx["hf_dir"], torch.bfloat16, device)
+    n = sum(p.numel() for p in model.parameters())
+    ddp = wrap_ddp(model, use_distributed_optimizer=False)
+    optimizer, scheduler = build_optimizer([ddp], lr=1e-5, train_iters=100, weight_decay=0.01, clip_grad=1.0,
+                                           use_distributed_optimizer=False, params_dtype=torch.bfloat16)
+    s = PolicyLossSettings(use_kl_loss=True, kl_loss_type="low_var_kl", kl_loss_coef=0.001, vocab_size=vocab)
+    model.train()
+    losses = []
+    ours = _timed(lambda: losses.append(policy_update_step(ddp, optimizer, scheduler, batch, P, rows, s)
+                                        ["actor/pg_loss"]), a.speed_repeat, sync)
+    f["ours_peak_mib"] = _peak_mib(device)
+    del model, ddp, optimizer, scheduler
+
+    _reset_peak(device)
+    step = update_profile.theirs(ctx["hf_dir"], batch, P, kl=True, dtype="bf16")
+    theirs = _timed(step, a.speed_repeat, sync)
+    f["transformers_peak_mib"] = _peak_mib(device)
+    del step
+    _reset_peak(device)
+
+    peak = matmul_tflops(device, 8192 if device.type != "cpu" else 1024, sync)
+    for side, times in (("ours", ours), ("transformers", theirs)):
+        t = statistics.median(times)
+        f[f"{side}_s"] = t
+        f[f"{side}_tflops_6nt"] = 6 * n * rows * seq / t / 1e12
+        f[f"{side}_of_matmul_peak"] = f[f"{side}_tflops_6nt"] / peak
+    f["matmul_tflops_bf16"] = peak
+    f["ours_over_transformers"] = f["ours_s"] / f["transformers_s"]
+    return all(math.isfinite(x) for x in losses) and min(ours + theirs) > 0, f
+
+
 def ray_gpt_command(platform: str, steps: int, out_dir: str, bf16: bool) -> list[str]:
     """The ray_gpt.py command line of the check: the tiny task, colocated, no validation or saving."""
     return [sys.executable, os.path.join(ROOT, "ray_gpt.py"), f"training.platform={platform}",
@@ -450,7 +540,7 @@ def check_ray_gpt(ctx) -> tuple[bool, dict]:
 
 CHECKS: list[tuple[str, Callable]] = [("build", check_build), ("parity", check_parity), ("greedy", check_greedy),
                                       ("update", check_update), ("rounding", check_rounding), ("decode", check_decode),
-                                      ("ray_gpt", check_ray_gpt)]
+                                      ("speed", check_speed), ("ray_gpt", check_ray_gpt)]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -230,8 +230,11 @@ class VLLMEngine:
         from vllm import LLM
 
         t0 = time.perf_counter()
-        with _keep_torch_threads():
-            self.llm = LLM(**kwargs)
+        try:
+            with _keep_torch_threads():
+                self.llm = LLM(**kwargs)
+        finally:  # vLLM has read config.json: nothing is left behind when Ray kills this worker later
+            shutil.rmtree(self._dir, ignore_errors=True)
         if shm_token is not None:
             _unlink_cpu_shm(shm_token)
         self.start_s = time.perf_counter() - t0
@@ -342,7 +345,6 @@ class VLLMEngine:
             import gc
 
             gc.collect()
-        shutil.rmtree(self._dir, ignore_errors=True)
 
     # ------------------------------------------------------------------------------------------
 

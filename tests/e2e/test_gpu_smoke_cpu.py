@@ -16,6 +16,7 @@ def test_every_check_passes_on_cpu(tmp_path):
     out = tmp_path / "smoke.json"
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_smoke.py"), "--device", "cpu", "--shape", "tiny",
                            "--batch", "4", "--seq", "32", "--gen-batch", "8", "--new-tokens", "8", "--ray-steps", "2",
+                           "--speed-rows", "2", "--speed-seq", "32", "--speed-repeat", "1",
                            "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=900,
                           env={**os.environ, "RAY_ADDRESS": "local", "RAY_AUTH_MODE": "disabled"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -24,9 +25,11 @@ def test_every_check_passes_on_cpu(tmp_path):
     checks = results["checks"]
     assert {k: v["status"] for k, v in checks.items()} == {k: "PASS" for k in
                                                           ("build", "parity", "greedy", "update", "rounding",
-                                                           "decode", "ray_gpt")}
+                                                           "decode", "speed", "ray_gpt")}
     assert checks["parity"]["figures"]["fp32_max"] <= 2e-3
     assert checks["update"]["figures"]["params_changed"] > 0
     assert checks["rounding"]["figures"]["update_rounded_as_expected"] and checks["rounding"]["figures"]["update_weights"] > 0
     assert checks["rounding"]["figures"]["nan_kept"]
     assert checks["ray_gpt"]["figures"]["bf16"]["steps"] == 2
+    speed = checks["speed"]["figures"]
+    assert speed["tokens"] == 64 and speed["ours_s"] > 0 and speed["transformers_s"] > 0 and speed["matmul_tflops_bf16"] > 0

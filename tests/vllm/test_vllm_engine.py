@@ -3,6 +3,7 @@ greedy tokens equal the native engine's, sampled log-probs equal the training fo
 update streamed in shuffled chunks that split layers equals a fresh engine, and the sync check
 fires on corrupted weights. Head dim 32: vLLM's CPU attention has no kernel for 16."""
 import json
+import os
 import random
 
 import pytest
@@ -172,6 +173,7 @@ def test_sync_check_fires_on_corrupted_weights(setup):
 def test_threads_sleep_and_close(setup, caplog):
     """The training side keeps torch.set_num_threads; CPU sleep/wake are no-ops said once."""
     _, _, _, _, engine, _, _ = setup
+    assert not os.path.exists(engine._dir)  # the config dir is gone once vLLM has read it (no /tmp leak)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     assert torch.get_num_threads() == 1

@@ -24,7 +24,7 @@ def test_no_accelerator_is_one_sentence_and_exit_3(capsys, device):
 
 
 @pytest.mark.parametrize("bad", [["--batch", "0"], ["--seq", "4"], ["--shape", "tiny", "--seq", "4096"],
-                                 ["--device", "tpu"], ["--only", "parity,speed"], ["--only", ","]])
+                                 ["--device", "tpu"], ["--only", "parity,warp"], ["--only", ","]])
 def test_bad_arguments_exit_2(bad):
     with pytest.raises(SystemExit) as err:
         gs.parse_args(bad)
@@ -68,7 +68,7 @@ def test_only_runs_the_named_checks_and_skips_the_rest(tmp_path, capsys):
     results = gs.run(args, "cpu")
     status = {k: v["status"] for k, v in results["checks"].items()}
     assert status == {"build": "PASS", "parity": "PASS", "greedy": "SKIP", "update": "SKIP", "rounding": "SKIP",
-                      "decode": "SKIP", "ray_gpt": "SKIP"}
+                      "decode": "SKIP", "speed": "SKIP", "ray_gpt": "SKIP"}
     assert results["checks"]["greedy"]["figures"]["reason"] == "not in --only"
 
 
