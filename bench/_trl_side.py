@@ -74,7 +74,7 @@ def grpo_config(w: dict, out_dir: str):
     sequences = w["prompts_per_step"] * w["n_samples"]
     micro = w["micro_batch"]  # one generation of `sequences`, accumulated over micro-batches
     return GRPOConfig(
-        output_dir=out_dir, max_steps=w["steps"], seed=w["seed"], use_cpu=True, bf16=w.get("dtype", "fp32") == "bf16", fp16=False,
+        output_dir=out_dir, max_steps=w["steps"], seed=w["seed"], use_cpu=w.get("device", "cpu") == "cpu", bf16=w.get("dtype", "fp32") == "bf16", fp16=False,
         per_device_train_batch_size=micro, gradient_accumulation_steps=sequences // micro,
         steps_per_generation=sequences // micro,
         num_generations=w["n_samples"], num_iterations=1, max_completion_length=w["max_new_tokens"],
@@ -114,38 +114,45 @@ def run(args) -> None:
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
     timings: dict[str, float] = {}
+    # on a GPU the kernels run asynchronously: each timer waits for them (TRL's own code syncs no more
+    # than it does; the waits only move time between phases, to where the work was queued)
+    sync = torch.cuda.synchronize if w.get("device", "cpu") == "cuda" else (lambda: None)
 
     def add(name: str, seconds: float) -> None:
         timings[name] = timings.get(name, 0.0) + seconds
+
+    def now() -> float:
+        sync()
+        return time.perf_counter()
 
     class TimedGRPOTrainer(GRPOTrainer):
         """Adds wall-clock timers around TRL's own phase methods; changes nothing else."""
 
         def _prepare_inputs(self, batch):
-            t0 = time.perf_counter()
+            t0 = now()
             out = super()._prepare_inputs(batch)
-            add("prepare", time.perf_counter() - t0)
+            add("prepare", now() - t0)
             return out
 
         def _generate(self, prompts):
-            t0 = time.perf_counter()
+            t0 = now()
             out = super()._generate(prompts)
-            add("gen", time.perf_counter() - t0)
+            add("gen", now() - t0)
             return out
 
         def _calculate_rewards(self, *a, **k):
-            t0 = time.perf_counter()
+            t0 = now()
             out = super()._calculate_rewards(*a, **k)
-            add("reward", time.perf_counter() - t0)
+            add("reward", now() - t0)
             return out
 
         def _get_per_token_logps_and_entropies(self, model, *a, **k):
-            t0 = time.perf_counter()
+            t0 = now()
             out = super()._get_per_token_logps_and_entropies(model, *a, **k)
             if model is self.ref_model:
-                add("ref", time.perf_counter() - t0)
+                add("ref", now() - t0)
             elif not torch.is_grad_enabled():  # the policy under no_grad: old log-probs
-                add("old_log_prob", time.perf_counter() - t0)
+                add("old_log_prob", now() - t0)
             return out
 
         def _generate_and_score_completions(self, inputs):
@@ -160,10 +167,10 @@ def run(args) -> None:
     class StepTimer(TrainerCallback):
         def on_step_begin(self, *_, **__):
             timings.clear()
-            timings["t0"] = time.perf_counter()
+            timings["t0"] = now()
 
         def on_step_end(self, *_, **__):
-            step = time.perf_counter() - timings.pop("t0")
+            step = now() - timings.pop("t0")
             phases = {k: timings.get(k, 0.0) for k in ("gen", "reward", "ref", "old_log_prob")}
             records.append({"step": len(records) + 1, "step_s": step, **phases,
                             "update": step - timings.get("prepare", 0.0),
@@ -224,12 +231,13 @@ def used_settings(trainer, tokenizer, first_prompt) -> dict:
         "lr_schedule": trainer.args.lr_scheduler_type.value if hasattr(trainer.args.lr_scheduler_type, "value")
         else str(trainer.args.lr_scheduler_type),
         "clip_grad": trainer.args.max_grad_norm,
-        # bf16=True: accelerate runs forward (generation, reference, loss) under CPU autocast to bf16
+        # bf16=True: accelerate runs forward (generation, reference, loss) under autocast to bf16
         "compute_dtype": "bfloat16" if trainer.args.bf16 else str(next(model.parameters()).dtype).replace("torch.", ""),
         "master_dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
         "params": sum(p.numel() for p in model.parameters()),
         "ref_model": trainer.ref_model is not None,
         "threads": torch.get_num_threads(), "torch": torch.__version__,
+        "device": str(next(model.parameters()).device.type),
         "prompt_ids": prompt_ids(tokenizer, first_prompt),
         "prompt_order": "shuffled (TRL's seed)" if trainer.args.shuffle_dataset else "file order",
         "bf16_rounding": "none (fp32 parameters; bf16=True is autocast)" if trainer.args.bf16 else "none (fp32)",

@@ -85,7 +85,7 @@ def workload(args) -> dict:
                 threads=args.threads, vllm_compile=args.vllm_compile, rounds=args.rounds, dtype=args.dtype,
                 task=args.task, reward_file=ARITH_REWARD_FILE if arith else REWARD_FILE,
                 prompt_type="hf" if arith else None, max_prompt_length=128 if arith else 8,
-                stochastic_rounding=args.stochastic_rounding,
+                stochastic_rounding=args.stochastic_rounding, device=args.device,
                 micro_batch=args.micro_batch or args.prompts_per_step * args.n_samples)
 
 
@@ -228,7 +228,8 @@ def _our_cfg(model, w: dict, d: dict, engine: str, size: str) -> dict:
         **({"model": {f"bench_{_slug(size)}": model}} if model else {}),
         "training": dict(global_batch_size=w["prompts_per_step"], seq_length=w["max_prompt_length"] + w["max_new_tokens"],
                          train_iters=w["steps"], seed=w["seed"], save_interval=0, test_freq=0, log_interval=1,
-                         platform="cpu", tokenizer_name_or_path=d["model"], output_dir=d[SIDE[engine]]),
+                         platform=w.get("device", "cpu"), tokenizer_name_or_path=d["model"],
+                         output_dir=d[SIDE[engine]]),
         "actor_rollout_ref": {"actor_rollout": actor,
                               "ref": dict(**named, load=d["model"], micro_batch_size=w["micro_batch"], bf16=_bf16(w))},
         "reward": {"verifier": True},
@@ -313,7 +314,8 @@ def our_settings(size: str, d: dict, processes: dict) -> dict:
     from mindspeed_rl.platform.base import fused_adamw
     from mindspeed_rl.data.tokenizer import eos_token_ids
 
-    get_platform("cpu").patch()
+    with open(d["workload"], encoding="utf-8") as f:  # the platform our side ran on (--device)
+        get_platform(json.load(f).get("device", "cpu")).patch()
     import megatron.core.optimizer as megatron_optimizer
 
     cfg = load_config(f"bench_{_slug(size)}_megatron", [], d["config_dir"])  # the "ours" side: the native engine
@@ -335,7 +337,7 @@ def our_settings(size: str, d: dict, processes: dict) -> dict:
         "adv_eps": GROUP_NORM_EPS, "ppo_epochs": ppo.ppo_epochs, "updates_per_generation": mini_batches * ppo.ppo_epochs,
         "optimizer": f"{adam.__module__}.{adam.__name__}", "lr": o.lr, "weight_decay": o.weight_decay,
         "betas": [o.adam_beta1, o.adam_beta2], "adam_eps": o.adam_eps, "lr_schedule": o.lr_decay_style,
-        "adam_kernel": "fused" if fused_adamw("cpu") else "for-loop",  # models/optimizer.use_fused_adam
+        "adam_kernel": "fused" if fused_adamw(cfg.run.platform) else "for-loop",  # models/optimizer.use_fused_adam
         "clip_grad": o.clip_grad,
         "compute_dtype": str(params_dtype(a.params_dtype)).replace("torch.", ""),
         # megatron's mixed-precision optimizer steps fp32 main params for bf16/fp16 models (models/optimizer.py)
@@ -346,7 +348,7 @@ def our_settings(size: str, d: dict, processes: dict) -> dict:
         "prompt_ids": [int(i) for i in first], "eos_ids": eos_token_ids(tok, d["model"]),
         "sequences_per_update": cfg.run.global_batch_size * r.n_samples_per_prompt,
         "prompt_order": "file order" if cfg.data.no_shuffle else "shuffled (our seed)",
-        "micro_batch": a.micro_batch_size,
+        "micro_batch": a.micro_batch_size, "device": cfg.run.platform,
         "bf16_rounding": ("stochastic" if o.bf16_stochastic_rounding else "to nearest") + " (bf16 model params "
                          "from fp32 main params)" if a.params_dtype == "bf16" else "none (fp32)",
     }
@@ -390,7 +392,7 @@ LEGEND = ("phases in s, medians over steps 2..N; ours/TRL below 1x is ours faste
 MUST_MATCH = ("n_samples", "max_new_tokens", "do_sample", "temperature", "top_p", "top_k", "kl_coef", "clip_low",
               "clip_high", "dual_clip", "loss_agg", "ppo_epochs", "updates_per_generation", "optimizer", "lr",
               "weight_decay", "betas", "adam_eps", "adam_kernel", "lr_schedule", "clip_grad", "compute_dtype", "master_dtype", "params",
-              "ref_model", "threads", "niceness", "prompt_ids", "eos_ids", "sequences_per_update", "prompt_order",
+              "ref_model", "threads", "niceness", "prompt_ids", "eos_ids", "sequences_per_update", "prompt_order", "device",
               "micro_batch")
 SHOWN_ONLY = ("kl_estimator", "adv", "bf16_rounding", "versions", "decay_params", "no_decay_params")
 
@@ -590,6 +592,15 @@ def print_settings(results: dict) -> None:
                                                                   if r["differs"] else ""))
 
 
+def device_name(args) -> str:
+    """What the sides compute on: the CPU and its threads, or the GPU (with the CPU threads beside it)."""
+    if args.device == "cuda":
+        import torch
+
+        return f"{torch.cuda.get_device_name(0)}; {cpu_name()}, {args.threads} threads"
+    return f"{cpu_name()}, {args.threads} threads"
+
+
 def cpu_name() -> str:
     try:
         with open("/proc/cpuinfo") as f:
@@ -627,6 +638,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--dtype", default="fp32", choices=("fp32", "bf16"),
                    help="compute precision of both sides: bf16 = our bf16 model with fp32 main params in the "
                         "optimizer, TRL's bf16=True (autocast over fp32 parameters); MFU against the bf16 matmul peak")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                   help="where both sides compute: cpu, or cuda (one GPU: ours at training.platform cuda, TRL with "
+                        "use_cpu=False; the MFU is against the GPU's own measured matmul rate)")
+    p.add_argument("--trl-python", default=None,
+                   help="run TRL's side with this Python instead of the venv the bench makes (it must import trl "
+                        f"{_trl_side.TRL_VERSION})")
     p.add_argument("--trl-optional", action="store_true", help="go on with our side only if TRL's venv cannot be made")
     p.add_argument("--task", default="parity", choices=("parity", "arith"),
                    help="parity: the benchmark's own reward on the tiny task's prompts (any size); arith: the SmolLM2 "
@@ -690,7 +707,9 @@ def main(argv=None) -> int:
     with open(os.path.join(work, "workload.json"), "w", encoding="utf-8") as f:
         json.dump(w, f, indent=1)
     python = None
-    if not args.skip_trl:
+    if args.trl_python:
+        python = args.trl_python  # e.g. a machine without a package index, TRL on its PYTHONPATH
+    elif not args.skip_trl:
         try:
             python = _trl_side.ensure_venv(os.path.abspath(args.venv_dir))
         except (RuntimeError, OSError, subprocess.CalledProcessError) as err:
@@ -699,8 +718,8 @@ def main(argv=None) -> int:
                 return 3
             print(f"TRL's venv could not be created; our side only. ({str(err).splitlines()[0]})")
 
-    peak0 = wl.matmul_peak(args.threads, dtype=args.dtype)
-    print(f"{args.dtype} matmul peak on {args.threads} threads: {peak0 / 1e9:.1f} GFLOP/s")
+    peak0 = wl.matmul_peak(args.threads, dtype=args.dtype, device=args.device)
+    print(f"{args.dtype} matmul peak on {device_name(args)}: {peak0 / 1e9:.1f} GFLOP/s")
     tok_dir = wl.build_tokenizer(os.path.join(work, "tokenizer"))
     prompts = (wl.write_arith_prompts(os.path.join(work, "prompts_arith.jsonl")) if args.task == "arith"
                else wl.write_prompts(os.path.join(work, "prompts.jsonl")))
@@ -716,7 +735,7 @@ def main(argv=None) -> int:
     except RuntimeError as err:
         print(f"grpo_step.py: {err}", file=sys.stderr)
         return 1
-    peak = max(peak0, wl.matmul_peak(args.threads, dtype=args.dtype))  # the best of start and end: the machine is shared
+    peak = max(peak0, wl.matmul_peak(args.threads, dtype=args.dtype, device=args.device))  # the best of start and end: the machine is shared
     for (size, _), r in [((size, None), r) for size, r in results.items()] + list(scaling.items()):
         for side in ("ours", "ours_vllm", "trl"):
             if side in r:
@@ -727,7 +746,7 @@ def main(argv=None) -> int:
             r["ratio_vllm"] = ratios(r["ours"]["summary"], r["ours_vllm"]["summary"])
 
     print_settings(results)
-    print(f"\nGRPO step on this machine ({cpu_name()}, {args.threads} threads, {args.dtype}), {w['prompts_per_step']} "
+    print(f"\nGRPO step on this machine ({device_name(args)}, {args.dtype}), {w['prompts_per_step']} "
           f"prompts x {w['n_samples']} samples, {w['max_new_tokens']} new tokens, steps 2..{w['steps']}; "
           f"peak {peak / 1e9:.1f} GFLOP/s\n")
     print(table(results, peak))
@@ -758,6 +777,7 @@ def main(argv=None) -> int:
     print(f"total wall time {wall:.0f} s")
     report = {"meta": {"date": datetime.datetime.now().isoformat(timespec="seconds"), "command": " ".join(sys.argv),
                        "wall_s": round(wall, 1), "cpu": cpu_name(), "threads": args.threads, "cpus": os.cpu_count(),
+                       "device": device_name(args),
                        "peak_flops": peak, "peak_flops_start": peak0, "python": host.python_version(),
                        "trl_venv": python},
               "workload": w, "sizes": results,

@@ -169,9 +169,9 @@ def phase_flops(size: str, prompt_len: float, response_len: float, sequences: in
     return {"update": 3.0 * fwd, "ref": fwd, "gen": fwd, "tokens": tokens}
 
 
-def matmul_peak(threads: int, n: int = 2048, repeats: int = 5, dtype: str = "fp32") -> float:
+def matmul_peak(threads: int, n: int = 2048, repeats: int = 5, dtype: str = "fp32", device: str = "cpu") -> float:
     """Best FLOP/s of an n x n x n torch.mm in `dtype` (fp32 or bf16) on `threads` threads (this CPU's
-    practical peak for that precision)."""
+    practical peak for that precision); device "cuda": on the GPU, n 8192, between synchronizations."""
     import time
 
     import torch
@@ -182,13 +182,22 @@ def matmul_peak(threads: int, n: int = 2048, repeats: int = 5, dtype: str = "fp3
         from mindspeed_rl.platform.placement import params_dtype
 
         dt = params_dtype(dtype)
-        a, b = torch.randn(n, n, dtype=dt), torch.randn(n, n, dtype=dt)
-        torch.mm(a, b)  # warm-up
+        gpu = device != "cpu"
+        n = 8192 if gpu else n
+        sync = torch.cuda.synchronize if gpu else (lambda: None)
+        a, b = torch.randn(n, n, dtype=dt, device=device), torch.randn(n, n, dtype=dt, device=device)
+        for _ in range(3 if gpu else 1):  # warm-up
+            torch.mm(a, b)
         best = float("inf")
         for _ in range(repeats):
+            sync()
             t0 = time.perf_counter()
             torch.mm(a, b)
+            sync()
             best = min(best, time.perf_counter() - t0)
+        del a, b
+        if gpu:
+            torch.cuda.empty_cache()  # the sides run in their own processes: leave them the memory
         return 2.0 * n ** 3 / best
     finally:
         torch.set_num_threads(old)

@@ -156,6 +156,7 @@ class RoleConfig:
     fp16: bool = doc(False, "float16 parameters and compute with loss scaling")
     num_gpus_for_train: Optional[int] = doc(None, "actor devices that train; with num_gpus_for_infer the actor pool is split (ray_gpt). Default: all, colocated")
     num_gpus_for_infer: Optional[int] = doc(None, "actor devices that only generate (0 or null = the training ranks generate)")
+    param_offload: Optional[bool] = doc(None, "ref only, colocated on an accelerator: keep the reference's weights in host memory between uses (true), on the device (false), or null = auto: offloaded when they exceed 5 % of the device's memory (README, Accelerators)")
     verifier: bool = doc(False, "reward: score with the rule verifiers of algorithm.verifier_function (ray_gpt default: off)")
     arch: ModelArch = field(default_factory=ModelArch)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)

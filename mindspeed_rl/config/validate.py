@@ -197,6 +197,13 @@ def _check_batches(cfg: Config, problems: list[str]) -> None:
 def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
     _check_moe(role, cfg, problems)
     path, a = role_path(role), role.arch
+    if role.param_offload is not None and role.role != "ref":
+        problems.append(f"`{path}.param_offload` applies to the reference only "
+                        f"(actor_rollout_ref.ref.param_offload); remove it from {path}.")
+    if role.role == "ref" and role.param_offload and cfg.resource_pool.ref:
+        problems.append(f"`{path}.param_offload: true` moves a reference that shares the actor's devices to host "
+                        f"memory, but `resource_pool.ref: {list(cfg.resource_pool.ref)}` gives it devices of its "
+                        f"own; set resource_pool.ref: [] or drop param_offload.")
     tp, pp = role.parallel.tensor_model_parallel_size, role.parallel.pipeline_model_parallel_size
     hf_load = role.load and os.path.isfile(os.path.join(role.load, "config.json"))
     missing = [k for k in ("num_layers", "hidden_size", "num_attention_heads") if getattr(a, k) is None]

@@ -63,6 +63,7 @@ class DeviceOps(Protocol):
     def synchronize(self) -> None: ...
     def empty_cache(self) -> None: ...
     def memory_stats(self) -> dict[str, float]: ...
+    def total_memory_bytes(self) -> Optional[int]: ...
     def configure_host_threads(self, cpus: float) -> dict[str, int]: ...
 
 
@@ -194,6 +195,10 @@ class Platform:
         """GiB figures: allocated_gb, reserved_gb, max_allocated_gb (device), or rss_gb,
         max_rss_gb (CPU)."""
         return self.ops.memory_stats()
+
+    def total_memory_bytes(self) -> Optional[int]:
+        """The current device's memory in bytes; None on CPU (host memory is not the device's)."""
+        return self.ops.total_memory_bytes()
 
 
 def check_switches(switches: Mapping[str, Any]) -> dict[str, Any]:

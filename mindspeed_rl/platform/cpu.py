@@ -56,6 +56,11 @@ def empty_cache() -> None:
     """No caching allocator on CPU."""
 
 
+def total_memory_bytes() -> None:
+    """None: on CPU the model is in host memory already; there is no device memory to spare."""
+    return None
+
+
 def memory_stats() -> dict[str, float]:
     """Resident set size of this process (Linux /proc) and its peak (getrusage, KiB on Linux)."""
     stats = {"max_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / _GB}

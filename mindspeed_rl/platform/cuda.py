@@ -39,6 +39,10 @@ def empty_cache() -> None:
     torch.cuda.empty_cache()
 
 
+def total_memory_bytes() -> int:
+    return int(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory)
+
+
 def memory_stats() -> dict[str, float]:
     return {
         "allocated_gb": torch.cuda.memory_allocated() / _GB,

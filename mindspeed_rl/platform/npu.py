@@ -141,6 +141,11 @@ def empty_cache() -> None:
     _npu().empty_cache()
 
 
+def total_memory_bytes() -> int:
+    npu = _npu()
+    return int(npu.get_device_properties(npu.current_device()).total_memory)
+
+
 def memory_stats() -> dict[str, float]:
     npu = _npu()
     return {

@@ -28,6 +28,7 @@ the output rank's (TP rank 0 of the last stage).
 from __future__ import annotations
 
 import contextlib
+import logging
 import resource
 import time
 
@@ -39,6 +40,9 @@ from mindspeed_rl.models.arch_check import model_args
 from mindspeed_rl.models.chunks import as_chunks
 from mindspeed_rl.models.hf_bridge.loader import hf_config_of
 from mindspeed_rl.platform import get_platform, on_device, params_dtype
+from mindspeed_rl.platform.placement import ref_offload
+
+log = logging.getLogger(__name__)
 
 
 def _parallel_kwargs(role_cfg, num_layers: int) -> dict:
@@ -225,7 +229,8 @@ class ActorRolloutWorker(_ModelWorker):
             chunk.requires_grad_(False)
             chunk.eval()
         platform = get_platform(self.cfg.run.platform)
-        self.ref_offload = platform.name != "cpu"  # MindSpeed-RL's reference offload: host memory between uses
+        # MindSpeed-RL's reference offload (host memory between uses), where the weights are worth it
+        self.ref_offload = _decide_ref_offload(platform, ref_cfg.param_offload, chunks)
         self._empty_cache = platform.empty_cache
         if self.ref_offload:
             self._move(model, torch.device("cpu"))
@@ -399,6 +404,16 @@ class ActorRolloutWorker(_ModelWorker):
         return export_hf_buckets(self.model, self.args, bucket_mb)
 
 
+def _decide_ref_offload(platform, setting, chunks) -> bool:
+    """platform.placement.ref_offload for these model chunks on this worker's device, logged once."""
+    weight_bytes = sum(t.numel() * t.element_size() for chunk in chunks for t in chunk.state_dict().values()
+                       if isinstance(t, torch.Tensor))
+    offload, why = ref_offload(platform.name, setting, weight_bytes,
+                               platform.total_memory_bytes() if platform.name != "cpu" else None)
+    log.info("reference beside the actor: %s", why)
+    return offload
+
+
 class ReferenceWorker(_ModelWorker):
     """The frozen reference. Colocated with the actor on an accelerator (`resource_pool.ref: []`),
     its weights live in host memory between calls (MindSpeed-RL's reference offload): the device
@@ -407,7 +422,8 @@ class ReferenceWorker(_ModelWorker):
     def __init__(self, cfg):
         super().__init__(cfg, cfg.ref, train=False)
         platform = get_platform(cfg.run.platform)
-        self.offload = not cfg.resource_pool.ref and platform.name != "cpu"
+        self.offload = not cfg.resource_pool.ref and _decide_ref_offload(platform, cfg.ref.param_offload,
+                                                                         as_chunks(self.model))
         self._empty_cache = platform.empty_cache
         if self.offload:
             self._place(torch.device("cpu"))

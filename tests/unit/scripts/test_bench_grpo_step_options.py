@@ -222,3 +222,29 @@ def test_micro_batch_reaches_both_of_our_roles_and_must_divide_the_step(bench, t
     _, bad = gs.check_settings({"micro_batch": 16, "prompt_order": "file order"},
                                {"micro_batch": 64, "prompt_order": "file order"})
     assert "micro_batch" in bad and "prompt_order" not in bad
+
+
+def test_device_reaches_our_platform_trls_config_and_the_settings_check(bench, tmp_path, monkeypatch):
+    """--device cuda: our trainer on platform cuda, TRL's GRPOConfig with use_cpu=False, and the
+    device one of the settings that must match; --trl-python is taken as given."""
+    from types import SimpleNamespace
+
+    gs, _ = bench
+    import _trl_side
+
+    d = {"config_dir": str(tmp_path), "model": str(tmp_path / "model"), "prompts": str(tmp_path / "p.jsonl"),
+         "ours": str(tmp_path / "ours")}
+    monkeypatch.setitem(sys.modules, "trl", SimpleNamespace(GRPOConfig=lambda **kw: kw))
+    for device in ("cpu", "cuda"):
+        args = gs.parse_args(["--sizes", "tiny", "--dtype", "bf16", "--device", device, "--trl-python", "/x/python3"])
+        w = gs.workload(args)
+        with open(gs.our_config("tiny", w, d)) as f:
+            assert json.load(f)["training"]["platform"] == device
+        trl = _trl_side.grpo_config(w, str(tmp_path / "trl"))
+        assert trl["use_cpu"] is (device == "cpu") and trl["bf16"] is True
+        assert args.trl_python == "/x/python3"
+    _, bad = gs.check_settings({"device": "cuda"}, {"device": "cpu"})
+    assert "device" in bad
+    assert gs.workload(gs.parse_args(["--sizes", "tiny"]))["device"] == "cpu"
+    with pytest.raises(SystemExit):
+        gs.parse_args(["--device", "npu"])
