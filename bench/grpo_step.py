@@ -49,6 +49,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import platform as host
 import shutil
@@ -82,7 +83,8 @@ def workload(args) -> dict:
                 max_new_tokens=args.max_new_tokens, temperature=1.0, top_p=1.0, top_k=0, kl_coef=0.001,
                 clip_low=0.2, clip_high=0.2, loss_agg="token-mean", trl_loss_type="dapo", lr=5e-6 if arith else 1e-5,
                 weight_decay=0.0 if arith else 0.01, adam_beta1=0.9, adam_beta2=0.999, adam_eps=1e-8, clip_grad=1.0,
-                threads=args.threads, vllm_compile=args.vllm_compile, rounds=args.rounds, dtype=args.dtype,
+                threads=args.threads, vllm_compile=args.vllm_compile, rounds=args.rounds, seeds=args.seeds,
+                dtype=args.dtype,
                 task=args.task, reward_file=ARITH_REWARD_FILE if arith else REWARD_FILE,
                 prompt_type="hf" if arith else None, max_prompt_length=128 if arith else 8,
                 stochastic_rounding=args.stochastic_rounding, device=args.device,
@@ -504,6 +506,35 @@ def reward_curves(ours: list[dict], trl: list[dict]) -> dict:
             "trl_seconds": sum(s.get("step_s", 0.0) for s in trl[:len(pairs)])}
 
 
+def seed_curves(ours_runs: list[dict], trl_runs: list[dict]) -> dict:
+    """reward_curves of each side's per-step mean reward over its runs (one per seed), and the
+    difference that sampling noise alone would leave between two such means: per step, the standard
+    error of each side's mean (stdev over seeds / sqrt(seeds)); two sides that learn alike differ by
+    sqrt(2/pi) x sqrt(se_ours^2 + se_trl^2) in expectation (a normal difference's mean absolute value).
+    The step times are each side's first run's."""
+    def mean_run(runs: list[dict]) -> tuple[list[dict], list[float]]:
+        n = min(len(run["steps"]) for run in runs)
+        steps, errors = [], []
+        for k in range(n):
+            scores = [run["steps"][k].get("score") for run in runs]
+            if any(x is None for x in scores):
+                break
+            steps.append({**runs[0]["steps"][k], "score": statistics.fmean(scores)})
+            errors.append(statistics.stdev(scores) / math.sqrt(len(scores)) if len(scores) > 1 else 0.0)
+        return steps, errors
+
+    ours, ours_se = mean_run(ours_runs)
+    trl, trl_se = mean_run(trl_runs)
+    c = reward_curves(ours, trl)
+    if not c:
+        return c
+    noise = statistics.fmean(math.sqrt(2 / math.pi) * math.hypot(a, b) for a, b in zip(ours_se, trl_se))
+    level = c["trl_mean"]
+    per_seed = [reward_curves(a["steps"], b["steps"]).get("relative_mae") for a, b in zip(ours_runs, trl_runs)]
+    return {**c, "seeds": min(len(ours_runs), len(trl_runs)), "noise_mae": noise,
+            "relative_noise_mae": noise / level if level else None, "relative_mae_per_seed": per_seed}
+
+
 def scaling_table(points: dict) -> str:
     """Step time against samples per prompt x new tokens (one size), both sides."""
     lines = ["| size | n_samples x new tokens | tokens/step | ours step s | TRL step s | ours/TRL | "
@@ -555,22 +586,28 @@ def run_size(i: int, size: str, w: dict, work: str, tok_dir: str, prompts: str, 
         wl.build_model(size, d["model"], tok_dir, w["seed"])
     runs = {}
     sides = [SIDE[e] for e in engines] + ["trl"]
-    rounds = w.get("rounds", 1)
+    seeds = w.get("seeds", 1)
+    rounds = max(w.get("rounds", 1), seeds)  # --seeds N: N runs per side, the k-th sampling with seed + k
     for rnd in range(rounds):  # the side that goes first alternates with the size and with the round
+        wr = dict(w, seed=w["seed"] + rnd) if seeds > 1 else w  # the model stays the one built from w["seed"]
+        if seeds > 1:
+            with open(d["workload"], "w", encoding="utf-8") as f:
+                json.dump(wr, f, indent=1)
         for side in (sides if (i + rnd) % 2 == 0 else sides[::-1]):
             if side == "trl" and python is None:
                 continue
-            print(f"[{size}] {side}: {w['steps']} steps" + (f", round {rnd + 1}/{rounds}" if rounds > 1 else "") + " ...",
-                  flush=True)
+            what = f", seed {wr['seed']}" if seeds > 1 else f", round {rnd + 1}/{rounds}" if rounds > 1 else ""
+            print(f"[{size}] {side}: {w['steps']} steps{what} ...", flush=True)
             engine = {v: k for k, v in SIDE.items()}.get(side)
-            runs.setdefault(side, []).append(run_ours(size, w, d, engine) if engine else run_trl(python, w, d))
+            runs.setdefault(side, []).append(run_ours(size, wr, d, engine) if engine else run_trl(python, wr, d))
     r = {side: quietest(done) for side, done in runs.items()}
     if "trl" in r and "ours" in r:
         ours_set = our_settings(size, d, r["ours"]["load"]["processes"])
         trl_set = {**r["trl"]["settings"], "niceness": [r["trl"]["load"]["processes"]["main"]["nice"]],
                    "sequences_per_update": w["prompts_per_step"] * w["n_samples"]}
         r["matched"], r["differs"] = check_settings(ours_set, trl_set)
-        r["reward_curves"] = reward_curves(r["ours"]["steps"], r["trl"]["steps"])
+        r["reward_curves"] = (seed_curves(runs["ours"], runs["trl"]) if seeds > 1
+                              else reward_curves(r["ours"]["steps"], r["trl"]["steps"]))
     return r
 
 
@@ -624,6 +661,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=1, help="run each side this many times (the order alternating) "
                    "and keep each side's run with the lowest median step: on a shared machine one noisy run "
                    "otherwise decides the ratio (each run's median is printed and kept in the JSON)")
+    p.add_argument("--seeds", type=int, default=1, help="run each side this many times, the k-th with sampling seed "
+                   "+ k (same model, same prompts), and compare the per-step mean rewards averaged over the runs, "
+                   "with the difference sampling noise alone would leave (timings: each side's quietest run)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="intra-op threads of both sides")
     p.add_argument("--work-dir", default=os.path.join(ROOT, "outputs", "bench_grpo_step"))
     p.add_argument("--venv-dir", default=os.path.join(ROOT, ".bench_venv"), help="where TRL's venv is kept")
@@ -687,6 +727,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.steps = args.steps or (3 if args.quick else 10)
     if args.rounds < 1:
         p.error(f"--rounds {args.rounds}: use 1 or more")
+    if args.seeds < 1 or args.seeds > 1 and args.rounds > 1:
+        p.error(f"--seeds {args.seeds}: use 1 or more, and not with --rounds (each seed is a round already)")
     args.engine = tuple(args.engine.split(","))
     if any(e not in SIDE for e in args.engine):
         p.error(f"--engine {','.join(args.engine)}: use megatron, vllm or megatron,vllm")
@@ -766,7 +808,10 @@ def main(argv=None) -> int:
         if c:
             print(f"reward curves ({size}, {c['steps']} steps, mean reward per step): ours {c['ours_mean']:.3f}, "
                   f"TRL {c['trl_mean']:.3f}, mean absolute difference {c['mae']:.4f} "
-                  f"({_pct(c['relative_mae'])} of TRL's mean; the bound is 4 %)")
+                  f"({_pct(c['relative_mae'])} of TRL's mean; the bound is 4 %)"
+                  + (f"; averaged over {c['seeds']} seeds per side (single seeds: "
+                     f"{', '.join(_pct(x) for x in c['relative_mae_per_seed'])}), where sampling noise alone would "
+                     f"leave {c['noise_mae']:.4f} ({_pct(c['relative_noise_mae'])})" if "seeds" in c else ""))
             if "ours_first" in c:
                 print(f"  learning (mean reward of the first {c['ends_steps']} steps -> the last {c['ends_steps']}): "
                       f"ours {c['ours_first']:.3f} -> {c['ours_last']:.3f} in {c['ours_seconds']:.0f} s of steps, "

@@ -248,3 +248,49 @@ def test_device_reaches_our_platform_trls_config_and_the_settings_check(bench, t
     assert gs.workload(gs.parse_args(["--sizes", "tiny"]))["device"] == "cpu"
     with pytest.raises(SystemExit):
         gs.parse_args(["--device", "npu"])
+
+
+def test_seeds_vary_the_sampling_seed_and_average_the_reward_curves(bench, tmp_path, monkeypatch):
+    """--seeds 3: each side runs 3 times with seeds 1234, 1235, 1236 (TRL reads its seed from the
+    workload file), the model is built once from the base seed, and the reward curves compare the
+    per-seed means with the gap sampling noise alone would leave."""
+    import math
+    import statistics
+
+    gs, wl = bench
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    monkeypatch.setitem(wl.SIZES, "model:m", {"dir": str(model)})
+    scores = {"ours": {1234: [0.2, 0.4], 1235: [0.4, 0.6], 1236: [0.3, 0.8]},
+              "trl": {1234: [0.3, 0.5], 1235: [0.3, 0.5], 1236: [0.3, 0.8]}}
+    seen = []
+
+    def result(side, seed):
+        seen.append((side, seed))
+        return {"steps": [{"step": k + 1, "step_s": 1.0, "score": x} for k, x in enumerate(scores[side][seed])],
+                "load": {"processes": {"main": {"nice": 0}}}, "settings": {}}
+
+    def fake_trl(python, w, d):
+        with open(d["workload"]) as f:
+            return result("trl", json.load(f)["seed"])
+
+    monkeypatch.setattr(gs, "run_ours", lambda size, w, d, engine="megatron": result("ours", w["seed"]))
+    monkeypatch.setattr(gs, "run_trl", fake_trl)
+    monkeypatch.setattr(gs, "our_settings", lambda size, d, processes: {})
+    w = {"steps": 2, "seeds": 3, "seed": 1234, "prompts_per_step": 2, "n_samples": 8}
+    r = gs.run_size(0, "model:m", w, str(tmp_path / "work"), None, None, "/x/python", ("megatron",))
+    assert sorted(seen) == [(side, s) for side in ("ours", "trl") for s in (1234, 1235, 1236)]
+    c = r["reward_curves"]
+    assert c["seeds"] == 3
+    assert c["ours_mean"] == pytest.approx(statistics.fmean([0.3, 0.6]))  # step means 0.3, 0.6
+    assert c["trl_mean"] == pytest.approx(statistics.fmean([0.3, 0.6]))
+    assert c["mae"] == pytest.approx(0.0)
+    se = lambda xs: statistics.stdev(xs) / math.sqrt(3)  # noqa: E731
+    expected = statistics.fmean(math.sqrt(2 / math.pi) * math.hypot(se(a), se(b))
+                                for a, b in (([0.2, 0.4, 0.3], [0.3, 0.3, 0.3]), ([0.4, 0.6, 0.8], [0.5, 0.5, 0.8])))
+    assert c["noise_mae"] == pytest.approx(expected)
+    assert c["relative_mae_per_seed"][0] == pytest.approx(0.1 / 0.4)
+    for bad in (["--seeds", "0"], ["--seeds", "2", "--rounds", "2"]):
+        with pytest.raises(SystemExit):
+            gs.parse_args(bad)
