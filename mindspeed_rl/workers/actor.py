@@ -416,7 +416,8 @@ def _decide_ref_offload(platform, setting, chunks) -> bool:
 
 class ReferenceWorker(_ModelWorker):
     """The frozen reference. Colocated with the actor on an accelerator (`resource_pool.ref: []`),
-    its weights live in host memory between calls (MindSpeed-RL's reference offload): the device
+    its weights can live in host memory between calls (MindSpeed-RL's reference offload; the ref
+    role's param_offload, auto by default: see platform.placement.ref_offload), so that the device
     memory goes to the actor's training and generation."""
 
     def __init__(self, cfg):
