@@ -361,7 +361,7 @@ class NativeEngine:
         log_probs = torch.zeros(B, T, dtype=torch.float32, device=device)
         resp_len = torch.zeros(B, dtype=torch.long, device=device)
         done = torch.zeros(B, dtype=torch.bool, device=device)
-        finish = [FINISH_LENGTH] * B
+        stopped_by_token = torch.zeros(B, dtype=torch.bool, device=device)  # finish reason "stop" (else "length")
 
         caches = [new_cache(c, B, P + T) if self.use_kv_cache else None for c in self.chunks]  # one per chunk
         if self.use_kv_cache:  # allocated in full here; compaction only shrinks it
@@ -388,24 +388,26 @@ class NativeEngine:
                 # do not depend on which others still run (compaction policy, cache or none)
                 u = torch.rand(B, generator=generator, device=device)[rows] if sp.do_sample else None
                 tok, lp = self._choose(logits, sp, u, len(rows), t)  # (b,) each, the same on every rank
-                live = ~done[rows]  # finished rows not compacted out yet are computed and ignored
-                r = rows[live]
-                seq[r, P + t] = tok[live]
-                key_mask[r, P + t] = 1
-                log_probs[r, t] = lp[live]
-                resp_len[r] += 1
+                # finished rows not compacted out yet are computed and ignored. Written through the
+                # running rows' indices with `where`, never a boolean mask: a mask's result size is
+                # a host sync on an accelerator; one `.item()` a step is the loop's only one
+                live = ~done[rows]
+                seq[rows, P + t] = torch.where(live, tok, self.pad_token_id)
+                key_mask[rows, P + t] = live.long()
+                log_probs[rows, t] = torch.where(live, lp, 0.0)
+                resp_len[rows] += live.long()
                 stopped = torch.isin(tok, stop_ids) & live
                 at_limit = (resp_len[rows] >= budget[rows]) & live & ~stopped
-                for i in rows[stopped].tolist():
-                    finish[i] = FINISH_EOS
-                done[rows[stopped | at_limit]] = True
-                all_done = bool(done.all())
+                stopped_by_token[rows] |= stopped
+                running = ~(done[rows] | stopped | at_limit)
+                done[rows] = ~running
+                finished = len(rows) - int(running.sum().item())  # rows outside `rows` are all done
+                all_done = finished == len(rows)
                 if group is not None:  # every rank of the EP group runs every step until all are done
                     all_done = self._agree(int(all_done), "min", group, device) == 1
                 if all_done:
                     break
-                running = ~done[rows]
-                if group is None and (not self.use_kv_cache or (~running).sum() >= max(1.0, self.compact_fraction * len(rows))):
+                if group is None and (not self.use_kv_cache or finished >= max(1.0, self.compact_fraction * len(rows))):
                     keep = running.nonzero().squeeze(-1)
                     rows = rows[keep]
                     for cache in caches if self.use_kv_cache else ():
@@ -417,6 +419,7 @@ class NativeEngine:
                 self._timing["decode_steps"] += 1
             get_platform().synchronize()
             self._timing["decode_s"] += time.perf_counter() - t1  # sampling included
+        finish = [FINISH_EOS if x else FINISH_LENGTH for x in stopped_by_token.tolist()]
         T_out = int(resp_len.max())
         if group is not None:  # one response width over the EP group (the rows of one batch when gathered)
             T_out = self._agree(T_out, "max", group, device)

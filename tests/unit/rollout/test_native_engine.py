@@ -294,3 +294,42 @@ def test_lean_decode_equals_megatron_modules(tiny):
         kv_cache.lean_forward = original
     assert torch.equal(a.responses, b.responses), arch
     assert (a.log_probs - b.log_probs).abs().max() <= 1e-5, arch
+
+
+class _HostSyncs(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts the ops that make an accelerator wait for the host: reading a value (item, bool, int)
+    and those whose result size depends on the data (nonzero, boolean-mask indexing)."""
+
+    SYNCING = {"aten::_local_scalar_dense", "aten::nonzero", "aten::masked_select", "aten::is_nonzero",
+               "aten::unique_consecutive", "aten::_unique2"}
+
+    def __init__(self):
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func._schema.name
+        mask_index = name in ("aten::index", "aten::index_put_", "aten::index_put") and any(
+            isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in (args[1] if len(args) > 1 else ()) or ())
+        if name in self.SYNCING or mask_index:
+            self.ops.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("compact", [2.0, 0.0])
+def test_one_host_sync_per_decoded_token(tiny, compact):
+    """On an accelerator each host sync stalls the launch queue: the decode loop reads one value a
+    step (how many rows finished), plus one nonzero where it compacts the batch; everything else is
+    written through the running rows' indices. The forward itself reads nothing back."""
+    _, _, model, _, _ = tiny
+    engine = _engine(model, eos_token_ids=[7], compact_fraction=compact)
+    prompts = _prompts(seed=4)
+    with _HostSyncs() as syncs:
+        out = engine.generate(prompts, SamplingParams(do_sample=True, max_new_tokens=12, temperature=1.0, seed=3))
+    steps = int(engine._timing["decode_steps"]) + 1  # the last step breaks before its forward
+    compactions = syncs.ops.count("aten::nonzero") if compact == 0.0 else 0
+    per_step = syncs.ops.count("aten::_local_scalar_dense")
+    assert out.responses.shape[0] == len(prompts)
+    # set-up and results: the prompt / budget / response widths (3 reads) + the finish reasons
+    assert len(syncs.ops) - compactions <= steps + 4 + len(prompts), syncs.ops
+    assert per_step <= steps + 3 + len(prompts)
