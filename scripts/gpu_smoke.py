@@ -25,7 +25,7 @@ Checks, in order (each PASS / FAIL with its figures; the exit code is 0 only whe
              whole, NaN bit patterns kept NaN, and (CUDA) no host sync in the copy; then one bf16
              update with it: every bf16 weight the stochastic rounding of its fp32 main param.
   decode     tokens/s of the native engine vs transformers generate, greedy, same prompts, in
-             --dtype (reported, not judged).
+             --dtype, and (CUDA) the decode loop's host syncs per token (reported, not judged).
   speed      one bf16 policy update of --speed-rows x --speed-seq tokens (one micro-batch), timed
              (median of --speed-repeat after 2 warm-ups): ours (megatron, fp32 main params, fused Adam)
              against transformers as TRL 1.16 runs it (fp32 weights under bf16 autocast, SDPA,
@@ -411,7 +411,24 @@ def check_decode(ctx) -> tuple[bool, dict]:
     f = {"dtype": name, "batch": len(prompts), "new_tokens": a.new_tokens, "native_tok_s": tokens / ours_s,
          "transformers_tok_s": tokens / hf_s}
     f["ratio"] = f["native_tok_s"] / f["transformers_tok_s"]
+    if ctx["device"].type == "cuda":  # the decode loop's host syncs per token (the launch queue stalls at each)
+        f["host_syncs_per_token"] = host_syncs(lambda: native_greedy(model, ctx["vocab"], prompts[:8], 16)) / 16
     return True, f
+
+
+def host_syncs(fn) -> int:
+    """How many synchronizing CUDA calls fn makes (torch's sync debug mode, one warning each)."""
+    import warnings
+
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+    return sum("synchroniz" in str(w.message) for w in seen)
 
 
 def _timed(step, repeat: int, sync) -> list[float]:
