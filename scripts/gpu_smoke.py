@@ -136,20 +136,23 @@ def pick_platform(requested: str) -> str | None:
     return None
 
 
-def init_world(platform) -> torch.device:
-    """A world-size-1 process group on the platform's backend and megatron's TP=PP=1 state."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ["MASTER_PORT"] = str(port)
+def init_world(platform) -> tuple[torch.device, bool]:
+    """A world-size-1 process group on the platform's backend (unless the process has one already)
+    and megatron's TP=PP=1 state; (device, whether the group was made here)."""
     device = platform.set_device(0)
-    torch.distributed.init_process_group(platform.dist_backend, rank=0, world_size=1,
-                                         timeout=datetime.timedelta(seconds=120))
+    made = not torch.distributed.is_initialized()
+    if made:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ["MASTER_PORT"] = str(port)
+        torch.distributed.init_process_group(platform.dist_backend, rank=0, world_size=1,
+                                             timeout=datetime.timedelta(seconds=120))
     from mindspeed_rl.models.builder import init_parallel_state
 
     init_parallel_state(1, 1, seed=1234)
-    return device
+    return device, made
 
 
 def save_random_hf(shape: str, out_dir: str, seed: int = 0):
@@ -568,7 +571,7 @@ def run(args: argparse.Namespace, platform_name: str) -> dict[str, Any]:
 
     platform = get_platform(platform_name)
     platform.patch()
-    device = init_world(platform)
+    device, made_world = init_world(platform)
     results: dict[str, Any] = {"device": f"{platform.device_name(device.index or 0)}, torch {torch.__version__}",
                                "torch": torch.__version__,
                                "shape": args.shape, "checks": {}}
@@ -593,7 +596,8 @@ def run(args: argparse.Namespace, platform_name: str) -> dict[str, Any]:
             results["checks"][name] = {"status": status, "seconds": round(time.perf_counter() - t0, 2),
                                        "figures": figures}
             print(f"{name:<8} {status:<5} {json.dumps(figures, default=_short)}", flush=True)
-    torch.distributed.destroy_process_group()
+    if made_world:  # a caller's own process group (a test session's, say) stays up
+        torch.distributed.destroy_process_group()
     return results
 
 
