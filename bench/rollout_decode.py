@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import socket
 import sys
 import time
 
@@ -32,15 +31,11 @@ PLATFORM.patch()
 
 
 def init_world() -> None:
-    """A one-process torch.distributed world on a free local port (megatron needs one); also used by
-    bench/moe_routing_replay.py."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ["MASTER_PORT"] = str(port)
-    torch.distributed.init_process_group(PLATFORM.dist_backend, rank=0, world_size=1,
-                                         timeout=datetime.timedelta(seconds=60))
+    """A one-process torch.distributed world (megatron needs one); also used by
+    bench/moe_routing_replay.py, in_ray_decode.py and vllm_step_profile.py."""
+    from mindspeed_rl.distributed.worker_env import init_local_world
+
+    init_local_world(PLATFORM.dist_backend, timeout=datetime.timedelta(seconds=60))
 
 
 def _hf_model(args, device, dtype):

@@ -42,12 +42,10 @@ from __future__ import annotations
 
 import argparse
 import copy
-import datetime
 import importlib.util
 import json
 import math
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -139,17 +137,11 @@ def pick_platform(requested: str) -> str | None:
 def init_world(platform) -> tuple[torch.device, bool]:
     """A world-size-1 process group on the platform's backend (unless the process has one already)
     and megatron's TP=PP=1 state; (device, whether the group was made here)."""
-    device = platform.set_device(0)
-    made = not torch.distributed.is_initialized()
-    if made:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ["MASTER_PORT"] = str(port)
-        torch.distributed.init_process_group(platform.dist_backend, rank=0, world_size=1,
-                                             timeout=datetime.timedelta(seconds=120))
+    from mindspeed_rl.distributed.worker_env import init_local_world
     from mindspeed_rl.models.builder import init_parallel_state
+
+    device = platform.set_device(0)
+    made = init_local_world(platform.dist_backend)
 
     init_parallel_state(1, 1, seed=1234)
     return device, made

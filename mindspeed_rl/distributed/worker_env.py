@@ -101,6 +101,23 @@ def init_distributed(platform, timeout: datetime.timedelta = datetime.timedelta(
     return env
 
 
+def init_local_world(backend: str, timeout: datetime.timedelta = datetime.timedelta(seconds=120)) -> bool:
+    """A one-process torch.distributed world on a free local port (megatron needs a process group
+    even alone: scripts and benchmarks); nothing when the process has one already. Returns whether
+    it made one (then the caller may destroy it)."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return False
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group(backend, rank=0, world_size=1, timeout=timeout)
+    return True
+
+
 def rank_info() -> dict:
     """(rank, dp_rank, tp_rank, pp_rank, is_output_rank, node_ip, pid, threads, nice) of this worker.
 
