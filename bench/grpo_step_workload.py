@@ -171,7 +171,8 @@ def phase_flops(size: str, prompt_len: float, response_len: float, sequences: in
 
 def matmul_peak(threads: int, n: int = 2048, repeats: int = 5, dtype: str = "fp32", device: str = "cpu") -> float:
     """Best FLOP/s of an n x n x n torch.mm in `dtype` (fp32 or bf16) on `threads` threads (this CPU's
-    practical peak for that precision); device "cuda": on the GPU, n 8192, between synchronizations."""
+    practical peak for that precision); an accelerator ("cuda", "npu"): on it, n 8192, between the
+    platform's synchronizations (also scripts/gpu_smoke.py's roofline)."""
     import time
 
     import torch
@@ -179,12 +180,14 @@ def matmul_peak(threads: int, n: int = 2048, repeats: int = 5, dtype: str = "fp3
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
+        from mindspeed_rl.platform import get_platform
         from mindspeed_rl.platform.placement import params_dtype
 
         dt = params_dtype(dtype)
         gpu = device != "cpu"
         n = 8192 if gpu else n
-        sync = torch.cuda.synchronize if gpu else (lambda: None)
+        platform = get_platform(device) if gpu else None
+        sync = platform.synchronize if gpu else (lambda: None)
         a, b = torch.randn(n, n, dtype=dt, device=device), torch.randn(n, n, dtype=dt, device=device)
         for _ in range(3 if gpu else 1):  # warm-up
             torch.mm(a, b)
@@ -197,7 +200,7 @@ def matmul_peak(threads: int, n: int = 2048, repeats: int = 5, dtype: str = "fp3
             best = min(best, time.perf_counter() - t0)
         del a, b
         if gpu:
-            torch.cuda.empty_cache()  # the sides run in their own processes: leave them the memory
+            platform.empty_cache()  # the sides run in their own processes: leave them the memory
         return 2.0 * n ** 3 / best
     finally:
         torch.set_num_threads(old)

@@ -440,14 +440,6 @@ def _timed(step, repeat: int, sync) -> list[float]:
     return times
 
 
-def matmul_tflops(device: torch.device, n: int, sync) -> float:
-    """The device's bf16 (n, n) x (n, n) matmul rate, TFLOP/s (median of 10 after 3 warm-ups)."""
-    x = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-    y = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-    t = statistics.median(_timed(lambda: torch.mm(x, y), 10, sync))
-    return 2 * n ** 3 / t / 1e12
-
-
 def _peak_mib(device: torch.device) -> float | None:
     return torch.cuda.max_memory_allocated(device) / 2 ** 20 if device.type == "cuda" else None
 
@@ -458,13 +450,19 @@ def _reset_peak(device: torch.device) -> None:
         torch.cuda.reset_peak_memory_stats(device)
 
 
+def _bench_module(name: str):
+    """bench/<name>.py as a module (bench/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "bench", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def check_speed(ctx) -> tuple[bool, dict]:
     from mindspeed_rl.models.optimizer import build_optimizer, wrap_ddp
     from mindspeed_rl.models.train_step import PolicyLossSettings, policy_update_step
 
-    spec = importlib.util.spec_from_file_location("update_profile", os.path.join(ROOT, "bench", "update_profile.py"))
-    update_profile = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(update_profile)
+    update_profile = _bench_module("update_profile")
     a, device, vocab = ctx["args"], ctx["device"], ctx["vocab"]
     rows, seq = a.speed_rows, min(a.speed_seq, SHAPES[a.shape][1]["max_position_embeddings"])
     P = seq // 2
@@ -493,7 +491,8 @@ def check_speed(ctx) -> tuple[bool, dict]:
     del step
     _reset_peak(device)
 
-    peak = matmul_tflops(device, 8192 if device.type != "cpu" else 1024, sync)
+    wl = _bench_module("grpo_step_workload")  # the bench's roofline: best bf16 mm, 8192^3 on a device
+    peak = wl.matmul_peak(torch.get_num_threads(), n=1024, repeats=10, dtype="bf16", device=device.type) / 1e12
     for side, times in (("ours", ours), ("transformers", theirs)):
         t = statistics.median(times)
         f[f"{side}_s"] = t
