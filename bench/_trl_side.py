@@ -241,6 +241,9 @@ def used_settings(trainer, tokenizer, first_prompt) -> dict:
         "prompt_ids": prompt_ids(tokenizer, first_prompt),
         "prompt_order": "shuffled (TRL's seed)" if trainer.args.shuffle_dataset else "file order",
         "bf16_rounding": "none (fp32 parameters; bf16=True is autocast)" if trainer.args.bf16 else "none (fp32)",
+        # GRPOTrainer builds GenerationConfig(..., disable_compile=True): transformers never compiles its generate
+        "generation": "eager (GenerationConfig disable_compile=True)" if getattr(g, "disable_compile", False)
+        else "transformers generate (may compile)",
         "eos_ids": list(trainer.eos_token_ids),
         "versions": {k: metadata.version(k) for k in ("trl", "transformers", "accelerate", "torch")},
     }

@@ -107,6 +107,8 @@ def main() -> None:
                    help="vllm: add a vLLM row (rollout/vllm_engine.py, in-process; run with the .venv-vllm python)")
     p.add_argument("--vllm-compile", action="store_true", help="also a compiled vLLM row (torch.compile, "
                    "enforce_eager=False; the engine starts in minutes on a busy machine the first time)")
+    p.add_argument("--compile", action="store_true", help="also a compiled native row (enforce_eager: false: "
+                   "the decode step through torch.compile; it compiles before the timed runs)")
     p.add_argument("--sample", action="store_true", help="our engines sample at T = 1 with log-probs (the "
                    "trainer's setting) instead of greedy; transformers stays greedy")
     p.add_argument("--stop-frac", type=float, default=0.01,
@@ -160,17 +162,24 @@ def main() -> None:
     ours_sp = SamplingParams(do_sample=True, temperature=1.0, max_new_tokens=args.new_tokens, ignore_eos=True,
                              seed=3) if args.sample else sp
     vllm = _vllm_engines(args, config, hf) if args.engine == "vllm" else {}
+    compiled = NativeEngine(model, vocab_size=args.vocab, max_length=1024, compile_decode=True) if args.compile else None
     hf_prefill(), hf_generate(), engine.generate(prompts, ours_sp)  # warm-up (first-call allocations)
+    compile_s = _timed(lambda: compiled.generate(prompts, ours_sp))[1] if compiled else 0.0  # compiles
     for e in vllm.values():
         e.generate(prompts, ours_sp)
     # interleaved repeats, best of each: the CPU may be shared, so load swings hit every engine
     hf_pre, hf_gen, pre, dec, vllm_s = [], [], [], [], {k: [] for k in vllm}
+    cpre, cdec = [], []
     for _ in range(args.repeats):
         hf_pre.append(_timed(hf_prefill)[1])
         hf_gen.append(_timed(hf_generate)[1])
         out = engine.generate(prompts, ours_sp)
         pre.append(out.stats["rollout/prefill_s"])
         dec.append(out.stats["rollout/decode_s"])
+        if compiled:
+            cout = compiled.generate(prompts, ours_sp)
+            cpre.append(cout.stats["rollout/prefill_s"])
+            cdec.append(cout.stats["rollout/decode_s"])
         for k, e in vllm.items():
             vllm_s[k].append(_timed(lambda: e.generate(prompts, ours_sp))[1])
     spread = {"native (megatron)": [p + d for p, d in zip(pre, dec)], **vllm_s}
@@ -186,6 +195,14 @@ def main() -> None:
           f"{hf_gen:>9.2f}{hf_cache / 2**20:>14.1f}")
     print(f"{'native (megatron)':<22}{prompt_tokens / pre:>14.0f}{new_tokens / dec:>14.0f}"
           f"{pre + dec:>9.2f}{engine.kv_cache_bytes / 2**20:>14.1f}{_runs(spread['native (megatron)']):>22}")
+    if compiled:
+        print(f"{'native, compiled':<22}{prompt_tokens / min(cpre):>14.0f}{new_tokens / min(cdec):>14.0f}"
+              f"{min(cpre) + min(cdec):>9.2f}{compiled.kv_cache_bytes / 2**20:>14.1f}"
+              f"{_runs([p + d for p, d in zip(cpre, cdec)]):>22}   first call (compiles) {compile_s:.1f} s; "
+              f"decode eager/compiled {dec / min(cdec):.2f}x")
+        if not args.sample:
+            print(f"  native, compiled: greedy tokens identical to eager native: "
+                  f"{torch.equal(cout.responses, out.responses)}")
     # vLLM interleaves prefill and decode in its scheduler: total time only; its tokens/s column is
     # generated tokens over the whole call, prefill included
     for k, e in vllm.items():

@@ -55,10 +55,14 @@ class KVCache:
     valid up to `length` (the same for all rows: prompts are left-padded to one width)."""
 
     def __init__(self, num_layers: int, batch: int, groups: int, max_len: int, head_dim: int,
-                 dtype: torch.dtype, device: torch.device, rotary_freqs: torch.Tensor):
+                 dtype: torch.dtype, device: torch.device, rotary_freqs: torch.Tensor, zeroed: bool = False):
         shape = (batch, groups, max_len, head_dim)
-        self.k = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        self.v = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        # zeroed: positions not written yet hold 0, not garbage (static_decode_step attends over
+        # them, masked: 0 x NaN would poison the context)
+        self.zeroed = zeroed
+        new = torch.zeros if zeroed else torch.empty
+        self.k = [new(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.v = [new(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.length = 0
         self.freqs = rotary_freqs  # (max_len, 1, 1, rot_dim) megatron RotaryEmbedding output
         self.lean = False  # forward_stage runs lean_forward (set by the engine when lean_supported)
@@ -81,7 +85,8 @@ class KVCache:
         """Drop finished rows: keep `rows` (indices into the current batch) of every layer. Copies
         only the filled part; one layer at a time, so the transient extra memory is one layer's."""
         def shrink(t):
-            out = t.new_empty((rows.numel(), *t.shape[1:]))
+            shape = (rows.numel(), *t.shape[1:])
+            out = t.new_zeros(shape) if self.zeroed else t.new_empty(shape)
             out[:, :, :self.length] = t[rows, :, :self.length]
             return out
 
@@ -124,23 +129,33 @@ class CachedCoreAttention(torch.nn.Module):
         if packed_seq_params is not None or attention_bias is not None:
             raise NotImplementedError("rollout KV cache: packed sequences / attention bias are not supported")
         cache, i = self.cache, self.index
-        s, b = query.shape[0], query.shape[1]  # query (s, b, np, hn); key/value (s, b, ng, hn)
+        s = query.shape[0]  # query (s, b, np, hn); key/value (s, b, ng, hn)
         start, end = cache.length, cache.length + s
         query = self._rotate(query, start, end)
         key = self._rotate(key, start, end)
         cache.k[i][:, :, start:end] = key.permute(1, 2, 0, 3)  # (b, ng, s, hn)
         cache.v[i][:, :, start:end] = value.permute(1, 2, 0, 3)
         k, v = cache.k[i][:, :, :end], cache.v[i][:, :, :end]  # (b, ng, end, hn) views
+        return grouped_attention(query, k, v, attention_mask, self.groups, self.scale)
 
-        per_group = self.heads // self.groups
-        q = query.permute(1, 2, 0, 3).reshape(b, self.groups, per_group * s, -1)  # (b, ng, q*s, hn)
-        scores = torch.matmul(q, k.transpose(-1, -2)).float() * self.scale  # (b, ng, q*s, end)
-        scores = scores.view(b, self.groups, per_group, s, end)
-        scores = scores.masked_fill(attention_mask[:, :, None], torch.finfo(torch.float32).min)
-        probs = torch.softmax(scores, dim=-1).to(v.dtype).view(b, self.groups, per_group * s, end)
-        context = torch.matmul(probs, v)  # (b, ng, q*s, hn)
-        context = context.view(b, self.heads, s, -1).permute(2, 0, 1, 3)  # (s, b, np, hn)
-        return context.reshape(s, b, -1)
+
+def grouped_attention(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, groups: int,
+                      scale: float) -> torch.Tensor:
+    """softmax(q k^T * scale, masked) v with GQA as a grouped matmul (no repeat of the cache).
+
+    query (s, b, heads, hn); k, v (b, groups, keys, hn); mask (b, 1, s, keys) bool, True = may not
+    attend. Scores and softmax in fp32. Returns (s, b, heads * hn)."""
+    s, b, heads = query.shape[0], query.shape[1], query.shape[2]
+    keys = k.shape[2]
+    per_group = heads // groups
+    q = query.permute(1, 2, 0, 3).reshape(b, groups, per_group * s, -1)  # (b, ng, q*s, hn)
+    scores = torch.matmul(q, k.transpose(-1, -2)).float() * scale  # (b, ng, q*s, keys)
+    scores = scores.view(b, groups, per_group, s, keys)
+    scores = scores.masked_fill(mask[:, :, None], torch.finfo(torch.float32).min)
+    probs = torch.softmax(scores, dim=-1).to(v.dtype).view(b, groups, per_group * s, keys)
+    context = torch.matmul(probs, v)  # (b, ng, q*s, hn)
+    context = context.view(b, heads, s, -1).permute(2, 0, 1, 3)  # (s, b, np, hn)
+    return context.reshape(s, b, -1)
 
 
 @contextlib.contextmanager
@@ -157,14 +172,15 @@ def cached_attention(model: torch.nn.Module, cache: KVCache) -> Iterator[None]:
             a.core_attention = orig
 
 
-def new_cache(model: torch.nn.Module, batch: int, max_len: int) -> KVCache:
-    """An empty cache sized for this rank's model chunk (its TP share of the query groups)."""
+def new_cache(model: torch.nn.Module, batch: int, max_len: int, zeroed: bool = False) -> KVCache:
+    """An empty cache sized for this rank's model chunk (its TP share of the query groups);
+    zeroed for static_decode_step."""
     config = model.config
     groups = (config.num_query_groups or config.num_attention_heads) // config.tensor_model_parallel_size
     param = next(model.parameters())
     freqs = model.rotary_pos_emb(max_len)  # (max_len, 1, 1, rot); megatron lru-caches it
     return KVCache(len(model.decoder.layers), batch, groups, max_len, config.kv_channels, param.dtype,
-                   param.device, freqs)
+                   param.device, freqs, zeroed)
 
 
 def forward_stage(model: torch.nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor,
@@ -236,10 +252,20 @@ def _linear(x: torch.Tensor, module: torch.nn.Module, add_bias: bool = True) -> 
 def lean_forward(model: torch.nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor,
                  attention_mask: torch.Tensor, cache: KVCache) -> torch.Tensor:
     """forward_stage for a `lean_supported` model: (b, V) logits of the last position."""
-    c = model.config
     hidden = model.embedding(input_ids=input_ids, position_ids=position_ids)  # (s, b, h)
+    # CachedCoreAttention: RoPE + cache + softmax
+    hidden = _lean_layers(model, hidden, lambda i, a, q, k, v: a.core_attention(q, k, v, attention_mask))
+    cache.length += hidden.shape[0]
+    return _lean_logits(model, hidden)
+
+
+def _lean_layers(model: torch.nn.Module, hidden: torch.Tensor, attend) -> torch.Tensor:
+    """The decoder layers of a `lean_supported` model on hidden (s, b, h); attend(i, attention
+    module, q, k, v) -> context (s, b, heads * hn) is the core attention of layer i, given
+    un-rotated q (s, b, heads, hn) and k, v (s, b, groups, hn)."""
+    c = model.config
     s, b = hidden.shape[0], hidden.shape[1]
-    for layer in model.decoder.layers:
+    for i, layer in enumerate(model.decoder.layers):
         a = layer.self_attention
         x = layer.input_layernorm(hidden)
         groups, per_group = a.num_query_groups_per_partition, a.num_attention_heads_per_partition // a.num_query_groups_per_partition
@@ -251,8 +277,7 @@ def lean_forward(model: torch.nn.Module, input_ids: torch.Tensor, position_ids: 
             q = a.q_layernorm(q)
         if a.k_layernorm is not None:
             k = a.k_layernorm(k)
-        ctx = a.core_attention(q, k, v, attention_mask)  # CachedCoreAttention: RoPE + cache + softmax
-        out = _linear(ctx, a.linear_proj)
+        out = _linear(attend(i, a, q, k, v), a.linear_proj)
         hidden = hidden + out  # bias-dropout-add: (out + bias) + residual, dropout off in eval
         x = layer.pre_mlp_layernorm(hidden)
         h1 = _linear(x, layer.mlp.linear_fc1)
@@ -262,9 +287,85 @@ def lean_forward(model: torch.nn.Module, input_ids: torch.Tensor, position_ids: 
         else:
             h1 = c.activation_func(h1)
         hidden = hidden + _linear(h1, layer.mlp.linear_fc2)
-    cache.length += s
+    return hidden
+
+
+def _lean_logits(model: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """(b, V) logits of the last position of hidden (s, b, h), after the final norm."""
     hidden = model.decoder.final_layernorm(hidden[-1:])  # only the last position's logits are needed
     weight = model.shared_embedding_or_output_weight() if model.share_embeddings_and_output_weights else None
     out = torch.matmul(hidden[0], (weight if weight is not None else model.output_layer.weight).t())
     bias = getattr(model.output_layer, "bias", None)
     return out + bias if bias is not None else out  # (b, V)
+
+
+# ---------------------------------------------------------------------------------------------
+# compiled decode (enforce_eager: false): one shape-stable step for torch.compile
+
+def compile_unsupported(model: torch.nn.Module, platform_name: str) -> Optional[str]:
+    """Why the decode step of this model cannot be compiled here (None: it can): a phrase for the
+    engine's log line."""
+    if platform_name == "npu":
+        return "torch.compile on Ascend needs torchair, which the native engine does not use (rollout_engine: vllm compiles there)"
+    if not lean_supported(model):
+        c = model.config
+        return (f"only dense models on one rank are compiled (TP 1, PP 1, no MoE); this one has TP "
+                f"{c.tensor_model_parallel_size}, {'all stages' if model.pre_process and model.post_process else 'one pipeline stage'}"
+                f"{', MoE' if getattr(c, 'num_moe_experts', None) else ''}")
+    return None
+
+
+def static_decode_step(model: torch.nn.Module, input_ids: torch.Tensor, key_mask: torch.Tensor,
+                       position: torch.Tensor, cache_k: list, cache_v: list, freqs: torch.Tensor) -> torch.Tensor:
+    """One decode step of a `lean_supported` model whose every shape stays the same from step to
+    step, so that torch.compile builds one graph for the whole generation (and for later ones: the
+    batch and cache length are dynamic dimensions of that graph).
+
+    What changes against lean_forward's step (same maths): the new keys/values are written at the
+    sequence index `position` (a 0-d device tensor, not a Python int) with index_copy_, and every
+    query attends over the whole cache (max_len keys), the keys not written yet hidden by key_mask
+    like padding (the cache is zero-filled, so they are finite and their weights are exactly 0).
+
+    Args:
+        input_ids: (b, 1) the tokens chosen last step.
+        key_mask: (b, max_len) 1 on real keys, the new token's position included.
+        position: () long, the sequence index of the new token (P + t).
+        cache_k / cache_v: per layer (b, groups, max_len, hn), updated in place.
+        freqs: (max_len, 1, 1, rot) megatron's rotary table for the cache length.
+    Returns:
+        (b, V) logits.
+    """
+    c = model.config
+    visible = key_mask.bool()
+    position_ids = visible.long().sum(-1, keepdim=True) - 1  # (b, 1), as the engine's cumsum gives; unused by RoPE
+    hidden = model.embedding(input_ids=input_ids, position_ids=position_ids)  # (1, b, h)
+    mask = ~visible[:, None, None, :]  # (b, 1, 1, max_len)
+    at = position.view(1)
+    f = freqs.index_select(0, at)  # (1, 1, 1, rot)
+    own_rope = not getattr(c, "rotary_interleaved", False) and not getattr(c, "multi_latent_attention", False)
+    cos, sin = torch.cos(f).to(hidden.dtype), torch.sin(f).to(hidden.dtype)
+    scale = c.softmax_scale or 1.0 / math.sqrt(c.kv_channels)
+
+    def attend(i, a, q, k, v):
+        if own_rope:
+            q, k = rotate_half(q, cos, sin), rotate_half(k, cos, sin)
+        else:
+            q, k = apply_rotary_pos_emb(q, f, c), apply_rotary_pos_emb(k, f, c)
+        cache_k[i].index_copy_(2, at, k.permute(1, 2, 0, 3))  # (b, ng, 1, hn) at `position`
+        cache_v[i].index_copy_(2, at, v.permute(1, 2, 0, 3))
+        return grouped_attention(q, cache_k[i], cache_v[i], mask, a.num_query_groups_per_partition, scale)
+
+    return _lean_logits(model, _lean_layers(model, hidden, attend))
+
+
+_COMPILED: dict = {}
+
+
+def compiled_decode_step():
+    """static_decode_step under torch.compile (inductor, dynamic shapes), one per process: the graph
+    is keyed on the model's structure, and its parameters are inputs (not constants), so the
+    optimizer's in-place updates reach it. The first call compiles (seconds to a minute on a CPU;
+    inductor's on-disk cache makes later processes faster)."""
+    if "step" not in _COMPILED:
+        _COMPILED["step"] = torch.compile(static_decode_step, dynamic=True)
+    return _COMPILED["step"]

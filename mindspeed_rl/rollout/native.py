@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import logging
 import time
 from typing import Iterable, Optional, Sequence
 
@@ -73,10 +74,13 @@ from mindspeed_rl.models.chunks import as_chunks, unwrap  # noqa: E402
 from mindspeed_rl.models.forward import attention_mask_4d  # noqa: E402
 from mindspeed_rl.models.moe_replay import RoutingRecorder  # noqa: E402
 from mindspeed_rl.models.parallel import sequence_parallel_off  # noqa: E402
-from mindspeed_rl.rollout.kv_cache import KVCache, cached_attention, forward_stage, lean_supported, new_cache  # noqa: E402
+from mindspeed_rl.rollout.kv_cache import (KVCache, cached_attention, compile_unsupported, compiled_decode_step,  # noqa: E402
+                                           forward_stage, lean_supported, new_cache)
 from mindspeed_rl.rollout.interface import check_prompts, FINISH_EOS, FINISH_LENGTH, RolloutOutput, SamplingParams  # noqa: E402
 from mindspeed_rl.rollout.sampling import choose_tokens, make_generator, token_log_probs  # noqa: E402
 from mindspeed_rl.utils.errors import UserInputError  # noqa: E402
+
+log = logging.getLogger(__name__)
 
 
 def _tp_size() -> int:
@@ -101,6 +105,13 @@ def _expert_group():
     return parallel_state.get_expert_tensor_and_model_parallel_group()
 
 
+def engine_options(rollout) -> dict:
+    """NativeEngine keyword arguments from the rollout config keys (RolloutConfig), the same for the
+    colocated actor and the split's generation ranks."""
+    return {"use_kv_cache": rollout.use_kv_cache, "max_batch_size": rollout.num_samples_per_step,
+            "compile_decode": not rollout.enforce_eager}
+
+
 class NativeEngine:
     """RolloutEngine over this rank's megatron GPTModel chunk (its TP shard of its pipeline stage).
 
@@ -123,13 +134,17 @@ class NativeEngine:
             chosen tokens before it raises, naming what it waited for.
         record_routing: MoE: return every token's top-k experts per layer (RolloutOutput.routed_experts)
             for routing replay in the training forwards (models/moe_replay.py).
+        compile_decode: run the decode steps through torch.compile (ray_gpt `enforce_eager: false`):
+            kv_cache.static_decode_step, one graph for every step and batch; TP 1, PP 1 dense models
+            with the KV cache, not on Ascend (elsewhere the engine says once why it stays eager).
+            The prefill stays eager.
     """
 
     def __init__(self, model: torch.nn.Module, vocab_size: int, max_length: int,
                  eos_token_ids: Sequence[int] = (), pad_token_id: int = 0, use_kv_cache: bool = True,
                  max_batch_size: Optional[int] = None, compact_fraction: float = 0.25,
                  model_args: Optional[dict] = None, shares_training_weights: bool = True,
-                 comm_timeout_s: float = 600.0, record_routing: bool = False):
+                 comm_timeout_s: float = 600.0, record_routing: bool = False, compile_decode: bool = False):
         # this rank's chunks: one, or one per virtual pipeline stage (models/chunks.py); DDP and
         # Float16Module wrappers are unwrapped
         self.chunks = [unwrap(chunk) for chunk in as_chunks(model)]
@@ -150,6 +165,20 @@ class NativeEngine:
         self.record_routing = record_routing
         self.kv_cache_bytes = 0  # peak KV-cache size of the last generate() on this rank
         self.lean = lean_supported(model)  # kv_cache.lean_forward: megatron's maths without its modules
+        self.last_stats: dict = {}  # the stats of the last generate() (RolloutOutput.stats)
+        self._decode_step = None  # compiled kv_cache.static_decode_step (enforce_eager: false)
+        if compile_decode:
+            why = compile_unsupported(model, get_platform().name)
+            if why is None and not use_kv_cache:
+                why = "use_kv_cache is false"
+            if why is None and record_routing:
+                why = "MoE routing replay records in the eager steps"
+            if why is None:
+                self._decode_step = compiled_decode_step()
+                log.info("native rollout engine: decode steps compiled with torch.compile (enforce_eager: false); "
+                         "the first generation compiles them")
+            else:
+                log.warning("native rollout engine: enforce_eager is false but the decode steps run eagerly: %s.", why)
         self._timing = {"prefill_s": 0.0, "decode_s": 0.0, "decode_steps": 0}
         self._closed = False
 
@@ -184,8 +213,15 @@ class NativeEngine:
         out = _concat(parts, self.pad_token_id, sampling.logprob_temperature)
         out.stats = {"rollout/time_s": time.perf_counter() - t0, "rollout/prefill_s": self._timing["prefill_s"],
                      "rollout/decode_s": self._timing["decode_s"], "rollout/decode_steps": self._timing["decode_steps"],
-                     "rollout/kv_cache_gb": self.kv_cache_bytes / 2 ** 30}
+                     "rollout/kv_cache_gb": self.kv_cache_bytes / 2 ** 30,
+                     "rollout/compiled_decode": float(self.compiled)}
+        self.last_stats = out.stats
         return out
+
+    @property
+    def compiled(self) -> bool:
+        """Whether the decode steps run compiled (compile_decode asked for and possible here)."""
+        return self._decode_step is not None
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """HF-named full tensors -> this rank's shards; a no-op when sharing the training model."""
@@ -363,7 +399,9 @@ class NativeEngine:
         done = torch.zeros(B, dtype=torch.bool, device=device)
         stopped_by_token = torch.zeros(B, dtype=torch.bool, device=device)  # finish reason "stop" (else "length")
 
-        caches = [new_cache(c, B, P + T) if self.use_kv_cache else None for c in self.chunks]  # one per chunk
+        compiled = self._decode_step is not None and group is None
+        caches = [new_cache(c, B, P + T, zeroed=compiled) if self.use_kv_cache else None
+                  for c in self.chunks]  # one per chunk
         if self.use_kv_cache:  # allocated in full here; compaction only shrinks it
             self.kv_cache_bytes = max(self.kv_cache_bytes, sum(c.nbytes for c in caches))
             for cache in caches:
@@ -415,7 +453,14 @@ class NativeEngine:
                 step_ids = seq[rows, P + t:P + t + 1] if self.use_kv_cache else seq[rows, :P + t + 1]
                 if recorder is not None:
                     recorder.at(rows, P + t if self.use_kv_cache else 0)
-                logits = self._logits(step_ids, key_mask[rows, :P + t + 1], caches, t + 1)
+                if compiled:  # one shape-stable step over the whole cache (kv_cache.static_decode_step)
+                    position = torch.full((), P + t, dtype=torch.long, device=device)
+                    cache = caches[0]
+                    logits = self._decode_step(self.model, step_ids, key_mask[rows], position, cache.k, cache.v,
+                                               cache.freqs)[:, :self.vocab_size]
+                    cache.length += 1
+                else:
+                    logits = self._logits(step_ids, key_mask[rows, :P + t + 1], caches, t + 1)
                 self._timing["decode_steps"] += 1
             get_platform().synchronize()
             self._timing["decode_s"] += time.perf_counter() - t1  # sampling included

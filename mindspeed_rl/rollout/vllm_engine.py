@@ -284,6 +284,7 @@ class VLLMEngine:
         elapsed = time.perf_counter() - t0
         out = self._to_output(rows, results, sampling.logprob_temperature)
         out.stats = {"rollout/time_s": elapsed, "rollout/tokens_per_s": out.num_response_tokens / max(elapsed, 1e-9)}
+        self.last_stats = out.stats  # the actor reports them with the next update's stats
         return out
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:

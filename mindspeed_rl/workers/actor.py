@@ -112,8 +112,9 @@ class _ModelWorker:
 
     def drain_timings(self) -> dict[str, float]:
         """{"timing/<phase>_worker": wall s, "timing/<phase>_worker_cpu": CPU s,
-        "perf/<phase>_minor_faults": count} accumulated since the last call; resets them."""
-        out = {}
+        "perf/<phase>_minor_faults": count} accumulated since the last call, and the rollout engine's
+        stats of the last generation (`rollout/*`); resets them."""
+        out = dict(self.__dict__.pop("_rollout_stats", None) or {})
         for k, (wall, cpu, faults) in self.__dict__.get("phase_s", {}).items():
             out.update({f"timing/{k}_worker": wall, f"timing/{k}_worker_cpu": cpu, f"perf/{k}_minor_faults": faults})
         self.phase_s = {}
@@ -160,7 +161,7 @@ class ActorRolloutWorker(_ModelWorker):
         self.ref_model = self._build_reference() if with_reference else None
         from mindspeed_rl.models.optimizer import build_optimizer, wrap_ddp
         from mindspeed_rl.rollout.interface import SamplingParams
-        from mindspeed_rl.rollout.native import NativeEngine
+        from mindspeed_rl.rollout.native import NativeEngine, engine_options
 
         from megatron.core import parallel_state
 
@@ -193,7 +194,8 @@ class ActorRolloutWorker(_ModelWorker):
                 self.model, vocab_size=self.vocab_size,
                 max_length=self.args.get("max_position_embeddings", cfg.run.seq_length),
                 eos_token_ids=eos_token_ids(self.tokenizer, cfg.actor.load), pad_token_id=pad,
-                record_routing=cfg.actor.ppo.moe_enable_routing_replay)  # MoE routing replay (R3)
+                record_routing=cfg.actor.ppo.moe_enable_routing_replay,  # MoE routing replay (R3)
+                **engine_options(r))
         self._sampling = lambda n, greedy, seed: SamplingParams.from_ray_gpt(
             n_samples_per_prompt=n, do_sample=r.do_sample and not greedy, temperature=r.temperature,
             top_p=r.top_p, top_k=r.top_k, max_new_tokens=r.max_new_tokens, seq_length=cfg.run.seq_length, seed=seed)
@@ -295,6 +297,9 @@ class ActorRolloutWorker(_ModelWorker):
                 chunk.eval()
             seed = sampling_seed(self.cfg.run.seed, self.calls, self.rank_info()["dp_rank"])
             batch = generate_batch(self.engine, prompts, n, self._sampling(n, greedy, seed))
+        # the engine's own numbers (native: prefill / decode seconds, decode steps, KV-cache GiB, whether
+        # the decode steps ran compiled), reported with the next update's stats
+        self._rollout_stats = dict(getattr(self.engine, "last_stats", None) or {})
         if with_ref:
             batch[K.REF_LOG_PROBS] = self._ref_log_probs(batch)
         return batch

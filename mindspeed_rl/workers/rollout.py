@@ -49,7 +49,7 @@ class RolloutWorker:
         from mindspeed_rl.distributed.worker_env import init_distributed
         from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state
         from mindspeed_rl.rollout.interface import SamplingParams
-        from mindspeed_rl.rollout.native import NativeEngine
+        from mindspeed_rl.rollout.native import NativeEngine, engine_options
         from mindspeed_rl.data.tokenizer import eos_token_ids
         from mindspeed_rl.models.arch_check import model_args
 
@@ -74,8 +74,7 @@ class RolloutWorker:
             self.engine = NativeEngine(self.model, vocab_size=self.vocab_size,
                                        max_length=self.args.get("max_position_embeddings", cfg.run.seq_length),
                                        eos_token_ids=eos_token_ids(self.tokenizer, a.load), pad_token_id=pad,
-                                       use_kv_cache=r.use_kv_cache, max_batch_size=r.num_samples_per_step,
-                                       model_args=self.args, shares_training_weights=False)
+                                       model_args=self.args, shares_training_weights=False, **engine_options(r))
         self._sampling = lambda n, greedy, seed: SamplingParams.from_ray_gpt(
             n_samples_per_prompt=n, do_sample=r.do_sample and not greedy, temperature=r.temperature,
             top_p=r.top_p, top_k=r.top_k, max_new_tokens=r.max_new_tokens, seq_length=cfg.run.seq_length, seed=seed)

@@ -35,6 +35,7 @@ def test_tiny_default_learns(tmp_path):
     last = sum(r["grpo/score/mean"] for r in rows[-10:]) / 10
     # random init scores ~0.03; no learning cannot move the mean by 0.3 (measured: ~0.75 at step 150)
     assert last > first + 0.3, (first, last)
+    assert rows[-1]["rollout/compiled_decode"] == 0.0 and rows[-1]["rollout/decode_steps"] > 0
     for key in ("grpo/score/mean", "grpo/score/max", "grpo/score/min", "actor/pg_loss", "actor/pg_clipfrac",
                 "actor/ppo_kl", "actor/kl_loss", "actor/grad_norm", "response_length/mean", "prompt_length/mean",
                 "timing/step", "timing/gen", "timing/ref", "timing/reward", "timing/old_log_prob", "timing/adv",
@@ -49,14 +50,17 @@ def test_tiny_learns_in_bf16(tmp_path):
     main-to-model copy rounding stochastically (bf16_stochastic_rounding, the setting real models need
     at their learning rates; units: tests/unit/models/test_stochastic_rounding.py): the same task
     learns by the same margin (measured: 0.02 -> ~0.84 at step 150 rounding to nearest, 0.04 -> 0.70
-    stochastically, 0.94 at step 200)."""
+    stochastically, 0.94 at step 200). The rollout decodes through the compiled step (enforce_eager:
+    false, the setting that pays in bf16; units: tests/unit/rollout/test_native_engine.py)."""
     A, R = "actor_rollout_ref.actor_rollout", "actor_rollout_ref.ref"
     proc = ray_gpt("training.train_iters=150", "training.test_freq=0", f"training.output_dir={tmp_path}",
-                   f"{A}.bf16=true", f"{R}.bf16=true", f"{A}.bf16_stochastic_rounding=true")
+                   f"{A}.bf16=true", f"{R}.bf16=true", f"{A}.bf16_stochastic_rounding=true", f"{A}.enforce_eager=false")
     assert proc.returncode == 0, proc.stderr[-3000:]
     resolved = (tmp_path / "config.yaml").read_text()
     assert "bf16: true" in resolved and "bf16_stochastic_rounding: true" in resolved
+    assert "enforce_eager: false" in resolved
     rows = metrics(tmp_path)
+    assert all(r["rollout/compiled_decode"] == 1.0 for r in rows), "the decode steps did not run compiled"
     first = sum(r["grpo/score/mean"] for r in rows[:10]) / 10
     last = sum(r["grpo/score/mean"] for r in rows[-10:]) / 10
     assert last > first + 0.3, (first, last)

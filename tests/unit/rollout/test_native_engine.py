@@ -333,3 +333,104 @@ def test_one_host_sync_per_decoded_token(tiny, compact):
     # set-up and results: the prompt / budget / response widths (3 reads) + the finish reasons
     assert len(syncs.ops) - compactions <= steps + 4 + len(prompts), syncs.ops
     assert per_step <= steps + 3 + len(prompts)
+
+
+# ---- compiled decode (enforce_eager: false): kv_cache.static_decode_step under torch.compile
+
+
+def _graphs() -> int:
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"]
+
+
+def test_compiled_decode_equals_eager(tiny, monkeypatch):
+    """The compiled step attends over the whole zero-filled cache with a mask and writes at a
+    device-tensor position; in fp32 it chooses the same tokens as the eager steps (greedy against
+    transformers, sampled with rows finishing at different steps and compacted at once), with
+    log-probs within 1e-5, through one graph for every batch size and cache length."""
+    from mindspeed_rl.rollout import kv_cache
+
+    arch, hf, model, _, _ = tiny
+    calls = []
+    step = kv_cache.compiled_decode_step()
+    compiled = _engine(model, compile_decode=True)
+    monkeypatch.setattr(compiled, "_decode_step", lambda *a: calls.append(1) or step(*a))
+    ref = _hf_greedy(hf, _prompts(), 24)
+    out = compiled.generate(_prompts(), SamplingParams(do_sample=False, max_new_tokens=24))
+    assert len(calls) == 23 and torch.equal(out.responses, ref), arch
+    graphs = _graphs()
+    sp = SamplingParams(n=4, temperature=1.2, max_new_tokens=12, stop_token_ids=range(0, VOCAB, 6), seed=9)
+    for engine_kw in ({"compact_fraction": 0.0}, {"compact_fraction": 2.0}):
+        a = _engine(model, **engine_kw).generate(_prompts(seed=5), sp)
+        compiled.compact_fraction = engine_kw["compact_fraction"]
+        b = compiled.generate(_prompts(seed=5), sp)
+        assert a.response_length.min() < 12 and "eos" in a.finish_reason  # rows finish at different steps
+        assert torch.equal(a.responses, b.responses) and a.finish_reason == b.finish_reason, arch
+        torch.testing.assert_close(b.log_probs, a.log_probs, atol=1e-5, rtol=0)
+    # other prompt lengths (cache length), batch sizes 20 and fewer after compaction: no new graph,
+    # except one for a batch of exactly 1 (torch.compile specializes size 1)
+    assert _graphs() - graphs <= 1, f"{arch}: recompiled {_graphs() - graphs} times"
+
+
+def test_compiled_decode_sees_in_place_weight_updates(tiny):
+    """The parameters are graph inputs, not constants: the optimizer's in-place steps (and the
+    bf16 model's copies from the main params) reach the compiled step."""
+    arch, _, model, _, _ = tiny
+    compiled, eager = _engine(model, compile_decode=True), _engine(model)
+    sp = SamplingParams(do_sample=False, max_new_tokens=10)
+    before = compiled.generate(_prompts(seed=6), sp)
+    saved = [p.detach().clone() for p in model.parameters()]
+    try:
+        with torch.no_grad():
+            g = torch.Generator().manual_seed(1)
+            for p in model.parameters():
+                p.add_(torch.randn(p.shape, generator=g) * 0.2)
+        after, expected = compiled.generate(_prompts(seed=6), sp), eager.generate(_prompts(seed=6), sp)
+    finally:
+        with torch.no_grad():
+            for p, s in zip(model.parameters(), saved):
+                p.copy_(s)
+    assert not torch.equal(after.responses, before.responses), f"{arch}: the update changed nothing"
+    assert torch.equal(after.responses, expected.responses), arch
+    torch.testing.assert_close(after.log_probs, expected.log_probs, atol=1e-5, rtol=0)
+
+
+def test_compiled_rollout_log_probs_match_the_training_forward(tiny):
+    """The precision contract of test_rollout_log_probs_match_the_training_forward, compiled."""
+    from mindspeed_rl.models.forward import compute_log_probs
+
+    arch, _, model, _, _ = tiny
+    T = 0.7
+    out = _engine(model, compile_decode=True).generate(
+        _prompts(seed=3), SamplingParams(n=2, temperature=T, top_k=40, top_p=0.9, max_new_tokens=20, seed=5))
+    batch = out.to_batch()
+    lp, _ = compute_log_probs(model, batch["input_ids"], batch["attention_mask"], micro_batch_size=5,
+                              temperature=T, vocab_size=VOCAB)
+    diff = (lp[:, out.prompts.shape[1] - 1:] - out.log_probs)[out.response_mask.bool()].abs()
+    assert diff.mean() <= 1e-5 and diff.max() <= 1e-4, f"{arch}: mean {diff.mean():.2e} max {diff.max():.2e}"
+
+
+def test_compile_falls_back_to_eager_with_a_reason(tiny, caplog):
+    from mindspeed_rl.rollout.kv_cache import compile_unsupported
+
+    _, _, model, _, _ = tiny
+    assert compile_unsupported(model, "cpu") is None and compile_unsupported(model, "cuda") is None
+    assert "torchair" in compile_unsupported(model, "npu")
+    with caplog.at_level("WARNING", logger="mindspeed_rl.rollout.native"):
+        engine = _engine(model, compile_decode=True, use_kv_cache=False)
+    assert engine._decode_step is None
+    assert "enforce_eager is false but the decode steps run eagerly: use_kv_cache is false" in caplog.text
+    out = engine.generate(_prompts(), SamplingParams(do_sample=False, max_new_tokens=4))
+    assert out.responses.shape == (len(PROMPT_LENS), 4)
+
+
+def test_engine_options_come_from_the_rollout_keys():
+    """num_samples_per_step, use_kv_cache and enforce_eager reach the engine of the colocated actor
+    and of the split's generation ranks alike (the actor used to ignore the first two)."""
+    from mindspeed_rl.config.schema import RolloutConfig
+    from mindspeed_rl.rollout.native import engine_options
+
+    assert engine_options(RolloutConfig()) == {"use_kv_cache": True, "max_batch_size": 8, "compile_decode": False}
+    r = RolloutConfig(num_samples_per_step=64, use_kv_cache=False, enforce_eager=False)
+    assert engine_options(r) == {"use_kv_cache": False, "max_batch_size": 64, "compile_decode": True}

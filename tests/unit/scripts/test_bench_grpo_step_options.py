@@ -294,3 +294,22 @@ def test_seeds_vary_the_sampling_seed_and_average_the_reward_curves(bench, tmp_p
     for bad in (["--seeds", "0"], ["--seeds", "2", "--rounds", "2"]):
         with pytest.raises(SystemExit):
             gs.parse_args(bad)
+
+
+def test_compile_reaches_our_engines_and_is_shown_beside_trls_eager_generation(bench, tmp_path):
+    """--compile: enforce_eager false for our native and vLLM engines (--vllm-compile: vLLM only);
+    the generation mode of each side is shown with the settings, not matched (TRL cannot compile)."""
+    gs, _ = bench
+    d = {"config_dir": str(tmp_path), "model": str(tmp_path / "model"), "prompts": str(tmp_path / "p.jsonl"),
+         "ours": str(tmp_path / "ours"), "ours_vllm": str(tmp_path / "ours_vllm")}
+
+    def eager(argv, engine):
+        with open(gs.our_config("tiny", gs.workload(gs.parse_args(["--sizes", "tiny", *argv])), d, engine)) as f:
+            return json.load(f)["actor_rollout_ref"]["actor_rollout"]["enforce_eager"]
+
+    assert eager([], "megatron") is True and eager([], "vllm") is True
+    assert eager(["--compile"], "megatron") is False and eager(["--compile"], "vllm") is False
+    assert eager(["--vllm-compile"], "megatron") is True and eager(["--vllm-compile"], "vllm") is False
+    rows, bad = gs.check_settings({"generation": "decode step compiled"}, {"generation": "eager"})
+    assert "generation" not in bad
+    assert {"setting": "generation", "ours": "decode step compiled", "trl": "eager", "match": None} in rows
