@@ -45,6 +45,23 @@ from mindspeed_rl.platform.placement import ref_offload
 log = logging.getLogger(__name__)
 
 
+def engine_metrics(stats: dict) -> dict[str, float]:
+    """A rollout engine's stats (RolloutOutput.stats) as metrics: its seconds under timing/ like every
+    wall time (`rollout/decode_s` -> `timing/rollout_decode`), its rate under perf/, the rest as they
+    are (`rollout/decode_steps`, `rollout/kv_cache_gb`, `rollout/compiled_decode`), so that what
+    depends on the machine's speed stays apart from what a resumed run must reproduce."""
+    out = {}
+    for key, value in stats.items():
+        name = key.split("/", 1)[-1]
+        if name.endswith("_per_s"):
+            out[f"perf/rollout_{name}"] = value
+        elif name.endswith("_s"):
+            out[f"timing/rollout_{name[:-2]}"] = value
+        else:
+            out[key] = value
+    return out
+
+
 def _parallel_kwargs(role_cfg, num_layers: int) -> dict:
     """TransformerConfig fields for the role's SP / virtual pipeline / recompute settings."""
     from mindspeed_rl.models.chunks import vpp_from_keys
@@ -299,7 +316,7 @@ class ActorRolloutWorker(_ModelWorker):
             batch = generate_batch(self.engine, prompts, n, self._sampling(n, greedy, seed))
         # the engine's own numbers (native: prefill / decode seconds, decode steps, KV-cache GiB, whether
         # the decode steps ran compiled), reported with the next update's stats
-        self._rollout_stats = dict(getattr(self.engine, "last_stats", None) or {})
+        self._rollout_stats = engine_metrics(getattr(self.engine, "last_stats", None) or {})
         if with_ref:
             batch[K.REF_LOG_PROBS] = self._ref_log_probs(batch)
         return batch

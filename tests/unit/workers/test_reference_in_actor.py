@@ -129,3 +129,23 @@ def test_the_reference_starts_from_the_actors_weights_and_leaves_the_rng_alone(g
         if isinstance(a, torch.Tensor):
             assert torch.equal(a, b), name
     assert not any(p.requires_grad for p in ref.parameters()) and w.ref_offload is False
+
+
+def test_engine_stats_become_metrics_with_wall_times_under_timing():
+    """A resumed run is compared with an uninterrupted one on every metric but timing/ and perf/
+    (tests/e2e/test_long_runs_e2e.py): the engine's seconds and rate go there, its counts stay."""
+    from mindspeed_rl.workers.actor import engine_metrics
+
+    stats = {"rollout/time_s": 0.5, "rollout/prefill_s": 0.1, "rollout/decode_s": 0.4, "rollout/decode_steps": 63.0,
+             "rollout/kv_cache_gb": 0.01, "rollout/compiled_decode": 1.0, "rollout/tokens_per_s": 2000.0}
+    assert engine_metrics(stats) == {
+        "timing/rollout_time": 0.5, "timing/rollout_prefill": 0.1, "timing/rollout_decode": 0.4,
+        "rollout/decode_steps": 63.0, "rollout/kv_cache_gb": 0.01, "rollout/compiled_decode": 1.0,
+        "perf/rollout_tokens_per_s": 2000.0}
+    w = bare_worker()
+    w.engine = SimpleNamespace(last_stats=stats)
+    w.phase_s = {}
+    w._rollout_stats = engine_metrics(stats)
+    drained = w.drain_timings()
+    assert drained["timing/rollout_decode"] == 0.4 and drained["rollout/compiled_decode"] == 1.0
+    assert w.drain_timings() == {}  # drained once
