@@ -293,6 +293,14 @@ def own_swiglu(name: str) -> bool:
     return name in ("cpu", "cuda")
 
 
+def compiled_decode(name: str) -> bool:
+    """Whether the native rollout engine may compile its decode step with torch.compile (inductor) on
+    platform `name` (rollout/kv_cache.static_decode_step, `enforce_eager: false`): CPU and CUDA. On
+    Ascend, torch.compile needs torchair's backend, which the native engine does not wire;
+    `rollout_engine: vllm` (vllm-ascend) compiles there."""
+    return name in ("cpu", "cuda")
+
+
 def make_platform(name: str) -> Platform:
     """Build the Platform for a resolved name (imports only that device's module)."""
     if name == "npu":

@@ -41,6 +41,7 @@ schedules do); a stage without the output layer returns its hidden states for th
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from typing import Iterator, Optional
 
@@ -111,17 +112,10 @@ class CachedCoreAttention(torch.nn.Module):
         super().__init__()
         config = original.config
         self.index, self.cache, self.config = index, cache, config
-        heads, groups = config.num_attention_heads, config.num_query_groups or config.num_attention_heads
-        tp = config.tensor_model_parallel_size
-        self.heads, self.groups = heads // tp, groups // tp
-        head_dim = config.kv_channels
-        # DotProductAttention: softmax_scale / layer_number on the scores, times layer_number in the
-        # fp32 softmax when apply_query_key_layer_scaling: the product is what matters
-        self.scale = config.softmax_scale or 1.0 / math.sqrt(head_dim)
-        # megatron's non-interleaved RoPE, with cos/sin shared by the layers of a step; other variants
-        # (interleaved, MLA's mscale) go through megatron's apply_rotary_pos_emb
-        self.own_rope = not getattr(config, "rotary_interleaved", False) and not getattr(
-            config, "multi_latent_attention", False)
+        groups = config.num_query_groups or config.num_attention_heads
+        self.groups = groups // config.tensor_model_parallel_size  # this TP rank's query groups
+        self.scale = _attention_scale(config)
+        self.own_rope = _own_rope(config)
 
     def _rotate(self, t: torch.Tensor, start: int, end: int) -> torch.Tensor:
         """megatron's _apply_rotary_pos_emb_bshd (mscale 1): t (s, b, heads, hn) at positions start..end-1."""
@@ -143,6 +137,18 @@ class CachedCoreAttention(torch.nn.Module):
         cache.v[i][:, :, start:end] = value.permute(1, 2, 0, 3)
         k, v = cache.k[i][:, :, :end], cache.v[i][:, :, :end]  # (b, ng, end, hn) views
         return grouped_attention(query, k, v, attention_mask, self.groups, self.scale)
+
+
+def _attention_scale(config) -> float:
+    """DotProductAttention's softmax_scale / layer_number on the scores, times layer_number in the fp32
+    softmax when apply_query_key_layer_scaling: the product is what matters."""
+    return config.softmax_scale or 1.0 / math.sqrt(config.kv_channels)
+
+
+def _own_rope(config) -> bool:
+    """megatron's non-interleaved RoPE, rotated here with cos/sin shared by the layers of a step; other
+    variants (interleaved, MLA's mscale) go through megatron's apply_rotary_pos_emb."""
+    return not getattr(config, "rotary_interleaved", False) and not getattr(config, "multi_latent_attention", False)
 
 
 def grouped_attention(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, groups: int,
@@ -311,8 +317,11 @@ def _lean_logits(model: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
 def compile_unsupported(model: torch.nn.Module, platform_name: str) -> Optional[str]:
     """Why the decode step of this model cannot be compiled here (None: it can): a phrase for the
     engine's log line."""
-    if platform_name == "npu":
-        return "torch.compile on Ascend needs torchair, which the native engine does not use (rollout_engine: vllm compiles there)"
+    from mindspeed_rl.platform.base import compiled_decode
+
+    if not compiled_decode(platform_name):
+        return (f"torch.compile on {platform_name} needs a backend the native engine does not wire (Ascend: "
+                f"torchair); rollout_engine: vllm compiles there")
     if not lean_supported(model):
         c = model.config
         return (f"only dense models on one rank are compiled (TP 1, PP 1, no MoE); this one has TP "
@@ -348,9 +357,8 @@ def static_decode_step(model: torch.nn.Module, input_ids: torch.Tensor, key_mask
     mask = ~visible[:, None, None, :]  # (b, 1, 1, max_len)
     at = position.view(1)
     f = freqs.index_select(0, at)  # (1, 1, 1, rot)
-    own_rope = not getattr(c, "rotary_interleaved", False) and not getattr(c, "multi_latent_attention", False)
+    own_rope, scale = _own_rope(c), _attention_scale(c)
     cos, sin = torch.cos(f).to(hidden.dtype), torch.sin(f).to(hidden.dtype)
-    scale = c.softmax_scale or 1.0 / math.sqrt(c.kv_channels)
 
     def attend(i, a, q, k, v):
         if own_rope:
@@ -364,14 +372,10 @@ def static_decode_step(model: torch.nn.Module, input_ids: torch.Tensor, key_mask
     return _lean_logits(model, _lean_layers(model, hidden, attend))
 
 
-_COMPILED: dict = {}
-
-
+@functools.cache
 def compiled_decode_step():
     """static_decode_step under torch.compile (inductor, dynamic shapes), one per process: the graph
     is keyed on the model's structure, and its parameters are inputs (not constants), so the
-    optimizer's in-place updates reach it. The first call compiles (seconds to a minute on a CPU;
-    inductor's on-disk cache makes later processes faster)."""
-    if "step" not in _COMPILED:
-        _COMPILED["step"] = torch.compile(static_decode_step, dynamic=True)
-    return _COMPILED["step"]
+    optimizer's in-place updates reach it. The first call compiles (20 s for 10 layers to 2 min for
+    30 on a 2-core CPU; inductor's on-disk cache makes later processes faster)."""
+    return torch.compile(static_decode_step, dynamic=True)
