@@ -171,8 +171,6 @@ class NativeEngine:
             why = compile_unsupported(model, get_platform().name)
             if why is None and not use_kv_cache:
                 why = "use_kv_cache is false"
-            if why is None and record_routing:
-                why = "MoE routing replay records in the eager steps"
             if why is None:
                 self._decode_step = compiled_decode_step()
                 log.info("native rollout engine: decode steps compiled with torch.compile (enforce_eager: false); "
@@ -399,7 +397,7 @@ class NativeEngine:
         done = torch.zeros(B, dtype=torch.bool, device=device)
         stopped_by_token = torch.zeros(B, dtype=torch.bool, device=device)  # finish reason "stop" (else "length")
 
-        compiled = self._decode_step is not None and group is None
+        compiled = self.compiled and group is None
         caches = [new_cache(c, B, P + T, zeroed=compiled) if self.use_kv_cache else None
                   for c in self.chunks]  # one per chunk
         if self.use_kv_cache:  # allocated in full here; compaction only shrinks it

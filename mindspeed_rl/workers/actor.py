@@ -130,7 +130,7 @@ class _ModelWorker:
     def drain_timings(self) -> dict[str, float]:
         """{"timing/<phase>_worker": wall s, "timing/<phase>_worker_cpu": CPU s,
         "perf/<phase>_minor_faults": count} accumulated since the last call, and the rollout engine's
-        stats of the last generation (`rollout/*`); resets them."""
+        stats of the last generation (engine_metrics); resets them."""
         out = dict(self.__dict__.pop("_rollout_stats", None) or {})
         for k, (wall, cpu, faults) in self.__dict__.get("phase_s", {}).items():
             out.update({f"timing/{k}_worker": wall, f"timing/{k}_worker_cpu": cpu, f"perf/{k}_minor_faults": faults})
