@@ -6,7 +6,8 @@
 
 With --engine vllm a vLLM row follows (run with the .venv-vllm python; its tokens/s are generated
 tokens over the whole generate call, prefill included). Prints prefill tokens/s (real prompt tokens / prefill time), decode tokens/s (generated tokens /
-decode time), the KV cache's peak size, and, with --stop-frac, decode time when sequences finish
+decode time), the KV cache's peak size (bf16 on CPU: the native rows' decode matmuls read prepacked
+weights; --plain adds the same engines without), and, with --stop-frac, decode time when sequences finish
 at different lengths with finished rows compacted out of the cache at once, at 25 %, or never.
 EOS is ignored in the throughput rows so both engines generate exactly --new-tokens per sequence.
 A benchmark, not a test: nothing asserts a time. Runs on the platform get_platform() picks.
@@ -109,6 +110,8 @@ def main() -> None:
                    "enforce_eager=False; the engine starts in minutes on a busy machine the first time)")
     p.add_argument("--compile", action="store_true", help="also a compiled native row (enforce_eager: false: "
                    "the decode step through torch.compile; it compiles before the timed runs)")
+    p.add_argument("--plain", action="store_true", help="also rows whose decode matmuls read the weights as "
+                   "they are (bf16 on CPU: not prepacked, platform/packed_linear.py), to measure that lever alone")
     p.add_argument("--sample", action="store_true", help="our engines sample at T = 1 with log-probs (the "
                    "trainer's setting) instead of greedy; transformers stays greedy")
     p.add_argument("--stop-frac", type=float, default=0.01,
@@ -163,8 +166,19 @@ def main() -> None:
                              seed=3) if args.sample else sp
     vllm = _vllm_engines(args, config, hf) if args.engine == "vllm" else {}
     compiled = NativeEngine(model, vocab_size=args.vocab, max_length=1024, compile_decode=True) if args.compile else None
+    # --plain: the same engines with their decode matmuls on the weights as they are (not prepacked)
+    plain = {}
+    if args.plain:
+        for label, eng in (("native, plain matmuls", engine), ("compiled, plain matmuls", compiled)):
+            if eng is not None and eng.packs_weights:
+                plain[label] = NativeEngine(model, vocab_size=args.vocab, max_length=1024,
+                                            compile_decode=eng.compiled)
+                plain[label].packs_weights = False
     hf_prefill(), hf_generate(), engine.generate(prompts, ours_sp)  # warm-up (first-call allocations)
     compile_s = _timed(lambda: compiled.generate(prompts, ours_sp))[1] if compiled else 0.0  # compiles
+    for e in plain.values():
+        e.generate(prompts, ours_sp)
+    plain_s = {k: [] for k in plain}
     for e in vllm.values():
         e.generate(prompts, ours_sp)
     # interleaved repeats, best of each: the CPU may be shared, so load swings hit every engine
@@ -180,6 +194,9 @@ def main() -> None:
             cout = compiled.generate(prompts, ours_sp)
             cpre.append(cout.stats["rollout/prefill_s"])
             cdec.append(cout.stats["rollout/decode_s"])
+        for k, e in plain.items():
+            r = e.generate(prompts, ours_sp)
+            plain_s[k].append((r.stats["rollout/prefill_s"], r.stats["rollout/decode_s"]))
         for k, e in vllm.items():
             vllm_s[k].append(_timed(lambda: e.generate(prompts, ours_sp))[1])
     spread = {"native (megatron)": [p + d for p, d in zip(pre, dec)], **vllm_s}
@@ -203,6 +220,13 @@ def main() -> None:
         if not args.sample:
             print(f"  native, compiled: greedy tokens identical to eager native: "
                   f"{torch.equal(cout.responses, out.responses)}")
+    packed = {"native (megatron)": (out, dec), "native, compiled": (cout if compiled else None, min(cdec or [0]))}
+    for k, runs in plain_s.items():
+        ppre, pdec = min(r[0] for r in runs), min(r[1] for r in runs)
+        twin, twin_dec = packed["native, compiled" if k.startswith("compiled") else "native (megatron)"]
+        print(f"{k:<22}{prompt_tokens / ppre:>14.0f}{new_tokens / pdec:>14.0f}{ppre + pdec:>9.2f}{'':>14}"
+              f"{_runs([a + b for a, b in runs]):>22}   decode plain/packed {pdec / twin_dec:.2f}x "
+              f"(packing {twin.stats['rollout/pack_s']:.3f} s, {twin.stats['rollout/packed_weights_gb'] * 1024:.0f} MiB)")
     # vLLM interleaves prefill and decode in its scheduler: total time only; its tokens/s column is
     # generated tokens over the whole call, prefill included
     for k, e in vllm.items():

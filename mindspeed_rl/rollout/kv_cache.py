@@ -32,6 +32,11 @@ device-tensor position (`index_copy_`), and the query attends over the whole zer
 the keys not written yet masked. The growing-window step above recompiled at every token instead.
 The same per-layer maths (`_lean_layers`), on CPU ~1.8x faster decoding at 10M in bf16.
 
+Prepacked weights (bf16 on the CPU, eager and compiled lean steps alike): each linear's matmul reads
+a copy of its weight in oneDNN's blocked layout, made once per generate() by the engine
+(platform/packed_linear.py), instead of oneDNN reordering the weight at every call; bitwise the
+same results, 1.3x faster decoding at 50M.
+
 Pipeline parallelism: each rank's GPTModel is one stage (pre_process / post_process as megatron
 builds it), so the cache holds this stage's layers only, indexed locally. A stage without the
 embedding reads the previous stage's hidden states from `model.set_input_tensor` (as megatron's
@@ -55,6 +60,7 @@ from megatron.core.models.common.embeddings.rope_utils import apply_rotary_pos_e
 
 from mindspeed_rl.models import swiglu  # noqa: E402
 from mindspeed_rl.models.rotary import rotate_half  # noqa: E402
+from mindspeed_rl.platform.packed_linear import matmul_t  # noqa: E402
 
 
 class KVCache:
@@ -73,6 +79,7 @@ class KVCache:
         self.length = 0
         self.freqs = rotary_freqs  # (max_len, 1, 1, rot_dim) megatron RotaryEmbedding output
         self.lean = False  # forward_stage runs lean_forward (set by the engine when lean_supported)
+        self.packed = False  # lean_forward's matmuls read prepacked weights (set by the engine)
         self._rope: tuple = (None, None)  # ((start, end, dtype), (cos, sin)) of the current step
 
     def rope(self, start: int, end: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -253,12 +260,13 @@ def lean_supported(model: torch.nn.Module) -> bool:
     return True
 
 
-def _linear(x: torch.Tensor, module: torch.nn.Module, add_bias: bool = True) -> torch.Tensor:
+def _linear(x: torch.Tensor, module: torch.nn.Module, packed: bool = False) -> torch.Tensor:
     """A megatron (column/row) parallel linear at TP=1: matmul(x, W.t()) + bias, as its autograd
-    function computes it (matmul then add, not addmm, so the rounding is the same)."""
-    out = torch.matmul(x, module.weight.t())
+    function computes it (matmul then add, not addmm, so the rounding is the same). packed: the
+    matmul reads W's prepacked copy when the engine made one (platform/packed_linear.py; same bits)."""
+    out = matmul_t(x, module.weight) if packed else torch.matmul(x, module.weight.t())
     bias = getattr(module, "bias", None)
-    return out + bias if add_bias and bias is not None else out
+    return out + bias if bias is not None else out
 
 
 def lean_forward(model: torch.nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor,
@@ -266,15 +274,16 @@ def lean_forward(model: torch.nn.Module, input_ids: torch.Tensor, position_ids: 
     """forward_stage for a `lean_supported` model: (b, V) logits of the last position."""
     hidden = model.embedding(input_ids=input_ids, position_ids=position_ids)  # (s, b, h)
     # CachedCoreAttention: RoPE + cache + softmax
-    hidden = _lean_layers(model, hidden, lambda i, a, q, k, v: a.core_attention(q, k, v, attention_mask))
+    hidden = _lean_layers(model, hidden, lambda i, a, q, k, v: a.core_attention(q, k, v, attention_mask),
+                          cache.packed)
     cache.length += hidden.shape[0]
-    return _lean_logits(model, hidden)
+    return _lean_logits(model, hidden, cache.packed)
 
 
-def _lean_layers(model: torch.nn.Module, hidden: torch.Tensor, attend) -> torch.Tensor:
+def _lean_layers(model: torch.nn.Module, hidden: torch.Tensor, attend, packed: bool = False) -> torch.Tensor:
     """The decoder layers of a `lean_supported` model on hidden (s, b, h); attend(i, attention
     module, q, k, v) -> context (s, b, heads * hn) is the core attention of layer i, given
-    un-rotated q (s, b, heads, hn) and k, v (s, b, groups, hn)."""
+    un-rotated q (s, b, heads, hn) and k, v (s, b, groups, hn). packed: see _linear."""
     c = model.config
     s, b = hidden.shape[0], hidden.shape[1]
     for i, layer in enumerate(model.decoder.layers):
@@ -282,31 +291,48 @@ def _lean_layers(model: torch.nn.Module, hidden: torch.Tensor, attend) -> torch.
         x = layer.input_layernorm(hidden)
         groups, per_group = a.num_query_groups_per_partition, a.num_attention_heads_per_partition // a.num_query_groups_per_partition
         hn = a.hidden_size_per_attention_head
-        qkv = _linear(x, a.linear_qkv).view(s, b, groups, (per_group + 2) * hn)
+        qkv = _linear(x, a.linear_qkv, packed).view(s, b, groups, (per_group + 2) * hn)
         q, k, v = torch.split(qkv, [per_group * hn, hn, hn], dim=3)
         q = q.reshape(s, b, -1, hn)
         if a.q_layernorm is not None:
             q = a.q_layernorm(q)
         if a.k_layernorm is not None:
             k = a.k_layernorm(k)
-        out = _linear(attend(i, a, q, k, v), a.linear_proj)
+        out = _linear(attend(i, a, q, k, v), a.linear_proj, packed)
         hidden = hidden + out  # bias-dropout-add: (out + bias) + residual, dropout off in eval
         x = layer.pre_mlp_layernorm(hidden)
-        h1 = _linear(x, layer.mlp.linear_fc1)
+        h1 = _linear(x, layer.mlp.linear_fc1, packed)
         if c.gated_linear_unit:
             gate, up = torch.chunk(h1, 2, dim=-1)
             h1 = c.activation_func(gate) * up
         else:
             h1 = c.activation_func(h1)
-        hidden = hidden + _linear(h1, layer.mlp.linear_fc2)
+        hidden = hidden + _linear(h1, layer.mlp.linear_fc2, packed)
     return hidden
 
 
-def _lean_logits(model: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+def output_weight(model: torch.nn.Module) -> torch.Tensor:
+    """The output layer's (V/TP, h) weight: the word embeddings' when they are shared."""
+    if model.share_embeddings_and_output_weights:
+        return model.shared_embedding_or_output_weight()
+    return model.output_layer.weight
+
+
+def decode_weights(model: torch.nn.Module) -> list:
+    """The weights the lean decode path multiplies by (every linear and the output layer's), for
+    platform/packed_linear.packed_weights."""
+    weights = []
+    for layer in model.decoder.layers:
+        weights += [layer.self_attention.linear_qkv.weight, layer.self_attention.linear_proj.weight,
+                    layer.mlp.linear_fc1.weight, layer.mlp.linear_fc2.weight]
+    return weights + [output_weight(model)]
+
+
+def _lean_logits(model: torch.nn.Module, hidden: torch.Tensor, packed: bool = False) -> torch.Tensor:
     """(b, V) logits of the last position of hidden (s, b, h), after the final norm."""
     hidden = model.decoder.final_layernorm(hidden[-1:])  # only the last position's logits are needed
-    weight = model.shared_embedding_or_output_weight() if model.share_embeddings_and_output_weights else None
-    out = torch.matmul(hidden[0], (weight if weight is not None else model.output_layer.weight).t())
+    weight = output_weight(model)
+    out = matmul_t(hidden[0], weight) if packed else torch.matmul(hidden[0], weight.t())
     bias = getattr(model.output_layer, "bias", None)
     return out + bias if bias is not None else out  # (b, V)
 
@@ -331,7 +357,8 @@ def compile_unsupported(model: torch.nn.Module, platform_name: str) -> Optional[
 
 
 def static_decode_step(model: torch.nn.Module, input_ids: torch.Tensor, key_mask: torch.Tensor,
-                       position: torch.Tensor, cache_k: list, cache_v: list, freqs: torch.Tensor) -> torch.Tensor:
+                       position: torch.Tensor, cache_k: list, cache_v: list, freqs: torch.Tensor,
+                       packed: bool = False) -> torch.Tensor:
     """One decode step of a `lean_supported` model whose every shape stays the same from step to
     step, so that torch.compile builds one graph for the whole generation (and for later ones: the
     batch and cache length are dynamic dimensions of that graph).
@@ -347,6 +374,7 @@ def static_decode_step(model: torch.nn.Module, input_ids: torch.Tensor, key_mask
         position: () long, the sequence index of the new token (P + t).
         cache_k / cache_v: per layer (b, groups, max_len, hn), updated in place.
         freqs: (max_len, 1, 1, rot) megatron's rotary table for the cache length.
+        packed: the matmuls read the engine's prepacked weights (see _linear); a constant of the graph.
     Returns:
         (b, V) logits.
     """
@@ -369,7 +397,7 @@ def static_decode_step(model: torch.nn.Module, input_ids: torch.Tensor, key_mask
         cache_v[i].index_copy_(2, at, v.permute(1, 2, 0, 3))
         return grouped_attention(q, cache_k[i], cache_v[i], mask, a.num_query_groups_per_partition, scale)
 
-    return _lean_logits(model, _lean_layers(model, hidden, attend))
+    return _lean_logits(model, _lean_layers(model, hidden, attend, packed), packed)
 
 
 @functools.cache

@@ -48,8 +48,9 @@ log = logging.getLogger(__name__)
 def engine_metrics(stats: dict) -> dict[str, float]:
     """A rollout engine's stats (RolloutOutput.stats) as metrics: its seconds under timing/ like every
     wall time (`rollout/decode_s` -> `timing/rollout_decode`), its rate under perf/, the rest as they
-    are (`rollout/decode_steps`, `rollout/kv_cache_gb`, `rollout/compiled_decode`), so that what
-    depends on the machine's speed stays apart from what a resumed run must reproduce."""
+    are (`rollout/decode_steps`, `rollout/kv_cache_gb`, `rollout/compiled_decode`,
+    `rollout/packed_weights_gb`), so that what depends on the machine's speed stays apart from what
+    a resumed run must reproduce."""
     out = {}
     for key, value in stats.items():
         name = key.split("/", 1)[-1]

@@ -51,7 +51,8 @@ def test_tiny_learns_in_bf16(tmp_path):
     at their learning rates; units: tests/unit/models/test_stochastic_rounding.py): the same task
     learns by the same margin (measured: 0.02 -> ~0.84 at step 150 rounding to nearest, 0.04 -> 0.70
     stochastically, 0.94 at step 200). The rollout decodes through the compiled step (enforce_eager:
-    false, the setting that pays in bf16; units: tests/unit/rollout/test_native_engine.py)."""
+    false, the setting that pays in bf16), its matmuls on prepacked weights (units:
+    tests/unit/rollout/test_native_engine.py, tests/unit/platform/test_packed_linear.py)."""
     A, R = "actor_rollout_ref.actor_rollout", "actor_rollout_ref.ref"
     proc = ray_gpt("training.train_iters=150", "training.test_freq=0", f"training.output_dir={tmp_path}",
                    f"{A}.bf16=true", f"{R}.bf16=true", f"{A}.bf16_stochastic_rounding=true", f"{A}.enforce_eager=false")
@@ -61,6 +62,7 @@ def test_tiny_learns_in_bf16(tmp_path):
     assert "enforce_eager: false" in resolved
     rows = metrics(tmp_path)
     assert all(r["rollout/compiled_decode"] == 1.0 for r in rows), "the decode steps did not run compiled"
+    assert all(r["rollout/packed_weights_gb"] > 0 for r in rows), "the decode matmuls did not read packed weights"
     first = sum(r["grpo/score/mean"] for r in rows[:10]) / 10
     last = sum(r["grpo/score/mean"] for r in rows[-10:]) / 10
     assert last > first + 0.3, (first, last)

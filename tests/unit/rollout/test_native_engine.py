@@ -434,3 +434,45 @@ def test_engine_options_come_from_the_rollout_keys():
     assert engine_options(RolloutConfig()) == {"use_kv_cache": True, "max_batch_size": 8, "compile_decode": False}
     r = RolloutConfig(num_samples_per_step=64, use_kv_cache=False, enforce_eager=False)
     assert engine_options(r) == {"use_kv_cache": False, "max_batch_size": 64, "compile_decode": True}
+
+
+# ---- prepacked decode weights (bf16 on the CPU: platform/packed_linear.py)
+
+
+@pytest.mark.parametrize("compile_decode", [False, True])
+def test_packed_weights_give_the_same_tokens_and_log_probs(tiny, compile_decode, monkeypatch):
+    """A bf16 model generates with its decode matmuls on oneDNN-prepacked weights (eager lean
+    steps and the compiled step alike): the same tokens and log-probs, bit for bit, as the same
+    steps with plain matmuls (the packed copies hidden from the op, so a compiled graph is the same
+    graph but for the matmul kernels); the packed copies are reported and gone after generate()."""
+    from mindspeed_rl.models.builder import build_gpt_model
+    from mindspeed_rl.platform import packed_linear
+
+    if not packed_linear.available("cpu", torch.bfloat16):
+        pytest.skip("this torch build has no oneDNN packed linear")
+    arch, _, model, args, _ = tiny
+    bf16 = build_gpt_model(args, params_dtype=torch.bfloat16).eval()
+    missing, _ = bf16.load_state_dict(model.state_dict(), strict=False)
+    assert all(k.endswith("_extra_state") for k in missing)
+    engine = _engine(bf16, compile_decode=compile_decode)
+    assert engine.packs_weights and engine.compiled == compile_decode
+    sp = SamplingParams(n=3, temperature=1.0, max_new_tokens=20, stop_token_ids=range(0, VOCAB, 9), seed=4)
+    hits, lookup = [], packed_linear._lookup
+    monkeypatch.setattr(packed_linear, "_lookup", lambda w: hits.append(lookup(w) is not None) or lookup(w))
+    a = engine.generate(_prompts(seed=2), sp)
+    assert sum(hits) >= 5 * 4 * len(bf16.decoder.layers), "the matmuls did not read the packed weights"
+    hits.clear()
+    monkeypatch.setattr(packed_linear, "_lookup", lambda w: hits.append(False))  # plain matmuls
+    b = engine.generate(_prompts(seed=2), sp)
+    assert hits and not any(hits)
+    assert a.response_length.min() < 20  # rows finish (and are compacted) at different steps
+    assert torch.equal(a.responses, b.responses) and torch.equal(a.log_probs, b.log_probs), arch
+    linears = sum(p.numel() for n, p in bf16.named_parameters() if n.endswith(("linear_qkv.weight", "linear_proj.weight",
+                                                                               "linear_fc1.weight", "linear_fc2.weight")))
+    out_w = bf16.shared_embedding_or_output_weight() if bf16.share_embeddings_and_output_weights else bf16.output_layer.weight
+    assert a.stats["rollout/packed_weights_gb"] * 2 ** 30 == 2 * (linears + out_w.numel())
+    assert not packed_linear._PACKED  # the copies are freed after generate()
+    short = engine.generate(_prompts(seed=2), dataclasses.replace(sp, max_new_tokens=8))
+    assert short.stats["rollout/packed_weights_gb"] == 0  # too few steps to pay for the packing
+    engine.packs_weights = False
+    assert engine.generate(_prompts(seed=2), sp).stats["rollout/packed_weights_gb"] == 0
