@@ -21,7 +21,7 @@ weights, and the weights here are graph inputs): one opaque call per linear (~6 
 from __future__ import annotations
 
 import contextlib
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Optional
 
 import torch
 
@@ -34,6 +34,40 @@ def available(platform_name: str, dtype: torch.dtype) -> bool:
     weights: bf16 on the CPU, where this torch build has oneDNN's packed linear."""
     return (platform_name == "cpu" and dtype == torch.bfloat16 and torch.backends.mkldnn.is_available()
             and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
+
+
+def host_memory_available() -> Optional[int]:
+    """Bytes the host can still give this process: /proc/meminfo's MemAvailable, capped by what is
+    left under the cgroup's memory limit (v2 memory.max) when one is set; None where unknown."""
+    avail = None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    avail = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        with open("/sys/fs/cgroup/memory.max") as f:
+            limit = f.read().strip()
+        if limit != "max":
+            with open("/sys/fs/cgroup/memory.current") as f:
+                left = int(limit) - int(f.read().strip())
+            avail = left if avail is None else min(avail, left)
+    except (OSError, ValueError):
+        pass
+    return avail
+
+
+def too_big(nbytes: int, fraction: float = 0.5) -> Optional[str]:
+    """Why `nbytes` of packed copies should not be made now (None: they fit): more than `fraction` of
+    the host memory still available, which the generation's KV cache and the update need too."""
+    avail = host_memory_available()
+    if avail is not None and nbytes > fraction * avail:
+        return (f"the packed copies would take {nbytes / 2 ** 30:.2f} GiB, more than {fraction:.0%} of the "
+                f"{avail / 2 ** 30:.2f} GiB of host memory available")
+    return None
 
 
 @contextlib.contextmanager

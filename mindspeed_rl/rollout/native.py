@@ -173,6 +173,7 @@ class NativeEngine:
         # the lean path's matmuls on weights prepacked once per generate() (bf16 on the CPU; same bits)
         self.packs_weights = self.lean and use_kv_cache and packed_linear.available(
             get_platform().name, next(model.parameters()).dtype)
+        self._pack_skip_logged = False  # the "not prepacked: too big" warning is said once
         self.last_stats: dict = {}  # the stats of the last generate() (RolloutOutput.stats)
         self._decode_step = None  # compiled kv_cache.static_decode_step (enforce_eager: false)
         if compile_decode:
@@ -208,15 +209,20 @@ class NativeEngine:
         self._timing = {"prefill_s": 0.0, "decode_s": 0.0, "decode_steps": 0, "pack_s": 0.0}
         packed_bytes = 0
         t0 = time.perf_counter()
-        packing = self.packs_weights and self._packing_pays(sampling, max_total)
+        weights = decode_weights(self.model) if self.packs_weights and self._packing_pays(sampling, max_total) else []
+        if weights and (why := packed_linear.too_big(sum(w.numel() * w.element_size() for w in weights))):
+            if not self._pack_skip_logged:
+                log.warning("native rollout engine: decoding on the weights as they are (not prepacked): %s.", why)
+                self._pack_skip_logged = True
+            weights = []
         try:
             with torch.no_grad(), sequence_parallel_off(self.chunks), contextlib.ExitStack() as stack:
-                if packing:
+                if weights:
                     tp = time.perf_counter()
-                    packed_bytes = stack.enter_context(packed_linear.packed_weights(
-                        decode_weights(self.model), min(per_batch, len(rows))))
+                    packed_bytes = stack.enter_context(packed_linear.packed_weights(weights, min(per_batch, len(rows))))
                     self._timing["pack_s"] = time.perf_counter() - tp
-                parts = [self._generate_batch(rows[i:i + per_batch], sampling, max_total, device, generator, packing)
+                parts = [self._generate_batch(rows[i:i + per_batch], sampling, max_total, device, generator,
+                                              bool(weights))
                          for i in range(0, len(rows), per_batch)]
         finally:
             for chunk in self.chunks:

@@ -83,3 +83,14 @@ def test_compiled_graph_calls_the_op_and_gives_the_same_bits():
         packed = compiled(x, ws[2], ws[1])
         eager_packed = two_linears(x, ws[2], ws[1])
     assert torch.equal(packed, plain) and torch.equal(packed, eager_packed)
+
+
+def test_too_big_when_the_copies_would_take_half_the_memory_left(monkeypatch):
+    avail = pl.host_memory_available()
+    assert avail is None or avail > 0  # Linux: MemAvailable, capped by the cgroup's limit
+    monkeypatch.setattr(pl, "host_memory_available", lambda: 3 * 2 ** 30)
+    assert pl.too_big(int(1.5 * 2 ** 30)) is None
+    why = pl.too_big(int(1.6 * 2 ** 30))
+    assert why == "the packed copies would take 1.60 GiB, more than 50% of the 3.00 GiB of host memory available"
+    monkeypatch.setattr(pl, "host_memory_available", lambda: None)  # unknown: pack
+    assert pl.too_big(2 ** 40) is None

@@ -476,3 +476,24 @@ def test_packed_weights_give_the_same_tokens_and_log_probs(tiny, compile_decode,
     assert short.stats["rollout/packed_weights_gb"] == 0  # too few steps to pay for the packing
     engine.packs_weights = False
     assert engine.generate(_prompts(seed=2), sp).stats["rollout/packed_weights_gb"] == 0
+
+
+def test_no_packing_when_host_memory_is_short(tiny, monkeypatch, caplog):
+    """The packed copies take as much as the matmul weights: with less than twice that left on the
+    host the engine decodes on the weights as they are, and says why once."""
+    from mindspeed_rl.models.builder import build_gpt_model
+    from mindspeed_rl.platform import packed_linear
+
+    if not packed_linear.available("cpu", torch.bfloat16):
+        pytest.skip("this torch build has no oneDNN packed linear")
+    _, _, model, args, _ = tiny
+    bf16 = build_gpt_model(args, params_dtype=torch.bfloat16).eval()
+    engine = _engine(bf16)
+    monkeypatch.setattr(packed_linear, "host_memory_available", lambda: 2 ** 16)
+    sp = SamplingParams(do_sample=False, max_new_tokens=16)
+    with caplog.at_level("WARNING", logger="mindspeed_rl.rollout.native"):
+        outs = [engine.generate(_prompts(), sp) for _ in range(2)]
+    assert all(o.stats["rollout/packed_weights_gb"] == 0 for o in outs)
+    assert caplog.text.count("decoding on the weights as they are (not prepacked): the packed copies would take") == 1
+    monkeypatch.setattr(packed_linear, "host_memory_available", lambda: 2 ** 40)
+    assert engine.generate(_prompts(), sp).stats["rollout/packed_weights_gb"] > 0
