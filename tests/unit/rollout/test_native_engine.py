@@ -439,21 +439,29 @@ def test_engine_options_come_from_the_rollout_keys():
 # ---- prepacked decode weights (bf16 on the CPU: platform/packed_linear.py)
 
 
+def _bf16_twin(tiny):
+    """The tiny model rebuilt in bf16 with the same weights (skips where oneDNN's packed linear is missing)."""
+    from mindspeed_rl.models.builder import build_gpt_model
+    from mindspeed_rl.platform import packed_linear
+
+    if not packed_linear.available("cpu", torch.bfloat16):
+        pytest.skip("this torch build has no oneDNN packed linear")
+    _, _, model, args, _ = tiny
+    bf16 = build_gpt_model(args, params_dtype=torch.bfloat16).eval()
+    missing, _ = bf16.load_state_dict(model.state_dict(), strict=False)
+    assert all(k.endswith("_extra_state") for k in missing)
+    return bf16
+
+
 @pytest.mark.parametrize("compile_decode", [False, True])
 def test_packed_weights_give_the_same_tokens_and_log_probs(tiny, compile_decode, monkeypatch):
     """A bf16 model generates with its decode matmuls on oneDNN-prepacked weights (eager lean
     steps and the compiled step alike): the same tokens and log-probs, bit for bit, as the same
     steps with plain matmuls (the packed copies hidden from the op, so a compiled graph is the same
     graph but for the matmul kernels); the packed copies are reported and gone after generate()."""
-    from mindspeed_rl.models.builder import build_gpt_model
     from mindspeed_rl.platform import packed_linear
 
-    if not packed_linear.available("cpu", torch.bfloat16):
-        pytest.skip("this torch build has no oneDNN packed linear")
-    arch, _, model, args, _ = tiny
-    bf16 = build_gpt_model(args, params_dtype=torch.bfloat16).eval()
-    missing, _ = bf16.load_state_dict(model.state_dict(), strict=False)
-    assert all(k.endswith("_extra_state") for k in missing)
+    arch, bf16 = tiny[0], _bf16_twin(tiny)
     engine = _engine(bf16, compile_decode=compile_decode)
     assert engine.packs_weights and engine.compiled == compile_decode
     sp = SamplingParams(n=3, temperature=1.0, max_new_tokens=20, stop_token_ids=range(0, VOCAB, 9), seed=4)
@@ -481,14 +489,9 @@ def test_packed_weights_give_the_same_tokens_and_log_probs(tiny, compile_decode,
 def test_no_packing_when_host_memory_is_short(tiny, monkeypatch, caplog):
     """The packed copies take as much as the matmul weights: with less than twice that left on the
     host the engine decodes on the weights as they are, and says why once."""
-    from mindspeed_rl.models.builder import build_gpt_model
     from mindspeed_rl.platform import packed_linear
 
-    if not packed_linear.available("cpu", torch.bfloat16):
-        pytest.skip("this torch build has no oneDNN packed linear")
-    _, _, model, args, _ = tiny
-    bf16 = build_gpt_model(args, params_dtype=torch.bfloat16).eval()
-    engine = _engine(bf16)
+    engine = _engine(_bf16_twin(tiny))
     monkeypatch.setattr(packed_linear, "host_memory_available", lambda: 2 ** 16)
     sp = SamplingParams(do_sample=False, max_new_tokens=16)
     with caplog.at_level("WARNING", logger="mindspeed_rl.rollout.native"):
