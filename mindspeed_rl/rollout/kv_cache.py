@@ -30,7 +30,9 @@ Compiled decode (`static_decode_step`, ray_gpt `enforce_eager: false`): the lean
 that its shapes do not change from token to token, for torch.compile. The new K/V go in at a 0-d
 device-tensor position (`index_copy_`), and the query attends over the whole zero-filled cache with
 the keys not written yet masked. The growing-window step above recompiled at every token instead.
-The same per-layer maths (`_lean_layers`), on CPU ~1.8x faster decoding at 10M in bf16.
+The same per-layer maths (`_lean_layer`), on CPU 1.4-1.9x faster decoding in bf16. Each layer is
+one nested compile region (`_static_layer`): inductor compiles one layer and reuses it for all, so
+the first compile takes ~20 s whatever the depth (107 s for 30 layers as one whole-model graph).
 
 Prepacked weights (bf16 on the CPU, eager and compiled lean steps alike): each linear's matmul reads
 a copy of its weight in oneDNN's blocked layout, made once per generate() by the engine
@@ -74,10 +76,12 @@ class KVCache:
         # them, masked: 0 x NaN would poison the context)
         self.zeroed = zeroed
         new = torch.zeros if zeroed else torch.empty
-        self.k = [new(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        self.v = [new(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.k = [_static_dims(new(shape, dtype=dtype, device=device), zeroed) for _ in range(num_layers)]
+        self.v = [_static_dims(new(shape, dtype=dtype, device=device), zeroed) for _ in range(num_layers)]
         self.length = 0
         self.freqs = rotary_freqs  # (max_len, 1, 1, rot_dim) megatron RotaryEmbedding output
+        if zeroed:  # its own tensor, not a view of megatron's cached table (Dynamo would size the base)
+            self.freqs = _static_dims(rotary_freqs.clone(), True, (1, 2, 3))
         self.lean = False  # forward_stage runs lean_forward (set by the engine when lean_supported)
         self.packed = False  # lean_forward's matmuls read prepacked weights (set by the engine)
         self._rope: tuple = (None, None)  # ((start, end, dtype), (cos, sin)) of the current step
@@ -104,8 +108,20 @@ class KVCache:
             out[:, :, :self.length] = t[rows, :, :self.length]
             return out
 
-        self.k = [shrink(t) for t in self.k]
-        self.v = [shrink(t) for t in self.v]
+        self.k = [_static_dims(shrink(t), self.zeroed) for t in self.k]
+        self.v = [_static_dims(shrink(t), self.zeroed) for t in self.v]
+
+
+def _static_dims(t: torch.Tensor, static: bool, dims: tuple = (1, 3)) -> torch.Tensor:
+    """t with `dims` marked static for torch.compile (static_decode_step, dynamic shapes): the cache's
+    query groups and head dim, the rotary table's (1, 1, rot). Only the batch and the cache length
+    vary. Otherwise Dynamo makes them symbols and specialises them inside the layer region, which
+    its reuse of the region for the next layers does not survive (KeyError in invoke_subgraph's
+    stamp-out, torch 2.13, at a recompile for a batch of 1)."""
+    if static:
+        for d in dims:
+            torch._dynamo.mark_static(t, d)
+    return t
 
 
 class CachedCoreAttention(torch.nn.Module):
@@ -284,31 +300,36 @@ def _lean_layers(model: torch.nn.Module, hidden: torch.Tensor, attend, packed: b
     """The decoder layers of a `lean_supported` model on hidden (s, b, h); attend(i, attention
     module, q, k, v) -> context (s, b, heads * hn) is the core attention of layer i, given
     un-rotated q (s, b, heads, hn) and k, v (s, b, groups, hn). packed: see _linear."""
-    c = model.config
-    s, b = hidden.shape[0], hidden.shape[1]
     for i, layer in enumerate(model.decoder.layers):
-        a = layer.self_attention
-        x = layer.input_layernorm(hidden)
-        groups, per_group = a.num_query_groups_per_partition, a.num_attention_heads_per_partition // a.num_query_groups_per_partition
-        hn = a.hidden_size_per_attention_head
-        qkv = _linear(x, a.linear_qkv, packed).view(s, b, groups, (per_group + 2) * hn)
-        q, k, v = torch.split(qkv, [per_group * hn, hn, hn], dim=3)
-        q = q.reshape(s, b, -1, hn)
-        if a.q_layernorm is not None:
-            q = a.q_layernorm(q)
-        if a.k_layernorm is not None:
-            k = a.k_layernorm(k)
-        out = _linear(attend(i, a, q, k, v), a.linear_proj, packed)
-        hidden = hidden + out  # bias-dropout-add: (out + bias) + residual, dropout off in eval
-        x = layer.pre_mlp_layernorm(hidden)
-        h1 = _linear(x, layer.mlp.linear_fc1, packed)
-        if c.gated_linear_unit:
-            gate, up = torch.chunk(h1, 2, dim=-1)
-            h1 = c.activation_func(gate) * up
-        else:
-            h1 = c.activation_func(h1)
-        hidden = hidden + _linear(h1, layer.mlp.linear_fc2, packed)
+        hidden = _lean_layer(layer, hidden, functools.partial(attend, i), packed)
     return hidden
+
+
+def _lean_layer(layer: torch.nn.Module, hidden: torch.Tensor, attend, packed: bool = False) -> torch.Tensor:
+    """One decoder layer of _lean_layers; attend(attention module, q, k, v) -> context."""
+    c = layer.config
+    s, b = hidden.shape[0], hidden.shape[1]
+    a = layer.self_attention
+    x = layer.input_layernorm(hidden)
+    groups, per_group = a.num_query_groups_per_partition, a.num_attention_heads_per_partition // a.num_query_groups_per_partition
+    hn = a.hidden_size_per_attention_head
+    qkv = _linear(x, a.linear_qkv, packed).view(s, b, groups, (per_group + 2) * hn)
+    q, k, v = torch.split(qkv, [per_group * hn, hn, hn], dim=3)
+    q = q.reshape(s, b, -1, hn)
+    if a.q_layernorm is not None:
+        q = a.q_layernorm(q)
+    if a.k_layernorm is not None:
+        k = a.k_layernorm(k)
+    out = _linear(attend(a, q, k, v), a.linear_proj, packed)
+    hidden = hidden + out  # bias-dropout-add: (out + bias) + residual, dropout off in eval
+    x = layer.pre_mlp_layernorm(hidden)
+    h1 = _linear(x, layer.mlp.linear_fc1, packed)
+    if c.gated_linear_unit:
+        gate, up = torch.chunk(h1, 2, dim=-1)
+        h1 = c.activation_func(gate) * up
+    else:
+        h1 = c.activation_func(h1)
+    return hidden + _linear(h1, layer.mlp.linear_fc2, packed)
 
 
 def output_weight(model: torch.nn.Module) -> torch.Tensor:
@@ -378,32 +399,65 @@ def static_decode_step(model: torch.nn.Module, input_ids: torch.Tensor, key_mask
     Returns:
         (b, V) logits.
     """
-    c = model.config
     visible = key_mask.bool()
     position_ids = visible.long().sum(-1, keepdim=True) - 1  # (b, 1), as the engine's cumsum gives; unused by RoPE
     hidden = model.embedding(input_ids=input_ids, position_ids=position_ids)  # (1, b, h)
+    # the strides every layer's output has ((b h, h, 1), not the embedding's (h, h, 1)): the layer
+    # region is reused only for inputs of the same metadata, so the first layer would be compiled apart
+    hidden = hidden.clone(memory_format=torch.contiguous_format)
     mask = ~visible[:, None, None, :]  # (b, 1, 1, max_len)
     at = position.view(1)
     f = freqs.index_select(0, at)  # (1, 1, 1, rot)
-    own_rope, scale = _own_rope(c), _attention_scale(c)
     cos, sin = torch.cos(f).to(hidden.dtype), torch.sin(f).to(hidden.dtype)
+    for i, layer in enumerate(model.decoder.layers):
+        hidden = _static_layer(layer, hidden, cache_k[i], cache_v[i], mask, at, f, cos, sin, packed)
+    return _lean_logits(model, hidden, packed)
 
-    def attend(i, a, q, k, v):
-        if own_rope:
+
+@torch.compiler.nested_compile_region
+def _static_layer(layer: torch.nn.Module, hidden: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor,
+                  mask: torch.Tensor, at: torch.Tensor, f: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                  packed: bool) -> torch.Tensor:
+    """One layer of static_decode_step. A nested compile region: torch.compile compiles it once and
+    reuses the code for every layer (same structure, other weights), so the compile time no longer
+    grows with the number of layers (SmolLM2-135M's 30 layers: 107 -> 22 s on 2 CPU cores). Runs as
+    plain Python when not compiling."""
+    c = layer.config
+
+    def attend(a, q, k, v):
+        if _own_rope(c):
             q, k = rotate_half(q, cos, sin), rotate_half(k, cos, sin)
         else:
             q, k = apply_rotary_pos_emb(q, f, c), apply_rotary_pos_emb(k, f, c)
-        cache_k[i].index_copy_(2, at, k.permute(1, 2, 0, 3))  # (b, ng, 1, hn) at `position`
-        cache_v[i].index_copy_(2, at, v.permute(1, 2, 0, 3))
-        return grouped_attention(q, cache_k[i], cache_v[i], mask, a.num_query_groups_per_partition, scale)
+        cache_k.index_copy_(2, at, k.permute(1, 2, 0, 3))  # (b, ng, 1, hn) at `position`
+        cache_v.index_copy_(2, at, v.permute(1, 2, 0, 3))
+        return grouped_attention(q, cache_k, cache_v, mask, a.num_query_groups_per_partition, _attention_scale(c))
 
-    return _lean_logits(model, _lean_layers(model, hidden, attend, packed), packed)
+    return _lean_layer(layer, hidden, attend, packed)
 
 
 @functools.cache
-def compiled_decode_step():
+def compiled_decode_step(backend="inductor"):
     """static_decode_step under torch.compile (inductor, dynamic shapes), one per process: the graph
     is keyed on the model's structure, and its parameters are inputs (not constants), so the
-    optimizer's in-place updates reach it. The first call compiles (20 s for 10 layers to 2 min for
-    30 on a 2-core CPU; inductor's on-disk cache makes later processes faster)."""
-    return torch.compile(static_decode_step, dynamic=True)
+    optimizer's in-place updates reach it. The first call compiles (~20 s for 10 layers, ~30 s for
+    30 on a 2-core CPU: the layer is one nested region; inductor's on-disk cache makes later
+    processes faster).
+
+    Dynamo traces with floats specialised (`specialize_float`), for this step only: with dynamic
+    shapes it would otherwise lift each norm's eps into the layer region as a symbolic float, which
+    inductor cannot compile there (`aten._local_scalar_dense`), and the graph would break at every
+    layer. The config is read when Dynamo traces (the first call, or a recompile), so it is set
+    around every call (~4 us). `backend`: torch.compile's (tests pass one that records the graph)."""
+    step = torch.compile(static_decode_step, dynamic=True, backend=backend)
+    config = torch._dynamo.config
+
+    def run(*args):
+        before = config.specialize_float
+        config.specialize_float = True
+        try:
+            return step(*args)
+        finally:
+            config.specialize_float = before
+
+    return run

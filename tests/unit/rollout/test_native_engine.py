@@ -373,6 +373,35 @@ def test_compiled_decode_equals_eager(tiny, monkeypatch):
     assert _graphs() - graphs <= 1, f"{arch}: recompiled {_graphs() - graphs} times"
 
 
+def test_compiled_decode_compiles_one_layer_region_for_all_layers(tiny):
+    """The layers of the compiled step are one nested compile region: Dynamo's graph calls one
+    subgraph once per layer (so the compile time does not grow with the depth), inductor compiles
+    it without a graph break (a norm's eps as a symbolic float broke the graph at every layer), and
+    the tokens are the eager engine's."""
+    from torch._dynamo.utils import counters
+    from torch._inductor.compile_fx import compile_fx
+
+    from mindspeed_rl.rollout import kv_cache
+
+    arch, _, model, _, _ = tiny
+    graphs = []
+
+    def recording_inductor(gm, example_inputs):
+        graphs.append(gm)
+        return compile_fx(gm, example_inputs)
+
+    breaks = sum(counters["graph_break"].values())
+    compiled = _engine(model, compile_decode=True)
+    compiled._decode_step = kv_cache.compiled_decode_step(recording_inductor)
+    sp = SamplingParams(do_sample=False, max_new_tokens=8)
+    out = compiled.generate(_prompts(), sp)
+    assert sum(counters["graph_break"].values()) == breaks, arch
+    assert len(graphs) == 1, f"{arch}: {len(graphs)} graphs"
+    calls = [n for n in graphs[0].graph.nodes if n.target is torch.ops.higher_order.invoke_subgraph]
+    assert len(calls) == len(model.decoder.layers) and len({n.args[0].target for n in calls}) == 1, arch
+    assert torch.equal(out.responses, _engine(model).generate(_prompts(), sp).responses), arch
+
+
 def test_compiled_decode_sees_in_place_weight_updates(tiny):
     """The parameters are graph inputs, not constants: the optimizer's in-place steps (and the
     bf16 model's copies from the main params) reach the compiled step."""
