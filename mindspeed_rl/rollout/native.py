@@ -83,6 +83,10 @@ from mindspeed_rl.utils.errors import UserInputError  # noqa: E402
 
 log = logging.getLogger(__name__)
 
+# torch.compile's failures to compile (inductor's, e.g. no C++ compiler, wrapped by Dynamo, or
+# Dynamo's own), raised at a compiled step's first call or a recompile, before its graph runs
+_COMPILE_FAILED = (torch._dynamo.exc.BackendCompilerFailed, torch._dynamo.exc.InternalTorchDynamoError)
+
 
 def _tp_size() -> int:
     if not parallel_state.model_parallel_is_initialized():
@@ -244,6 +248,17 @@ class NativeEngine:
         step's from 50M parameters (5-7 % at 10M; platform/packed_linear.py): worth it from 16 planned
         decode steps."""
         return min(sampling.max_new_tokens or max_total, max_total) >= 16
+
+    def _stop_compiling(self, err: Exception) -> None:
+        """torch.compile failed on the decode step (e.g. inductor found no C++ compiler): say so once,
+        with the fix, and decode eagerly from this step on (the zero-filled cache and its length are
+        the eager steps' too, so the generation goes on where it is)."""
+        self._decode_step = None
+        first = next((line.strip() for line in str(err).splitlines() if line.strip()), "")
+        log.warning("native rollout engine: torch.compile failed on the decode step (%s: %s); decoding eagerly from "
+                    "here on. Inductor on CPU needs a working C++ compiler (g++ or clang++); install one, or set "
+                    "actor_rollout_ref.actor_rollout.enforce_eager: true to skip compiling.",
+                    type(err).__name__, first[:300])
 
     @property
     def compiled(self) -> bool:
@@ -483,10 +498,14 @@ class NativeEngine:
                 if compiled:  # one shape-stable step over the whole cache (kv_cache.static_decode_step)
                     position = torch.full((), P + t, dtype=torch.long, device=device)
                     cache = caches[0]
-                    logits = self._decode_step(self.model, step_ids, key_mask[rows], position, cache.k, cache.v,
-                                               cache.freqs, packed)[:, :self.vocab_size]
-                    cache.length += 1
-                else:
+                    try:
+                        logits = self._decode_step(self.model, step_ids, key_mask[rows], position, cache.k, cache.v,
+                                                   cache.freqs, packed)[:, :self.vocab_size]
+                        cache.length += 1
+                    except _COMPILE_FAILED as err:  # raised before the graph runs: the cache is untouched
+                        self._stop_compiling(err)
+                        compiled = False
+                if not compiled:
                     logits = self._logits(step_ids, key_mask[rows, :P + t + 1], caches, t + 1)
                 self._timing["decode_steps"] += 1
             get_platform().synchronize()

@@ -454,6 +454,34 @@ def test_compile_falls_back_to_eager_with_a_reason(tiny, caplog):
     assert out.responses.shape == (len(PROMPT_LENS), 4)
 
 
+def test_a_failing_compile_falls_back_to_eager_with_the_fix(tiny, caplog):
+    """torch.compile failing on the decode step (here inductor with no C++ compiler, the usual cause on
+    a bare host) does not stop the generation: one warning names the error and the fix, the engine
+    decodes eagerly from that step on with the eager engine's tokens, and says so in its stats."""
+    from torch._inductor.compile_fx import compile_fx
+
+    from mindspeed_rl.rollout import kv_cache
+
+    arch, _, model, _, _ = tiny
+
+    def inductor_without_cxx(gm, example_inputs):
+        with torch._inductor.config.patch({"cpp.cxx": ("/nonexistent/g++",), "fx_graph_cache": False}):
+            return compile_fx(gm, example_inputs)
+
+    compiled = _engine(model, compile_decode=True)
+    compiled._decode_step = kv_cache.compiled_decode_step(inductor_without_cxx)
+    sp = SamplingParams(do_sample=False, max_new_tokens=8)
+    with caplog.at_level("WARNING", logger="mindspeed_rl.rollout.native"):
+        out = compiled.generate(_prompts(), sp)
+        again = compiled.generate(_prompts(), sp)
+    said = [r.getMessage() for r in caplog.records if "torch.compile failed on the decode step" in r.getMessage()]
+    assert len(said) == 1 and "C++ compiler" in said[0] and "enforce_eager: true" in said[0], said
+    assert "InvalidCxxCompiler" in said[0], said  # the cause, as inductor words it
+    ref = _engine(model).generate(_prompts(), sp).responses
+    assert torch.equal(out.responses, ref) and torch.equal(again.responses, ref), arch
+    assert out.stats["rollout/compiled_decode"] == 0.0 and not compiled.compiled
+
+
 def test_engine_options_come_from_the_rollout_keys():
     """num_samples_per_step, use_kv_cache and enforce_eager reach the engine of the colocated actor
     and of the split's generation ranks alike (the actor used to ignore the first two)."""
