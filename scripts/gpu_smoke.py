@@ -26,6 +26,12 @@ Checks, in order (each PASS / FAIL with its figures; the exit code is 0 only whe
              update with it: every bf16 weight the stochastic rounding of its fp32 main param.
   decode     tokens/s of the native engine vs transformers generate, greedy, same prompts, in
              --dtype, and (CUDA) the decode loop's host syncs per token (reported, not judged).
+  compiled   the compiled decode step (enforce_eager: false; torch.compile, one decoder layer
+             compiled and reused by all): fp32 greedy rows equal to the eager engine's (at least
+             75 %: near-ties may flip a token) with the engine still compiled after (a failed
+             compile falls back to eager, which fails this check); then in --dtype the first
+             call's seconds (the compile) and decode tokens/s compiled vs eager (reported, not
+             judged). Where the platform does not compile the step (Ascend), PASS with the reason.
   speed      one bf16 policy update of --speed-rows x --speed-seq tokens (one micro-batch), timed
              (median of --speed-repeat after 2 warm-ups): ours (megatron, fp32 main params, fused Adam)
              against transformers as TRL 1.16 runs it (fp32 weights under bf16 autocast, SDPA,
@@ -270,11 +276,13 @@ def hf_greedy(hf, prompts, new_tokens: int, device) -> tuple[torch.Tensor, float
     return out[:, P:].cpu(), time.perf_counter() - t0
 
 
-def native_greedy(model, vocab: int, prompts, new_tokens: int) -> tuple[torch.Tensor, float]:
+def native_greedy(model, vocab: int, prompts, new_tokens: int, engine=None) -> tuple[torch.Tensor, float]:
+    """The native engine's greedy continuations (a fresh eager engine, or `engine`); (B, new_tokens),
+    seconds."""
     from mindspeed_rl.rollout.interface import SamplingParams
     from mindspeed_rl.rollout.native import NativeEngine
 
-    engine = NativeEngine(model, vocab_size=vocab, max_length=max(map(len, prompts)) + new_tokens)
+    engine = engine or NativeEngine(model, vocab_size=vocab, max_length=max(map(len, prompts)) + new_tokens)
     sync = ctx_sync()
     sync()
     t0 = time.perf_counter()
@@ -409,6 +417,41 @@ def check_decode(ctx) -> tuple[bool, dict]:
     if ctx["device"].type == "cuda":  # the decode loop's host syncs per token (the launch queue stalls at each)
         f["host_syncs_per_token"] = host_syncs(lambda: native_greedy(model, ctx["vocab"], prompts[:8], 16)) / 16
     return True, f
+
+
+def check_compiled(ctx) -> tuple[bool, dict]:
+    from mindspeed_rl.rollout.kv_cache import compile_unsupported
+    from mindspeed_rl.rollout.native import NativeEngine
+
+    a = ctx["args"]
+    why = compile_unsupported(ctx["model_fp32"], ctx["platform"])
+    if why is not None:
+        return True, {"not_compiled_here": why}
+    vocab = ctx["vocab"]
+
+    def compiled_engine(model, prompts, new_tokens):
+        return NativeEngine(model, vocab_size=vocab, max_length=max(map(len, prompts)) + new_tokens,
+                            compile_decode=True)
+
+    prompts, n = prompts_for(vocab, min(a.gen_batch, 16)), min(a.new_tokens, 16)
+    eager, _ = native_greedy(ctx["model_fp32"], vocab, prompts, n)
+    engine = compiled_engine(ctx["model_fp32"], prompts, n)
+    ours, fp32_first_s = native_greedy(None, vocab, prompts, n, engine)
+    same = int(sum(torch.equal(x, y) for x, y in zip(ours, eager)))
+    f = {"fp32_rows_identical": same, "rows": len(prompts), "fp32_first_call_s": fp32_first_s,
+         "still_compiled": engine.compiled}
+    model = ctx["model_fp32"] if a.dtype == "fp32" else ctx["model_bf16"]
+    prompts = prompts_for(vocab, a.gen_batch, seed=3)
+    engine = compiled_engine(model, prompts, a.new_tokens)
+    _, f["first_call_s"] = native_greedy(None, vocab, prompts, a.new_tokens, engine)  # compiles (bf16: again)
+    _, compiled_s = native_greedy(None, vocab, prompts, a.new_tokens, engine)
+    native_greedy(model, vocab, prompts[:2], 2)  # warm-up of the eager engine
+    _, eager_s = native_greedy(model, vocab, prompts, a.new_tokens)
+    tokens = len(prompts) * a.new_tokens
+    f.update(dtype=a.dtype, batch=len(prompts), new_tokens=a.new_tokens, compiled_tok_s=tokens / compiled_s,
+             eager_tok_s=tokens / eager_s, speedup=eager_s / compiled_s)
+    f["still_compiled"] = f["still_compiled"] and engine.compiled
+    return same >= math.ceil(GREEDY_MIN_FRAC * len(prompts)) and f["still_compiled"], f
 
 
 def host_syncs(fn) -> int:
@@ -551,7 +594,7 @@ def check_ray_gpt(ctx) -> tuple[bool, dict]:
 
 CHECKS: list[tuple[str, Callable]] = [("build", check_build), ("parity", check_parity), ("greedy", check_greedy),
                                       ("update", check_update), ("rounding", check_rounding), ("decode", check_decode),
-                                      ("speed", check_speed), ("ray_gpt", check_ray_gpt)]
+                                      ("compiled", check_compiled), ("speed", check_speed), ("ray_gpt", check_ray_gpt)]
 
 
 # ---------------------------------------------------------------------------------------------

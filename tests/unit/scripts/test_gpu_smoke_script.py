@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[3]
 spec = importlib.util.spec_from_file_location("gpu_smoke", ROOT / "scripts" / "gpu_smoke.py")
@@ -68,8 +69,27 @@ def test_only_runs_the_named_checks_and_skips_the_rest(tmp_path, capsys):
     results = gs.run(args, "cpu")
     status = {k: v["status"] for k, v in results["checks"].items()}
     assert status == {"build": "PASS", "parity": "PASS", "greedy": "SKIP", "update": "SKIP", "rounding": "SKIP",
-                      "decode": "SKIP", "speed": "SKIP", "ray_gpt": "SKIP"}
+                      "decode": "SKIP", "compiled": "SKIP", "speed": "SKIP", "ray_gpt": "SKIP"}
     assert results["checks"]["greedy"]["figures"]["reason"] == "not in --only"
+
+
+def test_compiled_fails_when_the_compile_fell_back_to_eager(monkeypatch):
+    """`compiled` passes only when the step really ran compiled: here torch.compile fails (inductor
+    with no C++ compiler), the engine decodes eagerly with the same tokens, and the check fails."""
+    from torch._inductor.compile_fx import compile_fx
+
+    from mindspeed_rl.rollout import kv_cache, native
+
+    def inductor_without_cxx(gm, example_inputs):
+        with torch._inductor.config.patch({"cpp.cxx": ("/nonexistent/g++",), "fx_graph_cache": False}):
+            return compile_fx(gm, example_inputs)
+
+    monkeypatch.setattr(native, "compiled_decode_step", lambda: kv_cache.compiled_decode_step(inductor_without_cxx))
+    args = gs.parse_args(["--device", "cpu", "--shape", "tiny", "--gen-batch", "4", "--new-tokens", "4",
+                          "--only", "build,compiled"])
+    check = gs.run(args, "cpu")["checks"]["compiled"]
+    assert check["status"] == "FAIL", check
+    assert check["figures"]["still_compiled"] is False and check["figures"]["fp32_rows_identical"] == 4
 
 
 def test_a_crashing_check_fails_with_its_traceback(monkeypatch):
