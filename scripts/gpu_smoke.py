@@ -282,7 +282,8 @@ def native_greedy(model, vocab: int, prompts, new_tokens: int, engine=None) -> t
     from mindspeed_rl.rollout.interface import SamplingParams
     from mindspeed_rl.rollout.native import NativeEngine
 
-    engine = engine or NativeEngine(model, vocab_size=vocab, max_length=max(map(len, prompts)) + new_tokens)
+    if engine is None:
+        engine = NativeEngine(model, vocab_size=vocab, max_length=max(map(len, prompts)) + new_tokens)
     sync = ctx_sync()
     sync()
     t0 = time.perf_counter()
