@@ -43,7 +43,7 @@ def ours(model_dir: str, batch: dict, prompt: int, full_logits: bool = False, lo
          megatron_rope: bool = False, unfused_wgrad: bool = False, unfused_embedding: bool = False,
          loop_adam: bool = False, all_rows: bool = False, kl: bool = True, megatron_swiglu: bool = False,
          log_softmax: bool = False, dtype: str = "fp32", bf16_attention: bool = False,
-         stochastic_rounding: bool = False):
+         stochastic_rounding: bool = False, repeat_kv: bool = False):
     """One policy_update_step of a fresh model; full_logits / local_attention / megatron_rope /
     megatron_swiglu / unfused_wgrad / unfused_embedding turn a lever off (the output layer on every
     position; megatron's DotProductAttention; megatron's unfused RoPE instead of models/rotary.py;
@@ -52,7 +52,8 @@ def ours(model_dir: str, batch: dict, prompt: int, full_logits: bool = False, lo
     the word embedding's the same way, a (V, H) gradient instead of its rows into main_grad; torch's
     per-parameter Adam instead of its fused kernel; every row run, also those with zero advantages;
     log_softmax + gather for the log-probs and the exact finite check, _with_log_softmax; bf16 inputs
-    attending in bf16 instead of fp32, bf16_attention) to measure it alone; stochastic_rounding turns
+    attending in bf16 instead of fp32, bf16_attention; GQA's K/V repeated for their heads instead of
+    SDPA's enable_gqa, repeat_kv) to measure it alone; stochastic_rounding turns
     the bf16 main-to-model copy's stochastic rounding on (its cost). kl=False: the policy loss
     alone (no reference log-probs), where zero-advantage rows are left out."""
     import contextlib
@@ -75,6 +76,8 @@ def ours(model_dir: str, batch: dict, prompt: int, full_logits: bool = False, lo
         update = _with_log_softmax(update)
     if bf16_attention:
         update = _with_bf16_attention(update)
+    if repeat_kv:
+        update = _with_repeat_kv(update)
     if not full_logits:
         return update
     @contextlib.contextmanager
@@ -141,6 +144,21 @@ def _with_bf16_attention(update):
             return update()
         finally:
             core_attention.sdpa_in_fp32_for_bf16 = saved
+    return step
+
+
+def _with_repeat_kv(update):
+    """update, with GQA's K/V repeated for their query heads before SDPA (CPU's default hands the
+    groups to SDPA with enable_gqa: platform.base.sdpa_native_gqa)."""
+    from mindspeed_rl.models import core_attention
+
+    def step():
+        saved = core_attention.sdpa_native_gqa
+        core_attention.sdpa_native_gqa = lambda name: False
+        try:
+            return update()
+        finally:
+            core_attention.sdpa_native_gqa = saved
     return step
 
 
@@ -287,7 +305,7 @@ def main() -> int:
                                           "unfused-embedding,loop-adam,transformers",
                     help="with --levers: which of ours, full-logits, local-attn, megatron-rope, megatron-swiglu, "
                          "unfused-wgrad, unfused-embedding, loop-adam, log-softmax, bf16-attn (with --dtype bf16: "
-                         "attention in bf16 instead of fp32), stochastic-rounding (with --dtype bf16: the bf16 copy "
+                         "attention in bf16 instead of fp32), repeat-kv (GQA's K/V repeated for their heads, not enable_gqa), stochastic-rounding (with --dtype bf16: the bf16 copy "
                          "rounds stochastically, bf16_stochastic_rounding), "
                          "all-rows, transformers (memory: one model each)")
     ap.add_argument("--zero-rows", type=float, default=0.0,
@@ -318,6 +336,7 @@ def main() -> int:
                   "unfused-wgrad": {"unfused_wgrad": True}, "unfused-embedding": {"unfused_embedding": True},
                   "loop-adam": {"loop_adam": True}, "all-rows": {"all_rows": True},
                   "log-softmax": {"log_softmax": True}, "bf16-attn": {"bf16_attention": True},
+                  "repeat-kv": {"repeat_kv": True},
                   "stochastic-rounding": {"stochastic_rounding": True}}
         make = {name: (lambda off=off: ours(model_dir, batch, a.prompt, kl=kl, dtype=a.dtype, **off))
                 for name, off in levers.items()}

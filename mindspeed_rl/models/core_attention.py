@@ -18,7 +18,9 @@ draws it from its TP-aware RNG tracker), attention bias, packed sequences, slidi
 megatron 0.16's softmax offsets. Whether the platform uses this module is `platform.sdpa_core_attention`
 (NPU: MindSpeed's fused attention, switched by its own keys). On CPU, bf16 query/key/value attend in
 fp32 and the context is rounded back to bf16 (`platform.base.sdpa_in_fp32_for_bf16`: torch's CPU
-flash kernel is slower in bf16 there, and fp32 is the more precise).
+flash kernel is slower in bf16 there, and fp32 is the more precise). GQA: on CPU the groups' K/V go
+to SDPA as they are (`enable_gqa`, `platform.base.sdpa_native_gqa`); elsewhere they are repeated for
+their heads, as megatron does.
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from mindspeed_rl.platform import get_platform
-from mindspeed_rl.platform.base import sdpa_in_fp32_for_bf16
+from mindspeed_rl.platform.base import sdpa_in_fp32_for_bf16, sdpa_native_gqa
 
 get_platform().patch()  # megatron must be imported after the platform patch (no-op when done)
 
@@ -62,7 +64,10 @@ class SDPACoreAttention(DotProductAttention):
         compute = torch.float32 if bf16_in_fp32 else dtype
         q, k, v = (t.permute(1, 2, 0, 3).to(compute) for t in (query, key, value))  # (b, heads | groups, s, hn)
         per_group = heads // k.shape[1]
-        if per_group > 1:  # GQA: as megatron, each group's K/V serves per_group consecutive heads
+        # GQA: as megatron, each group's K/V serves per_group consecutive heads; SDPA's enable_gqa
+        # does the same without the repeated copies where the platform's kernel takes it (CPU)
+        gqa = per_group > 1 and sdpa_native_gqa(get_platform().name)
+        if per_group > 1 and not gqa:
             k, v = k.repeat_interleave(per_group, dim=1), v.repeat_interleave(per_group, dim=1)
         mask, causal = None, False
         if attention_mask is not None:
@@ -71,7 +76,8 @@ class SDPACoreAttention(DotProductAttention):
         else:
             causal = (attn_mask_type or self.attn_mask_type) == AttnMaskType.causal and sq > 1
         context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.0, is_causal=causal,
-                                                 scale=self.softmax_scale * self._layer_coeff())
+                                                 scale=self.softmax_scale * self._layer_coeff(),
+                                                 **({"enable_gqa": True} if gqa else {}))
         context = context.to(dtype)
         return context.permute(2, 0, 1, 3).reshape(sq, b, heads * context.shape[-1])  # (sq, b, np * hn)
 

@@ -272,6 +272,16 @@ def sdpa_in_fp32_for_bf16(name: str) -> bool:
     return name == "cpu"
 
 
+def sdpa_native_gqa(name: str) -> bool:
+    """Whether the fused core attention (models/core_attention.py) hands GQA's K/V to SDPA as they are
+    (`enable_gqa=True`) on platform `name`, instead of repeating each group's K/V for its query heads:
+    CPU. torch's CPU flash kernel serves the groups itself, with the same forward bits and the K/V
+    gradients summed in another order (1e-6), without the repeated copies and their backward. CUDA
+    keeps the repeat, as verified on an H200 (enable_gqa not measured there: with an attention mask
+    SDPA may pick a kernel without GQA support); NPU does not use the module."""
+    return name == "cpu"
+
+
 def fused_adamw(name: str) -> bool:
     """Whether torch's Adam/AdamW on platform `name` runs its fused kernel (one pass over every
     parameter; on CPU 5x faster than the per-parameter loop torch picks there, same numbers to 1e-8):

@@ -118,7 +118,40 @@ def test_bf16_attends_in_fp32_on_cpu(gloo_world1, monkeypatch, in_fp32):
     assert all(g.dtype == torch.bfloat16 and torch.isfinite(g).all() for g in grads)
 
 
+@pytest.mark.parametrize("native", [True, False])
+def test_gqa_reaches_sdpa_as_groups_on_cpu(gloo_world1, monkeypatch, native):
+    """GQA's K/V go to SDPA as their groups with enable_gqa where the platform says so (CPU), else
+    repeated for their heads: the same context bit for bit, gradients within 1e-6 (the K/V gradients
+    are summed over their heads in another order), equal to megatron's local attention as above."""
+    from mindspeed_rl.models import core_attention
+
+    monkeypatch.setattr(core_attention, "sdpa_native_gqa", lambda name: native)
+    init_parallel_state(1, 1, seed=1)
+    _, fused = _pair()
+    mask = attention_mask_4d(_mask())
+    seen = []
+    original = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(core_attention.F, "scaled_dot_product_attention",
+                        lambda q, k, v, **kw: seen.append((k.shape[1], kw.get("enable_gqa", False))) or
+                        original(q, k, v, **kw))
+    q, k, v = _qkv(9, 9)
+    ctx = fused(q, k, v, mask)
+    assert seen == [(2, True)] if native else seen == [(4, False)]
+    grads = torch.autograd.grad(ctx.square().sum(), (q, k, v))
+    monkeypatch.setattr(core_attention, "sdpa_native_gqa", lambda name: not native)
+    ctx2 = fused(q, k, v, mask)
+    assert torch.equal(ctx, ctx2)
+    for a, b in zip(grads, torch.autograd.grad(ctx2.square().sum(), (q, k, v))):
+        assert (a - b).abs().max() <= 1e-6
+
+
 def test_only_cpu_attends_bf16_in_fp32():
     from mindspeed_rl.platform.base import sdpa_in_fp32_for_bf16
 
     assert sdpa_in_fp32_for_bf16("cpu") and not sdpa_in_fp32_for_bf16("cuda") and not sdpa_in_fp32_for_bf16("npu")
+
+
+def test_only_cpu_hands_gqa_groups_to_sdpa():
+    from mindspeed_rl.platform.base import sdpa_native_gqa
+
+    assert sdpa_native_gqa("cpu") and not sdpa_native_gqa("cuda") and not sdpa_native_gqa("npu")
