@@ -94,6 +94,10 @@ class _TokenLogProbs(torch.autograd.Function):
     output kept for backward, the backward's fresh (b, n, V) tensors (log_softmax's, the gather's
     zeros, the slice's zeros + copy) and their passes (issue 15: ~0.3 s of a SmolLM2 update on CPU).
     Vocabulary padding (ids >= vocab_size) is left out of the softmax and gets zero gradient.
+    Each pass reuses one fp32 block buffer and computes the log-sum-exp in place in it (_logsumexp_):
+    torch.logsumexp and a fresh `.float()` per block made three block-sized temporaries each, fresh
+    page-faulting memory on CPU (SmolLM2's (16, 33, 49152) bf16 logits, forward + backward: median
+    77-87 -> 54 ms, page faults 0.55M -> 0.32M over 12 calls).
     """
 
     @staticmethod
@@ -103,12 +107,15 @@ class _TokenLogProbs(torch.autograd.Function):
         real = min(V, vocab_size) if vocab_size is not None else V
         lse = torch.empty(b, n, dtype=torch.float32, device=logits.device)
         rows = _block_rows(logits, real)
+        buf = torch.empty(min(rows, n), real, dtype=torch.float32, device=logits.device)  # one block, reused
         for i in range(b):
             for j in range(0, n, rows):
-                z = logits[i, first + j: first + min(n, j + rows), :real].float()
+                k = min(n, j + rows)
+                z = buf[:k - j]
+                z.copy_(logits[i, first + j: first + k, :real])
                 if temperature != 1.0:
-                    z = z / temperature
-                torch.logsumexp(z, -1, out=lse[i, j: j + z.shape[0]])
+                    z.div_(temperature)
+                _logsumexp_(z, lse[i, j:k])
         z_t = logits[:, first: first + n].gather(-1, targets.unsqueeze(-1)).squeeze(-1).float()
         if temperature != 1.0:
             z_t = z_t / temperature
@@ -130,12 +137,13 @@ class _TokenLogProbs(torch.autograd.Function):
             out[:, first: first + n, real:].zero_()
         rows = _block_rows(logits, real)
         same = logits.dtype == torch.float32
+        buf = None if same else torch.empty(min(rows, n), real, dtype=torch.float32, device=logits.device)
         for i in range(b):
             for j in range(0, n, rows):
                 k = min(n, j + rows)
                 z = logits[i, first + j: first + k, :real]
                 dst = out[i, first + j: first + k, :real]
-                p = dst if same else torch.empty(z.shape, dtype=torch.float32, device=z.device)
+                p = dst if same else buf[:k - j]
                 if temperature != 1.0:
                     if same:
                         torch.div(z, temperature, out=p)
@@ -149,6 +157,16 @@ class _TokenLogProbs(torch.autograd.Function):
                 if not same:
                     dst.copy_(p)  # rounded once, as the float path's gradient cast back
         return out, None, None, None, None
+
+
+def _logsumexp_(z: torch.Tensor, out: torch.Tensor) -> None:
+    """out = logsumexp(z, -1) for a 2-D fp32 block, as torch.logsumexp computes it (the max, with an
+    infinite one taken as 0, then log(sum(exp(z - max))) + max), but in place in z: no temporaries of
+    z's size (on CPU each would be fresh, page-faulting memory). z is overwritten."""
+    m = z.amax(-1, keepdim=True)
+    m.masked_fill_(m.abs() == float("inf"), 0.0)
+    torch.sum(z.sub_(m).exp_(), -1, out=out)
+    out.log_().add_(m[:, 0])
 
 
 def _block_rows(logits: torch.Tensor, real: int) -> int:
