@@ -117,3 +117,18 @@ def test_reference_keeps_megatron_embedding(gloo_world1):
     mask = torch.ones(2, 5, dtype=torch.long)
     logits = model(torch.randint(1, 40, (2, 5)), position_ids_from_mask(mask), attention_mask_4d(mask))
     assert logits.shape == (2, 5, 40)
+
+
+@pytest.mark.parametrize("block_elements", [1, 5 * 6, 1 << 20])
+def test_bf16_gradient_added_in_blocks_equals_the_whole_product(monkeypatch, block_elements):
+    """bf16 activations with the fp32 main_grad: the product in bf16 then added in fp32, as megatron's
+    unfused path, block by block of output rows (one row, 5 rows with a remainder, all at once):
+    bit for bit the whole product added at once."""
+    monkeypatch.setattr(wgrad_fusion, "_BLOCK_ELEMENTS", block_elements)
+    g = torch.Generator().manual_seed(0)
+    go = torch.randn(2, 7, 23, generator=g).bfloat16()  # (s, b, out)
+    x = torch.randn(2, 7, 6, generator=g).bfloat16()  # (s, b, in)
+    main_grad = torch.randn(23, 6, generator=g)
+    expected = main_grad + go.reshape(-1, 23).t().matmul(x.reshape(-1, 6))
+    wgrad_fusion._wgrad_gemm_accum(x, go, main_grad)
+    assert torch.equal(main_grad, expected)
