@@ -75,9 +75,9 @@ def ours(model_dir: str, batch: dict, prompt: int, full_logits: bool = False, lo
     if log_softmax:
         update = _with_log_softmax(update)
     if bf16_attention:
-        update = _with_bf16_attention(update)
+        update = _with_core_attention_choice_off(update, "sdpa_in_fp32_for_bf16")
     if repeat_kv:
-        update = _with_repeat_kv(update)
+        update = _with_core_attention_choice_off(update, "sdpa_native_gqa")
     if not full_logits:
         return update
     @contextlib.contextmanager
@@ -132,33 +132,20 @@ def _with_log_softmax(update):
     return step
 
 
-def _with_bf16_attention(update):
-    """update, with the fused core attention computing bf16 inputs in bf16 (CPU's default computes
-    them in fp32: platform.base.sdpa_in_fp32_for_bf16)."""
+def _with_core_attention_choice_off(update, choice: str):
+    """update, with the fused core attention's platform choice `choice` (a function of the platform
+    name in models/core_attention.py) answering False, swapped back after each call:
+    sdpa_in_fp32_for_bf16 (bf16 inputs attend in bf16, not fp32) or sdpa_native_gqa (GQA's K/V
+    repeated for their query heads, not handed to SDPA as groups with enable_gqa)."""
     from mindspeed_rl.models import core_attention
 
     def step():
-        saved = core_attention.sdpa_in_fp32_for_bf16
-        core_attention.sdpa_in_fp32_for_bf16 = lambda name: False
+        saved = getattr(core_attention, choice)
+        setattr(core_attention, choice, lambda name: False)
         try:
             return update()
         finally:
-            core_attention.sdpa_in_fp32_for_bf16 = saved
-    return step
-
-
-def _with_repeat_kv(update):
-    """update, with GQA's K/V repeated for their query heads before SDPA (CPU's default hands the
-    groups to SDPA with enable_gqa: platform.base.sdpa_native_gqa)."""
-    from mindspeed_rl.models import core_attention
-
-    def step():
-        saved = core_attention.sdpa_native_gqa
-        core_attention.sdpa_native_gqa = lambda name: False
-        try:
-            return update()
-        finally:
-            core_attention.sdpa_native_gqa = saved
+            setattr(core_attention, choice, saved)
     return step
 
 
