@@ -391,6 +391,7 @@ def test_compiled_decode_compiles_one_layer_region_for_all_layers(tiny):
         return compile_fx(gm, example_inputs)
 
     breaks = sum(counters["graph_break"].values())
+    torch._dynamo.reset()  # compiled code is kept per function: make this backend compile the step
     compiled = _engine(model, compile_decode=True)
     compiled._decode_step = kv_cache.compiled_decode_step(recording_inductor)
     sp = SamplingParams(do_sample=False, max_new_tokens=8)
@@ -468,6 +469,7 @@ def test_a_failing_compile_falls_back_to_eager_with_the_fix(tiny, caplog):
         with torch._inductor.config.patch({"cpp.cxx": ("/nonexistent/g++",), "fx_graph_cache": False}):
             return compile_fx(gm, example_inputs)
 
+    torch._dynamo.reset()  # compiled code is kept per function: make this backend compile the step
     compiled = _engine(model, compile_decode=True)
     compiled._decode_step = kv_cache.compiled_decode_step(inductor_without_cxx)
     sp = SamplingParams(do_sample=False, max_new_tokens=8)

@@ -85,6 +85,9 @@ def test_compiled_fails_when_the_compile_fell_back_to_eager(monkeypatch):
             return compile_fx(gm, example_inputs)
 
     monkeypatch.setattr(native, "compiled_decode_step", lambda: kv_cache.compiled_decode_step(inductor_without_cxx))
+    # Dynamo keeps compiled code per function, not per torch.compile wrapper: a graph an earlier test
+    # compiled for the same shapes (the native engine's tiny Qwen2) would run without calling this backend
+    torch._dynamo.reset()
     args = gs.parse_args(["--device", "cpu", "--shape", "tiny", "--gen-batch", "4", "--new-tokens", "4",
                           "--only", "build,compiled"])
     check = gs.run(args, "cpu")["checks"]["compiled"]
