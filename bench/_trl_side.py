@@ -86,7 +86,7 @@ def grpo_config(w: dict, out_dir: str):
         max_grad_norm=w["clip_grad"], optim="adamw_torch_fused", use_vllm=False, gradient_checkpointing=False,
         disable_dropout=True, logging_steps=1, save_strategy="no", report_to="none", log_completions=False,
         dataloader_num_workers=0, remove_unused_columns=False, shuffle_dataset=False,  # file order, as ours
-        model_init_kwargs={"dtype": "float32"})
+        torch_compile=bool(w.get("trl_torch_compile")), model_init_kwargs={"dtype": "float32"})
 
 
 def run(args) -> None:
@@ -244,6 +244,8 @@ def used_settings(trainer, tokenizer, first_prompt) -> dict:
         # GRPOTrainer builds GenerationConfig(..., disable_compile=True): transformers never compiles its generate
         "generation": "eager (GenerationConfig disable_compile=True)" if getattr(g, "disable_compile", False)
         else "transformers generate (may compile)",
+        "training_forward": "model compiled (torch_compile=True)" if trainer.args.torch_compile
+        else "eager (torch_compile=False)",
         "eos_ids": list(trainer.eos_token_ids),
         "versions": {k: metadata.version(k) for k in ("trl", "transformers", "accelerate", "torch")},
     }

@@ -83,7 +83,8 @@ def workload(args) -> dict:
                 max_new_tokens=args.max_new_tokens, temperature=1.0, top_p=1.0, top_k=0, kl_coef=0.001,
                 clip_low=0.2, clip_high=0.2, loss_agg="token-mean", trl_loss_type="dapo", lr=5e-6 if arith else 1e-5,
                 weight_decay=0.0 if arith else 0.01, adam_beta1=0.9, adam_beta2=0.999, adam_eps=1e-8, clip_grad=1.0,
-                threads=args.threads, vllm_compile=args.vllm_compile, compile=args.compile, rounds=args.rounds, seeds=args.seeds,
+                threads=args.threads, vllm_compile=args.vllm_compile, compile=args.compile,
+                compile_layers=args.compile_layers, trl_torch_compile=args.trl_torch_compile, rounds=args.rounds, seeds=args.seeds,
                 dtype=args.dtype,
                 task=args.task, reward_file=ARITH_REWARD_FILE if arith else REWARD_FILE,
                 prompt_type="hf" if arith else None, max_prompt_length=128 if arith else 8,
@@ -225,7 +226,8 @@ def _our_cfg(model, w: dict, d: dict, engine: str, size: str) -> dict:
                  adam_beta2=w["adam_beta2"], adam_eps=w["adam_eps"], clip_grad=w["clip_grad"],
                  rollout_engine=engine, bf16=_bf16(w),
                  **({"bf16_stochastic_rounding": True} if w.get("stochastic_rounding") else {}),
-                 enforce_eager=not (w.get("compile") or (engine == "vllm" and w["vllm_compile"])))
+                 enforce_eager=not (w.get("compile") or (engine == "vllm" and w["vllm_compile"])),
+                 **({"use_torch_compile": True} if w.get("compile_layers") else {}))
     cfg = {
         **({"model": {f"bench_{_slug(size)}": model}} if model else {}),
         "training": dict(global_batch_size=w["prompts_per_step"], seq_length=w["max_prompt_length"] + w["max_new_tokens"],
@@ -233,7 +235,8 @@ def _our_cfg(model, w: dict, d: dict, engine: str, size: str) -> dict:
                          platform=w.get("device", "cpu"), tokenizer_name_or_path=d["model"],
                          output_dir=d[SIDE[engine]]),
         "actor_rollout_ref": {"actor_rollout": actor,
-                              "ref": dict(**named, load=d["model"], micro_batch_size=w["micro_batch"], bf16=_bf16(w))},
+                              "ref": dict(**named, load=d["model"], micro_batch_size=w["micro_batch"], bf16=_bf16(w),
+                                          **({"use_torch_compile": True} if w.get("compile_layers") else {}))},
         "reward": {"verifier": True},
         "algorithm": dict(adv_estimator="group_norm", norm_adv_by_std=True, use_kl_in_reward=False,
                           verifier_function=[f"{w['reward_file']}:compute_score"], verifier_weight=[1.0]),
@@ -354,6 +357,8 @@ def our_settings(size: str, d: dict, processes: dict) -> dict:
         "bf16_rounding": ("stochastic" if o.bf16_stochastic_rounding else "to nearest") + " (bf16 model params "
                          "from fp32 main params)" if a.params_dtype == "bf16" else "none (fp32)",
         "generation": "eager" if r.enforce_eager else "decode step compiled (torch.compile; enforce_eager: false)",
+        "training_forward": ("decoder layers compiled (torch.compile; use_torch_compile: true)" if a.use_torch_compile
+                             else "eager (use_torch_compile: false)"),
     }
 
 
@@ -397,7 +402,7 @@ MUST_MATCH = ("n_samples", "max_new_tokens", "do_sample", "temperature", "top_p"
               "weight_decay", "betas", "adam_eps", "adam_kernel", "lr_schedule", "clip_grad", "compute_dtype", "master_dtype", "params",
               "ref_model", "threads", "niceness", "prompt_ids", "eos_ids", "sequences_per_update", "prompt_order", "device",
               "micro_batch")
-SHOWN_ONLY = ("kl_estimator", "adv", "bf16_rounding", "generation", "versions", "decay_params", "no_decay_params")
+SHOWN_ONLY = ("kl_estimator", "adv", "bf16_rounding", "generation", "training_forward", "versions", "decay_params", "no_decay_params")
 
 
 def check_settings(ours: dict, trl: dict) -> tuple[list[dict], list[str]]:
@@ -679,6 +684,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--compile", action="store_true", help="our side compiles its generation (enforce_eager: false: "
                    "the native engine's decode step, or vLLM's model); TRL 1.16 has no such switch (its GRPOTrainer "
                    "builds its GenerationConfig with disable_compile=True), so its generation stays eager")
+    p.add_argument("--compile-layers", action="store_true", help="our actor and reference run their decoder layers "
+                   "through torch.compile (use_torch_compile: true, models/compiled_layers.py)")
+    p.add_argument("--trl-torch-compile", action="store_true", help="TRL's side with TrainingArguments.torch_compile="
+                   "True (its model compiled by accelerate; the default is off)")
     p.add_argument("--dtype", default="fp32", choices=("fp32", "bf16"),
                    help="compute precision of both sides: bf16 = our bf16 model with fp32 main params in the "
                         "optimizer, TRL's bf16=True (autocast over fp32 parameters); MFU against the bf16 matmul peak")

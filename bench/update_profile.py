@@ -11,6 +11,8 @@ side follows TRL 1.16's `_get_per_token_logps_and_entropies` (logits only for th
     python bench/update_profile.py --size 10m      # the bench's random 10M Qwen2 (built in a temp dir)
     python bench/update_profile.py --size 10m --dtype bf16 --levers --variants ours,bf16-attn,transformers
                                                    # bf16 (transformers under autocast, as TRL's bf16=True)
+    python bench/update_profile.py --size 10m --dtype bf16 --levers --variants ours,compiled-layers --prompt 4 --repeat 5
+                                                   # use_torch_compile (the warm-up call compiles)
 """
 from __future__ import annotations
 
@@ -43,7 +45,7 @@ def ours(model_dir: str, batch: dict, prompt: int, full_logits: bool = False, lo
          megatron_rope: bool = False, unfused_wgrad: bool = False, unfused_embedding: bool = False,
          loop_adam: bool = False, all_rows: bool = False, kl: bool = True, megatron_swiglu: bool = False,
          log_softmax: bool = False, dtype: str = "fp32", bf16_attention: bool = False,
-         stochastic_rounding: bool = False, repeat_kv: bool = False):
+         stochastic_rounding: bool = False, repeat_kv: bool = False, compile_layers: bool = False):
     """One policy_update_step of a fresh model; full_logits / local_attention / megatron_rope /
     megatron_swiglu / unfused_wgrad / unfused_embedding turn a lever off (the output layer on every
     position; megatron's DotProductAttention; megatron's unfused RoPE instead of models/rotary.py;
@@ -53,7 +55,8 @@ def ours(model_dir: str, batch: dict, prompt: int, full_logits: bool = False, lo
     per-parameter Adam instead of its fused kernel; every row run, also those with zero advantages;
     log_softmax + gather for the log-probs and the exact finite check, _with_log_softmax; bf16 inputs
     attending in bf16 instead of fp32, bf16_attention; GQA's K/V repeated for their heads instead of
-    SDPA's enable_gqa, repeat_kv) to measure it alone; stochastic_rounding turns
+    SDPA's enable_gqa, repeat_kv) to measure it alone; compile_layers turns a lever on: the decoder
+    layers through torch.compile (`use_torch_compile`, models/compiled_layers.py); stochastic_rounding turns
     the bf16 main-to-model copy's stochastic rounding on (its cost). kl=False: the policy loss
     alone (no reference log-probs), where zero-advantage rows are left out."""
     import contextlib
@@ -65,7 +68,7 @@ def ours(model_dir: str, batch: dict, prompt: int, full_logits: bool = False, lo
     try:
         update = _ours(model_dir, batch, prompt, unfused_wgrad=unfused_wgrad, unfused_embedding=unfused_embedding,
                        loop_adam=loop_adam, kl=kl, megatron_swiglu=megatron_swiglu, dtype=dtype,
-                       stochastic_rounding=stochastic_rounding)
+                       stochastic_rounding=stochastic_rounding, compile_layers=compile_layers)
     finally:
         builder.sdpa_core_attention = sdpa
     if megatron_rope:
@@ -165,7 +168,7 @@ def _with_all_rows(update):
 
 def _ours(model_dir: str, batch: dict, prompt: int, unfused_wgrad: bool = False, unfused_embedding: bool = False,
           loop_adam: bool = False, kl: bool = True, megatron_swiglu: bool = False, dtype: str = "fp32",
-          stochastic_rounding: bool = False):
+          stochastic_rounding: bool = False, compile_layers: bool = False):
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state
     from mindspeed_rl.models.hf_bridge.loader import load_hf_checkpoint, read_hf_config
     from mindspeed_rl.models.hf_config import model_config_from_hf
@@ -184,6 +187,10 @@ def _ours(model_dir: str, batch: dict, prompt: int, unfused_wgrad: bool = False,
     params_dtype = PARAMS_DTYPES[dtype]
     model = build_gpt_model(args, params_dtype=params_dtype)  # bf16: megatron's bf16 model, fp32 main params
     load_hf_checkpoint(model, model_dir, args)
+    if compile_layers:
+        from mindspeed_rl.models import compiled_layers
+
+        compiled_layers.install(model)
     ddp = wrap_ddp(model, use_distributed_optimizer=False)
     if megatron_swiglu:  # the flag is per config (MoE experts keep a copy): megatron's unfused glu
         for module in ddp.module.modules():
@@ -257,10 +264,16 @@ def profile(name: str, step, repeat: int, top: int) -> float:
 
 def interleaved(steps: dict, rounds: int) -> dict:
     """Run each variant once per round, in turn (so a change in the machine's load hits all of them),
-    after one warm-up each; returns {name: [(wall s, process CPU s) per round]}. On a shared machine
+    after two warm-ups each (a compiled variant compiles there, and Dynamo's second look at a shape
+    may recompile); returns {name: [(wall s, process CPU s) per round]}. On a shared machine
     the CPU seconds (all threads of this process) say more than the wall time."""
-    for step in steps.values():
+    for name, step in steps.items():
+        t0 = time.perf_counter()
         step()
+        t1 = time.perf_counter()
+        step()
+        print(f"warm-up {name}: {t1 - t0:.2f} s, {time.perf_counter() - t1:.2f} s (a compiled variant compiles in "
+              f"the first)", flush=True)
     times = {name: [] for name in steps}
     for r in range(rounds):
         for name, step in steps.items():
@@ -323,7 +336,7 @@ def main() -> int:
                   "unfused-wgrad": {"unfused_wgrad": True}, "unfused-embedding": {"unfused_embedding": True},
                   "loop-adam": {"loop_adam": True}, "all-rows": {"all_rows": True},
                   "log-softmax": {"log_softmax": True}, "bf16-attn": {"bf16_attention": True},
-                  "repeat-kv": {"repeat_kv": True},
+                  "repeat-kv": {"repeat_kv": True}, "compiled-layers": {"compile_layers": True},
                   "stochastic-rounding": {"stochastic_rounding": True}}
         make = {name: (lambda off=off: ours(model_dir, batch, a.prompt, kl=kl, dtype=a.dtype, **off))
                 for name, off in levers.items()}

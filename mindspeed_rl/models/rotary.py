@@ -19,7 +19,9 @@ The patch point is one attribute: `megatron.core.transformer.attention.apply_rot
 name megatron's Attention.forward calls for q and k (0.12 and 0.16). `install()` checks that it is
 still megatron's rope_utils function with the expected parameters and replaces it once; anything
 this module does not implement (fused kernels, packed sequences, interleaved rotary, multi-latent
-attention) goes to megatron's original. Whether a platform uses it is `platform.own_rotary`
+attention) goes to megatron's original, and so does a forward traced by torch.compile
+(models/compiled_layers.py): inductor fuses megatron's plain formula and differentiates it itself,
+where this module's in-place halves would break the graph. Whether a platform uses it is `platform.own_rotary`
 (CPU, CUDA; NPU keeps MindSpeed's fused rope). The rollout engine's lean decode path rotates with
 the same `rotate_half` (rollout/kv_cache.py), so rollout and training compute RoPE alike.
 """
@@ -108,7 +110,7 @@ def apply_rotary_pos_emb(t: torch.Tensor, freqs: torch.Tensor, config, cu_seqlen
                          **kwargs) -> torch.Tensor:
     """Drop-in for megatron's rope_utils.apply_rotary_pos_emb (same arguments): our rotation where it
     is megatron's unfused bshd path with non-interleaved halves, megatron's own function elsewhere."""
-    if (cu_seqlens is not None or getattr(config, "apply_rope_fusion", False)
+    if (cu_seqlens is not None or torch.compiler.is_compiling() or getattr(config, "apply_rope_fusion", False)
             or getattr(config, "rotary_interleaved", False) or getattr(config, "multi_latent_attention", False)):
         return _MEGATRON(t, freqs, config, cu_seqlens=cu_seqlens, mscale=mscale, **kwargs)
     cos, sin = rotary_tables(freqs, t.dtype, mscale)

@@ -23,7 +23,9 @@ sets bias_activation_fusion only for gated silu MLPs on platforms where `platfor
 CUDA; NPU keeps MindSpeed's fused swiglu, use_fused_swiglu). What this module does not implement
 (fp8 input store, activation CPU offload) goes to megatron's original. Not covered: megatron's
 GroupedMLP (moe_grouped_gemm, refused where no grouped-GEMM kernel exists) and shared experts (not
-implemented by this framework) keep their own activation code.
+implemented by this framework) keep their own activation code. Under torch.compile
+(models/compiled_layers.py) `swiglu` is the plain silu(a) * b, which inductor fuses forward and
+backward (the `out=` writes into halves here would break the graph).
 """
 from __future__ import annotations
 
@@ -106,6 +108,9 @@ def swiglu(x: torch.Tensor) -> torch.Tensor:
     """megatron's gated silu of fc1's output x (..., 2h) -> (..., h)."""
     if x.shape[-1] % 2:
         raise ValueError(f"swiglu: the last dimension of fc1's output ({x.shape[-1]}) must be even.")
+    if torch.compiler.is_compiling():  # models/compiled_layers.py: inductor fuses the plain form
+        a, b = torch.chunk(x, 2, dim=-1)
+        return F.silu(a) * b
     return SwiGLU.apply(x)
 
 

@@ -75,6 +75,31 @@ def _parallel_kwargs(role_cfg, num_layers: int) -> dict:
     return parallel_config_kwargs(p.sequence_parallel, vpp, granularity, p.recompute_method, p.recompute_num_layers)
 
 
+def _compile_layers(chunks, role_cfg, platform) -> int:
+    """`use_torch_compile`: the role's dense decoder layers run compiled (models/compiled_layers.py).
+    Returns how many do."""
+    if not role_cfg.use_torch_compile:
+        return 0
+    from mindspeed_rl.models import compiled_layers
+
+    if not compiled_layers.applies(platform.name):
+        log.warning("%s: use_torch_compile does not apply on %s; the layers run eagerly.", role_cfg.role, platform.name)
+        return 0
+    n = compiled_layers.install(chunks)
+    log.info("%s: %d decoder layers run through torch.compile (use_torch_compile; the first step compiles).",
+             role_cfg.role, n)
+    return n
+
+
+def _compiled_layer_count(n: int) -> int:
+    """Layers that ran compiled: n, or 0 once a compile failed in this process (they run eagerly)."""
+    if not n:
+        return 0
+    from mindspeed_rl.models import compiled_layers
+
+    return 0 if compiled_layers.failed() is not None else n
+
+
 class _ModelWorker:
     """Shared set-up of the actor and reference workers (composition helper, not an API)."""
 
@@ -105,6 +130,7 @@ class _ModelWorker:
         if not train:
             for chunk in chunks:
                 chunk.requires_grad_(False)
+        self.compiled_layers = _compile_layers(chunks, role_cfg, platform)
         self.temperature = cfg.actor.rollout.temperature if cfg.actor.rollout.do_sample else 1.0
         self.phase_s: dict[str, float] = {}  # seconds per entry point since the last drain_timings
 
@@ -236,6 +262,7 @@ class ActorRolloutWorker(_ModelWorker):
         finally:
             _set_rng_state(rng)
         model = chunks[0] if len(chunks) == 1 else chunks
+        _compile_layers(chunks, ref_cfg, get_platform())
         if ref_cfg.load and ref_cfg.load != self.cfg.actor.load:
             from mindspeed_rl.models.checkpoint import load_weights
             load_weights(model, ref_cfg.load, args)
@@ -335,6 +362,8 @@ class ActorRolloutWorker(_ModelWorker):
         with self._timed("update_actor"):
             stats = self._update_actor(batch)
         stats.update(self.drain_timings())
+        if getattr(self, "compiled_layers", 0):  # use_torch_compile; 0 once a compile failed (then eager)
+            stats["perf/compiled_layers"] = _compiled_layer_count(self.compiled_layers)
         return stats
 
     def _update_actor(self, batch: dict) -> dict[str, float]:

@@ -52,16 +52,20 @@ def test_tiny_learns_in_bf16(tmp_path):
     learns by the same margin (measured: 0.02 -> ~0.84 at step 150 rounding to nearest, 0.04 -> 0.70
     stochastically, 0.94 at step 200). The rollout decodes through the compiled step (enforce_eager:
     false, the setting that pays in bf16), its matmuls on prepacked weights (units:
-    tests/unit/rollout/test_native_engine.py, tests/unit/platform/test_packed_linear.py)."""
+    tests/unit/rollout/test_native_engine.py, tests/unit/platform/test_packed_linear.py), and the actor's
+    and reference's decoder layers run compiled (training.use_torch_compile; units:
+    tests/unit/models/test_compiled_layers.py)."""
     A, R = "actor_rollout_ref.actor_rollout", "actor_rollout_ref.ref"
     proc = ray_gpt("training.train_iters=150", "training.test_freq=0", f"training.output_dir={tmp_path}",
-                   f"{A}.bf16=true", f"{R}.bf16=true", f"{A}.bf16_stochastic_rounding=true", f"{A}.enforce_eager=false")
+                   f"{A}.bf16=true", f"{R}.bf16=true", f"{A}.bf16_stochastic_rounding=true", f"{A}.enforce_eager=false",
+                   "training.use_torch_compile=true")
     assert proc.returncode == 0, proc.stderr[-3000:]
     resolved = (tmp_path / "config.yaml").read_text()
     assert "bf16: true" in resolved and "bf16_stochastic_rounding: true" in resolved
-    assert "enforce_eager: false" in resolved
+    assert "enforce_eager: false" in resolved and "use_torch_compile: true" in resolved
     rows = metrics(tmp_path)
     assert all(r["rollout/compiled_decode"] == 1.0 for r in rows), "the decode steps did not run compiled"
+    assert all(r["perf/compiled_layers"] == 2 for r in rows), "the decoder layers did not run compiled"
     assert all(r["rollout/packed_weights_gb"] > 0 for r in rows), "the decode matmuls did not read packed weights"
     first = sum(r["grpo/score/mean"] for r in rows[:10]) / 10
     last = sum(r["grpo/score/mean"] for r in rows[-10:]) / 10
@@ -69,14 +73,17 @@ def test_tiny_learns_in_bf16(tmp_path):
 
 
 def test_separated_actor_tp2_and_own_reference(tmp_path):
+    """Actor at TP=2 and a reference worker of its own; both with compiled decoder layers
+    (use_torch_compile: the graphs break at the parallel linears, which do the TP communication)."""
     A = "actor_rollout_ref.actor_rollout"
     proc = ray_gpt("training.train_iters=3", f"training.output_dir={tmp_path}", "resource_pool.actor_rollout=[2]",
                    "resource_pool.ref=[1]", f"{A}.tensor_model_parallel_size=2", "training.test_freq=0",
-                   "training.save_interval=3")
+                   "training.save_interval=3", "training.use_torch_compile=true")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "ranks 0-1: train+generate" in proc.stdout
     rows = metrics(tmp_path)
     assert len(rows) == 3 and rows[-1]["actor/kl_loss"] >= 0
+    assert all(r["perf/compiled_layers"] == 2 for r in rows)
     manifest = json.loads((tmp_path / "checkpoints" / "iter_0000003" / "manifest.json").read_text())
     assert manifest["step"] == 3
 

@@ -113,7 +113,8 @@ def test_the_reference_starts_from_the_actors_weights_and_leaves_the_rng_alone(g
     w.model, w.vocab_size = build_gpt_model(args), 40
     from mindspeed_rl.config.schema import ParallelConfig
 
-    role = SimpleNamespace(params_dtype="fp32", load=None, parallel=ParallelConfig(), param_offload=None)
+    role = SimpleNamespace(params_dtype="fp32", load=None, parallel=ParallelConfig(), param_offload=None,
+                           use_torch_compile=False)
     w.cfg = SimpleNamespace(run=SimpleNamespace(platform="cpu"), ref=role, actor=SimpleNamespace(load=None))
     import mindspeed_rl.workers.actor as actor
 

@@ -143,7 +143,7 @@ def test_the_worker_builds_its_model_on_its_device(gloo_world1, monkeypatch):
     from mindspeed_rl.config.schema import ParallelConfig
 
     role = SimpleNamespace(mindspeed_switches={}, parallel=ParallelConfig(), params_dtype="bf16", load=None,
-                           micro_batch_size=2)
+                           micro_batch_size=2, use_torch_compile=False)
     cfg = SimpleNamespace(run=SimpleNamespace(platform="auto", seed=1, tokenizer_name_or_path=None), ref=role,
                           actor=SimpleNamespace(rollout=SimpleNamespace(temperature=1.0, do_sample=False)),
                           resource_pool=SimpleNamespace(ref=[1]))
