@@ -14,7 +14,8 @@ How:
 - megatron's parallel linear layers stay eager (`torch.compiler.disable` on their forward): their
   autograd functions accumulate the weight gradient into `main_grad` (platform/wgrad_fusion.py,
   megatron's gradient_accumulation_fusion) and run the TP communication, which Dynamo cannot trace;
-  the graph breaks there cleanly, so a layer is six compiled pieces around four eager matmuls;
+  the graph breaks there cleanly, so a layer is six compiled pieces around four eager matmuls (nine
+  on megatron-core 0.16);
 - under compile, models/rotary.py and models/swiglu.py hand over to the plain formulas (megatron's
   unfused RoPE, silu(a) * b), which inductor fuses and differentiates itself;
 - the layer runs eagerly when a KV-cache attention is swapped in (rollout/kv_cache.py's non-lean path
