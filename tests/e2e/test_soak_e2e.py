@@ -3,7 +3,10 @@
 Driver and worker memory must stay flat after the warm-up, no file descriptor or object-store
 leak, and metrics.jsonl must hold every step once. Bounds are per 1,000 steps and generous for a
 shared 2-core machine (the measured growth is a few MB; a real leak of one batch per step is
-hundreds): they catch leaks, not noise.
+hundreds): they catch leaks, not noise. Growth is measured over the second half (--warmup 0.5): on
+an Intel host with AMX the actor's RSS still rose by ~16 MB while the tiny task learned (steps
+36-281 of a CI run: 67 MB per 1,000 steps from step 30), then stayed flat (a 600-step run: +3 MB
+per 1,000 steps from step 60), so the first tenth was not the whole warm-up there.
 """
 import json
 import subprocess
@@ -20,7 +23,7 @@ FD_GROWTH = 4
 
 def test_soak_300_steps(tmp_path):
     report_path = tmp_path / "soak.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "soak.py"), "--steps", "300", "--json", str(report_path),
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "soak.py"), "--steps", "300", "--warmup", "0.5", "--json", str(report_path),
                            "--out-dir", str(tmp_path / "run")], cwd=ROOT, capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rep = json.loads(report_path.read_text())
