@@ -35,6 +35,7 @@ import logging
 import torch
 
 from mindspeed_rl.platform import get_platform
+from mindspeed_rl.platform.base import compiled_layers
 
 get_platform().patch()  # megatron must be imported after the platform patch (no-op when done)
 
@@ -50,8 +51,8 @@ _CACHE_SIZE = 32  # graphs per compiled frame: shapes x train/eval x grad modes 
 
 
 def applies(platform_name: str) -> bool:
-    """Whether `use_torch_compile` compiles on this platform (not on Ascend)."""
-    return platform_name != "npu"
+    """Whether `use_torch_compile` compiles on this platform (platform.base.compiled_layers: not on Ascend)."""
+    return compiled_layers(platform_name)
 
 
 def _compiled(backend):

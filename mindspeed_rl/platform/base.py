@@ -311,6 +311,13 @@ def compiled_decode(name: str) -> bool:
     return name in ("cpu", "cuda")
 
 
+def compiled_layers(name: str) -> bool:
+    """Whether `use_torch_compile` compiles the decoder layers of the training and log-prob forwards
+    with torch.compile (inductor) on platform `name` (models/compiled_layers.py): CPU and CUDA. On
+    Ascend torch.compile needs torchair's backend, and MindSpeed's fused kernels serve there."""
+    return name in ("cpu", "cuda")
+
+
 def make_platform(name: str) -> Platform:
     """Build the Platform for a resolved name (imports only that device's module)."""
     if name == "npu":
