@@ -24,7 +24,7 @@ How:
 
 Numerics: inductor computes a fused bf16 chain in fp32 and rounds once, so bf16 results differ from
 the eager ops' by bf16 rounding; fp32 agrees within 2e-6 (tests/unit/models/test_compiled_layers.py).
-Where it applies (`applies`): dense TransformerLayer / MLP layers (MoE layers stay eager), not on
+Where it applies (platform.base.compiled_layers for the platform): dense TransformerLayer / MLP layers (MoE layers stay eager), not on
 Ascend (torch_npu's graph mode is MindSpeed's business).
 """
 from __future__ import annotations
@@ -35,7 +35,7 @@ import logging
 import torch
 
 from mindspeed_rl.platform import get_platform
-from mindspeed_rl.platform.base import compiled_layers
+from mindspeed_rl.platform.base import COMPILE_FAILED, compile_error_summary
 
 get_platform().patch()  # megatron must be imported after the platform patch (no-op when done)
 
@@ -45,14 +45,8 @@ from megatron.core.transformer.transformer_layer import TransformerLayer  # noqa
 
 log = logging.getLogger(__name__)
 
-_COMPILE_FAILED = (torch._dynamo.exc.BackendCompilerFailed, torch._dynamo.exc.InternalTorchDynamoError)
 _STATE = {"compiled": {}, "failed": None}  # backend -> the shared compiled forward; the error that stopped it
 _CACHE_SIZE = 32  # graphs per compiled frame: shapes x train/eval x grad modes x layer kinds
-
-
-def applies(platform_name: str) -> bool:
-    """Whether `use_torch_compile` compiles on this platform (platform.base.compiled_layers: not on Ascend)."""
-    return compiled_layers(platform_name)
 
 
 def _compiled(backend):
@@ -64,10 +58,9 @@ def _compiled(backend):
 
 def _stop(err: Exception) -> None:
     _STATE["failed"] = err
-    first = next((line.strip() for line in str(err).splitlines() if line.strip()), "")
-    log.warning("use_torch_compile: torch.compile failed on a decoder layer (%s: %s); the layers run eagerly from "
+    log.warning("use_torch_compile: torch.compile failed on a decoder layer (%s); the layers run eagerly from "
                 "here on. Inductor on CPU needs a working C++ compiler (g++ or clang++); install one, or set "
-                "use_torch_compile: false.", type(err).__name__, first[:300])
+                "use_torch_compile: false.", compile_error_summary(err))
 
 
 def _forward(layer: TransformerLayer, attention_type: type, compiled, *args, **kwargs):
@@ -76,7 +69,7 @@ def _forward(layer: TransformerLayer, attention_type: type, compiled, *args, **k
     if not eager:
         try:
             return compiled(layer, *args, **kwargs)
-        except _COMPILE_FAILED as err:  # raised while compiling, before the layer's graph ran
+        except COMPILE_FAILED as err:  # raised while compiling, before the layer's graph ran
             _stop(err)
     return TransformerLayer.forward(layer, *args, **kwargs)
 

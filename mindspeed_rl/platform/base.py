@@ -311,6 +311,18 @@ def compiled_decode(name: str) -> bool:
     return name in ("cpu", "cuda")
 
 
+# torch.compile's errors raised while compiling (before a graph runs): inductor's, e.g. no C++
+# compiler, subclass BackendCompilerFailed. The compiled decode and compiled layers fall back on them.
+COMPILE_FAILED = (torch._dynamo.exc.BackendCompilerFailed, torch._dynamo.exc.InternalTorchDynamoError)
+
+
+def compile_error_summary(err: Exception) -> str:
+    """`Type: first non-empty line` of a compile error (at most 300 characters of the line), for the
+    one warning a fallback to eager logs."""
+    first = next((line.strip() for line in str(err).splitlines() if line.strip()), "")
+    return f"{type(err).__name__}: {first[:300]}"
+
+
 def compiled_layers(name: str) -> bool:
     """Whether `use_torch_compile` compiles the decoder layers of the training and log-prob forwards
     with torch.compile (inductor) on platform `name` (models/compiled_layers.py): CPU and CUDA. On

@@ -75,6 +75,7 @@ from mindspeed_rl.models.forward import attention_mask_4d  # noqa: E402
 from mindspeed_rl.models.moe_replay import RoutingRecorder  # noqa: E402
 from mindspeed_rl.models.parallel import sequence_parallel_off  # noqa: E402
 from mindspeed_rl.platform import packed_linear  # noqa: E402
+from mindspeed_rl.platform.base import COMPILE_FAILED, compile_error_summary  # noqa: E402
 from mindspeed_rl.rollout.kv_cache import (KVCache, cached_attention, compile_unsupported, compiled_decode_step,  # noqa: E402
                                            decode_weights, forward_stage, lean_supported, new_cache)
 from mindspeed_rl.rollout.interface import check_prompts, FINISH_EOS, FINISH_LENGTH, RolloutOutput, SamplingParams  # noqa: E402
@@ -85,7 +86,6 @@ log = logging.getLogger(__name__)
 
 # torch.compile's failures to compile (inductor's, e.g. no C++ compiler, wrapped by Dynamo, or
 # Dynamo's own), raised at a compiled step's first call or a recompile, before its graph runs
-_COMPILE_FAILED = (torch._dynamo.exc.BackendCompilerFailed, torch._dynamo.exc.InternalTorchDynamoError)
 
 
 def _tp_size() -> int:
@@ -254,11 +254,9 @@ class NativeEngine:
         with the fix, and decode eagerly from this step on (the zero-filled cache and its length are
         the eager steps' too, so the generation goes on where it is)."""
         self._decode_step = None
-        first = next((line.strip() for line in str(err).splitlines() if line.strip()), "")
-        log.warning("native rollout engine: torch.compile failed on the decode step (%s: %s); decoding eagerly from "
+        log.warning("native rollout engine: torch.compile failed on the decode step (%s); decoding eagerly from "
                     "here on. Inductor on CPU needs a working C++ compiler (g++ or clang++); install one, or set "
-                    "actor_rollout_ref.actor_rollout.enforce_eager: true to skip compiling.",
-                    type(err).__name__, first[:300])
+                    "actor_rollout_ref.actor_rollout.enforce_eager: true to skip compiling.", compile_error_summary(err))
 
     @property
     def compiled(self) -> bool:
@@ -502,7 +500,7 @@ class NativeEngine:
                         logits = self._decode_step(self.model, step_ids, key_mask[rows], position, cache.k, cache.v,
                                                    cache.freqs, packed)[:, :self.vocab_size]
                         cache.length += 1
-                    except _COMPILE_FAILED as err:  # raised before the graph runs: the cache is untouched
+                    except COMPILE_FAILED as err:  # raised before the graph runs: the cache is untouched
                         self._stop_compiling(err)
                         compiled = False
                 if not compiled:

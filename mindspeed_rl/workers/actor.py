@@ -81,8 +81,9 @@ def _compile_layers(chunks, role_cfg, platform) -> int:
     if not role_cfg.use_torch_compile:
         return 0
     from mindspeed_rl.models import compiled_layers
+    from mindspeed_rl.platform.base import compiled_layers as platform_compiles_layers
 
-    if not compiled_layers.applies(platform.name):
+    if not platform_compiles_layers(platform.name):
         log.warning("%s: use_torch_compile does not apply on %s; the layers run eagerly.", role_cfg.role, platform.name)
         return 0
     n = compiled_layers.install(chunks)
