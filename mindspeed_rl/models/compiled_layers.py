@@ -20,7 +20,9 @@ How:
   unfused RoPE, silu(a) * b), which inductor fuses and differentiates itself;
 - the layer runs eagerly when a KV-cache attention is swapped in (rollout/kv_cache.py's non-lean path
   writes into its cache) or megatron's inference context is given; and for good once a compile fails
-  (e.g. inductor finds no C++ compiler): one warning with the fix, and the step goes on eagerly.
+  (e.g. inductor finds no C++ compiler): one warning with the fix, and the step goes on eagerly. The
+  backward graph is compiled together with the forward (not lazily at the first backward), so a
+  failure there too is caught at the layer's first call, before any gradient of the step exists.
 
 Numerics: inductor computes a fused bf16 chain in fp32 and rounds once, so bf16 results differ from
 the eager ops' by bf16 rounding; fp32 agrees within 2e-6 (tests/unit/models/test_compiled_layers.py).
@@ -35,7 +37,7 @@ import logging
 import torch
 
 from mindspeed_rl.platform import get_platform
-from mindspeed_rl.platform.base import COMPILE_FAILED, compile_error_summary
+from mindspeed_rl.platform.base import COMPILE_FAILED, compile_error_summary, compile_fix
 
 get_platform().patch()  # megatron must be imported after the platform patch (no-op when done)
 
@@ -58,9 +60,9 @@ def _compiled(backend):
 
 def _stop(err: Exception) -> None:
     _STATE["failed"] = err
+    summary = compile_error_summary(err)
     log.warning("use_torch_compile: torch.compile failed on a decoder layer (%s); the layers run eagerly from "
-                "here on. Inductor on CPU needs a working C++ compiler (g++ or clang++); install one, or set "
-                "use_torch_compile: false.", compile_error_summary(err))
+                "here on. %s", summary, compile_fix(summary, "use_torch_compile: false"))
 
 
 def _forward(layer: TransformerLayer, attention_type: type, compiled, *args, **kwargs):
@@ -68,7 +70,10 @@ def _forward(layer: TransformerLayer, attention_type: type, compiled, *args, **k
              or kwargs.get("inference_context") is not None or kwargs.get("inference_params") is not None)
     if not eager:
         try:
-            return compiled(layer, *args, **kwargs)
+            # the backward is compiled with the forward (AOTAutograd lowers it lazily, at the first
+            # loss.backward(), by default): a failure of either surfaces here, before the step began
+            with torch._functorch.config.patch(force_non_lazy_backward_lowering=True):
+                return compiled(layer, *args, **kwargs)
         except COMPILE_FAILED as err:  # raised while compiling, before the layer's graph ran
             _stop(err)
     return TransformerLayer.forward(layer, *args, **kwargs)

@@ -318,9 +318,21 @@ COMPILE_FAILED = (torch._dynamo.exc.BackendCompilerFailed, torch._dynamo.exc.Int
 
 def compile_error_summary(err: Exception) -> str:
     """`Type: first non-empty line` of a compile error (at most 300 characters of the line), for the
-    one warning a fallback to eager logs."""
+    one warning a fallback to eager logs. Dynamo's wrapper of a backend's error (`backend='...'
+    raised:`) is summarised by the error it wraps."""
+    inner = getattr(err, "inner_exception", None)
+    if isinstance(inner, BaseException) and inner is not err:
+        return f"{type(err).__name__} ({compile_error_summary(inner)})"
     first = next((line.strip() for line in str(err).splitlines() if line.strip()), "")
     return f"{type(err).__name__}: {first[:300]}"
+
+
+def compile_fix(summary: str, skip: str) -> str:
+    """The fix sentence of a fallback warning: a missing C++ compiler is the one failure a user can
+    mend; otherwise `skip` (the setting that turns compiling off) is the way out."""
+    if "Cxx" in summary or "C++" in summary:
+        return f"Inductor on CPU needs a working C++ compiler (g++ or clang++); install one, or set {skip}."
+    return f"The error is torch.compile's; set {skip} to skip compiling."
 
 
 def compiled_layers(name: str) -> bool:

@@ -75,7 +75,7 @@ from mindspeed_rl.models.forward import attention_mask_4d  # noqa: E402
 from mindspeed_rl.models.moe_replay import RoutingRecorder  # noqa: E402
 from mindspeed_rl.models.parallel import sequence_parallel_off  # noqa: E402
 from mindspeed_rl.platform import packed_linear  # noqa: E402
-from mindspeed_rl.platform.base import COMPILE_FAILED, compile_error_summary  # noqa: E402
+from mindspeed_rl.platform.base import COMPILE_FAILED, compile_error_summary, compile_fix  # noqa: E402
 from mindspeed_rl.rollout.kv_cache import (KVCache, cached_attention, compile_unsupported, compiled_decode_step,  # noqa: E402
                                            decode_weights, forward_stage, lean_supported, new_cache)
 from mindspeed_rl.rollout.interface import check_prompts, FINISH_EOS, FINISH_LENGTH, RolloutOutput, SamplingParams  # noqa: E402
@@ -254,9 +254,9 @@ class NativeEngine:
         with the fix, and decode eagerly from this step on (the zero-filled cache and its length are
         the eager steps' too, so the generation goes on where it is)."""
         self._decode_step = None
+        summary = compile_error_summary(err)
         log.warning("native rollout engine: torch.compile failed on the decode step (%s); decoding eagerly from "
-                    "here on. Inductor on CPU needs a working C++ compiler (g++ or clang++); install one, or set "
-                    "actor_rollout_ref.actor_rollout.enforce_eager: true to skip compiling.", compile_error_summary(err))
+                    "here on. %s", summary, compile_fix(summary, "actor_rollout_ref.actor_rollout.enforce_eager: true"))
 
     @property
     def compiled(self) -> bool:

@@ -146,6 +146,28 @@ def test_a_failing_compile_falls_back_to_eager_with_the_fix(gloo_world1, caplog)
     assert stats["actor/pg_loss"] == plain_stats["actor/pg_loss"] and torch.equal(logp, plain_logp)
 
 
+def test_a_compile_failing_in_the_backward_falls_back_before_the_step(gloo_world1, caplog):
+    """A backend whose backward compiler fails: the backward is compiled with the forward, so the
+    failure surfaces at the layer's first call, where the fallback catches it, and not from
+    loss.backward() in the middle of a step. The update equals the eager one."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    def backward_compiler(gm, example_inputs):
+        raise RuntimeError("backward lowering failed")
+
+    backend = aot_autograd(fw_compiler=lambda gm, _: make_boxed_func(gm.forward), bw_compiler=backward_compiler)
+    plain, plain_stats, state, plain_logp = _update()
+    with caplog.at_level(logging.WARNING, logger="mindspeed_rl.models.compiled_layers"):
+        model, stats, _, logp = _update(backend, state=state)
+    said = [r.getMessage() for r in caplog.records if "torch.compile failed on a decoder layer" in r.getMessage()]
+    assert len(said) == 1 and "(RuntimeError: backward lowering failed)" in said[0], said
+    assert "use_torch_compile: false" in said[0] and "C++" not in said[0], said
+    for n, p in model.named_parameters():
+        assert torch.equal(p.detach(), dict(plain.named_parameters())[n].detach()), n
+    assert stats["actor/pg_loss"] == plain_stats["actor/pg_loss"] and torch.equal(logp, plain_logp)
+
+
 def test_moe_layers_stay_eager():
     from megatron.core.transformer.transformer_layer import TransformerLayer
 
