@@ -405,10 +405,18 @@ def _check_moe(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
     if tp > 1 and not par.sequence_parallel and (ep > 1 or role.role == "actor_rollout"):
         problems.append(f"`{path}`: an MoE model at tensor_model_parallel_size {tp} needs sequence_parallel: true "
                         f"(megatron's rule; without it expert gradients are counted once per TP rank).")
-    if role.role == "actor_rollout" and (role.num_gpus_for_infer or role.rollout.rollout_engine == "vllm"):
+    if role.role == "actor_rollout" and role.num_gpus_for_infer:
         problems.append(f"`{path}`: the train/infer split does not carry MoE experts yet (its weight hand-off "
-                        f"gathers over TP only) and vLLM is not wired for MoE here; generate colocated with "
-                        f"rollout_engine: megatron (num_gpus_for_infer: 0).")
+                        f"gathers over TP only); generate colocated (num_gpus_for_infer: 0), with rollout_engine "
+                        f"megatron or vllm.")
+    if role.role == "actor_rollout" and role.rollout.rollout_engine == "vllm" and not a.qk_layernorm:
+        problems.append(f"`{path}.rollout_engine: vllm` runs an MoE model as vLLM's Qwen3-MoE, which has q/k norms, "
+                        f"but model {role.model_name} has none (qk_layernorm); set qk_layernorm: true or use "
+                        f"rollout_engine: megatron.")
+    if replay and role.rollout.rollout_engine == "vllm":
+        problems.append(f"`{path}.moe_enable_routing_replay: true` replays the expert choices the native engine "
+                        f"records; vLLM does not hand them back here. Use rollout_engine: megatron with it, or "
+                        f"set it to false.")
     if role.role == "actor_rollout" and ep > 1 and pp > 1:
         problems.append(f"`{path}`: expert_model_parallel_size {ep} with pipeline_model_parallel_size {pp}: the native "
                         f"engine decodes EP ranks in lock-step only without a pipeline; use PP 1 for an EP actor.")

@@ -116,7 +116,7 @@ def finish_hf_dir(tmp: str, out_dir: str, weight_map: Mapping[str, str], count: 
     shutil.rmtree(old, ignore_errors=True)
 
 
-def _gather_tp(tensor: torch.Tensor, kind: str) -> torch.Tensor:
+def gather_tp(tensor: torch.Tensor, kind: str) -> torch.Tensor:
     """The full tensor from its TP shards (expert kinds: its expert-tensor-parallel shards)."""
     from megatron.core import parallel_state as ps
 
@@ -165,7 +165,7 @@ def export_hf(model: torch.nn.Module, args: Mapping[str, Any], out_dir: str, voc
     expert_writer = ps.get_expert_tensor_parallel_rank() == 0 and ps.get_expert_data_parallel_rank() == 0
     for name, tensor in chunk_state_dict(model).items():
         kind = kind_of(name, tied)
-        full = _gather_tp(tensor, kind)  # every TP (ETP) rank joins the all-gather
+        full = gather_tp(tensor, kind)  # every TP (ETP) rank joins the all-gather
         held = experts if kind in EXPERT_KINDS else out
         if (expert_writer if kind in EXPERT_KINDS else writer):
             held.update({k: v.to(dtype or v.dtype) for k, v in mcore_to_hf(name, full, args, vocab_size).items()})

@@ -76,7 +76,20 @@ def engine_env(platform_name: str, kv_cache_gb: int) -> dict[str, str]:
     return env
 
 
-def sleep_level(platform_name: str) -> int:
+def sleep_level(platform_name: str, moe: bool = False) -> int:
     """vLLM sleep level used around the update: 1 (drop KV cache, offload weights to host) on
-    NPU (vllm-ascend supports level 1 only with weight updates) and CUDA; 0 = unsupported (CPU)."""
+    NPU (vllm-ascend supports level 1 only with weight updates) and CUDA; 0 = no sleep: on CPU
+    (unsupported) and for MoE models on NPU (no_sleep_reason)."""
+    if platform_name == "npu" and moe:
+        return 0
     return SLEEP_LEVEL.get(platform_name, 0)
+
+
+def no_sleep_reason(platform_name: str, moe: bool = False) -> str:
+    """Why the engine does not sleep on this device (logged once, at the first sleep)."""
+    if platform_name == "npu" and moe:
+        return ("vllm-ascend 0.23.0's wake_up transposes the MoE expert weights a second time (vllm-ascend issues "
+                "11548 / 12226, fixed after 0.23): the engine stays awake, its KV cache and weights allocated "
+                "during training")
+    size = f" ({os.environ['VLLM_CPU_KVCACHE_SPACE']} GiB)" if platform_name == "cpu" and "VLLM_CPU_KVCACHE_SPACE" in os.environ else ""
+    return f"vLLM has no sleep mode on {platform_name}: its KV cache{size} stays allocated during training"

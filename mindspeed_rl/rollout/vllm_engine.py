@@ -17,6 +17,9 @@ fused parameter (q/k/v -> qkv_proj, gate/up -> gate_up_proj) before it writes a 
 boundaries inside a layer and any order are safe; calling a full reload per chunk is not (it
 re-initialises the half-filled fused q/k/v and generates garbage). The functions live in
 vllm.model_executor.model_loader.reload in the vLLM versions we pair with (platform/vllm_env.py).
+MoE (Qwen3-MoE): vLLM 0.32's CPU experts kernel is prepacked once at start; a reload copies plain
+weights into that storage without prepacking them, so the engine prepacks them again after each
+update (_prepack_cpu_experts).
 
 Log-probs: vLLM's `processed_logprobs` mode returns log_softmax(logits / T) over the full vocabulary
 (the default raw mode returns T = 1 values), the trainer's quantity. With top_k > 0 or top_p < 1
@@ -112,6 +115,36 @@ def _retie_embeddings(model: torch.nn.Module) -> None:
     if method is not None and hasattr(method, "process_weights_after_loading"):
         method.process_weights_after_loading(head)
 
+
+def _prepack_cpu_experts(model: torch.nn.Module) -> int:
+    """vLLM 0.32 on CPU: a weight update leaves MoE experts unprepacked. Its unquantized MoE method
+    runs the experts kernel's own post-load step (the CPU kernel prepacks w13 / w2 into its
+    grouped-GEMM layout) only on the first load; on a reload it copies the new, plain weights into
+    the prepacked storage, and the experts then compute garbage. Run that step again, copying into
+    the same storage (a compiled model keeps its inputs). Returns the MoE layers redone."""
+    try:
+        from vllm.model_executor.layers.fused_moe.experts import cpu_moe
+    except ImportError:  # a vLLM without the CPU experts kernel: nothing to redo
+        return 0
+    import functools
+
+    done = 0
+    for module in model.modules():
+        kernel = getattr(getattr(module, "quant_method", None), "moe_kernel", None)
+        experts = getattr(kernel, "fused_experts", None)
+        if not isinstance(experts, cpu_moe.CPUUnquantizedExperts):
+            continue
+        replace = cpu_moe.replace_parameter
+        cpu_moe.replace_parameter = functools.partial(replace, prefer_copy=True)
+        try:
+            experts.process_weights_after_loading(module)
+        finally:
+            cpu_moe.replace_parameter = replace
+        done += 1
+    return done
+
+
+SHM_PREFIX = "mindspeed_rl_vllm_"
 
 SHM_PREFIX = "mindspeed_rl_vllm_"
 
@@ -209,7 +242,8 @@ class VLLMEngine:
         self.eos_token_ids = tuple(int(t) for t in eos_token_ids)
         self.pad_token_id = int(pad_token_id)
         self.bucket_bytes = int(bucket_bytes)
-        self.sleep_level = vllm_env.sleep_level(self.platform_name)
+        self._moe = int(hf_config.get("num_experts") or 0) > 1
+        self.sleep_level = vllm_env.sleep_level(self.platform_name, self._moe)
         self.last_sync: dict[str, float] = {}
         self._asleep = False
         self._said_no_sleep = False
@@ -312,20 +346,23 @@ class VLLMEngine:
                 del chunk
             finalize_layerwise_reload(model, model_config)
             _retie_embeddings(model)
+            _prepack_cpu_experts(model)
 
-        with torch.no_grad(), _keep_torch_threads():
+        # on a device, the reload materialises each layer there (vllm-ascend's own reload runs under
+        # the device context; vLLM 0.32 records the device itself)
+        device = get_platform().current_device() if self.platform_name != "cpu" else None
+        with torch.no_grad(), _keep_torch_threads(), (torch.device(device) if device else contextlib.nullcontext()):
             self.llm.apply_model(load)
         self.llm.reset_prefix_cache()
         self.last_sync = {"seconds": time.perf_counter() - t0, "peak_bytes": float(stats["peak_bytes"]),
                           "tensors": float(stats["tensors"])}
 
     def sleep(self) -> None:
-        """Release the KV cache (and offload the weights) before the training step; a no-op on
-        devices without vLLM sleep mode (CPU), said once."""
+        """Release the KV cache (and offload the weights) before the training step; a no-op where
+        the engine does not sleep (CPU; MoE on NPU: platform/vllm_env.no_sleep_reason), said once."""
         if not self.sleep_level:
             if not self._said_no_sleep:
-                log.info("vLLM has no sleep mode on %s: its KV cache (%s GiB) stays allocated during training",
-                         self.platform_name, os.environ.get("VLLM_CPU_KVCACHE_SPACE", "?"))
+                log.info("%s", vllm_env.no_sleep_reason(self.platform_name, self._moe))
                 self._said_no_sleep = True
             return
         if not self._asleep:

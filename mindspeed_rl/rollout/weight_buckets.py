@@ -22,26 +22,48 @@ BUCKET_MB = 256.0  # weights per object-store entry: a few entries per billion p
 
 
 def gathered_hf_tensors(model: torch.nn.Module, args: Mapping[str, Any]) -> Iterator[tuple[str, torch.Tensor]]:
-    """(HF name, full tensor) of this rank's pipeline stage, TP shards merged.
+    """(HF name, full tensor) of this rank's pipeline stage, TP shards merged; MoE experts merged
+    over their expert-TP group and collected from every expert-parallel rank.
 
-    Every rank of a TP group must run the iteration to the end together (each parameter is an
-    all-gather over the group); all of them get the same full tensors. Vocabulary rows are kept
-    up to padded_vocab_size, the tied output layer is left out (it is the embedding).
+    Every rank of a TP group (and, with experts, of an EP group) must run the iteration to the end
+    together (each parameter is an all-gather over the group); all of them get the same full
+    tensors. At most one parameter's shards (one expert's, times EP) are held beyond the model.
+    Vocabulary rows are kept up to padded_vocab_size, the tied output layer is left out (it is
+    the embedding).
     """
     from megatron.core import parallel_state as ps
 
     from mindspeed_rl.models.checkpoint import chunk_state_dict
-    from mindspeed_rl.models.hf_bridge.sharding import kind_of, mcore_to_hf, merge_tp
+    from mindspeed_rl.models.hf_bridge.mapping import EXPERT_KINDS
+    from mindspeed_rl.models.hf_bridge.sharding import kind_of, mcore_to_hf
+    from mindspeed_rl.models.hf_export import gather_tp
 
     tied = not args.get("untie_embeddings_and_output_weights", False)
-    tp = ps.get_tensor_model_parallel_world_size()
+    vocab = int(args["padded_vocab_size"])
+    ep = ps.get_expert_model_parallel_world_size() if int(args.get("num_experts") or 0) > 1 else 1
     for name, tensor in chunk_state_dict(model).items():
         kind = kind_of(name, tied)
-        if tp > 1 and kind != "replicated":
-            parts = [torch.empty_like(tensor) for _ in range(tp)]
-            torch.distributed.all_gather(parts, tensor.contiguous(), group=ps.get_tensor_model_parallel_group())
-            tensor = merge_tp(kind, parts)
-        yield from mcore_to_hf(name, tensor, args, int(args["padded_vocab_size"])).items()
+        full = gather_tp(tensor, kind)
+        if kind not in EXPERT_KINDS or ep == 1:
+            yield from mcore_to_hf(name, full, args, vocab).items()
+            continue
+        parts = [torch.empty_like(full) for _ in range(ep)]
+        torch.distributed.all_gather(parts, full.contiguous(), group=ps.get_expert_model_parallel_group())
+        for r, part in enumerate(parts):
+            yield from mcore_to_hf(expert_on_rank(name, args, ep, r), part, args, vocab).items()
+
+
+def expert_on_rank(name: str, args: Mapping[str, Any], ep: int, ep_rank: int) -> str:
+    """The megatron name (global expert number) of the expert that EP rank `ep_rank` holds in the
+    place where this rank holds `name` (megatron splits the experts contiguously over EP)."""
+    import re
+
+    from megatron.core import parallel_state as ps
+
+    per = int(args["num_experts"]) // ep
+    match = re.search(r"local_experts\.(\d+)\.", name)
+    local = int(match.group(1)) - ps.get_expert_model_parallel_rank() * per
+    return f"{name[:match.start(1)]}{ep_rank * per + local}{name[match.end(1):]}"
 
 
 def hf_buckets(named: Iterable[tuple[str, torch.Tensor]], bucket_mb: float) -> Iterator[dict[str, torch.Tensor]]:
@@ -62,6 +84,8 @@ def export_hf_buckets(model: torch.nn.Module, args: Mapping[str, Any], bucket_mb
 
     Only DP rank 0 takes part (DP replicas hold the same weights); its TP ranks gather together
     and TP rank 0 puts the buckets ({HF name: tensor}, about bucket_mb each). Other ranks return [].
+    Not for MoE models at EP > 1, whose experts live on other DP ranks (config validation refuses
+    the train/infer split for MoE).
     """
     import ray
     from megatron.core import parallel_state as ps

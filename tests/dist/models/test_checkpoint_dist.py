@@ -43,13 +43,13 @@ def _hf_grads(model, args):
     """This chunk's parameter gradients, TP-merged and mapped to HF names (on every TP rank)."""
     from mindspeed_rl.models.checkpoint import chunk_state_dict
     from mindspeed_rl.models.hf_bridge.sharding import kind_of, mcore_to_hf
-    from mindspeed_rl.models.hf_export import _gather_tp
+    from mindspeed_rl.models.hf_export import gather_tp
 
     tied = not args.get("untie_embeddings_and_output_weights", False)
     names = list(chunk_state_dict(model))
     out = {}
     for name, p in zip(names, [t for k, t in model.state_dict(keep_vars=True).items() if not k.endswith("_extra_state")]):
-        out.update(mcore_to_hf(name, _gather_tp(p.grad, kind_of(name, tied)), args, VOCAB))
+        out.update(mcore_to_hf(name, gather_tp(p.grad, kind_of(name, tied)), args, VOCAB))
     return out
 
 

@@ -49,13 +49,13 @@ def _full_grads(model, args):
     """{HF name: full gradient} of the tensors this rank holds (TP / ETP shards merged)."""
     from mindspeed_rl.models.hf_bridge.loader import global_param_name
     from mindspeed_rl.models.hf_bridge.sharding import kind_of, mcore_to_hf
-    from mindspeed_rl.models.hf_export import _gather_tp
+    from mindspeed_rl.models.hf_export import gather_tp
 
     tied = not args.get("untie_embeddings_and_output_weights", False)
     out = {}
     for local, p in model.named_parameters():
         name = global_param_name(model, local)[0]
-        out.update(mcore_to_hf(name, _gather_tp(p.grad, kind_of(name, tied)), args, VOCAB))
+        out.update(mcore_to_hf(name, gather_tp(p.grad, kind_of(name, tied)), args, VOCAB))
     return out
 
 
@@ -200,6 +200,15 @@ def _moe_job(rank, world_size, hf_dir, work):
                                           post_fn=lambda out, mb: gather_from_tensor_model_parallel_region(out))
         if ps.is_pipeline_last_stage():
             res[("logits", key)] = torch.cat(logits)
+        if pp == 1:  # what a colocated vLLM engine is fed: full tensors, every expert from every EP rank
+            from safetensors.torch import load_file
+
+            from mindspeed_rl.rollout.weight_buckets import gathered_hf_tensors
+
+            ref = load_file(f"{hf_dir}/model.safetensors")
+            got = dict(gathered_hf_tensors(model, args))
+            res[("gathered", key)] = (sorted(got), sorted(ref), max(
+                (got[n][:ref[n].shape[0]] - ref[n]).abs().max().item() for n in ref if n in got))
         if (tp, pp, ep) == (1, 1, 1) or pp == 2:  # the rollout routing of every layer, joined over stages
             res[("pp_routing", key)] = _pipeline_routing(model, ids, mask, pp)
         if pp == 1 and tp == 1:  # the native engine: each (DP) rank its own prompts, EP ranks in lock-step
@@ -284,6 +293,16 @@ def test_moe_gradients_match_transformers(moe, layout):
     rel = {name: ((g - ref[name]).norm() / ref[name].norm().clamp_min(1e-12)).item() for name, g in seen.items()}
     bad = {name: f"{r:.2e}" for name, r in rel.items() if not r <= 1e-4}
     assert not bad, f"{layout}: relative gradient errors above 1e-4: {bad}"
+
+
+@pytest.mark.parametrize("layout", [l for l in LAYOUTS if l[1] == 1], ids=lambda l: "tp{}ep{}etp{}{}".format(
+    l[0], *l[2:4], "sp" * l[4]))
+def test_moe_weights_gathered_for_a_rollout_engine_are_the_checkpoints(moe, layout):
+    """rollout/weight_buckets.gathered_hf_tensors (the colocated vLLM sync) gives every rank every HF
+    tensor of the model, experts of all EP ranks merged over ETP, equal to the checkpoint bit for bit."""
+    for r in moe[0]:
+        got, ref, diff = r[("gathered", layout)]
+        assert got == ref and diff == 0.0, (layout, diff, sorted(set(ref) ^ set(got))[:4])
 
 
 def test_moe_metrics_count_every_routed_token(moe):

@@ -63,3 +63,7 @@ def test_version_pairs_one_sentence_per_mismatch():
     assert vllm_env.engine_env("npu", 1)["VLLM_ASCEND_ENABLE_NZ"] == "0"
     assert vllm_env.engine_env("cpu", 3)["VLLM_CPU_KVCACHE_SPACE"] == "3"
     assert (vllm_env.sleep_level("cpu"), vllm_env.sleep_level("npu"), vllm_env.sleep_level("cuda")) == (0, 1, 1)
+    # vllm-ascend 0.23.0's wake_up transposes MoE expert weights again: an MoE engine stays awake on NPU
+    assert (vllm_env.sleep_level("npu", moe=True), vllm_env.sleep_level("cuda", moe=True)) == (0, 1)
+    assert "transposes the MoE expert weights a second time" in vllm_env.no_sleep_reason("npu", moe=True)
+    assert vllm_env.no_sleep_reason("cpu").startswith("vLLM has no sleep mode on cpu: its KV cache")

@@ -1,0 +1,150 @@
+"""The vLLM engine with a mixture-of-experts model (Qwen3-MoE): synced from the training model its
+greedy tokens equal the native engine's and its sampled log-probs the training forward's; a weight
+update streamed in shuffled chunks (a layer's experts split over chunks) gives what the training
+model with the new weights gives, twice in a row (vLLM 0.32's CPU experts kernel keeps its weights
+prepacked, and a reload left them unpacked before rollout/vllm_engine._prepack_cpu_experts); and
+ray_gpt.py with an EP=2 MoE actor generating on vLLM learns the tiny task."""
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import testing_utils
+from mindspeed_rl.rollout.interface import SamplingParams
+
+from test_vllm_engine import HF_VOCAB, PROMPTS, _megatron, _training_log_probs
+
+ROOT = Path(__file__).resolve().parents[2]
+A = "actor_rollout_ref.actor_rollout"
+
+
+def _tiny_moe(out_dir, seed):
+    """The tiny Qwen3-MoE of testing_utils (4 experts of width 32, top-2, renormalised, head dim 32)
+    at hidden 128, saved to out_dir."""
+    old = dict(testing_utils.TINY_HF)
+    testing_utils.TINY_HF.update(hidden_size=128)
+    try:
+        return testing_utils.make_tiny_hf("qwen3_moe", str(out_dir), seed=seed)
+    finally:
+        testing_utils.TINY_HF.clear()
+        testing_utils.TINY_HF.update(old)
+
+
+@pytest.fixture(scope="module")
+def moe(tmp_path_factory, gloo_world1):
+    """(HF dir, megatron model, args, engine synced from it, hf_config)."""
+    from mindspeed_rl.rollout.vllm_engine import VLLMEngine
+    from mindspeed_rl.rollout.weight_buckets import gathered_hf_tensors
+
+    out = tmp_path_factory.mktemp("qwen3moe")
+    _tiny_moe(out, seed=0)
+    model, args = _megatron(str(out))
+    hf_config = json.loads((out / "config.json").read_text())
+    engine = VLLMEngine(hf_config, vocab_size=HF_VOCAB, max_length=128, eos_token_ids=[0], pad_token_id=0, seed=0)
+    engine.update_weights(gathered_hf_tensors(model, args))
+    yield out, model, args, engine, hf_config
+    engine.close()
+
+
+def _same_as_the_training_model(engine, model):
+    """Greedy tokens equal the native engine's on `model`; sampled log-probs equal its forward's."""
+    from mindspeed_rl.rollout.native import NativeEngine
+
+    greedy = SamplingParams(do_sample=False, max_new_tokens=24, ignore_eos=True)
+    native = NativeEngine(model, vocab_size=HF_VOCAB, max_length=128).generate(PROMPTS, greedy)
+    ours = engine.generate(PROMPTS, greedy)
+    assert torch.equal(ours.responses, native.responses)
+    assert (ours.log_probs - native.log_probs).abs().max() <= 1e-4
+    for temperature in (1.0, 0.7):
+        out = engine.generate(PROMPTS, SamplingParams(n=4, temperature=temperature, max_new_tokens=20, seed=3,
+                                                      ignore_eos=True))
+        diff = (_training_log_probs(model, out, temperature) - out.log_probs).abs().max()
+        print(f"qwen3_moe T={temperature}: max |vLLM - training| log-prob = {diff:.2e}")
+        assert diff <= 1e-4, (temperature, float(diff))
+
+
+def test_moe_engine_equals_the_training_model(moe):
+    _, model, _, engine, _ = moe
+    _same_as_the_training_model(engine, model)
+
+
+def test_moe_update_in_shuffled_chunks_equals_the_training_model_with_the_new_weights(moe, tmp_path):
+    """Weights of another seed, streamed in chunks of 3 tensors in shuffled order (one expert's
+    gate/up/down in different chunks), then the first weights again the same way: after each update
+    the engine generates what the training model holding those weights generates."""
+    _, model, args, engine, _ = moe
+    hf = _tiny_moe(tmp_path, seed=1)
+    new_model, _ = _megatron(str(tmp_path), seed=1)
+    from mindspeed_rl.rollout.weight_buckets import gathered_hf_tensors
+
+    new = _per_expert(hf.state_dict())
+    if hf.config.tie_word_embeddings:
+        del new["lm_head.weight"]
+    for target, weights in ((new_model, new), (model, dict(gathered_hf_tensors(model, args)))):
+        items = list(weights.items())
+        random.Random(0).shuffle(items)
+        chunks = [items[i:i + 3] for i in range(0, len(items), 3)]
+        where = {name: i for i, chunk in enumerate(chunks) for name, _ in chunk}
+        assert any(len({where[f"model.layers.{layer}.mlp.experts.{e}.{p}_proj.weight"] for p in ("gate", "up", "down")}) > 1
+                   for layer in range(2) for e in range(4)), "the shuffle must split an expert over chunks"
+        engine.update_weights_chunks(chunks)
+        _same_as_the_training_model(engine, target)
+
+
+def _per_expert(tensors):
+    """transformers 5 keeps experts fused in memory ((E, 2f, h) gate_up_proj, (E, h, f) down_proj);
+    the checkpoint (and vLLM's loader) name them per expert."""
+    out = {}
+    for name, t in tensors.items():
+        if name.endswith("mlp.experts.gate_up_proj"):
+            for e, w in enumerate(t):
+                out[f"{name[:-len('gate_up_proj')]}{e}.gate_proj.weight"], \
+                    out[f"{name[:-len('gate_up_proj')]}{e}.up_proj.weight"] = w.chunk(2, dim=0)
+        elif name.endswith("mlp.experts.down_proj"):
+            for e, w in enumerate(t):
+                out[f"{name[:-len('down_proj')]}{e}.down_proj.weight"] = w
+        else:
+            out[name] = t
+    return out
+
+
+@pytest.mark.e2e
+def test_moe_actor_at_ep2_generating_on_vllm_learns_the_tiny_task(tmp_path):
+    """ray_gpt.py, a tiny Qwen3-MoE actor (qk norms, head dim 32) at EP=2, colocated, rollout_engine
+    vllm: every rank's engine gets every expert each step (gathered over EP), the sync check passes
+    at every step, and the tiny task is learnt by the native MoE e2e test's margin."""
+    steps = 60
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "ray_gpt.py"), f"{A}.rollout_engine=vllm", "training.hidden_size=128",
+         "training.kv_channels=32", "training.qk_layernorm=true", "training.num_experts=4",
+         "training.moe_ffn_hidden_size=128", "training.moe_router_topk=2", f"{A}.expert_model_parallel_size=2",
+         f"{A}.lr=3e-3", "resource_pool.actor_rollout=[2]", "training.test_freq=0", "training.save_interval=0",
+         f"training.train_iters={steps}", f"training.output_dir={tmp_path}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+        env={**os.environ, "RAY_ADDRESS": "local", "RAY_AUTH_MODE": "disabled"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(1, steps + 1))
+    first = sum(r["grpo/score/mean"] for r in rows[:10]) / 10
+    last = sum(r["grpo/score/mean"] for r in rows[-10:]) / 10
+    print(f"MoE EP=2 on vLLM: score {first:.3f} -> {last:.3f}")
+    assert last > first + 0.05, (first, last)  # tests/e2e/test_moe_e2e.py's margin
+    for r in rows:
+        assert r["rollout/logp_diff_max"] <= 1e-4 and r["timing/sync_weights"] > 0, r
+        assert r["moe/expert_tokens_max"] > 0
+
+
+@pytest.mark.e2e
+def test_moe_actor_at_tp2_with_vllm_at_inference_tp2(tmp_path):
+    """A TP-2 (+SP, ETP 2) MoE actor hosting one vLLM engine at inference TP 2: the experts merged over
+    ETP reach both ranks' slices, every step is synced and passes the check, /dev/shm is left clean."""
+    from test_vllm_e2e import run_at_inference_tp2
+
+    run_at_inference_tp2(tmp_path, "ranks 0-1: train+generate", "resource_pool.actor_rollout=[2]",
+                         f"{A}.tensor_model_parallel_size=2", f"{A}.sequence_parallel=true", "training.qk_layernorm=true",
+                         "training.num_experts=4", "training.moe_ffn_hidden_size=128", "training.moe_router_topk=2")
