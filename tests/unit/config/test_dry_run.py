@@ -46,6 +46,17 @@ def test_dry_run_shipped(name, tmp_path, monkeypatch, capsys):
     assert "# placement plan" in out and "actor_rollout" in out and "dry_run: the config is valid" in out
 
 
+def test_the_moe_config_with_vllm_as_its_comment_says_dry_runs(tmp_path, monkeypatch, capsys):
+    """grpo_trainer_qwen3_30b_a3b.yaml's comment: the same config generating on vllm-ascend."""
+    name, over = "grpo_trainer_qwen3_30b_a3b", ["actor_rollout_ref.actor_rollout.rollout_engine=vllm",
+                                                 "actor_rollout_ref.actor_rollout.infer_tensor_parallel_size=4"]
+    text = (REPO_CONFIG_DIR / f"{name}.yaml").read_text()
+    assert all(o in text for o in over)
+    monkeypatch.chdir(tmp_path)
+    make_paths(tmp_path, build_config(compose_yaml(name), name))
+    assert ray_gpt.main(["--config-name", name, *over, "dry_run=true"]) == 0, capsys.readouterr().err
+
+
 def test_ray_gpt_user_config_parses(tmp_path, monkeypatch, capsys):
     """A MindSpeed-LLM ray_gpt GRPO config (reward model, Megatron-only keys) from the user's own dir."""
     monkeypatch.chdir(tmp_path)
