@@ -405,10 +405,14 @@ def _check_moe(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
     if tp > 1 and not par.sequence_parallel and (ep > 1 or role.role == "actor_rollout"):
         problems.append(f"`{path}`: an MoE model at tensor_model_parallel_size {tp} needs sequence_parallel: true "
                         f"(megatron's rule; without it expert gradients are counted once per TP rank).")
-    if role.role == "actor_rollout" and role.num_gpus_for_infer:
-        problems.append(f"`{path}`: the train/infer split does not carry MoE experts yet (its weight hand-off "
-                        f"gathers over TP only); generate colocated (num_gpus_for_infer: 0), with rollout_engine "
-                        f"megatron or vllm.")
+    split = role.role == "actor_rollout" and role.num_gpus_for_infer
+    if split and role.rollout.rollout_engine != "vllm" and tp > 1:
+        problems.append(f"`{path}`: the train/infer split's megatron engine decodes an MoE model at the actor's "
+                        f"tensor_model_parallel_size {tp} without sequence parallelism, which megatron's MoE "
+                        f"layers need at TP > 1; use rollout_engine: vllm for the split, TP 1, or generate colocated.")
+    if split and replay:
+        problems.append(f"`{path}.moe_enable_routing_replay: true` replays the expert choices of the colocated native "
+                        f"engine; the train/infer split does not hand them back. Generate colocated, or set it to false.")
     if role.role == "actor_rollout" and role.rollout.rollout_engine == "vllm" and not a.qk_layernorm:
         problems.append(f"`{path}.rollout_engine: vllm` runs an MoE model as vLLM's Qwen3-MoE, which has q/k norms, "
                         f"but model {role.model_name} has none (qk_layernorm); set qk_layernorm: true or use "

@@ -82,19 +82,21 @@ def hf_buckets(named: Iterable[tuple[str, torch.Tensor]], bucket_mb: float) -> I
 def export_hf_buckets(model: torch.nn.Module, args: Mapping[str, Any], bucket_mb: float = BUCKET_MB) -> list:
     """Put this stage's HF-named weights in the Ray object store; returns the object refs.
 
-    Only DP rank 0 takes part (DP replicas hold the same weights); its TP ranks gather together
-    and TP rank 0 puts the buckets ({HF name: tensor}, about bucket_mb each). Other ranks return [].
-    Not for MoE models at EP > 1, whose experts live on other DP ranks (config validation refuses
-    the train/infer split for MoE).
+    DP rank 0 takes part (DP replicas hold the same weights): its TP ranks gather together and TP
+    rank 0 puts the buckets ({HF name: tensor}, about bucket_mb each). An MoE model at EP > 1 keeps
+    the other experts on other DP ranks: then every rank runs the gathers (each TP group its own,
+    each EP group its experts) and still only that one rank puts buckets. Other ranks return [].
     """
     import ray
     from megatron.core import parallel_state as ps
 
-    if ps.get_data_parallel_rank() != 0:
+    experts_elsewhere = int(args.get("num_experts") or 0) > 1 and ps.get_expert_model_parallel_world_size() > 1
+    sender = ps.get_data_parallel_rank() == 0 and ps.get_tensor_model_parallel_rank() == 0
+    if ps.get_data_parallel_rank() != 0 and not experts_elsewhere:
         return []
     named = gathered_hf_tensors(model, args)
-    if ps.get_tensor_model_parallel_rank() != 0:
-        for _ in named:  # take part in every all-gather; TP rank 0 sends
+    if not sender:
+        for _ in named:  # take part in every all-gather; the sender puts the buckets
             pass
         return []
     # a copy per tensor: parameters are views into megatron's contiguous buffers, and pickling a

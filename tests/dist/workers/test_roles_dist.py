@@ -1,7 +1,8 @@
 """The reward-model and split roles as Ray worker groups on a local Ray (4 logical NPUs, gloo):
 - RewardModelWorker at TP=2 scores like transformers' Qwen2ForSequenceClassification (1e-4);
-- train/infer split, training on 2 ranks (TP=2, or PP=2) and generation on 2 others (the actor's
-  TP: one TP=2 group, or two DP ranks): after a sync the generation ranks hold the training
+- train/infer split, training on 2 ranks (TP=2, PP=2, or an MoE actor at EP=2: each rank holds half
+  of the experts) and generation on 2 others (the actor's TP: one TP=2 group, or two DP ranks):
+  after a sync the generation ranks hold the training
   weights bit for bit (also after an update), and the training ranks' log-probs of the generated
   batch match the sampler's within 1e-5."""
 
@@ -65,8 +66,13 @@ def _rollout_weights_equal_training(actor, train_group, gen_group):
     return sent
 
 
-@pytest.mark.parametrize("tp,pp", [(2, 1), (1, 2)], ids=["train-tp2-gen-tp2", "train-pp2-gen-dp2"])
-def test_split_sync_bit_exact_and_logprobs_agree(ray_session, tp, pp):
+MOE_EP2 = ("training.num_experts=4", "training.moe_ffn_hidden_size=64", "training.moe_router_topk=2",
+           f"{A}.expert_model_parallel_size=2")
+
+
+@pytest.mark.parametrize("tp,pp,extra", [(2, 1, ()), (1, 2, ()), (1, 1, MOE_EP2)],
+                         ids=["train-tp2-gen-tp2", "train-pp2-gen-dp2", "train-moe-ep2-gen-dp2"])
+def test_split_sync_bit_exact_and_logprobs_agree(ray_session, tp, pp, extra):
     from mindspeed_rl.data.loader import build_prompt_loader
     from mindspeed_rl.data.tokenizer import load_tokenizer
     from mindspeed_rl.trainer.launch import _with_group_ids
@@ -76,7 +82,7 @@ def test_split_sync_bit_exact_and_logprobs_agree(ray_session, tp, pp):
         "resource_pool.actor_rollout=[4]", f"{A}.tensor_model_parallel_size={tp}",
         f"{A}.pipeline_model_parallel_size={pp}", f"{A}.num_gpus_for_train=2", f"{A}.num_gpus_for_infer=2",
         "training.global_batch_size=4", f"{A}.ppo_mini_batch_size=4", f"{A}.micro_batch_size=8",
-        f"{A}.use_kl_loss=false"]), "t")
+        f"{A}.use_kl_loss=false", *extra]), "t")
     plan = make_plan(cfg)
     pools = create_pools(plan, "NPU", timeout_s=60)
     groups = []

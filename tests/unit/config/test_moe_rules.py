@@ -34,7 +34,11 @@ def test_ep2_dry_runs_and_both_roles_get_the_experts(capsys):
     (["training.moe_token_dispatcher_type=a2a"], "moe_token_dispatcher_type: a2a` is not supported"),
     (["training.moe_router_topk=1", "training.norm_topk_prob=true"], "moe_router_topk: 1` with renormalised"),
     (["training.moe_router_topk=5"], "moe_router_topk: 5` exceeds num_experts 4"),
-    ([f"{A}.num_gpus_for_infer=1", "resource_pool.actor_rollout=[2]"], "the train/infer split does not carry"),
+    ([f"{A}.num_gpus_for_infer=2", "resource_pool.actor_rollout=[4]", f"{A}.num_gpus_for_train=2",
+      f"{A}.tensor_model_parallel_size=2", f"{A}.sequence_parallel=true"],
+     "the train/infer split's megatron engine decodes an MoE model at the actor's tensor_model_parallel_size 2"),
+    ([f"{A}.num_gpus_for_infer=1", "resource_pool.actor_rollout=[2]", f"{A}.num_gpus_for_train=1",
+      f"{A}.moe_enable_routing_replay=true"], "the train/infer split does not hand them back"),
     ([f"{A}.moe_enable_routing_replay=true", f"{A}.rollout_engine=vllm", "training.qk_layernorm=true"],
      "vLLM does not hand them back here"),
     ([f"{A}.rollout_engine=vllm"], "vLLM's Qwen3-MoE, which has q/k norms, but model tiny has none"),
@@ -43,13 +47,22 @@ def test_ep2_dry_runs_and_both_roles_get_the_experts(capsys):
     ([f"{A}.moe_enable_routing_replay=true", f"{A}.recompute_granularity=full"],
      "moe_enable_routing_replay: true` with recompute_granularity: full"),
 ], ids=["ep-divides-experts", "etp-divides-ffn", "devices-hold-expert-groups", "tp-needs-sp", "cpu-dispatcher",
-        "cpu-grouped-gemm", "unknown-dispatcher", "top1-renormalised", "topk-over-experts", "split",
+        "cpu-grouped-gemm", "unknown-dispatcher", "top1-renormalised", "topk-over-experts", "split-native-tp2", "split-replay",
         "replay-vllm", "vllm-needs-qk-norm", "replay-sinkhorn", "replay-full-recompute"])
 def test_moe_rules(overrides, fragment, capsys):
     assert ray_gpt.main(["--config-name", TINY, *MOE, *overrides, "dry_run=true"]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err
     assert fragment in err, f"{fragment!r} not in {err!r}"
+
+
+@pytest.mark.parametrize("engine", [[f"{A}.expert_model_parallel_size=2"],
+                                    [f"{A}.rollout_engine=vllm", "training.qk_layernorm=true",
+                                     f"{A}.tensor_model_parallel_size=2", f"{A}.sequence_parallel=true"]],
+                         ids=["native-ep2", "vllm-tp2"])
+def test_moe_on_the_train_infer_split_dry_runs(engine, capsys):
+    over = MOE + ["resource_pool.actor_rollout=[4]", f"{A}.num_gpus_for_train=2", f"{A}.num_gpus_for_infer=2", *engine]
+    assert ray_gpt.main(["--config-name", TINY, *over, "dry_run=true"]) == 0, capsys.readouterr().err
 
 
 def test_moe_with_the_vllm_engine_colocated_dry_runs(capsys):

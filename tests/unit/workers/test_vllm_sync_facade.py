@@ -82,6 +82,33 @@ def test_check_sync_by_hand_and_its_bounds():
     assert probe_prompts(50) == probe_prompts(50) and all(0 <= t < 50 for p in probe_prompts(50) for t in p)
 
 
+def test_an_moe_check_lets_a_few_near_tie_tokens_through_but_not_stale_weights():
+    """MoE: one probe token of 16 routed to other experts (0.026 off, as measured on the split) passes;
+    stale weights (every token off) and a NaN do not; a dense model stops at the one token."""
+    mask = torch.ones(4, 4, dtype=torch.long)
+    train = -torch.rand(4, 4, generator=torch.Generator().manual_seed(0)) * 5
+    flip = train.clone()
+    flip[2, 1] += 0.026
+    flip[0, 0] += 3e-7
+    m = check_sync(train, flip, mask, 1e-4, step=3, moe=True)
+    assert m["rollout/logp_diff_max"] == pytest.approx(0.026, rel=1e-4)
+    with pytest.raises(RolloutSyncError, match="step 3: .* up to 0.026"):
+        check_sync(train, flip, mask, 1e-4, step=3)  # dense
+    four = flip.clone()
+    four[1, :3] += 0.5  # 4 of 16 tokens: still a quarter
+    check_sync(train, four, mask, 1e-4, step=3, moe=True)
+    five = four.clone()
+    five[3, 3] += 0.1
+    with pytest.raises(RolloutSyncError, match=r"on 5 of 16 probe tokens \(an MoE model may differ on up to a quarter"):
+        check_sync(train, five, mask, 1e-4, step=3, moe=True)
+    with pytest.raises(RolloutSyncError, match="on 16 of 16 probe tokens"):
+        check_sync(train, train + 2e-3, mask, 1e-4, step=3, moe=True)  # stale: every token moved
+    nan = train.clone()
+    nan[0, 0] = float("nan")
+    with pytest.raises(RolloutSyncError, match="up to nan"):
+        check_sync(train, nan, mask, 1e-4, step=3, moe=True)
+
+
 @pytest.mark.parametrize("interval, checked", [(1, [1, 2, 3, 4, 5]), (2, [1, 3, 5]), (3, [1, 4]), (0, [])])
 def test_sync_check_interval_checks_the_first_sync_then_every_kth(interval, checked):
     log = []
