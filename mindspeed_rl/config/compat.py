@@ -66,7 +66,6 @@ GENERAL_REASON = "a {source} argument of its own training loop; this framework's
 
 # name -> (values that mean "off", why it cannot be on here)
 UNSUPPORTED = {
-    "moe_shared_expert_intermediate_size": ((None, 0), "shared experts (Qwen2-MoE, DeepSeek) are not implemented; Qwen3-MoE has none"),
     "moe_layer_freq": ((None, 1), "mixed dense / MoE layer stacks are not implemented; every layer is an MoE layer"),
     "moe_expert_capacity_factor": ((None,), "token dropping (expert capacity) is not implemented; tokens are never dropped"),
     "moe_router_enable_expert_bias": ((None, False), "aux-loss-free expert bias (DeepSeek-V3) is not implemented"),

@@ -40,6 +40,7 @@ RANGES = {
     "ModelArch.num_experts": "[1, inf)",
     "ModelArch.moe_router_topk": "[1, inf)",
     "ModelArch.moe_ffn_hidden_size": "[1, inf)",
+    "ModelArch.moe_shared_expert_intermediate_size": "[1, inf)",
     "ModelArch.moe_aux_loss_coeff": "[0, inf)",
     # per role
     "RoleConfig.num_gpus_for_train": "[0, inf)",

@@ -65,6 +65,8 @@ class ModelArch:
     moe_aux_loss_coeff: float = doc(0.0, "MoE: weight of the load-balancing loss added to the policy loss (0 = off; logged either way)")
     moe_token_dispatcher_type: str = doc("allgather", "MoE: allgather (every platform), alltoall or alltoall_seq (NPU/CUDA)")
     moe_grouped_gemm: bool = doc(False, "MoE: grouped-GEMM experts (needs a grouped-GEMM kernel: NPU/CUDA); false = one MLP per expert")
+    moe_shared_expert_intermediate_size: Optional[int] = doc(None, "MoE: width of the shared expert every token also goes through (HF shared_expert_intermediate_size, Qwen2-MoE); null = none")
+    shared_expert_gate: bool = doc(False, "MoE: the shared expert's output is scaled by sigmoid(a learnt (1, hidden) gate) (Qwen2-MoE's shared_expert_gate; MindSpeed-LLM's name)")
 
 
 # ---------------------------------------------------------------------------- per-role training

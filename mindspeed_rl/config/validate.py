@@ -384,6 +384,11 @@ def _check_moe(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
         problems.append(f"`{path}.moe_enable_routing_replay: true` replays MoE expert choices, but model "
                         f"{role.model_name} has no experts (num_experts); set it to false.")
     if experts <= 1:
+        for key in ("moe_shared_expert_intermediate_size", "shared_expert_gate"):
+            if getattr(a, key):
+                problems.append(f"`{role.arch_set.get(key, f'model.{role.model_name}.{key}')}: {getattr(a, key)}` "
+                                f"describes an MoE layer's shared expert, but model {role.model_name} has no experts "
+                                f"(num_experts); drop it.")
         if ep > 1 or (par.expert_tensor_parallel_size or tp) != tp:
             problems.append(f"`{path}.expert_model_parallel_size: {ep}` / expert_tensor_parallel_size need an MoE model, "
                             f"but model {role.model_name} has no experts (num_experts); drop them.")
@@ -413,10 +418,19 @@ def _check_moe(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
     if split and replay:
         problems.append(f"`{path}.moe_enable_routing_replay: true` replays the expert choices of the colocated native "
                         f"engine; the train/infer split does not hand them back. Generate colocated, or set it to false.")
-    if role.role == "actor_rollout" and role.rollout.rollout_engine == "vllm" and not a.qk_layernorm:
-        problems.append(f"`{path}.rollout_engine: vllm` runs an MoE model as vLLM's Qwen3-MoE, which has q/k norms, "
-                        f"but model {role.model_name} has none (qk_layernorm); set qk_layernorm: true or use "
-                        f"rollout_engine: megatron.")
+    shared = a.moe_shared_expert_intermediate_size or 0
+    if shared and shared % tp:
+        problems.append(f"`{path}.tensor_model_parallel_size: {tp}` does not divide moe_shared_expert_intermediate_size "
+                        f"{shared} of model {role.model_name} (the shared expert is split over TP); pick a TP that divides it.")
+    if role.role == "actor_rollout" and role.rollout.rollout_engine == "vllm":
+        if not shared and not a.qk_layernorm:
+            problems.append(f"`{path}.rollout_engine: vllm` runs an MoE model as vLLM's Qwen3-MoE, which has q/k norms, "
+                            f"but model {role.model_name} has none (qk_layernorm); set qk_layernorm: true or use "
+                            f"rollout_engine: megatron.")
+        if shared and (a.qk_layernorm or not a.shared_expert_gate):
+            problems.append(f"`{path}.rollout_engine: vllm` runs an MoE model with a shared expert as vLLM's Qwen2-MoE, "
+                            f"which gates it (shared_expert_gate: true) and has no q/k norms (qk_layernorm: false); "
+                            f"model {role.model_name} differs: use rollout_engine: megatron for it.")
     if replay and role.rollout.rollout_engine == "vllm":
         problems.append(f"`{path}.moe_enable_routing_replay: true` replays the expert choices the native engine "
                         f"records; vLLM does not hand them back here. Use rollout_engine: megatron with it, or "

@@ -42,6 +42,7 @@ _HF_KEY = {
     "original_max_position_embeddings": "rope_scaling.original_max_position_embeddings",
     "num_experts": "num_experts", "moe_router_topk": "num_experts_per_tok",
     "moe_ffn_hidden_size": "moe_intermediate_size", "norm_topk_prob": "norm_topk_prob",
+    "moe_shared_expert_intermediate_size": "shared_expert_intermediate_size", "shared_expert_gate": "model_type",
 }
 
 
@@ -174,6 +175,14 @@ def _mlp_shapes(args: Mapping[str, Any], p: str, h: int, ffn: int) -> dict[str, 
                 p + "mlp.down_proj.weight": ((h, ffn), f"hidden_size {h}, ffn_hidden_size {ffn}")}
     f = int(args.get("moe_ffn_hidden_size") or ffn)
     out = {p + "mlp.gate.weight": ((experts, h), f"num_experts {experts}, hidden_size {h}")}
+    s = int(args.get("moe_shared_expert_intermediate_size") or 0)
+    if s:
+        why = f"moe_shared_expert_intermediate_size {s}, hidden_size {h}"
+        out.update({p + "mlp.shared_expert.gate_proj.weight": ((s, h), why),
+                    p + "mlp.shared_expert.up_proj.weight": ((s, h), why),
+                    p + "mlp.shared_expert.down_proj.weight": ((h, s), f"hidden_size {h}, moe_shared_expert_intermediate_size {s}")})
+        if args.get("shared_expert_gate"):
+            out[p + "mlp.shared_expert_gate.weight"] = ((1, h), f"shared_expert_gate, hidden_size {h}")
     for e in range(experts):
         q = f"{p}mlp.experts.{e}."
         out.update({q + "gate_proj.weight": ((f, h), f"moe_ffn_hidden_size {f}, hidden_size {h}"),

@@ -165,6 +165,10 @@ def moe_config_fields(args: Mapping[str, Any]) -> dict[str, Any]:
         moe_aux_loss_coeff=float(_get(args, "moe_aux_loss_coeff", 0.0)),
         moe_token_dispatcher_type=_get(args, "moe_token_dispatcher_type", "allgather"),
         moe_grouped_gemm=bool(_get(args, "moe_grouped_gemm", False)),
+        moe_shared_expert_intermediate_size=int(_get(args, "moe_shared_expert_intermediate_size", 0)) or None,
+        # megatron-core 0.16 reads the shared expert's gate from the config; 0.12 from the layer spec (below)
+        **({"moe_shared_expert_gate": bool(_get(args, "shared_expert_gate", False))}
+           if "moe_shared_expert_gate" in TransformerConfig.__dataclass_fields__ else {}),
         expert_model_parallel_size=parallel_state.get_expert_model_parallel_world_size(),
         expert_tensor_parallel_size=parallel_state.get_expert_tensor_parallel_world_size(),
     )
@@ -213,6 +217,9 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
         raise ValueError(f"rope_scaling_type {scaling!r} is not supported; use llama3 or null.")
     spec = get_gpt_layer_local_spec(num_experts=config.num_moe_experts, moe_grouped_gemm=config.moe_grouped_gemm,
                                     qk_layernorm=config.qk_layernorm, normalization=config.normalization)
+    shared = getattr(getattr(spec.submodules.mlp, "submodules", None), "shared_experts", None)
+    if _get(args, "shared_expert_gate", False) and "gate" in (getattr(shared, "params", None) or {}):
+        shared.params = {**shared.params, "gate": True}  # Qwen2-MoE: sigmoid(x . gate_weight) scales its output
     if sdpa_core_attention(get_platform().name):  # fused attention (models/core_attention.py)
         spec = with_sdpa_attention(spec)
     if own_rotary(get_platform().name):  # RoPE: cos/sin once per forward, one rotation op (models/rotary.py)

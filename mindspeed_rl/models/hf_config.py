@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-HF_ARCHS = ("llama", "qwen2", "qwen3", "qwen3_moe")
+HF_ARCHS = ("llama", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe")
+MOE_ARCHS = ("qwen3_moe", "qwen2_moe")
 
 
 def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
-    """Megatron-named args for a Llama / Qwen2 / Qwen3 / Qwen3-MoE config.json (transformers 4.x `rope_theta`
+    """Megatron-named args for a Llama / Qwen2 / Qwen3 / Qwen3-MoE / Qwen2-MoE config.json (transformers 4.x `rope_theta`
     + `rope_scaling` or 5.x `rope_parameters`). Unsupported features raise ValueError."""
     model_type = hf.get("model_type")
     if model_type not in HF_ARCHS:
@@ -48,7 +49,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         "normalization": "RMSNorm",
         "norm_epsilon": float(hf.get("rms_norm_eps", 1e-6)),
         "swiglu": True,
-        "add_qkv_bias": model_type == "qwen2" or bool(hf.get("attention_bias", False)),
+        "add_qkv_bias": (model_type == "qwen2" or bool(hf.get("attention_bias", False))
+                         or (model_type == "qwen2_moe" and bool(hf.get("qkv_bias", True)))),
         "disable_bias_linear": True,
         "untie_embeddings_and_output_weights": not hf.get("tie_word_embeddings", False),
         "qk_layernorm": model_type in ("qwen3", "qwen3_moe"),
@@ -59,22 +61,28 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
                     low_freq_factor=float(rope["low_freq_factor"]),
                     high_freq_factor=float(rope["high_freq_factor"]),
                     original_max_position_embeddings=int(rope["original_max_position_embeddings"]))
-    if model_type == "qwen3_moe":
+    if model_type in MOE_ARCHS:
         args.update(moe_args_from_hf(hf))
     return args
 
 
 def moe_args_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
-    """Megatron MoE args of a Qwen3-MoE config.json. Every layer must be an MoE layer (our bridge maps
-    no mixed dense/MoE stacks). HF's norm_topk_prob (renormalise the top-k softmax probabilities) is
-    megatron's softmax over the top-k logits, i.e. moe_router_pre_softmax = not norm_topk_prob."""
+    """Megatron MoE args of a Qwen3-MoE / Qwen2-MoE config.json. Every layer must be an MoE layer (our
+    bridge maps no mixed dense/MoE stacks). HF's norm_topk_prob (renormalise the top-k softmax
+    probabilities) is megatron's softmax over the top-k logits, i.e. moe_router_pre_softmax = not
+    norm_topk_prob. Qwen2-MoE adds a shared expert with a sigmoid gate (megatron's SharedExpertMLP
+    with gate)."""
     if hf.get("mlp_only_layers") or int(hf.get("decoder_sparse_step", 1)) != 1:
         raise ValueError("config.json mlp_only_layers / decoder_sparse_step != 1 (dense layers between MoE "
                          "layers) is not supported; every layer must be an MoE layer.")
     experts = hf.get("num_experts", hf.get("num_local_experts"))
     if not experts:
-        raise ValueError("config.json of a qwen3_moe model has no num_experts (or num_local_experts).")
-    return {
+        raise ValueError(f"config.json of a {hf.get('model_type')} model has no num_experts (or num_local_experts).")
+    shared = {}
+    if hf.get("model_type") == "qwen2_moe" and int(hf.get("shared_expert_intermediate_size") or 0) > 0:
+        shared = {"moe_shared_expert_intermediate_size": int(hf["shared_expert_intermediate_size"]),
+                  "shared_expert_gate": True}
+    return {**shared,
         "num_experts": int(experts),
         "moe_router_topk": int(hf["num_experts_per_tok"]),
         "moe_ffn_hidden_size": int(hf["moe_intermediate_size"]),

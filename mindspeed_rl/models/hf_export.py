@@ -35,7 +35,8 @@ DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float
 
 
 def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype = torch.float32) -> dict[str, Any]:
-    """A config.json for a Llama / Qwen2 / Qwen3 / Qwen3-MoE CausalLM with these Megatron-named args."""
+    """A config.json for a Llama / Qwen2 / Qwen3 / Qwen3-MoE / Qwen2-MoE (shared expert) CausalLM with
+    these Megatron-named args."""
     model_type = "qwen3" if args.get("qk_layernorm") else "qwen2" if args.get("add_qkv_bias") else "llama"
     heads = int(args["num_attention_heads"])
     groups = int(args.get("num_query_groups") or heads) if args.get("group_query_attention") else heads
@@ -44,10 +45,11 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
         rope.update(rope_type="llama3", factor=float(args["rope_scaling_factor"]),
                     low_freq_factor=float(args["low_freq_factor"]), high_freq_factor=float(args["high_freq_factor"]),
                     original_max_position_embeddings=int(args["original_max_position_embeddings"]))
+    shared = int(args.get("moe_shared_expert_intermediate_size") or 0)
     if int(args.get("num_experts") or 0) > 1:
-        model_type = "qwen3_moe"
+        model_type = "qwen2_moe" if shared else "qwen3_moe"
     cls = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
-           "qwen3_moe": "Qwen3MoeForCausalLM"}[model_type]
+           "qwen3_moe": "Qwen3MoeForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM"}[model_type]
     config = {
         "architectures": [cls], "model_type": model_type, "hidden_act": "silu",
         "hidden_size": int(args["hidden_size"]), "intermediate_size": int(args["ffn_hidden_size"]),
@@ -57,12 +59,14 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
         "rms_norm_eps": float(args.get("norm_epsilon") or 1e-5),
         "rope_theta": rope["rope_theta"], "rope_parameters": rope,
         "tie_word_embeddings": not args.get("untie_embeddings_and_output_weights", False),
-        "attention_bias": bool(args.get("add_qkv_bias")) and model_type != "qwen2",
+        "attention_bias": bool(args.get("add_qkv_bias")) and model_type not in ("qwen2", "qwen2_moe"),
         "torch_dtype": DTYPE_NAMES.get(dtype, "float32"),
     }
     if rope["rope_type"] == "llama3":
         config["rope_scaling"] = rope
-    if model_type == "qwen3_moe":  # norm_topk_prob is the inverse of megatron's pre-softmax routing
+    if model_type == "qwen2_moe":
+        config.update(qkv_bias=bool(args.get("add_qkv_bias")), shared_expert_intermediate_size=shared)
+    if model_type in ("qwen3_moe", "qwen2_moe"):  # norm_topk_prob is the inverse of megatron's pre-softmax routing
         norm = args.get("norm_topk_prob")
         config.update(num_experts=int(args["num_experts"]), num_experts_per_tok=int(args.get("moe_router_topk") or 2),
                       moe_intermediate_size=int(args.get("moe_ffn_hidden_size") or args["ffn_hidden_size"]),

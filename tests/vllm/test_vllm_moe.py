@@ -1,4 +1,4 @@
-"""The vLLM engine with a mixture-of-experts model (Qwen3-MoE): synced from the training model its
+"""The vLLM engine with a mixture-of-experts model (Qwen3-MoE; Qwen2-MoE with its shared expert): synced from the training model its
 greedy tokens equal the native engine's and its sampled log-probs the training forward's; a weight
 update streamed in shuffled chunks (a layer's experts split over chunks) gives what the training
 model with the new weights gives, twice in a row (vLLM 0.32's CPU experts kernel keeps its weights
@@ -23,26 +23,27 @@ ROOT = Path(__file__).resolve().parents[2]
 A = "actor_rollout_ref.actor_rollout"
 
 
-def _tiny_moe(out_dir, seed):
-    """The tiny Qwen3-MoE of testing_utils (4 experts of width 32, top-2, renormalised, head dim 32)
-    at hidden 128, saved to out_dir."""
+def _tiny_moe(out_dir, seed, arch="qwen3_moe"):
+    """The tiny Qwen3-MoE of testing_utils (4 experts of width 32, top-2, renormalised, head dim 32),
+    or its Qwen2-MoE (qkv biases, top-2 not renormalised, a gated shared expert of width 64), at
+    hidden 128 (head dim 32), saved to out_dir."""
     old = dict(testing_utils.TINY_HF)
     testing_utils.TINY_HF.update(hidden_size=128)
     try:
-        return testing_utils.make_tiny_hf("qwen3_moe", str(out_dir), seed=seed)
+        return testing_utils.make_tiny_hf(arch, str(out_dir), seed=seed)
     finally:
         testing_utils.TINY_HF.clear()
         testing_utils.TINY_HF.update(old)
 
 
-@pytest.fixture(scope="module")
-def moe(tmp_path_factory, gloo_world1):
+@pytest.fixture(scope="module", params=["qwen3_moe", "qwen2_moe"])
+def moe(request, tmp_path_factory, gloo_world1):
     """(HF dir, megatron model, args, engine synced from it, hf_config)."""
     from mindspeed_rl.rollout.vllm_engine import VLLMEngine
     from mindspeed_rl.rollout.weight_buckets import gathered_hf_tensors
 
-    out = tmp_path_factory.mktemp("qwen3moe")
-    _tiny_moe(out, seed=0)
+    out = tmp_path_factory.mktemp(request.param)
+    _tiny_moe(out, seed=0, arch=request.param)
     model, args = _megatron(str(out))
     hf_config = json.loads((out / "config.json").read_text())
     engine = VLLMEngine(hf_config, vocab_size=HF_VOCAB, max_length=128, eos_token_ids=[0], pad_token_id=0, seed=0)
@@ -64,7 +65,7 @@ def _same_as_the_training_model(engine, model):
         out = engine.generate(PROMPTS, SamplingParams(n=4, temperature=temperature, max_new_tokens=20, seed=3,
                                                       ignore_eos=True))
         diff = (_training_log_probs(model, out, temperature) - out.log_probs).abs().max()
-        print(f"qwen3_moe T={temperature}: max |vLLM - training| log-prob = {diff:.2e}")
+        print(f"T={temperature}: max |vLLM - training| log-prob = {diff:.2e}")
         assert diff <= 1e-4, (temperature, float(diff))
 
 
@@ -77,8 +78,8 @@ def test_moe_update_in_shuffled_chunks_equals_the_training_model_with_the_new_we
     """Weights of another seed, streamed in chunks of 3 tensors in shuffled order (one expert's
     gate/up/down in different chunks), then the first weights again the same way: after each update
     the engine generates what the training model holding those weights generates."""
-    _, model, args, engine, _ = moe
-    hf = _tiny_moe(tmp_path, seed=1)
+    out, model, args, engine, hf_config = moe
+    hf = _tiny_moe(tmp_path, seed=1, arch=hf_config["model_type"])
     new_model, _ = _megatron(str(tmp_path), seed=1)
     from mindspeed_rl.rollout.weight_buckets import gathered_hf_tensors
 
@@ -172,4 +173,25 @@ def test_moe_actor_at_ep2_on_the_split_with_vllm_generating(tmp_path):
     assert len(rows) == 3 and all(r["timing/sync_weights"] > 0 for r in rows)  # synced and checked every step
     # measured: 4.8e-7, 3.6e-7, then 0.026 at step 3 on one of the 16 probe tokens (a near-tie routed to
     # other experts; every other token within 5e-7), which the MoE rule of the check lets through
+    assert sum(r["rollout/logp_diff_max"] <= 1e-4 for r in rows) >= 2, [r["rollout/logp_diff_max"] for r in rows]
+
+
+@pytest.mark.e2e
+def test_qwen2_moe_actor_with_its_shared_expert_on_vllm(tmp_path):
+    """ray_gpt.py, a tiny Qwen2-MoE-shaped actor (qkv biases, no q/k norms, a gated shared expert of
+    width 128) at EP=2 colocated, generating on vLLM (its Qwen2-MoE): three steps, each synced and
+    checked on the probe."""
+    steps = 3
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "ray_gpt.py"), f"{A}.rollout_engine=vllm", "training.hidden_size=128",
+         "training.kv_channels=32", "training.num_experts=4", "training.moe_ffn_hidden_size=128",
+         "training.moe_router_topk=2", "training.moe_shared_expert_intermediate_size=128",
+         "training.shared_expert_gate=true", f"{A}.expert_model_parallel_size=2", "resource_pool.actor_rollout=[2]",
+         "training.test_freq=0", "training.save_interval=0", f"training.train_iters={steps}",
+         f"training.output_dir={tmp_path}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+        env={**os.environ, "RAY_ADDRESS": "local", "RAY_AUTH_MODE": "disabled"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == steps and all(r["timing/sync_weights"] > 0 for r in rows)
     assert sum(r["rollout/logp_diff_max"] <= 1e-4 for r in rows) >= 2, [r["rollout/logp_diff_max"] for r in rows]

@@ -20,6 +20,12 @@ Qwen3-MoE (every layer MoE, megatron's SequentialMLP experts; E experts, f = moe
 Expert numbers in our names are GLOBAL (e = ep_rank * E/EP + local index; loader.global_param_name
 renumbers), so an expert's tensors mean the same at every EP. Expert tensors are split over the
 expert-tensor-parallel group (ETP) instead of TP: kinds "expert_fc1" / "expert_row".
+
+Qwen2-MoE adds a shared expert (megatron's SharedExpertMLP, s = moe_shared_expert_intermediate_size),
+split over TP like a dense MLP of width s (kinds "shared_fc1" / "shared_row"), and its gate:
+  mlp.shared_experts.linear_fc1.weight  (2s, h)  [gate | up]   (HF: mlp.shared_expert.gate_proj / up_proj)
+  mlp.shared_experts.linear_fc2.weight  (h, s)                 (HF: mlp.shared_expert.down_proj)
+  mlp.shared_experts.gate_weight        (1, h)   replicated    (HF: mlp.shared_expert_gate.weight)
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ import torch
 from mindspeed_rl.models.hf_bridge.checkpoint_io import TensorReader, check_shape
 from mindspeed_rl.utils.errors import UserInputError
 
-ARCHITECTURES = ("llama", "qwen2", "qwen3", "qwen3_moe")
+ARCHITECTURES = ("llama", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe")
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
 
 
@@ -48,6 +54,7 @@ class Dims:
     head_dim: int
     vocab_padded: int
     moe_ffn: int = 0  # expert MLP width (MoE models), else unused
+    shared_ffn: int = 0  # shared expert MLP width (Qwen2-MoE), else unused
 
     @classmethod
     def from_args(cls, args: Mapping[str, Any]) -> "Dims":
@@ -55,7 +62,8 @@ class Dims:
         groups = int(args.get("num_query_groups") or heads) if args.get("group_query_attention") else heads
         ffn = int(args.get("ffn_hidden_size") or 4 * hidden)
         return cls(hidden, ffn, heads, groups, int(args.get("kv_channels") or hidden // heads),
-                   int(args["padded_vocab_size"]), int(args.get("moe_ffn_hidden_size") or ffn))
+                   int(args["padded_vocab_size"]), int(args.get("moe_ffn_hidden_size") or ffn),
+                   int(args.get("moe_shared_expert_intermediate_size") or 0))
 
 
 # megatron name (layer-relative for "decoder.layers.N.*") -> (kind, HF names with {i} = layer)
@@ -75,6 +83,10 @@ _LAYER_MAP = {
                                       "model.layers.{i}.mlp.up_proj.weight")),
     "mlp.linear_fc2.weight": ("row", ("model.layers.{i}.mlp.down_proj.weight",)),
     "mlp.router.weight": ("replicated", ("model.layers.{i}.mlp.gate.weight",)),
+    "mlp.shared_experts.linear_fc1.weight": ("shared_fc1", ("model.layers.{i}.mlp.shared_expert.gate_proj.weight",
+                                                            "model.layers.{i}.mlp.shared_expert.up_proj.weight")),
+    "mlp.shared_experts.linear_fc2.weight": ("shared_row", ("model.layers.{i}.mlp.shared_expert.down_proj.weight",)),
+    "mlp.shared_experts.gate_weight": ("replicated", ("model.layers.{i}.mlp.shared_expert_gate.weight",)),
 }
 _EXPERT = re.compile(r"^mlp\.experts\.local_experts\.(\d+)\.(linear_fc1|linear_fc2)\.weight$")
 _EXPERT_MAP = {"linear_fc1": ("expert_fc1", ("model.layers.{i}.mlp.experts.{e}.gate_proj.weight",
@@ -138,6 +150,14 @@ def read_shard(reader: TensorReader, kind: str, names: tuple[str, ...], dims: Di
         return torch.cat([reader.read(n, rows=rows) for n in names], dim=0)
     if kind == "replicated":
         return reader.read(names[0])
+    if kind == "shared_row":  # the shared expert's down_proj (h, s): split the input dim
+        check_shape(reader, names[0], (d.hidden, d.shared_ffn))
+        return reader.read(names[0], cols=_chunk(d.shared_ffn, tp, rank, names[0] + " columns"))
+    if kind == "shared_fc1":  # the shared expert's gate, up (s, h) -> [gate_r | up_r]
+        rows = _chunk(d.shared_ffn, tp, rank, "moe_shared_expert_intermediate_size")
+        for n in names:
+            check_shape(reader, n, (d.shared_ffn, d.hidden))
+        return torch.cat([reader.read(n, rows=rows) for n in names], dim=0)
     if kind == "row":  # o_proj (h, np*hn) / down_proj (h, ffn): split the input dim
         expected = (d.hidden, d.heads * d.head_dim) if "o_proj" in names[0] else (d.hidden, d.ffn)
         check_shape(reader, names[0], expected)
@@ -193,11 +213,11 @@ def to_hf(mcore: Mapping[str, torch.Tensor], args: Mapping[str, Any], vocab_size
         if name.endswith("_extra_state"):
             continue
         kind, names = hf_names(name, None, tied=False)
-        if kind in ("replicated", "row", "expert_row"):
+        if kind in ("replicated", "row", "expert_row", "shared_row"):
             out[names[0]] = tensor
         elif kind == "vocab":
             out[names[0]] = tensor[:vocab_size]
-        elif kind in ("fc1", "expert_fc1"):
+        elif kind in ("fc1", "expert_fc1", "shared_fc1"):
             out[names[0]], out[names[1]] = tensor.chunk(2, dim=0)
         elif kind == "qkv":
             per_group = d.heads // d.groups

@@ -9,6 +9,7 @@ split-then-merge round trip is bit for bit):
   qkv            (ng/TP*(q+2)*hn, ...) per rank, whole query groups: concatenate along dim 0
   fc1            [gate_r | up_r] per rank: concatenate the gate halves, then the up halves
   expert_row / expert_fc1   as row / fc1, over the expert-tensor-parallel (ETP) ranks
+  shared_row / shared_fc1   as row / fc1 (the shared expert of Qwen2-MoE, over TP)
 
 Pipeline stages own contiguous, equal layer ranges (megatron-core's default split): stage r of
 PP holds global layers [r*L/PP, (r+1)*L/PP). Expert parallelism: EP rank r holds the global
@@ -44,6 +45,8 @@ def check_tp(args: Mapping[str, Any], tp_size: int, ep_size: int = 1, etp_size: 
     if is_moe(args):
         checks += [("expert_model_parallel_size", ep_size, "num_experts", int(args["num_experts"])),
                    ("expert_tensor_parallel_size", etp_size or tp_size, "moe_ffn_hidden_size", d.moe_ffn)]
+        if d.shared_ffn:
+            checks.append(("tensor_model_parallel_size", tp_size, "moe_shared_expert_intermediate_size", d.shared_ffn))
     else:
         checks.append(("tensor_model_parallel_size", tp_size, "ffn_hidden_size", d.ffn))
     for key, size, field, n in checks:
@@ -66,6 +69,9 @@ def stage_param_names(args: Mapping[str, Any], pp_size: int, pp_rank: int, vpp_s
     per_layer.append("pre_mlp_layernorm.weight")
     if is_moe(args):
         per_layer.append("mlp.router.weight")
+        if args.get("moe_shared_expert_intermediate_size"):  # the module's own gate first, then its linears
+            per_layer += (["mlp.shared_experts.gate_weight"] if args.get("shared_expert_gate") else []) + \
+                ["mlp.shared_experts.linear_fc1.weight", "mlp.shared_experts.linear_fc2.weight"]
     else:
         per_layer += ["mlp.linear_fc1.weight", "mlp.linear_fc2.weight"]
     names = ["embedding.word_embeddings.weight"] if first else []
@@ -116,11 +122,11 @@ def merge_tp(kind: str, shards: Sequence[torch.Tensor]) -> torch.Tensor:
     """Full megatron tensor from its TP shards (rank order). See the module docstring."""
     if len(shards) == 1 or kind == "replicated":
         return shards[0]
-    if kind in ("row", "expert_row"):
+    if kind in ("row", "expert_row", "shared_row"):
         return torch.cat(list(shards), dim=1)
     if kind in ("vocab", "qkv"):
         return torch.cat(list(shards), dim=0)
-    if kind in ("fc1", "expert_fc1"):
+    if kind in ("fc1", "expert_fc1", "shared_fc1"):
         halves = [s.chunk(2, dim=0) for s in shards]
         return torch.cat([h[0] for h in halves] + [h[1] for h in halves], dim=0)
     raise ValueError(f"unknown layout kind {kind!r}")

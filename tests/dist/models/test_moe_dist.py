@@ -1,4 +1,4 @@
-"""Qwen3-MoE on 4 gloo processes, one spawn: logits vs transformers at (TP, PP, EP, ETP, SP) in
+"""Qwen3-MoE and Qwen2-MoE (shared expert), each on 4 gloo processes, one spawn: logits vs transformers at (TP, PP, EP, ETP, SP) in
 {(1,1,1,1), (1,1,2,1), (2,1,2,2,SP), (1,2,2,1)}; gradients of a summed log-prob loss (each DP rank
 its slice of the batch, grads reduced as megatron's DDP does) vs transformers' autograd on the
 whole batch; a live TP2/EP2/ETP2 checkpoint + HF export that reload at TP1/EP1 and export bit
@@ -25,11 +25,6 @@ _SP_NORM = importlib.util.find_spec("mindspeed_rl.models.parallel") is not None
 LAYOUTS = ((1, 1, 1, 1, False), (1, 1, 2, 1, False), (2, 1, 1, 2, False), (1, 2, 2, 1, False)) + \
     (((2, 1, 2, 2, True),) if _SP_NORM else ())
 _SAVE_AT = LAYOUTS[-1] if _SP_NORM else (2, 1, 1, 2, False)  # the live checkpoint + export layout
-
-
-def make_tiny_moe(out_dir):
-    """The tiny Qwen3-MoE of testing_utils (4 experts, top-2, renormalised, hidden 64, 2 layers)."""
-    return make_tiny_hf("qwen3_moe", out_dir)
 
 
 def _batch():
@@ -255,13 +250,15 @@ def _per_expert(tensors):
     return out
 
 
-@pytest.fixture(scope="module")
-def moe(tmp_path_factory):
+@pytest.fixture(scope="module", params=["qwen3_moe", "qwen2_moe"])
+def moe(request, tmp_path_factory):
+    """Every test below runs on Qwen3-MoE and on Qwen2-MoE (qkv biases, top-k not renormalised, and
+    a shared expert with its sigmoid gate: megatron's SharedExpertMLP, split over TP)."""
     from mindspeed_rl.models.forward import position_ids_from_mask
 
-    hf_dir = str(tmp_path_factory.mktemp("qwen3moe"))
+    hf_dir = str(tmp_path_factory.mktemp(request.param))
     work = str(tmp_path_factory.mktemp("moe_work"))
-    hf = make_tiny_moe(hf_dir)
+    hf = make_tiny_hf(request.param, hf_dir)
     ids, mask = _batch()
     logits = hf(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask)).logits
     lp = torch.log_softmax(logits[:, :-1].float(), dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)

@@ -50,7 +50,8 @@ def test_every_vocabulary_name_has_a_route():
                 "num_layers_per_virtual_pipeline_stage", "sequence_parallel"):  # models/parallel.py
         assert routes[key] == "schema", key
     assert routes["context_parallel_algo"] == "mindspeed"  # forwarded to MindSpeed on NPU
-    assert routes["moe_shared_expert_intermediate_size"] == "unsupported"
+    assert routes["moe_shared_expert_intermediate_size"] == routes["shared_expert_gate"] == "schema"  # Qwen2-MoE
+    assert routes["multi_latent_attention"] == "unsupported"
 
 
 def test_schema_keys_missing_from_the_vocabulary_are_our_own():
@@ -90,8 +91,10 @@ def test_mindspeed_llm_model_yaml_with_megatron_names(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("override,fragments", [
-    (f"{A}.moe_shared_expert_intermediate_size=512", ["moe_shared_expert_intermediate_size` is 512",
-                                                      "shared experts", "set it to 0"]),
+    (f"{A}.multi_latent_attention=true", ["multi_latent_attention` is True", "multi-latent attention (DeepSeek)",
+                                          "set it to False"]),
+    (f"{A}.moe_shared_expert_intermediate_size=512", [f"{A}.moe_shared_expert_intermediate_size: 512` describes an "
+                                                      "MoE layer's shared expert, but model tiny has no experts"]),
     (f"{A}.context_parallel_size=2", ["context_parallel_size: 2`: context parallelism is not available",
                                       "Transformer Engine", "set it to 1"]),
     (f"{A}.rotary_interleaved=true", ["rotary_interleaved` is True", "interleaved RoPE"]),

@@ -42,13 +42,18 @@ def test_ep2_dry_runs_and_both_roles_get_the_experts(capsys):
     ([f"{A}.moe_enable_routing_replay=true", f"{A}.rollout_engine=vllm", "training.qk_layernorm=true"],
      "vLLM does not hand them back here"),
     ([f"{A}.rollout_engine=vllm"], "vLLM's Qwen3-MoE, which has q/k norms, but model tiny has none"),
+    (["training.moe_shared_expert_intermediate_size=63", f"{A}.tensor_model_parallel_size=2",
+      f"{A}.sequence_parallel=true", "resource_pool.actor_rollout=[2]"],
+     "tensor_model_parallel_size: 2` does not divide moe_shared_expert_intermediate_size 63"),
+    (["training.moe_shared_expert_intermediate_size=64", f"{A}.rollout_engine=vllm"],
+     "as vLLM's Qwen2-MoE, which gates it (shared_expert_gate: true)"),
     ([f"{A}.moe_enable_routing_replay=true", "training.moe_router_load_balancing_type=sinkhorn"],
      "moe_enable_routing_replay: true` cannot replay sinkhorn routing"),
     ([f"{A}.moe_enable_routing_replay=true", f"{A}.recompute_granularity=full"],
      "moe_enable_routing_replay: true` with recompute_granularity: full"),
 ], ids=["ep-divides-experts", "etp-divides-ffn", "devices-hold-expert-groups", "tp-needs-sp", "cpu-dispatcher",
         "cpu-grouped-gemm", "unknown-dispatcher", "top1-renormalised", "topk-over-experts", "split-native-tp2", "split-replay",
-        "replay-vllm", "vllm-needs-qk-norm", "replay-sinkhorn", "replay-full-recompute"])
+        "replay-vllm", "vllm-needs-qk-norm", "shared-expert-tp", "vllm-shared-expert-gate", "replay-sinkhorn", "replay-full-recompute"])
 def test_moe_rules(overrides, fragment, capsys):
     assert ray_gpt.main(["--config-name", TINY, *MOE, *overrides, "dry_run=true"]) == 2
     err = capsys.readouterr().err
