@@ -134,3 +134,20 @@ class FakeGroup:
             out = self.answers[method](batch, *args)
             return combine([out]) if combine else out
         return (combine or concat_batches)([self.answers[method](s, *args) for s in split_batch(batch, layout.dp_size)])
+
+
+def per_expert(tensors):
+    """transformers 5 keeps MoE experts fused in memory ((E, 2f, h) gate_up_proj, (E, h, f) down_proj);
+    the checkpoint, our bridge and vLLM's loader name them per expert."""
+    out = {}
+    for name, t in tensors.items():
+        if name.endswith("mlp.experts.gate_up_proj"):
+            for e, w in enumerate(t):
+                out[f"{name[:-len('gate_up_proj')]}{e}.gate_proj.weight"], \
+                    out[f"{name[:-len('gate_up_proj')]}{e}.up_proj.weight"] = w.chunk(2, dim=0)
+        elif name.endswith("mlp.experts.down_proj"):
+            for e, w in enumerate(t):
+                out[f"{name[:-len('down_proj')]}{e}.down_proj.weight"] = w
+        else:
+            out[name] = t
+    return out

@@ -60,10 +60,12 @@ def expert_on_rank(name: str, args: Mapping[str, Any], ep: int, ep_rank: int) ->
 
     from megatron.core import parallel_state as ps
 
-    per = int(args["num_experts"]) // ep
+    from mindspeed_rl.models.hf_bridge.sharding import expert_range
+
+    experts = int(args["num_experts"])
     match = re.search(r"local_experts\.(\d+)\.", name)
-    local = int(match.group(1)) - ps.get_expert_model_parallel_rank() * per
-    return f"{name[:match.start(1)]}{ep_rank * per + local}{name[match.end(1):]}"
+    local = int(match.group(1)) - expert_range(experts, ep, ps.get_expert_model_parallel_rank()).start
+    return f"{name[:match.start(1)]}{expert_range(experts, ep, ep_rank)[local]}{name[match.end(1):]}"
 
 
 def hf_buckets(named: Iterable[tuple[str, torch.Tensor]], bucket_mb: float) -> Iterator[dict[str, torch.Tensor]]:

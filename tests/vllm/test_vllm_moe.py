@@ -83,7 +83,7 @@ def test_moe_update_in_shuffled_chunks_equals_the_training_model_with_the_new_we
     new_model, _ = _megatron(str(tmp_path), seed=1)
     from mindspeed_rl.rollout.weight_buckets import gathered_hf_tensors
 
-    new = _per_expert(hf.state_dict())
+    new = testing_utils.per_expert(hf.state_dict())
     if hf.config.tie_word_embeddings:
         del new["lm_head.weight"]
     for target, weights in ((new_model, new), (model, dict(gathered_hf_tensors(model, args)))):
@@ -95,23 +95,6 @@ def test_moe_update_in_shuffled_chunks_equals_the_training_model_with_the_new_we
                    for layer in range(2) for e in range(4)), "the shuffle must split an expert over chunks"
         engine.update_weights_chunks(chunks)
         _same_as_the_training_model(engine, target)
-
-
-def _per_expert(tensors):
-    """transformers 5 keeps experts fused in memory ((E, 2f, h) gate_up_proj, (E, h, f) down_proj);
-    the checkpoint (and vLLM's loader) name them per expert."""
-    out = {}
-    for name, t in tensors.items():
-        if name.endswith("mlp.experts.gate_up_proj"):
-            for e, w in enumerate(t):
-                out[f"{name[:-len('gate_up_proj')]}{e}.gate_proj.weight"], \
-                    out[f"{name[:-len('gate_up_proj')]}{e}.up_proj.weight"] = w.chunk(2, dim=0)
-        elif name.endswith("mlp.experts.down_proj"):
-            for e, w in enumerate(t):
-                out[f"{name[:-len('down_proj')]}{e}.down_proj.weight"] = w
-        else:
-            out[name] = t
-    return out
 
 
 @pytest.mark.e2e

@@ -11,7 +11,7 @@ import importlib.util
 import pytest
 import torch
 
-from testing_utils import make_tiny_hf, run_gloo
+from testing_utils import make_tiny_hf, per_expert, run_gloo
 
 pytestmark = pytest.mark.dist
 
@@ -233,23 +233,6 @@ def _moe_job(rank, world_size, hf_dir, work):
     return res
 
 
-def _per_expert(tensors):
-    """transformers 5 keeps experts fused in memory ((E, 2f, h) gate_up_proj, (E, h, f) down_proj);
-    the checkpoint (and our bridge) names them per expert."""
-    out = {}
-    for name, t in tensors.items():
-        if name.endswith("mlp.experts.gate_up_proj"):
-            for e, w in enumerate(t):
-                out[f"{name[:-len('gate_up_proj')]}{e}.gate_proj.weight"], \
-                    out[f"{name[:-len('gate_up_proj')]}{e}.up_proj.weight"] = w.chunk(2, dim=0)
-        elif name.endswith("mlp.experts.down_proj"):
-            for e, w in enumerate(t):
-                out[f"{name[:-len('down_proj')]}{e}.down_proj.weight"] = w
-        else:
-            out[name] = t
-    return out
-
-
 @pytest.fixture(scope="module", params=["qwen3_moe", "qwen2_moe"])
 def moe(request, tmp_path_factory):
     """Every test below runs on Qwen3-MoE and on Qwen2-MoE (qkv biases, top-k not renormalised, and
@@ -263,7 +246,7 @@ def moe(request, tmp_path_factory):
     logits = hf(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask)).logits
     lp = torch.log_softmax(logits[:, :-1].float(), dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
     _loss(lp, ids, mask).backward()
-    grads = _per_expert({n: p.grad.detach().clone() for n, p in hf.named_parameters()})
+    grads = per_expert({n: p.grad.detach().clone() for n, p in hf.named_parameters()})
     per_rank = run_gloo(_moe_job, 4, hf_dir, work, timeout_s=600, name="MoE parity job")
     return per_rank, logits.detach(), grads, hf, hf_dir, work
 
