@@ -146,8 +146,6 @@ def _prepack_cpu_experts(model: torch.nn.Module) -> int:
 
 SHM_PREFIX = "mindspeed_rl_vllm_"
 
-SHM_PREFIX = "mindspeed_rl_vllm_"
-
 
 def _name_cpu_shm_after_this_engine() -> str:
     """vLLM's CPU tensor parallelism all-reduces through shared memory files named after
@@ -242,7 +240,9 @@ class VLLMEngine:
         self.eos_token_ids = tuple(int(t) for t in eos_token_ids)
         self.pad_token_id = int(pad_token_id)
         self.bucket_bytes = int(bucket_bytes)
-        self._moe = int(hf_config.get("num_experts") or 0) > 1
+        from mindspeed_rl.models.hf_bridge.sharding import is_moe
+
+        self._moe = is_moe(hf_config)  # config.json names the experts as megatron does (num_experts)
         self.sleep_level = vllm_env.sleep_level(self.platform_name, self._moe)
         self.last_sync: dict[str, float] = {}
         self._asleep = False

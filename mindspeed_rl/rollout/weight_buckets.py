@@ -35,12 +35,12 @@ def gathered_hf_tensors(model: torch.nn.Module, args: Mapping[str, Any]) -> Iter
 
     from mindspeed_rl.models.checkpoint import chunk_state_dict
     from mindspeed_rl.models.hf_bridge.mapping import EXPERT_KINDS
-    from mindspeed_rl.models.hf_bridge.sharding import kind_of, mcore_to_hf
+    from mindspeed_rl.models.hf_bridge.sharding import is_moe, kind_of, mcore_to_hf
     from mindspeed_rl.models.hf_export import gather_tp
 
     tied = not args.get("untie_embeddings_and_output_weights", False)
     vocab = int(args["padded_vocab_size"])
-    ep = ps.get_expert_model_parallel_world_size() if int(args.get("num_experts") or 0) > 1 else 1
+    ep = ps.get_expert_model_parallel_world_size() if is_moe(args) else 1
     for name, tensor in chunk_state_dict(model).items():
         kind = kind_of(name, tied)
         full = gather_tp(tensor, kind)
@@ -92,7 +92,9 @@ def export_hf_buckets(model: torch.nn.Module, args: Mapping[str, Any], bucket_mb
     import ray
     from megatron.core import parallel_state as ps
 
-    experts_elsewhere = int(args.get("num_experts") or 0) > 1 and ps.get_expert_model_parallel_world_size() > 1
+    from mindspeed_rl.models.hf_bridge.sharding import is_moe
+
+    experts_elsewhere = is_moe(args) and ps.get_expert_model_parallel_world_size() > 1
     sender = ps.get_data_parallel_rank() == 0 and ps.get_tensor_model_parallel_rank() == 0
     if ps.get_data_parallel_rank() != 0 and not experts_elsewhere:
         return []
