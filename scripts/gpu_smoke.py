@@ -32,14 +32,26 @@ Checks, in order (each PASS / FAIL with its figures; the exit code is 0 only whe
              compile falls back to eager, which fails this check); then in --dtype the first
              call's seconds (the compile) and decode tokens/s compiled vs eager (reported, not
              judged). Where the platform does not compile the step (Ascend), PASS with the reason.
+  train_compiled
+             the compiled decoder layers of training (use_torch_compile, models/compiled_layers.py):
+             fp32 log-probs before and after one policy update within 1e-4 / 2e-3 of eager's from the
+             same weights, grad norm within 1e-3 relative, no fallback to eager; then one bf16 update of
+             the speed check's size, compiled vs eager: first call (the compile), median seconds and
+             (CUDA) peak memory, reported. MoE layers stay eager: PASS with the reason.
   speed      one bf16 policy update of --speed-rows x --speed-seq tokens (one micro-batch), timed
              (median of --speed-repeat after 2 warm-ups): ours (megatron, fp32 main params, fused Adam)
              against transformers as TRL 1.16 runs it (fp32 weights under bf16 autocast, SDPA,
              logits_to_keep, fused AdamW: bench/update_profile.py's `theirs`, without TRL's fused LM
              head), with 6·N·tokens TFLOP/s, the share of the device's own measured bf16 matmul rate
              and (CUDA) peak memory. Reported, not judged: PASS when both sides ran finite updates.
-  ray_gpt    `ray_gpt.py` on the tiny task, colocated, --ray-steps steps on this platform (fp32 and
-             bf16): exit 0, every step logged, finite grad norms; score and seconds per step.
+  ray_gpt    `ray_gpt.py` on the tiny task, colocated, --ray-steps steps on this platform, once per
+             --ray-variants entry (fp32, bf16; also compiled: bf16 with the compiled decode and layers,
+             moe: the tiny model with 4 experts, top-2): exit 0, every step logged, finite grad norms;
+             score, seconds per step and every step's phase timings.
+
+Shapes (--shape; random weights): smollm2-135m (default), qwen25-05b, qwen3-moe-small and
+qwen2-moe-small (16 experts, top-4, 8 layers; the latter with a gated shared expert), tiny and tiny-moe
+(the CPU self-test). For MoE shapes the TFLOP/s count the routed experts at topk / num_experts.
 
 Exit codes: 0 all checks passed, 1 a check failed, 2 bad arguments, 3 no accelerator (nothing ran).
 """
@@ -76,11 +88,28 @@ SHAPES = {
     "tiny": ("qwen2", dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                            num_key_value_heads=2, vocab_size=256, max_position_embeddings=256,
                            tie_word_embeddings=True)),
+    # MoE (random; small enough to build in seconds, wide enough to route): 16 experts, top-4
+    "qwen3-moe-small": ("qwen3_moe", dict(hidden_size=512, intermediate_size=1024, moe_intermediate_size=256,
+                                          num_experts=16, num_experts_per_tok=4, norm_topk_prob=True,
+                                          num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=4,
+                                          head_dim=64, vocab_size=32000, max_position_embeddings=2048,
+                                          rope_theta=1000000.0, tie_word_embeddings=False)),
+    "qwen2-moe-small": ("qwen2_moe", dict(hidden_size=512, intermediate_size=1024, moe_intermediate_size=256,
+                                          num_experts=16, num_experts_per_tok=4, norm_topk_prob=False,
+                                          shared_expert_intermediate_size=1024, num_hidden_layers=8,
+                                          num_attention_heads=8, num_key_value_heads=4, vocab_size=32000,
+                                          max_position_embeddings=2048, rope_theta=1000000.0,
+                                          tie_word_embeddings=False)),
+    "tiny-moe": ("qwen3_moe", dict(hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_experts=4,
+                                   num_experts_per_tok=2, norm_topk_prob=True, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=256,
+                                   max_position_embeddings=256, tie_word_embeddings=True)),
 }
 FP32_MAX = 2e-3
 BF16_FACTOR, BF16_SLACK = 2.0, 0.02
 MIN_SPREAD = 0.3
 GREEDY_MIN_FRAC = 0.75
+TRAIN_COMPILED_FWD_MAX, TRAIN_COMPILED_GRAD_REL = 1e-4, 1e-3  # fp32, compiled layers vs eager (CPU: 2e-6)
 NO_DEVICE = 3
 
 
@@ -102,6 +131,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="tokens per sequence in the speed check (half prompt; capped at the shape's positions)")
     p.add_argument("--speed-repeat", type=int, default=5, help="timed updates per side in the speed check")
     p.add_argument("--ray-steps", type=int, default=5)
+    p.add_argument("--ray-variants", default="fp32,bf16",
+                   help=f"comma list of the ray_gpt check's runs, of {','.join(RAY_VARIANTS)}")
     p.add_argument("--skip-ray", action="store_true", help="leave out the ray_gpt check (e.g. no ray installed)")
     p.add_argument("--only", default=None,
                    help=f"comma list of the checks to run, of {','.join(n for n, _ in CHECKS)} (default: all)")
@@ -117,6 +148,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         unknown = [x for x in args.only if x not in names]
         if unknown or not args.only:
             p.error(f"--only takes a comma list of {', '.join(names)}; got {unknown or 'nothing'}")
+    args.ray_variants = [x.strip() for x in args.ray_variants.split(",") if x.strip()]
+    bad = [x for x in args.ray_variants if x not in RAY_VARIANTS]
+    if bad or not args.ray_variants:
+        p.error(f"--ray-variants takes a comma list of {', '.join(RAY_VARIANTS)}; got {bad or 'nothing'}")
     if args.seq < 8 or args.seq > SHAPES[args.shape][1]["max_position_embeddings"]:
         p.error(f"--seq must be between 8 and the shape's max_position_embeddings, got {args.seq}")
     return args
@@ -154,13 +189,16 @@ def init_world(platform) -> tuple[torch.device, bool]:
 
 
 def save_random_hf(shape: str, out_dir: str, seed: int = 0):
-    """A random HF CausalLM of `shape` with weights that give log-probs a spread: linear weights
-    N(0, 0.5/sqrt(fan_in)), embeddings N(0, 1/sqrt(hidden)), norms 1 + N(0, 0.1). Returns it (fp32, CPU)."""
+    """A random HF CausalLM of `shape` with weights that give log-probs a spread: linear weights (and
+    experts, stacked or not) N(0, 0.5/sqrt(fan_in)), embeddings N(0, 1/sqrt(hidden)), norms
+    1 + N(0, 0.1). Returns it (fp32, CPU)."""
     import transformers as tf
 
     arch, fields = SHAPES[shape]
-    cfg_cls = {"llama": tf.LlamaConfig, "qwen2": tf.Qwen2Config}[arch]
-    model_cls = {"llama": tf.LlamaForCausalLM, "qwen2": tf.Qwen2ForCausalLM}[arch]
+    cfg_cls = {"llama": tf.LlamaConfig, "qwen2": tf.Qwen2Config, "qwen3_moe": tf.Qwen3MoeConfig,
+               "qwen2_moe": tf.Qwen2MoeConfig}[arch]
+    model_cls = {"llama": tf.LlamaForCausalLM, "qwen2": tf.Qwen2ForCausalLM, "qwen3_moe": tf.Qwen3MoeForCausalLM,
+                 "qwen2_moe": tf.Qwen2MoeForCausalLM}[arch]
     torch.manual_seed(seed)
     model = model_cls(cfg_cls(**fields)).eval()
     hidden = fields["hidden_size"]
@@ -170,23 +208,44 @@ def save_random_hf(shape: str, out_dir: str, seed: int = 0):
                 p.copy_(1.0 + 0.1 * torch.randn_like(p))
             elif "embed" in name or "lm_head" in name:
                 p.normal_(0.0, hidden ** -0.5)
-            elif p.dim() == 2:
-                p.normal_(0.0, 0.5 * p.shape[1] ** -0.5)
+            elif p.dim() >= 2:  # (out, in), or transformers 5's stacked experts (E, out, in)
+                p.normal_(0.0, 0.5 * p.shape[-1] ** -0.5)
             else:
                 p.normal_(0.0, 0.02)
     model.save_pretrained(out_dir)
     return model
 
 
-def build_loaded(hf_dir: str, dtype: torch.dtype, device: torch.device):
-    """Our model of the checkpoint in hf_dir, on `device` in `dtype`, and its Megatron args."""
+def build_loaded(hf_dir: str, dtype: torch.dtype, device: torch.device, **extra):
+    """Our model of the checkpoint in hf_dir, on `device` in `dtype`, and its Megatron args (+ `extra`,
+    e.g. moe_grouped_gemm=True)."""
     from mindspeed_rl.models.builder import build_gpt_model, model_config_from_hf
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
 
-    margs = model_config_from_hf(read_hf_config(hf_dir))
+    margs = {**model_config_from_hf(read_hf_config(hf_dir)), **extra}
     model = build_gpt_model(margs, params_dtype=dtype, device=device)
     load_hf_checkpoint(model, hf_dir, margs)
     return model, margs
+
+
+def active_params(model, margs) -> int:
+    """Parameters one token passes through, the N of 6·N·tokens: all of a dense model; of an MoE model
+    the routed experts count topk / num_experts (shared experts count in full)."""
+    from mindspeed_rl.models.hf_bridge.sharding import is_moe
+
+    share = int(margs["moe_router_topk"]) / int(margs["num_experts"]) if is_moe(margs) else 1.0
+    return int(sum(p.numel() * (share if ".experts." in f".{name}" else 1.0) for name, p in model.named_parameters()))
+
+
+def trainer(model, lr: float = 1e-4, **kw):
+    """(DDP, optimizer, scheduler) of a bf16 / fp32 model, one rank, fp32 main params."""
+    from mindspeed_rl.models.optimizer import build_optimizer, wrap_ddp
+
+    ddp = wrap_ddp(model, use_distributed_optimizer=False)
+    kw.setdefault("train_iters", 10)
+    optimizer, scheduler = build_optimizer([ddp], lr=lr, use_distributed_optimizer=False,
+                                           params_dtype=next(model.parameters()).dtype, **kw)
+    return ddp, optimizer, scheduler
 
 
 def token_batch(vocab: int, batch: int, seq: int, device: torch.device, seed: int = 1):
@@ -320,14 +379,11 @@ def update_batch(a, vocab: int, device: torch.device) -> tuple[int, dict]:
 
 
 def check_update(ctx) -> tuple[bool, dict]:
-    from mindspeed_rl.models.optimizer import build_optimizer, wrap_ddp
     from mindspeed_rl.models.train_step import PolicyLossSettings, policy_update_step
 
     a, device, vocab = ctx["args"], ctx["device"], ctx["vocab"]
-    model, _ = build_loaded(ctx["hf_dir"], torch.bfloat16, device)
-    ddp = wrap_ddp(model, use_distributed_optimizer=False)
-    optimizer, scheduler = build_optimizer([ddp], lr=1e-4, train_iters=10, use_distributed_optimizer=False,
-                                           params_dtype=torch.bfloat16)
+    model, margs = build_loaded(ctx["hf_dir"], torch.bfloat16, device)
+    ddp, optimizer, scheduler = trainer(model)
     P, batch = update_batch(a, vocab, device)
     before = [p.detach().float().clone() for p in model.parameters()]
     s = PolicyLossSettings(use_kl_loss=True, kl_loss_coef=0.01, vocab_size=vocab)
@@ -339,7 +395,7 @@ def check_update(ctx) -> tuple[bool, dict]:
     sync()
     seconds = time.perf_counter() - t0
     changed = sum(not torch.equal(b, p.detach().float()) for b, p in zip(before, model.parameters()))
-    n = sum(p.numel() for p in model.parameters())
+    n = active_params(model, margs)
     f = {"pg_loss": stats["actor/pg_loss"], "kl_loss": stats["actor/kl_loss"], "grad_norm": stats["actor/grad_norm"],
          "skipped": stats["actor/update_skipped"], "params_changed": changed, "params": len(before),
          "seconds": seconds, "tflops_6nt": 6 * n * a.batch * a.seq / seconds / 1e12}
@@ -350,7 +406,6 @@ def check_update(ctx) -> tuple[bool, dict]:
 
 def check_rounding(ctx) -> tuple[bool, dict]:
     from mindspeed_rl.models import stochastic_rounding as sr
-    from mindspeed_rl.models.optimizer import build_optimizer, wrap_ddp
     from mindspeed_rl.models.train_step import PolicyLossSettings, policy_update_step
 
     a, device, vocab = ctx["args"], ctx["device"], ctx["vocab"]
@@ -382,9 +437,7 @@ def check_rounding(ctx) -> tuple[bool, dict]:
         finally:
             torch.cuda.set_sync_debug_mode(0)
     model, _ = build_loaded(ctx["hf_dir"], torch.bfloat16, device)
-    ddp = wrap_ddp(model, use_distributed_optimizer=False)
-    optimizer, scheduler = build_optimizer([ddp], lr=1e-4, train_iters=10, use_distributed_optimizer=False,
-                                           params_dtype=torch.bfloat16, stochastic_rounding=True, seed=9)
+    ddp, optimizer, scheduler = trainer(model, stochastic_rounding=True, seed=9)
     P, batch = update_batch(a, vocab, device)
     model.train()
     policy_update_step(ddp, optimizer, scheduler, batch, P, max(1, a.batch // 2),
@@ -452,7 +505,72 @@ def check_compiled(ctx) -> tuple[bool, dict]:
     f.update(dtype=a.dtype, batch=len(prompts), new_tokens=a.new_tokens, compiled_tok_s=tokens / compiled_s,
              eager_tok_s=tokens / eager_s, speedup=eager_s / compiled_s)
     f["still_compiled"] = f["still_compiled"] and engine.compiled
-    return same >= math.ceil(GREEDY_MIN_FRAC * len(prompts)) and f["still_compiled"], f
+    # judged on the fp32 rows (`prompts` is the speed part's batch by now)
+    return same >= math.ceil(GREEDY_MIN_FRAC * f["rows"]) and f["still_compiled"], f
+
+
+def check_train_compiled(ctx) -> tuple[bool, dict]:
+    """use_torch_compile on the device (models/compiled_layers.py): fp32 log-probs before and after one
+    policy update, and the update's loss and grad norm, compiled against eager from the same weights;
+    then one bf16 update of the speed check's size, compiled against eager (first call, median, memory)."""
+    from mindspeed_rl.models import compiled_layers
+    from mindspeed_rl.models.train_step import PolicyLossSettings, policy_update_step
+    from mindspeed_rl.platform.base import compiled_layers as platform_compiles_layers
+
+    if not platform_compiles_layers(ctx["platform"]):
+        return True, {"not_compiled_here": f"the {ctx['platform']} platform runs its decoder layers eagerly"}
+    a, device, vocab, sync = ctx["args"], ctx["device"], ctx["vocab"], ctx_sync()
+    P, batch = update_batch(a, vocab, device)
+    s = PolicyLossSettings(use_kl_loss=True, kl_loss_coef=0.01, vocab_size=vocab)
+
+    def fp32_side(compiled: bool):
+        model, _ = build_loaded(ctx["hf_dir"], torch.float32, device)
+        layers = compiled_layers.install(model) if compiled else 0
+        before = our_log_probs(model, batch["input_ids"], batch["attention_mask"], vocab)
+        ddp, optimizer, scheduler = trainer(model)
+        model.train()
+        stats = policy_update_step(ddp, optimizer, scheduler, batch, P, max(1, a.batch // 2), s)
+        after = our_log_probs(model, batch["input_ids"], batch["attention_mask"], vocab)
+        return layers, before, after, stats
+
+    _, eager_before, eager_after, eager_stats = fp32_side(False)
+    layers, before, after, stats = fp32_side(True)
+    f: dict[str, Any] = {"layers_compiled": layers, "fp32_forward_max": float((before - eager_before).abs().max()),
+                         "fp32_after_update_max": float((after - eager_after).abs().max()),
+                         "fp32_grad_norm_rel": abs(stats["actor/grad_norm"] / eager_stats["actor/grad_norm"] - 1),
+                         "fp32_pg_loss_diff": abs(stats["actor/pg_loss"] - eager_stats["actor/pg_loss"])}
+    if layers == 0:  # MoE layers stay eager: nothing is compiled, the rest is moot
+        f["not_compiled_here"] = "no dense decoder layer (MoE layers stay eager)"
+        return compiled_layers.failed() is None, f
+
+    update_profile = _bench_module("update_profile")
+    rows, seq = a.speed_rows, min(a.speed_seq, SHAPES[a.shape][1]["max_position_embeddings"])
+    P2 = seq // 2
+    big = {k: v.to(device) for k, v in update_profile.batch_of(rows, P2, seq - P2, vocab).items()}
+    for label in ("eager", "compiled"):
+        _reset_peak(device)
+        model, _ = build_loaded(ctx["hf_dir"], torch.bfloat16, device)
+        if label == "compiled":
+            compiled_layers.install(model)
+        ddp, optimizer, scheduler = trainer(model, lr=1e-5, train_iters=100)
+        model.train()
+
+        def step():
+            return policy_update_step(ddp, optimizer, scheduler, big, P2, rows, s)
+
+        sync()
+        t0 = time.perf_counter()
+        step()  # compiles (the compiled side)
+        sync()
+        f[f"bf16_{label}_first_s"] = time.perf_counter() - t0
+        f[f"bf16_{label}_s"] = statistics.median(_timed(step, a.speed_repeat, sync))
+        f[f"bf16_{label}_peak_mib"] = _peak_mib(device)
+        del model, ddp, optimizer, scheduler
+    f.update(rows=rows, seq=seq, bf16_speedup=f["bf16_eager_s"] / f["bf16_compiled_s"],
+             still_compiled=compiled_layers.failed() is None)
+    ok = (f["still_compiled"] and f["fp32_forward_max"] <= TRAIN_COMPILED_FWD_MAX
+          and f["fp32_after_update_max"] <= FP32_MAX and f["fp32_grad_norm_rel"] <= TRAIN_COMPILED_GRAD_REL)
+    return ok, f
 
 
 def host_syncs(fn) -> int:
@@ -503,7 +621,6 @@ def _bench_module(name: str):
 
 
 def check_speed(ctx) -> tuple[bool, dict]:
-    from mindspeed_rl.models.optimizer import build_optimizer, wrap_ddp
     from mindspeed_rl.models.train_step import PolicyLossSettings, policy_update_step
 
     update_profile = _bench_module("update_profile")
@@ -514,19 +631,23 @@ def check_speed(ctx) -> tuple[bool, dict]:
     sync = ctx_sync()
     f: dict[str, Any] = {"rows": rows, "seq": seq, "tokens": rows * seq}
 
-    _reset_peak(device)
-    model, _ = build_loaded(ctx["hf_dir"], torch.bfloat16, device)
-    n = sum(p.numel() for p in model.parameters())
-    ddp = wrap_ddp(model, use_distributed_optimizer=False)
-    optimizer, scheduler = build_optimizer([ddp], lr=1e-5, train_iters=100, weight_decay=0.01, clip_grad=1.0,
-                                           use_distributed_optimizer=False, params_dtype=torch.bfloat16)
     s = PolicyLossSettings(use_kl_loss=True, kl_loss_type="low_var_kl", kl_loss_coef=0.001, vocab_size=vocab)
-    model.train()
     losses = []
-    ours = _timed(lambda: losses.append(policy_update_step(ddp, optimizer, scheduler, batch, P, rows, s)
-                                        ["actor/pg_loss"]), a.speed_repeat, sync)
+
+    def our_update(**extra) -> tuple[list[float], int]:
+        _reset_peak(device)
+        model, margs = build_loaded(ctx["hf_dir"], torch.bfloat16, device, **extra)
+        ddp, optimizer, scheduler = trainer(model, lr=1e-5, train_iters=100, weight_decay=0.01, clip_grad=1.0)
+        model.train()
+        times = _timed(lambda: losses.append(policy_update_step(ddp, optimizer, scheduler, batch, P, rows, s)
+                                             ["actor/pg_loss"]), a.speed_repeat, sync)
+        return times, active_params(model, margs)
+
+    ours, n = our_update()
     f["ours_peak_mib"] = _peak_mib(device)
-    del model, ddp, optimizer, scheduler
+    if SHAPES[a.shape][0].endswith("_moe"):  # the experts as grouped GEMMs (moe_grouped_gemm), side by side
+        grouped, _ = our_update(moe_grouped_gemm=True)
+        f["ours_grouped_s"], f["ours_grouped_peak_mib"] = statistics.median(grouped), _peak_mib(device)
 
     _reset_peak(device)
     step = update_profile.theirs(ctx["hf_dir"], batch, P, kl=True, dtype="bf16")
@@ -544,14 +665,30 @@ def check_speed(ctx) -> tuple[bool, dict]:
         f[f"{side}_of_matmul_peak"] = f[f"{side}_tflops_6nt"] / peak
     f["matmul_tflops_bf16"] = peak
     f["ours_over_transformers"] = f["ours_s"] / f["transformers_s"]
+    if "ours_grouped_s" in f:
+        f["ours_grouped_over_transformers"] = f["ours_grouped_s"] / f["transformers_s"]
+        f["ours_grouped_tflops_6nt"] = 6 * n * rows * seq / f["ours_grouped_s"] / 1e12
     return all(math.isfinite(x) for x in losses) and min(ours + theirs) > 0, f
 
 
-def ray_gpt_command(platform: str, steps: int, out_dir: str, bf16: bool) -> list[str]:
+# the ray_gpt check's runs (--ray-variants): name -> overrides of the tiny task
+RAY_VARIANTS = {
+    "fp32": ["training.bf16=false"],
+    "bf16": ["training.bf16=true"],
+    # both compiles: the decode step (enforce_eager: false) and the decoder layers of update and log-probs
+    "compiled": ["training.bf16=true", "actor_rollout_ref.actor_rollout.enforce_eager=false",
+                 "training.use_torch_compile=true"],
+    # the tiny task's model with 4 experts, top-2 (EP 1 on one device), as tests/e2e/test_moe_e2e.py at EP 2
+    "moe": ["training.bf16=false", "training.num_experts=4", "training.moe_ffn_hidden_size=128",
+            "training.moe_router_topk=2"],
+}
+
+
+def ray_gpt_command(platform: str, steps: int, out_dir: str, variant: str) -> list[str]:
     """The ray_gpt.py command line of the check: the tiny task, colocated, no validation or saving."""
     return [sys.executable, os.path.join(ROOT, "ray_gpt.py"), f"training.platform={platform}",
             f"training.train_iters={steps}", f"training.output_dir={out_dir}", "training.test_freq=0",
-            "training.save_interval=0", f"training.bf16={str(bf16).lower()}"]
+            "training.save_interval=0", *RAY_VARIANTS[variant]]
 
 
 def summarize_run(out_dir: str, steps: int) -> tuple[bool, dict]:
@@ -565,18 +702,20 @@ def summarize_run(out_dir: str, steps: int) -> tuple[bool, dict]:
     f = {"steps": len(rows), "score_first": rows[0].get("grpo/score/mean") if rows else None,
          "score_last": rows[-1].get("grpo/score/mean") if rows else None,
          "step_s_mean": sum(r.get("timing/step", 0.0) for r in rows[1:]) / max(1, len(rows) - 1),
-         "gen_s_mean": sum(r.get("timing/gen", 0.0) for r in rows[1:]) / max(1, len(rows) - 1)}
+         "gen_s_mean": sum(r.get("timing/gen", 0.0) for r in rows[1:]) / max(1, len(rows) - 1),
+         # every step's phases, so an uneven step shows where its time went
+         "timing": [{k[len("timing/"):]: round(v, 4) for k, v in r.items() if k.startswith("timing/")}
+                    for r in rows]}
     return len(rows) == steps and all(math.isfinite(x) for x in norms), f
 
 
 def check_ray_gpt(ctx) -> tuple[bool, dict]:
     a, figures, ok = ctx["args"], {}, True
-    for bf16 in (False, True):
-        label = "bf16" if bf16 else "fp32"
+    for label in a.ray_variants:
         out_dir = os.path.join(ctx["tmp"], f"ray_gpt_{label}")
         env = {**os.environ, "RAY_ADDRESS": "local", "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
         try:
-            proc = subprocess.run(ray_gpt_command(ctx["platform"], a.ray_steps, out_dir, bf16), cwd=ROOT, env=env,
+            proc = subprocess.run(ray_gpt_command(ctx["platform"], a.ray_steps, out_dir, label), cwd=ROOT, env=env,
                                   capture_output=True, text=True, timeout=600 + 60 * a.ray_steps)
         except subprocess.TimeoutExpired:
             figures[label] = {"error": f"ray_gpt.py did not finish {a.ray_steps} steps within the timeout"}
@@ -595,7 +734,8 @@ def check_ray_gpt(ctx) -> tuple[bool, dict]:
 
 CHECKS: list[tuple[str, Callable]] = [("build", check_build), ("parity", check_parity), ("greedy", check_greedy),
                                       ("update", check_update), ("rounding", check_rounding), ("decode", check_decode),
-                                      ("compiled", check_compiled), ("speed", check_speed), ("ray_gpt", check_ray_gpt)]
+                                      ("compiled", check_compiled), ("train_compiled", check_train_compiled),
+                                      ("speed", check_speed), ("ray_gpt", check_ray_gpt)]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ import torch.distributed.distributed_c10d as c10d
 import torch.nn.functional as F
 
 from mindspeed_rl.platform import get_platform, place_model
+from mindspeed_rl.platform.base import grouped_experts as grouped_experts_on
 from mindspeed_rl.platform.base import own_rotary, own_swiglu, sdpa_core_attention
 
 get_platform().patch()  # megatron must be imported after the platform patch (no-op when done)
@@ -164,7 +165,9 @@ def moe_config_fields(args: Mapping[str, Any]) -> dict[str, Any]:
         moe_router_load_balancing_type=_get(args, "moe_router_load_balancing_type", "aux_loss"),
         moe_aux_loss_coeff=float(_get(args, "moe_aux_loss_coeff", 0.0)),
         moe_token_dispatcher_type=_get(args, "moe_token_dispatcher_type", "allgather"),
-        moe_grouped_gemm=bool(_get(args, "moe_grouped_gemm", False)),
+        # megatron's GroupedMLP (grouped_gemm package, stacked weights) is never built: moe_grouped_gemm
+        # turns the SequentialMLP experts into models/grouped_experts.py's, same parameters
+        moe_grouped_gemm=False,
         moe_shared_expert_intermediate_size=int(_get(args, "moe_shared_expert_intermediate_size", 0)) or None,
         # megatron-core 0.16 reads the shared expert's gate from the config; 0.12 from the layer spec (below)
         **({"moe_shared_expert_gate": bool(_get(args, "shared_expert_gate", False))}
@@ -215,7 +218,7 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
     scaling = _get(args, "rope_scaling_type")
     if scaling not in (None, "llama3"):
         raise ValueError(f"rope_scaling_type {scaling!r} is not supported; use llama3 or null.")
-    spec = get_gpt_layer_local_spec(num_experts=config.num_moe_experts, moe_grouped_gemm=config.moe_grouped_gemm,
+    spec = get_gpt_layer_local_spec(num_experts=config.num_moe_experts, moe_grouped_gemm=False,
                                     qk_layernorm=config.qk_layernorm, normalization=config.normalization)
     shared = getattr(getattr(spec.submodules.mlp, "submodules", None), "shared_experts", None)
     if _get(args, "shared_expert_gate", False) and "gate" in (getattr(shared, "params", None) or {}):
@@ -233,6 +236,13 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
     with torch.device(device):
         model = _gpt_model(config, spec, args, pre_process, post_process, vp_stage)
     place_model(model, device, params_dtype)
+    if config.num_moe_experts and _get(args, "moe_grouped_gemm", False):
+        if not grouped_experts_on(get_platform().name):
+            raise ValueError(f"moe_grouped_gemm: true has no grouped-GEMM experts on the "
+                             f"{get_platform().name} platform; set moe_grouped_gemm: false.")
+        from mindspeed_rl.models import grouped_experts
+
+        grouped_experts.install(model)
     if hasattr(model, "rotary_pos_emb"):  # inv_freq is a plain attribute (module.to skips it); it stays fp32
         rotary = model.rotary_pos_emb
         if scaling == "llama3":

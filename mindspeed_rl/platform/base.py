@@ -303,6 +303,13 @@ def own_swiglu(name: str) -> bool:
     return name in ("cpu", "cuda")
 
 
+def grouped_experts(name: str) -> bool:
+    """Whether `moe_grouped_gemm: true` runs the MoE experts as grouped GEMMs (torch._grouped_mm over
+    the per-expert weights, models/grouped_experts.py) on platform `name`: CPU and CUDA. On Ascend
+    MindSpeed's grouped matmul would be the kernel; it is not wired."""
+    return name in ("cpu", "cuda")
+
+
 def compiled_decode(name: str) -> bool:
     """Whether the native rollout engine may compile its decode step with torch.compile (inductor) on
     platform `name` (rollout/kv_cache.static_decode_step, `enforce_eager: false`): CPU and CUDA. On

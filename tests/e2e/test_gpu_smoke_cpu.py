@@ -1,6 +1,6 @@
 """scripts/gpu_smoke.py end to end with --device cpu, so the GPU smoke check cannot rot between
-GPU runs: build + HF load, parity, greedy, a bf16 update, decode speed, the compiled decode step and
-two ray_gpt runs."""
+GPU runs: build + HF load, parity, greedy, a bf16 update, decode speed, the compiled decode step,
+the compiled decoder layers in training and two ray_gpt runs."""
 import json
 import os
 import subprocess
@@ -26,7 +26,8 @@ def test_every_check_passes_on_cpu(tmp_path):
     checks = results["checks"]
     assert {k: v["status"] for k, v in checks.items()} == {k: "PASS" for k in
                                                           ("build", "parity", "greedy", "update", "rounding",
-                                                           "decode", "compiled", "speed", "ray_gpt")}
+                                                           "decode", "compiled", "train_compiled", "speed",
+                                                           "ray_gpt")}
     assert checks["parity"]["figures"]["fp32_max"] <= 2e-3
     assert checks["update"]["figures"]["params_changed"] > 0
     assert checks["rounding"]["figures"]["update_rounded_as_expected"] and checks["rounding"]["figures"]["update_weights"] > 0
@@ -35,5 +36,9 @@ def test_every_check_passes_on_cpu(tmp_path):
     compiled = checks["compiled"]["figures"]
     assert compiled["still_compiled"] and compiled["fp32_rows_identical"] == compiled["rows"] == 8
     assert compiled["compiled_tok_s"] > 0 and compiled["eager_tok_s"] > 0
+    train = checks["train_compiled"]["figures"]
+    assert train["still_compiled"] and train["layers_compiled"] == 2 and train["fp32_forward_max"] <= 1e-4
+    assert train["bf16_compiled_s"] > 0 and train["bf16_eager_s"] > 0
+    assert len(checks["ray_gpt"]["figures"]["fp32"]["timing"]) == 2
     speed = checks["speed"]["figures"]
     assert speed["tokens"] == 64 and speed["ours_s"] > 0 and speed["transformers_s"] > 0 and speed["matmul_tflops_bf16"] > 0

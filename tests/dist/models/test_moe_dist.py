@@ -1,7 +1,7 @@
 """Qwen3-MoE and Qwen2-MoE (shared expert), each on 4 gloo processes, one spawn: logits vs transformers at (TP, PP, EP, ETP, SP) in
 {(1,1,1,1), (1,1,2,1), (2,1,2,2,SP), (1,2,2,1)}; gradients of a summed log-prob loss (each DP rank
 its slice of the batch, grads reduced as megatron's DDP does) vs transformers' autograd on the
-whole batch; a live TP2/EP2/ETP2 checkpoint + HF export that reload at TP1/EP1 and export bit
+whole batch; the same with moe_grouped_gemm's grouped experts at TP2/EP2/ETP2+SP; a live TP2/EP2/ETP2 checkpoint + HF export that reload at TP1/EP1 and export bit
 for bit; and MoE routing replay at EP2 and TP2/EP2/ETP2+SP (models/moe_replay.py): the rollout's
 recorded experts (the native engine at EP2 records what it does at EP1) replayed in the training
 forward change nothing while the weights are the same, and route as recorded after they changed."""
@@ -185,16 +185,37 @@ def _moe_job(rank, world_size, hf_dir, work):
     args = dict(model_config_from_hf(config), padded_vocab_size=PADDED)
     ids, mask = _batch()
     res = {}
+
+    def logits_of(model):
+        """Full-vocabulary logits on the last pipeline stage (None on the others)."""
+        with torch.no_grad():
+            out = forward_microbatches(model, ids, mask, micro_batch_size=2,
+                                       post_fn=lambda out, mb: gather_from_tensor_model_parallel_region(out))
+        return torch.cat(out) if ps.is_pipeline_last_stage() else None
+
+    def grads_of(model, tp, sp, meter_key=None):
+        """Gradients of the summed log-prob loss, each DP rank its slice of the batch, reduced as DDP does."""
+        dp, dp_rank = ps.get_data_parallel_world_size(), ps.get_data_parallel_rank()
+        rows = slice(dp_rank * 4 // dp, (dp_rank + 1) * 4 // dp)
+        b_ids, b_mask = ids[rows], mask[rows]
+        with ExpertLoadMeter(model) as meter:
+            out = model(b_ids, position_ids_from_mask(b_mask), attention_mask_4d(b_mask))  # (b, S, V/TP)
+        local_tokens = b_ids.numel() // (tp if sp else 1)  # SP: each TP rank routes its sequence shard
+        if meter_key is not None:
+            res[("meter", meter_key)] = (meter.stats(), [float(c.sum()) for c in meter.counts.values()], local_tokens)
+        lp, _ = vocab_parallel_log_probs(out[:, :-1], b_ids[:, 1:], vocab_size=VOCAB)
+        _loss(lp, b_ids, b_mask).backward()
+        _reduce_like_ddp(model, sp)
+        return _full_grads(model, args)
+
     for tp, pp, ep, etp, sp in LAYOUTS:
         key = (tp, pp, ep, etp, sp)
         init_parallel_state(tp, pp, ep=ep, etp=etp)
         model = build_gpt_model(args, sequence_parallel=sp).eval()
         load_hf_checkpoint(model, hf_dir, args)
-        with torch.no_grad():
-            logits = forward_microbatches(model, ids, mask, micro_batch_size=2,
-                                          post_fn=lambda out, mb: gather_from_tensor_model_parallel_region(out))
+        logits = logits_of(model)
         if ps.is_pipeline_last_stage():
-            res[("logits", key)] = torch.cat(logits)
+            res[("logits", key)] = logits
         if pp == 1:  # what a colocated vLLM engine is fed: full tensors, every expert from every EP rank
             from safetensors.torch import load_file
 
@@ -209,22 +230,20 @@ def _moe_job(rank, world_size, hf_dir, work):
         if pp == 1 and tp == 1:  # the native engine: each (DP) rank its own prompts, EP ranks in lock-step
             res[("generate", key)] = _generate(model, rank)
         if pp == 1 and (tp == 1 or sp):  # gradients: each DP rank its slice of the batch
-            dp, dp_rank = ps.get_data_parallel_world_size(), ps.get_data_parallel_rank()
-            rows = slice(dp_rank * 4 // dp, (dp_rank + 1) * 4 // dp)
-            b_ids, b_mask = ids[rows], mask[rows]
-            with ExpertLoadMeter(model) as meter:
-                out = model(b_ids, position_ids_from_mask(b_mask), attention_mask_4d(b_mask))  # (b, S, V/TP)
-            local_tokens = b_ids.numel() // (tp if sp else 1)  # SP: each TP rank routes its sequence shard
-            res[("meter", key)] = (meter.stats(), [float(c.sum()) for c in meter.counts.values()], local_tokens)
-            lp, _ = vocab_parallel_log_probs(out[:, :-1], b_ids[:, 1:], vocab_size=VOCAB)
-            _loss(lp, b_ids, b_mask).backward()
-            _reduce_like_ddp(model, sp)
-            res[("grads", key)] = _full_grads(model, args)
+            res[("grads", key)] = grads_of(model, tp, sp, meter_key=key)
         if key == _SAVE_AT:  # live save + export at TP2/ETP2 (and EP2 with SP)
             save_checkpoint(f"{work}/ckpt", 1, model, args, vocab_size=VOCAB, hf_config=config)
             export_hf(model, args, f"{work}/hf_tp2ep2", VOCAB, hf_config=config)
         if pp == 1 and ep == 2:  # routing replay (last: it changes the routers)
             res[("replay", key)] = _replay_checks(model, ids, mask)
+    # moe_grouped_gemm at the last layout (TP2/EP2/ETP2+SP): grouped GEMMs over each rank's expert shards
+    tp, pp, ep, etp, sp = key = LAYOUTS[-1]
+    init_parallel_state(tp, pp, ep=ep, etp=etp)
+    model = build_gpt_model(dict(args, moe_grouped_gemm=True), sequence_parallel=sp).eval()
+    load_hf_checkpoint(model, hf_dir, args)
+    res[("grouped_logits", key)] = logits_of(model)
+    res[("grouped_grads", key)] = grads_of(model, tp, sp)
+    res[("grouped_modules", key)] = sorted({type(m).__name__ for n, m in model.named_modules() if n.endswith("mlp.experts")})
     init_parallel_state(1, 1)  # reload the TP2/EP2 checkpoint at TP1/EP1, export again
     model = build_gpt_model(args).eval()
     assert load_checkpoint(f"{work}/ckpt", model, args) == 1
@@ -260,6 +279,23 @@ def test_moe_logits_match_transformers(moe, layout):
     for logits in got:
         diff = (logits[..., :VOCAB] - ref)[mask.bool()].abs().max().item()
         assert diff <= 1e-4, f"{layout}: max |logit diff| {diff}"
+
+
+def test_moe_grouped_gemm_experts_match_transformers_and_the_sequential_experts(moe):
+    """moe_grouped_gemm (models/grouped_experts.py) at the last layout: the same logits and gradients as
+    SequentialMLP there, so as transformers."""
+    per_rank, ref_logits, ref_grads, _, _, _ = moe
+    layout = LAYOUTS[-1]
+    _, mask = _batch()
+    seen = {}
+    for r in per_rank:
+        assert r[("grouped_modules", layout)] == ["GroupedExperts"]
+        assert (r[("grouped_logits", layout)][..., :VOCAB] - ref_logits)[mask.bool()].abs().max().item() <= 1e-4
+        torch.testing.assert_close(r[("grouped_logits", layout)], r[("logits", layout)], rtol=0, atol=1e-6)
+        seen.update(r[("grouped_grads", layout)])
+    assert sorted(seen) == sorted(ref_grads)
+    for name, g in seen.items():
+        assert ((g - ref_grads[name]).norm() / ref_grads[name].norm().clamp_min(1e-12)).item() <= 1e-4, name
 
 
 @pytest.mark.parametrize("layout", [l for l in LAYOUTS if l[1] == 1 and (l[0] == 1 or l[4])],

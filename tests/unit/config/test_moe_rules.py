@@ -30,7 +30,7 @@ def test_ep2_dry_runs_and_both_roles_get_the_experts(capsys):
      "an MoE model at tensor_model_parallel_size 2 needs sequence_parallel: true"),
     (["training.platform=cpu", "training.moe_token_dispatcher_type=alltoall"],
      "moe_token_dispatcher_type: alltoall` does not run on CPU"),
-    (["training.platform=cpu", "training.moe_grouped_gemm=true"], "moe_grouped_gemm: true` needs a grouped-GEMM kernel"),
+    (["training.platform=npu", "training.moe_grouped_gemm=true"], "on npu MindSpeed's grouped matmul is not wired yet"),
     (["training.moe_token_dispatcher_type=a2a"], "moe_token_dispatcher_type: a2a` is not supported"),
     (["training.moe_router_topk=1", "training.norm_topk_prob=true"], "moe_router_topk: 1` with renormalised"),
     (["training.moe_router_topk=5"], "moe_router_topk: 5` exceeds num_experts 4"),
@@ -108,3 +108,18 @@ def test_transformer_config_gets_the_moe_fields(gloo_world1):
     assert tc.moe_router_pre_softmax is True
     dense = transformer_config(model_args(build_config(compose_yaml(TINY)).actor, 100))
     assert dense.num_moe_experts is None
+
+
+def test_moe_grouped_gemm_reaches_the_builder_as_grouped_experts_on_cpu(gloo_world1):
+    """`moe_grouped_gemm: true` dry-runs on CPU and builds models/grouped_experts.py's experts (megatron's
+    GroupedMLP, with its grouped_gemm package and stacked weights, is never built)."""
+    from mindspeed_rl.models.arch_check import model_args
+    from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, transformer_config
+
+    cfg = build_config(compose_yaml(TINY, MOE + ["training.platform=cpu", "training.moe_grouped_gemm=true"]))
+    validate(cfg, check_paths=False)
+    init_parallel_state(1, 1)
+    args = model_args(cfg.actor, 100)
+    assert args["moe_grouped_gemm"] is True and transformer_config(args).moe_grouped_gemm is False
+    kinds = {type(m).__name__ for n, m in build_gpt_model(args).named_modules() if n.endswith("mlp.experts")}
+    assert kinds == {"GroupedExperts"}

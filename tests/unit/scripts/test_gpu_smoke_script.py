@@ -33,11 +33,43 @@ def test_bad_arguments_exit_2(bad):
 
 
 def test_ray_gpt_command_is_the_tiny_task_colocated_on_the_platform(tmp_path):
-    cmd = gs.ray_gpt_command("cuda", 5, str(tmp_path), bf16=True)
+    cmd = gs.ray_gpt_command("cuda", 5, str(tmp_path), "bf16")
     assert cmd[1].endswith("ray_gpt.py")
     assert {"training.platform=cuda", "training.train_iters=5", "training.bf16=true",
             f"training.output_dir={tmp_path}", "training.test_freq=0"} <= set(cmd)
     assert not any(c.startswith("resource_pool") for c in cmd)  # the tiny default: colocated on one device
+    compiled = set(gs.ray_gpt_command("cuda", 5, str(tmp_path), "compiled"))
+    assert {"training.bf16=true", "training.use_torch_compile=true",
+            "actor_rollout_ref.actor_rollout.enforce_eager=false"} <= compiled
+    moe = set(gs.ray_gpt_command("cuda", 5, str(tmp_path), "moe"))
+    assert {"training.num_experts=4", "training.moe_router_topk=2"} <= moe
+    assert not any("expert_model_parallel" in c for c in moe)  # EP 1: one device
+
+
+def test_ray_variants_default_and_bad_names():
+    assert gs.parse_args([]).ray_variants == ["fp32", "bf16"]
+    assert gs.parse_args(["--ray-variants", "moe, compiled"]).ray_variants == ["moe", "compiled"]
+    for bad in ("fp16", ","):
+        with pytest.raises(SystemExit) as err:
+            gs.parse_args(["--ray-variants", bad])
+        assert err.value.code == 2
+
+
+def test_active_params_count_the_routed_experts_at_topk_over_experts(gloo_world1):
+    """6·N·tokens of an MoE model counts what a token passes through: the routed experts at k/E, the
+    rest (router, attention, embeddings) in full."""
+    from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state
+
+    init_parallel_state(1, 1, seed=1)
+    args = dict(num_layers=2, hidden_size=32, ffn_hidden_size=64, num_attention_heads=4, padded_vocab_size=64,
+                max_position_embeddings=32, num_experts=4, moe_ffn_hidden_size=16, moe_router_topk=2)
+    model = build_gpt_model(args)
+    named = dict(model.named_parameters())
+    experts = sum(p.numel() for n, p in named.items() if ".experts." in n)
+    assert experts > 0 and not any("shared_experts" in n for n in named)
+    assert gs.active_params(model, args) == sum(p.numel() for p in named.values()) - experts + experts // 2
+    dense = build_gpt_model({k: v for k, v in args.items() if k not in ("num_experts", "moe_ffn_hidden_size")})
+    assert gs.active_params(dense, {}) == sum(p.numel() for p in dense.parameters())
 
 
 def write_metrics(path, norms):
@@ -69,7 +101,8 @@ def test_only_runs_the_named_checks_and_skips_the_rest(tmp_path, capsys):
     results = gs.run(args, "cpu")
     status = {k: v["status"] for k, v in results["checks"].items()}
     assert status == {"build": "PASS", "parity": "PASS", "greedy": "SKIP", "update": "SKIP", "rounding": "SKIP",
-                      "decode": "SKIP", "compiled": "SKIP", "speed": "SKIP", "ray_gpt": "SKIP"}
+                      "decode": "SKIP", "compiled": "SKIP", "train_compiled": "SKIP", "speed": "SKIP",
+                      "ray_gpt": "SKIP"}
     assert results["checks"]["greedy"]["figures"]["reason"] == "not in --only"
 
 
@@ -93,6 +126,40 @@ def test_compiled_fails_when_the_compile_fell_back_to_eager(monkeypatch):
     check = gs.run(args, "cpu")["checks"]["compiled"]
     assert check["status"] == "FAIL", check
     assert check["figures"]["still_compiled"] is False and check["figures"]["fp32_rows_identical"] == 4
+
+
+def test_compiled_is_judged_on_its_fp32_rows_whatever_the_speed_batch():
+    """The fp32 comparison decodes min(gen_batch, 16) prompts; its bound must not be taken from the
+    larger speed batch (on the H200, 16 of 16 rows identical was failed against 75 % of 64)."""
+    torch._dynamo.reset()
+    args = gs.parse_args(["--device", "cpu", "--shape", "tiny", "--gen-batch", "24", "--new-tokens", "2",
+                          "--only", "build,compiled"])
+    check = gs.run(args, "cpu")["checks"]["compiled"]
+    f = check["figures"]
+    assert f["rows"] == 16 and f["batch"] == 24 and f["fp32_rows_identical"] == 16
+    assert check["status"] == "PASS", check
+
+
+def test_train_compiled_fails_when_the_layers_fell_back_to_eager(monkeypatch):
+    """`train_compiled` passes only when the layers really ran compiled: with the process's compiled
+    layers already turned off (a compile failed before), the update equals eager's and the check fails."""
+    from mindspeed_rl.models import compiled_layers
+
+    monkeypatch.setitem(compiled_layers._STATE, "failed", RuntimeError("inductor found no compiler"))
+    args = gs.parse_args(["--device", "cpu", "--shape", "tiny", "--batch", "2", "--seq", "16", "--speed-rows", "2",
+                          "--speed-seq", "16", "--speed-repeat", "1", "--only", "build,train_compiled"])
+    check = gs.run(args, "cpu")["checks"]["train_compiled"]
+    f = check["figures"]
+    assert check["status"] == "FAIL" and f["still_compiled"] is False and f["layers_compiled"] == 2
+    assert f["fp32_forward_max"] == 0.0 and f["fp32_after_update_max"] == 0.0  # eager on both sides
+
+
+def test_train_compiled_leaves_moe_layers_eager_and_says_so():
+    args = gs.parse_args(["--device", "cpu", "--shape", "tiny-moe", "--batch", "2", "--seq", "16",
+                          "--only", "train_compiled"])
+    check = gs.run(args, "cpu")["checks"]["train_compiled"]
+    assert check["status"] == "PASS" and check["figures"]["layers_compiled"] == 0
+    assert "MoE layers stay eager" in check["figures"]["not_compiled_here"]
 
 
 def test_a_crashing_check_fails_with_its_traceback(monkeypatch):
