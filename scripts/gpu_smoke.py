@@ -709,11 +709,23 @@ def summarize_run(out_dir: str, steps: int) -> tuple[bool, dict]:
     return len(rows) == steps and all(math.isfinite(x) for x in norms), f
 
 
+def startup_of(stdout: str) -> dict:
+    """ray_gpt.py's start-up seconds from its `done: {...}` line ({} when absent)."""
+    for line in reversed(stdout.splitlines()):
+        if line.startswith("done: "):
+            try:
+                return {"startup_s": json.loads(line[len("done: "):]).get("startup_seconds")}
+            except ValueError:
+                return {}
+    return {}
+
+
 def check_ray_gpt(ctx) -> tuple[bool, dict]:
     a, figures, ok = ctx["args"], {}, True
     for label in a.ray_variants:
         out_dir = os.path.join(ctx["tmp"], f"ray_gpt_{label}")
         env = {**os.environ, "RAY_ADDRESS": "local", "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        t0 = time.perf_counter()
         try:
             proc = subprocess.run(ray_gpt_command(ctx["platform"], a.ray_steps, out_dir, label), cwd=ROOT, env=env,
                                   capture_output=True, text=True, timeout=600 + 60 * a.ray_steps)
@@ -726,6 +738,8 @@ def check_ray_gpt(ctx) -> tuple[bool, dict]:
             with open(os.path.join(a.log_dir, f"ray_gpt_{label}.log"), "w") as fh:
                 fh.write(f"$ {' '.join(proc.args)}\nexit {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
         passed, f = summarize_run(out_dir, a.ray_steps)
+        f["wall_s"] = round(time.perf_counter() - t0, 1)  # the whole run, start-up and shutdown included
+        f.update(startup_of(proc.stdout))
         if proc.returncode != 0:
             passed, f["error"] = False, f"exit {proc.returncode}: {proc.stderr.strip()[-800:]}"
         figures[label], ok = f, ok and passed

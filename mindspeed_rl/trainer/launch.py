@@ -54,6 +54,7 @@ def run(cfg, plan) -> int:
     from mindspeed_rl.utils.report import resolved_yaml
     from mindspeed_rl.workers.reward import Reward, RuleRewardScorer
 
+    t_start = time.perf_counter()  # start-up phases, said once the workers are ready
     out_dir, config_yaml = cfg.run.output_dir, resolved_yaml(cfg)
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "config.yaml"), "w", encoding="utf-8") as f:
@@ -81,6 +82,7 @@ def run(cfg, plan) -> int:
         train.load_state_dict(resume.state["loader"])
 
     # ---- cluster, pools, role groups
+    t_data = time.perf_counter()
     platform = get_platform(run_cfg.platform)
     info = connect(plan, platform)
     check_cluster(plan, info.nodes, platform.ray_resource)
@@ -95,8 +97,13 @@ def run(cfg, plan) -> int:
         print(check_nodes(cfg, plan, pools))  # each role node sees its paths, MASTER_ADDR is reachable; no worker yet
         with StopOnSignal() as stop:
             settings = settings_from_config(cfg, num_devices=plan_devices(plan, "actor_rollout"))
+            t_cluster = time.perf_counter()
             roles = build_roles(cfg, plan, pools, needs_reference(settings), groups)
             actor, reference = roles.actor, roles.reference
+            t_ready = time.perf_counter()
+            print(f"workers ready {t_ready - t_start:.1f} s after the start: data and tokenizer {t_data - t_start:.1f} s, "
+                  f"Ray cluster and device bundles {t_cluster - t_data:.1f} s, role workers (start, build and load "
+                  f"the models) {t_ready - t_cluster:.1f} s")
             reward = Reward(rules, roles.reward_model, a.reward_model_weight, a.missing_eos_penalty)
             save_dir = cfg.actor.save
 
@@ -130,7 +137,7 @@ def run(cfg, plan) -> int:
                 hf_dir = actor.save_hf(os.path.join(save_dir, "hf"))
                 print(f"Hugging Face export of the actor: {hf_dir}")
             summary = {"steps": len(history), "last_step": trainer.step_idx,
-                       "seconds": round(time.perf_counter() - start, 1),
+                       "seconds": round(time.perf_counter() - start, 1), "startup_seconds": round(t_ready - t_start, 1),
                        "first_score": history[0]["grpo/score/mean"] if history else None,
                        "last_score": history[-1]["grpo/score/mean"] if history else None}
             print("done: " + json.dumps(summary))

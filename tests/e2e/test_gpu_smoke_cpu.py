@@ -40,5 +40,6 @@ def test_every_check_passes_on_cpu(tmp_path):
     assert train["still_compiled"] and train["layers_compiled"] == 2 and train["fp32_forward_max"] <= 1e-4
     assert train["bf16_compiled_s"] > 0 and train["bf16_eager_s"] > 0
     assert len(checks["ray_gpt"]["figures"]["fp32"]["timing"]) == 2
+    assert checks["ray_gpt"]["figures"]["fp32"]["startup_s"] > 0 and checks["ray_gpt"]["figures"]["fp32"]["wall_s"] > 0
     speed = checks["speed"]["figures"]
     assert speed["tokens"] == 64 and speed["ours_s"] > 0 and speed["transformers_s"] > 0 and speed["matmul_tflops_bf16"] > 0

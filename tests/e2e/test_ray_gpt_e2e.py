@@ -43,6 +43,11 @@ def test_tiny_default_learns(tmp_path):
         assert key in rows[-1], key
     assert "val/score/mean" in rows[19]
     assert (tmp_path / "config.yaml").is_file() and any((tmp_path / "tensorboard").iterdir())
+    # the start-up phases, once the workers are ready, and their sum in the closing summary
+    ready = [line for line in proc.stdout.splitlines() if line.startswith("workers ready ")]
+    assert len(ready) == 1 and "Ray cluster and device bundles" in ready[0] and "role workers" in ready[0], ready
+    done = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("done: "))[6:])
+    assert 0 < done["startup_seconds"] and done["steps"] == 150
 
 
 def test_tiny_learns_in_bf16(tmp_path):

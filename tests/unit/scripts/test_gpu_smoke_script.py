@@ -89,6 +89,12 @@ def test_run_summary_needs_every_step_and_finite_grad_norms(tmp_path):
     assert not ok and "was not written" in f["error"]
 
 
+def test_startup_seconds_come_from_the_done_line():
+    out = 'workers ready 8.5 s after the start: ...\ndone: {"steps": 2, "startup_seconds": 8.5}\n'
+    assert gs.startup_of(out) == {"startup_s": 8.5}
+    assert gs.startup_of("no summary line\n") == {} and gs.startup_of("done: {not json\n") == {}
+
+
 def test_bf16_bound_is_relative_to_transformers_own_bf16_error():
     assert gs.bf16_bound(0.0) == pytest.approx(gs.BF16_SLACK)
     assert gs.bf16_bound(0.1) == pytest.approx(0.2 + gs.BF16_SLACK)
