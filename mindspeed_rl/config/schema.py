@@ -64,7 +64,7 @@ class ModelArch:
     moe_router_load_balancing_type: str = doc("aux_loss", "MoE: aux_loss, seq_aux_loss, sinkhorn or none")
     moe_aux_loss_coeff: float = doc(0.0, "MoE: weight of the load-balancing loss added to the policy loss (0 = off; logged either way)")
     moe_token_dispatcher_type: str = doc("allgather", "MoE: allgather (every platform), alltoall or alltoall_seq (NPU/CUDA)")
-    moe_grouped_gemm: bool = doc(False, "MoE: run the experts as two grouped GEMMs (torch._grouped_mm over the same per-expert weights, so checkpoints, export and weight sync are unchanged; models/grouped_experts.py) instead of megatron's SequentialMLP, one expert after another. Same numbers (fp32 bit for bit on CPU); CPU and CUDA, not yet on Ascend. CPU bf16 update 0.91x the time; its GPU speed is not measured yet (SequentialMLP took 2.65x transformers' update on an H200)")
+    moe_grouped_gemm: bool = doc(False, "MoE: run the experts as two grouped GEMMs (torch._grouped_mm over the same per-expert weights, so checkpoints, export and weight sync are unchanged; models/grouped_experts.py) instead of megatron's SequentialMLP, one expert after another. Same numbers (fp32 within 1e-6 of SequentialMLP; a CPU ray_gpt run bit for bit); CPU and CUDA, not yet on Ascend. CPU bf16 update 0.91x the time; its GPU speed is not measured yet (SequentialMLP took 2.65x transformers' update on an H200)")
     moe_shared_expert_intermediate_size: Optional[int] = doc(None, "MoE: width of the shared expert every token also goes through (HF shared_expert_intermediate_size, Qwen2-MoE); null = none")
     shared_expert_gate: bool = doc(False, "MoE: the shared expert's output is scaled by sigmoid(a learnt (1, hidden) gate) (Qwen2-MoE's shared_expert_gate; MindSpeed-LLM's name)")
 

@@ -444,8 +444,8 @@ def _check_moe(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
     if cfg.run.platform == "cpu" and a.moe_token_dispatcher_type not in moe_token_dispatchers("cpu"):
         problems.append(f"`{path}.moe_token_dispatcher_type: {a.moe_token_dispatcher_type}` does not run on CPU "
                         f"(megatron's version needs a device stream); use allgather there.")
-    on = resolve_name(cfg.run.platform) if cfg.run.platform in ("auto", *PLATFORM_NAMES) else None
-    if a.moe_grouped_gemm and on is not None and not grouped_experts(on):
+    on = resolve_name(cfg.run.platform) if a.moe_grouped_gemm and cfg.run.platform in ("auto", *PLATFORM_NAMES) else None
+    if on is not None and not grouped_experts(on):
         problems.append(f"`{path}.moe_grouped_gemm: true`: grouped-GEMM experts run on CPU and CUDA (torch's "
                         f"_grouped_mm); on {on} MindSpeed's grouped matmul is not wired yet. Set it to false.")
     if a.norm_topk_prob is not None and "moe_router_pre_softmax" in role.arch_set and \
