@@ -43,11 +43,12 @@ Checks, in order (each PASS / FAIL with its figures; the exit code is 0 only whe
              against transformers as TRL 1.16 runs it (fp32 weights under bf16 autocast, SDPA,
              logits_to_keep, fused AdamW: bench/update_profile.py's `theirs`, without TRL's fused LM
              head), with 6·N·tokens TFLOP/s, the share of the device's own measured bf16 matmul rate
-             and (CUDA) peak memory. Reported, not judged: PASS when both sides ran finite updates.
+             and (CUDA) peak memory; for MoE shapes ours also with the grouped-GEMM experts
+             (moe_grouped_gemm). Reported, not judged: PASS when both sides ran finite updates.
   ray_gpt    `ray_gpt.py` on the tiny task, colocated, --ray-steps steps on this platform, once per
              --ray-variants entry (fp32, bf16; also compiled: bf16 with the compiled decode and layers,
              moe: the tiny model with 4 experts, top-2): exit 0, every step logged, finite grad norms;
-             score, seconds per step and every step's phase timings.
+             score, seconds per step and every step's phase timings (scripts/gpu_smoke_ray.py).
 
 Shapes (--shape; random weights): smollm2-135m (default), qwen25-05b, qwen3-moe-small and
 qwen2-moe-small (16 experts, top-4, 8 layers; the latter with a gated shared expert), tiny and tiny-moe
@@ -65,7 +66,6 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -543,7 +543,7 @@ def check_train_compiled(ctx) -> tuple[bool, dict]:
         f["not_compiled_here"] = "no dense decoder layer (MoE layers stay eager)"
         return compiled_layers.failed() is None, f
 
-    update_profile = _bench_module("update_profile")
+    update_profile = _module("bench", "update_profile")
     rows, seq = a.speed_rows, min(a.speed_seq, SHAPES[a.shape][1]["max_position_embeddings"])
     P2 = seq // 2
     big = {k: v.to(device) for k, v in update_profile.batch_of(rows, P2, seq - P2, vocab).items()}
@@ -612,9 +612,9 @@ def _reset_peak(device: torch.device) -> None:
         torch.cuda.reset_peak_memory_stats(device)
 
 
-def _bench_module(name: str):
-    """bench/<name>.py as a module (bench/ is not a package)."""
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "bench", f"{name}.py"))
+def _module(folder: str, name: str):
+    """<folder>/<name>.py as a module (bench/ and scripts/ are not packages)."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, folder, f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -623,7 +623,7 @@ def _bench_module(name: str):
 def check_speed(ctx) -> tuple[bool, dict]:
     from mindspeed_rl.models.train_step import PolicyLossSettings, policy_update_step
 
-    update_profile = _bench_module("update_profile")
+    update_profile = _module("bench", "update_profile")
     a, device, vocab = ctx["args"], ctx["device"], ctx["vocab"]
     rows, seq = a.speed_rows, min(a.speed_seq, SHAPES[a.shape][1]["max_position_embeddings"])
     P = seq // 2
@@ -656,7 +656,7 @@ def check_speed(ctx) -> tuple[bool, dict]:
     del step
     _reset_peak(device)
 
-    wl = _bench_module("grpo_step_workload")  # the bench's roofline: best bf16 mm, 8192^3 on a device
+    wl = _module("bench", "grpo_step_workload")  # the bench's roofline: best bf16 mm, 8192^3 on a device
     peak = wl.matmul_peak(torch.get_num_threads(), n=1024, repeats=10, dtype="bf16", device=device.type) / 1e12
     for side, times in (("ours", ours), ("transformers", theirs)):
         t = statistics.median(times)
@@ -671,80 +671,9 @@ def check_speed(ctx) -> tuple[bool, dict]:
     return all(math.isfinite(x) for x in losses) and min(ours + theirs) > 0, f
 
 
-# the ray_gpt check's runs (--ray-variants): name -> overrides of the tiny task
-RAY_VARIANTS = {
-    "fp32": ["training.bf16=false"],
-    "bf16": ["training.bf16=true"],
-    # both compiles: the decode step (enforce_eager: false) and the decoder layers of update and log-probs
-    "compiled": ["training.bf16=true", "actor_rollout_ref.actor_rollout.enforce_eager=false",
-                 "training.use_torch_compile=true"],
-    # the tiny task's model with 4 experts, top-2 (EP 1 on one device), as tests/e2e/test_moe_e2e.py at EP 2
-    "moe": ["training.bf16=false", "training.num_experts=4", "training.moe_ffn_hidden_size=128",
-            "training.moe_router_topk=2"],
-}
-
-
-def ray_gpt_command(platform: str, steps: int, out_dir: str, variant: str) -> list[str]:
-    """The ray_gpt.py command line of the check: the tiny task, colocated, no validation or saving."""
-    return [sys.executable, os.path.join(ROOT, "ray_gpt.py"), f"training.platform={platform}",
-            f"training.train_iters={steps}", f"training.output_dir={out_dir}", "training.test_freq=0",
-            "training.save_interval=0", *RAY_VARIANTS[variant]]
-
-
-def summarize_run(out_dir: str, steps: int) -> tuple[bool, dict]:
-    """Figures of a finished ray_gpt run from its metrics.jsonl: every step logged, finite grad norms."""
-    path = os.path.join(out_dir, "metrics.jsonl")
-    if not os.path.isfile(path):
-        return False, {"error": f"{path} was not written"}
-    with open(path) as fh:
-        rows = [json.loads(line) for line in fh if line.strip()]
-    norms = [r.get("actor/grad_norm", float("nan")) for r in rows]
-    f = {"steps": len(rows), "score_first": rows[0].get("grpo/score/mean") if rows else None,
-         "score_last": rows[-1].get("grpo/score/mean") if rows else None,
-         "step_s_mean": sum(r.get("timing/step", 0.0) for r in rows[1:]) / max(1, len(rows) - 1),
-         "gen_s_mean": sum(r.get("timing/gen", 0.0) for r in rows[1:]) / max(1, len(rows) - 1),
-         # every step's phases, so an uneven step shows where its time went
-         "timing": [{k[len("timing/"):]: round(v, 4) for k, v in r.items() if k.startswith("timing/")}
-                    for r in rows]}
-    return len(rows) == steps and all(math.isfinite(x) for x in norms), f
-
-
-def startup_of(stdout: str) -> dict:
-    """ray_gpt.py's start-up seconds from its `done: {...}` line ({} when absent)."""
-    for line in reversed(stdout.splitlines()):
-        if line.startswith("done: "):
-            try:
-                return {"startup_s": json.loads(line[len("done: "):]).get("startup_seconds")}
-            except ValueError:
-                return {}
-    return {}
-
-
-def check_ray_gpt(ctx) -> tuple[bool, dict]:
-    a, figures, ok = ctx["args"], {}, True
-    for label in a.ray_variants:
-        out_dir = os.path.join(ctx["tmp"], f"ray_gpt_{label}")
-        env = {**os.environ, "RAY_ADDRESS": "local", "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        t0 = time.perf_counter()
-        try:
-            proc = subprocess.run(ray_gpt_command(ctx["platform"], a.ray_steps, out_dir, label), cwd=ROOT, env=env,
-                                  capture_output=True, text=True, timeout=600 + 60 * a.ray_steps)
-        except subprocess.TimeoutExpired:
-            figures[label] = {"error": f"ray_gpt.py did not finish {a.ray_steps} steps within the timeout"}
-            ok = False
-            continue
-        if a.log_dir:
-            os.makedirs(a.log_dir, exist_ok=True)
-            with open(os.path.join(a.log_dir, f"ray_gpt_{label}.log"), "w") as fh:
-                fh.write(f"$ {' '.join(proc.args)}\nexit {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
-        passed, f = summarize_run(out_dir, a.ray_steps)
-        f["wall_s"] = round(time.perf_counter() - t0, 1)  # the whole run, start-up and shutdown included
-        f.update(startup_of(proc.stdout))
-        if proc.returncode != 0:
-            passed, f["error"] = False, f"exit {proc.returncode}: {proc.stderr.strip()[-800:]}"
-        figures[label], ok = f, ok and passed
-    return ok, figures
-
+_RAY = _module("scripts", "gpu_smoke_ray")  # the ray_gpt check lives beside this script
+RAY_VARIANTS, ray_gpt_command, summarize_run, startup_of, check_ray_gpt = (
+    _RAY.RAY_VARIANTS, _RAY.ray_gpt_command, _RAY.summarize_run, _RAY.startup_of, _RAY.check_ray_gpt)
 
 CHECKS: list[tuple[str, Callable]] = [("build", check_build), ("parity", check_parity), ("greedy", check_greedy),
                                       ("update", check_update), ("rounding", check_rounding), ("decode", check_decode),
