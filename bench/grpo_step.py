@@ -755,6 +755,12 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("grpo_step.py: --device cuda, but torch sees no GPU on this machine; run it where one is, or "
+              "use --device cpu.", file=sys.stderr)
+        return 2
     started = time.perf_counter()
     w = workload(args)
     work = os.path.abspath(args.work_dir)

@@ -313,3 +313,14 @@ def test_compile_reaches_our_engines_and_is_shown_beside_trls_eager_generation(b
     rows, bad = gs.check_settings({"generation": "decode step compiled"}, {"generation": "eager"})
     assert "generation" not in bad
     assert {"setting": "generation", "ours": "decode step compiled", "trl": "eager", "match": None} in rows
+
+
+def test_device_cuda_without_a_gpu_is_one_sentence_and_exit_2(bench, capsys, monkeypatch, tmp_path):
+    import torch
+
+    gs, _ = bench
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert gs.main(["--sizes", "tiny", "--device", "cuda", "--work-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["grpo_step.py: --device cuda, but torch sees no GPU on this machine; run it where one is, "
+                   "or use --device cpu."]
