@@ -373,7 +373,7 @@ def _check_moe(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
     (ETP x EP x PP) expert groups as they hold whole (TP x PP) model replicas, SP with TP > 1 (megatron
     requires it for EP > 1; without it the allgather dispatcher sees every TP rank's copy of the
     tokens and expert gradients come out TP times too large), and a dispatcher the platform runs."""
-    from mindspeed_rl.platform.base import PLATFORM_NAMES, grouped_experts, moe_token_dispatchers, resolve_name
+    from mindspeed_rl.platform.base import moe_token_dispatchers
 
     path, a, par = role_path(role), role.arch, role.parallel
     tp, pp, ep = par.tensor_model_parallel_size, par.pipeline_model_parallel_size, par.expert_model_parallel_size
@@ -444,10 +444,6 @@ def _check_moe(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
     if cfg.run.platform == "cpu" and a.moe_token_dispatcher_type not in moe_token_dispatchers("cpu"):
         problems.append(f"`{path}.moe_token_dispatcher_type: {a.moe_token_dispatcher_type}` does not run on CPU "
                         f"(megatron's version needs a device stream); use allgather there.")
-    on = resolve_name(cfg.run.platform) if a.moe_grouped_gemm and cfg.run.platform in ("auto", *PLATFORM_NAMES) else None
-    if on is not None and not grouped_experts(on):
-        problems.append(f"`{path}.moe_grouped_gemm: true`: grouped-GEMM experts run on CPU and CUDA (torch's "
-                        f"_grouped_mm); on {on} MindSpeed's grouped matmul is not wired yet. Set it to false.")
     if a.norm_topk_prob is not None and "moe_router_pre_softmax" in role.arch_set and \
             a.moe_router_pre_softmax == a.norm_topk_prob:
         problems.append(f"`{role.arch_set['moe_router_pre_softmax']}: {a.moe_router_pre_softmax}` contradicts "

@@ -34,7 +34,6 @@ import torch.distributed.distributed_c10d as c10d
 import torch.nn.functional as F
 
 from mindspeed_rl.platform import get_platform, place_model
-from mindspeed_rl.platform.base import grouped_experts as grouped_experts_on
 from mindspeed_rl.platform.base import own_rotary, own_swiglu, sdpa_core_attention
 
 get_platform().patch()  # megatron must be imported after the platform patch (no-op when done)
@@ -237,9 +236,6 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
         model = _gpt_model(config, spec, args, pre_process, post_process, vp_stage)
     place_model(model, device, params_dtype)
     if config.num_moe_experts and _get(args, "moe_grouped_gemm", False):
-        if not grouped_experts_on(get_platform().name):
-            raise ValueError(f"moe_grouped_gemm: true has no grouped-GEMM experts on the "
-                             f"{get_platform().name} platform; set moe_grouped_gemm: false.")
         from mindspeed_rl.models import grouped_experts
 
         grouped_experts.install(model)

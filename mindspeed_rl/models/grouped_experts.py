@@ -9,9 +9,10 @@ than every checkpoint, export and weight-sync path of this project reads.
 
 What: `GroupedExperts` is a `SequentialMLP` (the same `local_experts.N.linear_fc1/fc2` parameters, so
 the HF bridge, checkpoints, HF export, vLLM sync and routing replay see nothing new) whose forward
-stacks the local experts' weights and runs two `torch._grouped_mm` calls over the tokens the
-dispatcher already sorted by expert, with the group offsets computed on the device (no host sync in
-the experts). The activation between them is megatron's own for the config (the fused-swiglu hook
+stacks the local experts' weights and runs two grouped matmuls over the tokens the dispatcher
+already sorted by expert (`Platform.grouped_mm`: torch's `_grouped_mm` on CPU and CUDA, with the
+group offsets computed on the device, so no host sync in the experts; MindSpeed's `npu_gmm_v2` on
+Ascend). The activation between them is megatron's own for the config (the fused-swiglu hook
 with the routing probs, or the plain glu), so the numbers are those of `SequentialMLP`: in fp32 the
 grouped GEMM computes each group's rows as the per-expert matmul does (tests compare outputs,
 gradients and a whole update).
@@ -20,11 +21,10 @@ Expert TP / EP need nothing here: an expert's linear layers do no communication 
 (megatron's `explicit_expert_comm`; the dispatcher gathers and scatters), so each rank multiplies its
 local shards. Where a case is not covered (biases, non-glu activations, fp8, probs applied on the
 input, a row width the grouped GEMM cannot take: its strides must be 16-byte multiples) the forward
-is `SequentialMLP`'s. If the grouped GEMM itself fails (a device or dtype without a kernel), one
-warning says so and the experts run sequentially from then on in this process.
+is `SequentialMLP`'s. If the grouped GEMM itself fails (a device or dtype without a kernel, MindSpeed
+absent), one warning says so and the experts run sequentially from then on in this process.
 
-Where: `platform.base.grouped_experts(name)`: CPU and CUDA (torch's `_grouped_mm`); not on Ascend,
-where MindSpeed's grouped matmul would be the kernel (not wired; validate.py says so).
+Verified on CPU (tests); the CUDA kernel and MindSpeed's are written against their APIs, not yet run.
 """
 from __future__ import annotations
 
@@ -89,15 +89,14 @@ class GroupedExperts(SequentialMLP):
         if not self._grouped(hidden):
             return super().forward(hidden, tokens_per_expert, permuted_probs)
         counts = torch.as_tensor(tokens_per_expert).to(hidden.device, non_blocking=True)
-        offsets = torch.cumsum(counts, 0, dtype=torch.int32)
+        grouped_mm = get_platform().grouped_mm
         try:
-            fc1 = torch._grouped_mm(hidden.contiguous(), _stacked([e.linear_fc1.weight for e in self.local_experts]),
-                                    offs=offsets)
-            out = torch._grouped_mm(self._activation(fc1, permuted_probs).contiguous(),
-                                    _stacked([e.linear_fc2.weight for e in self.local_experts]), offs=offsets)
-        except (RuntimeError, NotImplementedError) as err:  # no kernel for this device / dtype
+            fc1 = grouped_mm(hidden.contiguous(), _stacked([e.linear_fc1.weight for e in self.local_experts]), counts)
+            out = grouped_mm(self._activation(fc1, permuted_probs).contiguous(),
+                             _stacked([e.linear_fc2.weight for e in self.local_experts]), counts)
+        except (RuntimeError, NotImplementedError, ImportError) as err:  # no kernel for this device / dtype
             _STATE["failed"] = err
-            log.warning("moe_grouped_gemm: torch._grouped_mm failed (%s: %s); the experts run one by one from "
+            log.warning("moe_grouped_gemm: the grouped matmul failed (%s: %s); the experts run one by one from "
                         "here on (set moe_grouped_gemm: false to skip the attempt).", type(err).__name__,
                         str(err).splitlines()[0][:200] if str(err) else "")
             return super().forward(hidden, tokens_per_expert, permuted_probs)

@@ -196,6 +196,15 @@ class Platform:
         max_rss_gb (CPU)."""
         return self.ops.memory_stats()
 
+    def grouped_mm(self, x: torch.Tensor, weights: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """(M, out) = each group's rows of x (M, in), in order, times its weight of `weights`
+        (E, in, out); counts (E,) the rows per group, on x's device (moe_grouped_gemm's experts,
+        models/grouped_experts.py). CPU and CUDA: torch._grouped_mm (offsets, no host sync); Ascend:
+        MindSpeed's grouped matmul (platform/npu.py). Differentiable."""
+        if self.name == "npu":
+            return self.ops.grouped_mm(x, weights, counts)
+        return torch._grouped_mm(x, weights, offs=torch.cumsum(counts, 0, dtype=torch.int32))
+
     def total_memory_bytes(self) -> Optional[int]:
         """The current device's memory in bytes; None on CPU (host memory is not the device's)."""
         return self.ops.total_memory_bytes()
@@ -300,13 +309,6 @@ def own_swiglu(name: str) -> bool:
     """Whether gated silu MLPs on platform `name` run models/swiglu.py (silu(a) * b on the halves of
     fc1's output, backward without a cat) through megatron's bias_activation_fusion hook: CPU and CUDA.
     On NPU, MindSpeed's fused swiglu stays (use_fused_swiglu)."""
-    return name in ("cpu", "cuda")
-
-
-def grouped_experts(name: str) -> bool:
-    """Whether `moe_grouped_gemm: true` runs the MoE experts as grouped GEMMs (torch._grouped_mm over
-    the per-expert weights, models/grouped_experts.py) on platform `name`: CPU and CUDA. On Ascend
-    MindSpeed's grouped matmul would be the kernel; it is not wired."""
     return name in ("cpu", "cuda")
 
 

@@ -155,6 +155,16 @@ def memory_stats() -> dict[str, float]:
     }
 
 
+def grouped_mm(x, weights, counts):
+    """MindSpeed's grouped matmul for moe_grouped_gemm's experts (Platform.grouped_mm):
+    `mindspeed.ops.gmm.npu_gmm_v2` takes the rows per group (group_list, int64 on the device, not
+    their cumulative sum as npu_gmm does), x (M, in) split along M (group_type 0) and the weights as
+    one contiguous (E, in, out) tensor, and has its backward (MindSpeed's GMMFunction)."""
+    from mindspeed.ops import gmm
+
+    return gmm.npu_gmm_v2(x, weights.contiguous(), bias=None, group_list=counts.long(), group_type=0)
+
+
 def configure_host_threads(cpus: float) -> dict[str, int]:
     """The device computes; host threads only feed it, so Ray's settings stay. Reports them."""
     import torch

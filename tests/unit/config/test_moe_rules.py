@@ -30,7 +30,6 @@ def test_ep2_dry_runs_and_both_roles_get_the_experts(capsys):
      "an MoE model at tensor_model_parallel_size 2 needs sequence_parallel: true"),
     (["training.platform=cpu", "training.moe_token_dispatcher_type=alltoall"],
      "moe_token_dispatcher_type: alltoall` does not run on CPU"),
-    (["training.platform=npu", "training.moe_grouped_gemm=true"], "on npu MindSpeed's grouped matmul is not wired yet"),
     (["training.moe_token_dispatcher_type=a2a"], "moe_token_dispatcher_type: a2a` is not supported"),
     (["training.moe_router_topk=1", "training.norm_topk_prob=true"], "moe_router_topk: 1` with renormalised"),
     (["training.moe_router_topk=5"], "moe_router_topk: 5` exceeds num_experts 4"),
@@ -52,7 +51,7 @@ def test_ep2_dry_runs_and_both_roles_get_the_experts(capsys):
     ([f"{A}.moe_enable_routing_replay=true", f"{A}.recompute_granularity=full"],
      "moe_enable_routing_replay: true` with recompute_granularity: full"),
 ], ids=["ep-divides-experts", "etp-divides-ffn", "devices-hold-expert-groups", "tp-needs-sp", "cpu-dispatcher",
-        "cpu-grouped-gemm", "unknown-dispatcher", "top1-renormalised", "topk-over-experts", "split-native-tp2", "split-replay",
+        "unknown-dispatcher", "top1-renormalised", "topk-over-experts", "split-native-tp2", "split-replay",
         "replay-vllm", "vllm-needs-qk-norm", "shared-expert-tp", "vllm-shared-expert-gate", "replay-sinkhorn", "replay-full-recompute"])
 def test_moe_rules(overrides, fragment, capsys):
     assert ray_gpt.main(["--config-name", TINY, *MOE, *overrides, "dry_run=true"]) == 2

@@ -146,3 +146,42 @@ def test_a_rank_with_no_routed_tokens_runs_and_back_propagates(gloo_world1):
     assert out.shape == (0, 32) and bias is None
     out.sum().backward()
     assert all(p.grad is None or not p.grad.any() for p in experts.parameters())
+
+
+def test_on_ascend_the_experts_call_mindspeeds_grouped_matmul_with_counts(monkeypatch):
+    """platform/npu.py's grouped_mm hands MindSpeed's npu_gmm_v2 what its API takes: x (M, in), the
+    weights as one contiguous (E, in, out) tensor, the rows per group as int64 (not their cumsum),
+    group_type 0. A stand-in module records the call (no NPU here) and computes the product."""
+    import sys
+    import types
+
+    from mindspeed_rl.platform import npu
+
+    calls = []
+
+    def npu_gmm_v2(x, weight, *, bias=None, group_list=None, group_type=0):
+        calls.append(dict(weight_contiguous=weight.is_contiguous(), shape=tuple(weight.shape), bias=bias,
+                          group_list=group_list.tolist(), dtype=group_list.dtype, group_type=group_type))
+        rows = torch.split(x, group_list.tolist())
+        return torch.cat([r @ w for r, w in zip(rows, weight)])
+
+    gmm = types.SimpleNamespace(npu_gmm_v2=npu_gmm_v2)
+    monkeypatch.setitem(sys.modules, "mindspeed", types.ModuleType("mindspeed"))
+    monkeypatch.setitem(sys.modules, "mindspeed.ops", types.SimpleNamespace(gmm=gmm))
+    monkeypatch.setitem(sys.modules, "mindspeed.ops.gmm", gmm)
+    g = torch.Generator().manual_seed(2)
+    x, w = torch.randn(7, 8, generator=g), torch.randn(3, 5, 8, generator=g)  # 3 experts' (out, in) weights
+    counts = torch.tensor([2, 0, 5], dtype=torch.int32)
+    out = npu.grouped_mm(x, w.transpose(1, 2), counts)  # the (E, in, out) view GroupedExperts passes
+    assert calls == [dict(weight_contiguous=True, shape=(3, 8, 5), bias=None, group_list=[2, 0, 5],
+                          dtype=torch.int64, group_type=0)]
+    torch.testing.assert_close(out, torch.cat([x[:2] @ w[0].T, x[2:] @ w[2].T]))
+
+
+def test_the_cpu_platform_groups_with_torch_offsets():
+    from mindspeed_rl.platform import get_platform
+
+    g = torch.Generator().manual_seed(2)
+    x, w = torch.randn(6, 8, generator=g), torch.randn(3, 8, 4, generator=g)
+    out = get_platform("cpu").grouped_mm(x, w, torch.tensor([1, 3, 2]))
+    torch.testing.assert_close(out, torch.cat([x[:1] @ w[0], x[1:4] @ w[1], x[4:] @ w[2]]))
