@@ -714,6 +714,8 @@ def run(args: argparse.Namespace, platform_name: str) -> dict[str, Any]:
             results["checks"][name] = {"status": status, "seconds": round(time.perf_counter() - t0, 2),
                                        "figures": figures}
             print(f"{name:<8} {status:<5} {json.dumps(figures, default=_short)}", flush=True)
+            if args.json:  # after every check: a run stopped by a time limit still leaves what it measured
+                write_results(results, args.json, complete=False)
     if made_world:  # a caller's own process group (a test session's, say) stays up
         torch.distributed.destroy_process_group()
     return results
@@ -721,6 +723,19 @@ def run(args: argparse.Namespace, platform_name: str) -> dict[str, Any]:
 
 def _short(x):
     return f"{x:.4g}" if isinstance(x, float) else str(x)
+
+
+def write_results(results: dict, path: str, complete: bool) -> list[str]:
+    """Write the results JSON (atomically: a kill mid-write leaves the last whole file), with
+    `passed` over the checks so far and `complete` false until every check has run. Returns the
+    names of the failed checks."""
+    failed = [k for k, v in results["checks"].items() if v["status"] == "FAIL"]
+    results.update(passed=not failed, complete=complete)
+    tmp = f"{path}.partial"
+    with open(tmp, "w") as f:
+        json.dump(results, f, indent=1, default=_short)
+    os.replace(tmp, path)
+    return failed
 
 
 def main(argv=None) -> int:
@@ -732,8 +747,7 @@ def main(argv=None) -> int:
     failed = [k for k, v in results["checks"].items() if v["status"] == "FAIL"]
     results["passed"] = not failed
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1, default=_short)
+        write_results(results, args.json, complete=True)
     print(f"gpu_smoke on {results['device']}: " + ("all checks passed" if not failed else f"FAILED: {', '.join(failed)}"))
     return 1 if failed else 0
 

@@ -176,3 +176,25 @@ def test_a_crashing_check_fails_with_its_traceback(monkeypatch):
     f = results["checks"]["build"]
     assert f["status"] == "FAIL" and f["figures"]["error"] == "RuntimeError: device said no"
     assert "in boom" in f["figures"]["traceback"]
+
+
+def test_the_json_is_written_after_every_check_so_a_stopped_run_keeps_its_figures(monkeypatch, tmp_path):
+    """A time limit that kills the run during a check (as the first H200 call of 2026-11-27 was)
+    leaves the checks before it in the JSON, marked incomplete."""
+    out = tmp_path / "smoke.json"
+
+    def killed(ctx):
+        assert json.loads(out.read_text())["checks"]["first"]["status"] == "PASS"  # already on disk
+        raise KeyboardInterrupt  # what a SIGINT from `timeout -s INT` would raise here
+
+    monkeypatch.setattr(gs, "CHECKS", [("first", lambda ctx: (True, {"x": 1.5})), ("second", killed)])
+    with pytest.raises(KeyboardInterrupt):
+        gs.main(["--device", "cpu", "--shape", "tiny", "--seq", "16", "--json", str(out)])
+    partial = json.loads(out.read_text())
+    assert partial["complete"] is False and partial["passed"] is True
+    assert list(partial["checks"]) == ["first"] and partial["checks"]["first"]["figures"] == {"x": 1.5}
+    assert not (tmp_path / "smoke.json.partial").exists()
+    monkeypatch.setattr(gs, "CHECKS", [("first", lambda ctx: (False, {}))])
+    assert gs.main(["--device", "cpu", "--shape", "tiny", "--seq", "16", "--json", str(out)]) == 1
+    final = json.loads(out.read_text())
+    assert final["complete"] is True and final["passed"] is False
