@@ -70,7 +70,7 @@ import sys
 import tempfile
 import time
 import traceback
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -519,7 +519,7 @@ def check_train_compiled(ctx) -> tuple[bool, dict]:
 
     if not platform_compiles_layers(ctx["platform"]):
         return True, {"not_compiled_here": f"the {ctx['platform']} platform runs its decoder layers eagerly"}
-    a, device, vocab, sync = ctx["args"], ctx["device"], ctx["vocab"], ctx_sync()
+    a, device, vocab = ctx["args"], ctx["device"], ctx["vocab"]
     P, batch = update_batch(a, vocab, device)
     s = PolicyLossSettings(use_kl_loss=True, kl_loss_coef=0.01, vocab_size=vocab)
 
@@ -543,29 +543,11 @@ def check_train_compiled(ctx) -> tuple[bool, dict]:
         f["not_compiled_here"] = "no dense decoder layer (MoE layers stay eager)"
         return compiled_layers.failed() is None, f
 
-    update_profile = _module("bench", "update_profile")
-    rows, seq = a.speed_rows, min(a.speed_seq, SHAPES[a.shape][1]["max_position_embeddings"])
-    P2 = seq // 2
-    big = {k: v.to(device) for k, v in update_profile.batch_of(rows, P2, seq - P2, vocab).items()}
-    for label in ("eager", "compiled"):
-        _reset_peak(device)
-        model, _ = build_loaded(ctx["hf_dir"], torch.bfloat16, device)
-        if label == "compiled":
-            compiled_layers.install(model)
-        ddp, optimizer, scheduler = trainer(model, lr=1e-5, train_iters=100)
-        model.train()
-
-        def step():
-            return policy_update_step(ddp, optimizer, scheduler, big, P2, rows, s)
-
-        sync()
-        t0 = time.perf_counter()
-        step()  # compiles (the compiled side)
-        sync()
-        f[f"bf16_{label}_first_s"] = time.perf_counter() - t0
-        f[f"bf16_{label}_s"] = statistics.median(_timed(step, a.speed_repeat, sync))
-        f[f"bf16_{label}_peak_mib"] = _peak_mib(device)
-        del model, ddp, optimizer, scheduler
+    rows, seq, P2, big = speed_batch(ctx)
+    for label, prepare in (("eager", None), ("compiled", compiled_layers.install)):  # the first call compiles
+        u = timed_update(ctx, big, P2, rows, s, prepare)
+        f[f"bf16_{label}_first_s"], f[f"bf16_{label}_s"] = u["first_s"], statistics.median(u["times"])
+        f[f"bf16_{label}_peak_mib"] = u["peak_mib"]
     f.update(rows=rows, seq=seq, bf16_speedup=f["bf16_eager_s"] / f["bf16_compiled_s"],
              still_compiled=compiled_layers.failed() is None)
     ok = (f["still_compiled"] and f["fp32_forward_max"] <= TRAIN_COMPILED_FWD_MAX
@@ -620,34 +602,61 @@ def _module(folder: str, name: str):
     return module
 
 
+def speed_batch(ctx) -> tuple[int, int, int, dict]:
+    """(rows, seq, prompt length, batch on the device): the speed checks' one micro-batch of
+    --speed-rows x --speed-seq tokens (capped at the shape's positions), the first half prompt."""
+    a = ctx["args"]
+    rows, seq = a.speed_rows, min(a.speed_seq, SHAPES[a.shape][1]["max_position_embeddings"])
+    batch = _module("bench", "update_profile").batch_of(rows, seq // 2, seq - seq // 2, ctx["vocab"])
+    return rows, seq, seq // 2, {k: v.to(ctx["device"]) for k, v in batch.items()}
+
+
+def timed_update(ctx, batch: dict, P: int, rows: int, s, prepare: Optional[Callable] = None, **extra) -> dict:
+    """Our bf16 policy update of `batch` (one micro-batch), timed on a fresh model of the checkpoint
+    (`extra`: more Megatron args; `prepare(model)` before the optimizer, e.g. compiling its layers):
+    first_s (the first call, a compile's included), times (--speed-repeat after 2 warm-ups),
+    peak_mib (CUDA), n (active parameters) and every call's pg loss."""
+    from mindspeed_rl.models.train_step import policy_update_step
+
+    device, sync = ctx["device"], ctx_sync()
+    _reset_peak(device)
+    model, margs = build_loaded(ctx["hf_dir"], torch.bfloat16, device, **extra)
+    if prepare is not None:
+        prepare(model)
+    ddp, optimizer, scheduler = trainer(model, lr=1e-5, train_iters=100, weight_decay=0.01, clip_grad=1.0)
+    model.train()
+    losses = []
+
+    def step():
+        losses.append(policy_update_step(ddp, optimizer, scheduler, batch, P, rows, s)["actor/pg_loss"])
+
+    sync()
+    t0 = time.perf_counter()
+    step()
+    sync()
+    first_s = time.perf_counter() - t0
+    times = _timed(step, ctx["args"].speed_repeat, sync)
+    return {"first_s": first_s, "times": times, "peak_mib": _peak_mib(device), "n": active_params(model, margs),
+            "losses": losses}
+
+
 def check_speed(ctx) -> tuple[bool, dict]:
-    from mindspeed_rl.models.train_step import PolicyLossSettings, policy_update_step
+    from mindspeed_rl.models.train_step import PolicyLossSettings
 
     update_profile = _module("bench", "update_profile")
     a, device, vocab = ctx["args"], ctx["device"], ctx["vocab"]
-    rows, seq = a.speed_rows, min(a.speed_seq, SHAPES[a.shape][1]["max_position_embeddings"])
-    P = seq // 2
-    batch = {k: v.to(device) for k, v in update_profile.batch_of(rows, P, seq - P, vocab).items()}
+    rows, seq, P, batch = speed_batch(ctx)
     sync = ctx_sync()
     f: dict[str, Any] = {"rows": rows, "seq": seq, "tokens": rows * seq}
 
     s = PolicyLossSettings(use_kl_loss=True, kl_loss_type="low_var_kl", kl_loss_coef=0.001, vocab_size=vocab)
-    losses = []
-
-    def our_update(**extra) -> tuple[list[float], int]:
-        _reset_peak(device)
-        model, margs = build_loaded(ctx["hf_dir"], torch.bfloat16, device, **extra)
-        ddp, optimizer, scheduler = trainer(model, lr=1e-5, train_iters=100, weight_decay=0.01, clip_grad=1.0)
-        model.train()
-        times = _timed(lambda: losses.append(policy_update_step(ddp, optimizer, scheduler, batch, P, rows, s)
-                                             ["actor/pg_loss"]), a.speed_repeat, sync)
-        return times, active_params(model, margs)
-
-    ours, n = our_update()
-    f["ours_peak_mib"] = _peak_mib(device)
+    u = timed_update(ctx, batch, P, rows, s)
+    ours, n, losses = u["times"], u["n"], u["losses"]
+    f["ours_peak_mib"] = u["peak_mib"]
     if SHAPES[a.shape][0].endswith("_moe"):  # the experts as grouped GEMMs (moe_grouped_gemm), side by side
-        grouped, _ = our_update(moe_grouped_gemm=True)
-        f["ours_grouped_s"], f["ours_grouped_peak_mib"] = statistics.median(grouped), _peak_mib(device)
+        g = timed_update(ctx, batch, P, rows, s, moe_grouped_gemm=True)
+        f["ours_grouped_s"], f["ours_grouped_peak_mib"] = statistics.median(g["times"]), g["peak_mib"]
+        losses += g["losses"]
 
     _reset_peak(device)
     step = update_profile.theirs(ctx["hf_dir"], batch, P, kl=True, dtype="bf16")

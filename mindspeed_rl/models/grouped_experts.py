@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from mindspeed_rl.platform import get_platform
+from mindspeed_rl.platform.base import compile_error_summary  # `Type: first line` of any error
 
 get_platform().patch()  # megatron must be imported after the platform patch (no-op when done)
 
@@ -96,9 +97,8 @@ class GroupedExperts(SequentialMLP):
                              _stacked([e.linear_fc2.weight for e in self.local_experts]), counts)
         except (RuntimeError, NotImplementedError, ImportError) as err:  # no kernel for this device / dtype
             _STATE["failed"] = err
-            log.warning("moe_grouped_gemm: the grouped matmul failed (%s: %s); the experts run one by one from "
-                        "here on (set moe_grouped_gemm: false to skip the attempt).", type(err).__name__,
-                        str(err).splitlines()[0][:200] if str(err) else "")
+            log.warning("moe_grouped_gemm: the grouped matmul failed (%s); the experts run one by one from "
+                        "here on (set moe_grouped_gemm: false to skip the attempt).", compile_error_summary(err))
             return super().forward(hidden, tokens_per_expert, permuted_probs)
         return out, None
 
