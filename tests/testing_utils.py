@@ -62,8 +62,9 @@ TINY_HF = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_a
 
 
 def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
-    """Save a random fp32 llama / qwen2 / qwen3 / qwen3_moe CausalLM (GQA 4q/2kv heads, head_dim >= 16)
-    to out_dir and return it in eval mode. llama: llama3 rope scaling, untied; qwen2: qkv bias, tied;
+    """Save a random fp32 llama / mistral / qwen2 / qwen3 / qwen3_moe CausalLM (GQA 4q/2kv heads, head_dim
+    >= 16) to out_dir and return it in eval mode. llama: llama3 rope scaling, untied; mistral: rope
+    theta 1e6, no sliding window unless overridden (sliding_window=N); qwen2: qkv bias, tied;
     qwen3: q/k norms, head_dim 32 != hidden/heads; qwen3_moe: as qwen3 with 4 experts of width 32,
     top-2, renormalised; qwen2_moe: qkv biases, 4 experts of width 32, top-2 not renormalised, and a
     gated shared expert of width 64. `overrides` change TINY_HF (num_hidden_layers=4)."""
@@ -75,6 +76,7 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
         "llama": lambda: tf.LlamaConfig(**tiny, rope_theta=5000.0, rope_scaling={
             "rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
             "original_max_position_embeddings": 32}),
+        "mistral": lambda: tf.MistralConfig(**{"sliding_window": None, "rope_theta": 1e6, **tiny}),
         "qwen2": lambda: tf.Qwen2Config(**tiny, tie_word_embeddings=True),
         "qwen3": lambda: tf.Qwen3Config(**tiny, head_dim=32),
         "qwen3_moe": lambda: tf.Qwen3MoeConfig(**tiny, head_dim=32, moe_intermediate_size=32, num_experts=4,
@@ -82,7 +84,7 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
         "qwen2_moe": lambda: tf.Qwen2MoeConfig(**tiny, moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2,
                                                norm_topk_prob=False, shared_expert_intermediate_size=64),
     }[arch]()
-    cls = {"llama": tf.LlamaForCausalLM, "qwen2": tf.Qwen2ForCausalLM, "qwen3": tf.Qwen3ForCausalLM,
+    cls = {"llama": tf.LlamaForCausalLM, "mistral": tf.MistralForCausalLM, "qwen2": tf.Qwen2ForCausalLM, "qwen3": tf.Qwen3ForCausalLM,
            "qwen3_moe": tf.Qwen3MoeForCausalLM, "qwen2_moe": tf.Qwen2MoeForCausalLM}[arch]
     torch.manual_seed(seed)
     model = cls(config).eval()

@@ -255,7 +255,8 @@ def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
                         f"`{A}.max_prompt_length: {cfg.data.max_prompt_length}`; raise seq_length or set max_new_tokens.")
     elif a.max_position_embeddings and cfg.data.max_prompt_length + r.max_new_tokens > a.max_position_embeddings:
         problems.append(f"`{A}.max_prompt_length: {cfg.data.max_prompt_length}` + max_new_tokens {r.max_new_tokens} "
-                        f"exceeds max_position_embeddings {a.max_position_embeddings} of model {role.model_name}; shorten one.")
+                        f"exceeds max_position_embeddings {a.max_position_embeddings} of model {role.model_name}"
+                        f"{_window_note(role)}; shorten one.")
     if r.rollout_engine == "vllm":
         _check_vllm(role, problems)
     if p.tis_mode not in ("off", "token", "sequence"):
@@ -266,6 +267,22 @@ def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
         problems.append(f"`{A}.clip_ratio_c: {p.clip_ratio_c}` must be > 1 (dual clip), or null to turn it off.")
     if p.ppo_epochs < 1:
         problems.append(f"`{A}.ppo_epochs: {p.ppo_epochs}` must be at least 1.")
+
+
+def _window_note(role: RoleConfig) -> str:
+    """Why a HF model's length limit is below its config.json's max_position_embeddings: a Mistral
+    sliding_window caps it (models/hf_config.max_positions); else nothing."""
+    import json
+
+    try:
+        with open(os.path.join(role.load or "", "config.json")) as f:
+            hf = json.load(f)
+    except (OSError, ValueError):
+        return ""
+    if hf.get("model_type") == "mistral" and hf.get("sliding_window") == role.arch.max_position_embeddings:
+        return (" (config.json's sliding_window: attention here is full, which equals the model's sliding-window "
+                "attention only within the window)")
+    return ""
 
 
 def _check_vllm(role: RoleConfig, problems: list[str]) -> None:

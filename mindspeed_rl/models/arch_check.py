@@ -14,8 +14,9 @@ composed yaml and the overrides) so a schema default is never mistaken for a use
 `check_shapes_against_safetensors` holds the result against the safetensors headers (shapes only,
 no weight is read), so a mismatch fails in validation (and dry_run), not after Ray started.
 `arch_from_hf_or_yaml` returns the yaml keys plus every architecture key it leaves out. Compared: everything that changes the weights or the math. Not compared:
-max_position_embeddings (a run's length limit; filled when missing) and padded_vocab_size, which
-may exceed config.json's vocab_size (megatron pads the vocabulary) but must not be smaller.
+max_position_embeddings (a run's length limit; filled when missing; a Mistral sliding_window caps
+it, and a user-set value above the window is refused) and padded_vocab_size, which may exceed
+config.json's vocab_size (megatron pads the vocabulary) but must not be smaller.
 """
 
 from __future__ import annotations
@@ -121,6 +122,14 @@ def check_arch_against_hf(model_args: Mapping[str, Any], hf_dir: str, model_name
                    else f"fix `{path}` or drop it")
             raise UserInputError(f"{path} is {shown} but {where} says {theirs} ({hf_key}); "
                                  f"{fix} to take it from config.json.")
+    longest = model_args.get("max_position_embeddings") if "max_position_embeddings" in user_set else None
+    raw = read_hf_config(hf_dir)
+    window = raw.get("sliding_window") if raw.get("model_type") == "mistral" else None
+    if longest is not None and window and int(longest) > int(window):
+        raise UserInputError(
+            f"{user_set['max_position_embeddings']} is {longest} but {where} has sliding_window {window}: "
+            "attention here is full, which equals the model's sliding-window attention only within the "
+            "window; set it to at most the window or drop the key.")
     padded = model_args.get("padded_vocab_size") if "padded_vocab_size" in user_set else None
     if padded is not None and int(padded) < hf["padded_vocab_size"]:
         raise UserInputError(f"{user_set['padded_vocab_size']} is {padded} but {where} says vocab_size "

@@ -10,13 +10,20 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-HF_ARCHS = ("llama", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe")
+HF_ARCHS = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe")
 
 
 def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
-    """Megatron-named args for a Llama / Qwen2 / Qwen3 / Qwen3-MoE / Qwen2-MoE config.json (transformers 4.x `rope_theta`
-    + `rope_scaling` or 5.x `rope_parameters`). Unsupported features raise ValueError."""
+    """Megatron-named args for a Llama / Mistral / Qwen2 / Qwen3 / Qwen3-MoE / Qwen2-MoE config.json
+    (transformers 4.x `rope_theta` + `rope_scaling` or 5.x `rope_parameters`). Unsupported features
+    raise ValueError.
+
+    Mistral is Llama's layout and math plus an optional `sliding_window`: attention here is full
+    causal, which equals sliding-window attention exactly while a sequence fits the window, so the
+    window caps max_position_embeddings (the run's length limit, checked against the prompt and
+    response lengths in validation). Mistral 7B v0.1 has a 4096 window; v0.2 / v0.3, Nemo and
+    Small have none."""
     model_type = hf.get("model_type")
     if model_type not in HF_ARCHS:
         raise ValueError(f"config.json model_type {model_type!r} is not supported; supported: {', '.join(HF_ARCHS)}.")
@@ -44,7 +51,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         "num_query_groups": kv_heads,
         "kv_channels": head_dim,
         "padded_vocab_size": int(hf["vocab_size"]),
-        "max_position_embeddings": int(hf.get("max_position_embeddings", 4096)),
+        "max_position_embeddings": max_positions(hf),
         "rotary_base": float(rope.get("rope_theta", hf.get("rope_theta", 10000.0))),
         "normalization": "RMSNorm",
         "norm_epsilon": float(hf.get("rms_norm_eps", 1e-6)),
@@ -64,6 +71,14 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     if model_type in MOE_ARCHS:
         args.update(moe_args_from_hf(hf))
     return args
+
+
+def max_positions(hf: Mapping[str, Any]) -> int:
+    """The longest sequence computed exactly: max_position_embeddings, capped by a Mistral
+    sliding_window (attention is full causal here; see model_config_from_hf)."""
+    longest = int(hf.get("max_position_embeddings", 4096))
+    window = hf.get("sliding_window") if hf.get("model_type") == "mistral" else None
+    return min(longest, int(window)) if window else longest
 
 
 def moe_args_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:

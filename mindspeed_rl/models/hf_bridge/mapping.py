@@ -10,7 +10,8 @@ TP: column-parallel (qkv, fc1, embeddings, output) split dim 0, row-parallel (li
 split dim 1, norms replicated. Splitting qkv by whole query groups keeps each shard a valid
 [q | k | v] block, which is why megatron needs ng % TP == 0.
 
-The three architectures share HF names; Qwen2 adds q/k/v biases, Qwen3 adds q_norm / k_norm.
+The dense architectures share HF names (Mistral's are Llama's); Qwen2 adds q/k/v biases, Qwen3 adds
+q_norm / k_norm.
 Which entries apply is decided by the parameters the megatron model actually has.
 
 Qwen3-MoE (every layer MoE, megatron's SequentialMLP experts; E experts, f = moe_ffn_hidden_size):
@@ -37,9 +38,10 @@ from typing import Any, Mapping
 import torch
 
 from mindspeed_rl.models.hf_bridge.checkpoint_io import TensorReader, check_shape
+from mindspeed_rl.models.hf_config import HF_ARCHS
 from mindspeed_rl.utils.errors import UserInputError
 
-ARCHITECTURES = ("llama", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe")
+ARCHITECTURES = HF_ARCHS  # one list: models/hf_config.py (config.json -> megatron args) reads the same ones
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
 
 

@@ -1,7 +1,7 @@
 """`load:` a HF directory with an empty model yaml: the architecture comes from config.json.
 
-Table over every architecture the model builder supports (Llama with llama3 rope scaling, Qwen2 /
-Qwen2.5, Qwen3, Qwen3-MoE, Qwen2-MoE): an empty model entry (or none at all) dry-runs; a key the user did set that
+Table over every architecture the model builder supports (Llama with llama3 rope scaling, Mistral,
+Qwen2 / Qwen2.5, Qwen3, Qwen3-MoE, Qwen2-MoE): an empty model entry (or none at all) dry-runs; a key the user did set that
 disagrees fails in dry_run with one sentence naming both values; weights whose safetensors
 headers do not fit config.json fail in dry_run too (headers only).
 """
@@ -17,6 +17,8 @@ from mindspeed_rl.models.hf_config import HF_ARCHS
 
 CONFIGS = Path(__file__).resolve().parents[2] / "data" / "ray_gpt_configs"
 ARCHS = {"llama": dict(rotary_base=5000.0, rope_scaling_type="llama3", untie_embeddings_and_output_weights=True),
+         "mistral": dict(rotary_base=1e6, rope_scaling_type=None, untie_embeddings_and_output_weights=True,
+                         max_position_embeddings=128),
          "qwen2": dict(add_qkv_bias=True, untie_embeddings_and_output_weights=False),
          "qwen3": dict(qk_layernorm=True, kv_channels=32),
          "qwen3_moe": dict(qk_layernorm=True, kv_channels=32, num_experts=4, moe_router_topk=2, moe_ffn_hidden_size=32,
@@ -119,3 +121,36 @@ def test_weights_that_do_not_fit_config_json_fail_in_dry_run(hf_dirs, tmp_path, 
                          *_overrides(str(bad))])
     err = capsys.readouterr().err
     assert code == 2 and "holds 2 layers but the architecture has num_layers 1" in err, err
+
+
+@pytest.fixture(scope="module")
+def windowed(tmp_path_factory):
+    """A Mistral with a 24-token sliding window (max_position_embeddings 128)."""
+    out = tmp_path_factory.mktemp("mistral_window")
+    make_tiny_hf("mistral", str(out), sliding_window=24)
+    return str(out)
+
+
+def test_mistral_sliding_window_caps_the_length_limit(windowed, capsys):
+    """16 prompt + 16 response tokens do not fit the 24-token window: dry_run says so, naming the
+    window; 16 + 8 fit (full attention equals the sliding window's there)."""
+    cfg = load_config("grpo_trainer_hf_any", _overrides(windowed, "actor_rollout_ref.actor_rollout.max_new_tokens=8"),
+                      config_dir=str(CONFIGS))
+    assert cfg.actor.arch.max_position_embeddings == 24
+    code = ray_gpt.main(["--config-dir", str(CONFIGS), "--config-name", "grpo_trainer_hf_any", "dry_run=true",
+                         *_overrides(windowed)])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err
+    assert ("max_prompt_length: 16` + max_new_tokens 16 exceeds max_position_embeddings 24 of model "
+            "from_checkpoint (config.json's sliding_window: attention here is full, which equals the model's "
+            "sliding-window attention only within the window); shorten one.") in err, err
+
+
+def test_mistral_max_positions_above_the_window_is_refused(windowed, capsys):
+    code = ray_gpt.main(["--config-dir", str(CONFIGS), "--config-name", "grpo_trainer_hf_any", "dry_run=true",
+                         *_overrides(windowed, "training.max_position_embeddings=64")])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err
+    assert ("training.max_position_embeddings is 64 but config.json in " in err
+            and "has sliding_window 24: attention here is full, which equals the model's sliding-window attention "
+                "only within the window; set it to at most the window or drop the key." in err), err

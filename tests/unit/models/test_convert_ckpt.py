@@ -28,7 +28,7 @@ def _run(*argv):
 
 
 @pytest.mark.parametrize("arch,first,second", [("llama", (2, 2), (1, 1)), ("qwen2", (1, 2), (2, 1)),
-                                               ("qwen3", (2, 1), (1, 2))])
+                                               ("qwen3", (2, 1), (1, 2)), ("mistral", (2, 1), (1, 1))])
 def test_round_trip_is_bit_exact(tmp_path, arch, first, second):
     make_tiny_hf(arch, tmp_path / "hf", max_shard_size="100KB" if arch == "qwen2" else None)
     a, b, back = tmp_path / "mg_a", tmp_path / "mg_b", tmp_path / "hf_back"
@@ -99,7 +99,7 @@ def test_interrupted_save_leaves_no_latest(tmp_path):
     (None, ["--target-tensor-parallel-size", "3"], "tensor_model_parallel_size 3 does not divide num_attention_heads 4"),
     (None, ["--target-pipeline-parallel-size", "3"], "num_layers 2 is not divisible by pipeline_model_parallel_size 3"),
     (None, ["--model-type-hf", "qwen3"], "--model-type-hf qwen3 disagrees with model_type 'llama'"),
-    ({"model_type": "mistral"}, [], "model_type 'mistral' is not supported"),
+    ({"model_type": "gemma2"}, [], "model_type 'gemma2' is not supported"),
     ({"hidden_act": "gelu"}, [], "config.json: config.json hidden_act 'gelu' is not supported"),
     ({"vocab_size": 100}, [], r"model.embed_tokens.weight in .* has shape \[120, 64\], which does not fit"),
     ({"intermediate_size": 96}, [], r"gate_proj.weight in .* has shape \[128, 64\], but config.json implies \[96, 64\]"),

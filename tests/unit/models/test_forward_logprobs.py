@@ -47,7 +47,7 @@ def _batches():
     return {"left": (ids, left), "right": (ids, right)}
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
+@pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2", "qwen3"])
 def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
@@ -70,3 +70,26 @@ def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
         both = real[:, 1:] & real[:, :-1]
         torch.testing.assert_close(lp[both], ref_lp.gather(-1, ids[:, 1:, None]).squeeze(-1)[both], atol=1e-4, rtol=0)
         torch.testing.assert_close(ent[both], -(ref_lp.exp() * ref_lp).sum(-1)[both], atol=1e-4, rtol=0)
+
+
+def test_mistral_sliding_window_is_exact_within_the_window(tmp_path, gloo_world1):
+    """Our attention is full causal: equal to a Mistral's 24-token sliding window on 24 tokens, and
+    different beyond it, which is why the window caps max_position_embeddings (hf_config.max_positions)."""
+    from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
+    from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
+
+    hf = make_tiny_hf("mistral", str(tmp_path), sliding_window=24)
+    args = dict(model_config_from_hf(read_hf_config(str(tmp_path))), padded_vocab_size=128)
+    assert args["max_position_embeddings"] == 24
+    init_parallel_state(1, 1)
+    model = build_gpt_model(args).eval()
+    load_hf_checkpoint(model, str(tmp_path), args)
+    torch.manual_seed(2)
+    ids = torch.randint(0, 120, (2, 32))
+    mask = torch.ones_like(ids)
+    pos = position_ids_from_mask(mask)
+    with torch.no_grad():
+        ref = hf(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+        out = model(ids, pos, attention_mask_4d(mask))[..., :120]
+    assert (out[:, :24] - ref[:, :24]).abs().max() <= 1e-4
+    assert (out[:, 24:] - ref[:, 24:]).abs().max() > 1e-2  # the window bites past 24 tokens

@@ -43,7 +43,7 @@ def test_qwen2_and_qwen3_in_transformers5_spelling():
 
 
 @pytest.mark.parametrize("change,match", [
-    ({"model_type": "mistral"}, "model_type 'mistral' is not supported"),
+    ({"model_type": "gemma2"}, "model_type 'gemma2' is not supported"),
     ({"mlp_bias": True}, "mlp_bias"),
     ({"attention_bias": True}, "attention_bias"),
     ({"hidden_act": "gelu"}, "hidden_act"),

@@ -1,0 +1,42 @@
+"""The vLLM engine with a Mistral (Llama's layout and math under model_type "mistral", served by
+vLLM's MistralForCausalLM): synced from the training model, its greedy tokens equal the native
+engine's and its sampled log-probs the training forward's. The sliding window (here 64, longer than
+every sequence) is where full attention and the model's attention agree (hf_config.max_positions)."""
+import json
+
+import torch
+
+import testing_utils
+from mindspeed_rl.rollout.interface import SamplingParams
+
+from test_vllm_engine import HF_VOCAB, PROMPTS, _megatron, _training_log_probs
+
+
+def test_mistral_synced_engine_equals_the_training_model(tmp_path, gloo_world1):
+    from mindspeed_rl.rollout.native import NativeEngine
+    from mindspeed_rl.rollout.vllm_engine import VLLMEngine
+    from mindspeed_rl.rollout.weight_buckets import gathered_hf_tensors
+
+    old = dict(testing_utils.TINY_HF)
+    testing_utils.TINY_HF.update(hidden_size=128)  # head dim 32: vLLM's CPU attention has no kernel for 16
+    try:
+        testing_utils.make_tiny_hf("mistral", str(tmp_path), sliding_window=64)
+    finally:
+        testing_utils.TINY_HF.clear()
+        testing_utils.TINY_HF.update(old)
+    model, args = _megatron(str(tmp_path))
+    assert args["max_position_embeddings"] == 64
+    hf_config = json.loads((tmp_path / "config.json").read_text())
+    engine = VLLMEngine(hf_config, vocab_size=HF_VOCAB, max_length=64, eos_token_ids=[0], pad_token_id=0, seed=0)
+    try:
+        engine.update_weights(gathered_hf_tensors(model, args))
+        greedy = SamplingParams(do_sample=False, max_new_tokens=24, ignore_eos=True)
+        native = NativeEngine(model, vocab_size=HF_VOCAB, max_length=64).generate(PROMPTS, greedy)
+        ours = engine.generate(PROMPTS, greedy)
+        assert torch.equal(ours.responses, native.responses)
+        sampled = engine.generate(PROMPTS, SamplingParams(do_sample=True, temperature=0.8, max_new_tokens=16,
+                                                          ignore_eos=True, seed=3))
+        train = _training_log_probs(model, sampled, 0.8)
+        assert (sampled.log_probs - train).abs().max() <= 1e-4
+    finally:
+        engine.close()
