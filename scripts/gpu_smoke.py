@@ -25,7 +25,8 @@ Checks, in order (each PASS / FAIL with its figures; the exit code is 0 only whe
              whole, NaN bit patterns kept NaN, and (CUDA) no host sync in the copy; then one bf16
              update with it: every bf16 weight the stochastic rounding of its fp32 main param.
   decode     tokens/s of the native engine vs transformers generate, greedy, same prompts, in
-             --dtype, and (CUDA) the decode loop's host syncs per token (reported, not judged).
+             --dtype, and (CUDA) the decode loop's host syncs per token (reported, not judged); MoE
+             shapes also with the grouped-GEMM experts (tok/s, syncs, same tokens as sequential).
   compiled   the compiled decode step (enforce_eager: false; torch.compile, one decoder layer
              compiled and reused by all): fp32 greedy rows equal to the eager engine's (at least
              75 %: near-ties may flip a token) with the engine still compiled after (a failed
@@ -470,6 +471,17 @@ def check_decode(ctx) -> tuple[bool, dict]:
     f["ratio"] = f["native_tok_s"] / f["transformers_tok_s"]
     if ctx["device"].type == "cuda":  # the decode loop's host syncs per token (the launch queue stalls at each)
         f["host_syncs_per_token"] = host_syncs(lambda: native_greedy(model, ctx["vocab"], prompts[:8], 16)) / 16
+    if SHAPES[a.shape][0].endswith("_moe"):  # grouped experts: with the static dispatch, no sync in a MoE layer
+        grouped, _ = build_loaded(ctx["hf_dir"], model.embedding.word_embeddings.weight.dtype, ctx["device"],
+                                  moe_grouped_gemm=True)
+        native_greedy(grouped, ctx["vocab"], prompts[:2], 2)
+        f["grouped_same_tokens"] = bool(torch.equal(native_greedy(grouped, ctx["vocab"], prompts[:8], 16)[0],
+                                                    native_greedy(model, ctx["vocab"], prompts[:8], 16)[0]))
+        f["grouped_native_tok_s"] = tokens / native_greedy(grouped, ctx["vocab"], prompts, a.new_tokens)[1]
+        if ctx["device"].type == "cuda":
+            f["grouped_host_syncs_per_token"] = host_syncs(
+                lambda: native_greedy(grouped, ctx["vocab"], prompts[:8], 16)) / 16
+        del grouped
     return True, f
 
 

@@ -235,6 +235,10 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
     with torch.device(device):
         model = _gpt_model(config, spec, args, pre_process, post_process, vp_stage)
     place_model(model, device, params_dtype)
+    if config.num_moe_experts:
+        from mindspeed_rl.models import moe_dispatch
+
+        moe_dispatch.install(model)  # no host sync in the permutation where every expert is local
     if config.num_moe_experts and _get(args, "moe_grouped_gemm", False):
         from mindspeed_rl.models import grouped_experts
 

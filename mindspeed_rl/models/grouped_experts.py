@@ -12,7 +12,8 @@ the HF bridge, checkpoints, HF export, vLLM sync and routing replay see nothing 
 stacks the local experts' weights and runs two grouped matmuls over the tokens the dispatcher
 already sorted by expert (`Platform.grouped_mm`: torch's `_grouped_mm` on CPU and CUDA, with the
 group offsets computed on the device, so no host sync in the experts; MindSpeed's `npu_gmm_v2` on
-Ascend). The activation between them is megatron's own for the config (the fused-swiglu hook
+Ascend). With the static dispatch of models/moe_dispatch.py (token counts left on the device) a
+MoE layer runs without a host sync at all. The activation between them is megatron's own for the config (the fused-swiglu hook
 with the routing probs, or the plain glu), so the numbers are those of `SequentialMLP`: in fp32 the
 grouped GEMM computes each group's rows as the per-expert matmul does (tests compare outputs,
 gradients and a whole update).

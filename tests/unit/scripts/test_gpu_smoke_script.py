@@ -168,6 +168,16 @@ def test_train_compiled_leaves_moe_layers_eager_and_says_so():
     assert "MoE layers stay eager" in check["figures"]["not_compiled_here"]
 
 
+def test_moe_decode_also_times_the_grouped_experts():
+    """MoE shapes: the decode check runs the grouped-GEMM experts beside the sequential ones (the
+    static dispatch with grouped experts is the MoE layer without host syncs); fp32 tokens agree."""
+    args = gs.parse_args(["--device", "cpu", "--shape", "tiny-moe", "--dtype", "fp32", "--seq", "16",
+                          "--gen-batch", "4", "--new-tokens", "4", "--only", "build,decode"])
+    f = gs.run(args, "cpu")["checks"]["decode"]["figures"]
+    assert f["grouped_same_tokens"] is True and f["grouped_native_tok_s"] > 0 and f["native_tok_s"] > 0
+    assert "grouped_host_syncs_per_token" not in f  # counted with CUDA's sync debug mode only
+
+
 def test_a_crashing_check_fails_with_its_traceback(monkeypatch):
     def boom(ctx):
         raise RuntimeError("device said no")
