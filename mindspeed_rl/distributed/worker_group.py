@@ -119,7 +119,8 @@ class Pending:
 class WorkerGroup:
     def __init__(self, role: str, worker_cls, pool: ResourcePool, placement: RolePlacement, *,
                  args: tuple = (), kwargs: dict | None = None, env_vars: dict | None = None,
-                 ready_timeout_s: float = 600.0, call_timeout_s: float = 3600.0):
+                 ready_timeout_s: float = 600.0, call_timeout_s: float = 3600.0,
+                 oom_advice: Callable[[str], str] | None = None):
         """Spawn one actor per rank of `placement` on `pool` and wait until every __init__ returned.
 
         Args:
@@ -130,8 +131,10 @@ class WorkerGroup:
             env_vars: extra environment for every worker, e.g. platform.ray_worker_env(True).
             ready_timeout_s: how long spawning plus every __init__ (model load, dist init) may take.
             call_timeout_s: default timeout of run_* calls.
+            oom_advice: method name -> what to change when a rank runs out of device memory in it
+                (trainer/oom_advice.py: the config keys, with their values); appended to the sentence.
         """
-        self.role, self.pool, self.call_timeout_s = role, pool, call_timeout_s
+        self.role, self.pool, self.call_timeout_s, self.oom_advice = role, pool, call_timeout_s, oom_advice
         self.worker_name = getattr(worker_cls, "__name__", None) or worker_cls.__ray_metadata__.class_name
         self.world_size = placement.world_size
         ids = node_ips()
@@ -273,10 +276,15 @@ class WorkerGroup:
         if isinstance(err, OutOfMemoryError):  # not a RayActorError: Ray's memory monitor killed it
             return WorkerGroupError(f"{self.role} rank {rank} on {s.node_ip} was killed during {method} by "
                                     f"Ray's memory monitor: {_memory_report(msg)}")
+        cause = getattr(err, "cause", None)
+        oom = device_oom(cause if cause is not None else msg)
+        if oom is not None:  # the device's allocator, not the host: what ran out, and what to change
+            advice = self.oom_advice(method) if self.oom_advice else ""
+            return WorkerGroupError(f"{self.role} rank {rank} on {s.node_ip} ran out of device memory in {method}: "
+                                    f"{oom}{'; ' + advice if advice else ''} (log: {log})")
         if isinstance(err, RayActorError):
             return WorkerGroupError(f"{self.role} rank {rank} on {s.node_ip} died during {method}: "
                                     f"{_death_cause(err, msg)}; its log: {log}{_log_tail(pid)}")
-        cause = getattr(err, "cause", None)
         what = f"{type(cause).__name__}: {_first_line(str(cause))}" if cause is not None else _first_line(msg)
         return WorkerGroupError(f"{self.role} rank {rank} on {s.node_ip} raised in {method}: {what} "
                                 f"(traceback above; log: {log})")
@@ -382,6 +390,24 @@ def _log_tail(pid: int | None, lines: int = 8) -> str:
             continue
         out += [f"    [{path.rsplit('.', 1)[-1]}] {ln[:300]}" for ln in text[-lines:]]
     return ("\n  last lines of its log:\n" + "\n".join(out)) if out else ""
+
+
+_DEVICE_OOM = re.compile(r"\b(?:CUDA|NPU|XPU|HIP)\b[^.\n]{0,40}out of memory", re.IGNORECASE)
+_OOM_DETAIL_END = re.compile(r"\s+(?:Including non-PyTorch|Of the allocated|If reserved|See documentation)")
+
+
+def device_oom(err: BaseException | str | None) -> str | None:
+    """The allocator's own sentences when `err` is a device out-of-memory error (torch's
+    OutOfMemoryError on CUDA, torch_npu's RuntimeError "NPU out of memory. ..."), else None:
+    what it tried to allocate and what the device had, without the tuning hints that follow."""
+    if err is None:
+        return None
+    text = _ANSI.sub("", str(err))
+    found = _DEVICE_OOM.search(text)
+    if found is None:
+        return None
+    line = text[found.start():].splitlines()[0]  # the allocator's message is one line
+    return _OOM_DETAIL_END.split(line, maxsplit=1)[0][:300].rstrip(" ;,.")
 
 
 def _first_line(text: str) -> str:

@@ -23,6 +23,7 @@ rollout/logp_diff_max / _mean).
 """
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
@@ -307,11 +308,13 @@ def build_roles(cfg, plan, pools, needs_reference: bool, groups: list) -> Roles:
     """Spawn the role groups on their pools. Appends each group to `groups` as soon as it exists,
     so the caller can shut down what was spawned when a later role fails."""
     from mindspeed_rl.distributed.worker_group import DPLayout, WorkerGroup
+    from mindspeed_rl.trainer.oom_advice import device_oom_advice
     from mindspeed_rl.workers.actor import ActorRolloutWorker, ReferenceWorker, reference_in_actor
 
     def spawn(role, cls, pool, where, *extra):
         group = WorkerGroup(role, cls, pool, where, args=(cfg, *extra), ready_timeout_s=cfg.run.worker_start_timeout_s,
-                            call_timeout_s=cfg.run.worker_timeout_s)
+                            call_timeout_s=cfg.run.worker_timeout_s,
+                            oom_advice=functools.partial(device_oom_advice, cfg, role))
         groups.append(group)
         return group, DPLayout.from_rank_info(group.run_all("rank_info"))
 

@@ -62,6 +62,14 @@ class GlooWorker:
             raise KeyError("no such sample")
         return dist.get_rank()
 
+    def oom_on(self, rank: int) -> int:
+        """What the CUDA caching allocator raises when the device is full."""
+        if dist.get_rank() == rank:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
+                                         "of 79.11 GiB of which 1.20 GiB is free. Of the allocated memory 70.00 GiB "
+                                         "is allocated by PyTorch.")
+        return dist.get_rank()
+
 
 # Ray workers cannot import this test-only module by name (it is not installed): ship it by value.
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])

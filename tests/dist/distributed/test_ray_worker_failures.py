@@ -59,6 +59,20 @@ def test_raising_method_names_the_exception(healthy):
     assert healthy.run_rank0("raise_on", 1) == 0  # still usable
 
 
+def test_device_oom_names_the_allocator_figures_and_the_advice(healthy):
+    healthy.oom_advice = lambda method: f"lower the micro-batch of {method}"
+    try:
+        with pytest.raises(WorkerGroupError) as err:
+            healthy.run_all("oom_on", 1)
+    finally:
+        healthy.oom_advice = None
+    msg = str(err.value)
+    assert msg.startswith(f"actor rank 1 on {healthy.slots[1].node_ip} ran out of device memory in oom_on: CUDA out "
+                          "of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.11 GiB of which "
+                          "1.20 GiB is free; lower the micro-batch of oom_on (log: "), msg
+    assert healthy.run_rank0("oom_on", 1) == 0  # still usable
+
+
 def test_failing_init_is_reported_and_cleaned_up(pools, plan, healthy):
     start = time.monotonic()
     with pytest.raises(WorkerGroupError, match=r"actor rank \d on .* died during __init__: its __init__ raised "
