@@ -269,17 +269,25 @@ def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
         problems.append(f"`{A}.ppo_epochs: {p.ppo_epochs}` must be at least 1.")
 
 
-def _window_note(role: RoleConfig) -> str:
-    """Why a HF model's length limit is below its config.json's max_position_embeddings: a Mistral
-    sliding_window caps it (models/hf_config.max_positions); else nothing."""
+def _hf_config(role: RoleConfig) -> dict:
+    """config.json of the HF directory the role loads ({} for random init, our checkpoints, a bad file)."""
     import json
 
     try:
         with open(os.path.join(role.load or "", "config.json")) as f:
             hf = json.load(f)
     except (OSError, ValueError):
-        return ""
-    if hf.get("model_type") == "mistral" and hf.get("sliding_window") == role.arch.max_position_embeddings:
+        return {}
+    return hf if isinstance(hf, dict) else {}
+
+
+def _window_note(role: RoleConfig) -> str:
+    """Why a HF model's length limit is below its config.json's max_position_embeddings: a Mistral /
+    Mixtral sliding_window caps it (models/hf_config.max_positions); else nothing."""
+    from mindspeed_rl.models.hf_config import WINDOW_ARCHS
+
+    hf = _hf_config(role)
+    if hf.get("model_type") in WINDOW_ARCHS and hf.get("sliding_window") == role.arch.max_position_embeddings:
         return (" (config.json's sliding_window: attention here is full, which equals the model's sliding-window "
                 "attention only within the window)")
     return ""
@@ -440,10 +448,10 @@ def _check_moe(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
         problems.append(f"`{path}.tensor_model_parallel_size: {tp}` does not divide moe_shared_expert_intermediate_size "
                         f"{shared} of model {role.model_name} (the shared expert is split over TP); pick a TP that divides it.")
     if role.role == "actor_rollout" and role.rollout.rollout_engine == "vllm":
-        if not shared and not a.qk_layernorm:
+        if not shared and not a.qk_layernorm and _hf_config(role).get("model_type") != "mixtral":
             problems.append(f"`{path}.rollout_engine: vllm` runs an MoE model as vLLM's Qwen3-MoE, which has q/k norms, "
-                            f"but model {role.model_name} has none (qk_layernorm); set qk_layernorm: true or use "
-                            f"rollout_engine: megatron.")
+                            f"but model {role.model_name} has none (qk_layernorm); set qk_layernorm: true, load a "
+                            f"Mixtral checkpoint (vLLM's Mixtral) or use rollout_engine: megatron.")
         if shared and (a.qk_layernorm or not a.shared_expert_gate):
             problems.append(f"`{path}.rollout_engine: vllm` runs an MoE model with a shared expert as vLLM's Qwen2-MoE, "
                             f"which gates it (shared_expert_gate: true) and has no q/k norms (qk_layernorm: false); "

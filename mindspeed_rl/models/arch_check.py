@@ -27,6 +27,7 @@ import os
 from typing import Any, Mapping, Optional
 
 from mindspeed_rl.models.hf_bridge.loader import read_hf_config
+from mindspeed_rl.models.hf_config import WINDOW_ARCHS
 from mindspeed_rl.utils.errors import UserInputError
 
 # Megatron key -> config.json key, for the message
@@ -124,7 +125,7 @@ def check_arch_against_hf(model_args: Mapping[str, Any], hf_dir: str, model_name
                                  f"{fix} to take it from config.json.")
     longest = model_args.get("max_position_embeddings") if "max_position_embeddings" in user_set else None
     raw = read_hf_config(hf_dir)
-    window = raw.get("sliding_window") if raw.get("model_type") == "mistral" else None
+    window = raw.get("sliding_window") if raw.get("model_type") in WINDOW_ARCHS else None
     if longest is not None and window and int(longest) > int(window):
         raise UserInputError(
             f"{user_set['max_position_embeddings']} is {longest} but {where} has sliding_window {window}: "
@@ -147,7 +148,8 @@ def resolve_arch(arch: Mapping[str, Any], user_set, hf_dir: str) -> dict[str, An
 
 
 def expected_hf_shapes(args: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ...], str]]:
-    """HF tensor name -> (shape, which keys imply it) for a Llama/Qwen2/Qwen3(-MoE) architecture."""
+    """HF tensor name (canonical: hf_bridge/names.py) -> (shape, which keys imply it) for a Llama /
+    Mistral / Qwen2 / Qwen3(-MoE) / Qwen2-MoE / Mixtral architecture."""
     h, heads, ffn = int(args["hidden_size"]), int(args["num_attention_heads"]), int(args["ffn_hidden_size"])
     d = int(args.get("kv_channels") or h // heads)
     groups = int(_effective(args, "num_query_groups") or heads)
@@ -211,11 +213,12 @@ def check_shapes_against_safetensors(args: Mapping[str, Any], hf_dir: str) -> No
     fix = "the checkpoint does not match the architecture: fix config.json, the keys you set, or the download"
     for name, (shape, why) in expected_hf_shapes(args).items():
         if name not in reader.weight_map:
-            raise UserInputError(f"{hf_dir} has no tensor {name}, which the architecture needs ({why}); {fix}.")
+            raise UserInputError(f"{hf_dir} has no tensor {reader.stored(name)}, which the architecture needs "
+                                 f"({why}); {fix}.")
         got = reader.shape(name)
         if got != shape:
-            raise UserInputError(f"tensor {name} in {reader.where(name)} has shape {list(got)}, but the "
-                                 f"architecture implies {list(shape)} ({why}); {fix}.")
+            raise UserInputError(f"tensor {reader.stored(name)} in {reader.where(name)} has shape {list(got)}, but "
+                                 f"the architecture implies {list(shape)} ({why}); {fix}.")
     h, padded = int(args["hidden_size"]), int(args["padded_vocab_size"])
     heads = ["model.embed_tokens.weight"]
     if args.get("untie_embeddings_and_output_weights"):

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-HF_ARCHS = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe")
-MOE_ARCHS = ("qwen3_moe", "qwen2_moe")
+HF_ARCHS = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral")
+MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral")
+WINDOW_ARCHS = ("mistral", "mixtral")  # a config.json sliding_window caps the length limit (max_positions)
 
 
 def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
-    """Megatron-named args for a Llama / Mistral / Qwen2 / Qwen3 / Qwen3-MoE / Qwen2-MoE config.json
+    """Megatron-named args for a Llama / Mistral / Qwen2 / Qwen3 / Qwen3-MoE / Qwen2-MoE / Mixtral config.json
     (transformers 4.x `rope_theta` + `rope_scaling` or 5.x `rope_parameters`). Unsupported features
     raise ValueError.
 
@@ -23,7 +24,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     causal, which equals sliding-window attention exactly while a sequence fits the window, so the
     window caps max_position_embeddings (the run's length limit, checked against the prompt and
     response lengths in validation). Mistral 7B v0.1 has a 4096 window; v0.2 / v0.3, Nemo and
-    Small have none."""
+    Small have none. Mixtral is Mistral with every MLP a mixture of experts (moe_args_from_hf)."""
     model_type = hf.get("model_type")
     if model_type not in HF_ARCHS:
         raise ValueError(f"config.json model_type {model_type!r} is not supported; supported: {', '.join(HF_ARCHS)}.")
@@ -77,22 +78,26 @@ def max_positions(hf: Mapping[str, Any]) -> int:
     """The longest sequence computed exactly: max_position_embeddings, capped by a Mistral
     sliding_window (attention is full causal here; see model_config_from_hf)."""
     longest = int(hf.get("max_position_embeddings", 4096))
-    window = hf.get("sliding_window") if hf.get("model_type") == "mistral" else None
+    window = hf.get("sliding_window") if hf.get("model_type") in WINDOW_ARCHS else None
     return min(longest, int(window)) if window else longest
 
 
 def moe_args_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
-    """Megatron MoE args of a Qwen3-MoE / Qwen2-MoE config.json. Every layer must be an MoE layer (our
-    bridge maps no mixed dense/MoE stacks). HF's norm_topk_prob (renormalise the top-k softmax
-    probabilities) is megatron's softmax over the top-k logits, i.e. moe_router_pre_softmax = not
-    norm_topk_prob. Qwen2-MoE adds a shared expert with a sigmoid gate (megatron's SharedExpertMLP
-    with gate)."""
+    """Megatron MoE args of a Qwen3-MoE / Qwen2-MoE / Mixtral config.json. Every layer must be an MoE
+    layer (our bridge maps no mixed dense/MoE stacks). HF's norm_topk_prob (renormalise the top-k
+    softmax probabilities) is megatron's softmax over the top-k logits, i.e. moe_router_pre_softmax =
+    not norm_topk_prob. Qwen2-MoE adds a shared expert with a sigmoid gate (megatron's SharedExpertMLP
+    with gate). Mixtral always renormalises, and its experts are `intermediate_size` wide."""
     if hf.get("mlp_only_layers") or int(hf.get("decoder_sparse_step", 1)) != 1:
         raise ValueError("config.json mlp_only_layers / decoder_sparse_step != 1 (dense layers between MoE "
                          "layers) is not supported; every layer must be an MoE layer.")
     experts = hf.get("num_experts", hf.get("num_local_experts"))
     if not experts:
         raise ValueError(f"config.json of a {hf.get('model_type')} model has no num_experts (or num_local_experts).")
+    mixtral = hf.get("model_type") == "mixtral"
+    if mixtral and float(hf.get("router_jitter_noise") or 0.0) > 0:
+        raise ValueError(f"config.json router_jitter_noise {hf['router_jitter_noise']} (noise on the router logits "
+                         "in training) is not supported; set it to 0.")
     shared = {}
     if hf.get("model_type") == "qwen2_moe" and int(hf.get("shared_expert_intermediate_size") or 0) > 0:
         shared = {"moe_shared_expert_intermediate_size": int(hf["shared_expert_intermediate_size"]),
@@ -100,6 +105,6 @@ def moe_args_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     return {**shared,
         "num_experts": int(experts),
         "moe_router_topk": int(hf["num_experts_per_tok"]),
-        "moe_ffn_hidden_size": int(hf["moe_intermediate_size"]),
-        "norm_topk_prob": bool(hf.get("norm_topk_prob", False)),
+        "moe_ffn_hidden_size": int(hf["intermediate_size"] if mixtral else hf["moe_intermediate_size"]),
+        "norm_topk_prob": True if mixtral else bool(hf.get("norm_topk_prob", False)),
     }

@@ -26,6 +26,7 @@ from safetensors.torch import save_file
 
 from mindspeed_rl.models.hf_bridge.checkpoint_io import INDEX_FILE, SINGLE_FILE
 from mindspeed_rl.models.hf_bridge.mapping import EXPERT_KINDS
+from mindspeed_rl.models.hf_bridge.names import stored_name
 from mindspeed_rl.models.hf_bridge.sharding import kind_of, mcore_to_hf, merge_tp
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
@@ -85,7 +86,7 @@ def write_hf_dir(out_dir: str, shards: Iterable[dict[str, torch.Tensor]], config
     shards = list(shards) if not isinstance(shards, list) else shards
     weight_map = {}
     for i, shard in enumerate(shards):
-        weight_map.update(write_shard(tmp, i, len(shards), shard))
+        weight_map.update(write_shard(tmp, i, len(shards), shard, config.get("model_type")))
     finish_hf_dir(tmp, out_dir, weight_map, len(shards), config, tokenizer_dir)
     return out_dir
 
@@ -94,11 +95,14 @@ def shard_file(index: int, count: int) -> str:
     return SINGLE_FILE if count == 1 else f"model-{index + 1:05d}-of-{count:05d}.safetensors"
 
 
-def write_shard(tmp: str, index: int, count: int, tensors: Mapping[str, torch.Tensor]) -> dict[str, str]:
-    """Save one shard; returns its part of the index's weight_map."""
+def write_shard(tmp: str, index: int, count: int, tensors: Mapping[str, torch.Tensor],
+                model_type: Optional[str] = None) -> dict[str, str]:
+    """Save one shard of canonical-named HF tensors, under the names `model_type` checkpoints use
+    (hf_bridge/names.py: Mixtral's); returns its part of the index's weight_map."""
     name = shard_file(index, count)
-    save_file({k: v.contiguous() for k, v in tensors.items()}, os.path.join(tmp, name), metadata={"format": "pt"})
-    return {k: name for k in tensors}
+    stored = {stored_name(k, model_type): v.contiguous() for k, v in tensors.items()}
+    save_file(stored, os.path.join(tmp, name), metadata={"format": "pt"})
+    return {k: name for k in stored}
 
 
 def finish_hf_dir(tmp: str, out_dir: str, weight_map: Mapping[str, str], count: int,
@@ -181,7 +185,7 @@ def export_hf(model: torch.nn.Module, args: Mapping[str, Any], out_dir: str, voc
         experts = {k: v for p in parts_ep for k, v in p.items()}
     if writer:
         out.update(experts)
-    part = write_shard(tmp, pp_rank, pp, out) if writer else {}
+    part = write_shard(tmp, pp_rank, pp, out, (hf_config or {}).get("model_type")) if writer else {}
     parts = [None] * torch.distributed.get_world_size() if rank0 else None
     torch.distributed.gather_object(part, parts, dst=0)
     if rank0:

@@ -55,6 +55,7 @@ from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
 import torch
 
+from mindspeed_rl.models.hf_bridge.names import stored_name
 from mindspeed_rl.platform import get_platform
 from mindspeed_rl.platform import vllm_env
 from mindspeed_rl.rollout.interface import check_prompts, FINISH_EOS, FINISH_LENGTH, RolloutOutput, SamplingParams
@@ -242,7 +243,8 @@ class VLLMEngine:
         self.bucket_bytes = int(bucket_bytes)
         from mindspeed_rl.models.hf_bridge.sharding import is_moe
 
-        self._moe = is_moe(hf_config)  # config.json names the experts as megatron does (num_experts)
+        # config.json names the experts as megatron does (num_experts), Mixtral's num_local_experts
+        self._moe = is_moe({"num_experts": hf_config.get("num_experts") or hf_config.get("num_local_experts")})
         self.sleep_level = vllm_env.sleep_level(self.platform_name, self._moe)
         self.last_sync: dict[str, float] = {}
         self._asleep = False
@@ -333,13 +335,14 @@ class VLLMEngine:
 
         self._check_open()
         model_config = self.llm.llm_engine.model_config
+        model_type = getattr(model_config.hf_config, "model_type", None)  # vLLM's names: Mixtral's are its own
         stats = {"tensors": 0, "peak_bytes": 0}
         t0 = time.perf_counter()
 
         def load(model):
             initialize_layerwise_reload(model)
             for chunk in chunks:
-                chunk = [(n, self._fit_vocab(n, t)) for n, t in chunk]
+                chunk = [(stored_name(n, model_type), self._fit_vocab(n, t)) for n, t in chunk]
                 stats["peak_bytes"] = max(stats["peak_bytes"], sum(t.numel() * t.element_size() for _, t in chunk))
                 stats["tensors"] += len(chunk)
                 model.load_weights(iter(chunk))

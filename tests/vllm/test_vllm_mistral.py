@@ -1,9 +1,12 @@
 """The vLLM engine with a Mistral (Llama's layout and math under model_type "mistral", served by
-vLLM's MistralForCausalLM): synced from the training model, its greedy tokens equal the native
-engine's and its sampled log-probs the training forward's. The sliding window (here 64, longer than
-every sequence) is where full attention and the model's attention agree (hf_config.max_positions)."""
+vLLM's MistralForCausalLM) and a Mixtral (vLLM's MixtralForCausalLM, which loads the experts under
+Mixtral's own names: the engine renames, hf_bridge/names.py): synced from the training model, their
+greedy tokens equal the native engine's and their sampled log-probs the training forward's. The
+sliding window (64, longer than every sequence) is where full attention and the model's attention
+agree (hf_config.max_positions)."""
 import json
 
+import pytest
 import torch
 
 import testing_utils
@@ -12,7 +15,8 @@ from mindspeed_rl.rollout.interface import SamplingParams
 from test_vllm_engine import HF_VOCAB, PROMPTS, _megatron, _training_log_probs
 
 
-def test_mistral_synced_engine_equals_the_training_model(tmp_path, gloo_world1):
+@pytest.mark.parametrize("arch", ["mistral", "mixtral"])
+def test_synced_engine_equals_the_training_model(arch, tmp_path, gloo_world1):
     from mindspeed_rl.rollout.native import NativeEngine
     from mindspeed_rl.rollout.vllm_engine import VLLMEngine
     from mindspeed_rl.rollout.weight_buckets import gathered_hf_tensors
@@ -20,7 +24,7 @@ def test_mistral_synced_engine_equals_the_training_model(tmp_path, gloo_world1):
     old = dict(testing_utils.TINY_HF)
     testing_utils.TINY_HF.update(hidden_size=128)  # head dim 32: vLLM's CPU attention has no kernel for 16
     try:
-        testing_utils.make_tiny_hf("mistral", str(tmp_path), sliding_window=64)
+        testing_utils.make_tiny_hf(arch, str(tmp_path), sliding_window=64)
     finally:
         testing_utils.TINY_HF.clear()
         testing_utils.TINY_HF.update(old)

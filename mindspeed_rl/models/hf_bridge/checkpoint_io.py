@@ -1,7 +1,9 @@
 """Read tensors (or row/column ranges of them) from a Hugging Face safetensors directory.
 
 Both layouts are supported: a single `model.safetensors`, or shards listed by
-`model.safetensors.index.json`. Files are opened lazily with `safetensors.safe_open` and only the
+`model.safetensors.index.json`. Tensors are looked up by the bridge's canonical HF names; an
+architecture that stores some under other names (Mixtral, by its config.json model_type) is
+renamed here (hf_bridge/names.py), and messages name the stored tensor. Files are opened lazily with `safetensors.safe_open` and only the
 requested slice is read, so a TP rank reads only its shard of each tensor. Every failure is one
 sentence naming the tensor and file: a missing shard, a missing tensor, a shape mismatch.
 
@@ -17,6 +19,7 @@ from typing import Mapping, Optional, Protocol
 import torch
 from safetensors import safe_open
 
+from mindspeed_rl.models.hf_bridge.names import canonical_name, own_names, stored_name
 from mindspeed_rl.utils.errors import UserInputError
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -64,19 +67,27 @@ class SafetensorsReader:
             raise UserInputError(
                 f"{directory} has neither {SINGLE_FILE} nor {INDEX_FILE}; point load: at a Hugging "
                 "Face checkpoint directory with safetensors weights.")
+        self.model_type = _model_type(directory)
+        if self.model_type:  # canonical name -> file; the stored name is stored_name(canonical)
+            self.weight_map = {canonical_name(k, self.model_type): f for k, f in self.weight_map.items()}
 
     def where(self, name: str) -> str:
         return os.path.join(self.directory, self.weight_map.get(name, "?"))
 
+    def stored(self, name: str) -> str:
+        """The name the checkpoint stores the canonical tensor `name` under (for messages)."""
+        return stored_name(name, self.model_type)
+
     def _slice(self, name: str):
         file = self.weight_map.get(name)
+        stored = stored_name(name, self.model_type)
         if file is None:
             raise UserInputError(
-                f"tensor {name} is not in the checkpoint {self.directory}; the checkpoint does not "
+                f"tensor {stored} is not in the checkpoint {self.directory}; the checkpoint does not "
                 "match its config.json (or the architecture is not supported).")
         if file not in self._handles:
             self._handles[file] = open_safetensors(os.path.join(self.directory, file))
-        return self._handles[file].get_slice(name)
+        return self._handles[file].get_slice(stored)
 
     def shape(self, name: str) -> tuple[int, ...]:
         return tuple(self._slice(name).get_shape())
@@ -86,6 +97,16 @@ class SafetensorsReader:
         if cols is not None:
             return sl[rows or slice(None), cols]
         return sl[rows] if rows is not None else sl[:]
+
+
+def _model_type(directory: str) -> Optional[str]:
+    """config.json's model_type where it names an architecture with its own tensor names, else None."""
+    try:
+        with open(os.path.join(directory, "config.json")) as f:
+            model_type = json.load(f).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return model_type if own_names(model_type) else None
 
 
 class DictReader:
@@ -115,5 +136,5 @@ def check_shape(reader: TensorReader, name: str, expected: tuple[int, ...]) -> N
     got = reader.shape(name)
     if got != tuple(expected):
         raise UserInputError(
-            f"tensor {name} in {reader.where(name)} has shape {list(got)}, but config.json implies "
+            f"tensor {getattr(reader, 'stored', str)(name)} in {reader.where(name)} has shape {list(got)}, but config.json implies "
             f"{list(expected)}; the weights do not belong to this config.")

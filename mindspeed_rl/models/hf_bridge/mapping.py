@@ -22,6 +22,12 @@ Expert numbers in our names are GLOBAL (e = ep_rank * E/EP + local index; loader
 renumbers), so an expert's tensors mean the same at every EP. Expert tensors are split over the
 expert-tensor-parallel group (ETP) instead of TP: kinds "expert_fc1" / "expert_row".
 
+Mixtral stores the same tensors under its own names (`block_sparse_moe.gate`, experts' w1 = gate,
+w3 = up, w2 = down): the bridge works in the names above throughout, and the three places where
+names meet the outside rename (hf_bridge/names.py): reading a HF directory
+(checkpoint_io.SafetensorsReader), writing one (hf_export.write_shard) and vLLM's load_weights
+(rollout/vllm_engine.py).
+
 Qwen2-MoE adds a shared expert (megatron's SharedExpertMLP, s = moe_shared_expert_intermediate_size),
 split over TP like a dense MLP of width s (kinds "shared_fc1" / "shared_row"), and its gate:
   mlp.shared_experts.linear_fc1.weight  (2s, h)  [gate | up]   (HF: mlp.shared_expert.gate_proj / up_proj)

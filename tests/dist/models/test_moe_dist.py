@@ -219,9 +219,11 @@ def _moe_job(rank, world_size, hf_dir, work):
         if pp == 1:  # what a colocated vLLM engine is fed: full tensors, every expert from every EP rank
             from safetensors.torch import load_file
 
+            from mindspeed_rl.models.hf_bridge.names import canonical_name
             from mindspeed_rl.rollout.weight_buckets import gathered_hf_tensors
 
-            ref = load_file(f"{hf_dir}/model.safetensors")
+            # the sync speaks the bridge's canonical names (vLLM's engine renames Mixtral's on load)
+            ref = {canonical_name(k, config["model_type"]): v for k, v in load_file(f"{hf_dir}/model.safetensors").items()}
             got = dict(gathered_hf_tensors(model, args))
             res[("gathered", key)] = (sorted(got), sorted(ref), max(
                 (got[n][:ref[n].shape[0]] - ref[n]).abs().max().item() for n in ref if n in got))
@@ -252,10 +254,11 @@ def _moe_job(rank, world_size, hf_dir, work):
     return res
 
 
-@pytest.fixture(scope="module", params=["qwen3_moe", "qwen2_moe"])
+@pytest.fixture(scope="module", params=["qwen3_moe", "qwen2_moe", "mixtral"])
 def moe(request, tmp_path_factory):
-    """Every test below runs on Qwen3-MoE and on Qwen2-MoE (qkv biases, top-k not renormalised, and
-    a shared expert with its sigmoid gate: megatron's SharedExpertMLP, split over TP)."""
+    """Every test below runs on Qwen3-MoE, on Qwen2-MoE (qkv biases, top-k not renormalised, and
+    a shared expert with its sigmoid gate: megatron's SharedExpertMLP, split over TP) and on Mixtral
+    (no q/k norms, experts stored under its own names: hf_bridge/names.py)."""
     from mindspeed_rl.models.forward import position_ids_from_mask
 
     hf_dir = str(tmp_path_factory.mktemp(request.param))

@@ -1,7 +1,7 @@
 """`load:` a HF directory with an empty model yaml: the architecture comes from config.json.
 
 Table over every architecture the model builder supports (Llama with llama3 rope scaling, Mistral,
-Qwen2 / Qwen2.5, Qwen3, Qwen3-MoE, Qwen2-MoE): an empty model entry (or none at all) dry-runs; a key the user did set that
+Qwen2 / Qwen2.5, Qwen3, Qwen3-MoE, Qwen2-MoE, Mixtral): an empty model entry (or none at all) dry-runs; a key the user did set that
 disagrees fails in dry_run with one sentence naming both values; weights whose safetensors
 headers do not fit config.json fail in dry_run too (headers only).
 """
@@ -24,7 +24,9 @@ ARCHS = {"llama": dict(rotary_base=5000.0, rope_scaling_type="llama3", untie_emb
          "qwen3_moe": dict(qk_layernorm=True, kv_channels=32, num_experts=4, moe_router_topk=2, moe_ffn_hidden_size=32,
                            norm_topk_prob=True),
          "qwen2_moe": dict(add_qkv_bias=True, num_experts=4, moe_router_topk=2, moe_ffn_hidden_size=32,
-                           norm_topk_prob=False, moe_shared_expert_intermediate_size=64, shared_expert_gate=True)}
+                           norm_topk_prob=False, moe_shared_expert_intermediate_size=64, shared_expert_gate=True),
+         "mixtral": dict(rotary_base=1e6, qk_layernorm=False, num_experts=4, moe_router_topk=2, moe_ffn_hidden_size=128,
+                         norm_topk_prob=True, untie_embeddings_and_output_weights=True)}
 
 
 @pytest.fixture(scope="module")

@@ -94,3 +94,51 @@ def test_not_a_checkpoint_directory(tmp_path):
         SafetensorsReader(str(tmp_path))
     with pytest.raises(UserInputError, match="has no config.json"):
         read_hf_config(str(tmp_path))
+
+
+def test_mixtral_names_are_renamed_at_the_boundary_and_named_in_messages(tmp_path):
+    """A Mixtral checkpoint stores the router and experts as block_sparse_moe.gate / experts.E.w1,w3,w2:
+    the reader serves them under the canonical names (sharded index too), and a wrong or missing
+    tensor is named as the checkpoint stores it."""
+    from mindspeed_rl.models.hf_bridge.names import canonical_name, stored_name
+
+    for canonical, stored in [("model.layers.3.mlp.experts.12.gate_proj.weight", "model.layers.3.block_sparse_moe.experts.12.w1.weight"),
+                              ("model.layers.0.mlp.experts.1.up_proj.weight", "model.layers.0.block_sparse_moe.experts.1.w3.weight"),
+                              ("model.layers.0.mlp.experts.0.down_proj.weight", "model.layers.0.block_sparse_moe.experts.0.w2.weight"),
+                              ("model.layers.10.mlp.gate.weight", "model.layers.10.block_sparse_moe.gate.weight")]:
+        assert stored_name(canonical, "mixtral") == stored and canonical_name(stored, "mixtral") == canonical
+        assert stored_name(canonical, "qwen3_moe") == canonical and canonical_name(stored, None) == stored
+    for dense in ("model.layers.1.mlp.gate_proj.weight", "model.layers.1.self_attn.q_proj.weight", "lm_head.weight"):
+        assert stored_name(dense, "mixtral") == dense == canonical_name(dense, "mixtral")
+
+    hf = make_tiny_hf("mixtral", str(tmp_path / "hf"), max_shard_size="100KB")
+    reader = SafetensorsReader(str(tmp_path / "hf"))
+    assert not any("block_sparse_moe" in k for k in reader.weight_map)
+    w1 = reader.read("model.layers.1.mlp.experts.2.gate_proj.weight")
+    gate_up = dict(hf.named_parameters())["model.layers.1.mlp.experts.gate_up_proj"]  # (E, 2f, h) in memory
+    assert torch.equal(w1, gate_up[2].chunk(2, dim=0)[0].detach())
+    args = dict(model_config_from_hf(read_hf_config(str(tmp_path / "hf"))), padded_vocab_size=128)
+    assert (args["num_experts"], args["moe_router_topk"], args["moe_ffn_hidden_size"], args["norm_topk_prob"]) == (4, 2, 128, True)
+    with pytest.raises(UserInputError, match=r"tensor model.layers.0.block_sparse_moe.experts.0.w1.weight in \S+ has "
+                                             r"shape \[128, 64\], but config.json implies \[64, 64\]"):
+        read_shard(reader, *hf_names("decoder.layers.0.mlp.experts.local_experts.0.linear_fc1.weight", 0, False),
+                   Dims.from_args(dict(args, moe_ffn_hidden_size=64)), 1, 0)
+    index = json.loads((tmp_path / "hf" / "model.safetensors.index.json").read_text())
+    del index["weight_map"]["model.layers.1.block_sparse_moe.experts.3.w2.weight"]
+    (tmp_path / "hf" / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(UserInputError, match=r"tensor model.layers.1.block_sparse_moe.experts.3.w2.weight is not in "
+                                             r"the checkpoint"):
+        SafetensorsReader(str(tmp_path / "hf")).read("model.layers.1.mlp.experts.3.down_proj.weight")
+
+
+def test_mixtral_jitter_noise_is_refused():
+    from mindspeed_rl.models.hf_config import model_config_from_hf as from_hf
+
+    config = {"model_type": "mixtral", "num_attention_heads": 4, "hidden_size": 64, "intermediate_size": 128,
+              "num_hidden_layers": 2, "vocab_size": 120, "num_local_experts": 4, "num_experts_per_tok": 2,
+              "router_jitter_noise": 0.1}
+    with pytest.raises(ValueError, match=r"config.json router_jitter_noise 0.1 \(noise on the router logits in "
+                                         r"training\) is not supported; set it to 0."):
+        from_hf(config)
+    assert from_hf(dict(config, router_jitter_noise=0.0, max_position_embeddings=32768,
+                        sliding_window=4096))["max_position_embeddings"] == 4096  # the window caps it
