@@ -68,7 +68,8 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
     qwen3: q/k norms, head_dim 32 != hidden/heads; qwen3_moe: as qwen3 with 4 experts of width 32,
     top-2, renormalised; qwen2_moe: qkv biases, 4 experts of width 32, top-2 not renormalised, and a
     gated shared expert of width 64; mixtral: 4 experts of width intermediate_size (128), top-2,
-    renormalised, saved under Mixtral's names (block_sparse_moe, w1/w2/w3). `overrides` change TINY_HF (num_hidden_layers=4)."""
+    renormalised, saved under Mixtral's names (block_sparse_moe, w1/w2/w3); phi3: tied, q/k/v and
+    gate/up stored fused (qkv_proj, gate_up_proj), partial_rotary_factor when overridden. `overrides` change TINY_HF (num_hidden_layers=4)."""
     import transformers as tf
 
     tiny = dict(TINY_HF, **overrides)
@@ -84,12 +85,14 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
                                                num_experts_per_tok=2, norm_topk_prob=True),
         "qwen2_moe": lambda: tf.Qwen2MoeConfig(**tiny, moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2,
                                                norm_topk_prob=False, shared_expert_intermediate_size=64),
+        "phi3": lambda: tf.Phi3Config(**{"sliding_window": None, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
+                                         **tiny}, tie_word_embeddings=True),
         "mixtral": lambda: tf.MixtralConfig(**{"sliding_window": None, **tiny}, num_local_experts=4,
                                             num_experts_per_tok=2),
     }[arch]()
     cls = {"llama": tf.LlamaForCausalLM, "mistral": tf.MistralForCausalLM, "qwen2": tf.Qwen2ForCausalLM, "qwen3": tf.Qwen3ForCausalLM,
            "qwen3_moe": tf.Qwen3MoeForCausalLM, "qwen2_moe": tf.Qwen2MoeForCausalLM,
-           "mixtral": tf.MixtralForCausalLM}[arch]
+           "mixtral": tf.MixtralForCausalLM, "phi3": tf.Phi3ForCausalLM}[arch]
     torch.manual_seed(seed)
     model = cls(config).eval()
     with torch.no_grad():

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-HF_ARCHS = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral")
+HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral")
-WINDOW_ARCHS = ("mistral", "mixtral")  # a config.json sliding_window caps the length limit (max_positions)
+WINDOW_ARCHS = ("mistral", "mixtral", "phi3")  # a config.json sliding_window caps the length limit (max_positions)
 
 
 def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
-    """Megatron-named args for a Llama / Mistral / Qwen2 / Qwen3 / Qwen3-MoE / Qwen2-MoE / Mixtral config.json
+    """Megatron-named args for a Llama / Mistral / Phi-3 / Qwen2 / Qwen3 / Qwen3-MoE / Qwen2-MoE / Mixtral config.json
     (transformers 4.x `rope_theta` + `rope_scaling` or 5.x `rope_parameters`). Unsupported features
     raise ValueError.
 
@@ -24,7 +24,10 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     causal, which equals sliding-window attention exactly while a sequence fits the window, so the
     window caps max_position_embeddings (the run's length limit, checked against the prompt and
     response lengths in validation). Mistral 7B v0.1 has a 4096 window; v0.2 / v0.3, Nemo and
-    Small have none. Mixtral is Mistral with every MLP a mixture of experts (moe_args_from_hf)."""
+    Small have none. Mixtral is Mistral with every MLP a mixture of experts (moe_args_from_hf).
+    Phi-3 (Phi-3-mini/medium-4k, Phi-4) is Llama's math with q/k/v and gate/up stored fused
+    (hf_bridge/names.py), a sliding_window like Mistral's (2047 in Phi-3-mini-4k) and
+    partial_rotary_factor as megatron's rotary_percent; its 128k variants' longrope is refused."""
     model_type = hf.get("model_type")
     if model_type not in HF_ARCHS:
         raise ValueError(f"config.json model_type {model_type!r} is not supported; supported: {', '.join(HF_ARCHS)}.")
@@ -37,12 +40,17 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError("config.json mlp_bias=true is not supported (Megatron has no MLP-only bias).")
     if model_type == "llama" and hf.get("attention_bias"):
         raise ValueError("config.json attention_bias=true for llama (bias on o_proj) is not supported.")
+    # transformers 5 keeps it in rope_parameters, 4.x at the top level
+    partial = float(rope.get("partial_rotary_factor") or hf.get("partial_rotary_factor") or 1.0)
+    rotary_percent = partial if model_type == "phi3" and partial != 1.0 else None
     if hf.get("use_sliding_window"):
         raise ValueError("config.json use_sliding_window=true is not supported; set it to false.")
     if hf.get("hidden_act", "silu") != "silu":
         raise ValueError(f"config.json hidden_act {hf.get('hidden_act')!r} is not supported; only silu (SwiGLU).")
     if rope_type not in ("default", "llama3"):
-        raise ValueError(f"config.json rope type {rope_type!r} is not supported; use default or llama3.")
+        phi = (" (Phi-3's 128k variants, Phi-3.5-mini and Phi-4-mini use longrope; Phi-3-mini-4k, Phi-3-medium-4k "
+               "and Phi-4 load)") if model_type == "phi3" else ""
+        raise ValueError(f"config.json rope type {rope_type!r} is not supported; use default or llama3{phi}.")
     args: dict[str, Any] = {
         "num_layers": int(hf["num_hidden_layers"]),
         "hidden_size": int(hf["hidden_size"]),
@@ -64,6 +72,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         "qk_layernorm": model_type in ("qwen3", "qwen3_moe"),
         "position_embedding_type": "rope",
     }
+    if rotary_percent is not None:  # the first rotary_percent of each head is rotated (HF and megatron alike)
+        args["rotary_percent"] = rotary_percent
     if rope_type == "llama3":
         args.update(rope_scaling_type="llama3", rope_scaling_factor=float(rope["factor"]),
                     low_freq_factor=float(rope["low_freq_factor"]),

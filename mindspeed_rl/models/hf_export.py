@@ -26,7 +26,7 @@ from safetensors.torch import save_file
 
 from mindspeed_rl.models.hf_bridge.checkpoint_io import INDEX_FILE, SINGLE_FILE
 from mindspeed_rl.models.hf_bridge.mapping import EXPERT_KINDS
-from mindspeed_rl.models.hf_bridge.names import stored_name
+from mindspeed_rl.models.hf_bridge.names import fuse
 from mindspeed_rl.models.hf_bridge.sharding import kind_of, mcore_to_hf, merge_tp
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
@@ -97,10 +97,11 @@ def shard_file(index: int, count: int) -> str:
 
 def write_shard(tmp: str, index: int, count: int, tensors: Mapping[str, torch.Tensor],
                 model_type: Optional[str] = None) -> dict[str, str]:
-    """Save one shard of canonical-named HF tensors, under the names `model_type` checkpoints use
-    (hf_bridge/names.py: Mixtral's); returns its part of the index's weight_map."""
+    """Save one shard of canonical-named HF tensors, under the names and layouts `model_type`
+    checkpoints use (hf_bridge/names.py: Mixtral's names, Phi-3's fused q/k/v and gate/up); returns
+    its part of the index's weight_map."""
     name = shard_file(index, count)
-    stored = {stored_name(k, model_type): v.contiguous() for k, v in tensors.items()}
+    stored = {k: v.contiguous() for k, v in fuse(dict(tensors), model_type).items()}
     save_file(stored, os.path.join(tmp, name), metadata={"format": "pt"})
     return {k: name for k in stored}
 

@@ -19,7 +19,7 @@ from typing import Mapping, Optional, Protocol
 import torch
 from safetensors import safe_open
 
-from mindspeed_rl.models.hf_bridge.names import canonical_name, own_names, stored_name
+from mindspeed_rl.models.hf_bridge.names import canonical_name, fused_name, fused_parts, own_names, stored_name
 from mindspeed_rl.utils.errors import UserInputError
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -67,46 +67,65 @@ class SafetensorsReader:
             raise UserInputError(
                 f"{directory} has neither {SINGLE_FILE} nor {INDEX_FILE}; point load: at a Hugging "
                 "Face checkpoint directory with safetensors weights.")
-        self.model_type = _model_type(directory)
-        if self.model_type:  # canonical name -> file; the stored name is stored_name(canonical)
-            self.weight_map = {canonical_name(k, self.model_type): f for k, f in self.weight_map.items()}
+        config = _own_names_config(directory)
+        self.model_type = config.get("model_type")
+        self._parts: dict[str, tuple[str, int, int]] = {}  # canonical -> (fused stored name, first row, rows)
+        if config:  # canonical name -> file; the stored name is stored_name(canonical) or a fused tensor
+            canonical = {}
+            for name, file in self.weight_map.items():
+                for part, start, rows in fused_parts(name, config) or ():
+                    canonical[part] = file
+                    self._parts[part] = (name, start, rows)
+                if fused_parts(name, config) is None:
+                    canonical[canonical_name(name, self.model_type)] = file
+            self.weight_map = canonical
 
     def where(self, name: str) -> str:
         return os.path.join(self.directory, self.weight_map.get(name, "?"))
 
     def stored(self, name: str) -> str:
-        """The name the checkpoint stores the canonical tensor `name` under (for messages)."""
-        return stored_name(name, self.model_type)
+        """Where the checkpoint stores the canonical tensor `name` (for messages): its own name, or
+        the rows of a fused tensor."""
+        if name in self._parts:
+            fused, start, rows = self._parts[name]
+            return f"{fused} (rows {start}-{start + rows - 1}, its {name.rsplit('.', 2)[-2]})"
+        return fused_name(name, self.model_type) or stored_name(name, self.model_type)
 
     def _slice(self, name: str):
+        """(safetensors slice, first row, rows or None for the whole tensor) of canonical `name`."""
         file = self.weight_map.get(name)
-        stored = stored_name(name, self.model_type)
+        stored, start, rows = self._parts.get(name, (self.stored(name), 0, None))
         if file is None:
             raise UserInputError(
                 f"tensor {stored} is not in the checkpoint {self.directory}; the checkpoint does not "
                 "match its config.json (or the architecture is not supported).")
         if file not in self._handles:
             self._handles[file] = open_safetensors(os.path.join(self.directory, file))
-        return self._handles[file].get_slice(stored)
+        return self._handles[file].get_slice(stored), start, rows
 
     def shape(self, name: str) -> tuple[int, ...]:
-        return tuple(self._slice(name).get_shape())
+        sl, _, rows = self._slice(name)
+        shape = tuple(sl.get_shape())
+        return shape if rows is None else (rows, *shape[1:])
 
     def read(self, name: str, rows: Optional[slice] = None, cols: Optional[slice] = None) -> torch.Tensor:
-        sl = self._slice(name)
+        sl, start, count = self._slice(name)
+        if count is not None:  # a part of a fused tensor: its rows, shifted
+            lo, hi, _ = (rows or slice(None)).indices(count)
+            rows = slice(start + lo, start + max(lo, hi))
         if cols is not None:
             return sl[rows or slice(None), cols]
         return sl[rows] if rows is not None else sl[:]
 
 
-def _model_type(directory: str) -> Optional[str]:
-    """config.json's model_type where it names an architecture with its own tensor names, else None."""
+def _own_names_config(directory: str) -> dict:
+    """config.json where its model_type stores tensors under names or layouts of its own, else {}."""
     try:
         with open(os.path.join(directory, "config.json")) as f:
-            model_type = json.load(f).get("model_type")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return model_type if own_names(model_type) else None
+            config = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return config if isinstance(config, dict) and own_names(config.get("model_type")) else {}
 
 
 class DictReader:

@@ -1,15 +1,26 @@
 """HF tensor names an architecture stores differently from the bridge's canonical ones.
 
 The bridge (hf_bridge/mapping.py) names HF tensors one way for every architecture (Llama / Qwen
-layer names, Qwen-MoE expert names). Mixtral's checkpoints (and vLLM's Mixtral) call the router
-`block_sparse_moe.gate` and an expert's gate / up / down projections w1 / w3 / w2. The three places
-where names meet the outside rename with these two functions: reading a HF directory
-(checkpoint_io.SafetensorsReader), writing one (hf_export.write_shard) and vLLM's load_weights
-(rollout/vllm_engine.py); everything between them sees canonical names only.
+layer names, Qwen-MoE expert names). Two kinds of difference exist:
+
+- other names for the same tensor: Mixtral's checkpoints (and vLLM's Mixtral) call the router
+  `block_sparse_moe.gate` and an expert's gate / up / down projections w1 / w3 / w2
+  (`stored_name` / `canonical_name`);
+- several canonical tensors stored as one, concatenated along the rows: Phi-3's `qkv_proj` is
+  [q_proj; k_proj; v_proj] and its `gate_up_proj` is [gate_proj; up_proj] (`fused_parts`,
+  `fuse`); the row counts come from config.json.
+
+The places where names meet the outside apply them: reading a HF directory
+(checkpoint_io.SafetensorsReader serves the canonical names, a fused tensor's parts as row ranges
+of it) and writing one (hf_export.write_shard); vLLM's load_weights takes Mixtral's names
+(rollout/vllm_engine.py) and, for Phi-3, the canonical q/k/v and gate/up (its Llama loader stacks
+them). Everything between sees canonical names only.
 """
 from __future__ import annotations
 
 import re
+
+import torch
 
 # config.json model_type -> (canonical layer-relative name, that architecture's), {e} = expert number
 _STORED_AS = {
@@ -34,9 +45,76 @@ _TO_STORED = {t: _renames(pairs, reverse=False) for t, pairs in _STORED_AS.items
 _TO_CANONICAL = {t: _renames(pairs, reverse=True) for t, pairs in _STORED_AS.items()}
 
 
+# config.json model_type -> {stored layer-relative name: the canonical ones it concatenates (rows)}
+_FUSED = {
+    "phi3": {"self_attn.qkv_proj.weight": ("self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                                           "self_attn.v_proj.weight"),
+             "mlp.gate_up_proj.weight": ("mlp.gate_proj.weight", "mlp.up_proj.weight")},
+}
+_LAYER = re.compile(r"^(model\.layers\.\d+\.)(.+)$")
+
+
 def own_names(model_type: str | None) -> bool:
-    """Whether `model_type` checkpoints store some tensors under names of their own."""
-    return model_type in _STORED_AS
+    """Whether `model_type` checkpoints store some tensors under names or layouts of their own."""
+    return model_type in _STORED_AS or model_type in _FUSED
+
+
+def part_rows(hf_config: dict, canonical: str) -> int:
+    """Rows of a canonical tensor inside a fused one, from config.json (q: heads x head_dim; k, v:
+    kv heads x head_dim; gate, up: intermediate_size)."""
+    heads = int(hf_config["num_attention_heads"])
+    head_dim = int(hf_config.get("head_dim") or int(hf_config["hidden_size"]) // heads)
+    if canonical.endswith("q_proj.weight"):
+        return heads * head_dim
+    if canonical.endswith(("k_proj.weight", "v_proj.weight")):
+        return int(hf_config.get("num_key_value_heads") or heads) * head_dim
+    return int(hf_config["intermediate_size"])
+
+
+def fused_parts(name: str, hf_config: dict) -> list[tuple[str, int, int]] | None:
+    """(canonical name, first row, rows) of each part of the stored tensor `name`, or None when it is
+    not a fused tensor of config.json's model_type."""
+    m = _LAYER.match(name)
+    parts = _FUSED.get(hf_config.get("model_type") or "", {}).get(m.group(2)) if m else None
+    if parts is None:
+        return None
+    out, start = [], 0
+    for part in parts:
+        rows = part_rows(hf_config, part)
+        out.append((m.group(1) + part, start, rows))
+        start += rows
+    return out
+
+
+def fused_name(canonical: str, model_type: str | None) -> str | None:
+    """The fused tensor a `model_type` checkpoint keeps the canonical tensor in, or None."""
+    m = _LAYER.match(canonical)
+    for stored, parts in _FUSED.get(model_type or "", {}).items() if m else ():
+        if m.group(2) in parts:
+            return m.group(1) + stored
+    return None
+
+
+def fuse(tensors: dict, model_type: str | None) -> dict:
+    """Canonical tensors -> the `model_type` checkpoint's: parts concatenated into their fused
+    tensor (all parts of one must be in `tensors`), other names as stored_name gives them."""
+    fused = _FUSED.get(model_type or "", {})
+    out, taken = {}, set()
+    for name in tensors:
+        m = _LAYER.match(name)
+        for stored, parts in fused.items() if m else ():
+            if m.group(2) in parts:
+                names = [m.group(1) + p for p in parts]
+                missing = [n for n in names if n not in tensors]
+                if missing:
+                    raise ValueError(f"{m.group(1) + stored} needs {', '.join(missing)} in the same shard")
+                if m.group(1) + stored not in out:
+                    out[m.group(1) + stored] = torch.cat([tensors[n] for n in names], dim=0)
+                taken.update(names)
+    for name, tensor in tensors.items():
+        if name not in taken:
+            out[stored_name(name, model_type)] = tensor
+    return out
 
 
 def stored_name(name: str, model_type: str | None) -> str:

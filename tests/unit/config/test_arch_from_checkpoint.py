@@ -1,7 +1,7 @@
 """`load:` a HF directory with an empty model yaml: the architecture comes from config.json.
 
 Table over every architecture the model builder supports (Llama with llama3 rope scaling, Mistral,
-Qwen2 / Qwen2.5, Qwen3, Qwen3-MoE, Qwen2-MoE, Mixtral): an empty model entry (or none at all) dry-runs; a key the user did set that
+Phi-3, Qwen2 / Qwen2.5, Qwen3, Qwen3-MoE, Qwen2-MoE, Mixtral): an empty model entry (or none at all) dry-runs; a key the user did set that
 disagrees fails in dry_run with one sentence naming both values; weights whose safetensors
 headers do not fit config.json fail in dry_run too (headers only).
 """
@@ -17,6 +17,7 @@ from mindspeed_rl.models.hf_config import HF_ARCHS
 
 CONFIGS = Path(__file__).resolve().parents[2] / "data" / "ray_gpt_configs"
 ARCHS = {"llama": dict(rotary_base=5000.0, rope_scaling_type="llama3", untie_embeddings_and_output_weights=True),
+         "phi3": dict(rotary_base=10000.0, rotary_percent=1.0, untie_embeddings_and_output_weights=False),
          "mistral": dict(rotary_base=1e6, rope_scaling_type=None, untie_embeddings_and_output_weights=True,
                          max_position_embeddings=128),
          "qwen2": dict(add_qkv_bias=True, untie_embeddings_and_output_weights=False),

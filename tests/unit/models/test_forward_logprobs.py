@@ -47,12 +47,15 @@ def _batches():
     return {"left": (ids, left), "right": (ids, right)}
 
 
-@pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2", "qwen3"])
+@pytest.mark.parametrize("arch", ["llama", "mistral", "phi3", "phi3-partial", "qwen2", "qwen3"])
 def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
+    """phi3: q/k/v and gate/up read as row ranges of its fused tensors; phi3-partial: half of each
+    head rotated (partial_rotary_factor 0.5 = megatron's rotary_percent)."""
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
 
-    hf = make_tiny_hf(arch, str(tmp_path))
+    partial = {"partial_rotary_factor": 0.5} if arch == "phi3-partial" else {}
+    hf = make_tiny_hf(arch.split("-")[0], str(tmp_path), **partial)
     args = dict(model_config_from_hf(read_hf_config(str(tmp_path))), padded_vocab_size=128)
     init_parallel_state(1, 1)
     model = build_gpt_model(args).eval()

@@ -6,7 +6,7 @@ import os
 
 import pytest
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 from testing_utils import make_tiny_hf
 from mindspeed_rl.models.builder import model_config_from_hf
@@ -142,3 +142,32 @@ def test_mixtral_jitter_noise_is_refused():
         from_hf(config)
     assert from_hf(dict(config, router_jitter_noise=0.0, max_position_embeddings=32768,
                         sliding_window=4096))["max_position_embeddings"] == 4096  # the window caps it
+
+
+def test_phi3_fused_tensors_are_read_as_row_ranges_and_named_with_them(tmp_path):
+    """Phi-3 stores [q; k; v] as qkv_proj and [gate; up] as gate_up_proj: the reader serves the
+    canonical parts (and row ranges of them: a TP shard reads only its rows), a shape error names the
+    fused tensor and the part's rows, and the writer fuses them back."""
+    from mindspeed_rl.models.hf_bridge.names import fuse
+
+    make_tiny_hf("phi3", str(tmp_path / "hf"))
+    reader = SafetensorsReader(str(tmp_path / "hf"))
+    assert "model.layers.0.self_attn.qkv_proj.weight" not in reader.weight_map
+    stored = load_file(str(tmp_path / "hf" / "model.safetensors"))
+    qkv = stored["model.layers.1.self_attn.qkv_proj.weight"]  # (4*16 + 2*2*16, 64)
+    assert qkv.shape == (128, 64) and reader.shape("model.layers.1.self_attn.k_proj.weight") == (32, 64)
+    assert torch.equal(reader.read("model.layers.1.self_attn.q_proj.weight"), qkv[:64])
+    assert torch.equal(reader.read("model.layers.1.self_attn.v_proj.weight", rows=slice(16, 32)), qkv[112:128])
+    assert torch.equal(reader.read("model.layers.1.mlp.up_proj.weight", cols=slice(0, 8)),
+                       stored["model.layers.1.mlp.gate_up_proj.weight"][128:, :8])
+    args = dict(model_config_from_hf(read_hf_config(str(tmp_path / "hf"))), padded_vocab_size=128)
+    with pytest.raises(UserInputError, match=r"tensor model.layers.0.self_attn.qkv_proj.weight \(rows 64-95, its "
+                                             r"k_proj\) in \S+ has shape \[32, 64\], but config.json implies \[16, 64\]"):
+        read_shard(reader, *hf_names("decoder.layers.0.self_attention.linear_qkv.weight", 0, True),
+                   Dims.from_args(dict(args, num_query_groups=1)), 1, 0)
+    canonical = {n: reader.read(n) for n in reader.weight_map}
+    assert {k: v.shape for k, v in fuse(canonical, "phi3").items()} == {k: v.shape for k, v in stored.items()}
+    assert all(torch.equal(fuse(canonical, "phi3")[k], v) for k, v in stored.items())
+    del canonical["model.layers.0.mlp.up_proj.weight"]
+    with pytest.raises(ValueError, match="model.layers.0.mlp.gate_up_proj.weight needs model.layers.0.mlp.up_proj.weight"):
+        fuse(canonical, "phi3")

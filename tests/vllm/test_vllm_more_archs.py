@@ -1,6 +1,7 @@
 """The vLLM engine with a Mistral (Llama's layout and math under model_type "mistral", served by
-vLLM's MistralForCausalLM) and a Mixtral (vLLM's MixtralForCausalLM, which loads the experts under
-Mixtral's own names: the engine renames, hf_bridge/names.py): synced from the training model, their
+vLLM's MistralForCausalLM), a Mixtral (vLLM's MixtralForCausalLM, which loads the experts under
+Mixtral's own names: the engine renames, hf_bridge/names.py) and a Phi-3 (vLLM's Phi3ForCausalLM,
+fed the canonical q/k/v and gate/up, which its Llama loader stacks): synced from the training model, their
 greedy tokens equal the native engine's and their sampled log-probs the training forward's. The
 sliding window (64, longer than every sequence) is where full attention and the model's attention
 agree (hf_config.max_positions)."""
@@ -15,7 +16,7 @@ from mindspeed_rl.rollout.interface import SamplingParams
 from test_vllm_engine import HF_VOCAB, PROMPTS, _megatron, _training_log_probs
 
 
-@pytest.mark.parametrize("arch", ["mistral", "mixtral"])
+@pytest.mark.parametrize("arch", ["mistral", "mixtral", "phi3"])
 def test_synced_engine_equals_the_training_model(arch, tmp_path, gloo_world1):
     from mindspeed_rl.rollout.native import NativeEngine
     from mindspeed_rl.rollout.vllm_engine import VLLMEngine
