@@ -29,6 +29,7 @@ RANGES = {
     "ModelArch.max_position_embeddings": "[1, inf)",
     "ModelArch.rotary_base": "(0, inf)",
     "ModelArch.rotary_percent": "(0, 1]",
+    "ModelArch.softmax_scale": "(0, inf)",
     "ModelArch.rope_scaling_factor": "(0, inf)",
     "ModelArch.low_freq_factor": "(0, inf)",
     "ModelArch.high_freq_factor": "(0, inf)",

@@ -45,7 +45,8 @@ _HF_KEY = {
     "num_experts": "num_experts", "moe_router_topk": "num_experts_per_tok",
     "moe_ffn_hidden_size": "moe_intermediate_size", "norm_topk_prob": "norm_topk_prob",
     "moe_shared_expert_intermediate_size": "shared_expert_intermediate_size", "shared_expert_gate": "model_type",
-    "rotary_percent": "partial_rotary_factor",
+    "rotary_percent": "partial_rotary_factor", "rope_short_factor": "rope_scaling.short_factor",
+    "softmax_scale": "rope_scaling.attention_factor (longrope)",
 }
 
 

@@ -9,7 +9,8 @@ models/core_attention.py, models/rotary.py and models/swiglu.py) from flat Megat
 `args` is any mapping with Megatron argument names (the keys of configs/rlxf/model/*.yaml and of
 mindspeed_rl.config.schema.ModelArch): num_layers, hidden_size, ffn_hidden_size,
 num_attention_heads, group_query_attention / num_query_groups, kv_channels, padded_vocab_size,
-max_position_embeddings, rotary_base, rope_scaling_type ("llama3") with rope_scaling_factor /
+max_position_embeddings, rotary_base, rope_scaling_type ("llama3", or "longrope" with rope_short_factor and
+softmax_scale) with rope_scaling_factor /
 low_freq_factor / high_freq_factor / original_max_position_embeddings, add_qkv_bias,
 disable_bias_linear, untie_embeddings_and_output_weights, normalization, norm_epsilon, swiglu,
 qk_layernorm, attention_dropout, hidden_dropout, init_method_std; MoE (every layer): num_experts,
@@ -126,6 +127,7 @@ def transformer_config(args: Mapping[str, Any], params_dtype: torch.dtype = torc
         add_bias_linear=not _get(args, "disable_bias_linear", True),
         add_qkv_bias=bool(_get(args, "add_qkv_bias", False)),
         qk_layernorm=bool(_get(args, "qk_layernorm", False)),
+        softmax_scale=float(_get(args, "softmax_scale")) if _get(args, "softmax_scale") is not None else None,
         hidden_dropout=float(_get(args, "hidden_dropout", 0.0)),
         attention_dropout=float(_get(args, "attention_dropout", 0.0)),
         init_method_std=float(_get(args, "init_method_std", 0.02)),
@@ -215,8 +217,8 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
     sequence_parallel = bool(overrides.pop("sequence_parallel", sequence_parallel))
     config = transformer_config(args, params_dtype, sequence_parallel, overrides)
     scaling = _get(args, "rope_scaling_type")
-    if scaling not in (None, "llama3"):
-        raise ValueError(f"rope_scaling_type {scaling!r} is not supported; use llama3 or null.")
+    if scaling not in (None, "llama3", "longrope"):
+        raise ValueError(f"rope_scaling_type {scaling!r} is not supported; use llama3, longrope or null.")
     spec = get_gpt_layer_local_spec(num_experts=config.num_moe_experts, moe_grouped_gemm=False,
                                     qk_layernorm=config.qk_layernorm, normalization=config.normalization)
     shared = getattr(getattr(spec.submodules.mlp, "submodules", None), "shared_experts", None)
@@ -250,6 +252,12 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
                 rotary.inv_freq.numel() * 2, float(_get(args, "rotary_base", 10000.0)),
                 float(_get(args, "rope_scaling_factor", 8.0)), float(_get(args, "low_freq_factor", 1.0)),
                 float(_get(args, "high_freq_factor", 4.0)), int(_get(args, "original_max_position_embeddings", 8192)))
+        elif scaling == "longrope":  # up to the original length: the short factors (hf_config.longrope_args)
+            short = torch.tensor([float(f) for f in _get(args, "rope_short_factor")], dtype=torch.float32)
+            if short.numel() != rotary.inv_freq.numel():
+                raise ValueError(f"rope_short_factor has {short.numel()} entries; the rotary embedding has "
+                                 f"{rotary.inv_freq.numel()} frequencies.")
+            rotary.inv_freq = rotary.inv_freq.float().cpu() / short
         rotary.inv_freq = rotary.inv_freq.to(device=device, dtype=torch.float32)
     return model
 

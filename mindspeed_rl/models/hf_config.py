@@ -8,6 +8,7 @@ architecture from config.json while validating the config, before any worker sta
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping
 
 HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral")
@@ -25,9 +26,10 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     window caps max_position_embeddings (the run's length limit, checked against the prompt and
     response lengths in validation). Mistral 7B v0.1 has a 4096 window; v0.2 / v0.3, Nemo and
     Small have none. Mixtral is Mistral with every MLP a mixture of experts (moe_args_from_hf).
-    Phi-3 (Phi-3-mini/medium-4k, Phi-4) is Llama's math with q/k/v and gate/up stored fused
+    Phi-3 (Phi-3-mini/medium, Phi-3.5-mini, Phi-4) is Llama's math with q/k/v and gate/up stored fused
     (hf_bridge/names.py), a sliding_window like Mistral's (2047 in Phi-3-mini-4k) and
-    partial_rotary_factor as megatron's rotary_percent; its 128k variants' longrope is refused."""
+    partial_rotary_factor as megatron's rotary_percent; longrope (its 128k variants, Phi-3.5-mini)
+    up to the original length (longrope_args)."""
     model_type = hf.get("model_type")
     if model_type not in HF_ARCHS:
         raise ValueError(f"config.json model_type {model_type!r} is not supported; supported: {', '.join(HF_ARCHS)}.")
@@ -47,10 +49,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError("config.json use_sliding_window=true is not supported; set it to false.")
     if hf.get("hidden_act", "silu") != "silu":
         raise ValueError(f"config.json hidden_act {hf.get('hidden_act')!r} is not supported; only silu (SwiGLU).")
-    if rope_type not in ("default", "llama3"):
-        phi = (" (Phi-3's 128k variants, Phi-3.5-mini and Phi-4-mini use longrope; Phi-3-mini-4k, Phi-3-medium-4k "
-               "and Phi-4 load)") if model_type == "phi3" else ""
-        raise ValueError(f"config.json rope type {rope_type!r} is not supported; use default or llama3{phi}.")
+    if rope_type not in ("default", "llama3", "longrope"):
+        raise ValueError(f"config.json rope type {rope_type!r} is not supported; use default, llama3 or longrope.")
     args: dict[str, Any] = {
         "num_layers": int(hf["num_hidden_layers"]),
         "hidden_size": int(hf["hidden_size"]),
@@ -74,6 +74,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     }
     if rotary_percent is not None:  # the first rotary_percent of each head is rotated (HF and megatron alike)
         args["rotary_percent"] = rotary_percent
+    if rope_type == "longrope":
+        args.update(longrope_args(hf, rope, head_dim, rotary_percent))
     if rope_type == "llama3":
         args.update(rope_scaling_type="llama3", rope_scaling_factor=float(rope["factor"]),
                     low_freq_factor=float(rope["low_freq_factor"]),
@@ -82,6 +84,33 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     if model_type in MOE_ARCHS:
         args.update(moe_args_from_hf(hf))
     return args
+
+
+def longrope_args(hf: Mapping[str, Any], rope: Mapping[str, Any], head_dim: int,
+                  rotary_percent: float | None) -> dict[str, Any]:
+    """LongRoPE (Phi-3's 128k variants, Phi-3.5-mini) up to original_max_position_embeddings, the
+    length limit here: the inverse frequencies divided by the short factors, and cos / sin scaled by
+    the attention factor (transformers' default: sqrt(1 + ln(factor) / ln(original)), factor =
+    max_position_embeddings / original). With every head dimension rotated, scaling q and k by it is
+    scaling the scores by its square: megatron's softmax_scale. Beyond the original length LongRoPE
+    switches to its long factors; runs stay below it. Partial rotary (Phi-4-mini) would leave the
+    unrotated dimensions unscaled, which no softmax scale expresses: refused."""
+    if rotary_percent is not None:
+        raise ValueError(f"config.json longrope with partial_rotary_factor {rotary_percent} (Phi-4-mini) is not "
+                         "supported; full rotary longrope models (Phi-3-mini-128k, Phi-3.5-mini) are.")
+    original = int(rope.get("original_max_position_embeddings") or hf.get("original_max_position_embeddings")
+                   or hf.get("max_position_embeddings", 4096))
+    short = [float(f) for f in rope["short_factor"]]
+    if len(short) != head_dim // 2:
+        raise ValueError(f"config.json rope_scaling.short_factor has {len(short)} entries; head_dim {head_dim} "
+                         f"needs {head_dim // 2}.")
+    factor = float(rope.get("factor") or int(hf.get("max_position_embeddings", original)) / original)
+    attention = rope.get("attention_factor")
+    if attention is None:
+        attention = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
+    return {"rope_scaling_type": "longrope", "rope_short_factor": short,
+            "softmax_scale": float(attention) ** 2 / math.sqrt(head_dim),
+            "max_position_embeddings": min(max_positions(hf), original)}
 
 
 def max_positions(hf: Mapping[str, Any]) -> int:

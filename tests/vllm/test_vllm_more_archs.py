@@ -1,7 +1,8 @@
 """The vLLM engine with a Mistral (Llama's layout and math under model_type "mistral", served by
 vLLM's MistralForCausalLM), a Mixtral (vLLM's MixtralForCausalLM, which loads the experts under
 Mixtral's own names: the engine renames, hf_bridge/names.py) and a Phi-3 (vLLM's Phi3ForCausalLM,
-fed the canonical q/k/v and gate/up, which its Llama loader stacks): synced from the training model, their
+fed the canonical q/k/v and gate/up, which its Llama loader stacks; also with LongRoPE, whose short
+factors apply up to the original length): synced from the training model, their
 greedy tokens equal the native engine's and their sampled log-probs the training forward's. The
 sliding window (64, longer than every sequence) is where full attention and the model's attention
 agree (hf_config.max_positions)."""
@@ -16,7 +17,12 @@ from mindspeed_rl.rollout.interface import SamplingParams
 from test_vllm_engine import HF_VOCAB, PROMPTS, _megatron, _training_log_probs
 
 
-@pytest.mark.parametrize("arch", ["mistral", "mixtral", "phi3"])
+LONGROPE = dict(rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "long_factor": [3.0] * 16,
+                                 "short_factor": [1.0 + 0.2 * i for i in range(16)]},
+                original_max_position_embeddings=64)  # max_position_embeddings 128: factor 2
+
+
+@pytest.mark.parametrize("arch", ["mistral", "mixtral", "phi3", "phi3-longrope"])
 def test_synced_engine_equals_the_training_model(arch, tmp_path, gloo_world1):
     from mindspeed_rl.rollout.native import NativeEngine
     from mindspeed_rl.rollout.vllm_engine import VLLMEngine
@@ -25,7 +31,8 @@ def test_synced_engine_equals_the_training_model(arch, tmp_path, gloo_world1):
     old = dict(testing_utils.TINY_HF)
     testing_utils.TINY_HF.update(hidden_size=128)  # head dim 32: vLLM's CPU attention has no kernel for 16
     try:
-        testing_utils.make_tiny_hf(arch, str(tmp_path), sliding_window=64)
+        testing_utils.make_tiny_hf(arch.split("-")[0], str(tmp_path), sliding_window=64,
+                                   **(LONGROPE if arch == "phi3-longrope" else {}))
     finally:
         testing_utils.TINY_HF.clear()
         testing_utils.TINY_HF.update(old)

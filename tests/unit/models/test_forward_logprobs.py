@@ -47,16 +47,23 @@ def _batches():
     return {"left": (ids, left), "right": (ids, right)}
 
 
-@pytest.mark.parametrize("arch", ["llama", "mistral", "phi3", "phi3-partial", "qwen2", "qwen3"])
+LONGROPE = dict(rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.5, 3.0, 4.0],
+                                  "long_factor": [2.0] * 8}, original_max_position_embeddings=32)  # 128 / 32: factor 4
+VARIANTS = {"phi3-partial": {"partial_rotary_factor": 0.5}, "phi3-longrope": LONGROPE}
+
+
+@pytest.mark.parametrize("arch", ["llama", "mistral", "phi3", "phi3-partial", "phi3-longrope", "qwen2", "qwen3"])
 def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     """phi3: q/k/v and gate/up read as row ranges of its fused tensors; phi3-partial: half of each
-    head rotated (partial_rotary_factor 0.5 = megatron's rotary_percent)."""
+    head rotated (partial_rotary_factor 0.5 = megatron's rotary_percent); phi3-longrope: LongRoPE's
+    short factors and attention factor (sqrt(1 + ln 4 / ln 32)) at the original length, 32."""
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
 
-    partial = {"partial_rotary_factor": 0.5} if arch == "phi3-partial" else {}
-    hf = make_tiny_hf(arch.split("-")[0], str(tmp_path), **partial)
+    hf = make_tiny_hf(arch.split("-")[0], str(tmp_path), **VARIANTS.get(arch, {}))
     args = dict(model_config_from_hf(read_hf_config(str(tmp_path))), padded_vocab_size=128)
+    if arch == "phi3-longrope":
+        assert args["max_position_embeddings"] == 32 and args["softmax_scale"] == pytest.approx(1.4 / 16 ** 0.5)
     init_parallel_state(1, 1)
     model = build_gpt_model(args).eval()
     load_hf_checkpoint(model, str(tmp_path), args)
