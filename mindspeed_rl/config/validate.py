@@ -256,7 +256,7 @@ def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
     elif a.max_position_embeddings and cfg.data.max_prompt_length + r.max_new_tokens > a.max_position_embeddings:
         problems.append(f"`{A}.max_prompt_length: {cfg.data.max_prompt_length}` + max_new_tokens {r.max_new_tokens} "
                         f"exceeds max_position_embeddings {a.max_position_embeddings} of model {role.model_name}"
-                        f"{_window_note(role)}; shorten one.")
+                        f"{_length_limit_note(role)}; shorten one.")
     if r.rollout_engine == "vllm":
         _check_vllm(role, problems)
     if p.tis_mode not in ("off", "token", "sequence"):
@@ -281,15 +281,19 @@ def _hf_config(role: RoleConfig) -> dict:
     return hf if isinstance(hf, dict) else {}
 
 
-def _window_note(role: RoleConfig) -> str:
-    """Why a HF model's length limit is below its config.json's max_position_embeddings: a Mistral /
-    Mixtral sliding_window caps it (models/hf_config.max_positions); else nothing."""
+def _length_limit_note(role: RoleConfig) -> str:
+    """Why a HF model's length limit is below its config.json's max_position_embeddings
+    (models/hf_config.max_positions, longrope_args): a Mistral / Mixtral / Phi-3 sliding_window, or
+    LongRoPE's original length; else nothing."""
     from mindspeed_rl.models.hf_config import WINDOW_ARCHS
 
-    hf = _hf_config(role)
-    if hf.get("model_type") in WINDOW_ARCHS and hf.get("sliding_window") == role.arch.max_position_embeddings:
+    hf, limit = _hf_config(role), role.arch.max_position_embeddings
+    if hf.get("model_type") in WINDOW_ARCHS and hf.get("sliding_window") == limit:
         return (" (config.json's sliding_window: attention here is full, which equals the model's sliding-window "
                 "attention only within the window)")
+    if role.arch.rope_scaling_type == "longrope":
+        return (" (config.json's original_max_position_embeddings: LongRoPE is computed with its short factors, "
+                "which hold up to that length)")
     return ""
 
 

@@ -14,8 +14,8 @@ composed yaml and the overrides) so a schema default is never mistaken for a use
 `check_shapes_against_safetensors` holds the result against the safetensors headers (shapes only,
 no weight is read), so a mismatch fails in validation (and dry_run), not after Ray started.
 `arch_from_hf_or_yaml` returns the yaml keys plus every architecture key it leaves out. Compared: everything that changes the weights or the math. Not compared:
-max_position_embeddings (a run's length limit; filled when missing; a Mistral sliding_window caps
-it, and a user-set value above the window is refused) and padded_vocab_size, which may exceed
+max_position_embeddings (a run's length limit; filled when missing; a Mistral / Mixtral / Phi-3
+sliding_window caps it, and a user-set value above the window is refused) and padded_vocab_size, which may exceed
 config.json's vocab_size (megatron pads the vocabulary) but must not be smaller.
 """
 
@@ -50,11 +50,12 @@ _HF_KEY = {
 }
 
 
-def hf_arch(hf_dir: str) -> dict[str, Any]:
-    """Megatron-named architecture of a HF checkpoint directory (unsupported features: one sentence)."""
+def hf_arch(hf_dir: str, config: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
+    """Megatron-named architecture of a HF checkpoint directory (unsupported features: one sentence);
+    `config`: its config.json when already read."""
     from mindspeed_rl.models.hf_config import model_config_from_hf
 
-    config = read_hf_config(hf_dir)
+    config = read_hf_config(hf_dir) if config is None else config
     try:
         return model_config_from_hf(config)
     except ValueError as err:
@@ -100,7 +101,8 @@ def check_arch_against_hf(model_args: Mapping[str, Any], hf_dir: str, model_name
         user_set: key -> yaml path of the keys the user set (RoleConfig.arch_set); only these are
             compared. None: every non-null key of model_args counts as set.
     """
-    hf = hf_arch(hf_dir)
+    raw = read_hf_config(hf_dir)
+    hf = hf_arch(hf_dir, raw)
     if user_set is None:
         prefix = f"model.{model_name}" if model_name else "model"
         user_set = {k: f"{prefix}.{k}" for k, v in model_args.items() if v is not None}
@@ -126,7 +128,6 @@ def check_arch_against_hf(model_args: Mapping[str, Any], hf_dir: str, model_name
             raise UserInputError(f"{path} is {shown} but {where} says {theirs} ({hf_key}); "
                                  f"{fix} to take it from config.json.")
     longest = model_args.get("max_position_embeddings") if "max_position_embeddings" in user_set else None
-    raw = read_hf_config(hf_dir)
     window = raw.get("sliding_window") if raw.get("model_type") in WINDOW_ARCHS else None
     if longest is not None and window and int(longest) > int(window):
         raise UserInputError(
@@ -151,7 +152,7 @@ def resolve_arch(arch: Mapping[str, Any], user_set, hf_dir: str) -> dict[str, An
 
 def expected_hf_shapes(args: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ...], str]]:
     """HF tensor name (canonical: hf_bridge/names.py) -> (shape, which keys imply it) for a Llama /
-    Mistral / Qwen2 / Qwen3(-MoE) / Qwen2-MoE / Mixtral architecture."""
+    Mistral / Phi-3 / Qwen2 / Qwen3(-MoE) / Qwen2-MoE / Mixtral architecture."""
     h, heads, ffn = int(args["hidden_size"]), int(args["num_attention_heads"]), int(args["ffn_hidden_size"])
     d = int(args.get("kv_channels") or h // heads)
     groups = int(_effective(args, "num_query_groups") or heads)

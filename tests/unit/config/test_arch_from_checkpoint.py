@@ -157,3 +157,21 @@ def test_mistral_max_positions_above_the_window_is_refused(windowed, capsys):
     assert ("training.max_position_embeddings is 64 but config.json in " in err
             and "has sliding_window 24: attention here is full, which equals the model's sliding-window attention "
                 "only within the window; set it to at most the window or drop the key." in err), err
+
+
+def test_longrope_caps_the_length_limit_at_the_original_length(tmp_path, capsys):
+    """A Phi-3.5-style LongRoPE config (original length 24 here): 16 + 16 tokens do not fit, and
+    the sentence says why."""
+    make_tiny_hf("phi3", str(tmp_path), rope_parameters={
+        "rope_type": "longrope", "rope_theta": 10000.0, "long_factor": [2.0] * 8, "short_factor": [1.5] * 8},
+        original_max_position_embeddings=24)
+    cfg = load_config("grpo_trainer_hf_any", _overrides(str(tmp_path), "actor_rollout_ref.actor_rollout.max_new_tokens=8"),
+                      config_dir=str(CONFIGS))
+    assert (cfg.actor.arch.max_position_embeddings, cfg.actor.arch.rope_scaling_type) == (24, "longrope")
+    assert cfg.actor.arch.rope_short_factor == [1.5] * 8 and cfg.actor.arch.softmax_scale > 0.25
+    code = ray_gpt.main(["--config-dir", str(CONFIGS), "--config-name", "grpo_trainer_hf_any", "dry_run=true",
+                         *_overrides(str(tmp_path))])
+    err = capsys.readouterr().err
+    assert code == 2 and ("exceeds max_position_embeddings 24 of model from_checkpoint (config.json's "
+                          "original_max_position_embeddings: LongRoPE is computed with its short factors, which "
+                          "hold up to that length); shorten one.") in err, err
