@@ -415,7 +415,7 @@ class ActorRolloutWorker(_ModelWorker):
 
         state = dict(trainer_state or {}, actor={"calls": self.calls})
         return save_checkpoint(path, step, self.ddp, self.args, self.optimizer, self.scheduler,
-                               vocab_size=self.vocab_size, hf_config=hf_config_of(self.cfg.actor.load),
+                               vocab_size=self.model_vocab(), hf_config=hf_config_of(self.cfg.actor.load),
                                params_dtype=self.role_cfg.params_dtype, trainer_state=state,
                                manifest_extra={"config_hash": config_hash}, keep_last_n=keep_last_n)
 
@@ -445,8 +445,15 @@ class ActorRolloutWorker(_ModelWorker):
         """Export the live actor as a Hugging Face checkpoint directory (every rank calls it)."""
         from mindspeed_rl.models.hf_export import export_hf
 
-        return export_hf(self.ddp, self.args, out_dir, self.vocab_size, hf_config=hf_config_of(self.cfg.actor.load),
+        return export_hf(self.ddp, self.args, out_dir, self.model_vocab(), hf_config=hf_config_of(self.cfg.actor.load),
                          tokenizer_dir=self.cfg.run.tokenizer_name_or_path)
+
+    def model_vocab(self) -> int:
+        """Vocabulary rows of checkpoints and exports: config.json's vocab_size when the actor started
+        from a HF checkpoint, so that the export's rows match the config.json written with it (a
+        tokenizer often has fewer ids: Qwen2.5's 151,665 against 152,064 rows), else the tokenizer's."""
+        hf = hf_config_of(self.cfg.actor.load)
+        return int(hf["vocab_size"]) if hf and hf.get("vocab_size") else self.vocab_size
 
     def export_weights_for_rollout(self, bucket_mb: float = 256.0) -> list:
         """Split deployment: this stage's weights under HF names, in the Ray object store in buckets

@@ -18,19 +18,37 @@ CONFIGS = ROOT / "tests" / "data" / "ray_gpt_configs"
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "phi3", "mixtral"])
 def test_empty_model_yaml_runs(arch, tmp_path):
+    """phi3 (q/k/v and gate/up stored fused) and mixtral (its own expert names) also export at the
+    end (save_hf): the HF checkpoint has the original's tensor names and shapes (vocabulary rows
+    included), and transformers loads it."""
     hf = tmp_path / "hf"
     make_tiny_hf(arch, str(hf))
     from mindspeed_rl.data import tiny_task
     tok = tiny_task.TOKENIZER_DIR  # the tiny task's 13-token tokenizer fits the 120-row embedding
+    own_names = arch in ("phi3", "mixtral")
     proc = subprocess.run(
         [sys.executable, str(ROOT / "ray_gpt.py"), "--config-dir", str(CONFIGS), "--config-name", "grpo_trainer_hf_any",
          f"actor_rollout_ref.actor_rollout.load={hf}", f"actor_rollout_ref.ref.load={hf}",
-         f"training.tokenizer_name_or_path={tok}", f"training.output_dir={tmp_path / 'out'}"],
+         f"training.tokenizer_name_or_path={tok}", f"training.output_dir={tmp_path / 'out'}",
+         f"training.save_hf={str(own_names).lower()}"],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
         env={**os.environ, "RAY_ADDRESS": "local", "RAY_AUTH_MODE": "disabled"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [json.loads(line) for line in open(tmp_path / "out" / "metrics.jsonl")]
     assert [r["step"] for r in rows] == [1, 2]
     assert all(r["actor/grad_norm"] > 0 for r in rows)  # the loaded model trained
+    if own_names:
+        import transformers
+        from safetensors import safe_open
+
+        exported = tmp_path / "out" / "checkpoints" / "hf"
+
+        def shapes(d):
+            with safe_open(str(d / "model.safetensors"), "pt") as f:
+                return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+        # the embedding keeps config.json's 120 rows although the run's tokenizer has 13 ids (the
+        # export wrote 13 under a config.json saying 120 before, which transformers refused to load)
+        assert shapes(exported) == shapes(hf)
+        transformers.AutoModelForCausalLM.from_pretrained(str(exported))
