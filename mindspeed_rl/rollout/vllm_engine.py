@@ -241,10 +241,8 @@ class VLLMEngine:
         self.eos_token_ids = tuple(int(t) for t in eos_token_ids)
         self.pad_token_id = int(pad_token_id)
         self.bucket_bytes = int(bucket_bytes)
-        from mindspeed_rl.models.hf_bridge.sharding import is_moe
-
-        # config.json names the experts as megatron does (num_experts), Mixtral's num_local_experts
-        self._moe = is_moe({"num_experts": hf_config.get("num_experts") or hf_config.get("num_local_experts")})
+        # config.json's expert count: num_experts (Qwen-MoE), num_local_experts (Mixtral)
+        self._moe = int(hf_config.get("num_experts") or hf_config.get("num_local_experts") or 0) > 1
         self.sleep_level = vllm_env.sleep_level(self.platform_name, self._moe)
         self.last_sync: dict[str, float] = {}
         self._asleep = False

@@ -2,8 +2,9 @@
 
 Both layouts are supported: a single `model.safetensors`, or shards listed by
 `model.safetensors.index.json`. Tensors are looked up by the bridge's canonical HF names; an
-architecture that stores some under other names (Mixtral, by its config.json model_type) is
-renamed here (hf_bridge/names.py), and messages name the stored tensor. Files are opened lazily with `safetensors.safe_open` and only the
+architecture that stores some under other names or fused (Mixtral's names, Phi-3's q/k/v and
+gate/up, by config.json's model_type) is translated here (hf_bridge/names.py), and messages name
+the stored tensor. Files are opened lazily with `safetensors.safe_open` and only the
 requested slice is read, so a TP rank reads only its shard of each tensor. Every failure is one
 sentence naming the tensor and file: a missing shard, a missing tensor, a shape mismatch.
 
@@ -73,11 +74,12 @@ class SafetensorsReader:
         if config:  # canonical name -> file; the stored name is stored_name(canonical) or a fused tensor
             canonical = {}
             for name, file in self.weight_map.items():
-                for part, start, rows in fused_parts(name, config) or ():
+                parts = fused_parts(name, config)
+                if parts is None:
+                    canonical[canonical_name(name, self.model_type)] = file
+                for part, start, rows in parts or ():
                     canonical[part] = file
                     self._parts[part] = (name, start, rows)
-                if fused_parts(name, config) is None:
-                    canonical[canonical_name(name, self.model_type)] = file
             self.weight_map = canonical
 
     def where(self, name: str) -> str:
@@ -155,5 +157,6 @@ def check_shape(reader: TensorReader, name: str, expected: tuple[int, ...]) -> N
     got = reader.shape(name)
     if got != tuple(expected):
         raise UserInputError(
-            f"tensor {getattr(reader, 'stored', str)(name)} in {reader.where(name)} has shape {list(got)}, but config.json implies "
+            f"tensor {getattr(reader, 'stored', str)(name)} in {reader.where(name)} has shape {list(got)}, "
+            f"but config.json implies "
             f"{list(expected)}; the weights do not belong to this config.")
