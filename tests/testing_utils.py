@@ -61,6 +61,28 @@ TINY_HF = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_a
                num_key_value_heads=2, vocab_size=120, max_position_embeddings=128)
 
 
+# config.json rotary variants (make_tiny_hf overrides) of the parity tests: arch-variant -> overrides
+ROPE_VARIANTS = {
+    "phi3-partial": {"partial_rotary_factor": 0.5},
+    # LongRoPE at its original length 32 (128 / 32: factor 4, attention factor sqrt(1 + ln 4 / ln 32))
+    "phi3-longrope": dict(original_max_position_embeddings=32, rope_parameters={
+        "rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.5, 3.0, 4.0],
+        "long_factor": [2.0] * 8}),
+    # Phi-4-mini's layout: longrope on the rotated half of each head (its attention factor scales only that half)
+    "phi3-partiallongrope": dict(partial_rotary_factor=0.5, original_max_position_embeddings=32, rope_parameters={
+        "rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
+        "short_factor": [1.0, 1.5, 2.0, 3.0], "long_factor": [2.0] * 4}),
+    # Qwen's long-context YaRN setting, scaled down
+    "qwen2-yarn": dict(rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                        "original_max_position_embeddings": 32}),
+    # DeepSeek's mscale ratio, other betas, no truncation (gpt-oss)
+    "qwen3-yarnmscale": dict(rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "mscale": 0.7,
+                                              "mscale_all_dim": 1.0, "beta_fast": 16, "beta_slow": 2, "truncate": False,
+                                              "original_max_position_embeddings": 32}),
+    "mistral-linear": dict(rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 3.0}),
+}
+
+
 def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
     """Save a random fp32 llama / mistral / qwen2 / qwen3 / qwen3_moe CausalLM (GQA 4q/2kv heads, head_dim
     >= 16) to out_dir and return it in eval mode. llama: llama3 rope scaling, untied; mistral: rope

@@ -60,6 +60,7 @@ def _one_of(value, options, key: str, problems: list[str]) -> None:
 def _check_choices(cfg: Config, problems: list[str]) -> None:
     _one_of(cfg.run.stage, CHOICES["training.stage"], "training.stage", problems)
     _one_of(cfg.run.tokenizer_type, CHOICES["training.tokenizer_type"], "training.tokenizer_type", problems)
+    from mindspeed_rl.models.hf_config import ROPE_SCALINGS
     from mindspeed_rl.platform.base import PLATFORM_NAMES
     _one_of(cfg.run.platform, ("auto", *PLATFORM_NAMES), "training.platform", problems)
     for key in ("save_interval", "keep_last_n", "max_skipped_updates"):
@@ -75,6 +76,9 @@ def _check_choices(cfg: Config, problems: list[str]) -> None:
         _one_of(role.optim.lr_decay_style, CHOICES["lr_decay_style"], f"{path}.lr_decay_style", problems)
         _one_of(role.arch.normalization, CHOICES["normalization"], f"{path}.normalization", problems)
         _one_of(role.arch.position_embedding_type, CHOICES["position_embedding_type"], f"{path}.position_embedding_type", problems)
+        if role.arch.rope_scaling_type not in ROPE_SCALINGS:
+            problems.append(f"`{path}.rope_scaling_type: {role.arch.rope_scaling_type}` is not supported; use one of: "
+                            f"{', '.join(s for s in ROPE_SCALINGS if s)}, or null.")
     _one_of(cfg.actor.rollout.rollout_engine, CHOICES["rollout_engine"], f"{A}.rollout_engine", problems)
 
 
@@ -204,6 +208,10 @@ def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
         problems.append(f"`{path}.param_offload: true` moves a reference that shares the actor's devices to host "
                         f"memory, but `resource_pool.ref: {list(cfg.resource_pool.ref)}` gives it devices of its "
                         f"own; set resource_pool.ref: [] or drop param_offload.")
+    if cfg.run.platform == "npu" and a.rotary_percent < 1 and a.rope_scaling_type in ("longrope", "yarn"):
+        problems.append(f"model {role.model_name}: {a.rope_scaling_type} with rotary_percent {a.rotary_percent} (partial "
+                        f"rotary, e.g. Phi-4-mini) scales cos and sin of the rotated part, which MindSpeed's fused rotary "
+                        f"kernel on NPU does not do; run it on CPU or CUDA.")
     tp, pp = role.parallel.tensor_model_parallel_size, role.parallel.pipeline_model_parallel_size
     hf_load = role.load and os.path.isfile(os.path.join(role.load, "config.json"))
     missing = [k for k in ("num_layers", "hidden_size", "num_attention_heads") if getattr(a, k) is None]

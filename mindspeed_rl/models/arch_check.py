@@ -46,8 +46,14 @@ _HF_KEY = {
     "moe_ffn_hidden_size": "moe_intermediate_size", "norm_topk_prob": "norm_topk_prob",
     "moe_shared_expert_intermediate_size": "shared_expert_intermediate_size", "shared_expert_gate": "model_type",
     "rotary_percent": "partial_rotary_factor", "rope_short_factor": "rope_scaling.short_factor",
-    "softmax_scale": "rope_scaling.attention_factor (longrope)",
+    "rope_attention_factor": "rope_scaling.attention_factor",
+    "rope_scaling_beta_fast": "rope_scaling.beta_fast", "rope_scaling_beta_slow": "rope_scaling.beta_slow",
+    "rope_scaling_mscale": "rope_scaling.mscale", "rope_scaling_mscale_all_dim": "rope_scaling.mscale_all_dim",
+    "rope_scaling_truncate": "rope_scaling.truncate",
 }
+# keys a config.json without them leaves at their meaning-free default: a user value is not a contradiction
+_ROPE_DETAILS = ("rope_scaling_factor", "low_freq", "high_freq", "original_max", "rope_scaling_beta", "rope_scaling_mscale",
+                 "rope_scaling_truncate", "rope_attention_factor")
 
 
 def hf_arch(hf_dir: str, config: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
@@ -117,7 +123,8 @@ def check_arch_against_hf(model_args: Mapping[str, Any], hf_dir: str, model_name
         if ours is None:
             continue
         if theirs is None:  # e.g. rope_scaling_factor set while config.json has no rope scaling
-            if key.startswith(("rope_scaling_factor", "low_freq", "high_freq", "original_max")) and not hf.get("rope_scaling_type"):
+            if key.startswith(_ROPE_DETAILS) and (not hf.get("rope_scaling_type") or key.startswith(
+                    ("rope_scaling_mscale", "rope_attention_factor"))):
                 continue
             theirs = "nothing"
         if not _same(ours, theirs):

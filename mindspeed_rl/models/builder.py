@@ -9,9 +9,10 @@ models/core_attention.py, models/rotary.py and models/swiglu.py) from flat Megat
 `args` is any mapping with Megatron argument names (the keys of configs/rlxf/model/*.yaml and of
 mindspeed_rl.config.schema.ModelArch): num_layers, hidden_size, ffn_hidden_size,
 num_attention_heads, group_query_attention / num_query_groups, kv_channels, padded_vocab_size,
-max_position_embeddings, rotary_base, rope_scaling_type ("llama3", or "longrope" with rope_short_factor and
-softmax_scale) with rope_scaling_factor /
-low_freq_factor / high_freq_factor / original_max_position_embeddings, add_qkv_bias,
+max_position_embeddings, rotary_base, rotary_percent, rope_scaling_type ("linear", "llama3", "longrope"
+with rope_short_factor, "yarn" with rope_scaling_beta_fast / _beta_slow / _mscale / _mscale_all_dim /
+_truncate) with rope_scaling_factor / low_freq_factor / high_freq_factor /
+original_max_position_embeddings and rope_attention_factor, softmax_scale, add_qkv_bias,
 disable_bias_linear, untie_embeddings_and_output_weights, normalization, norm_epsilon, swiglu,
 qk_layernorm, attention_dropout, hidden_dropout, init_method_std; MoE (every layer): num_experts,
 moe_router_topk, moe_ffn_hidden_size, norm_topk_prob / moe_router_pre_softmax,
@@ -20,8 +21,11 @@ moe_router_load_balancing_type, moe_aux_loss_coeff, moe_token_dispatcher_type, m
 config package's job. TP/PP/EP/ETP sizes come from megatron's parallel_state.
 
 Departure from megatron-core: GPTModel's llama3 rope scaling only takes the factor (low/high
-frequency factors and the original context length are fixed to Llama-3.1's 1/4/8192), so we
-compute the scaled inverse frequencies ourselves and set them on the rotary embedding.
+frequency factors and the original context length are fixed to Llama-3.1's 1/4/8192) and it has
+no linear / longrope / yarn for GPT models, so we compute the scaled inverse frequencies
+ourselves and set them on the rotary embedding (rotary_inv_freq). The cos / sin scaling of
+longrope and yarn (their attention factor) is megatron's softmax_scale when every head dimension
+is rotated, else the `rope_mscale` the rotations read (rope_attention_scaling).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import torch
 import torch.distributed.distributed_c10d as c10d
 import torch.nn.functional as F
 
+from mindspeed_rl.models.hf_config import ROPE_SCALINGS
 from mindspeed_rl.platform import get_platform, place_model
 from mindspeed_rl.platform.base import own_rotary, own_swiglu, sdpa_core_attention
 
@@ -113,7 +118,7 @@ def transformer_config(args: Mapping[str, Any], params_dtype: torch.dtype = torc
     own_glu = swiglu and own_swiglu(get_platform().name)
     if own_glu:  # megatron's MLP calls its fused-activation names, which now are models/swiglu.py's
         install_swiglu()
-    return TransformerConfig(
+    config = TransformerConfig(
         num_layers=int(args["num_layers"]),
         hidden_size=hidden,
         ffn_hidden_size=int(_get(args, "ffn_hidden_size", 4 * hidden)),
@@ -146,6 +151,51 @@ def transformer_config(args: Mapping[str, Any], params_dtype: torch.dtype = torc
         **moe_config_fields(args),
         **dict(overrides or {}),
     )
+    rope_attention_scaling(config, args)
+    return config
+
+
+def rope_attention_factor(args: Mapping[str, Any]) -> float:
+    """The factor longrope / yarn scale cos and sin by: rope_attention_factor when set, else yarn's
+    0.1 ln(factor) + 1 (with rope_scaling_mscale / _mscale_all_dim: the ratio of two such terms,
+    each with its mscale on ln), as transformers' `_compute_yarn_parameters` and vLLM compute it; 1
+    for every other rotary embedding."""
+    explicit = _get(args, "rope_attention_factor")
+    if explicit is not None:
+        return float(explicit)
+    if _get(args, "rope_scaling_type") != "yarn":
+        return 1.0
+    factor = float(_get(args, "rope_scaling_factor", 1.0))
+
+    def mscale(scale: float) -> float:
+        return 1.0 if factor <= 1 else 0.1 * scale * math.log(factor) + 1.0
+
+    top, bottom = _get(args, "rope_scaling_mscale"), _get(args, "rope_scaling_mscale_all_dim")
+    if top and bottom:
+        return mscale(float(top)) / mscale(float(bottom))
+    return mscale(1.0)
+
+
+def rope_attention_scaling(config: TransformerConfig, args: Mapping[str, Any]) -> None:
+    """Apply the attention factor m (rope_attention_factor) to `config`. q and k rotated with cos / sin
+    times m: where every head dimension is rotated that scales every score by m^2, which is
+    softmax_scale x m^2, exact on every path (fused attention and NPU kernels included). With partial
+    rotary only the rotated dimensions scale, so it stays on the rotation: `config.rope_mscale`, read
+    by models/rotary.py and the rollout's KV-cache paths (rotary.rope_mscale); NPU rotates with
+    MindSpeed's fused kernel, which takes no factor, so it is refused there."""
+    factor = rope_attention_factor(args)
+    config.rope_mscale = 1.0
+    if factor == 1.0:
+        return
+    if float(_get(args, "rotary_percent", 1.0)) >= 1.0:
+        base = config.softmax_scale if config.softmax_scale is not None else 1.0 / math.sqrt(config.kv_channels)
+        config.softmax_scale = base * factor * factor
+    elif own_rotary(get_platform().name):
+        config.rope_mscale = factor
+    else:
+        raise ValueError(f"rope_attention_factor {factor} with rotary_percent {_get(args, 'rotary_percent')} "
+                         f"(partial rotary {_get(args, 'rope_scaling_type')}, e.g. Phi-4-mini) is not supported on "
+                         f"{get_platform().name}: its fused rotary kernel does not scale cos and sin.")
 
 
 def moe_config_fields(args: Mapping[str, Any]) -> dict[str, Any]:
@@ -192,6 +242,52 @@ def llama3_inv_freq(dim: int, base: float, factor: float, low_freq_factor: float
     return torch.where(is_medium, smoothed, scaled)
 
 
+def yarn_inv_freq(dim: int, base: float, factor: float, original_max_position_embeddings: int,
+                  beta_fast: float = 32.0, beta_slow: float = 1.0, truncate: bool = True) -> torch.Tensor:
+    """YaRN's inverse frequencies (transformers' `_compute_yarn_parameters`, vLLM's
+    YaRNScalingRotaryEmbedding): dimensions that turn fewer than beta_slow times over the original
+    length are interpolated (divided by the factor), those turning more than beta_fast times kept,
+    linearly blended between. (dim/2,)"""
+    def correction_dim(rotations: float) -> float:
+        return dim * math.log(original_max_position_embeddings / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001  # as both references: no division by zero
+    pos_freqs = base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)
+    ramp = torch.clamp((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
+    keep = 1 - ramp  # 1: extrapolate (the original frequency), 0: interpolate
+    return (1.0 / (factor * pos_freqs)) * (1 - keep) + (1.0 / pos_freqs) * keep
+
+
+def rotary_inv_freq(args: Mapping[str, Any], inv_freq: torch.Tensor) -> torch.Tensor:
+    """The rotary embedding's inverse frequencies under args' rope_scaling_type; `inv_freq` is
+    megatron's unscaled ones (rotary_base, rotary dimension = 2 x its size). fp32 on the CPU."""
+    scaling = _get(args, "rope_scaling_type")
+    dim, base = inv_freq.numel() * 2, float(_get(args, "rotary_base", 10000.0))
+    factor = float(_get(args, "rope_scaling_factor", 8.0))
+    original = int(_get(args, "original_max_position_embeddings", 8192))
+    if scaling == "llama3":
+        return llama3_inv_freq(dim, base, factor, float(_get(args, "low_freq_factor", 1.0)),
+                               float(_get(args, "high_freq_factor", 4.0)), original)
+    if scaling == "yarn":
+        return yarn_inv_freq(dim, base, factor, original, float(_get(args, "rope_scaling_beta_fast", 32.0)),
+                             float(_get(args, "rope_scaling_beta_slow", 1.0)), bool(_get(args, "rope_scaling_truncate", True)))
+    inv_freq = inv_freq.detach().float().cpu()
+    if scaling == "linear":  # position / factor == frequency / factor
+        return inv_freq / factor
+    if scaling == "longrope":  # up to the original length: the short factors (hf_config.longrope_args)
+        short = torch.tensor([float(f) for f in _get(args, "rope_short_factor")], dtype=torch.float32)
+        if short.numel() != inv_freq.numel():
+            raise ValueError(f"rope_short_factor has {short.numel()} entries; the rotary embedding has "
+                             f"{inv_freq.numel()} frequencies.")
+        return inv_freq / short
+    return inv_freq
+
+
 def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.float32,
                     sequence_parallel: bool = False, pre_process: Optional[bool] = None,
                     post_process: Optional[bool] = None, device: Optional[torch.device] = None,
@@ -217,8 +313,9 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
     sequence_parallel = bool(overrides.pop("sequence_parallel", sequence_parallel))
     config = transformer_config(args, params_dtype, sequence_parallel, overrides)
     scaling = _get(args, "rope_scaling_type")
-    if scaling not in (None, "llama3", "longrope"):
-        raise ValueError(f"rope_scaling_type {scaling!r} is not supported; use llama3, longrope or null.")
+    if scaling not in ROPE_SCALINGS:
+        raise ValueError(f"rope_scaling_type {scaling!r} is not supported; use one of: "
+                         f"{', '.join(str(s) for s in ROPE_SCALINGS)}.")
     spec = get_gpt_layer_local_spec(num_experts=config.num_moe_experts, moe_grouped_gemm=False,
                                     qk_layernorm=config.qk_layernorm, normalization=config.normalization)
     shared = getattr(getattr(spec.submodules.mlp, "submodules", None), "shared_experts", None)
@@ -247,18 +344,7 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
         grouped_experts.install(model)
     if hasattr(model, "rotary_pos_emb"):  # inv_freq is a plain attribute (module.to skips it); it stays fp32
         rotary = model.rotary_pos_emb
-        if scaling == "llama3":
-            rotary.inv_freq = llama3_inv_freq(
-                rotary.inv_freq.numel() * 2, float(_get(args, "rotary_base", 10000.0)),
-                float(_get(args, "rope_scaling_factor", 8.0)), float(_get(args, "low_freq_factor", 1.0)),
-                float(_get(args, "high_freq_factor", 4.0)), int(_get(args, "original_max_position_embeddings", 8192)))
-        elif scaling == "longrope":  # up to the original length: the short factors (hf_config.longrope_args)
-            short = torch.tensor([float(f) for f in _get(args, "rope_short_factor")], dtype=torch.float32)
-            if short.numel() != rotary.inv_freq.numel():
-                raise ValueError(f"rope_short_factor has {short.numel()} entries; the rotary embedding has "
-                                 f"{rotary.inv_freq.numel()} frequencies.")
-            rotary.inv_freq = rotary.inv_freq.float().cpu() / short
-        rotary.inv_freq = rotary.inv_freq.to(device=device, dtype=torch.float32)
+        rotary.inv_freq = rotary_inv_freq(args, rotary.inv_freq).to(device=device, dtype=torch.float32)
     return model
 
 

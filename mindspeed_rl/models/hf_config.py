@@ -14,6 +14,8 @@ from typing import Any, Mapping
 HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral")
 WINDOW_ARCHS = ("mistral", "mixtral", "phi3")  # a config.json sliding_window caps the length limit (max_positions)
+ROPE_TYPES = ("default", "linear", "llama3", "longrope", "yarn")  # config.json rope types computed exactly
+ROPE_SCALINGS = (None, "linear", "llama3", "longrope", "yarn")  # their rope_scaling_type (models/builder.py)
 
 
 def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
@@ -28,8 +30,11 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     Small have none. Mixtral is Mistral with every MLP a mixture of experts (moe_args_from_hf).
     Phi-3 (Phi-3-mini/medium, Phi-3.5-mini, Phi-4) is Llama's math with q/k/v and gate/up stored fused
     (hf_bridge/names.py), a sliding_window like Mistral's (2047 in Phi-3-mini-4k) and
-    partial_rotary_factor as megatron's rotary_percent; longrope (its 128k variants, Phi-3.5-mini)
-    up to the original length (longrope_args)."""
+    partial_rotary_factor as megatron's rotary_percent; longrope (its 128k variants, Phi-3.5-mini,
+    Phi-4-mini) up to the original length (longrope_args). Rope types: linear (positions divided by
+    the factor), llama3, longrope and yarn (yarn_args: Qwen2.5 / Qwen3 beyond 32k, as their model
+    cards tell users to set it); dynamic NTK is refused (transformers rescales with the sequence
+    length past the original, vLLM once for the longest: the engines would disagree)."""
     model_type = hf.get("model_type")
     if model_type not in HF_ARCHS:
         raise ValueError(f"config.json model_type {model_type!r} is not supported; supported: {', '.join(HF_ARCHS)}.")
@@ -44,13 +49,20 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError("config.json attention_bias=true for llama (bias on o_proj) is not supported.")
     # transformers 5 keeps it in rope_parameters, 4.x at the top level
     partial = float(rope.get("partial_rotary_factor") or hf.get("partial_rotary_factor") or 1.0)
-    rotary_percent = partial if model_type == "phi3" and partial != 1.0 else None
+    rotary_percent = partial if partial != 1.0 else None
+    if rotary_percent is not None and model_type != "phi3":
+        raise ValueError(f"config.json partial_rotary_factor {partial} is supported for phi3 models only, "
+                         f"not {model_type}.")
     if hf.get("use_sliding_window"):
         raise ValueError("config.json use_sliding_window=true is not supported; set it to false.")
     if hf.get("hidden_act", "silu") != "silu":
         raise ValueError(f"config.json hidden_act {hf.get('hidden_act')!r} is not supported; only silu (SwiGLU).")
-    if rope_type not in ("default", "llama3", "longrope"):
-        raise ValueError(f"config.json rope type {rope_type!r} is not supported; use default, llama3 or longrope.")
+    if rope_type == "dynamic":
+        raise ValueError("config.json rope type 'dynamic' (dynamic NTK) is not supported: transformers rescales "
+                         "it with the sequence length and vLLM once for the longest, so rollout and training would "
+                         "disagree; use yarn or linear scaling, or remove rope_scaling below the original length.")
+    if rope_type not in ROPE_TYPES:
+        raise ValueError(f"config.json rope type {rope_type!r} is not supported; use one of: {', '.join(ROPE_TYPES)}.")
     args: dict[str, Any] = {
         "num_layers": int(hf["num_hidden_layers"]),
         "hidden_size": int(hf["hidden_size"]),
@@ -74,8 +86,13 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     }
     if rotary_percent is not None:  # the first rotary_percent of each head is rotated (HF and megatron alike)
         args["rotary_percent"] = rotary_percent
+    rotary_dim = int(head_dim * partial)
     if rope_type == "longrope":
-        args.update(longrope_args(hf, rope, head_dim, rotary_percent))
+        args.update(longrope_args(hf, rope, rotary_dim))
+    if rope_type == "yarn":
+        args.update(yarn_args(hf, rope))
+    if rope_type == "linear":
+        args.update(rope_scaling_type="linear", rope_scaling_factor=float(rope["factor"]))
     if rope_type == "llama3":
         args.update(rope_scaling_type="llama3", rope_scaling_factor=float(rope["factor"]),
                     low_freq_factor=float(rope["low_freq_factor"]),
@@ -86,31 +103,45 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     return args
 
 
-def longrope_args(hf: Mapping[str, Any], rope: Mapping[str, Any], head_dim: int,
-                  rotary_percent: float | None) -> dict[str, Any]:
-    """LongRoPE (Phi-3's 128k variants, Phi-3.5-mini) up to original_max_position_embeddings, the
-    length limit here: the inverse frequencies divided by the short factors, and cos / sin scaled by
-    the attention factor (transformers' default: sqrt(1 + ln(factor) / ln(original)), factor =
-    max_position_embeddings / original). With every head dimension rotated, scaling q and k by it is
-    scaling the scores by its square: megatron's softmax_scale. Beyond the original length LongRoPE
-    switches to its long factors; runs stay below it. Partial rotary (Phi-4-mini) would leave the
-    unrotated dimensions unscaled, which no softmax scale expresses: refused."""
-    if rotary_percent is not None:
-        raise ValueError(f"config.json longrope with partial_rotary_factor {rotary_percent} (Phi-4-mini) is not "
-                         "supported; full rotary longrope models (Phi-3-mini-128k, Phi-3.5-mini) are.")
+def longrope_args(hf: Mapping[str, Any], rope: Mapping[str, Any], rotary_dim: int) -> dict[str, Any]:
+    """LongRoPE (Phi-3's 128k variants, Phi-3.5-mini, Phi-4-mini) up to original_max_position_embeddings,
+    the length limit here: the inverse frequencies divided by the short factors, and cos / sin scaled
+    by the attention factor (transformers' default: sqrt(1 + ln(factor) / ln(original)), factor =
+    max_position_embeddings / original): rope_attention_factor (builder.rope_attention_scaling).
+    Beyond the original length LongRoPE switches to its long factors; runs stay below it."""
     original = int(rope.get("original_max_position_embeddings") or hf.get("original_max_position_embeddings")
                    or hf.get("max_position_embeddings", 4096))
     short = [float(f) for f in rope["short_factor"]]
-    if len(short) != head_dim // 2:
-        raise ValueError(f"config.json rope_scaling.short_factor has {len(short)} entries; head_dim {head_dim} "
-                         f"needs {head_dim // 2}.")
+    if len(short) != rotary_dim // 2:
+        raise ValueError(f"config.json rope_scaling.short_factor has {len(short)} entries; {rotary_dim} rotated "
+                         f"dimensions need {rotary_dim // 2}.")
     factor = float(rope.get("factor") or int(hf.get("max_position_embeddings", original)) / original)
     attention = rope.get("attention_factor")
     if attention is None:
         attention = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
-    return {"rope_scaling_type": "longrope", "rope_short_factor": short,
-            "softmax_scale": float(attention) ** 2 / math.sqrt(head_dim),
+    return {"rope_scaling_type": "longrope", "rope_short_factor": short, "rope_attention_factor": float(attention),
             "max_position_embeddings": min(max_positions(hf), original)}
+
+
+def yarn_args(hf: Mapping[str, Any], rope: Mapping[str, Any]) -> dict[str, Any]:
+    """YaRN (transformers' `_compute_yarn_parameters`, vLLM's YaRNScalingRotaryEmbedding): static, so
+    exact at every length. The inverse frequencies blend interpolated (/ factor) and original ones
+    over a ramp between the beta_fast and beta_slow rotation counts at the original length (its
+    ends rounded outward unless truncate is false), and cos / sin are scaled by the attention factor:
+    given, or 0.1 ln(factor) + 1, or with mscale and mscale_all_dim the ratio of two such terms
+    (builder.yarn_inv_freq, rope_attention_scaling). MindSpeed-LLM's names."""
+    original = int(rope.get("original_max_position_embeddings") or hf.get("max_position_embeddings", 4096))
+    factor = rope.get("factor") or int(hf.get("max_position_embeddings", original)) / original
+    args = {"rope_scaling_type": "yarn", "rope_scaling_factor": float(factor),
+            "original_max_position_embeddings": original,
+            "rope_scaling_beta_fast": float(rope.get("beta_fast") or 32),
+            "rope_scaling_beta_slow": float(rope.get("beta_slow") or 1),
+            "rope_scaling_truncate": bool(rope.get("truncate", True))}
+    if rope.get("mscale") and rope.get("mscale_all_dim"):
+        args.update(rope_scaling_mscale=float(rope["mscale"]), rope_scaling_mscale_all_dim=float(rope["mscale_all_dim"]))
+    if rope.get("attention_factor") is not None:
+        args["rope_attention_factor"] = float(rope["attention_factor"])
+    return args
 
 
 def max_positions(hf: Mapping[str, Any]) -> int:

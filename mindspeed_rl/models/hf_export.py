@@ -37,15 +37,11 @@ DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float
 
 def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype = torch.float32) -> dict[str, Any]:
     """A config.json for a Llama / Qwen2 / Qwen3 / Qwen3-MoE / Qwen2-MoE (shared expert) CausalLM with
-    these Megatron-named args."""
+    these Megatron-named args, its rotary embedding included (rope_parameters)."""
     model_type = "qwen3" if args.get("qk_layernorm") else "qwen2" if args.get("add_qkv_bias") else "llama"
     heads = int(args["num_attention_heads"])
     groups = int(args.get("num_query_groups") or heads) if args.get("group_query_attention") else heads
-    rope: dict[str, Any] = {"rope_type": "default", "rope_theta": float(args.get("rotary_base") or 10000.0)}
-    if args.get("rope_scaling_type") == "llama3":
-        rope.update(rope_type="llama3", factor=float(args["rope_scaling_factor"]),
-                    low_freq_factor=float(args["low_freq_factor"]), high_freq_factor=float(args["high_freq_factor"]),
-                    original_max_position_embeddings=int(args["original_max_position_embeddings"]))
+    rope = rope_parameters(args)
     shared = int(args.get("moe_shared_expert_intermediate_size") or 0)
     if int(args.get("num_experts") or 0) > 1:
         model_type = "qwen2_moe" if shared else "qwen3_moe"
@@ -63,7 +59,7 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
         "attention_bias": bool(args.get("add_qkv_bias")) and model_type not in ("qwen2", "qwen2_moe"),
         "torch_dtype": DTYPE_NAMES.get(dtype, "float32"),
     }
-    if rope["rope_type"] == "llama3":
+    if rope["rope_type"] != "default":
         config["rope_scaling"] = rope
     if model_type == "qwen2_moe":
         config.update(qkv_bias=bool(args.get("add_qkv_bias")), shared_expert_intermediate_size=shared)
@@ -74,6 +70,36 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
                       norm_topk_prob=bool(norm) if norm is not None else not args.get("moe_router_pre_softmax", False),
                       decoder_sparse_step=1, mlp_only_layers=[])
     return config
+
+
+def rope_parameters(args: Mapping[str, Any]) -> dict[str, Any]:
+    """config.json's rope_parameters for Megatron-named args (the inverse of hf_config's reading).
+    longrope is written with the short factors as the long ones too and its original length equal to
+    max_position_embeddings (the length limit here), so that every reader (transformers, vLLM) uses
+    the short factors, with the attention factor as vLLM's short_mscale as well."""
+    rope: dict[str, Any] = {"rope_type": "default", "rope_theta": float(args.get("rotary_base") or 10000.0)}
+    kind = args.get("rope_scaling_type")
+    if kind in ("linear", "llama3", "yarn"):
+        rope.update(rope_type=kind, factor=float(args["rope_scaling_factor"]))
+    if kind == "llama3":
+        rope.update(low_freq_factor=float(args["low_freq_factor"]), high_freq_factor=float(args["high_freq_factor"]),
+                    original_max_position_embeddings=int(args["original_max_position_embeddings"]))
+    if kind == "yarn":
+        rope.update(original_max_position_embeddings=int(args["original_max_position_embeddings"]),
+                    beta_fast=float(args.get("rope_scaling_beta_fast") or 32.0),
+                    beta_slow=float(args.get("rope_scaling_beta_slow") or 1.0),
+                    truncate=bool(args.get("rope_scaling_truncate", True)))
+        if args.get("rope_scaling_mscale") and args.get("rope_scaling_mscale_all_dim"):
+            rope.update(mscale=float(args["rope_scaling_mscale"]), mscale_all_dim=float(args["rope_scaling_mscale_all_dim"]))
+        if args.get("rope_attention_factor") is not None:
+            rope["attention_factor"] = float(args["rope_attention_factor"])
+    if kind == "longrope":
+        short = [float(f) for f in args["rope_short_factor"]]
+        factor = float(args.get("rope_attention_factor") or 1.0)
+        rope.update(rope_type="longrope", short_factor=short, long_factor=short, attention_factor=factor,
+                    short_mscale=factor, long_mscale=factor,
+                    original_max_position_embeddings=int(args.get("max_position_embeddings") or 4096))
+    return rope
 
 
 def write_hf_dir(out_dir: str, shards: Iterable[dict[str, torch.Tensor]], config: Mapping[str, Any],

@@ -24,6 +24,10 @@ attention) goes to megatron's original, and so does a forward traced by torch.co
 where this module's in-place halves would break the graph. Whether a platform uses it is `platform.own_rotary`
 (CPU, CUDA; NPU keeps MindSpeed's fused rope). The rollout engine's lean decode path rotates with
 the same `rotate_half` (rollout/kv_cache.py), so rollout and training compute RoPE alike.
+
+A partial-rotary longrope / yarn model (Phi-4-mini) scales cos and sin by its attention factor:
+`config.rope_mscale` (models/builder.rope_attention_scaling), which every rotation here and in
+the rollout multiplies in (`rope_mscale`); megatron's attention passes no mscale itself.
 """
 from __future__ import annotations
 
@@ -100,16 +104,31 @@ class RotateHalf(torch.autograd.Function):
 
 
 def rotate_half(t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """megatron's non-interleaved RoPE of t (s, ..., hn) with precomputed cos/sin (s, ..., rot)."""
-    if cos.shape[-1] % 2 or cos.shape[-1] > t.shape[-1]:
-        raise ValueError(f"rotary embedding: {cos.shape[-1]} rotary features do not fit a head of {t.shape[-1]}.")
-    return RotateHalf.apply(t, cos, sin)
+    """megatron's non-interleaved RoPE of t (s, ..., hn) with precomputed cos/sin (s, ..., rot).
+    Traced by torch.compile (the compiled decode step) it is the plain formula: Dynamo refuses the
+    Function's `out=` writes into the non-contiguous rotated part of a partial-rotary head, and
+    inductor fuses the plain formula anyway."""
+    rot = cos.shape[-1]
+    if rot % 2 or rot > t.shape[-1]:
+        raise ValueError(f"rotary embedding: {rot} rotary features do not fit a head of {t.shape[-1]}.")
+    if not torch.compiler.is_compiling():
+        return RotateHalf.apply(t, cos, sin)
+    t1, t2, rest = t[..., :rot // 2], t[..., rot // 2:rot], t[..., rot:]
+    rotated = t[..., :rot] * cos + torch.cat((-t2, t1), dim=-1) * sin
+    return torch.cat((rotated, rest), dim=-1) if rest.shape[-1] else rotated
+
+
+def rope_mscale(config) -> float:
+    """The factor cos and sin are scaled by (1 but for partial-rotary longrope / yarn; module docstring)."""
+    return float(getattr(config, "rope_mscale", 1.0))
 
 
 def apply_rotary_pos_emb(t: torch.Tensor, freqs: torch.Tensor, config, cu_seqlens=None, mscale: float = 1.0,
                          **kwargs) -> torch.Tensor:
     """Drop-in for megatron's rope_utils.apply_rotary_pos_emb (same arguments): our rotation where it
-    is megatron's unfused bshd path with non-interleaved halves, megatron's own function elsewhere."""
+    is megatron's unfused bshd path with non-interleaved halves, megatron's own function elsewhere;
+    both with the model's rope_mscale."""
+    mscale = mscale * rope_mscale(config)
     if (cu_seqlens is not None or torch.compiler.is_compiling() or getattr(config, "apply_rope_fusion", False)
             or getattr(config, "rotary_interleaved", False) or getattr(config, "multi_latent_attention", False)):
         return _MEGATRON(t, freqs, config, cu_seqlens=cu_seqlens, mscale=mscale, **kwargs)

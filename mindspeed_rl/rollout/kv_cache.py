@@ -61,7 +61,7 @@ get_platform().patch()  # megatron must be imported after the platform patch (no
 from megatron.core.models.common.embeddings.rope_utils import apply_rotary_pos_emb  # noqa: E402
 
 from mindspeed_rl.models import swiglu  # noqa: E402
-from mindspeed_rl.models.rotary import rotate_half  # noqa: E402
+from mindspeed_rl.models.rotary import rope_mscale, rotate_half  # noqa: E402
 from mindspeed_rl.platform.packed_linear import matmul_t  # noqa: E402
 
 
@@ -70,7 +70,8 @@ class KVCache:
     valid up to `length` (the same for all rows: prompts are left-padded to one width)."""
 
     def __init__(self, num_layers: int, batch: int, groups: int, max_len: int, head_dim: int,
-                 dtype: torch.dtype, device: torch.device, rotary_freqs: torch.Tensor, zeroed: bool = False):
+                 dtype: torch.dtype, device: torch.device, rotary_freqs: torch.Tensor, zeroed: bool = False,
+                 mscale: float = 1.0):
         shape = (batch, groups, max_len, head_dim)
         # zeroed: positions not written yet hold 0, not garbage (static_decode_step attends over
         # them, masked: 0 x NaN would poison the context)
@@ -80,6 +81,7 @@ class KVCache:
         self.v = [_static_dims(new(shape, dtype=dtype, device=device), zeroed) for _ in range(num_layers)]
         self.length = 0
         self.freqs = rotary_freqs  # (max_len, 1, 1, rot_dim) megatron RotaryEmbedding output
+        self.mscale = mscale  # cos / sin scale (models/rotary.rope_mscale)
         if zeroed:  # its own tensor, not a view of megatron's cached table (Dynamo would size the base)
             self.freqs = _static_dims(rotary_freqs.clone(), True, (1, 2, 3))
         self.lean = False  # forward_stage runs lean_forward (set by the engine when lean_supported)
@@ -87,12 +89,12 @@ class KVCache:
         self._rope: tuple = (None, None)  # ((start, end, dtype), (cos, sin)) of the current step
 
     def rope(self, start: int, end: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin (s, 1, 1, rot) of positions start..end-1 in `dtype`: computed by the first
-        layer of a step, reused by the others (megatron recomputes them in every layer)."""
+        """cos and sin (s, 1, 1, rot) of positions start..end-1 in `dtype` (times mscale): computed by
+        the first layer of a step, reused by the others (megatron recomputes them in every layer)."""
         key = (start, end, dtype)
         if self._rope[0] != key:
             freqs = self.freqs[start:end]
-            self._rope = (key, (torch.cos(freqs).to(dtype), torch.sin(freqs).to(dtype)))
+            self._rope = (key, ((torch.cos(freqs) * self.mscale).to(dtype), (torch.sin(freqs) * self.mscale).to(dtype)))
         return self._rope[1]
 
     @property
@@ -141,9 +143,9 @@ class CachedCoreAttention(torch.nn.Module):
         self.own_rope = _own_rope(config)
 
     def _rotate(self, t: torch.Tensor, start: int, end: int) -> torch.Tensor:
-        """megatron's _apply_rotary_pos_emb_bshd (mscale 1): t (s, b, heads, hn) at positions start..end-1."""
+        """megatron's _apply_rotary_pos_emb_bshd: t (s, b, heads, hn) at positions start..end-1."""
         if not self.own_rope:
-            return apply_rotary_pos_emb(t, self.cache.freqs[start:end], self.config)
+            return apply_rotary_pos_emb(t, self.cache.freqs[start:end], self.config, mscale=self.cache.mscale)
         cos, sin = self.cache.rope(start, end, t.dtype)
         return rotate_half(t, cos, sin)  # the training forward's rotation (models/rotary.py)
 
@@ -215,7 +217,7 @@ def new_cache(model: torch.nn.Module, batch: int, max_len: int, zeroed: bool = F
     param = next(model.parameters())
     freqs = model.rotary_pos_emb(max_len)  # (max_len, 1, 1, rot); megatron lru-caches it
     return KVCache(len(model.decoder.layers), batch, groups, max_len, config.kv_channels, param.dtype,
-                   param.device, freqs, zeroed)
+                   param.device, freqs, zeroed, rope_mscale(config))
 
 
 def forward_stage(model: torch.nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor,
@@ -408,7 +410,8 @@ def static_decode_step(model: torch.nn.Module, input_ids: torch.Tensor, key_mask
     mask = ~visible[:, None, None, :]  # (b, 1, 1, max_len)
     at = position.view(1)
     f = freqs.index_select(0, at)  # (1, 1, 1, rot)
-    cos, sin = torch.cos(f).to(hidden.dtype), torch.sin(f).to(hidden.dtype)
+    m = rope_mscale(model.config)
+    cos, sin = (torch.cos(f) * m).to(hidden.dtype), (torch.sin(f) * m).to(hidden.dtype)
     for i, layer in enumerate(model.decoder.layers):
         hidden = _static_layer(layer, hidden, cache_k[i], cache_v[i], mask, at, f, cos, sin, packed)
     return _lean_logits(model, hidden, packed)
@@ -428,7 +431,7 @@ def _static_layer(layer: torch.nn.Module, hidden: torch.Tensor, cache_k: torch.T
         if _own_rope(c):
             q, k = rotate_half(q, cos, sin), rotate_half(k, cos, sin)
         else:
-            q, k = apply_rotary_pos_emb(q, f, c), apply_rotary_pos_emb(k, f, c)
+            q, k = apply_rotary_pos_emb(q, f, c, mscale=rope_mscale(c)), apply_rotary_pos_emb(k, f, c, mscale=rope_mscale(c))
         cache_k.index_copy_(2, at, k.permute(1, 2, 0, 3))  # (b, ng, 1, hn) at `position`
         cache_v.index_copy_(2, at, v.permute(1, 2, 0, 3))
         return grouped_attention(q, cache_k, cache_v, mask, a.num_query_groups_per_partition, _attention_scale(c))

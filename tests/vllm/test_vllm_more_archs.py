@@ -2,7 +2,9 @@
 vLLM's MistralForCausalLM), a Mixtral (vLLM's MixtralForCausalLM, which loads the experts under
 Mixtral's own names: the engine renames, hf_bridge/names.py) and a Phi-3 (vLLM's Phi3ForCausalLM,
 fed the canonical q/k/v and gate/up, which its Llama loader stacks; also with LongRoPE, whose short
-factors apply up to the original length): synced from the training model, their
+factors apply up to the original length, and Phi-4-mini's LongRoPE on part of each head, whose
+attention factor scales only the rotated part) and a Qwen2 with YaRN (vLLM's
+YaRNScalingRotaryEmbedding): synced from the training model, their
 greedy tokens equal the native engine's and their sampled log-probs the training forward's. The
 sliding window (64, longer than every sequence) is where full attention and the model's attention
 agree (hf_config.max_positions)."""
@@ -20,9 +22,17 @@ from test_vllm_engine import HF_VOCAB, PROMPTS, _megatron, _training_log_probs
 LONGROPE = dict(rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "long_factor": [3.0] * 16,
                                  "short_factor": [1.0 + 0.2 * i for i in range(16)]},
                 original_max_position_embeddings=64)  # max_position_embeddings 128: factor 2
+VARIANTS = {
+    "phi3-longrope": LONGROPE,
+    "phi3-partiallongrope": dict(partial_rotary_factor=0.5, original_max_position_embeddings=64, rope_parameters={
+        "rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.5, "long_factor": [3.0] * 8,
+        "short_factor": [1.0 + 0.4 * i for i in range(8)]}),
+    "qwen2-yarn": dict(max_position_embeddings=64, rope_parameters={
+        "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 16}),
+}
 
 
-@pytest.mark.parametrize("arch", ["mistral", "mixtral", "phi3", "phi3-longrope"])
+@pytest.mark.parametrize("arch", ["mistral", "mixtral", "phi3", "phi3-longrope", "phi3-partiallongrope", "qwen2-yarn"])
 def test_synced_engine_equals_the_training_model(arch, tmp_path, gloo_world1):
     from mindspeed_rl.rollout.native import NativeEngine
     from mindspeed_rl.rollout.vllm_engine import VLLMEngine
@@ -32,7 +42,7 @@ def test_synced_engine_equals_the_training_model(arch, tmp_path, gloo_world1):
     testing_utils.TINY_HF.update(hidden_size=128)  # head dim 32: vLLM's CPU attention has no kernel for 16
     try:
         testing_utils.make_tiny_hf(arch.split("-")[0], str(tmp_path), sliding_window=64,
-                                   **(LONGROPE if arch == "phi3-longrope" else {}))
+                                   **VARIANTS.get(arch, {}))
     finally:
         testing_utils.TINY_HF.clear()
         testing_utils.TINY_HF.update(old)

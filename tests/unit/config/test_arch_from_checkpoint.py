@@ -168,7 +168,7 @@ def test_longrope_caps_the_length_limit_at_the_original_length(tmp_path, capsys)
     cfg = load_config("grpo_trainer_hf_any", _overrides(str(tmp_path), "actor_rollout_ref.actor_rollout.max_new_tokens=8"),
                       config_dir=str(CONFIGS))
     assert (cfg.actor.arch.max_position_embeddings, cfg.actor.arch.rope_scaling_type) == (24, "longrope")
-    assert cfg.actor.arch.rope_short_factor == [1.5] * 8 and cfg.actor.arch.softmax_scale > 0.25
+    assert cfg.actor.arch.rope_short_factor == [1.5] * 8 and cfg.actor.arch.rope_attention_factor > 1.0
     code = ray_gpt.main(["--config-dir", str(CONFIGS), "--config-name", "grpo_trainer_hf_any", "dry_run=true",
                          *_overrides(str(tmp_path))])
     err = capsys.readouterr().err

@@ -81,3 +81,19 @@ def test_unsupported_architecture_is_one_sentence(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(dict(config, model_type="gemma")))
     with pytest.raises(UserInputError, match=r"model_type 'gemma' is not supported; supported: llama, mistral, phi3, qwen2, qwen3"):
         check_arch_against_hf({}, str(tmp_path))
+
+
+def test_yarn_keys_against_config_json(tmp_path):
+    """A YaRN config.json (Qwen's long-context setting): the model yaml's MindSpeed-LLM yarn keys are
+    compared with it; an attention factor or mscale the yaml sets where config.json derives one is
+    the user's explicit choice, not a contradiction."""
+    make_tiny_hf("qwen2", str(tmp_path), rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                                          "original_max_position_embeddings": 32})
+    yarn = dict(rope_scaling_type="yarn", rope_scaling_factor=4.0, original_max_position_embeddings=32,
+                rope_scaling_beta_fast=32, rope_scaling_beta_slow=1)
+    check_arch_against_hf(_yaml(**yarn), str(tmp_path), "tiny-qwen2")
+    check_arch_against_hf(_yaml(**yarn, rope_attention_factor=1.2), str(tmp_path), "tiny-qwen2")
+    with pytest.raises(UserInputError, match=r"rope_scaling_beta_fast is 16 but .* says 32.0 \(rope_scaling.beta_fast\)"):
+        check_arch_against_hf(_yaml(**dict(yarn, rope_scaling_beta_fast=16)), str(tmp_path), "tiny-qwen2")
+    with pytest.raises(UserInputError, match=r"rope_scaling_type is llama3 but .* says yarn \(rope_scaling\)"):
+        check_arch_against_hf(_yaml(**dict(yarn, rope_scaling_type="llama3")), str(tmp_path), "tiny-qwen2")

@@ -1,10 +1,12 @@
 """models.forward: masks, log-probs / entropy from (TP=1) logits, and logit + log-prob parity with
 transformers for tiny random Llama / Qwen2 / Qwen3 in one process (TP=1, PP=1)."""
 
+import math
+
 import pytest
 import torch
 
-from testing_utils import make_tiny_hf
+from testing_utils import ROPE_VARIANTS, make_tiny_hf
 from mindspeed_rl.models.forward import (attention_mask_4d, compute_log_probs, position_ids_from_mask,
                                          vocab_parallel_log_probs)
 
@@ -47,25 +49,29 @@ def _batches():
     return {"left": (ids, left), "right": (ids, right)}
 
 
-LONGROPE = dict(rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.5, 3.0, 4.0],
-                                  "long_factor": [2.0] * 8}, original_max_position_embeddings=32)  # 128 / 32: factor 4
-VARIANTS = {"phi3-partial": {"partial_rotary_factor": 0.5}, "phi3-longrope": LONGROPE}
-
-
-@pytest.mark.parametrize("arch", ["llama", "mistral", "phi3", "phi3-partial", "phi3-longrope", "qwen2", "qwen3"])
+@pytest.mark.parametrize("arch", ["llama", "mistral", "phi3", "phi3-partial", "phi3-longrope", "qwen2", "qwen3",
+                                  "phi3-partiallongrope", "qwen2-yarn", "qwen3-yarnmscale", "mistral-linear"])
 def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     """phi3: q/k/v and gate/up read as row ranges of its fused tensors; phi3-partial: half of each
     head rotated (partial_rotary_factor 0.5 = megatron's rotary_percent); phi3-longrope: LongRoPE's
-    short factors and attention factor (sqrt(1 + ln 4 / ln 32)) at the original length, 32."""
+    short factors and attention factor (sqrt(1 + ln 4 / ln 32)) at the original length, 32;
+    phi3-partiallongrope (Phi-4-mini): the same on half of each head, the attention factor on the
+    rotation (rope_mscale); qwen2-yarn / qwen3-yarnmscale: YaRN's blended frequencies and attention
+    factor (0.1 ln 4 + 1; DeepSeek's mscale ratio, other betas, no truncation); mistral-linear:
+    positions divided by 3."""
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
 
-    hf = make_tiny_hf(arch.split("-")[0], str(tmp_path), **VARIANTS.get(arch, {}))
+    hf = make_tiny_hf(arch.split("-")[0], str(tmp_path), **ROPE_VARIANTS.get(arch, {}))
     args = dict(model_config_from_hf(read_hf_config(str(tmp_path))), padded_vocab_size=128)
-    if arch == "phi3-longrope":
-        assert args["max_position_embeddings"] == 32 and args["softmax_scale"] == pytest.approx(1.4 / 16 ** 0.5)
     init_parallel_state(1, 1)
     model = build_gpt_model(args).eval()
+    if arch == "phi3-longrope":
+        assert args["max_position_embeddings"] == 32 and model.config.softmax_scale == pytest.approx(1.4 / 16 ** 0.5)
+    if arch == "phi3-partiallongrope":  # cos / sin of the rotated half scaled, the scores' scale untouched
+        assert model.config.rope_mscale == pytest.approx(1.4 ** 0.5) and model.config.softmax_scale is None
+    if arch == "qwen2-yarn":
+        assert model.config.softmax_scale == pytest.approx((0.1 * math.log(4) + 1) ** 2 / 16 ** 0.5)
     load_hf_checkpoint(model, str(tmp_path), args)
     for padding, (ids, mask) in _batches().items():
         pos = position_ids_from_mask(mask)

@@ -47,7 +47,9 @@ def test_qwen2_and_qwen3_in_transformers5_spelling():
     ({"mlp_bias": True}, "mlp_bias"),
     ({"attention_bias": True}, "attention_bias"),
     ({"hidden_act": "gelu"}, "hidden_act"),
-    ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope type 'yarn'"),
+    ({"rope_scaling": {"rope_type": "dynamic", "factor": 4.0}}, "rope type 'dynamic' .* would disagree"),
+    ({"rope_scaling": {"rope_type": "su", "factor": 4.0}}, "rope type 'su' is not supported; use one of"),
+    ({"partial_rotary_factor": 0.5}, "partial_rotary_factor 0.5 is supported for phi3 models only, not llama"),
 ])
 def test_unsupported_hf_features_raise(change, match):
     with pytest.raises(ValueError, match=match):
@@ -63,6 +65,70 @@ def test_llama3_inv_freq_matches_transformers():
                                     "high_freq_factor": 4.0, "original_max_position_embeddings": 32})
     expected, _ = ROPE_INIT_FUNCTIONS["llama3"](cfg, "cpu")
     torch.testing.assert_close(llama3_inv_freq(16, 5000.0, 4.0, 1.0, 4.0, 32), expected.float())
+
+
+@pytest.mark.parametrize("rope", [
+    {"factor": 4.0, "original_max_position_embeddings": 32},
+    {"factor": 40.0, "original_max_position_embeddings": 4096, "beta_fast": 16, "beta_slow": 2, "truncate": False},
+    {"factor": 8.0, "original_max_position_embeddings": 512, "mscale": 0.707, "mscale_all_dim": 1.0},
+    {"factor": 2.0, "original_max_position_embeddings": 64, "attention_factor": 1.3},
+])
+def test_yarn_frequencies_and_attention_factor_match_transformers(rope):
+    """The inverse frequencies and the cos/sin factor of our YaRN against transformers' own
+    (`_compute_yarn_parameters`) over its parameters: betas, truncation, DeepSeek's mscale ratio, a
+    given attention factor. The MindSpeed-LLM names round-trip through config.json."""
+    from transformers import Qwen2Config
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    from mindspeed_rl.models.builder import rope_attention_factor, rotary_inv_freq
+    from mindspeed_rl.models.hf_export import rope_parameters
+
+    params = {"rope_type": "yarn", "rope_theta": 1e6, **rope}
+    cfg = Qwen2Config(hidden_size=256, num_attention_heads=2, max_position_embeddings=131072, rope_parameters=params)
+    expected, attention = ROPE_INIT_FUNCTIONS["yarn"](cfg, "cpu")
+    args = model_config_from_hf({**LLAMA32_1B, "model_type": "qwen2", "hidden_size": 256, "num_attention_heads": 2,
+                                 "head_dim": 128, "rope_scaling": params})
+    assert args["rope_scaling_type"] == "yarn" and args["rotary_base"] == 1e6
+    torch.testing.assert_close(rotary_inv_freq(args, torch.zeros(64)), expected.float(), rtol=1e-6, atol=0)
+    assert rope_attention_factor(args) == pytest.approx(attention, rel=1e-12)
+    assert attention != 1.0  # the factor matters in every case here
+    again = model_config_from_hf({**LLAMA32_1B, "rope_scaling": rope_parameters(args)})
+    assert {k: v for k, v in again.items() if "rope" in k} == {k: v for k, v in args.items() if "rope" in k}
+
+
+def test_linear_and_longrope_survive_an_export_round_trip():
+    """config.json written from Megatron args (yaml-built models) keeps linear and LongRoPE scaling;
+    LongRoPE's original length is written as the length limit, so readers keep its short factors."""
+    from mindspeed_rl.models.hf_export import hf_config_from_args
+
+    linear = model_config_from_hf(dict(LLAMA32_1B, rope_scaling={"rope_type": "linear", "factor": 2.5}))
+    assert (linear["rope_scaling_type"], linear["rope_scaling_factor"]) == ("linear", 2.5)
+    longrope = dict(linear, rope_scaling_type="longrope", rope_short_factor=[1.5] * 32, rope_attention_factor=1.2,
+                    max_position_embeddings=4096)
+    for args in (linear, longrope):
+        again = model_config_from_hf(hf_config_from_args(args, vocab_size=128256))
+        for key in ("rope_scaling_type", "rope_scaling_factor", "rope_short_factor", "rope_attention_factor",
+                    "max_position_embeddings"):
+            if key in args and (key != "rope_scaling_factor" or args["rope_scaling_type"] == "linear"):
+                assert again[key] == args[key], key
+
+
+def test_partial_rotary_attention_factor_stays_on_the_rotation(gloo_world1, monkeypatch):
+    """A longrope / yarn attention factor is softmax_scale x factor^2 with full rotary, rope_mscale
+    on the rotation with partial rotary, and refused with a sentence where the platform rotates
+    with a fused kernel that takes no factor (NPU)."""
+    from mindspeed_rl.models import builder
+
+    builder.init_parallel_state(1, 1)
+    args = dict(model_config_from_hf(LLAMA32_1B), rope_scaling_type="longrope", rope_short_factor=[1.0] * 32,
+                rope_attention_factor=1.5)
+    full = transformer_config(args)
+    assert full.softmax_scale == pytest.approx(1.5 ** 2 / 64 ** 0.5) and full.rope_mscale == 1.0
+    partial = transformer_config(dict(args, rotary_percent=0.5))
+    assert partial.softmax_scale is None and partial.rope_mscale == 1.5
+    monkeypatch.setattr(builder, "own_rotary", lambda name: False)
+    with pytest.raises(ValueError, match="rotary_percent 0.5 .* not supported on cpu: its fused rotary kernel"):
+        transformer_config(dict(args, rotary_percent=0.5))
 
 
 def test_transformer_config_from_args(gloo_world1):

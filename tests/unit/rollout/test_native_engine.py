@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from testing_utils import make_tiny_hf
+from testing_utils import ROPE_VARIANTS, make_tiny_hf
 from mindspeed_rl.rollout.interface import SamplingParams
 from mindspeed_rl.utils.errors import UserInputError
 
@@ -561,25 +561,26 @@ def test_no_packing_when_host_memory_is_short(tiny, monkeypatch, caplog):
     assert engine.generate(_prompts(), sp).stats["rollout/packed_weights_gb"] > 0
 
 
-@pytest.mark.parametrize("variant", ["phi3", "phi3-longrope", "mixtral"])
+@pytest.mark.parametrize("variant", ["phi3", "phi3-longrope", "mixtral", "phi3-partiallongrope", "qwen2-yarn"])
 def test_greedy_equals_transformers_generate_on_more_architectures(variant, tmp_path, gloo_world1):
     """Phi-3 (fused q/k/v and gate/up in the checkpoint), Phi-3 with LongRoPE (short factors and the
-    attention factor as softmax_scale, up to its original length 32) and Mixtral: the native engine's
-    greedy tokens, with and without the KV cache, are transformers'."""
+    attention factor as softmax_scale, up to its original length 32), Mixtral, Phi-4-mini's partial
+    rotary LongRoPE (the attention factor on the rotation: every decode path scales cos / sin, the
+    compiled one included) and YaRN: the native engine's greedy tokens, with and without the KV
+    cache, are transformers'."""
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
 
-    longrope = dict(rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "long_factor": [2.0] * 8,
-                                     "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.5, 3.0, 4.0]},
-                    original_max_position_embeddings=32)
-    hf = make_tiny_hf(variant.split("-")[0], str(tmp_path), **(longrope if variant == "phi3-longrope" else {}))
+    hf = make_tiny_hf(variant.split("-")[0], str(tmp_path), **ROPE_VARIANTS.get(variant, {}))
     args = dict(model_config_from_hf(read_hf_config(str(tmp_path))), padded_vocab_size=PADDED)
     init_parallel_state(1, 1)
     model = build_gpt_model(args).eval()
     load_hf_checkpoint(model, str(tmp_path), args)
     prompts = _prompts()
     ref = _hf_greedy(hf, prompts, 18)  # the longest prompt (12) + 18 stays within 32
-    for use_kv_cache in (True, False):
-        out = _engine(model, use_kv_cache=use_kv_cache).generate(prompts, SamplingParams(do_sample=False,
-                                                                                        max_new_tokens=18))
-        assert torch.equal(out.responses, ref), f"{variant} use_kv_cache={use_kv_cache}"
+    engines = [dict(use_kv_cache=True), dict(use_kv_cache=False)]
+    if variant == "phi3-partiallongrope":
+        engines.append(dict(compile_decode=True))
+    for kw in engines:
+        out = _engine(model, **kw).generate(prompts, SamplingParams(do_sample=False, max_new_tokens=18))
+        assert torch.equal(out.responses, ref), f"{variant} {kw}"
