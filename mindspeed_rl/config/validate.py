@@ -208,6 +208,12 @@ def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
         problems.append(f"`{path}.param_offload: true` moves a reference that shares the actor's devices to host "
                         f"memory, but `resource_pool.ref: {list(cfg.resource_pool.ref)}` gives it devices of its "
                         f"own; set resource_pool.ref: [] or drop param_offload.")
+    if a.no_rope_freq is not None and a.num_layers:
+        from mindspeed_rl.models.hf_config import no_rope_pattern
+        try:
+            no_rope_pattern(a.no_rope_freq, a.num_layers)
+        except ValueError as err:
+            problems.append(f"model {role.model_name}: {err}")
     if cfg.run.platform == "npu" and a.rotary_percent < 1 and a.rope_scaling_type in ("longrope", "yarn"):
         problems.append(f"model {role.model_name}: {a.rope_scaling_type} with rotary_percent {a.rotary_percent} (partial "
                         f"rotary, e.g. Phi-4-mini) scales cos and sin of the rotated part, which MindSpeed's fused rotary "

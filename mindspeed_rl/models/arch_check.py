@@ -49,7 +49,7 @@ _HF_KEY = {
     "rope_attention_factor": "rope_scaling.attention_factor",
     "rope_scaling_beta_fast": "rope_scaling.beta_fast", "rope_scaling_beta_slow": "rope_scaling.beta_slow",
     "rope_scaling_mscale": "rope_scaling.mscale", "rope_scaling_mscale_all_dim": "rope_scaling.mscale_all_dim",
-    "rope_scaling_truncate": "rope_scaling.truncate",
+    "rope_scaling_truncate": "rope_scaling.truncate", "no_rope_freq": "no_rope_layers (inverted)",
 }
 # keys a config.json without them leaves at their meaning-free default: a user value is not a contradiction
 _ROPE_DETAILS = ("rope_scaling_factor", "low_freq", "high_freq", "original_max", "rope_scaling_beta", "rope_scaling_mscale",
@@ -71,6 +71,13 @@ def hf_arch(hf_dir: str, config: Optional[Mapping[str, Any]] = None) -> dict[str
 def _effective(args: Mapping[str, Any], key: str, user_set=None) -> Any:
     """The value a key means, with the builder's defaults (num_query_groups without GQA = heads).
     A num_query_groups the user set without saying group_query_attention means the KV heads."""
+    if key == "no_rope_freq":  # an int N and its list of 0 / 1 per layer mean the same
+        from mindspeed_rl.models.hf_config import no_rope_pattern
+        layers = int(args.get("num_layers") or 0)
+        try:
+            return no_rope_pattern(args.get(key), layers) if layers else args.get(key)
+        except ValueError:
+            return args.get(key)
     if key == "num_query_groups":
         if user_set is not None and key in user_set and "group_query_attention" not in user_set:
             return args.get(key)

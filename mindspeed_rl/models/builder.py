@@ -38,7 +38,7 @@ import torch
 import torch.distributed.distributed_c10d as c10d
 import torch.nn.functional as F
 
-from mindspeed_rl.models.hf_config import ROPE_SCALINGS
+from mindspeed_rl.models.hf_config import ROPE_SCALINGS, no_rope_pattern
 from mindspeed_rl.platform import get_platform, place_model
 from mindspeed_rl.platform.base import own_rotary, own_swiglu, sdpa_core_attention
 
@@ -152,6 +152,9 @@ def transformer_config(args: Mapping[str, Any], params_dtype: torch.dtype = torc
         **dict(overrides or {}),
     )
     rope_attention_scaling(config, args)
+    # megatron-core 0.16 skips RoPE in the layers this pattern marks itself; 0.12 has no such field
+    # (build_gpt_model hooks its layers), and our decode paths read it from here in both
+    config.no_rope_freq = no_rope_pattern(_get(args, "no_rope_freq"), config.num_layers)
     return config
 
 
@@ -342,10 +345,25 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
         from mindspeed_rl.models import grouped_experts
 
         grouped_experts.install(model)
+    if config.no_rope_freq and "no_rope_freq" not in TransformerConfig.__dataclass_fields__:
+        _skip_rope_in_marked_layers(model)
     if hasattr(model, "rotary_pos_emb"):  # inv_freq is a plain attribute (module.to skips it); it stays fp32
         rotary = model.rotary_pos_emb
         rotary.inv_freq = rotary_inv_freq(args, rotary.inv_freq).to(device=device, dtype=torch.float32)
     return model
+
+
+def _skip_rope_in_marked_layers(model: GPTModel) -> None:
+    """megatron-core 0.12: the layers config.no_rope_freq marks get no rotary embedding (megatron
+    0.16's Attention does this itself): their attention's rotary_pos_emb argument becomes None."""
+    from mindspeed_rl.models.rotary import layer_uses_rope
+
+    def no_rope(module, args, kwargs):
+        return args, {**kwargs, "rotary_pos_emb": None}
+
+    for layer in model.decoder.layers:
+        if not layer_uses_rope(model.config, layer.layer_number):
+            layer.self_attention.register_forward_pre_hook(no_rope, with_kwargs=True)
 
 
 def build_model_chunks(args: Mapping[str, Any], params_dtype: torch.dtype = torch.float32,

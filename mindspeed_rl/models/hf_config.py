@@ -9,13 +9,15 @@ architecture from config.json while validating the config, before any worker sta
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
-HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral")
+HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "smollm3")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral")
 WINDOW_ARCHS = ("mistral", "mixtral", "phi3")  # a config.json sliding_window caps the length limit (max_positions)
 ROPE_TYPES = ("default", "linear", "llama3", "longrope", "yarn")  # config.json rope types computed exactly
 ROPE_SCALINGS = (None, "linear", "llama3", "longrope", "yarn")  # their rope_scaling_type (models/builder.py)
+DEFAULT_THETA = {"smollm3": 2000000.0}  # transformers' default rope_theta where config.json has none (else 10000)
+TIED_BY_DEFAULT = ("smollm3",)  # transformers' default tie_word_embeddings is true (else false)
 
 
 def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
@@ -73,14 +75,14 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         "kv_channels": head_dim,
         "padded_vocab_size": int(hf["vocab_size"]),
         "max_position_embeddings": max_positions(hf),
-        "rotary_base": float(rope.get("rope_theta", hf.get("rope_theta", 10000.0))),
+        "rotary_base": float(rope.get("rope_theta", hf.get("rope_theta", DEFAULT_THETA.get(model_type, 10000.0)))),
         "normalization": "RMSNorm",
         "norm_epsilon": float(hf.get("rms_norm_eps", 1e-6)),
         "swiglu": True,
         "add_qkv_bias": (model_type == "qwen2" or bool(hf.get("attention_bias", False))
                          or (model_type == "qwen2_moe" and bool(hf.get("qkv_bias", True)))),
         "disable_bias_linear": True,
-        "untie_embeddings_and_output_weights": not hf.get("tie_word_embeddings", False),
+        "untie_embeddings_and_output_weights": not hf.get("tie_word_embeddings", model_type in TIED_BY_DEFAULT),
         "qk_layernorm": model_type in ("qwen3", "qwen3_moe"),
         "position_embedding_type": "rope",
     }
@@ -100,7 +102,43 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
                     original_max_position_embeddings=int(rope["original_max_position_embeddings"]))
     if model_type in MOE_ARCHS:
         args.update(moe_args_from_hf(hf))
+    if model_type == "smollm3":
+        args.update(smollm3_args(hf, args["num_layers"]))
     return args
+
+
+def smollm3_args(hf: Mapping[str, Any], num_layers: int) -> dict[str, Any]:
+    """SmolLM3's NoPE layers as megatron-core's no_rope_freq (a list, 1 = no RoPE): config.json's
+    no_rope_layers (1 = RoPE), or every no_rope_layer_interval-th layer without it (transformers'
+    default, 4)."""
+    layers = hf.get("no_rope_layers")
+    if layers is None:
+        interval = int(hf.get("no_rope_layer_interval") or 4)
+        layers = [int((i + 1) % interval != 0) for i in range(num_layers)]
+    if len(layers) < num_layers:
+        raise ValueError(f"config.json no_rope_layers has {len(layers)} entries for {num_layers} layers.")
+    skip = [0 if int(x) else 1 for x in layers[:num_layers]]
+    return {"no_rope_freq": skip} if any(skip) else {}
+
+
+def no_rope_pattern(no_rope_freq: Any, num_layers: int) -> Optional[list[int]]:
+    """megatron-core's no_rope_freq as one 0/1 per layer (1 = that layer applies no RoPE): an int N
+    means every N-th layer (N divides num_layers), a list is taken as is (one entry per layer). None
+    or 0: every layer applies RoPE. ValueError with the fix otherwise."""
+    if not no_rope_freq:
+        return None
+    if isinstance(no_rope_freq, bool) or not isinstance(no_rope_freq, (int, list, tuple)):
+        raise ValueError(f"no_rope_freq {no_rope_freq!r} must be an integer N (every N-th layer without RoPE) or a "
+                         f"list of 0 / 1 per layer (1 = no RoPE).")
+    if isinstance(no_rope_freq, int):
+        if no_rope_freq < 1 or num_layers % no_rope_freq:
+            raise ValueError(f"no_rope_freq {no_rope_freq} must divide num_layers {num_layers} (every N-th layer "
+                             "applies no RoPE).")
+        return ([0] * (no_rope_freq - 1) + [1]) * (num_layers // no_rope_freq)
+    pattern = list(no_rope_freq)
+    if len(pattern) != num_layers or any(x not in (0, 1) for x in pattern):
+        raise ValueError(f"no_rope_freq {pattern} must hold one 0 or 1 per layer ({num_layers}; 1 = no RoPE).")
+    return [int(x) for x in pattern]
 
 
 def longrope_args(hf: Mapping[str, Any], rope: Mapping[str, Any], rotary_dim: int) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from safetensors.torch import save_file
 from mindspeed_rl.models.hf_bridge.checkpoint_io import INDEX_FILE, SINGLE_FILE
 from mindspeed_rl.models.hf_bridge.mapping import EXPERT_KINDS
 from mindspeed_rl.models.hf_bridge.names import fuse
+from mindspeed_rl.models.hf_config import no_rope_pattern
 from mindspeed_rl.models.hf_bridge.sharding import kind_of, mcore_to_hf, merge_tp
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
@@ -36,8 +37,8 @@ DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float
 
 
 def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype = torch.float32) -> dict[str, Any]:
-    """A config.json for a Llama / Qwen2 / Qwen3 / Qwen3-MoE / Qwen2-MoE (shared expert) CausalLM with
-    these Megatron-named args, its rotary embedding included (rope_parameters)."""
+    """A config.json for a Llama / SmolLM3 (no_rope_freq) / Qwen2 / Qwen3 / Qwen3-MoE / Qwen2-MoE (shared
+    expert) CausalLM with these Megatron-named args, its rotary embedding included (rope_parameters)."""
     model_type = "qwen3" if args.get("qk_layernorm") else "qwen2" if args.get("add_qkv_bias") else "llama"
     heads = int(args["num_attention_heads"])
     groups = int(args.get("num_query_groups") or heads) if args.get("group_query_attention") else heads
@@ -45,8 +46,14 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
     shared = int(args.get("moe_shared_expert_intermediate_size") or 0)
     if int(args.get("num_experts") or 0) > 1:
         model_type = "qwen2_moe" if shared else "qwen3_moe"
+    no_rope = no_rope_pattern(args.get("no_rope_freq"), int(args["num_layers"]))
+    if no_rope and model_type != "llama":
+        raise ValueError(f"no_rope_freq (layers without RoPE) has no config.json form for a {model_type} model; "
+                         "config.json has it for Llama-style ones (SmolLM3's no_rope_layers).")
+    model_type = "smollm3" if no_rope else model_type
     cls = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
-           "qwen3_moe": "Qwen3MoeForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM"}[model_type]
+           "qwen3_moe": "Qwen3MoeForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
+           "smollm3": "SmolLM3ForCausalLM"}[model_type]
     config = {
         "architectures": [cls], "model_type": model_type, "hidden_act": "silu",
         "hidden_size": int(args["hidden_size"]), "intermediate_size": int(args["ffn_hidden_size"]),
@@ -61,6 +68,8 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
     }
     if rope["rope_type"] != "default":
         config["rope_scaling"] = rope
+    if no_rope:  # SmolLM3's spelling: 1 = the layer applies RoPE
+        config.update(no_rope_layers=[1 - x for x in no_rope], use_sliding_window=False)
     if model_type == "qwen2_moe":
         config.update(qkv_bias=bool(args.get("add_qkv_bias")), shared_expert_intermediate_size=shared)
     if model_type in ("qwen3_moe", "qwen2_moe"):  # norm_topk_prob is the inverse of megatron's pre-softmax routing

@@ -118,6 +118,13 @@ def rotate_half(t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.
     return torch.cat((rotated, rest), dim=-1) if rest.shape[-1] else rotated
 
 
+def layer_uses_rope(config, layer_number: int) -> bool:
+    """Whether layer `layer_number` (1-based, megatron's) rotates q and k: not where the model's
+    no_rope_freq pattern (models/builder.py; SmolLM3's NoPE layers) has a 1."""
+    pattern = getattr(config, "no_rope_freq", None)
+    return not (pattern and pattern[layer_number - 1])
+
+
 def rope_mscale(config) -> float:
     """The factor cos and sin are scaled by (1 but for partial-rotary longrope / yarn; module docstring)."""
     return float(getattr(config, "rope_mscale", 1.0))

@@ -61,7 +61,7 @@ get_platform().patch()  # megatron must be imported after the platform patch (no
 from megatron.core.models.common.embeddings.rope_utils import apply_rotary_pos_emb  # noqa: E402
 
 from mindspeed_rl.models import swiglu  # noqa: E402
-from mindspeed_rl.models.rotary import rope_mscale, rotate_half  # noqa: E402
+from mindspeed_rl.models.rotary import layer_uses_rope, rope_mscale, rotate_half  # noqa: E402
 from mindspeed_rl.platform.packed_linear import matmul_t  # noqa: E402
 
 
@@ -133,7 +133,7 @@ class CachedCoreAttention(torch.nn.Module):
     Masks are megatron's: bool (b, 1, s, k), True = may not attend; k = cache.length + s.
     """
 
-    def __init__(self, index: int, original: torch.nn.Module, cache: KVCache):
+    def __init__(self, index: int, original: torch.nn.Module, cache: KVCache, rope: bool = True):
         super().__init__()
         config = original.config
         self.index, self.cache, self.config = index, cache, config
@@ -141,9 +141,12 @@ class CachedCoreAttention(torch.nn.Module):
         self.groups = groups // config.tensor_model_parallel_size  # this TP rank's query groups
         self.scale = _attention_scale(config)
         self.own_rope = _own_rope(config)
+        self.rope = rope  # False in a NoPE layer (models/rotary.layer_uses_rope)
 
     def _rotate(self, t: torch.Tensor, start: int, end: int) -> torch.Tensor:
         """megatron's _apply_rotary_pos_emb_bshd: t (s, b, heads, hn) at positions start..end-1."""
+        if not self.rope:
+            return t
         if not self.own_rope:
             return apply_rotary_pos_emb(t, self.cache.freqs[start:end], self.config, mscale=self.cache.mscale)
         cos, sin = self.cache.rope(start, end, t.dtype)
@@ -198,11 +201,12 @@ def grouped_attention(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mas
 @contextlib.contextmanager
 def cached_attention(model: torch.nn.Module, cache: KVCache) -> Iterator[None]:
     """Swap every layer's core attention for CachedCoreAttention over `cache`; restore on exit."""
-    attentions = [layer.self_attention for layer in model.decoder.layers]
+    layers = list(model.decoder.layers)
+    attentions = [layer.self_attention for layer in layers]
     originals = [a.core_attention for a in attentions]
     try:
-        for i, (a, orig) in enumerate(zip(attentions, originals)):
-            a.core_attention = CachedCoreAttention(i, orig, cache)
+        for i, (layer, a, orig) in enumerate(zip(layers, attentions, originals)):
+            a.core_attention = CachedCoreAttention(i, orig, cache, layer_uses_rope(model.config, layer.layer_number))
         yield
     finally:
         for a, orig in zip(attentions, originals):
@@ -412,8 +416,13 @@ def static_decode_step(model: torch.nn.Module, input_ids: torch.Tensor, key_mask
     f = freqs.index_select(0, at)  # (1, 1, 1, rot)
     m = rope_mscale(model.config)
     cos, sin = (torch.cos(f) * m).to(hidden.dtype), (torch.sin(f) * m).to(hidden.dtype)
+    # a NoPE layer (SmolLM3) rotates by angle 0 exactly (t * 1 + rotate_half(t) * 0 = t): every layer
+    # keeps one graph, where a branch on the layer would make the shared region differ per layer
+    no_rope = (torch.ones_like(cos), torch.zeros_like(sin), torch.zeros_like(f)) if getattr(model.config, "no_rope_freq", None) else None
     for i, layer in enumerate(model.decoder.layers):
-        hidden = _static_layer(layer, hidden, cache_k[i], cache_v[i], mask, at, f, cos, sin, packed)
+        rope = (f, cos, sin) if no_rope is None or layer_uses_rope(model.config, layer.layer_number) else \
+            (no_rope[2], no_rope[0], no_rope[1])
+        hidden = _static_layer(layer, hidden, cache_k[i], cache_v[i], mask, at, *rope, packed)
     return _lean_logits(model, hidden, packed)
 
 

@@ -18,7 +18,7 @@ CONFIGS = ROOT / "tests" / "data" / "ray_gpt_configs"
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "phi3", "mixtral"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "phi3", "mixtral", "smollm3"])
 def test_empty_model_yaml_runs(arch, tmp_path):
     """phi3 (q/k/v and gate/up stored fused) and mixtral (its own expert names) also export at the
     end (save_hf): the HF checkpoint has the original's tensor names and shapes (vocabulary rows

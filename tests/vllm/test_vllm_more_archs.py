@@ -3,8 +3,9 @@ vLLM's MistralForCausalLM), a Mixtral (vLLM's MixtralForCausalLM, which loads th
 Mixtral's own names: the engine renames, hf_bridge/names.py) and a Phi-3 (vLLM's Phi3ForCausalLM,
 fed the canonical q/k/v and gate/up, which its Llama loader stacks; also with LongRoPE, whose short
 factors apply up to the original length, and Phi-4-mini's LongRoPE on part of each head, whose
-attention factor scales only the rotated part) and a Qwen2 with YaRN (vLLM's
-YaRNScalingRotaryEmbedding): synced from the training model, their
+attention factor scales only the rotated part), a Qwen2 with YaRN (vLLM's
+YaRNScalingRotaryEmbedding) and a SmolLM3 (no RoPE in every second layer; vLLM serves it through
+its Transformers backend): synced from the training model, their
 greedy tokens equal the native engine's and their sampled log-probs the training forward's. The
 sliding window (64, longer than every sequence) is where full attention and the model's attention
 agree (hf_config.max_positions)."""
@@ -27,12 +28,14 @@ VARIANTS = {
     "phi3-partiallongrope": dict(partial_rotary_factor=0.5, original_max_position_embeddings=64, rope_parameters={
         "rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.5, "long_factor": [3.0] * 8,
         "short_factor": [1.0 + 0.4 * i for i in range(8)]}),
+    "smollm3": dict(max_position_embeddings=64),
     "qwen2-yarn": dict(max_position_embeddings=64, rope_parameters={
         "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 16}),
 }
 
 
-@pytest.mark.parametrize("arch", ["mistral", "mixtral", "phi3", "phi3-longrope", "phi3-partiallongrope", "qwen2-yarn"])
+@pytest.mark.parametrize("arch", ["mistral", "mixtral", "phi3", "phi3-longrope", "phi3-partiallongrope", "qwen2-yarn",
+                                  "smollm3"])
 def test_synced_engine_equals_the_training_model(arch, tmp_path, gloo_world1):
     from mindspeed_rl.rollout.native import NativeEngine
     from mindspeed_rl.rollout.vllm_engine import VLLMEngine

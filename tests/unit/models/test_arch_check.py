@@ -97,3 +97,14 @@ def test_yarn_keys_against_config_json(tmp_path):
         check_arch_against_hf(_yaml(**dict(yarn, rope_scaling_beta_fast=16)), str(tmp_path), "tiny-qwen2")
     with pytest.raises(UserInputError, match=r"rope_scaling_type is llama3 but .* says yarn \(rope_scaling\)"):
         check_arch_against_hf(_yaml(**dict(yarn, rope_scaling_type="llama3")), str(tmp_path), "tiny-qwen2")
+
+
+def test_no_rope_freq_against_smollm3_config(tmp_path):
+    """A yaml's no_rope_freq (megatron-core's: 1 = no RoPE, or every N-th layer) against SmolLM3's
+    no_rope_layers (1 = RoPE): an int and the list it means agree."""
+    make_tiny_hf("smollm3", str(tmp_path), num_hidden_layers=4)  # every second layer without RoPE
+    llama = {k: v for k, v in _yaml(num_layers=4).items() if k not in ("add_qkv_bias", "rotary_base")}
+    check_arch_against_hf(dict(llama, no_rope_freq=2), str(tmp_path), "tiny")
+    check_arch_against_hf(dict(llama, no_rope_freq=[0, 1, 0, 1]), str(tmp_path), "tiny")
+    with pytest.raises(UserInputError, match=r"no_rope_freq is \[0, 0, 0, 1\] but .* says \[0, 1, 0, 1\] \(no_rope_layers"):
+        check_arch_against_hf(dict(llama, no_rope_freq=[0, 0, 0, 1]), str(tmp_path), "tiny")

@@ -167,3 +167,30 @@ def test_reinitialising_parallel_state_shuts_down_the_previous_groups(gloo_world
     assert destroy_parallel_state() == made
     assert len(c10d._world.pg_map) == 1 and c10d.GroupMember.WORLD in c10d._world.pg_map
     init_parallel_state(1, 1)  # the usual state for the tests after this one
+
+
+def test_smollm3_nope_layers_and_no_rope_freq():
+    """SmolLM3's no_rope_layers (1 = RoPE; default every 4th layer without) is megatron-core's
+    no_rope_freq (1 = no RoPE); an int N means every N-th layer; config.json written from the args
+    says it in SmolLM3's spelling, and transformers reads that back."""
+    from transformers import SmolLM3Config
+
+    from mindspeed_rl.models.hf_config import no_rope_pattern
+    from mindspeed_rl.models.hf_export import hf_config_from_args
+
+    smol = dict(LLAMA32_1B, model_type="smollm3", num_hidden_layers=8, rope_scaling=None)
+    del smol["tie_word_embeddings"], smol["rope_theta"]  # transformers' defaults: tied, theta 2e6
+    args = model_config_from_hf(smol)
+    assert args["no_rope_freq"] == [0, 0, 0, 1, 0, 0, 0, 1] == no_rope_pattern(4, 8)
+    assert not args["untie_embeddings_and_output_weights"] and args["rotary_base"] == 2e6
+    assert model_config_from_hf(dict(smol, no_rope_layers=[1, 0] * 4))["no_rope_freq"] == [0, 1] * 4
+    assert "no_rope_freq" not in model_config_from_hf(dict(smol, no_rope_layers=[1] * 8))
+    written = hf_config_from_args(dict(args, no_rope_freq=2), vocab_size=128256)
+    assert written["model_type"] == "smollm3" and written["no_rope_layers"] == [1, 0] * 4
+    assert SmolLM3Config(**{k: v for k, v in written.items() if k != "model_type"}).no_rope_layers == [1, 0] * 4
+    assert model_config_from_hf(written)["no_rope_freq"] == [0, 1] * 4
+    for bad, match in ((3, "must divide num_layers 8"), ([0, 1], "one 0 or 1 per layer"), ("x", "an integer N")):
+        with pytest.raises(ValueError, match=match):
+            no_rope_pattern(bad, 8)
+    with pytest.raises(ValueError, match="no config.json form for a qwen2 model"):
+        hf_config_from_args(dict(args, no_rope_freq=2, add_qkv_bias=True), vocab_size=128256)

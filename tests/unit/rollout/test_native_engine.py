@@ -561,13 +561,14 @@ def test_no_packing_when_host_memory_is_short(tiny, monkeypatch, caplog):
     assert engine.generate(_prompts(), sp).stats["rollout/packed_weights_gb"] > 0
 
 
-@pytest.mark.parametrize("variant", ["phi3", "phi3-longrope", "mixtral", "phi3-partiallongrope", "qwen2-yarn"])
+@pytest.mark.parametrize("variant", ["phi3", "phi3-longrope", "mixtral", "phi3-partiallongrope", "qwen2-yarn", "smollm3"])
 def test_greedy_equals_transformers_generate_on_more_architectures(variant, tmp_path, gloo_world1):
     """Phi-3 (fused q/k/v and gate/up in the checkpoint), Phi-3 with LongRoPE (short factors and the
     attention factor as softmax_scale, up to its original length 32), Mixtral, Phi-4-mini's partial
     rotary LongRoPE (the attention factor on the rotation: every decode path scales cos / sin, the
-    compiled one included) and YaRN: the native engine's greedy tokens, with and without the KV
-    cache, are transformers'."""
+    compiled one included), YaRN and SmolLM3 (no RoPE in every second layer: the cached and the
+    compiled decode paths skip it there too): the native engine's greedy tokens, with and without
+    the KV cache, are transformers'."""
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
 
@@ -579,8 +580,10 @@ def test_greedy_equals_transformers_generate_on_more_architectures(variant, tmp_
     prompts = _prompts()
     ref = _hf_greedy(hf, prompts, 18)  # the longest prompt (12) + 18 stays within 32
     engines = [dict(use_kv_cache=True), dict(use_kv_cache=False)]
-    if variant == "phi3-partiallongrope":
+    if variant in ("phi3-partiallongrope", "smollm3"):
         engines.append(dict(compile_decode=True))
     for kw in engines:
-        out = _engine(model, **kw).generate(prompts, SamplingParams(do_sample=False, max_new_tokens=18))
+        engine = _engine(model, **kw)
+        out = engine.generate(prompts, SamplingParams(do_sample=False, max_new_tokens=18))
         assert torch.equal(out.responses, ref), f"{variant} {kw}"
+        assert engine.compiled == bool(kw.get("compile_decode")), "the compiled step fell back to eager"
