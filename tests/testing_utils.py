@@ -61,8 +61,10 @@ TINY_HF = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_a
                num_key_value_heads=2, vocab_size=120, max_position_embeddings=128)
 
 
-# config.json rotary variants (make_tiny_hf overrides) of the parity tests: arch-variant -> overrides
-ROPE_VARIANTS = {
+# config.json variants (make_tiny_hf overrides) of the parity tests: arch-variant -> overrides
+HF_VARIANTS = {
+    "mistral-window": {"sliding_window": 12},  # Mistral 7B v0.1's every-layer window, scaled down
+    "phi3-window": {"sliding_window": 12},  # Phi-3-mini-4k's
     "phi3-partial": {"partial_rotary_factor": 0.5},
     # LongRoPE at its original length 32 (128 / 32: factor 4, attention factor sqrt(1 + ln 4 / ln 32))
     "phi3-longrope": dict(original_max_position_embeddings=32, rope_parameters={

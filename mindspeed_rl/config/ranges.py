@@ -35,6 +35,7 @@ RANGES = {
     "ModelArch.high_freq_factor": "(0, inf)",
     "ModelArch.original_max_position_embeddings": "[1, inf)",
     "ModelArch.rope_attention_factor": "(0, inf)",
+    "ModelArch.sliding_window": "[1, inf)",
     "ModelArch.rope_scaling_beta_fast": "(0, inf)",
     "ModelArch.rope_scaling_beta_slow": "(0, inf)",
     "ModelArch.rope_scaling_mscale": "(0, inf)",

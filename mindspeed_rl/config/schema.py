@@ -52,6 +52,7 @@ class ModelArch:
     rope_scaling_beta_slow: float = doc(1.0, "yarn: rotations below which frequencies are divided by the factor")
     rope_scaling_mscale: Optional[float] = doc(None, "yarn: attention factor 0.1 mscale ln(factor) + 1, divided by the same with rope_scaling_mscale_all_dim (DeepSeek style); null = 0.1 ln(factor) + 1")
     rope_scaling_mscale_all_dim: Optional[float] = doc(None, "yarn: see rope_scaling_mscale")
+    sliding_window: Optional[int] = doc(None, "every layer attends to at most this many latest positions, itself included (Mistral 7B v0.1, Mixtral, Phi-3-mini-4k's config.json sliding_window); null = full causal attention")
     no_rope_freq: Optional[Any] = doc(None, "layers without RoPE (megatron-core's key): an integer N (every N-th layer) or a list of 0 / 1 per layer, 1 = no RoPE (SmolLM3's NoPE layers); null = RoPE everywhere")
     rope_scaling_truncate: bool = doc(True, "yarn: round the ramp's ends outward to whole dimensions (config.json truncate; false for gpt-oss style)")
     normalization: str = doc("RMSNorm", "RMSNorm or LayerNorm")

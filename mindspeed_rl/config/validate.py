@@ -271,6 +271,11 @@ def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
         problems.append(f"`{A}.max_prompt_length: {cfg.data.max_prompt_length}` + max_new_tokens {r.max_new_tokens} "
                         f"exceeds max_position_embeddings {a.max_position_embeddings} of model {role.model_name}"
                         f"{_length_limit_note(role)}; shorten one.")
+    elif a.sliding_window and _on_npu(cfg) and cfg.data.max_prompt_length + r.max_new_tokens > a.sliding_window:
+        problems.append(f"`{A}.max_prompt_length: {cfg.data.max_prompt_length}` + max_new_tokens {r.max_new_tokens} "
+                        f"exceeds the sliding_window {a.sliding_window} of model {role.model_name}: on NPU attention "
+                        f"runs in MindSpeed's fused kernel, full causal, which equals the model's sliding-window "
+                        f"attention only within the window; shorten one.")
     if r.rollout_engine == "vllm":
         _check_vllm(role, problems)
     if p.tis_mode not in ("off", "token", "sequence"):
@@ -295,16 +300,16 @@ def _hf_config(role: RoleConfig) -> dict:
     return hf if isinstance(hf, dict) else {}
 
 
+def _on_npu(cfg: Config) -> bool:
+    """The run's platform is NPU: set so, or `auto` where torch_npu is installed (no device is touched)."""
+    import importlib.util
+
+    return cfg.run.platform == "npu" or (cfg.run.platform == "auto" and importlib.util.find_spec("torch_npu") is not None)
+
+
 def _length_limit_note(role: RoleConfig) -> str:
     """Why a HF model's length limit is below its config.json's max_position_embeddings
-    (models/hf_config.max_positions, longrope_args): a Mistral / Mixtral / Phi-3 sliding_window, or
-    LongRoPE's original length; else nothing."""
-    from mindspeed_rl.models.hf_config import WINDOW_ARCHS
-
-    hf, limit = _hf_config(role), role.arch.max_position_embeddings
-    if hf.get("model_type") in WINDOW_ARCHS and hf.get("sliding_window") == limit:
-        return (" (config.json's sliding_window: attention here is full, which equals the model's sliding-window "
-                "attention only within the window)")
+    (models/hf_config.longrope_args): LongRoPE's original length; else nothing."""
     if role.arch.rope_scaling_type == "longrope":
         return (" (config.json's original_max_position_embeddings: LongRoPE is computed with its short factors, "
                 "which hold up to that length)")

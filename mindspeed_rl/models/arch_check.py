@@ -14,8 +14,7 @@ composed yaml and the overrides) so a schema default is never mistaken for a use
 `check_shapes_against_safetensors` holds the result against the safetensors headers (shapes only,
 no weight is read), so a mismatch fails in validation (and dry_run), not after Ray started.
 `arch_from_hf_or_yaml` returns the yaml keys plus every architecture key it leaves out. Compared: everything that changes the weights or the math. Not compared:
-max_position_embeddings (a run's length limit; filled when missing; a Mistral / Mixtral / Phi-3
-sliding_window caps it, and a user-set value above the window is refused) and padded_vocab_size, which may exceed
+max_position_embeddings (a run's length limit; filled when missing) and padded_vocab_size, which may exceed
 config.json's vocab_size (megatron pads the vocabulary) but must not be smaller.
 """
 
@@ -27,7 +26,6 @@ import os
 from typing import Any, Mapping, Optional
 
 from mindspeed_rl.models.hf_bridge.loader import read_hf_config
-from mindspeed_rl.models.hf_config import WINDOW_ARCHS
 from mindspeed_rl.utils.errors import UserInputError
 
 # Megatron key -> config.json key, for the message
@@ -50,6 +48,7 @@ _HF_KEY = {
     "rope_scaling_beta_fast": "rope_scaling.beta_fast", "rope_scaling_beta_slow": "rope_scaling.beta_slow",
     "rope_scaling_mscale": "rope_scaling.mscale", "rope_scaling_mscale_all_dim": "rope_scaling.mscale_all_dim",
     "rope_scaling_truncate": "rope_scaling.truncate", "no_rope_freq": "no_rope_layers (inverted)",
+    "sliding_window": "sliding_window",
 }
 # keys a config.json without them leaves at their meaning-free default: a user value is not a contradiction
 _ROPE_DETAILS = ("rope_scaling_factor", "low_freq", "high_freq", "original_max", "rope_scaling_beta", "rope_scaling_mscale",
@@ -114,8 +113,7 @@ def check_arch_against_hf(model_args: Mapping[str, Any], hf_dir: str, model_name
         user_set: key -> yaml path of the keys the user set (RoleConfig.arch_set); only these are
             compared. None: every non-null key of model_args counts as set.
     """
-    raw = read_hf_config(hf_dir)
-    hf = hf_arch(hf_dir, raw)
+    hf = hf_arch(hf_dir)
     if user_set is None:
         prefix = f"model.{model_name}" if model_name else "model"
         user_set = {k: f"{prefix}.{k}" for k, v in model_args.items() if v is not None}
@@ -141,13 +139,6 @@ def check_arch_against_hf(model_args: Mapping[str, Any], hf_dir: str, model_name
                    else f"fix `{path}` or drop it")
             raise UserInputError(f"{path} is {shown} but {where} says {theirs} ({hf_key}); "
                                  f"{fix} to take it from config.json.")
-    longest = model_args.get("max_position_embeddings") if "max_position_embeddings" in user_set else None
-    window = raw.get("sliding_window") if raw.get("model_type") in WINDOW_ARCHS else None
-    if longest is not None and window and int(longest) > int(window):
-        raise UserInputError(
-            f"{user_set['max_position_embeddings']} is {longest} but {where} has sliding_window {window}: "
-            "attention here is full, which equals the model's sliding-window attention only within the "
-            "window; set it to at most the window or drop the key.")
     padded = model_args.get("padded_vocab_size") if "padded_vocab_size" in user_set else None
     if padded is not None and int(padded) < hf["padded_vocab_size"]:
         raise UserInputError(f"{user_set['padded_vocab_size']} is {padded} but {where} says vocab_size "

@@ -12,7 +12,7 @@ num_attention_heads, group_query_attention / num_query_groups, kv_channels, padd
 max_position_embeddings, rotary_base, rotary_percent, rope_scaling_type ("linear", "llama3", "longrope"
 with rope_short_factor, "yarn" with rope_scaling_beta_fast / _beta_slow / _mscale / _mscale_all_dim /
 _truncate) with rope_scaling_factor / low_freq_factor / high_freq_factor /
-original_max_position_embeddings and rope_attention_factor, softmax_scale, add_qkv_bias,
+original_max_position_embeddings and rope_attention_factor, no_rope_freq, sliding_window, softmax_scale, add_qkv_bias,
 disable_bias_linear, untie_embeddings_and_output_weights, normalization, norm_epsilon, swiglu,
 qk_layernorm, attention_dropout, hidden_dropout, init_method_std; MoE (every layer): num_experts,
 moe_router_topk, moe_ffn_hidden_size, norm_topk_prob / moe_router_pre_softmax,
@@ -155,6 +155,9 @@ def transformer_config(args: Mapping[str, Any], params_dtype: torch.dtype = torc
     # megatron-core 0.16 skips RoPE in the layers this pattern marks itself; 0.12 has no such field
     # (build_gpt_model hooks its layers), and our decode paths read it from here in both
     config.no_rope_freq = no_rope_pattern(_get(args, "no_rope_freq"), config.num_layers)
+    # every layer attends to at most this many latest positions (models/sliding_window.py); megatron's
+    # own window_size is left unset (0.12 refuses it, 0.16 drops the padding mask for it)
+    config.attention_window = int(_get(args, "sliding_window")) if _get(args, "sliding_window") else None
     return config
 
 
@@ -347,6 +350,10 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
         grouped_experts.install(model)
     if config.no_rope_freq and "no_rope_freq" not in TransformerConfig.__dataclass_fields__:
         _skip_rope_in_marked_layers(model)
+    if config.attention_window:
+        from mindspeed_rl.models import sliding_window
+
+        sliding_window.install(model, config.attention_window)
     if hasattr(model, "rotary_pos_emb"):  # inv_freq is a plain attribute (module.to skips it); it stays fp32
         rotary = model.rotary_pos_emb
         rotary.inv_freq = rotary_inv_freq(args, rotary.inv_freq).to(device=device, dtype=torch.float32)

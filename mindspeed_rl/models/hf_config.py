@@ -13,7 +13,7 @@ from typing import Any, Mapping, Optional
 
 HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "smollm3")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral")
-WINDOW_ARCHS = ("mistral", "mixtral", "phi3")  # a config.json sliding_window caps the length limit (max_positions)
+WINDOW_ARCHS = ("mistral", "mixtral", "phi3")  # a config.json sliding_window applies to every layer (sliding_window)
 ROPE_TYPES = ("default", "linear", "llama3", "longrope", "yarn")  # config.json rope types computed exactly
 ROPE_SCALINGS = (None, "linear", "llama3", "longrope", "yarn")  # their rope_scaling_type (models/builder.py)
 DEFAULT_THETA = {"smollm3": 2000000.0}  # transformers' default rope_theta where config.json has none (else 10000)
@@ -25,11 +25,9 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     (transformers 4.x `rope_theta` + `rope_scaling` or 5.x `rope_parameters`). Unsupported features
     raise ValueError.
 
-    Mistral is Llama's layout and math plus an optional `sliding_window`: attention here is full
-    causal, which equals sliding-window attention exactly while a sequence fits the window, so the
-    window caps max_position_embeddings (the run's length limit, checked against the prompt and
-    response lengths in validation). Mistral 7B v0.1 has a 4096 window; v0.2 / v0.3, Nemo and
-    Small have none. Mixtral is Mistral with every MLP a mixture of experts (moe_args_from_hf).
+    Mistral is Llama's layout and math plus an optional `sliding_window` (every layer attends to
+    at most that many latest positions, itself included; models/sliding_window.py). Mistral 7B v0.1
+    has a 4096 window; v0.2 / v0.3, Nemo and Small have none. Mixtral is Mistral with every MLP a mixture of experts (moe_args_from_hf).
     Phi-3 (Phi-3-mini/medium, Phi-3.5-mini, Phi-4) is Llama's math with q/k/v and gate/up stored fused
     (hf_bridge/names.py), a sliding_window like Mistral's (2047 in Phi-3-mini-4k) and
     partial_rotary_factor as megatron's rotary_percent; longrope (its 128k variants, Phi-3.5-mini,
@@ -74,7 +72,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         "num_query_groups": kv_heads,
         "kv_channels": head_dim,
         "padded_vocab_size": int(hf["vocab_size"]),
-        "max_position_embeddings": max_positions(hf),
+        "max_position_embeddings": int(hf.get("max_position_embeddings", 4096)),
         "rotary_base": float(rope.get("rope_theta", hf.get("rope_theta", DEFAULT_THETA.get(model_type, 10000.0)))),
         "normalization": "RMSNorm",
         "norm_epsilon": float(hf.get("rms_norm_eps", 1e-6)),
@@ -86,6 +84,9 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         "qk_layernorm": model_type in ("qwen3", "qwen3_moe"),
         "position_embedding_type": "rope",
     }
+    window = sliding_window(hf)
+    if window:
+        args["sliding_window"] = window
     if rotary_percent is not None:  # the first rotary_percent of each head is rotated (HF and megatron alike)
         args["rotary_percent"] = rotary_percent
     rotary_dim = int(head_dim * partial)
@@ -158,7 +159,7 @@ def longrope_args(hf: Mapping[str, Any], rope: Mapping[str, Any], rotary_dim: in
     if attention is None:
         attention = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
     return {"rope_scaling_type": "longrope", "rope_short_factor": short, "rope_attention_factor": float(attention),
-            "max_position_embeddings": min(max_positions(hf), original)}
+            "max_position_embeddings": min(int(hf.get("max_position_embeddings", original)), original)}
 
 
 def yarn_args(hf: Mapping[str, Any], rope: Mapping[str, Any]) -> dict[str, Any]:
@@ -182,12 +183,13 @@ def yarn_args(hf: Mapping[str, Any], rope: Mapping[str, Any]) -> dict[str, Any]:
     return args
 
 
-def max_positions(hf: Mapping[str, Any]) -> int:
-    """The longest sequence computed exactly: max_position_embeddings, capped by a Mistral
-    sliding_window (attention is full causal here; see model_config_from_hf)."""
-    longest = int(hf.get("max_position_embeddings", 4096))
+def sliding_window(hf: Mapping[str, Any]) -> Optional[int]:
+    """The window of a Mistral / Mixtral / Phi-3 config.json whose every layer attends to at most that
+    many latest positions, when it is shorter than max_position_embeddings (else it never applies);
+    None otherwise."""
     window = hf.get("sliding_window") if hf.get("model_type") in WINDOW_ARCHS else None
-    return min(longest, int(window)) if window else longest
+    longest = int(hf.get("max_position_embeddings", 4096))
+    return int(window) if window and int(window) < longest else None
 
 
 def moe_args_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:

@@ -37,8 +37,8 @@ DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float
 
 
 def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype = torch.float32) -> dict[str, Any]:
-    """A config.json for a Llama / SmolLM3 (no_rope_freq) / Qwen2 / Qwen3 / Qwen3-MoE / Qwen2-MoE (shared
-    expert) CausalLM with these Megatron-named args, its rotary embedding included (rope_parameters)."""
+    """A config.json for a Llama / Mistral (sliding_window) / SmolLM3 (no_rope_freq) / Qwen2 / Qwen3 /
+    Qwen3-MoE / Qwen2-MoE (shared expert) CausalLM with these Megatron-named args, its rotary embedding included (rope_parameters)."""
     model_type = "qwen3" if args.get("qk_layernorm") else "qwen2" if args.get("add_qkv_bias") else "llama"
     heads = int(args["num_attention_heads"])
     groups = int(args.get("num_query_groups") or heads) if args.get("group_query_attention") else heads
@@ -51,9 +51,14 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
         raise ValueError(f"no_rope_freq (layers without RoPE) has no config.json form for a {model_type} model; "
                          "config.json has it for Llama-style ones (SmolLM3's no_rope_layers).")
     model_type = "smollm3" if no_rope else model_type
+    window = args.get("sliding_window")
+    if window and model_type != "llama":
+        raise ValueError(f"sliding_window has no config.json form for a {model_type} model here; config.json has "
+                         "it for Llama-style ones (Mistral's sliding_window).")
+    model_type = "mistral" if window else model_type
     cls = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
            "qwen3_moe": "Qwen3MoeForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
-           "smollm3": "SmolLM3ForCausalLM"}[model_type]
+           "smollm3": "SmolLM3ForCausalLM", "mistral": "MistralForCausalLM"}[model_type]
     config = {
         "architectures": [cls], "model_type": model_type, "hidden_act": "silu",
         "hidden_size": int(args["hidden_size"]), "intermediate_size": int(args["ffn_hidden_size"]),
@@ -68,6 +73,8 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
     }
     if rope["rope_type"] != "default":
         config["rope_scaling"] = rope
+    if window:
+        config["sliding_window"] = int(window)
     if no_rope:  # SmolLM3's spelling: 1 = the layer applies RoPE
         config.update(no_rope_layers=[1 - x for x in no_rope], use_sliding_window=False)
     if model_type == "qwen2_moe":

@@ -62,6 +62,7 @@ from megatron.core.models.common.embeddings.rope_utils import apply_rotary_pos_e
 
 from mindspeed_rl.models import swiglu  # noqa: E402
 from mindspeed_rl.models.rotary import layer_uses_rope, rope_mscale, rotate_half  # noqa: E402
+from mindspeed_rl.models.sliding_window import window_mask  # noqa: E402
 from mindspeed_rl.platform.packed_linear import matmul_t  # noqa: E402
 
 
@@ -87,6 +88,8 @@ class KVCache:
         self.lean = False  # forward_stage runs lean_forward (set by the engine when lean_supported)
         self.packed = False  # lean_forward's matmuls read prepacked weights (set by the engine)
         self._rope: tuple = (None, None)  # ((start, end, dtype), (cos, sin)) of the current step
+        self.window: Optional[int] = None  # sliding-window attention (models/sliding_window.py), set by new_cache
+        self._band: tuple = (None, None)  # ((start, end), window mask) of the current step
 
     def rope(self, start: int, end: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin (s, 1, 1, rot) of positions start..end-1 in `dtype` (times mscale): computed by
@@ -96,6 +99,15 @@ class KVCache:
             freqs = self.freqs[start:end]
             self._rope = (key, ((torch.cos(freqs) * self.mscale).to(dtype), (torch.sin(freqs) * self.mscale).to(dtype)))
         return self._rope[1]
+
+    def windowed(self, mask: torch.Tensor, start: int, end: int) -> torch.Tensor:
+        """`mask` (b, 1, end - start, end) with the sliding window's band masked too (the band computed
+        by the first layer of a step, reused by the others); `mask` itself without a window."""
+        if not self.window:
+            return mask
+        if self._band[0] != (start, end):
+            self._band = ((start, end), window_mask(start, end - start, end, self.window, mask.device))
+        return mask | self._band[1]
 
     @property
     def nbytes(self) -> int:
@@ -164,7 +176,7 @@ class CachedCoreAttention(torch.nn.Module):
         cache.k[i][:, :, start:end] = key.permute(1, 2, 0, 3)  # (b, ng, s, hn)
         cache.v[i][:, :, start:end] = value.permute(1, 2, 0, 3)
         k, v = cache.k[i][:, :, :end], cache.v[i][:, :, :end]  # (b, ng, end, hn) views
-        return grouped_attention(query, k, v, attention_mask, self.groups, self.scale)
+        return grouped_attention(query, k, v, cache.windowed(attention_mask, start, end), self.groups, self.scale)
 
 
 def _attention_scale(config) -> float:
@@ -220,8 +232,10 @@ def new_cache(model: torch.nn.Module, batch: int, max_len: int, zeroed: bool = F
     groups = (config.num_query_groups or config.num_attention_heads) // config.tensor_model_parallel_size
     param = next(model.parameters())
     freqs = model.rotary_pos_emb(max_len)  # (max_len, 1, 1, rot); megatron lru-caches it
-    return KVCache(len(model.decoder.layers), batch, groups, max_len, config.kv_channels, param.dtype,
-                   param.device, freqs, zeroed, rope_mscale(config))
+    cache = KVCache(len(model.decoder.layers), batch, groups, max_len, config.kv_channels, param.dtype,
+                    param.device, freqs, zeroed, rope_mscale(config))
+    cache.window = getattr(config, "attention_window", None)
+    return cache
 
 
 def forward_stage(model: torch.nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor,
@@ -412,6 +426,9 @@ def static_decode_step(model: torch.nn.Module, input_ids: torch.Tensor, key_mask
     # region is reused only for inputs of the same metadata, so the first layer would be compiled apart
     hidden = hidden.clone(memory_format=torch.contiguous_format)
     mask = ~visible[:, None, None, :]  # (b, 1, 1, max_len)
+    window = getattr(model.config, "attention_window", None)
+    if window:  # sliding-window attention: the keys `window` or more positions back are hidden too
+        mask = mask | (torch.arange(mask.shape[-1], device=mask.device) <= position - window)
     at = position.view(1)
     f = freqs.index_select(0, at)  # (1, 1, 1, rot)
     m = rope_mscale(model.config)

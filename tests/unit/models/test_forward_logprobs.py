@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from testing_utils import ROPE_VARIANTS, make_tiny_hf
+from testing_utils import HF_VARIANTS, make_tiny_hf
 from mindspeed_rl.models.forward import (attention_mask_4d, compute_log_probs, position_ids_from_mask,
                                          vocab_parallel_log_probs)
 
@@ -64,7 +64,7 @@ def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
 
-    hf = make_tiny_hf(arch.split("-")[0], str(tmp_path), **ROPE_VARIANTS.get(arch, {}))
+    hf = make_tiny_hf(arch.split("-")[0], str(tmp_path), **HF_VARIANTS.get(arch, {}))
     args = dict(model_config_from_hf(read_hf_config(str(tmp_path))), padded_vocab_size=128)
     init_parallel_state(1, 1)
     model = build_gpt_model(args).eval()
@@ -90,24 +90,38 @@ def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
         torch.testing.assert_close(ent[both], -(ref_lp.exp() * ref_lp).sum(-1)[both], atol=1e-4, rtol=0)
 
 
-def test_mistral_sliding_window_is_exact_within_the_window(tmp_path, gloo_world1):
-    """Our attention is full causal: equal to a Mistral's 24-token sliding window on 24 tokens, and
-    different beyond it, which is why the window caps max_position_embeddings (hf_config.max_positions)."""
+@pytest.mark.parametrize("arch", ["mistral", "phi3"])
+def test_sliding_window_is_exact_past_the_window(arch, tmp_path, gloo_world1):
+    """A 12-position window on 32 tokens (Mistral 7B v0.1, Phi-3-mini-4k): the windowed scores are
+    masked in every layer (models/sliding_window.py), so logits and log-probs equal transformers' on
+    every position, with left and right padding, and without a mask; full attention would differ
+    past 12 (checked)."""
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
 
-    hf = make_tiny_hf("mistral", str(tmp_path), sliding_window=24)
+    hf = make_tiny_hf(arch, str(tmp_path), sliding_window=12)
     args = dict(model_config_from_hf(read_hf_config(str(tmp_path))), padded_vocab_size=128)
-    assert args["max_position_embeddings"] == 24
+    assert (args["max_position_embeddings"], args["sliding_window"]) == (128, 12)
     init_parallel_state(1, 1)
     model = build_gpt_model(args).eval()
     load_hf_checkpoint(model, str(tmp_path), args)
-    torch.manual_seed(2)
-    ids = torch.randint(0, 120, (2, 32))
-    mask = torch.ones_like(ids)
-    pos = position_ids_from_mask(mask)
-    with torch.no_grad():
-        ref = hf(input_ids=ids, attention_mask=mask, position_ids=pos).logits
-        out = model(ids, pos, attention_mask_4d(mask))[..., :120]
-    assert (out[:, :24] - ref[:, :24]).abs().max() <= 1e-4
-    assert (out[:, 24:] - ref[:, 24:]).abs().max() > 1e-2  # the window bites past 24 tokens
+    full = build_gpt_model(dict(args, sliding_window=None)).eval()
+    full.load_state_dict(model.state_dict())
+    for padding, (ids, mask) in _batches().items():
+        pos = position_ids_from_mask(mask)
+        real = mask.bool()
+        with torch.no_grad():
+            ref = hf(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+            out = model(ids, pos, attention_mask_4d(mask))[..., :120]
+            unwindowed = full(ids, pos, attention_mask_4d(mask))[..., :120]
+        assert (out - ref)[real].abs().max() <= 1e-4, padding
+        assert (unwindowed - ref)[real].abs().max() > 1e-2, padding  # the window bites past 12 positions
+        lp, _ = compute_log_probs(model, ids, mask, micro_batch_size=2, temperature=1.0, vocab_size=120)
+        ref_lp = torch.log_softmax(ref[:, :-1], dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+        both = real[:, 1:] & real[:, :-1]
+        torch.testing.assert_close(lp[both], ref_lp[both], atol=1e-4, rtol=0)
+    ids = _batches()["left"][0]
+    with torch.no_grad():  # no padding: no mask at all (SDPA's causal flag before), the window still applies
+        ref = hf(input_ids=ids).logits
+        out = model(ids, position_ids_from_mask(torch.ones_like(ids)), None)[..., :120]
+    assert (out - ref).abs().max() <= 1e-4

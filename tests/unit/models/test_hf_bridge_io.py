@@ -140,8 +140,8 @@ def test_mixtral_jitter_noise_is_refused():
     with pytest.raises(ValueError, match=r"config.json router_jitter_noise 0.1 \(noise on the router logits in "
                                          r"training\) is not supported; set it to 0."):
         from_hf(config)
-    assert from_hf(dict(config, router_jitter_noise=0.0, max_position_embeddings=32768,
-                        sliding_window=4096))["max_position_embeddings"] == 4096  # the window caps it
+    windowed = from_hf(dict(config, router_jitter_noise=0.0, max_position_embeddings=32768, sliding_window=4096))
+    assert (windowed["max_position_embeddings"], windowed["sliding_window"]) == (32768, 4096)
 
 
 def test_phi3_fused_tensors_are_read_as_row_ranges_and_named_with_them(tmp_path):

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from testing_utils import ROPE_VARIANTS, make_tiny_hf
+from testing_utils import HF_VARIANTS, make_tiny_hf
 from mindspeed_rl.rollout.interface import SamplingParams
 from mindspeed_rl.utils.errors import UserInputError
 
@@ -561,18 +561,20 @@ def test_no_packing_when_host_memory_is_short(tiny, monkeypatch, caplog):
     assert engine.generate(_prompts(), sp).stats["rollout/packed_weights_gb"] > 0
 
 
-@pytest.mark.parametrize("variant", ["phi3", "phi3-longrope", "mixtral", "phi3-partiallongrope", "qwen2-yarn", "smollm3"])
+@pytest.mark.parametrize("variant", ["phi3", "phi3-longrope", "mixtral", "phi3-partiallongrope", "qwen2-yarn", "smollm3",
+                                     "mistral-window", "phi3-window"])
 def test_greedy_equals_transformers_generate_on_more_architectures(variant, tmp_path, gloo_world1):
     """Phi-3 (fused q/k/v and gate/up in the checkpoint), Phi-3 with LongRoPE (short factors and the
     attention factor as softmax_scale, up to its original length 32), Mixtral, Phi-4-mini's partial
     rotary LongRoPE (the attention factor on the rotation: every decode path scales cos / sin, the
     compiled one included), YaRN and SmolLM3 (no RoPE in every second layer: the cached and the
-    compiled decode paths skip it there too): the native engine's greedy tokens, with and without
-    the KV cache, are transformers'."""
+    compiled decode paths skip it there too) and a 12-position sliding window (prompt + response up to
+    30: the prefill, the cached, lean and compiled steps mask the keys past it): the native engine's
+    greedy tokens, with and without the KV cache, are transformers'."""
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
 
-    hf = make_tiny_hf(variant.split("-")[0], str(tmp_path), **ROPE_VARIANTS.get(variant, {}))
+    hf = make_tiny_hf(variant.split("-")[0], str(tmp_path), **HF_VARIANTS.get(variant, {}))
     args = dict(model_config_from_hf(read_hf_config(str(tmp_path))), padded_vocab_size=PADDED)
     init_parallel_state(1, 1)
     model = build_gpt_model(args).eval()
@@ -580,7 +582,7 @@ def test_greedy_equals_transformers_generate_on_more_architectures(variant, tmp_
     prompts = _prompts()
     ref = _hf_greedy(hf, prompts, 18)  # the longest prompt (12) + 18 stays within 32
     engines = [dict(use_kv_cache=True), dict(use_kv_cache=False)]
-    if variant in ("phi3-partiallongrope", "smollm3"):
+    if variant in ("phi3-partiallongrope", "smollm3", "mistral-window"):
         engines.append(dict(compile_decode=True))
     for kw in engines:
         engine = _engine(model, **kw)
