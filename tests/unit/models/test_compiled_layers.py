@@ -180,3 +180,32 @@ def test_moe_layers_stay_eager():
     from mindspeed_rl.platform.base import compiled_layers as applies
 
     assert applies("cpu") and applies("cuda") and not applies("npu")
+
+
+@pytest.mark.parametrize("arch,kw", [("smollm3", dict(num_hidden_layers=4)),
+                                     ("mistral", dict(sliding_window=12, num_hidden_layers=3))])
+def test_compiled_layers_keep_per_layer_hooks(arch, kw, tmp_path, gloo_world1):
+    """The one compiled TransformerLayer.forward serves layers that differ by a forward pre-hook:
+    SmolLM3's NoPE layers (megatron-core 0.12: a hook drops their rotary embedding) and a sliding
+    window (a hook on every core attention): logits within 1e-4 of transformers, every layer
+    compiled, no fallback."""
+    from testing_utils import make_tiny_hf
+    from mindspeed_rl.models.builder import model_config_from_hf
+    from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
+
+    hf = make_tiny_hf(arch, str(tmp_path), **kw)
+    args = dict(model_config_from_hf(read_hf_config(str(tmp_path))), padded_vocab_size=128)
+    init_parallel_state(1, 1)
+    model = build_gpt_model(args).eval()
+    load_hf_checkpoint(model, str(tmp_path), args)
+    torch.manual_seed(1)
+    ids = torch.randint(0, 120, (2, 32))
+    mask = torch.ones_like(ids)
+    mask[0, :5] = 0
+    pos = position_ids_from_mask(mask)
+    assert compiled_layers.install(model) == kw["num_hidden_layers"]
+    with torch.no_grad():
+        ref = hf(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+        out = model(ids, pos, attention_mask_4d(mask))[..., :120]
+    assert compiled_layers._STATE["failed"] is None
+    assert (out - ref)[mask.bool()].abs().max() <= 1e-4
