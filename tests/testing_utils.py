@@ -81,6 +81,9 @@ HF_VARIANTS = {
     "qwen3-yarnmscale": dict(rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "mscale": 0.7,
                                               "mscale_all_dim": 1.0, "beta_fast": 16, "beta_slow": 2, "truncate": False,
                                               "original_max_position_embeddings": 32}),
+    # SmolLM3's YaRN extension (its model card's): the attention factor only in the layers that rotate
+    "smollm3-yarn": dict(rope_parameters={"rope_type": "yarn", "rope_theta": 5e5, "factor": 4.0,
+                                          "original_max_position_embeddings": 32}),
     "mistral-linear": dict(rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 3.0}),
 }
 

@@ -214,10 +214,11 @@ def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
             no_rope_pattern(a.no_rope_freq, a.num_layers)
         except ValueError as err:
             problems.append(f"model {role.model_name}: {err}")
-    if cfg.run.platform == "npu" and a.rotary_percent < 1 and a.rope_scaling_type in ("longrope", "yarn"):
-        problems.append(f"model {role.model_name}: {a.rope_scaling_type} with rotary_percent {a.rotary_percent} (partial "
-                        f"rotary, e.g. Phi-4-mini) scales cos and sin of the rotated part, which MindSpeed's fused rotary "
-                        f"kernel on NPU does not do; run it on CPU or CUDA.")
+    if _on_npu(cfg) and (a.rotary_percent < 1 or a.no_rope_freq) and a.rope_scaling_type in ("longrope", "yarn"):
+        what = (f"rotary_percent {a.rotary_percent} (partial rotary, e.g. Phi-4-mini)" if a.rotary_percent < 1
+                else "no_rope_freq (layers without RoPE, e.g. SmolLM3)")
+        problems.append(f"model {role.model_name}: {a.rope_scaling_type} with {what} scales cos and sin of the rotated "
+                        f"part only, which MindSpeed's fused rotary kernel on NPU does not do; run it on CPU or CUDA.")
     tp, pp = role.parallel.tensor_model_parallel_size, role.parallel.pipeline_model_parallel_size
     hf_load = role.load and os.path.isfile(os.path.join(role.load, "config.json"))
     missing = [k for k in ("num_layers", "hidden_size", "num_attention_heads") if getattr(a, k) is None]

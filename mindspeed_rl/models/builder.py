@@ -186,22 +186,24 @@ def rope_attention_scaling(config: TransformerConfig, args: Mapping[str, Any]) -
     """Apply the attention factor m (rope_attention_factor) to `config`. q and k rotated with cos / sin
     times m: where every head dimension is rotated that scales every score by m^2, which is
     softmax_scale x m^2, exact on every path (fused attention and NPU kernels included). With partial
-    rotary only the rotated dimensions scale, so it stays on the rotation: `config.rope_mscale`, read
+    rotary only the rotated dimensions scale, and with NoPE layers (SmolLM3 with YaRN) only the
+    rotating layers, so there it stays on the rotation: `config.rope_mscale`, read
     by models/rotary.py and the rollout's KV-cache paths (rotary.rope_mscale); NPU rotates with
     MindSpeed's fused kernel, which takes no factor, so it is refused there."""
     factor = rope_attention_factor(args)
     config.rope_mscale = 1.0
     if factor == 1.0:
         return
-    if float(_get(args, "rotary_percent", 1.0)) >= 1.0:
+    nope = no_rope_pattern(_get(args, "no_rope_freq"), config.num_layers)  # their scores stay unscaled
+    if float(_get(args, "rotary_percent", 1.0)) >= 1.0 and not nope:
         base = config.softmax_scale if config.softmax_scale is not None else 1.0 / math.sqrt(config.kv_channels)
         config.softmax_scale = base * factor * factor
     elif own_rotary(get_platform().name):
         config.rope_mscale = factor
     else:
-        raise ValueError(f"rope_attention_factor {factor} with rotary_percent {_get(args, 'rotary_percent')} "
-                         f"(partial rotary {_get(args, 'rope_scaling_type')}, e.g. Phi-4-mini) is not supported on "
-                         f"{get_platform().name}: its fused rotary kernel does not scale cos and sin.")
+        raise ValueError(f"rope_attention_factor {factor} with partial rotary (rotary_percent "
+                         f"{_get(args, 'rotary_percent', 1.0)}, e.g. Phi-4-mini) or layers without RoPE (no_rope_freq) is "
+                         f"not supported on {get_platform().name}: its fused rotary kernel does not scale cos and sin.")
 
 
 def moe_config_fields(args: Mapping[str, Any]) -> dict[str, Any]:
@@ -321,7 +323,7 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
     scaling = _get(args, "rope_scaling_type")
     if scaling not in ROPE_SCALINGS:
         raise ValueError(f"rope_scaling_type {scaling!r} is not supported; use one of: "
-                         f"{', '.join(str(s) for s in ROPE_SCALINGS)}.")
+                         f"{', '.join(s for s in ROPE_SCALINGS if s)}, or null.")
     spec = get_gpt_layer_local_spec(num_experts=config.num_moe_experts, moe_grouped_gemm=False,
                                     qk_layernorm=config.qk_layernorm, normalization=config.normalization)
     shared = getattr(getattr(spec.submodules.mlp, "submodules", None), "shared_experts", None)

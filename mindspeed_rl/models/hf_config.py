@@ -60,7 +60,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     if rope_type == "dynamic":
         raise ValueError("config.json rope type 'dynamic' (dynamic NTK) is not supported: transformers rescales "
                          "it with the sequence length and vLLM once for the longest, so rollout and training would "
-                         "disagree; use yarn or linear scaling, or remove rope_scaling below the original length.")
+                         "disagree; use yarn or linear scaling instead, or remove rope_scaling (up to "
+                         "original_max_position_embeddings dynamic NTK is no scaling at all).")
     if rope_type not in ROPE_TYPES:
         raise ValueError(f"config.json rope type {rope_type!r} is not supported; use one of: {', '.join(ROPE_TYPES)}.")
     args: dict[str, Any] = {

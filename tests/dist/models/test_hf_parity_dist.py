@@ -1,15 +1,19 @@
 """Logit and log-prob parity with transformers at (TP, PP) in {(1,1), (2,1), (1,2)} on 2 gloo
-processes, left and right padding, for tiny random Llama / Qwen2 / Qwen3; and TP=2 vocab-parallel
+processes, left and right padding, for tiny random Llama / Qwen2 / Qwen3 (and SmolLM3 with YaRN, a
+sliding window, partial LongRoPE); and TP=2 vocab-parallel
 log-prob / entropy gradients against full-vocabulary autograd."""
 
 import pytest
 import torch
 
-from testing_utils import make_tiny_hf, run_gloo
+from testing_utils import HF_VARIANTS, make_tiny_hf, run_gloo
 
 pytestmark = pytest.mark.dist
 
-ARCHS = ("llama", "qwen2", "qwen3")
+# and per-layer features across the layouts: SmolLM3's NoPE second layer with YaRN's factor on the
+# rotation (PP 2 puts the layers on different ranks: global layer numbers), a sliding window, and
+# Phi-4-mini-style partial LongRoPE
+ARCHS = ("llama", "qwen2", "qwen3", "smollm3-yarn", "mistral-window", "phi3-partiallongrope")
 PARALLEL = ((1, 1), (2, 1), (1, 2))
 VOCAB, PADDED, SEQ, TEMP = 120, 128, 32, 0.7
 
@@ -57,7 +61,8 @@ def parity(tmp_path_factory):
     for arch in ARCHS:
         dirs[arch] = str(tmp_path_factory.mktemp(arch))
         # qwen2 is saved sharded (index + several files) to load through the index path
-        hf = make_tiny_hf(arch, dirs[arch], max_shard_size="100KB" if arch == "qwen2" else None)
+        hf = make_tiny_hf(arch.split("-")[0], dirs[arch], max_shard_size="100KB" if arch == "qwen2" else None,
+                          **HF_VARIANTS.get(arch, {}))
         for padding, (ids, mask) in _batches().items():
             with torch.no_grad():
                 from mindspeed_rl.models.forward import position_ids_from_mask

@@ -73,7 +73,7 @@ CASES = [
      ["rope_scaling_type: dynamic` is not supported; use one of: linear, llama3, longrope, yarn, or null."]),
     ("yarn-beta", [f"{A}.rope_scaling_beta_fast=0"], ["rope_scaling_beta_fast: 0.0` must be > 0"]),
     ("partial-yarn-npu", [f"{A}.rotary_percent=0.5", f"{A}.rope_scaling_type=yarn", "training.platform=npu"],
-     ["yarn with rotary_percent 0.5 (partial rotary, e.g. Phi-4-mini) scales cos and sin of the rotated part, "
+     ["yarn with rotary_percent 0.5 (partial rotary, e.g. Phi-4-mini) scales cos and sin of the rotated part only, "
       "which MindSpeed's fused rotary kernel on NPU does not do; run it on CPU or CUDA."]),
     ("zero-verifier-timeout", ["algorithm.verifier_timeout_s=0"], ["verifier_timeout_s: 0.0` must be > 0"]),
     ("nan-lr", [f"{A}.lr=.nan"], [f"`{A}.lr` must be a number"]),

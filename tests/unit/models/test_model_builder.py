@@ -115,7 +115,7 @@ def test_linear_and_longrope_survive_an_export_round_trip():
 
 def test_partial_rotary_attention_factor_stays_on_the_rotation(gloo_world1, monkeypatch):
     """A longrope / yarn attention factor is softmax_scale x factor^2 with full rotary, rope_mscale
-    on the rotation with partial rotary, and refused with a sentence where the platform rotates
+    on the rotation with partial rotary or NoPE layers, and refused with a sentence where the platform rotates
     with a fused kernel that takes no factor (NPU)."""
     from mindspeed_rl.models import builder
 
@@ -127,8 +127,11 @@ def test_partial_rotary_attention_factor_stays_on_the_rotation(gloo_world1, monk
     partial = transformer_config(dict(args, rotary_percent=0.5))
     assert partial.softmax_scale is None and partial.rope_mscale == 1.5
     monkeypatch.setattr(builder, "own_rotary", lambda name: False)
-    with pytest.raises(ValueError, match="rotary_percent 0.5 .* not supported on cpu: its fused rotary kernel"):
+    with pytest.raises(ValueError, match="rotary_percent 0.5, e.g. Phi-4-mini.* not supported on cpu: its fused"):
         transformer_config(dict(args, rotary_percent=0.5))
+    monkeypatch.undo()
+    nope = transformer_config(dict(args, no_rope_freq=2))  # SmolLM3 with YaRN: NoPE layers' scores unscaled
+    assert nope.softmax_scale is None and nope.rope_mscale == 1.5
 
 
 def test_transformer_config_from_args(gloo_world1):
