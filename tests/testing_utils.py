@@ -97,7 +97,8 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
     gated shared expert of width 64; mixtral: 4 experts of width intermediate_size (128), top-2,
     renormalised, saved under Mixtral's names (block_sparse_moe, w1/w2/w3); phi3: tied, q/k/v and
     gate/up stored fused (qkv_proj, gate_up_proj), partial_rotary_factor when overridden; smollm3: tied,
-    rope theta 5e5, every second layer without RoPE (no_rope_layer_interval 2). `overrides` change TINY_HF (num_hidden_layers=4)."""
+    rope theta 5e5, every second layer without RoPE (no_rope_layer_interval 2); granite: tied, embeddings x 2,
+    residuals x 0.5, scores x 0.2, logits / 0.5. `overrides` change TINY_HF (num_hidden_layers=4)."""
     import transformers as tf
 
     tiny = dict(TINY_HF, **overrides)
@@ -117,12 +118,16 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
                                          **tiny}, tie_word_embeddings=True),
         "mixtral": lambda: tf.MixtralConfig(**{"sliding_window": None, **tiny}, num_local_experts=4,
                                             num_experts_per_tok=2),
+        "granite": lambda: tf.GraniteConfig(**{"embedding_multiplier": 2.0, "residual_multiplier": 0.5,
+                                               "attention_multiplier": 0.2, "logits_scaling": 0.5,
+                                               "tie_word_embeddings": True, **tiny}),
         "smollm3": lambda: tf.SmolLM3Config(**{"no_rope_layer_interval": 2, "rope_theta": 5e5, "pad_token_id": 0,
                                                "bos_token_id": 1, "eos_token_id": 2, **tiny}),
     }[arch]()
     cls = {"llama": tf.LlamaForCausalLM, "mistral": tf.MistralForCausalLM, "qwen2": tf.Qwen2ForCausalLM, "qwen3": tf.Qwen3ForCausalLM,
            "qwen3_moe": tf.Qwen3MoeForCausalLM, "qwen2_moe": tf.Qwen2MoeForCausalLM,
-           "mixtral": tf.MixtralForCausalLM, "phi3": tf.Phi3ForCausalLM, "smollm3": tf.SmolLM3ForCausalLM}[arch]
+           "mixtral": tf.MixtralForCausalLM, "phi3": tf.Phi3ForCausalLM, "smollm3": tf.SmolLM3ForCausalLM,
+           "granite": tf.GraniteForCausalLM}[arch]
     torch.manual_seed(seed)
     model = cls(config).eval()
     with torch.no_grad():

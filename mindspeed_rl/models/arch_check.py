@@ -48,8 +48,12 @@ _HF_KEY = {
     "rope_scaling_beta_fast": "rope_scaling.beta_fast", "rope_scaling_beta_slow": "rope_scaling.beta_slow",
     "rope_scaling_mscale": "rope_scaling.mscale", "rope_scaling_mscale_all_dim": "rope_scaling.mscale_all_dim",
     "rope_scaling_truncate": "rope_scaling.truncate", "no_rope_freq": "no_rope_layers (inverted)",
-    "sliding_window": "sliding_window",
+    "sliding_window": "sliding_window", "embedding_multiplier_scale": "embedding_multiplier",
+    "residual_multiplier": "residual_multiplier", "output_multiplier_scale": "1 / logits_scaling",
+    "softmax_scale": "attention_multiplier",
 }
+# what a config.json without the key means (not Granite: no multiplier)
+_HF_DEFAULTS = {"embedding_multiplier_scale": 1.0, "residual_multiplier": 1.0, "output_multiplier_scale": 1.0}
 # keys a config.json without them leaves at their meaning-free default: a user value is not a contradiction
 _ROPE_DETAILS = ("rope_scaling_factor", "low_freq", "high_freq", "original_max", "rope_scaling_beta", "rope_scaling_mscale",
                  "rope_scaling_truncate", "rope_attention_factor")
@@ -125,6 +129,7 @@ def check_arch_against_hf(model_args: Mapping[str, Any], hf_dir: str, model_name
         elif key not in user_set:
             continue
         ours, theirs = _effective(model_args, key, user_set), _effective(hf, key)
+        theirs = _HF_DEFAULTS.get(key) if theirs is None else theirs
         if ours is None:
             continue
         if theirs is None:  # e.g. rope_scaling_factor set while config.json has no rope scaling

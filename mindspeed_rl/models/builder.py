@@ -12,7 +12,8 @@ num_attention_heads, group_query_attention / num_query_groups, kv_channels, padd
 max_position_embeddings, rotary_base, rotary_percent, rope_scaling_type ("linear", "llama3", "longrope"
 with rope_short_factor, "yarn" with rope_scaling_beta_fast / _beta_slow / _mscale / _mscale_all_dim /
 _truncate) with rope_scaling_factor / low_freq_factor / high_freq_factor /
-original_max_position_embeddings and rope_attention_factor, no_rope_freq, sliding_window, softmax_scale, add_qkv_bias,
+original_max_position_embeddings and rope_attention_factor, no_rope_freq, sliding_window, softmax_scale,
+embedding_multiplier_scale / residual_multiplier / output_multiplier_scale, add_qkv_bias,
 disable_bias_linear, untie_embeddings_and_output_weights, normalization, norm_epsilon, swiglu,
 qk_layernorm, attention_dropout, hidden_dropout, init_method_std; MoE (every layer): num_experts,
 moe_router_topk, moe_ffn_hidden_size, norm_topk_prob / moe_router_pre_softmax,
@@ -158,6 +159,10 @@ def transformer_config(args: Mapping[str, Any], params_dtype: torch.dtype = torc
     # every layer attends to at most this many latest positions (models/sliding_window.py); megatron's
     # own window_size is left unset (0.12 refuses it, 0.16 drops the padding mask for it)
     config.attention_window = int(_get(args, "sliding_window")) if _get(args, "sliding_window") else None
+    # Granite's scalars (models/multipliers.py); megatron has none of them
+    config.embedding_multiplier = float(_get(args, "embedding_multiplier_scale", 1.0))
+    config.residual_multiplier = float(_get(args, "residual_multiplier", 1.0))
+    config.logits_multiplier = float(_get(args, "output_multiplier_scale", 1.0))
     return config
 
 
@@ -356,6 +361,10 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
         from mindspeed_rl.models import sliding_window
 
         sliding_window.install(model, config.attention_window)
+    if (config.embedding_multiplier, config.residual_multiplier, config.logits_multiplier) != (1.0, 1.0, 1.0):
+        from mindspeed_rl.models import multipliers
+
+        multipliers.install(model)
     if hasattr(model, "rotary_pos_emb"):  # inv_freq is a plain attribute (module.to skips it); it stays fp32
         rotary = model.rotary_pos_emb
         rotary.inv_freq = rotary_inv_freq(args, rotary.inv_freq).to(device=device, dtype=torch.float32)

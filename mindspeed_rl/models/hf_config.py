@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Optional
 
-HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "smollm3")
+HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "smollm3", "granite")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral")
 WINDOW_ARCHS = ("mistral", "mixtral", "phi3")  # a config.json sliding_window applies to every layer (sliding_window)
 ROPE_TYPES = ("default", "linear", "llama3", "longrope", "yarn")  # config.json rope types computed exactly
@@ -45,8 +45,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     rope_type = rope.get("rope_type", rope.get("type", "default"))
     if hf.get("mlp_bias"):
         raise ValueError("config.json mlp_bias=true is not supported (Megatron has no MLP-only bias).")
-    if model_type == "llama" and hf.get("attention_bias"):
-        raise ValueError("config.json attention_bias=true for llama (bias on o_proj) is not supported.")
+    if model_type in ("llama", "granite") and hf.get("attention_bias"):
+        raise ValueError(f"config.json attention_bias=true for {model_type} (bias on o_proj) is not supported.")
     # transformers 5 keeps it in rope_parameters, 4.x at the top level
     partial = float(rope.get("partial_rotary_factor") or hf.get("partial_rotary_factor") or 1.0)
     rotary_percent = partial if partial != 1.0 else None
@@ -106,7 +106,20 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         args.update(moe_args_from_hf(hf))
     if model_type == "smollm3":
         args.update(smollm3_args(hf, args["num_layers"]))
+    if model_type == "granite":
+        args.update(granite_args(hf))
     return args
+
+
+def granite_args(hf: Mapping[str, Any]) -> dict[str, Any]:
+    """Granite (3.x dense) is Llama with four scalars: the embeddings times embedding_multiplier,
+    each attention / MLP output times residual_multiplier before its residual add, the logits
+    divided by logits_scaling, and attention_multiplier in place of 1 / sqrt(head_dim)
+    (models/multipliers.py; MindSpeed-LLM's embedding / output multiplier names)."""
+    return {"embedding_multiplier_scale": float(hf.get("embedding_multiplier", 1.0)),
+            "residual_multiplier": float(hf.get("residual_multiplier", 1.0)),
+            "output_multiplier_scale": 1.0 / float(hf.get("logits_scaling", 1.0)),
+            "softmax_scale": float(hf.get("attention_multiplier", 1.0))}
 
 
 def smollm3_args(hf: Mapping[str, Any], num_layers: int) -> dict[str, Any]:

@@ -37,7 +37,7 @@ DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float
 
 
 def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype = torch.float32) -> dict[str, Any]:
-    """A config.json for a Llama / Mistral (sliding_window) / SmolLM3 (no_rope_freq) / Qwen2 / Qwen3 /
+    """A config.json for a Llama / Mistral (sliding_window) / SmolLM3 (no_rope_freq) / Granite (multipliers) / Qwen2 / Qwen3 /
     Qwen3-MoE / Qwen2-MoE (shared expert) CausalLM with these Megatron-named args, its rotary embedding included (rope_parameters)."""
     model_type = "qwen3" if args.get("qk_layernorm") else "qwen2" if args.get("add_qkv_bias") else "llama"
     heads = int(args["num_attention_heads"])
@@ -56,9 +56,17 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
         raise ValueError(f"sliding_window has no config.json form for a {model_type} model here; config.json has "
                          "it for Llama-style ones (Mistral's sliding_window).")
     model_type = "mistral" if window else model_type
+    scalars = {k: float(args.get(k) or 1.0) for k in ("embedding_multiplier_scale", "residual_multiplier",
+                                                       "output_multiplier_scale")}
+    granite = any(v != 1.0 for v in scalars.values())
+    if granite and model_type != "llama":
+        raise ValueError(f"embedding / residual / output multipliers have no config.json form for a {model_type} "
+                         "model here; config.json has them for Llama-style ones (Granite's).")
+    model_type = "granite" if granite else model_type
     cls = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
            "qwen3_moe": "Qwen3MoeForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
-           "smollm3": "SmolLM3ForCausalLM", "mistral": "MistralForCausalLM"}[model_type]
+           "smollm3": "SmolLM3ForCausalLM", "mistral": "MistralForCausalLM",
+           "granite": "GraniteForCausalLM"}[model_type]
     config = {
         "architectures": [cls], "model_type": model_type, "hidden_act": "silu",
         "hidden_size": int(args["hidden_size"]), "intermediate_size": int(args["ffn_hidden_size"]),
@@ -75,6 +83,12 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
         config["rope_scaling"] = rope
     if window:
         config["sliding_window"] = int(window)
+    if granite:  # attention_multiplier is the score scale, 1 / sqrt(head_dim) unless set
+        d = config["head_dim"]
+        config.update(embedding_multiplier=scalars["embedding_multiplier_scale"],
+                      residual_multiplier=scalars["residual_multiplier"],
+                      logits_scaling=1.0 / scalars["output_multiplier_scale"],
+                      attention_multiplier=float(args.get("softmax_scale") or d ** -0.5))
     if no_rope:  # SmolLM3's spelling: 1 = the layer applies RoPE
         config.update(no_rope_layers=[1 - x for x in no_rope], use_sliding_window=False)
     if model_type == "qwen2_moe":

@@ -62,6 +62,7 @@ from megatron.core.models.common.embeddings.rope_utils import apply_rotary_pos_e
 
 from mindspeed_rl.models import swiglu  # noqa: E402
 from mindspeed_rl.models.rotary import layer_uses_rope, rope_mscale, rotate_half  # noqa: E402
+from mindspeed_rl.models.multipliers import multiplier, scaled  # noqa: E402
 from mindspeed_rl.models.sliding_window import window_mask  # noqa: E402
 from mindspeed_rl.platform.packed_linear import matmul_t  # noqa: E402
 
@@ -341,7 +342,8 @@ def _lean_layer(layer: torch.nn.Module, hidden: torch.Tensor, attend, packed: bo
     if a.k_layernorm is not None:
         k = a.k_layernorm(k)
     out = _linear(attend(a, q, k, v), a.linear_proj, packed)
-    hidden = hidden + out  # bias-dropout-add: (out + bias) + residual, dropout off in eval
+    residual = multiplier(c, "residual_multiplier")  # Granite's (models/multipliers.py)
+    hidden = hidden + scaled(out, residual)  # bias-dropout-add: (out + bias) + residual, dropout off in eval
     x = layer.pre_mlp_layernorm(hidden)
     h1 = _linear(x, layer.mlp.linear_fc1, packed)
     if c.gated_linear_unit:
@@ -349,7 +351,7 @@ def _lean_layer(layer: torch.nn.Module, hidden: torch.Tensor, attend, packed: bo
         h1 = c.activation_func(gate) * up
     else:
         h1 = c.activation_func(h1)
-    return hidden + _linear(h1, layer.mlp.linear_fc2, packed)
+    return hidden + scaled(_linear(h1, layer.mlp.linear_fc2, packed), residual)
 
 
 def output_weight(model: torch.nn.Module) -> torch.Tensor:
@@ -375,7 +377,8 @@ def _lean_logits(model: torch.nn.Module, hidden: torch.Tensor, packed: bool = Fa
     weight = output_weight(model)
     out = matmul_t(hidden[0], weight) if packed else torch.matmul(hidden[0], weight.t())
     bias = getattr(model.output_layer, "bias", None)
-    return out + bias if bias is not None else out  # (b, V)
+    out = out + bias if bias is not None else out
+    return scaled(out, multiplier(model.config, "logits_multiplier"))  # (b, V)
 
 
 # ---------------------------------------------------------------------------------------------

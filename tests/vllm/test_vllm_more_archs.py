@@ -5,7 +5,8 @@ fed the canonical q/k/v and gate/up, which its Llama loader stacks; also with Lo
 factors apply up to the original length, and Phi-4-mini's LongRoPE on part of each head, whose
 attention factor scales only the rotated part), a Qwen2 with YaRN (vLLM's
 YaRNScalingRotaryEmbedding) and a SmolLM3 (no RoPE in every second layer; vLLM serves it through
-its Transformers backend): synced from the training model, their
+its Transformers backend) and a Granite (vLLM's GraniteForCausalLM: embedding, residual, attention
+and logit multipliers): synced from the training model, their
 greedy tokens equal the native engine's and their sampled log-probs the training forward's. Mistral,
 Mixtral and Phi-3 attend through a 16-position sliding window (sequences up to 31 positions):
 vLLM's kernels and the native engine's masks agree past it."""
@@ -52,7 +53,7 @@ def _make_smollm3(out, overrides):
 
 
 @pytest.mark.parametrize("arch", ["mistral", "mixtral", "phi3", "phi3-longrope", "phi3-partiallongrope", "qwen2-yarn",
-                                  "smollm3", "smollm3-yarn"])
+                                  "smollm3", "smollm3-yarn", "granite"])
 def test_synced_engine_equals_the_training_model(arch, tmp_path, gloo_world1):
     from mindspeed_rl.rollout.native import NativeEngine
     from mindspeed_rl.rollout.vllm_engine import VLLMEngine

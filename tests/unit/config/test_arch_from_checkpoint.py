@@ -28,7 +28,9 @@ ARCHS = {"llama": dict(rotary_base=5000.0, rope_scaling_type="llama3", untie_emb
                            norm_topk_prob=False, moe_shared_expert_intermediate_size=64, shared_expert_gate=True),
          "mixtral": dict(rotary_base=1e6, qk_layernorm=False, num_experts=4, moe_router_topk=2, moe_ffn_hidden_size=128,
                          norm_topk_prob=True, untie_embeddings_and_output_weights=True),
-         "smollm3": dict(rotary_base=5e5, no_rope_freq=[0, 1], untie_embeddings_and_output_weights=False)}
+         "smollm3": dict(rotary_base=5e5, no_rope_freq=[0, 1], untie_embeddings_and_output_weights=False),
+         "granite": dict(embedding_multiplier_scale=2.0, residual_multiplier=0.5, output_multiplier_scale=2.0,
+                         softmax_scale=0.2)}
 
 
 @pytest.fixture(scope="module")

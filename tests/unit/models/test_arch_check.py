@@ -108,3 +108,11 @@ def test_no_rope_freq_against_smollm3_config(tmp_path):
     check_arch_against_hf(dict(llama, no_rope_freq=[0, 1, 0, 1]), str(tmp_path), "tiny")
     with pytest.raises(UserInputError, match=r"no_rope_freq is \[0, 0, 0, 1\] but .* says \[0, 1, 0, 1\] \(no_rope_layers"):
         check_arch_against_hf(dict(llama, no_rope_freq=[0, 0, 0, 1]), str(tmp_path), "tiny")
+
+
+def test_multipliers_of_one_agree_with_a_config_json_without_them(qwen2_dir):
+    """A yaml that spells out Granite's multipliers at 1 (no scaling) agrees with a config.json that
+    has none; another value does not."""
+    check_arch_against_hf(_yaml(residual_multiplier=1.0, embedding_multiplier_scale=1), qwen2_dir, "tiny-qwen2")
+    with pytest.raises(UserInputError, match=r"residual_multiplier is 0.5 but .* says 1.0 \(residual_multiplier\)"):
+        check_arch_against_hf(_yaml(residual_multiplier=0.5), qwen2_dir, "tiny-qwen2")

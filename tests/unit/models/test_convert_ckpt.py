@@ -30,7 +30,7 @@ def _run(*argv):
 @pytest.mark.parametrize("arch,first,second", [("llama", (2, 2), (1, 1)), ("qwen2", (1, 2), (2, 1)),
                                                ("qwen3", (2, 1), (1, 2)), ("mistral", (2, 1), (1, 1)),
                                                ("mixtral", (2, 1), (1, 1)), ("phi3", (2, 2), (1, 1)),
-                                               ("smollm3", (1, 2), (2, 1))])
+                                               ("smollm3", (1, 2), (2, 1)), ("granite", (2, 1), (1, 2))])
 def test_round_trip_is_bit_exact(tmp_path, arch, first, second):
     """HF -> mg -> mg -> HF: every tensor back bit for bit under its stored name and layout (Mixtral's
     names, Phi-3's fused q/k/v and gate/up)."""

@@ -197,3 +197,27 @@ def test_smollm3_nope_layers_and_no_rope_freq():
             no_rope_pattern(bad, 8)
     with pytest.raises(ValueError, match="no config.json form for a qwen2 model"):
         hf_config_from_args(dict(args, no_rope_freq=2, add_qkv_bias=True), vocab_size=128256)
+
+
+def test_granite_multipliers_round_trip_through_config_json():
+    """Granite's four scalars: config.json -> MindSpeed-LLM-named args -> config.json (yaml-built
+    models export them under Granite's names) -> the same args; transformers reads the export."""
+    from transformers import GraniteConfig
+
+    from mindspeed_rl.models.hf_export import hf_config_from_args
+
+    granite = dict(LLAMA32_1B, model_type="granite", embedding_multiplier=12.0, residual_multiplier=0.22,
+                   attention_multiplier=0.015625, logits_scaling=8.0, rope_scaling=None)
+    args = model_config_from_hf(granite)
+    assert (args["embedding_multiplier_scale"], args["residual_multiplier"], args["output_multiplier_scale"],
+            args["softmax_scale"]) == (12.0, 0.22, 0.125, 0.015625)
+    written = hf_config_from_args(args, vocab_size=128256)
+    assert written["model_type"] == "granite" and written["logits_scaling"] == 8.0
+    assert GraniteConfig(**{k: v for k, v in written.items() if k != "model_type"}).residual_multiplier == 0.22
+    again = model_config_from_hf(written)
+    assert {k: again[k] for k in ("embedding_multiplier_scale", "residual_multiplier", "output_multiplier_scale",
+                                  "softmax_scale")} == {k: args[k] for k in ("embedding_multiplier_scale",
+                                                                             "residual_multiplier",
+                                                                             "output_multiplier_scale", "softmax_scale")}
+    with pytest.raises(ValueError, match="attention_bias=true for granite"):
+        model_config_from_hf(dict(granite, attention_bias=True))

@@ -562,16 +562,18 @@ def test_no_packing_when_host_memory_is_short(tiny, monkeypatch, caplog):
 
 
 @pytest.mark.parametrize("variant", ["phi3", "phi3-longrope", "mixtral", "phi3-partiallongrope", "qwen2-yarn", "smollm3",
-                                     "smollm3-yarn", "mistral-window", "phi3-window"])
+                                     "smollm3-yarn", "mistral-window", "phi3-window", "granite"])
 def test_greedy_equals_transformers_generate_on_more_architectures(variant, tmp_path, gloo_world1):
     """Phi-3 (fused q/k/v and gate/up in the checkpoint), Phi-3 with LongRoPE (short factors and the
     attention factor as softmax_scale, up to its original length 32), Mixtral, Phi-4-mini's partial
     rotary LongRoPE (the attention factor on the rotation: every decode path scales cos / sin, the
     compiled one included), YaRN and SmolLM3 (no RoPE in every second layer: the cached and the
     compiled decode paths skip it there too) and a 12-position sliding window (prompt + response up to
-    30: the prefill, the cached, lean and compiled steps mask the keys past it): the native engine's
-    greedy tokens, with and without the KV cache, are transformers'."""
+    30: the prefill, the cached, lean and compiled steps mask the keys past it) and Granite (its
+    multipliers in the lean and compiled steps too): the native engine's greedy tokens, with and
+    without the KV cache, are transformers', and its sampled log-probs the training forward's."""
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
+    from mindspeed_rl.models.forward import compute_log_probs
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
 
     hf = make_tiny_hf(variant.split("-")[0], str(tmp_path), **HF_VARIANTS.get(variant, {}))
@@ -582,10 +584,18 @@ def test_greedy_equals_transformers_generate_on_more_architectures(variant, tmp_
     prompts = _prompts()
     ref = _hf_greedy(hf, prompts, 18)  # the longest prompt (12) + 18 stays within 32
     engines = [dict(use_kv_cache=True), dict(use_kv_cache=False)]
-    if variant in ("phi3-partiallongrope", "smollm3", "mistral-window"):
+    if variant in ("phi3-partiallongrope", "smollm3", "mistral-window", "granite"):
         engines.append(dict(compile_decode=True))
     for kw in engines:
         engine = _engine(model, **kw)
         out = engine.generate(prompts, SamplingParams(do_sample=False, max_new_tokens=18))
         assert torch.equal(out.responses, ref), f"{variant} {kw}"
         assert engine.compiled == bool(kw.get("compile_decode")), "the compiled step fell back to eager"
+        # sampled: the log-probs of every decode path equal the training forward's (which equals
+        # transformers': test_forward_logprobs), what greedy tokens cannot show (a logit scale)
+        sampled = engine.generate(prompts, SamplingParams(temperature=0.8, max_new_tokens=18, seed=4))
+        batch = sampled.to_batch()
+        lp, _ = compute_log_probs(model, batch["input_ids"], batch["attention_mask"], 1, 0.8, VOCAB)
+        P, T = sampled.prompts.shape[1], sampled.responses.shape[1]
+        train = lp[:, P - 1:P - 1 + T] * sampled.response_mask
+        assert (sampled.log_probs - train).abs().max() <= 1e-5, f"{variant} {kw}"
