@@ -199,7 +199,10 @@ def _check_batches(cfg: Config, problems: list[str]) -> None:
 
 # ---------------------------------------------------------------------------- model and rollout
 def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
+    from mindspeed_rl.platform.base import attention_takes_masks, expected_platform, own_rotary
+
     _check_moe(role, cfg, problems)
+    platform = expected_platform(cfg.run.platform)
     path, a = role_path(role), role.arch
     if role.param_offload is not None and role.role != "ref":
         problems.append(f"`{path}.param_offload` applies to the reference only "
@@ -214,7 +217,8 @@ def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
             no_rope_pattern(a.no_rope_freq, a.num_layers)
         except ValueError as err:
             problems.append(f"model {role.model_name}: {err}")
-    if _on_npu(cfg) and (a.rotary_percent < 1 or a.no_rope_freq) and a.rope_scaling_type in ("longrope", "yarn"):
+    if platform != "auto" and not own_rotary(platform) and (a.rotary_percent < 1 or a.no_rope_freq) \
+            and a.rope_scaling_type in ("longrope", "yarn"):
         what = (f"rotary_percent {a.rotary_percent} (partial rotary, e.g. Phi-4-mini)" if a.rotary_percent < 1
                 else "no_rope_freq (layers without RoPE, e.g. SmolLM3)")
         problems.append(f"model {role.model_name}: {a.rope_scaling_type} with {what} scales cos and sin of the rotated "
@@ -272,7 +276,8 @@ def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
         problems.append(f"`{A}.max_prompt_length: {cfg.data.max_prompt_length}` + max_new_tokens {r.max_new_tokens} "
                         f"exceeds max_position_embeddings {a.max_position_embeddings} of model {role.model_name}"
                         f"{_length_limit_note(role)}; shorten one.")
-    elif a.sliding_window and _on_npu(cfg) and cfg.data.max_prompt_length + r.max_new_tokens > a.sliding_window:
+    elif (a.sliding_window and not attention_takes_masks(platform)
+          and cfg.data.max_prompt_length + r.max_new_tokens > a.sliding_window):
         problems.append(f"`{A}.max_prompt_length: {cfg.data.max_prompt_length}` + max_new_tokens {r.max_new_tokens} "
                         f"exceeds the sliding_window {a.sliding_window} of model {role.model_name}: on NPU attention "
                         f"runs in MindSpeed's fused kernel, full causal, which equals the model's sliding-window "
@@ -299,13 +304,6 @@ def _hf_config(role: RoleConfig) -> dict:
     except (OSError, ValueError):
         return {}
     return hf if isinstance(hf, dict) else {}
-
-
-def _on_npu(cfg: Config) -> bool:
-    """The run's platform is NPU: set so, or `auto` where torch_npu is installed (no device is touched)."""
-    import importlib.util
-
-    return cfg.run.platform == "npu" or (cfg.run.platform == "auto" and importlib.util.find_spec("torch_npu") is not None)
 
 
 def _length_limit_note(role: RoleConfig) -> str:

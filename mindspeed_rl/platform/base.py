@@ -10,6 +10,7 @@ there is no class hierarchy.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping, MutableMapping, Optional, Protocol, Sequence
@@ -251,6 +252,22 @@ def resolve_name(name: str = "auto") -> str:
     if name not in PLATFORM_NAMES:
         raise ValueError(f"unknown device platform {name!r}; choose one of auto, {', '.join(PLATFORM_NAMES)}.")
     return name
+
+
+def expected_platform(requested: str) -> str:
+    """The platform a run asking for `requested` will get, judged on the driver without touching a
+    device (validation): an explicit name as it is; "auto" is npu where torch_npu is installed, else
+    "auto" (cpu or cuda: alike for what validation asks, see own_rotary / attention_takes_masks)."""
+    if requested == "auto" and importlib.util.find_spec("torch_npu") is not None:
+        return "npu"
+    return requested
+
+
+def attention_takes_masks(name: str) -> bool:
+    """Whether attention on platform `name` honours the bool mask megatron hands it, as given, so a
+    sliding window can be one more masked band (models/sliding_window.py): CPU and CUDA (SDPA or
+    megatron's attention). NPU attends with MindSpeed's fused kernel, which builds its own causal mask."""
+    return name != "npu"
 
 
 MOE_TOKEN_DISPATCHERS = ("allgather", "alltoall", "alltoall_seq", "flex")

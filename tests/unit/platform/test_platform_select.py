@@ -170,3 +170,19 @@ def test_npu_patch_refuses_after_megatron_import(fake_ascend, monkeypatch):
     monkeypatch.setitem(sys.modules, "megatron.core", types.ModuleType("megatron.core"))
     with pytest.raises(RuntimeError, match="megatron.core was imported before the NPU platform patch"):
         npu.patch({})
+
+
+def test_expected_platform_is_judged_without_a_device(monkeypatch):
+    """Validation's view of the platform: explicit names as given; "auto" is npu where torch_npu is
+    installed (nothing is imported or touched), else stays "auto" (cpu or cuda); attention honours
+    masks (a sliding window as a masked band) except in MindSpeed's fused kernel on NPU."""
+    import importlib.util
+
+    from mindspeed_rl.platform.base import attention_takes_masks, expected_platform
+
+    assert [expected_platform(n) for n in ("cpu", "cuda", "npu")] == ["cpu", "cuda", "npu"]
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch_npu" else real(name, *a))
+    assert expected_platform("auto") == "auto" and attention_takes_masks("auto")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "torch_npu" else real(name, *a))
+    assert expected_platform("auto") == "npu" and not attention_takes_masks("npu")
