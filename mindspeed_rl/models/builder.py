@@ -152,10 +152,10 @@ def transformer_config(args: Mapping[str, Any], params_dtype: torch.dtype = torc
         **moe_config_fields(args),
         **dict(overrides or {}),
     )
-    rope_attention_scaling(config, args)
     # megatron-core 0.16 skips RoPE in the layers this pattern marks itself; 0.12 has no such field
     # (build_gpt_model hooks its layers), and our decode paths read it from here in both
     config.no_rope_freq = no_rope_pattern(_get(args, "no_rope_freq"), config.num_layers)
+    rope_attention_scaling(config, args)
     # every layer attends to at most this many latest positions (models/sliding_window.py); megatron's
     # own window_size is left unset (0.12 refuses it, 0.16 drops the padding mask for it)
     config.attention_window = int(_get(args, "sliding_window")) if _get(args, "sliding_window") else None
@@ -188,7 +188,7 @@ def rope_attention_factor(args: Mapping[str, Any]) -> float:
 
 
 def rope_attention_scaling(config: TransformerConfig, args: Mapping[str, Any]) -> None:
-    """Apply the attention factor m (rope_attention_factor) to `config`. q and k rotated with cos / sin
+    """Apply the attention factor m (rope_attention_factor) to `config` (its no_rope_freq already set). q and k rotated with cos / sin
     times m: where every head dimension is rotated that scales every score by m^2, which is
     softmax_scale x m^2, exact on every path (fused attention and NPU kernels included). With partial
     rotary only the rotated dimensions scale, and with NoPE layers (SmolLM3 with YaRN) only the
@@ -199,8 +199,7 @@ def rope_attention_scaling(config: TransformerConfig, args: Mapping[str, Any]) -
     config.rope_mscale = 1.0
     if factor == 1.0:
         return
-    nope = no_rope_pattern(_get(args, "no_rope_freq"), config.num_layers)  # their scores stay unscaled
-    if float(_get(args, "rotary_percent", 1.0)) >= 1.0 and not nope:
+    if float(_get(args, "rotary_percent", 1.0)) >= 1.0 and not config.no_rope_freq:  # NoPE scores stay unscaled
         base = config.softmax_scale if config.softmax_scale is not None else 1.0 / math.sqrt(config.kv_channels)
         config.softmax_scale = base * factor * factor
     elif own_rotary(get_platform().name):

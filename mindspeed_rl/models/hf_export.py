@@ -38,35 +38,36 @@ DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float
 
 def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype = torch.float32) -> dict[str, Any]:
     """A config.json for a Llama / Mistral (sliding_window) / SmolLM3 (no_rope_freq) / Granite (multipliers) / Qwen2 / Qwen3 /
-    Qwen3-MoE / Qwen2-MoE (shared expert) CausalLM with these Megatron-named args, its rotary embedding included (rope_parameters)."""
+    Qwen3-MoE / Qwen2-MoE (shared expert) / Mixtral (MoE with a sliding_window) CausalLM with these Megatron-named args, its rotary embedding included (rope_parameters)."""
     model_type = "qwen3" if args.get("qk_layernorm") else "qwen2" if args.get("add_qkv_bias") else "llama"
     heads = int(args["num_attention_heads"])
     groups = int(args.get("num_query_groups") or heads) if args.get("group_query_attention") else heads
     rope = rope_parameters(args)
     shared = int(args.get("moe_shared_expert_intermediate_size") or 0)
+    window = args.get("sliding_window")
     if int(args.get("num_experts") or 0) > 1:
         model_type = "qwen2_moe" if shared else "qwen3_moe"
+        if window and model_type == "qwen3_moe" and not args.get("qk_layernorm") and not args.get("add_qkv_bias") \
+                and args.get("norm_topk_prob", not args.get("moe_router_pre_softmax", False)):
+            model_type, window = "mixtral", None  # Mixtral: Mistral's attention, window included (below)
     no_rope = no_rope_pattern(args.get("no_rope_freq"), int(args["num_layers"]))
-    if no_rope and model_type != "llama":
-        raise ValueError(f"no_rope_freq (layers without RoPE) has no config.json form for a {model_type} model; "
-                         "config.json has it for Llama-style ones (SmolLM3's no_rope_layers).")
-    model_type = "smollm3" if no_rope else model_type
-    window = args.get("sliding_window")
-    if window and model_type != "llama":
-        raise ValueError(f"sliding_window has no config.json form for a {model_type} model here; config.json has "
-                         "it for Llama-style ones (Mistral's sliding_window).")
-    model_type = "mistral" if window else model_type
     scalars = {k: float(args.get(k) or 1.0) for k in ("embedding_multiplier_scale", "residual_multiplier",
                                                        "output_multiplier_scale")}
     granite = any(v != 1.0 for v in scalars.values())
-    if granite and model_type != "llama":
-        raise ValueError(f"embedding / residual / output multipliers have no config.json form for a {model_type} "
-                         "model here; config.json has them for Llama-style ones (Granite's).")
-    model_type = "granite" if granite else model_type
+    # Llama variants config.json spells as model types of their own: at most one, on a Llama
+    variants = {"smollm3": ("no_rope_freq", no_rope), "mistral": ("sliding_window", window),
+                "granite": ("embedding / residual / output multipliers", granite)}
+    chosen = [(kind, key) for kind, (key, on) in variants.items() if on]
+    if chosen and (model_type != "llama" or len(chosen) > 1):
+        keys = " and ".join(key for _, key in chosen)
+        verb = "have" if len(chosen) > 1 else "has"
+        raise ValueError(f"{keys} {verb} no config.json form for a {model_type} model here; config.json has each "
+                         f"alone on a Llama-style model ({', '.join(kind for kind, _ in chosen)}).")
+    model_type = chosen[0][0] if chosen else model_type
     cls = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
            "qwen3_moe": "Qwen3MoeForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
            "smollm3": "SmolLM3ForCausalLM", "mistral": "MistralForCausalLM",
-           "granite": "GraniteForCausalLM"}[model_type]
+           "granite": "GraniteForCausalLM", "mixtral": "MixtralForCausalLM"}[model_type]
     config = {
         "architectures": [cls], "model_type": model_type, "hidden_act": "silu",
         "hidden_size": int(args["hidden_size"]), "intermediate_size": int(args["ffn_hidden_size"]),
@@ -81,8 +82,8 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
     }
     if rope["rope_type"] != "default":
         config["rope_scaling"] = rope
-    if window:
-        config["sliding_window"] = int(window)
+    if window or model_type == "mixtral":
+        config["sliding_window"] = int(args["sliding_window"])
     if granite:  # attention_multiplier is the score scale, 1 / sqrt(head_dim) unless set
         d = config["head_dim"]
         config.update(embedding_multiplier=scalars["embedding_multiplier_scale"],
@@ -93,6 +94,10 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
         config.update(no_rope_layers=[1 - x for x in no_rope], use_sliding_window=False)
     if model_type == "qwen2_moe":
         config.update(qkv_bias=bool(args.get("add_qkv_bias")), shared_expert_intermediate_size=shared)
+    if model_type == "mixtral":  # renormalised top-k experts, intermediate_size wide
+        config.update(num_local_experts=int(args["num_experts"]), num_experts_per_tok=int(args.get("moe_router_topk") or 2),
+                      intermediate_size=int(args.get("moe_ffn_hidden_size") or args["ffn_hidden_size"]),
+                      router_jitter_noise=0.0)
     if model_type in ("qwen3_moe", "qwen2_moe"):  # norm_topk_prob is the inverse of megatron's pre-softmax routing
         norm = args.get("norm_topk_prob")
         config.update(num_experts=int(args["num_experts"]), num_experts_per_tok=int(args.get("moe_router_topk") or 2),

@@ -26,9 +26,8 @@ def _scale_output(factor: float):
 def install(model: torch.nn.Module) -> None:
     """Hook the multipliers of model.config that are not 1 onto this GPTModel chunk's modules."""
     c = model.config
-    embedding = float(getattr(c, "embedding_multiplier", 1.0))
-    residual = float(getattr(c, "residual_multiplier", 1.0))
-    logits = float(getattr(c, "logits_multiplier", 1.0))
+    embedding, residual, logits = (multiplier(c, n) for n in ("embedding_multiplier", "residual_multiplier",
+                                                               "logits_multiplier"))
     if embedding != 1.0 and getattr(model, "pre_process", False):
         model.embedding.register_forward_hook(_scale_output(embedding))
     if residual != 1.0:

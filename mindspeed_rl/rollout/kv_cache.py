@@ -73,7 +73,7 @@ class KVCache:
 
     def __init__(self, num_layers: int, batch: int, groups: int, max_len: int, head_dim: int,
                  dtype: torch.dtype, device: torch.device, rotary_freqs: torch.Tensor, zeroed: bool = False,
-                 mscale: float = 1.0):
+                 mscale: float = 1.0, window: Optional[int] = None):
         shape = (batch, groups, max_len, head_dim)
         # zeroed: positions not written yet hold 0, not garbage (static_decode_step attends over
         # them, masked: 0 x NaN would poison the context)
@@ -89,7 +89,7 @@ class KVCache:
         self.lean = False  # forward_stage runs lean_forward (set by the engine when lean_supported)
         self.packed = False  # lean_forward's matmuls read prepacked weights (set by the engine)
         self._rope: tuple = (None, None)  # ((start, end, dtype), (cos, sin)) of the current step
-        self.window: Optional[int] = None  # sliding-window attention (models/sliding_window.py), set by new_cache
+        self.window = window  # sliding-window attention (models/sliding_window.py)
         self._band: tuple = (None, None)  # ((start, end), window mask) of the current step
 
     def rope(self, start: int, end: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -233,10 +233,8 @@ def new_cache(model: torch.nn.Module, batch: int, max_len: int, zeroed: bool = F
     groups = (config.num_query_groups or config.num_attention_heads) // config.tensor_model_parallel_size
     param = next(model.parameters())
     freqs = model.rotary_pos_emb(max_len)  # (max_len, 1, 1, rot); megatron lru-caches it
-    cache = KVCache(len(model.decoder.layers), batch, groups, max_len, config.kv_channels, param.dtype,
-                    param.device, freqs, zeroed, rope_mscale(config))
-    cache.window = getattr(config, "attention_window", None)
-    return cache
+    return KVCache(len(model.decoder.layers), batch, groups, max_len, config.kv_channels, param.dtype,
+                   param.device, freqs, zeroed, rope_mscale(config), getattr(config, "attention_window", None))
 
 
 def forward_stage(model: torch.nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor,

@@ -221,3 +221,25 @@ def test_granite_multipliers_round_trip_through_config_json():
                                                                              "output_multiplier_scale", "softmax_scale")}
     with pytest.raises(ValueError, match="attention_bias=true for granite"):
         model_config_from_hf(dict(granite, attention_bias=True))
+
+
+def test_windowed_moe_exports_as_mixtral_and_variants_do_not_combine():
+    """A Megatron checkpoint of a windowed Mixtral (no config.json kept) exports a Mixtral config.json
+    with its window, which reads back to the same architecture; Llama variants that config.json
+    cannot combine (a window and NoPE layers) are refused in one sentence."""
+    from transformers import MixtralConfig
+
+    from mindspeed_rl.models.hf_export import hf_config_from_args
+
+    mixtral = dict(LLAMA32_1B, model_type="mixtral", num_local_experts=4, num_experts_per_tok=2,
+                   sliding_window=4096, rope_scaling=None, tie_word_embeddings=False)
+    args = model_config_from_hf(mixtral)
+    written = hf_config_from_args(args, vocab_size=128256)
+    assert (written["model_type"], written["sliding_window"], written["num_local_experts"]) == ("mixtral", 4096, 4)
+    assert MixtralConfig(**{k: v for k, v in written.items() if k != "model_type"}).sliding_window == 4096
+    again = model_config_from_hf(written)
+    for key in ("sliding_window", "num_experts", "moe_router_topk", "moe_ffn_hidden_size", "norm_topk_prob"):
+        assert again[key] == args[key], key
+    llama = model_config_from_hf(dict(LLAMA32_1B, rope_scaling=None))
+    with pytest.raises(ValueError, match="no_rope_freq and sliding_window have no config.json form for a llama"):
+        hf_config_from_args(dict(llama, sliding_window=64, no_rope_freq=4), vocab_size=128256)
