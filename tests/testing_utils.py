@@ -98,7 +98,9 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
     renormalised, saved under Mixtral's names (block_sparse_moe, w1/w2/w3); phi3: tied, q/k/v and
     gate/up stored fused (qkv_proj, gate_up_proj), partial_rotary_factor when overridden; smollm3: tied,
     rope theta 5e5, every second layer without RoPE (no_rope_layer_interval 2); granite: tied, embeddings x 2,
-    residuals x 0.5, scores x 0.2, logits / 0.5. `overrides` change TINY_HF (num_hidden_layers=4)."""
+    residuals x 0.5, scores x 0.2, logits / 0.5; gemma3_text (Gemma3ForCausalLM): tied, head_dim 16, scores
+    scaled by 24^-1/2, sliding layers (window 12, theta 1e4) alternating with full ones (linear
+    rope x 2, theta 1e5), sandwich (1 + w) norms, GeGLU. `overrides` change TINY_HF (num_hidden_layers=4)."""
     import transformers as tf
 
     tiny = dict(TINY_HF, **overrides)
@@ -123,18 +125,23 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
                                                "tie_word_embeddings": True, **tiny}),
         "smollm3": lambda: tf.SmolLM3Config(**{"no_rope_layer_interval": 2, "rope_theta": 5e5, "pad_token_id": 0,
                                                "bos_token_id": 1, "eos_token_id": 2, **tiny}),
+        "gemma3_text": lambda: tf.Gemma3TextConfig(**{
+            "head_dim": 16, "query_pre_attn_scalar": 24, "sliding_window": 12,
+            "layer_types": ["sliding_attention", "full_attention"] * (tiny["num_hidden_layers"] // 2),
+            "rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e5},
+                                "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}, **tiny}),
     }[arch]()
     cls = {"llama": tf.LlamaForCausalLM, "mistral": tf.MistralForCausalLM, "qwen2": tf.Qwen2ForCausalLM, "qwen3": tf.Qwen3ForCausalLM,
            "qwen3_moe": tf.Qwen3MoeForCausalLM, "qwen2_moe": tf.Qwen2MoeForCausalLM,
            "mixtral": tf.MixtralForCausalLM, "phi3": tf.Phi3ForCausalLM, "smollm3": tf.SmolLM3ForCausalLM,
-           "granite": tf.GraniteForCausalLM}[arch]
+           "granite": tf.GraniteForCausalLM, "gemma3_text": tf.Gemma3ForCausalLM}[arch]
     torch.manual_seed(seed)
     model = cls(config).eval()
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0.0, 0.1)
         for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
+            if name.endswith("norm.weight") and arch != "gemma3_text":  # Gemma's norms scale by 1 + weight
                 p.add_(1.0)
     kwargs = {"max_shard_size": max_shard_size} if max_shard_size else {}
     model.save_pretrained(out_dir, **kwargs)

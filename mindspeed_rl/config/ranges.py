@@ -28,6 +28,7 @@ RANGES = {
     "ModelArch.make_vocab_size_divisible_by": "[1, inf)",
     "ModelArch.max_position_embeddings": "[1, inf)",
     "ModelArch.rotary_base": "(0, inf)",
+    "ModelArch.rope_local_base_freq": "(0, inf)",
     "ModelArch.rotary_percent": "(0, 1]",
     "ModelArch.softmax_scale": "(0, inf)",
     "ModelArch.rope_scaling_factor": "(0, inf)",

@@ -217,6 +217,15 @@ def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
             no_rope_pattern(a.no_rope_freq, a.num_layers)
         except ValueError as err:
             problems.append(f"model {role.model_name}: {err}")
+    if a.window_attn_skip_freq is not None and a.num_layers:
+        from mindspeed_rl.models.hf_config import window_pattern
+        try:
+            window_pattern(a.window_attn_skip_freq, a.num_layers)
+        except ValueError as err:
+            problems.append(f"model {role.model_name}: {err}")
+    if a.geglu and a.swiglu:
+        problems.append(f"model {role.model_name}: geglu and swiglu are both true; set swiglu: false for a GeGLU "
+                        f"MLP (Gemma).")
     if platform != "auto" and not own_rotary(platform) and (a.rotary_percent < 1 or a.no_rope_freq) \
             and a.rope_scaling_type in ("longrope", "yarn"):
         what = (f"rotary_percent {a.rotary_percent} (partial rotary, e.g. Phi-4-mini)" if a.rotary_percent < 1

@@ -50,10 +50,14 @@ _HF_KEY = {
     "rope_scaling_truncate": "rope_scaling.truncate", "no_rope_freq": "no_rope_layers (inverted)",
     "sliding_window": "sliding_window", "embedding_multiplier_scale": "embedding_multiplier",
     "residual_multiplier": "residual_multiplier", "output_multiplier_scale": "1 / logits_scaling",
-    "softmax_scale": "attention_multiplier",
+    "softmax_scale": "attention_multiplier / query_pre_attn_scalar^-1/2",
+    "window_attn_skip_freq": "layer_types / sliding_window_pattern", "rope_local_base_freq": "rope_local_base_freq",
+    "geglu": "hidden_activation", "add_rmsnorm_offset": "model_type", "post_norm": "model_type",
+    "input_embeds_norm": "model_type",
 }
 # what a config.json without the key means (not Granite: no multiplier)
-_HF_DEFAULTS = {"embedding_multiplier_scale": 1.0, "residual_multiplier": 1.0, "output_multiplier_scale": 1.0}
+_HF_DEFAULTS = {"embedding_multiplier_scale": 1.0, "residual_multiplier": 1.0, "output_multiplier_scale": 1.0,
+                "geglu": False, "add_rmsnorm_offset": False, "post_norm": False, "input_embeds_norm": False}
 # keys a config.json without them leaves at their meaning-free default: a user value is not a contradiction
 _ROPE_DETAILS = ("rope_scaling_factor", "low_freq", "high_freq", "original_max", "rope_scaling_beta", "rope_scaling_mscale",
                  "rope_scaling_truncate", "rope_attention_factor")
@@ -74,11 +78,12 @@ def hf_arch(hf_dir: str, config: Optional[Mapping[str, Any]] = None) -> dict[str
 def _effective(args: Mapping[str, Any], key: str, user_set=None) -> Any:
     """The value a key means, with the builder's defaults (num_query_groups without GQA = heads).
     A num_query_groups the user set without saying group_query_attention means the KV heads."""
-    if key == "no_rope_freq":  # an int N and its list of 0 / 1 per layer mean the same
-        from mindspeed_rl.models.hf_config import no_rope_pattern
+    if key in ("no_rope_freq", "window_attn_skip_freq"):  # an int N and its list of 0 / 1 per layer mean the same
+        from mindspeed_rl.models.hf_config import no_rope_pattern, window_pattern
         layers = int(args.get("num_layers") or 0)
         try:
-            return no_rope_pattern(args.get(key), layers) if layers else args.get(key)
+            pattern = no_rope_pattern if key == "no_rope_freq" else window_pattern
+            return pattern(args.get(key), layers) if layers else args.get(key)
         except ValueError:
             return args.get(key)
     if key == "num_query_groups":
@@ -187,6 +192,9 @@ def expected_hf_shapes(args: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ..
         if args.get("qk_layernorm"):
             for name in ("q_norm", "k_norm"):
                 shapes[p + f"self_attn.{name}.weight"] = ((d,), f"qk_layernorm, kv_channels {d}")
+        if args.get("post_norm"):  # Gemma's (canonical names: hf_bridge/names.py)
+            for name in ("post_self_attn_layernorm", "post_feedforward_layernorm"):
+                shapes[p + f"{name}.weight"] = ((h,), f"post_norm, hidden_size {h}")
     return shapes
 
 

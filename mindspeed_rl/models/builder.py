@@ -31,6 +31,7 @@ is rotated, else the `rope_mscale` the rotations read (rope_attention_scaling).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from typing import Any, Mapping, Optional
@@ -39,7 +40,7 @@ import torch
 import torch.distributed.distributed_c10d as c10d
 import torch.nn.functional as F
 
-from mindspeed_rl.models.hf_config import ROPE_SCALINGS, no_rope_pattern
+from mindspeed_rl.models.hf_config import ROPE_SCALINGS, no_rope_pattern, window_pattern
 from mindspeed_rl.platform import get_platform, place_model
 from mindspeed_rl.platform.base import own_rotary, own_swiglu, sdpa_core_attention
 
@@ -115,7 +116,8 @@ def transformer_config(args: Mapping[str, Any], params_dtype: torch.dtype = torc
         raise ValueError(f"model config is missing {', '.join(missing)} (Megatron argument names).")
     hidden, heads = int(args["hidden_size"]), int(args["num_attention_heads"])
     groups = int(_get(args, "num_query_groups", heads)) if _get(args, "group_query_attention", False) else heads
-    swiglu = bool(_get(args, "swiglu", True))
+    geglu = bool(_get(args, "geglu", False))  # Gemma: gelu(gate, tanh approximation) * up
+    swiglu = bool(_get(args, "swiglu", True)) and not geglu
     own_glu = swiglu and own_swiglu(get_platform().name)
     if own_glu:  # megatron's MLP calls its fused-activation names, which now are models/swiglu.py's
         install_swiglu()
@@ -128,8 +130,8 @@ def transformer_config(args: Mapping[str, Any], params_dtype: torch.dtype = torc
         kv_channels=int(_get(args, "kv_channels", hidden // heads)),
         normalization=_get(args, "normalization", "RMSNorm"),
         layernorm_epsilon=float(_get(args, "norm_epsilon", 1e-5)),
-        gated_linear_unit=swiglu,
-        activation_func=F.silu if swiglu else F.gelu,
+        gated_linear_unit=swiglu or geglu,
+        activation_func=F.silu if swiglu else functools.partial(F.gelu, approximate="tanh") if geglu else F.gelu,
         add_bias_linear=not _get(args, "disable_bias_linear", True),
         add_qkv_bias=bool(_get(args, "add_qkv_bias", False)),
         qk_layernorm=bool(_get(args, "qk_layernorm", False)),
@@ -159,8 +161,18 @@ def transformer_config(args: Mapping[str, Any], params_dtype: torch.dtype = torc
     # every layer attends to at most this many latest positions (models/sliding_window.py); megatron's
     # own window_size is left unset (0.12 refuses it, 0.16 drops the padding mask for it)
     config.attention_window = int(_get(args, "sliding_window")) if _get(args, "sliding_window") else None
+    # which layers slide (1) and which attend fully (Gemma 3's layer_types); None = all alike
+    config.window_layers = window_pattern(_get(args, "window_attn_skip_freq"), config.num_layers)
+    # the sliding layers' own RoPE theta (Gemma 3's local layers; models/gemma.py)
+    config.rope_local_base = float(_get(args, "rope_local_base_freq")) if _get(args, "rope_local_base_freq") else None
+    config.add_rmsnorm_offset = bool(_get(args, "add_rmsnorm_offset", False))  # Gemma's (1 + w) norms
+    config.post_norm = bool(_get(args, "post_norm", False))  # Gemma's norms after attention / MLP
     # Granite's scalars (models/multipliers.py); megatron has none of them
     config.embedding_multiplier = float(_get(args, "embedding_multiplier_scale", 1.0))
+    # Gemma: sqrt(hidden_size), rounded to the activations' dtype as transformers and vLLM round it
+    config.embedding_multiplier_in_dtype = bool(_get(args, "input_embeds_norm", False))
+    if config.embedding_multiplier_in_dtype:
+        config.embedding_multiplier *= math.sqrt(config.hidden_size)
     config.residual_multiplier = float(_get(args, "residual_multiplier", 1.0))
     config.logits_multiplier = float(_get(args, "output_multiplier_scale", 1.0))
     return config
@@ -199,6 +211,9 @@ def rope_attention_scaling(config: TransformerConfig, args: Mapping[str, Any]) -
     config.rope_mscale = 1.0
     if factor == 1.0:
         return
+    if _get(args, "rope_local_base_freq"):
+        raise ValueError(f"rope_attention_factor {factor} with rope_local_base_freq (Gemma 3's local layers) is not "
+                         f"supported: the factor would scale the local layers' rotation too.")
     if float(_get(args, "rotary_percent", 1.0)) >= 1.0 and not config.no_rope_freq:  # NoPE scores stay unscaled
         base = config.softmax_scale if config.softmax_scale is not None else 1.0 / math.sqrt(config.kv_channels)
         config.softmax_scale = base * factor * factor
@@ -339,12 +354,20 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
         install_rotary()
     if config.sequence_parallel:  # megatron's torch-norm fallback refuses SP: models/parallel.py
         spec = sequence_parallel_spec(spec, _layers_per_chunk(config))
+    if config.add_rmsnorm_offset:  # Gemma's (1 + w) RMSNorm everywhere, the final norm included
+        from mindspeed_rl.models import gemma
+
+        spec = gemma.offset_norm_spec(gemma.as_block_spec(spec, _layers_per_chunk(config)), gemma.norm_classes())
     if vp_stage is not None:
         pre_process, post_process = _virtual_stage_ends(vp_stage, pre_process, post_process)
     # megatron's layers pass device=current_device() themselves; modules that do not (the torch-norm
     # fallback) follow the default device, so make that the target too, then place what is left over
     with torch.device(device):
         model = _gpt_model(config, spec, args, pre_process, post_process, vp_stage)
+        if config.post_norm:
+            from mindspeed_rl.models import gemma
+
+            gemma.install_post_norms(model)
     place_model(model, device, params_dtype)
     if config.num_moe_experts:
         from mindspeed_rl.models import moe_dispatch
@@ -359,7 +382,7 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
     if config.attention_window:
         from mindspeed_rl.models import sliding_window
 
-        sliding_window.install(model, config.attention_window)
+        sliding_window.install(model, config.attention_window, config.window_layers)
     if (config.embedding_multiplier, config.residual_multiplier, config.logits_multiplier) != (1.0, 1.0, 1.0):
         from mindspeed_rl.models import multipliers
 
@@ -367,6 +390,12 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
     if hasattr(model, "rotary_pos_emb"):  # inv_freq is a plain attribute (module.to skips it); it stays fp32
         rotary = model.rotary_pos_emb
         rotary.inv_freq = rotary_inv_freq(args, rotary.inv_freq).to(device=device, dtype=torch.float32)
+        if config.rope_local_base is not None:
+            from mindspeed_rl.models import gemma
+            from mindspeed_rl.models.rotary import layer_uses_local_rope
+
+            gemma.install_local_rope(model, config.rope_local_base,
+                                     functools.partial(layer_uses_local_rope, config))
     return model
 
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Optional
 
-HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "smollm3", "granite")
+HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "smollm3", "granite",
+            "gemma3_text")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral")
 WINDOW_ARCHS = ("mistral", "mixtral", "phi3")  # a config.json sliding_window applies to every layer (sliding_window)
 ROPE_TYPES = ("default", "linear", "llama3", "longrope", "yarn")  # config.json rope types computed exactly
 ROPE_SCALINGS = (None, "linear", "llama3", "longrope", "yarn")  # their rope_scaling_type (models/builder.py)
-DEFAULT_THETA = {"smollm3": 2000000.0}  # transformers' default rope_theta where config.json has none (else 10000)
-TIED_BY_DEFAULT = ("smollm3",)  # transformers' default tie_word_embeddings is true (else false)
+DEFAULT_THETA = {"smollm3": 2000000.0, "gemma3_text": 1000000.0}  # transformers' default rope_theta where config.json has none (else 10000)
+TIED_BY_DEFAULT = ("smollm3", "gemma3_text")  # transformers' default tie_word_embeddings is true (else false)
 
 
 def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
@@ -37,15 +38,20 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     length past the original, vLLM once for the longest: the engines would disagree)."""
     model_type = hf.get("model_type")
     if model_type not in HF_ARCHS:
-        raise ValueError(f"config.json model_type {model_type!r} is not supported; supported: {', '.join(HF_ARCHS)}.")
+        hint = (" Gemma 3 4B and larger are image-text models (gemma3): use the text-only gemma-3-270m / 1b, or "
+                "a checkpoint of the text model alone (Gemma3ForCausalLM)." if model_type == "gemma3" else "")
+        raise ValueError(f"config.json model_type {model_type!r} is not supported; supported: {', '.join(HF_ARCHS)}."
+                         + hint)
     heads = int(hf["num_attention_heads"])
     kv_heads = int(hf.get("num_key_value_heads") or heads)
     head_dim = int(hf.get("head_dim") or hf["hidden_size"] // heads)
     rope = dict(hf.get("rope_parameters") or hf.get("rope_scaling") or {})
+    if model_type == "gemma3_text" and isinstance(rope.get("full_attention"), Mapping):
+        rope = dict(rope["full_attention"])  # transformers 5: one rotary embedding per layer type
     rope_type = rope.get("rope_type", rope.get("type", "default"))
     if hf.get("mlp_bias"):
         raise ValueError("config.json mlp_bias=true is not supported (Megatron has no MLP-only bias).")
-    if model_type in ("llama", "granite") and hf.get("attention_bias"):
+    if model_type in ("llama", "granite", "gemma3_text") and hf.get("attention_bias"):
         raise ValueError(f"config.json attention_bias=true for {model_type} (bias on o_proj) is not supported.")
     # transformers 5 keeps it in rope_parameters, 4.x at the top level
     partial = float(rope.get("partial_rotary_factor") or hf.get("partial_rotary_factor") or 1.0)
@@ -55,8 +61,12 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
                          f"not {model_type}.")
     if hf.get("use_sliding_window"):
         raise ValueError("config.json use_sliding_window=true is not supported; set it to false.")
-    if hf.get("hidden_act", "silu") != "silu":
-        raise ValueError(f"config.json hidden_act {hf.get('hidden_act')!r} is not supported; only silu (SwiGLU).")
+    activation = (hf.get("hidden_activation") or hf.get("hidden_act") or "gelu_pytorch_tanh") \
+        if model_type == "gemma3_text" else hf.get("hidden_act", "silu")
+    wanted = "gelu_pytorch_tanh" if model_type == "gemma3_text" else "silu"
+    if activation != wanted:
+        raise ValueError(f"config.json hidden_act {activation!r} is not supported for {model_type}; only {wanted} "
+                         f"({'GeGLU' if model_type == 'gemma3_text' else 'SwiGLU'}).")
     if rope_type == "dynamic":
         raise ValueError("config.json rope type 'dynamic' (dynamic NTK) is not supported: transformers rescales "
                          "it with the sequence length and vLLM once for the longest, so rollout and training would "
@@ -108,7 +118,72 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         args.update(smollm3_args(hf, args["num_layers"]))
     if model_type == "granite":
         args.update(granite_args(hf))
+    if model_type == "gemma3_text":
+        args.update(gemma3_args(hf, args["num_layers"], head_dim))
     return args
+
+
+def gemma3_args(hf: Mapping[str, Any], num_layers: int, head_dim: int) -> dict[str, Any]:
+    """Gemma 3 (text: gemma-3-270m, gemma-3-1b; Gemma3ForCausalLM) in MindSpeed-LLM's Gemma names:
+    RMSNorms that scale by (1 + weight), computed in fp32 (add_rmsnorm_offset); a norm after attention
+    and after the MLP as well as before them (post_norm); the embeddings times sqrt(hidden_size) in
+    the model's dtype (input_embeds_norm); GeGLU with tanh GELU (geglu); q/k norms; the scores
+    scaled by query_pre_attn_scalar^-1/2 (softmax_scale). Its layer types alternate: "sliding_attention"
+    layers attend to the latest sliding_window positions and rotate with their own theta
+    (rope_local_base_freq, 10000), "full_attention" layers attend to everything with rope_theta and
+    rope_scaling: megatron-core's window_attn_skip_freq list (1 = sliding). Soft-capping (Gemma 2) and
+    bidirectional attention (EmbeddingGemma) are refused."""
+    for key in ("attn_logit_softcapping", "final_logit_softcapping"):
+        if hf.get(key) is not None:
+            raise ValueError(f"config.json {key} {hf[key]} (Gemma 2 style soft-capping) is not supported; Gemma 3 "
+                             f"has none (null).")
+    if hf.get("use_bidirectional_attention"):
+        raise ValueError("config.json use_bidirectional_attention=true (an embedding model) is not supported; "
+                         "GRPO needs causal attention.")
+    types = hf.get("layer_types")
+    if types is None:  # transformers 4.x: every sliding_window_pattern-th layer attends fully
+        pattern = int(hf.get("sliding_window_pattern") or hf.get("_sliding_window_pattern") or 6)
+        types = ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(num_layers)]
+    unknown = sorted(set(types) - {"sliding_attention", "full_attention"})
+    if unknown or len(types) < num_layers:
+        raise ValueError(f"config.json layer_types must name sliding_attention or full_attention for each of "
+                         f"{num_layers} layers; it has {len(types)} entries{', and ' + ', '.join(unknown) if unknown else ''}.")
+    params = hf.get("rope_parameters") or {}
+    local = params.get("sliding_attention") if isinstance(params.get("sliding_attention"), Mapping) else {}
+    if local.get("rope_type", "default") != "default":
+        raise ValueError(f"config.json rope_parameters.sliding_attention rope_type {local['rope_type']!r} is not "
+                         f"supported; Gemma 3's local layers rotate with the default rope.")
+    window = hf.get("sliding_window")
+    longest = int(hf.get("max_position_embeddings", 4096))
+    args = {"swiglu": False, "geglu": True, "add_rmsnorm_offset": True, "post_norm": True, "input_embeds_norm": True,
+            "qk_layernorm": True, "norm_epsilon": float(hf.get("rms_norm_eps", 1e-6)),
+            "softmax_scale": float(hf.get("query_pre_attn_scalar") or head_dim) ** -0.5,
+            "window_attn_skip_freq": [int(t == "sliding_attention") for t in types[:num_layers]],
+            "rope_local_base_freq": float(local.get("rope_theta") or hf.get("rope_local_base_freq") or 10000.0)}
+    if window and int(window) < longest:
+        args["sliding_window"] = int(window)
+    return args
+
+
+def window_pattern(window_attn_skip_freq: Any, num_layers: int) -> Optional[list[int]]:
+    """megatron-core's window_attn_skip_freq as one 0/1 per layer (1 = a sliding-window layer): an
+    int N means one full-attention layer after N - 1 sliding ones (layer numbers divisible by N
+    attend fully), a list is taken as is. None: every layer is a sliding one (when there is a
+    window). ValueError with the fix otherwise."""
+    if window_attn_skip_freq is None:
+        return None
+    if isinstance(window_attn_skip_freq, bool) or not isinstance(window_attn_skip_freq, (int, list, tuple)):
+        raise ValueError(f"window_attn_skip_freq {window_attn_skip_freq!r} must be an integer N (every N-th layer "
+                         f"attends fully) or a list of 0 / 1 per layer (1 = sliding window).")
+    if isinstance(window_attn_skip_freq, int):
+        if window_attn_skip_freq < 1:
+            raise ValueError(f"window_attn_skip_freq {window_attn_skip_freq} must be at least 1.")
+        return [int((i + 1) % window_attn_skip_freq != 0) for i in range(num_layers)]
+    pattern = list(window_attn_skip_freq)
+    if len(pattern) != num_layers or any(x not in (0, 1) for x in pattern):
+        raise ValueError(f"window_attn_skip_freq {pattern} must hold one 0 or 1 per layer ({num_layers}; 1 = "
+                         f"sliding window).")
+    return [int(x) for x in pattern]
 
 
 def granite_args(hf: Mapping[str, Any]) -> dict[str, Any]:

@@ -11,7 +11,8 @@ each other, so no rank holds more than its stage (ranks must share one filesyste
 directory is written under `<out>.tmp` and renamed when complete.
 
 config.json is the one the run started from when known (`hf_config`), else it is made from the
-Megatron args (`hf_config_from_args`: llama, qwen2 when add_qkv_bias, qwen3 when qk_layernorm).
+Megatron args (`hf_config_from_args`: llama, qwen2 when add_qkv_bias, qwen3 when qk_layernorm,
+gemma3_text with Gemma's keys, ...).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from safetensors.torch import save_file
 from mindspeed_rl.models.hf_bridge.checkpoint_io import INDEX_FILE, SINGLE_FILE
 from mindspeed_rl.models.hf_bridge.mapping import EXPERT_KINDS
 from mindspeed_rl.models.hf_bridge.names import fuse
-from mindspeed_rl.models.hf_config import no_rope_pattern
+from mindspeed_rl.models.hf_config import no_rope_pattern, window_pattern
 from mindspeed_rl.models.hf_bridge.sharding import kind_of, mcore_to_hf, merge_tp
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
@@ -39,6 +40,12 @@ DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float
 def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype = torch.float32) -> dict[str, Any]:
     """A config.json for a Llama / Mistral (sliding_window) / SmolLM3 (no_rope_freq) / Granite (multipliers) / Qwen2 / Qwen3 /
     Qwen3-MoE / Qwen2-MoE (shared expert) / Mixtral (MoE with a sliding_window) CausalLM with these Megatron-named args, its rotary embedding included (rope_parameters)."""
+    gemma = [k for k in GEMMA_KEYS if args.get(k)]
+    if gemma:
+        return gemma3_config(args, vocab_size, dtype, gemma)
+    if args.get("window_attn_skip_freq") is not None or args.get("rope_local_base_freq"):
+        raise ValueError("window_attn_skip_freq / rope_local_base_freq have a config.json form only in a Gemma 3 "
+                         "model (add_rmsnorm_offset, post_norm, input_embeds_norm, geglu, qk_layernorm).")
     model_type = "qwen3" if args.get("qk_layernorm") else "qwen2" if args.get("add_qkv_bias") else "llama"
     heads = int(args["num_attention_heads"])
     groups = int(args.get("num_query_groups") or heads) if args.get("group_query_attention") else heads
@@ -104,6 +111,54 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
                       moe_intermediate_size=int(args.get("moe_ffn_hidden_size") or args["ffn_hidden_size"]),
                       norm_topk_prob=bool(norm) if norm is not None else not args.get("moe_router_pre_softmax", False),
                       decoder_sparse_step=1, mlp_only_layers=[])
+    return config
+
+
+GEMMA_KEYS = ("add_rmsnorm_offset", "post_norm", "input_embeds_norm", "geglu")
+
+
+def gemma3_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype, gemma: list) -> dict[str, Any]:
+    """Gemma 3's config.json (gemma3_text, Gemma3ForCausalLM) for args with Gemma's keys, which
+    config.json has together only: all four of GEMMA_KEYS with q/k norms, no biases, no MoE, RoPE in
+    every layer, no Granite multipliers. Layer types from window_attn_skip_freq (none: every layer
+    slides); sliding layers rotate with rope_local_base_freq (default: rotary_base)."""
+    others = [k for k in ("add_qkv_bias", "num_experts", "no_rope_freq") if args.get(k)]
+    others += [k for k in ("embedding_multiplier_scale", "residual_multiplier", "output_multiplier_scale")
+               if float(args.get(k) or 1.0) != 1.0]
+    missing = [k for k in (*GEMMA_KEYS, "qk_layernorm") if not args.get(k)]
+    if missing or others or float(args.get("rotary_percent") or 1.0) != 1.0 or args.get("swiglu", False):
+        problems = ([f"lacks {', '.join(missing)}"] if missing else []) + \
+                   ([f"also sets {', '.join(others)}"] if others else [])
+        raise ValueError(f"{', '.join(gemma)} {'have' if len(gemma) > 1 else 'has'} a config.json form only as Gemma 3 "
+                         f"(all of {', '.join(GEMMA_KEYS)} and qk_layernorm, swiglu false, full rotary); this model "
+                         f"{' and '.join(problems) or 'is not one'}.")
+    layers = int(args["num_layers"])
+    heads = int(args["num_attention_heads"])
+    head_dim = int(args.get("kv_channels") or args["hidden_size"] // heads)
+    longest = int(args.get("max_position_embeddings") or 4096)
+    pattern = window_pattern(args.get("window_attn_skip_freq"), layers) or [1] * layers
+    scale = args.get("softmax_scale")
+    scalar = head_dim if not scale else 1.0 / float(scale) ** 2
+    scalar = round(scalar) if abs(scalar - round(scalar)) < 1e-6 else scalar
+    rope = rope_parameters(args)
+    local = {"rope_type": "default", "rope_theta": float(args.get("rope_local_base_freq") or rope["rope_theta"])}
+    groups = int(args.get("num_query_groups") or heads) if args.get("group_query_attention") else heads
+    config = {
+        "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "hidden_activation": "gelu_pytorch_tanh",
+        "hidden_size": int(args["hidden_size"]), "intermediate_size": int(args["ffn_hidden_size"]),
+        "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": groups,
+        "head_dim": head_dim, "vocab_size": int(vocab_size), "max_position_embeddings": longest,
+        "rms_norm_eps": float(args.get("norm_epsilon") or 1e-6), "query_pre_attn_scalar": scalar,
+        "sliding_window": int(args.get("sliding_window") or longest),
+        "layer_types": ["sliding_attention" if x else "full_attention" for x in pattern],
+        "rope_parameters": {"full_attention": rope, "sliding_attention": local},
+        "rope_theta": rope["rope_theta"], "rope_local_base_freq": local["rope_theta"],
+        "tie_word_embeddings": not args.get("untie_embeddings_and_output_weights", False),
+        "attention_bias": False, "attn_logit_softcapping": None, "final_logit_softcapping": None,
+        "torch_dtype": DTYPE_NAMES.get(dtype, "float32"),
+    }
+    if rope["rope_type"] != "default":
+        config["rope_scaling"] = rope
     return config
 
 

@@ -125,6 +125,16 @@ def layer_uses_rope(config, layer_number: int) -> bool:
     return not (pattern and pattern[layer_number - 1])
 
 
+def layer_uses_local_rope(config, layer_number: int) -> bool:
+    """Whether layer `layer_number` rotates with the local table (config.rope_local_base, Gemma 3's
+    sliding layers; models/gemma.py): a model with a local theta, in a layer its window pattern
+    (config.window_layers) marks as sliding, or in every layer without a pattern."""
+    if getattr(config, "rope_local_base", None) is None:
+        return False
+    pattern = getattr(config, "window_layers", None)
+    return pattern is None or bool(pattern[layer_number - 1])
+
+
 def rope_mscale(config) -> float:
     """The factor cos and sin are scaled by (1 but for partial-rotary longrope / yarn; module docstring)."""
     return float(getattr(config, "rope_mscale", 1.0))

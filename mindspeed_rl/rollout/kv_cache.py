@@ -61,9 +61,10 @@ get_platform().patch()  # megatron must be imported after the platform patch (no
 from megatron.core.models.common.embeddings.rope_utils import apply_rotary_pos_emb  # noqa: E402
 
 from mindspeed_rl.models import swiglu  # noqa: E402
-from mindspeed_rl.models.rotary import layer_uses_rope, rope_mscale, rotate_half  # noqa: E402
+from mindspeed_rl.models.gemma import post_norm  # noqa: E402
+from mindspeed_rl.models.rotary import layer_uses_local_rope, layer_uses_rope, rope_mscale, rotate_half  # noqa: E402
 from mindspeed_rl.models.multipliers import multiplier, scaled  # noqa: E402
-from mindspeed_rl.models.sliding_window import window_mask  # noqa: E402
+from mindspeed_rl.models.sliding_window import layer_window, window_mask  # noqa: E402
 from mindspeed_rl.platform.packed_linear import matmul_t  # noqa: E402
 
 
@@ -73,7 +74,7 @@ class KVCache:
 
     def __init__(self, num_layers: int, batch: int, groups: int, max_len: int, head_dim: int,
                  dtype: torch.dtype, device: torch.device, rotary_freqs: torch.Tensor, zeroed: bool = False,
-                 mscale: float = 1.0, window: Optional[int] = None):
+                 mscale: float = 1.0, window: Optional[int] = None, local_freqs: Optional[torch.Tensor] = None):
         shape = (batch, groups, max_len, head_dim)
         # zeroed: positions not written yet hold 0, not garbage (static_decode_step attends over
         # them, masked: 0 x NaN would poison the context)
@@ -84,22 +85,28 @@ class KVCache:
         self.length = 0
         self.freqs = rotary_freqs  # (max_len, 1, 1, rot_dim) megatron RotaryEmbedding output
         self.mscale = mscale  # cos / sin scale (models/rotary.rope_mscale)
+        self.local_freqs = local_freqs  # the sliding layers' own table (Gemma 3; models/gemma.py), or None
         if zeroed:  # its own tensor, not a view of megatron's cached table (Dynamo would size the base)
             self.freqs = _static_dims(rotary_freqs.clone(), True, (1, 2, 3))
+            if local_freqs is not None:
+                self.local_freqs = _static_dims(local_freqs.clone(), True, (1, 2, 3))
         self.lean = False  # forward_stage runs lean_forward (set by the engine when lean_supported)
         self.packed = False  # lean_forward's matmuls read prepacked weights (set by the engine)
-        self._rope: tuple = (None, None)  # ((start, end, dtype), (cos, sin)) of the current step
+        self._rope: dict = {}  # local? -> ((start, end, dtype), (cos, sin)) of the current step
         self.window = window  # sliding-window attention (models/sliding_window.py)
         self._band: tuple = (None, None)  # ((start, end), window mask) of the current step
 
-    def rope(self, start: int, end: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin (s, 1, 1, rot) of positions start..end-1 in `dtype` (times mscale): computed by
-        the first layer of a step, reused by the others (megatron recomputes them in every layer)."""
+    def rope(self, start: int, end: int, dtype: torch.dtype, local: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin (s, 1, 1, rot) of positions start..end-1 in `dtype` (times mscale) of the model's
+        table, or of the local one: computed by the first layer of a step that needs them, reused by
+        the others (megatron recomputes them in every layer)."""
         key = (start, end, dtype)
-        if self._rope[0] != key:
-            freqs = self.freqs[start:end]
-            self._rope = (key, ((torch.cos(freqs) * self.mscale).to(dtype), (torch.sin(freqs) * self.mscale).to(dtype)))
-        return self._rope[1]
+        hit = self._rope.get(local)
+        if hit is None or hit[0] != key:
+            freqs = (self.local_freqs if local else self.freqs)[start:end]
+            hit = (key, ((torch.cos(freqs) * self.mscale).to(dtype), (torch.sin(freqs) * self.mscale).to(dtype)))
+            self._rope[local] = hit
+        return hit[1]
 
     def windowed(self, mask: torch.Tensor, start: int, end: int) -> torch.Tensor:
         """`mask` (b, 1, end - start, end) with the sliding window's band masked too (the band computed
@@ -146,7 +153,8 @@ class CachedCoreAttention(torch.nn.Module):
     Masks are megatron's: bool (b, 1, s, k), True = may not attend; k = cache.length + s.
     """
 
-    def __init__(self, index: int, original: torch.nn.Module, cache: KVCache, rope: bool = True):
+    def __init__(self, index: int, original: torch.nn.Module, cache: KVCache, rope: bool = True,
+                 windowed: bool = True, local: bool = False):
         super().__init__()
         config = original.config
         self.index, self.cache, self.config = index, cache, config
@@ -155,14 +163,17 @@ class CachedCoreAttention(torch.nn.Module):
         self.scale = _attention_scale(config)
         self.own_rope = _own_rope(config)
         self.rope = rope  # False in a NoPE layer (models/rotary.layer_uses_rope)
+        self.windowed = windowed  # the cache's sliding window applies to this layer (sliding_window.layer_window)
+        self.local = local  # rotates with the cache's local table (rotary.layer_uses_local_rope)
 
     def _rotate(self, t: torch.Tensor, start: int, end: int) -> torch.Tensor:
         """megatron's _apply_rotary_pos_emb_bshd: t (s, b, heads, hn) at positions start..end-1."""
         if not self.rope:
             return t
         if not self.own_rope:
-            return apply_rotary_pos_emb(t, self.cache.freqs[start:end], self.config, mscale=self.cache.mscale)
-        cos, sin = self.cache.rope(start, end, t.dtype)
+            freqs = self.cache.local_freqs if self.local else self.cache.freqs
+            return apply_rotary_pos_emb(t, freqs[start:end], self.config, mscale=self.cache.mscale)
+        cos, sin = self.cache.rope(start, end, t.dtype, self.local)
         return rotate_half(t, cos, sin)  # the training forward's rotation (models/rotary.py)
 
     def forward(self, query, key, value, attention_mask, attn_mask_type=None, attention_bias=None,
@@ -177,7 +188,8 @@ class CachedCoreAttention(torch.nn.Module):
         cache.k[i][:, :, start:end] = key.permute(1, 2, 0, 3)  # (b, ng, s, hn)
         cache.v[i][:, :, start:end] = value.permute(1, 2, 0, 3)
         k, v = cache.k[i][:, :, :end], cache.v[i][:, :, :end]  # (b, ng, end, hn) views
-        return grouped_attention(query, k, v, cache.windowed(attention_mask, start, end), self.groups, self.scale)
+        mask = cache.windowed(attention_mask, start, end) if self.windowed else attention_mask
+        return grouped_attention(query, k, v, mask, self.groups, self.scale)
 
 
 def _attention_scale(config) -> float:
@@ -219,7 +231,10 @@ def cached_attention(model: torch.nn.Module, cache: KVCache) -> Iterator[None]:
     originals = [a.core_attention for a in attentions]
     try:
         for i, (layer, a, orig) in enumerate(zip(layers, attentions, originals)):
-            a.core_attention = CachedCoreAttention(i, orig, cache, layer_uses_rope(model.config, layer.layer_number))
+            n = layer.layer_number
+            a.core_attention = CachedCoreAttention(i, orig, cache, layer_uses_rope(model.config, n),
+                                                   layer_window(model.config, n) is not None,
+                                                   layer_uses_local_rope(model.config, n))
         yield
     finally:
         for a, orig in zip(attentions, originals):
@@ -233,8 +248,9 @@ def new_cache(model: torch.nn.Module, batch: int, max_len: int, zeroed: bool = F
     groups = (config.num_query_groups or config.num_attention_heads) // config.tensor_model_parallel_size
     param = next(model.parameters())
     freqs = model.rotary_pos_emb(max_len)  # (max_len, 1, 1, rot); megatron lru-caches it
+    local = model.local_rotary_pos_emb(max_len) if hasattr(model, "local_rotary_pos_emb") else None
     return KVCache(len(model.decoder.layers), batch, groups, max_len, config.kv_channels, param.dtype,
-                   param.device, freqs, zeroed, rope_mscale(config), getattr(config, "attention_window", None))
+                   param.device, freqs, zeroed, rope_mscale(config), getattr(config, "attention_window", None), local)
 
 
 def forward_stage(model: torch.nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor,
@@ -339,7 +355,7 @@ def _lean_layer(layer: torch.nn.Module, hidden: torch.Tensor, attend, packed: bo
         q = a.q_layernorm(q)
     if a.k_layernorm is not None:
         k = a.k_layernorm(k)
-    out = _linear(attend(a, q, k, v), a.linear_proj, packed)
+    out = post_norm(layer, "post_self_attn_layernorm", _linear(attend(a, q, k, v), a.linear_proj, packed))  # Gemma's
     residual = multiplier(c, "residual_multiplier")  # Granite's (models/multipliers.py)
     hidden = hidden + scaled(out, residual)  # bias-dropout-add: (out + bias) + residual, dropout off in eval
     x = layer.pre_mlp_layernorm(hidden)
@@ -349,7 +365,7 @@ def _lean_layer(layer: torch.nn.Module, hidden: torch.Tensor, attend, packed: bo
         h1 = c.activation_func(gate) * up
     else:
         h1 = c.activation_func(h1)
-    return hidden + scaled(_linear(h1, layer.mlp.linear_fc2, packed), residual)
+    return hidden + scaled(post_norm(layer, "post_mlp_layernorm", _linear(h1, layer.mlp.linear_fc2, packed)), residual)
 
 
 def output_weight(model: torch.nn.Module) -> torch.Tensor:
@@ -400,7 +416,7 @@ def compile_unsupported(model: torch.nn.Module, platform_name: str) -> Optional[
 
 def static_decode_step(model: torch.nn.Module, input_ids: torch.Tensor, key_mask: torch.Tensor,
                        position: torch.Tensor, cache_k: list, cache_v: list, freqs: torch.Tensor,
-                       packed: bool = False) -> torch.Tensor:
+                       packed: bool = False, local_freqs: Optional[torch.Tensor] = None) -> torch.Tensor:
     """One decode step of a `lean_supported` model whose every shape stays the same from step to
     step, so that torch.compile builds one graph for the whole generation (and for later ones: the
     batch and cache length are dynamic dimensions of that graph).
@@ -417,6 +433,7 @@ def static_decode_step(model: torch.nn.Module, input_ids: torch.Tensor, key_mask
         cache_k / cache_v: per layer (b, groups, max_len, hn), updated in place.
         freqs: (max_len, 1, 1, rot) megatron's rotary table for the cache length.
         packed: the matmuls read the engine's prepacked weights (see _linear); a constant of the graph.
+        local_freqs: the sliding layers' own rotary table (KVCache.local_freqs; Gemma 3), or None.
     Returns:
         (b, V) logits.
     """
@@ -426,21 +443,30 @@ def static_decode_step(model: torch.nn.Module, input_ids: torch.Tensor, key_mask
     # the strides every layer's output has ((b h, h, 1), not the embedding's (h, h, 1)): the layer
     # region is reused only for inputs of the same metadata, so the first layer would be compiled apart
     hidden = hidden.clone(memory_format=torch.contiguous_format)
-    mask = ~visible[:, None, None, :]  # (b, 1, 1, max_len)
+    full = ~visible[:, None, None, :]  # (b, 1, 1, max_len)
     window = getattr(model.config, "attention_window", None)
-    if window:  # sliding-window attention: the keys `window` or more positions back are hidden too
-        mask = mask | (torch.arange(mask.shape[-1], device=mask.device) <= position - window)
+    # sliding-window attention: the keys `window` or more positions back are hidden too
+    windowed = full | (torch.arange(full.shape[-1], device=full.device) <= position - window) if window else full
     at = position.view(1)
-    f = freqs.index_select(0, at)  # (1, 1, 1, rot)
     m = rope_mscale(model.config)
-    cos, sin = (torch.cos(f) * m).to(hidden.dtype), (torch.sin(f) * m).to(hidden.dtype)
+
+    def table(freqs):
+        f = freqs.index_select(0, at)  # (1, 1, 1, rot)
+        return f, (torch.cos(f) * m).to(hidden.dtype), (torch.sin(f) * m).to(hidden.dtype)
+
+    rope = table(freqs)
+    local = table(local_freqs) if local_freqs is not None else None
     # a NoPE layer (SmolLM3) rotates by angle 0 exactly (t * 1 + rotate_half(t) * 0 = t): every layer
     # keeps one graph, where a branch on the layer would make the shared region differ per layer
-    no_rope = (torch.ones_like(cos), torch.zeros_like(sin), torch.zeros_like(f)) if getattr(model.config, "no_rope_freq", None) else None
+    f = rope[0]
+    no_rope = (torch.zeros_like(f), torch.ones_like(rope[1]), torch.zeros_like(rope[2])) \
+        if getattr(model.config, "no_rope_freq", None) else None
     for i, layer in enumerate(model.decoder.layers):
-        rope = (f, cos, sin) if no_rope is None or layer_uses_rope(model.config, layer.layer_number) else \
-            (no_rope[2], no_rope[0], no_rope[1])
-        hidden = _static_layer(layer, hidden, cache_k[i], cache_v[i], mask, at, *rope, packed)
+        n = layer.layer_number
+        layer_rope = (no_rope if not layer_uses_rope(model.config, n)
+                      else local if layer_uses_local_rope(model.config, n) else rope)
+        mask = windowed if layer_window(model.config, n) is not None else full
+        hidden = _static_layer(layer, hidden, cache_k[i], cache_v[i], mask, at, *layer_rope, packed)
     return _lean_logits(model, hidden, packed)
 
 

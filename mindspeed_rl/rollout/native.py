@@ -498,7 +498,7 @@ class NativeEngine:
                     cache = caches[0]
                     try:
                         logits = self._decode_step(self.model, step_ids, key_mask[rows], position, cache.k, cache.v,
-                                                   cache.freqs, packed)[:, :self.vocab_size]
+                                                   cache.freqs, packed, cache.local_freqs)[:, :self.vocab_size]
                         cache.length += 1
                     except COMPILE_FAILED as err:  # raised before the graph runs: the cache is untouched
                         self._stop_compiling(err)

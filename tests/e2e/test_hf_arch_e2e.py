@@ -23,16 +23,16 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 OVERRIDES = {"granite": {"logits_scaling": 2.0}}
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "phi3", "mixtral", "smollm3", "granite"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "phi3", "mixtral", "smollm3", "granite", "gemma3_text"])
 def test_empty_model_yaml_runs(arch, tmp_path):
-    """phi3 (q/k/v and gate/up stored fused) and mixtral (its own expert names) also export at the
-    end (save_hf): the HF checkpoint has the original's tensor names and shapes (vocabulary rows
-    included), and transformers loads it."""
+    """phi3 (q/k/v and gate/up stored fused), mixtral (its own expert names) and gemma3_text (its own
+    norm names) also export at the end (save_hf): the HF checkpoint has the original's tensor names
+    and shapes (vocabulary rows included), and transformers loads it."""
     hf = tmp_path / "hf"
     make_tiny_hf(arch, str(hf), **OVERRIDES.get(arch, {}))
     from mindspeed_rl.data import tiny_task
     tok = tiny_task.TOKENIZER_DIR  # the tiny task's 13-token tokenizer fits the 120-row embedding
-    own_names = arch in ("phi3", "mixtral")
+    own_names = arch in ("phi3", "mixtral", "gemma3_text")
     proc = subprocess.run(
         [sys.executable, str(ROOT / "ray_gpt.py"), "--config-dir", str(CONFIGS), "--config-name", "grpo_trainer_hf_any",
          f"actor_rollout_ref.actor_rollout.load={hf}", f"actor_rollout_ref.ref.load={hf}",

@@ -6,7 +6,8 @@ factors apply up to the original length, and Phi-4-mini's LongRoPE on part of ea
 attention factor scales only the rotated part), a Qwen2 with YaRN (vLLM's
 YaRNScalingRotaryEmbedding) and a SmolLM3 (no RoPE in every second layer; vLLM serves it through
 its Transformers backend) and a Granite (vLLM's GraniteForCausalLM: embedding, residual, attention
-and logit multipliers): synced from the training model, their
+and logit multipliers) and a Gemma 3 (vLLM's Gemma3ForCausalLM: (1 + w) sandwich norms, GeGLU, a
+16-position window and theta 1e4 in its sliding layers): synced from the training model, their
 greedy tokens equal the native engine's and their sampled log-probs the training forward's. Mistral,
 Mixtral and Phi-3 attend through a 16-position sliding window (sequences up to 31 positions):
 vLLM's kernels and the native engine's masks agree past it."""
@@ -37,6 +38,7 @@ VARIANTS = {
         "rope_type": "yarn", "rope_theta": 5e5, "factor": 4.0, "original_max_position_embeddings": 16}),
     "qwen2-yarn": dict(max_position_embeddings=64, rope_parameters={
         "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 16}),
+    "gemma3_text": dict(head_dim=32, sliding_window=16),
 }
 
 
@@ -53,7 +55,7 @@ def _make_smollm3(out, overrides):
 
 
 @pytest.mark.parametrize("arch", ["mistral", "mixtral", "phi3", "phi3-longrope", "phi3-partiallongrope", "qwen2-yarn",
-                                  "smollm3", "smollm3-yarn", "granite"])
+                                  "smollm3", "smollm3-yarn", "granite", "gemma3_text"])
 def test_synced_engine_equals_the_training_model(arch, tmp_path, gloo_world1):
     from mindspeed_rl.rollout.native import NativeEngine
     from mindspeed_rl.rollout.vllm_engine import VLLMEngine
@@ -71,7 +73,8 @@ def test_synced_engine_equals_the_training_model(arch, tmp_path, gloo_world1):
         testing_utils.TINY_HF.clear()
         testing_utils.TINY_HF.update(old)
     model, args = _megatron(str(tmp_path))
-    assert args["max_position_embeddings"] >= 64 and args.get("sliding_window") == (16 if window else None)
+    windowed = window or arch == "gemma3_text"
+    assert args["max_position_embeddings"] >= 64 and args.get("sliding_window") == (16 if windowed else None)
     hf_config = json.loads((tmp_path / "config.json").read_text())
     engine = VLLMEngine(hf_config, vocab_size=HF_VOCAB, max_length=64, eos_token_ids=[0], pad_token_id=0, seed=0)
     try:

@@ -90,6 +90,9 @@ _LAYER_MAP = {
     "mlp.linear_fc1.weight": ("fc1", ("model.layers.{i}.mlp.gate_proj.weight",
                                       "model.layers.{i}.mlp.up_proj.weight")),
     "mlp.linear_fc2.weight": ("row", ("model.layers.{i}.mlp.down_proj.weight",)),
+    # Gemma's norms on the attention / MLP outputs (models/gemma.py; stored names: hf_bridge/names.py)
+    "post_self_attn_layernorm.weight": ("replicated", ("model.layers.{i}.post_self_attn_layernorm.weight",)),
+    "post_mlp_layernorm.weight": ("replicated", ("model.layers.{i}.post_feedforward_layernorm.weight",)),
     "mlp.router.weight": ("replicated", ("model.layers.{i}.mlp.gate.weight",)),
     "mlp.shared_experts.linear_fc1.weight": ("shared_fc1", ("model.layers.{i}.mlp.shared_expert.gate_proj.weight",
                                                             "model.layers.{i}.mlp.shared_expert.up_proj.weight")),

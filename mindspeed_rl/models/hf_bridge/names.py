@@ -4,8 +4,9 @@ The bridge (hf_bridge/mapping.py) names HF tensors one way for every architectur
 layer names, Qwen-MoE expert names). Two kinds of difference exist:
 
 - other names for the same tensor: Mixtral's checkpoints (and vLLM's Mixtral) call the router
-  `block_sparse_moe.gate` and an expert's gate / up / down projections w1 / w3 / w2
-  (`stored_name` / `canonical_name`);
+  `block_sparse_moe.gate` and an expert's gate / up / down projections w1 / w3 / w2; Gemma 3 calls
+  the pre-MLP norm `pre_feedforward_layernorm` and the norm on the attention output
+  `post_attention_layernorm`, Llama's name of the pre-MLP norm (`stored_name` / `canonical_name`);
 - several canonical tensors stored as one, concatenated along the rows: Phi-3's `qkv_proj` is
   [q_proj; k_proj; v_proj] and its `gate_up_proj` is [gate_proj; up_proj] (`fused_parts`,
   `fuse`); the row counts come from config.json.
@@ -28,6 +29,10 @@ _STORED_AS = {
                 ("mlp.experts.{e}.up_proj.weight", "block_sparse_moe.experts.{e}.w3.weight"),
                 ("mlp.experts.{e}.down_proj.weight", "block_sparse_moe.experts.{e}.w2.weight"),
                 ("mlp.gate.weight", "block_sparse_moe.gate.weight")),
+    # Gemma's pre-MLP norm is pre_feedforward_layernorm, and its post_attention_layernorm normalises
+    # the attention output (canonical post_self_attn_layernorm); the first match renames
+    "gemma3_text": (("post_attention_layernorm.weight", "pre_feedforward_layernorm.weight"),
+                    ("post_self_attn_layernorm.weight", "post_attention_layernorm.weight")),
 }
 
 

@@ -74,6 +74,8 @@ def stage_param_names(args: Mapping[str, Any], pp_size: int, pp_rank: int, vpp_s
                 ["mlp.shared_experts.linear_fc1.weight", "mlp.shared_experts.linear_fc2.weight"]
     else:
         per_layer += ["mlp.linear_fc1.weight", "mlp.linear_fc2.weight"]
+    if args.get("post_norm"):  # Gemma's, added to each layer after megatron built it (models/gemma.py)
+        per_layer += ["post_self_attn_layernorm.weight", "post_mlp_layernorm.weight"]
     names = ["embedding.word_embeddings.weight"] if first else []
     if vpp_size > 1:
         from mindspeed_rl.models.chunks import virtual_layer_ranges

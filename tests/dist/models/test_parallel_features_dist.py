@@ -110,12 +110,14 @@ _MASK = _batch()["attention_mask"].bool()
 REAL = _MASK[:, 1:] & _MASK[:, :-1]  # log-prob positions whose token and context are real
 
 
-@pytest.fixture(scope="module")
-def results(tmp_path_factory):
+@pytest.fixture(scope="module", params=["qwen3", "gemma3_text"])
+def results(tmp_path_factory, request):
+    """gemma3_text: its post norms' gradients under SP (all-reduced over TP like the other norms'),
+    sliding and full layers spread over the virtual pipeline chunks."""
     from mindspeed_rl.models.forward import position_ids_from_mask
 
     tmp = tmp_path_factory.mktemp("parallel")
-    hf = make_tiny_hf("qwen3", str(tmp / "hf"), num_hidden_layers=4)
+    hf = make_tiny_hf(request.param, str(tmp / "hf"), num_hidden_layers=4)
     b = _batch()
     with torch.no_grad():  # transformers' log-probs of the same tokens: the PP=1 reference
         logits = hf(input_ids=b["input_ids"], attention_mask=b["attention_mask"],

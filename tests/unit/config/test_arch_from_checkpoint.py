@@ -1,7 +1,7 @@
 """`load:` a HF directory with an empty model yaml: the architecture comes from config.json.
 
 Table over every architecture the model builder supports (Llama with llama3 rope scaling, Mistral,
-Phi-3, Qwen2 / Qwen2.5, Qwen3, Qwen3-MoE, Qwen2-MoE, Mixtral): an empty model entry (or none at all) dry-runs; a key the user did set that
+Phi-3, Qwen2 / Qwen2.5, Qwen3, Qwen3-MoE, Qwen2-MoE, Mixtral, SmolLM3, Granite, Gemma 3): an empty model entry (or none at all) dry-runs; a key the user did set that
 disagrees fails in dry_run with one sentence naming both values; weights whose safetensors
 headers do not fit config.json fail in dry_run too (headers only).
 """
@@ -30,7 +30,10 @@ ARCHS = {"llama": dict(rotary_base=5000.0, rope_scaling_type="llama3", untie_emb
                          norm_topk_prob=True, untie_embeddings_and_output_weights=True),
          "smollm3": dict(rotary_base=5e5, no_rope_freq=[0, 1], untie_embeddings_and_output_weights=False),
          "granite": dict(embedding_multiplier_scale=2.0, residual_multiplier=0.5, output_multiplier_scale=2.0,
-                         softmax_scale=0.2)}
+                         softmax_scale=0.2),
+         "gemma3_text": dict(window_attn_skip_freq=[1, 0], sliding_window=12, rope_local_base_freq=1e4, post_norm=True,
+                             add_rmsnorm_offset=True, geglu=True, swiglu=False, input_embeds_norm=True,
+                             rope_scaling_type="linear", rotary_base=1e5)}
 
 
 @pytest.fixture(scope="module")

@@ -30,15 +30,16 @@ def _run(*argv):
 @pytest.mark.parametrize("arch,first,second", [("llama", (2, 2), (1, 1)), ("qwen2", (1, 2), (2, 1)),
                                                ("qwen3", (2, 1), (1, 2)), ("mistral", (2, 1), (1, 1)),
                                                ("mixtral", (2, 1), (1, 1)), ("phi3", (2, 2), (1, 1)),
-                                               ("smollm3", (1, 2), (2, 1)), ("granite", (2, 1), (1, 2))])
+                                               ("smollm3", (1, 2), (2, 1)), ("granite", (2, 1), (1, 2)),
+                                               ("gemma3_text", (2, 2), (1, 1))])
 def test_round_trip_is_bit_exact(tmp_path, arch, first, second):
     """HF -> mg -> mg -> HF: every tensor back bit for bit under its stored name and layout (Mixtral's
-    names, Phi-3's fused q/k/v and gate/up)."""
+    names, Phi-3's fused q/k/v and gate/up, Gemma 3's norm names)."""
     make_tiny_hf(arch, tmp_path / "hf", max_shard_size="100KB" if arch == "qwen2" else None)
     a, b, back = tmp_path / "mg_a", tmp_path / "mg_b", tmp_path / "hf_back"
     assert _run("--load-model-type", "hf", "--save-model-type", "mg", "--load-dir", tmp_path / "hf",
                 "--save-dir", a, "--target-tensor-parallel-size", first[0],
-                "--target-pipeline-parallel-size", first[1], "--model-type-hf", arch if arch != "llama" else "llama3",
+                "--target-pipeline-parallel-size", first[1], "--model-type-hf", {"llama": "llama3", "gemma3_text": "gemma3"}.get(arch, arch),
                 "--make-vocab-size-divisible-by", 16) == 0
     manifest = json.loads((a / "iter_0000000" / "manifest.json").read_text())
     assert (manifest["tp"], manifest["pp"], manifest["step"], manifest["vocab_size"]) == (*first, 0, 120)

@@ -223,6 +223,51 @@ def test_granite_multipliers_round_trip_through_config_json():
         model_config_from_hf(dict(granite, attention_bias=True))
 
 
+# gemma-3-1b-it's config.json (transformers 4.50: sliding_window_pattern, rope_local_base_freq)
+GEMMA3_1B = {"architectures": ["Gemma3ForCausalLM"], "attention_bias": False, "attn_logit_softcapping": None,
+             "final_logit_softcapping": None, "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh",
+             "hidden_size": 1152, "intermediate_size": 6912, "max_position_embeddings": 32768,
+             "model_type": "gemma3_text", "num_attention_heads": 4, "num_hidden_layers": 26, "num_key_value_heads": 1,
+             "query_pre_attn_scalar": 256, "rms_norm_eps": 1e-06, "rope_local_base_freq": 10000, "rope_scaling": None,
+             "rope_theta": 1000000, "sliding_window": 512, "sliding_window_pattern": 6, "vocab_size": 262144}
+
+
+def test_gemma3_config_json_round_trip_and_refusals():
+    """Gemma 3 1B's config.json: MindSpeed-LLM's Gemma keys, every 6th layer full attention (the
+    others a 512 window with theta 1e4), tied; config.json written from the args (a yaml-built
+    model) is Gemma 3's in transformers 5's spelling, transformers reads it, and it reads back to the
+    same args. Soft-capping (Gemma 2), the image-text gemma3 and Gemma keys on another layout are
+    refused in one sentence."""
+    from transformers import Gemma3TextConfig
+
+    from mindspeed_rl.models.hf_export import hf_config_from_args
+
+    args = model_config_from_hf(GEMMA3_1B)
+    assert args["window_attn_skip_freq"] == ([1] * 5 + [0]) * 4 + [1, 1]
+    assert (args["sliding_window"], args["rope_local_base_freq"], args["rotary_base"]) == (512, 1e4, 1e6)
+    assert args["softmax_scale"] == 256 ** -0.5 and not args["untie_embeddings_and_output_weights"]
+    assert all(args[k] for k in ("geglu", "add_rmsnorm_offset", "post_norm", "input_embeds_norm", "qk_layernorm"))
+    assert not args["swiglu"]
+    written = hf_config_from_args(dict(args, softmax_scale=24 ** -0.5), vocab_size=262144)
+    assert written["model_type"] == "gemma3_text" and written["query_pre_attn_scalar"] == 24
+    read = Gemma3TextConfig(**{k: v for k, v in written.items() if k != "model_type"})
+    assert read.layer_types == ["sliding_attention"] * 5 + ["full_attention"] + read.layer_types[6:]
+    assert read.rope_parameters["sliding_attention"]["rope_theta"] == 1e4
+    again = model_config_from_hf(written)
+    assert again == dict(args, softmax_scale=again["softmax_scale"]) and again["softmax_scale"] == pytest.approx(24 ** -0.5)
+    linear = model_config_from_hf(dict(GEMMA3_1B, rope_scaling={"rope_type": "linear", "factor": 8.0}))  # 4B and up
+    assert (linear["rope_scaling_type"], linear["rope_scaling_factor"]) == ("linear", 8.0)
+    assert model_config_from_hf(hf_config_from_args(linear, vocab_size=262144)) == linear
+    with pytest.raises(ValueError, match="final_logit_softcapping 30.0 .Gemma 2 style soft-capping"):
+        model_config_from_hf(dict(GEMMA3_1B, final_logit_softcapping=30.0))
+    with pytest.raises(ValueError, match="image-text models"):
+        model_config_from_hf(dict(GEMMA3_1B, model_type="gemma3"))
+    with pytest.raises(ValueError, match="this model also sets add_qkv_bias"):
+        hf_config_from_args(dict(args, add_qkv_bias=True), vocab_size=262144)
+    with pytest.raises(ValueError, match="this model lacks input_embeds_norm"):
+        hf_config_from_args(dict(args, input_embeds_norm=False), vocab_size=262144)
+
+
 def test_windowed_moe_exports_as_mixtral_and_variants_do_not_combine():
     """A Megatron checkpoint of a windowed Mixtral (no config.json kept) exports a Mixtral config.json
     with its window, which reads back to the same architecture; Llama variants that config.json
