@@ -100,10 +100,18 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
     rope theta 5e5, every second layer without RoPE (no_rope_layer_interval 2); granite: tied, embeddings x 2,
     residuals x 0.5, scores x 0.2, logits / 0.5; gemma3_text (Gemma3ForCausalLM): tied, head_dim 16, scores
     scaled by 24^-1/2, sliding layers (window 12, theta 1e4) alternating with full ones (linear
-    rope x 2, theta 1e5), sandwich (1 + w) norms, GeGLU. `overrides` change TINY_HF (num_hidden_layers=4)."""
+    rope x 2, theta 1e5), sandwich (1 + w) norms, GeGLU; gemma3: that text model inside Gemma 3 4B+'s
+    image-text model (Gemma3ForConditionalGeneration, a tiny vision tower). `overrides` change TINY_HF (num_hidden_layers=4)."""
     import transformers as tf
 
     tiny = dict(TINY_HF, **overrides)
+
+    def gemma3_text():
+        return tf.Gemma3TextConfig(**{
+            "head_dim": 16, "query_pre_attn_scalar": 24, "sliding_window": 12,
+            "layer_types": ["sliding_attention", "full_attention"] * (tiny["num_hidden_layers"] // 2),
+            "rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e5},
+                                "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}, **tiny})
 
     config = {
         "llama": lambda: tf.LlamaConfig(**tiny, rope_theta=5000.0, rope_scaling={
@@ -125,23 +133,26 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
                                                "tie_word_embeddings": True, **tiny}),
         "smollm3": lambda: tf.SmolLM3Config(**{"no_rope_layer_interval": 2, "rope_theta": 5e5, "pad_token_id": 0,
                                                "bos_token_id": 1, "eos_token_id": 2, **tiny}),
-        "gemma3_text": lambda: tf.Gemma3TextConfig(**{
-            "head_dim": 16, "query_pre_attn_scalar": 24, "sliding_window": 12,
-            "layer_types": ["sliding_attention", "full_attention"] * (tiny["num_hidden_layers"] // 2),
-            "rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e5},
-                                "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}, **tiny}),
+        "gemma3_text": gemma3_text,
+        # Gemma 3 4B+'s image-text layout around the same text model: a tiny SigLIP tower, image
+        # tokens at the top of the 120-token vocabulary (prompts use ids below 117)
+        "gemma3": lambda: tf.Gemma3Config(
+            text_config=gemma3_text().to_dict(), mm_tokens_per_image=4, image_token_index=119, boi_token_index=117,
+            eoi_token_index=118, vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                                    num_attention_heads=2, image_size=28, patch_size=14)),
     }[arch]()
     cls = {"llama": tf.LlamaForCausalLM, "mistral": tf.MistralForCausalLM, "qwen2": tf.Qwen2ForCausalLM, "qwen3": tf.Qwen3ForCausalLM,
            "qwen3_moe": tf.Qwen3MoeForCausalLM, "qwen2_moe": tf.Qwen2MoeForCausalLM,
            "mixtral": tf.MixtralForCausalLM, "phi3": tf.Phi3ForCausalLM, "smollm3": tf.SmolLM3ForCausalLM,
-           "granite": tf.GraniteForCausalLM, "gemma3_text": tf.Gemma3ForCausalLM}[arch]
+           "granite": tf.GraniteForCausalLM, "gemma3_text": tf.Gemma3ForCausalLM,
+           "gemma3": tf.Gemma3ForConditionalGeneration}[arch]
     torch.manual_seed(seed)
     model = cls(config).eval()
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0.0, 0.1)
         for name, p in model.named_parameters():
-            if name.endswith("norm.weight") and arch != "gemma3_text":  # Gemma's norms scale by 1 + weight
+            if name.endswith("norm.weight") and not arch.startswith("gemma3"):  # Gemma's norms scale by 1 + weight
                 p.add_(1.0)
     kwargs = {"max_shard_size": max_shard_size} if max_shard_size else {}
     model.save_pretrained(out_dir, **kwargs)

@@ -312,7 +312,9 @@ def _hf_config(role: RoleConfig) -> dict:
             hf = json.load(f)
     except (OSError, ValueError):
         return {}
-    return hf if isinstance(hf, dict) else {}
+    from mindspeed_rl.models.hf_config import text_model_config
+
+    return text_model_config(hf) if isinstance(hf, dict) else {}
 
 
 def _length_limit_note(role: RoleConfig) -> str:

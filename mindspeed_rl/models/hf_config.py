@@ -36,12 +36,10 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     the factor), llama3, longrope and yarn (yarn_args: Qwen2.5 / Qwen3 beyond 32k, as their model
     cards tell users to set it); dynamic NTK is refused (transformers rescales with the sequence
     length past the original, vLLM once for the longest: the engines would disagree)."""
+    hf = text_model_config(hf)
     model_type = hf.get("model_type")
     if model_type not in HF_ARCHS:
-        hint = (" Gemma 3 4B and larger are image-text models (gemma3): use the text-only gemma-3-270m / 1b, or "
-                "a checkpoint of the text model alone (Gemma3ForCausalLM)." if model_type == "gemma3" else "")
-        raise ValueError(f"config.json model_type {model_type!r} is not supported; supported: {', '.join(HF_ARCHS)}."
-                         + hint)
+        raise ValueError(f"config.json model_type {model_type!r} is not supported; supported: {supported_types()}.")
     heads = int(hf["num_attention_heads"])
     kv_heads = int(hf.get("num_key_value_heads") or heads)
     head_dim = int(hf.get("head_dim") or hf["hidden_size"] // heads)
@@ -121,6 +119,37 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     if model_type == "gemma3_text":
         args.update(gemma3_args(hf, args["num_layers"], head_dim))
     return args
+
+
+IMAGE_TEXT_ARCHS = {"gemma3": "gemma3_text"}  # image-text model_type -> its text model's (text_model_config)
+
+
+def supported_types() -> str:
+    """The config.json model types `load:` takes, for messages."""
+    return ", ".join((*HF_ARCHS, *(f"{k} (its text model)" for k in IMAGE_TEXT_ARCHS)))
+
+
+def text_model_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The config.json of the text model inside an image-text one (Gemma 3 4B / 12B / 27B and their
+    -it versions: `gemma3`, Gemma3ForConditionalGeneration), else `config` itself. Their text_config
+    lists only what differs from transformers' defaults (gemma-3-4b-it: hidden and MLP sizes, layers,
+    rope_scaling, window), so transformers' Gemma3TextConfig completes it; the result is a
+    `gemma3_text` (Gemma3ForCausalLM) config.json, which is what GRPO trains, vLLM serves and the
+    export writes. The vision tower's weights stay in the checkpoint unread (hf_bridge/names.py maps
+    the language model's prefixed names)."""
+    text_type = IMAGE_TEXT_ARCHS.get(config.get("model_type"))
+    if text_type is None:
+        return dict(config)
+    from transformers import AutoConfig
+
+    text = {k: v for k, v in dict(config.get("text_config") or {}).items() if k != "model_type"}
+    out = AutoConfig.for_model(text_type, **text).to_dict()
+    out.update(model_type=text_type, architectures=["Gemma3ForCausalLM"],
+               tie_word_embeddings=bool(config.get("tie_word_embeddings", out.get("tie_word_embeddings", True))))
+    for key in ("torch_dtype", "dtype"):
+        if config.get(key) and not text.get(key):
+            out[key] = config[key]
+    return out
 
 
 def gemma3_args(hf: Mapping[str, Any], num_layers: int, head_dim: int) -> dict[str, Any]:

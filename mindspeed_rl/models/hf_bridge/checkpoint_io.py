@@ -71,12 +71,14 @@ class SafetensorsReader:
         config = _own_names_config(directory)
         self.model_type = config.get("model_type")
         self._parts: dict[str, tuple[str, int, int]] = {}  # canonical -> (fused stored name, first row, rows)
+        self._stored: dict[str, str] = {}  # canonical -> the name the checkpoint stores it under
         if config:  # canonical name -> file; the stored name is stored_name(canonical) or a fused tensor
             canonical = {}
             for name, file in self.weight_map.items():
                 parts = fused_parts(name, config)
                 if parts is None:
                     canonical[canonical_name(name, self.model_type)] = file
+                    self._stored[canonical_name(name, self.model_type)] = name
                 for part, start, rows in parts or ():
                     canonical[part] = file
                     self._parts[part] = (name, start, rows)
@@ -91,7 +93,7 @@ class SafetensorsReader:
         if name in self._parts:
             fused, start, rows = self._parts[name]
             return f"{fused} (rows {start}-{start + rows - 1}, its {name.rsplit('.', 2)[-2]})"
-        return fused_name(name, self.model_type) or stored_name(name, self.model_type)
+        return self._stored.get(name) or fused_name(name, self.model_type) or stored_name(name, self.model_type)
 
     def _slice(self, name: str):
         """(safetensors slice, first row, rows or None for the whole tensor) of canonical `name`."""

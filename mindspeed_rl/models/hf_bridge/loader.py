@@ -16,6 +16,7 @@ import torch
 
 from mindspeed_rl.models.hf_bridge.checkpoint_io import SafetensorsReader, TensorReader
 from mindspeed_rl.models.hf_bridge.mapping import ARCHITECTURES, EXPERT_KINDS, Dims, hf_names, read_shard
+from mindspeed_rl.models.hf_config import supported_types, text_model_config
 from mindspeed_rl.utils.errors import UserInputError
 from mindspeed_rl.utils.logging import get_logger
 
@@ -31,19 +32,20 @@ def read_hf_config(hf_dir: str) -> dict[str, Any]:
     if not os.path.isfile(path):
         raise UserInputError(f"{hf_dir} has no config.json; point load: at a Hugging Face checkpoint directory.")
     with open(path) as f:
-        config = json.load(f)
+        config = text_model_config(json.load(f))  # an image-text model's text model (Gemma 3 4B and up)
     if config.get("model_type") not in ARCHITECTURES:
         raise UserInputError(
-            f"{path}: model_type {config.get('model_type')!r} is not supported; supported: {', '.join(ARCHITECTURES)}.")
+            f"{path}: model_type {config.get('model_type')!r} is not supported; supported: {supported_types()}.")
     return config
 
 
 def hf_config_of(load) -> dict | None:
-    """config.json of the HF checkpoint a role started from (None for random init / our checkpoints)."""
+    """config.json of the HF checkpoint a role started from (None for random init / our checkpoints);
+    an image-text model's is its text model's (models/hf_config.text_model_config)."""
     path = os.path.join(load, "config.json") if load else None
     if path and os.path.isfile(path):
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
+            return text_model_config(json.load(f))
     return None
 
 

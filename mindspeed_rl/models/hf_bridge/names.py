@@ -49,6 +49,12 @@ def _renames(pairs, reverse: bool):
 _TO_STORED = {t: _renames(pairs, reverse=False) for t, pairs in _STORED_AS.items()}
 _TO_CANONICAL = {t: _renames(pairs, reverse=True) for t, pairs in _STORED_AS.items()}
 
+# image-text model_type -> (its text model's model_type, the prefixes its checkpoints put before the
+# text model's names -> the text model's own): transformers 4.x saves Gemma 3 4B+ as
+# language_model.model.layers..., 5.x as model.language_model.layers...; the vision tower's names
+# match none and are never read (models/hf_config.text_model_config)
+_PREFIXED = {"gemma3": ("gemma3_text", (("language_model.", ""), ("model.language_model.", "model.")))}
+
 
 # config.json model_type -> {stored layer-relative name: the canonical ones it concatenates (rows)}
 _FUSED = {
@@ -61,7 +67,7 @@ _LAYER = re.compile(r"^(model\.layers\.\d+\.)(.+)$")
 
 def own_names(model_type: str | None) -> bool:
     """Whether `model_type` checkpoints store some tensors under names or layouts of their own."""
-    return model_type in _STORED_AS or model_type in _FUSED
+    return model_type in _STORED_AS or model_type in _FUSED or model_type in _PREFIXED
 
 
 def part_rows(hf_config: dict, canonical: str) -> int:
@@ -132,6 +138,12 @@ def stored_name(name: str, model_type: str | None) -> str:
 
 def canonical_name(name: str, model_type: str | None) -> str:
     """The canonical HF name of a tensor a `model_type` checkpoint stores as `name`."""
+    if model_type in _PREFIXED:  # an image-text checkpoint: its text model's name, in the text model's terms
+        model_type, prefixes = _PREFIXED[model_type]
+        for prefix, repl in prefixes:
+            if name.startswith(prefix):
+                name = repl + name[len(prefix):]
+                break
     for pattern, repl in _TO_CANONICAL.get(model_type or "", ()):
         if pattern.search(name):
             return pattern.sub(repl, name)

@@ -236,8 +236,8 @@ def test_gemma3_config_json_round_trip_and_refusals():
     """Gemma 3 1B's config.json: MindSpeed-LLM's Gemma keys, every 6th layer full attention (the
     others a 512 window with theta 1e4), tied; config.json written from the args (a yaml-built
     model) is Gemma 3's in transformers 5's spelling, transformers reads it, and it reads back to the
-    same args. Soft-capping (Gemma 2), the image-text gemma3 and Gemma keys on another layout are
-    refused in one sentence."""
+    same args; Gemma 3 4B's image-text config.json gives its text model. Soft-capping (Gemma 2) and
+    Gemma keys on another layout are refused in one sentence."""
     from transformers import Gemma3TextConfig
 
     from mindspeed_rl.models.hf_export import hf_config_from_args
@@ -260,8 +260,15 @@ def test_gemma3_config_json_round_trip_and_refusals():
     assert model_config_from_hf(hf_config_from_args(linear, vocab_size=262144)) == linear
     with pytest.raises(ValueError, match="final_logit_softcapping 30.0 .Gemma 2 style soft-capping"):
         model_config_from_hf(dict(GEMMA3_1B, final_logit_softcapping=30.0))
-    with pytest.raises(ValueError, match="image-text models"):
-        model_config_from_hf(dict(GEMMA3_1B, model_type="gemma3"))
+    # Gemma 3 4B's image-text config.json: its sparse text_config, completed with transformers' defaults
+    image_text = {"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"], "text_config": {
+        "hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text", "num_hidden_layers": 34,
+        "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": 1024}, "vision_config": {}}
+    four_b = model_config_from_hf(image_text)
+    assert (four_b["num_attention_heads"], four_b["num_query_groups"], four_b["kv_channels"], four_b["rotary_base"],
+            four_b["rope_local_base_freq"], four_b["rope_scaling_factor"], four_b["sliding_window"]) == \
+        (8, 4, 256, 1e6, 1e4, 8.0, 1024)
+    assert four_b["window_attn_skip_freq"] == ([1] * 5 + [0]) * 5 + [1] * 4 and four_b["padded_vocab_size"] == 262208
     with pytest.raises(ValueError, match="this model also sets add_qkv_bias"):
         hf_config_from_args(dict(args, add_qkv_bias=True), vocab_size=262144)
     with pytest.raises(ValueError, match="this model lacks input_embeds_norm"):
