@@ -101,7 +101,8 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
     residuals x 0.5, scores x 0.2, logits / 0.5; gemma3_text (Gemma3ForCausalLM): tied, head_dim 16, scores
     scaled by 24^-1/2, sliding layers (window 12, theta 1e4) alternating with full ones (linear
     rope x 2, theta 1e5), sandwich (1 + w) norms, GeGLU; gemma3: that text model inside Gemma 3 4B+'s
-    image-text model (Gemma3ForConditionalGeneration, a tiny vision tower). `overrides` change TINY_HF (num_hidden_layers=4)."""
+    image-text model (Gemma3ForConditionalGeneration, a tiny vision tower); gemma2: Gemma 2 (even layers
+    sliding, window 12, one theta), its soft caps lowered to 1 (scores) and 2 (logits). `overrides` change TINY_HF (num_hidden_layers=4)."""
     import transformers as tf
 
     tiny = dict(TINY_HF, **overrides)
@@ -134,6 +135,10 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
         "smollm3": lambda: tf.SmolLM3Config(**{"no_rope_layer_interval": 2, "rope_theta": 5e5, "pad_token_id": 0,
                                                "bos_token_id": 1, "eos_token_id": 2, **tiny}),
         "gemma3_text": gemma3_text,
+        # Gemma 2: soft caps low enough to bite on random weights (scores past 1, logits past 2)
+        "gemma2": lambda: tf.Gemma2Config(**{"head_dim": 16, "query_pre_attn_scalar": 24, "sliding_window": 12,
+                                            "attn_logit_softcapping": 1.0, "final_logit_softcapping": 2.0,
+                                            "attn_implementation": "eager", **tiny}),
         # Gemma 3 4B+'s image-text layout around the same text model: a tiny SigLIP tower, image
         # tokens at the top of the 120-token vocabulary (prompts use ids below 117)
         "gemma3": lambda: tf.Gemma3Config(
@@ -145,14 +150,14 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
            "qwen3_moe": tf.Qwen3MoeForCausalLM, "qwen2_moe": tf.Qwen2MoeForCausalLM,
            "mixtral": tf.MixtralForCausalLM, "phi3": tf.Phi3ForCausalLM, "smollm3": tf.SmolLM3ForCausalLM,
            "granite": tf.GraniteForCausalLM, "gemma3_text": tf.Gemma3ForCausalLM,
-           "gemma3": tf.Gemma3ForConditionalGeneration}[arch]
+           "gemma3": tf.Gemma3ForConditionalGeneration, "gemma2": tf.Gemma2ForCausalLM}[arch]
     torch.manual_seed(seed)
     model = cls(config).eval()
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0.0, 0.1)
         for name, p in model.named_parameters():
-            if name.endswith("norm.weight") and not arch.startswith("gemma3"):  # Gemma's norms scale by 1 + weight
+            if name.endswith("norm.weight") and not arch.startswith("gemma"):  # Gemma's norms scale by 1 + weight
                 p.add_(1.0)
     kwargs = {"max_shard_size": max_shard_size} if max_shard_size else {}
     model.save_pretrained(out_dir, **kwargs)

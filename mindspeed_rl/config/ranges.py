@@ -29,6 +29,8 @@ RANGES = {
     "ModelArch.max_position_embeddings": "[1, inf)",
     "ModelArch.rotary_base": "(0, inf)",
     "ModelArch.rope_local_base_freq": "(0, inf)",
+    "ModelArch.attn_logit_softcapping": "(0, inf)",
+    "ModelArch.output_logit_softcapping": "(0, inf)",
     "ModelArch.rotary_percent": "(0, 1]",
     "ModelArch.softmax_scale": "(0, inf)",
     "ModelArch.rope_scaling_factor": "(0, inf)",

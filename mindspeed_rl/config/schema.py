@@ -62,6 +62,8 @@ class ModelArch:
     geglu: bool = doc(False, "gated GELU MLP with tanh GELU (Gemma's gelu_pytorch_tanh); needs swiglu: false")
     add_rmsnorm_offset: bool = doc(False, "RMSNorms scale by (1 + weight), computed in fp32 (Gemma)")
     post_norm: bool = doc(False, "a norm after attention and after the MLP too, before each residual add (Gemma's sandwich norms)")
+    attn_logit_softcapping: Optional[float] = doc(None, "attention scores soft-capped to cap x tanh(score / cap) before the softmax (Gemma 2: 50); null = none")
+    output_logit_softcapping: Optional[float] = doc(None, "logits soft-capped to cap x tanh(logit / cap) (Gemma 2's final_logit_softcapping: 30); null = none")
     input_embeds_norm: bool = doc(False, "the embeddings times sqrt(hidden_size), rounded to the model's dtype (Gemma)")
     rope_scaling_truncate: bool = doc(True, "yarn: round the ramp's ends outward to whole dimensions (config.json truncate; false for gpt-oss style)")
     normalization: str = doc("RMSNorm", "RMSNorm or LayerNorm")

@@ -199,7 +199,7 @@ def _check_batches(cfg: Config, problems: list[str]) -> None:
 
 # ---------------------------------------------------------------------------- model and rollout
 def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
-    from mindspeed_rl.platform.base import attention_takes_masks, expected_platform, own_rotary
+    from mindspeed_rl.platform.base import attention_takes_masks, expected_platform, own_rotary, sdpa_core_attention
 
     _check_moe(role, cfg, problems)
     platform = expected_platform(cfg.run.platform)
@@ -223,6 +223,10 @@ def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
             window_pattern(a.window_attn_skip_freq, a.num_layers)
         except ValueError as err:
             problems.append(f"model {role.model_name}: {err}")
+    if platform != "auto" and not sdpa_core_attention(platform) and a.attn_logit_softcapping:
+        problems.append(f"model {role.model_name}: attn_logit_softcapping {a.attn_logit_softcapping} (Gemma 2) is not "
+                        f"supported on {platform}: its fused attention kernel does not soft-cap the scores; run it "
+                        f"on CPU or CUDA.")
     if a.geglu and a.swiglu:
         problems.append(f"model {role.model_name}: geglu and swiglu are both true; set swiglu: false for a GeGLU "
                         f"MLP (Gemma).")

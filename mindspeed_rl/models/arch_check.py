@@ -53,7 +53,8 @@ _HF_KEY = {
     "softmax_scale": "attention_multiplier / query_pre_attn_scalar^-1/2",
     "window_attn_skip_freq": "layer_types / sliding_window_pattern", "rope_local_base_freq": "rope_local_base_freq",
     "geglu": "hidden_activation", "add_rmsnorm_offset": "model_type", "post_norm": "model_type",
-    "input_embeds_norm": "model_type",
+    "input_embeds_norm": "model_type", "attn_logit_softcapping": "attn_logit_softcapping",
+    "output_logit_softcapping": "final_logit_softcapping",
 }
 # what a config.json without the key means (not Granite: no multiplier)
 _HF_DEFAULTS = {"embedding_multiplier_scale": 1.0, "residual_multiplier": 1.0, "output_multiplier_scale": 1.0,

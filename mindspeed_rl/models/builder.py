@@ -167,6 +167,10 @@ def transformer_config(args: Mapping[str, Any], params_dtype: torch.dtype = torc
     config.rope_local_base = float(_get(args, "rope_local_base_freq")) if _get(args, "rope_local_base_freq") else None
     config.add_rmsnorm_offset = bool(_get(args, "add_rmsnorm_offset", False))  # Gemma's (1 + w) norms
     config.post_norm = bool(_get(args, "post_norm", False))  # Gemma's norms after attention / MLP
+    # Gemma 2's soft caps, cap x tanh(x / cap): of the attention scores (models/core_attention.py), the logits (models/gemma.py)
+    config.attn_logit_softcapping = float(_get(args, "attn_logit_softcapping")) if _get(args, "attn_logit_softcapping") else None
+    config.output_logit_softcapping = (float(_get(args, "output_logit_softcapping"))
+                                       if _get(args, "output_logit_softcapping") else None)
     # Granite's scalars (models/multipliers.py); megatron has none of them
     config.embedding_multiplier = float(_get(args, "embedding_multiplier_scale", 1.0))
     # Gemma: sqrt(hidden_size), rounded to the activations' dtype as transformers and vLLM round it
@@ -350,6 +354,9 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
         shared.params = {**shared.params, "gate": True}  # Qwen2-MoE: sigmoid(x . gate_weight) scales its output
     if sdpa_core_attention(get_platform().name):  # fused attention (models/core_attention.py)
         spec = with_sdpa_attention(spec)
+    elif config.attn_logit_softcapping:
+        raise ValueError(f"attn_logit_softcapping (Gemma 2) is not supported on {get_platform().name}: its fused "
+                         f"attention kernel does not soft-cap the scores.")
     if own_rotary(get_platform().name):  # RoPE: cos/sin once per forward, one rotation op (models/rotary.py)
         install_rotary()
     if config.sequence_parallel:  # megatron's torch-norm fallback refuses SP: models/parallel.py
@@ -368,6 +375,10 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
             from mindspeed_rl.models import gemma
 
             gemma.install_post_norms(model)
+    if config.output_logit_softcapping and getattr(model, "post_process", False):
+        from mindspeed_rl.models import gemma
+
+        gemma.install_output_softcap(model, config.output_logit_softcapping)
     place_model(model, device, params_dtype)
     if config.num_moe_experts:
         from mindspeed_rl.models import moe_dispatch

@@ -47,9 +47,14 @@ class SDPACoreAttention(DotProductAttention):
 
     def _megatron_only(self, attention_bias, packed_seq_params) -> bool:
         dropout = self.attention_dropout.p > 0 and self.training
-        return (dropout or attention_bias is not None or packed_seq_params is not None
-                or getattr(self, "softmax_offset", None) is not None
-                or getattr(self.scale_mask_softmax, "window_size", None) is not None)
+        megatron = (dropout or attention_bias is not None or packed_seq_params is not None
+                    or getattr(self, "softmax_offset", None) is not None
+                    or getattr(self.scale_mask_softmax, "window_size", None) is not None)
+        if megatron and getattr(self.config, "attn_logit_softcapping", None):
+            raise ValueError("attn_logit_softcapping (Gemma 2) with attention dropout, an attention bias or packed "
+                             "sequences is not supported: megatron's attention does not soft-cap; set "
+                             "attention_dropout: 0.")
+        return megatron
 
     def forward(self, query, key, value, attention_mask, attn_mask_type=None, attention_bias=None,
                 packed_seq_params=None):
@@ -60,6 +65,10 @@ class SDPACoreAttention(DotProductAttention):
                                    packed_seq_params)
         sq, b, heads, _ = query.shape
         dtype = query.dtype
+        cap = getattr(self.config, "attn_logit_softcapping", None)
+        if cap:  # Gemma 2: SDPA has no soft cap
+            return softcapped_attention(query, key, value, attention_mask, self.softmax_scale * self._layer_coeff(),
+                                        cap, causal=(attn_mask_type or self.attn_mask_type) == AttnMaskType.causal)
         bf16_in_fp32 = dtype == torch.bfloat16 and sdpa_in_fp32_for_bf16(get_platform().name)  # CPU
         compute = torch.float32 if bf16_in_fp32 else dtype
         q, k, v = (t.permute(1, 2, 0, 3).to(compute) for t in (query, key, value))  # (b, heads | groups, s, hn)
@@ -86,6 +95,30 @@ class SDPACoreAttention(DotProductAttention):
         scores back in the softmax: the product is softmax_scale x coeff."""
         coeff = getattr(self.scale_mask_softmax, "scale", None)
         return float(coeff) if coeff is not None else 1.0
+
+
+def softcapped_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask, scale: float,
+                         cap: float, causal: bool = True) -> torch.Tensor:
+    """softmax(cap x tanh(Q K^T * scale / cap) + mask) V, as transformers' eager Gemma 2 attention:
+    the scores in fp32, masked after the cap (megatron's bool mask, True = may not attend; None =
+    causal when `causal`), GQA groups repeated for their heads. query (sq, b, np, hn), key / value
+    (sk, b, ng, hn) -> context (sq, b, np * hn) in query's dtype."""
+    sq, b, heads, _ = query.shape
+    sk = key.shape[0]
+    q = query.permute(1, 2, 0, 3).float()  # (b, np, sq, hn)
+    k, v = key.permute(1, 2, 0, 3), value.permute(1, 2, 0, 3)  # (b, ng, sk, hn)
+    per_group = heads // k.shape[1]
+    if per_group > 1:
+        k, v = k.repeat_interleave(per_group, dim=1), v.repeat_interleave(per_group, dim=1)
+    scores = torch.matmul(q, k.float().transpose(-1, -2)) * scale
+    scores = torch.tanh(scores / cap) * cap
+    if mask is None and causal and sq > 1:
+        mask = torch.ones(sq, sk, dtype=torch.bool, device=q.device).triu(sk - sq + 1)[None, None]
+    if mask is not None:
+        scores = scores.masked_fill(mask, MASKED_SCORE)
+    probs = torch.softmax(scores, dim=-1).to(value.dtype)
+    context = torch.matmul(probs, v)  # (b, np, sq, hn)
+    return context.permute(2, 0, 1, 3).reshape(sq, b, -1)
 
 
 def with_sdpa_attention(spec: Any) -> Any:

@@ -1,5 +1,5 @@
 """Gemma 3's layer pieces that megatron-core's local layer spec does not have (models/builder.py
-installs them from the MindSpeed-LLM keys hf_config.gemma3_args sets):
+installs them from the MindSpeed-LLM keys hf_config.gemma_args sets):
 
 - add_rmsnorm_offset: every RMSNorm scales by (1 + weight), in fp32, then casts back, exactly as
   transformers' Gemma3RMSNorm and vLLM's GemmaRMSNorm compute it. `OffsetRMSNorm` takes megatron's
@@ -13,6 +13,8 @@ installs them from the MindSpeed-LLM keys hf_config.gemma3_args sets):
   gradients and optimizer) and normalises the attention / MLP output with a forward hook, so every
   forward through the modules (training, log-probs, the rollout's prefill) applies them; the
   rollout's lean and compiled decode steps call them themselves (rollout/kv_cache.py);
+- soft caps (Gemma 2): the logits are capped to cap x tanh(logit / cap) by a hook on the output
+  layer (`install_output_softcap`); the attention scores' cap is models/core_attention.py's;
 - local rotary embedding: the sliding-window layers rotate with their own theta
   (rope_local_base_freq), a second megatron RotaryEmbedding whose table a forward pre-hook gives
   those layers' attention in place of the model's (`install_local_rope`).
@@ -95,6 +97,23 @@ def post_norm(layer: torch.nn.Module, name: str, out: torch.Tensor) -> torch.Ten
     or out itself in a model without post norms (the rollout's decode steps)."""
     norm = getattr(layer, name, None)
     return out if norm is None else norm(out)
+
+
+def softcap(t: torch.Tensor, cap) -> torch.Tensor:
+    """cap x tanh(t / cap) (Gemma 2's soft cap), or t itself for no cap; computed as transformers does
+    (divide, tanh, multiply)."""
+    return t if not cap else torch.tanh(t / cap) * cap
+
+
+def install_output_softcap(model: torch.nn.Module, cap: float) -> None:
+    """Soft-cap the logits of this GPTModel chunk's output layer (its last pipeline stage): a forward
+    hook, so training, log-probs and the rollout's prefill see capped logits; the lean decode steps
+    cap their own (rollout/kv_cache.py). Element-wise, so vocab-parallel shards cap alike."""
+    def hook(module, args, output):
+        if isinstance(output, tuple):
+            return (softcap(output[0], cap), *output[1:])
+        return softcap(output, cap)
+    model.output_layer.register_forward_hook(hook)
 
 
 def local_inv_freq(rotary: torch.nn.Module, base: float) -> torch.Tensor:

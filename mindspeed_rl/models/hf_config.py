@@ -12,13 +12,14 @@ import math
 from typing import Any, Mapping, Optional
 
 HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "smollm3", "granite",
-            "gemma3_text")
+            "gemma3_text", "gemma2")
+GEMMA_ARCHS = ("gemma3_text", "gemma2")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral")
 WINDOW_ARCHS = ("mistral", "mixtral", "phi3")  # a config.json sliding_window applies to every layer (sliding_window)
 ROPE_TYPES = ("default", "linear", "llama3", "longrope", "yarn")  # config.json rope types computed exactly
 ROPE_SCALINGS = (None, "linear", "llama3", "longrope", "yarn")  # their rope_scaling_type (models/builder.py)
-DEFAULT_THETA = {"smollm3": 2000000.0, "gemma3_text": 1000000.0}  # transformers' default rope_theta where config.json has none (else 10000)
-TIED_BY_DEFAULT = ("smollm3", "gemma3_text")  # transformers' default tie_word_embeddings is true (else false)
+DEFAULT_THETA = {"smollm3": 2000000.0, "gemma3_text": 1000000.0}  # (gemma2: 10000)  # transformers' default rope_theta where config.json has none (else 10000)
+TIED_BY_DEFAULT = ("smollm3", "gemma3_text", "gemma2")  # transformers' default tie_word_embeddings is true (else false)
 
 
 def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
@@ -49,7 +50,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     rope_type = rope.get("rope_type", rope.get("type", "default"))
     if hf.get("mlp_bias"):
         raise ValueError("config.json mlp_bias=true is not supported (Megatron has no MLP-only bias).")
-    if model_type in ("llama", "granite", "gemma3_text") and hf.get("attention_bias"):
+    if model_type in ("llama", "granite", *GEMMA_ARCHS) and hf.get("attention_bias"):
         raise ValueError(f"config.json attention_bias=true for {model_type} (bias on o_proj) is not supported.")
     # transformers 5 keeps it in rope_parameters, 4.x at the top level
     partial = float(rope.get("partial_rotary_factor") or hf.get("partial_rotary_factor") or 1.0)
@@ -60,11 +61,11 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     if hf.get("use_sliding_window"):
         raise ValueError("config.json use_sliding_window=true is not supported; set it to false.")
     activation = (hf.get("hidden_activation") or hf.get("hidden_act") or "gelu_pytorch_tanh") \
-        if model_type == "gemma3_text" else hf.get("hidden_act", "silu")
-    wanted = "gelu_pytorch_tanh" if model_type == "gemma3_text" else "silu"
+        if model_type in GEMMA_ARCHS else hf.get("hidden_act", "silu")
+    wanted = "gelu_pytorch_tanh" if model_type in GEMMA_ARCHS else "silu"
     if activation != wanted:
         raise ValueError(f"config.json hidden_act {activation!r} is not supported for {model_type}; only {wanted} "
-                         f"({'GeGLU' if model_type == 'gemma3_text' else 'SwiGLU'}).")
+                         f"({'GeGLU' if model_type in GEMMA_ARCHS else 'SwiGLU'}).")
     if rope_type == "dynamic":
         raise ValueError("config.json rope type 'dynamic' (dynamic NTK) is not supported: transformers rescales "
                          "it with the sequence length and vLLM once for the longest, so rollout and training would "
@@ -116,8 +117,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         args.update(smollm3_args(hf, args["num_layers"]))
     if model_type == "granite":
         args.update(granite_args(hf))
-    if model_type == "gemma3_text":
-        args.update(gemma3_args(hf, args["num_layers"], head_dim))
+    if model_type in GEMMA_ARCHS:
+        args.update(gemma_args(hf, args["num_layers"], head_dim))
     return args
 
 
@@ -152,24 +153,28 @@ def text_model_config(config: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def gemma3_args(hf: Mapping[str, Any], num_layers: int, head_dim: int) -> dict[str, Any]:
-    """Gemma 3 (text: gemma-3-270m, gemma-3-1b; Gemma3ForCausalLM) in MindSpeed-LLM's Gemma names:
+def gemma_args(hf: Mapping[str, Any], num_layers: int, head_dim: int) -> dict[str, Any]:
+    """Gemma 3 (text: gemma-3-270m, gemma-3-1b; Gemma3ForCausalLM) and Gemma 2 in MindSpeed-LLM's Gemma names:
     RMSNorms that scale by (1 + weight), computed in fp32 (add_rmsnorm_offset); a norm after attention
     and after the MLP as well as before them (post_norm); the embeddings times sqrt(hidden_size) in
     the model's dtype (input_embeds_norm); GeGLU with tanh GELU (geglu); q/k norms; the scores
     scaled by query_pre_attn_scalar^-1/2 (softmax_scale). Its layer types alternate: "sliding_attention"
     layers attend to the latest sliding_window positions and rotate with their own theta
     (rope_local_base_freq, 10000), "full_attention" layers attend to everything with rope_theta and
-    rope_scaling: megatron-core's window_attn_skip_freq list (1 = sliding). Soft-capping (Gemma 2) and
-    bidirectional attention (EmbeddingGemma) are refused."""
-    for key in ("attn_logit_softcapping", "final_logit_softcapping"):
-        if hf.get(key) is not None:
-            raise ValueError(f"config.json {key} {hf[key]} (Gemma 2 style soft-capping) is not supported; Gemma 3 "
-                             f"has none (null).")
+    rope_scaling: megatron-core's window_attn_skip_freq list (1 = sliding). Bidirectional attention
+    (EmbeddingGemma) is refused.
+
+    Gemma 2 (gemma2: gemma-2-2b / 9b / 27b and -it) is the same without q/k norms and with one rotary
+    table, its even layers (0, 2, ...) sliding, and soft-capped scores and logits: cap x tanh(x / cap)
+    (attn_logit_softcapping 50, final_logit_softcapping 30: MindSpeed-LLM's attn_logit_softcapping /
+    output_logit_softcapping)."""
+    gemma2 = hf.get("model_type") == "gemma2"
     if hf.get("use_bidirectional_attention"):
         raise ValueError("config.json use_bidirectional_attention=true (an embedding model) is not supported; "
                          "GRPO needs causal attention.")
     types = hf.get("layer_types")
+    if types is None and gemma2:  # transformers 4.x: every second layer attends fully
+        types = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(num_layers)]
     if types is None:  # transformers 4.x: every sliding_window_pattern-th layer attends fully
         pattern = int(hf.get("sliding_window_pattern") or hf.get("_sliding_window_pattern") or 6)
         types = ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(num_layers)]
@@ -185,10 +190,15 @@ def gemma3_args(hf: Mapping[str, Any], num_layers: int, head_dim: int) -> dict[s
     window = hf.get("sliding_window")
     longest = int(hf.get("max_position_embeddings", 4096))
     args = {"swiglu": False, "geglu": True, "add_rmsnorm_offset": True, "post_norm": True, "input_embeds_norm": True,
-            "qk_layernorm": True, "norm_epsilon": float(hf.get("rms_norm_eps", 1e-6)),
+            "qk_layernorm": not gemma2, "norm_epsilon": float(hf.get("rms_norm_eps", 1e-6)),
             "softmax_scale": float(hf.get("query_pre_attn_scalar") or head_dim) ** -0.5,
-            "window_attn_skip_freq": [int(t == "sliding_attention") for t in types[:num_layers]],
-            "rope_local_base_freq": float(local.get("rope_theta") or hf.get("rope_local_base_freq") or 10000.0)}
+            "window_attn_skip_freq": [int(t == "sliding_attention") for t in types[:num_layers]]}
+    if not gemma2:
+        args["rope_local_base_freq"] = float(local.get("rope_theta") or hf.get("rope_local_base_freq") or 10000.0)
+    for key, ours in (("attn_logit_softcapping", "attn_logit_softcapping"),
+                      ("final_logit_softcapping", "output_logit_softcapping")):
+        if hf.get(key) is not None:
+            args[ours] = float(hf[key])
     if window and int(window) < longest:
         args["sliding_window"] = int(window)
     return args

@@ -42,7 +42,7 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
     Qwen3-MoE / Qwen2-MoE (shared expert) / Mixtral (MoE with a sliding_window) CausalLM with these Megatron-named args, its rotary embedding included (rope_parameters)."""
     gemma = [k for k in GEMMA_KEYS if args.get(k)]
     if gemma:
-        return gemma3_config(args, vocab_size, dtype, gemma)
+        return gemma_config(args, vocab_size, dtype, gemma)
     if args.get("window_attn_skip_freq") is not None or args.get("rope_local_base_freq"):
         raise ValueError("window_attn_skip_freq / rope_local_base_freq have a config.json form only in a Gemma 3 "
                          "model (add_rmsnorm_offset, post_norm, input_embeds_norm, geglu, qk_layernorm).")
@@ -117,21 +117,26 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
 GEMMA_KEYS = ("add_rmsnorm_offset", "post_norm", "input_embeds_norm", "geglu")
 
 
-def gemma3_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype, gemma: list) -> dict[str, Any]:
-    """Gemma 3's config.json (gemma3_text, Gemma3ForCausalLM) for args with Gemma's keys, which
-    config.json has together only: all four of GEMMA_KEYS with q/k norms, no biases, no MoE, RoPE in
-    every layer, no Granite multipliers. Layer types from window_attn_skip_freq (none: every layer
-    slides); sliding layers rotate with rope_local_base_freq (default: rotary_base)."""
+def gemma_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype, gemma: list) -> dict[str, Any]:
+    """Gemma 3's config.json (gemma3_text, Gemma3ForCausalLM) for args with Gemma's keys and q/k norms,
+    Gemma 2's (gemma2, Gemma2ForCausalLM) without them. config.json has these keys together only:
+    all four of GEMMA_KEYS, no biases, no MoE, RoPE in every layer, no Granite multipliers; Gemma 2
+    has one rotary table (no rope_local_base_freq). Layer types from window_attn_skip_freq (none:
+    every layer slides); Gemma 3's sliding layers rotate with rope_local_base_freq (default:
+    rotary_base); the soft caps are Gemma 2's (attn_logit_softcapping, output_logit_softcapping)."""
+    gemma2 = not args.get("qk_layernorm")
     others = [k for k in ("add_qkv_bias", "num_experts", "no_rope_freq") if args.get(k)]
     others += [k for k in ("embedding_multiplier_scale", "residual_multiplier", "output_multiplier_scale")
                if float(args.get(k) or 1.0) != 1.0]
-    missing = [k for k in (*GEMMA_KEYS, "qk_layernorm") if not args.get(k)]
+    if gemma2 and args.get("rope_local_base_freq"):
+        others.append("rope_local_base_freq without qk_layernorm")
+    missing = [k for k in GEMMA_KEYS if not args.get(k)]
     if missing or others or float(args.get("rotary_percent") or 1.0) != 1.0 or args.get("swiglu", False):
         problems = ([f"lacks {', '.join(missing)}"] if missing else []) + \
                    ([f"also sets {', '.join(others)}"] if others else [])
         raise ValueError(f"{', '.join(gemma)} {'have' if len(gemma) > 1 else 'has'} a config.json form only as Gemma 3 "
-                         f"(all of {', '.join(GEMMA_KEYS)} and qk_layernorm, swiglu false, full rotary); this model "
-                         f"{' and '.join(problems) or 'is not one'}.")
+                         f"or Gemma 2 (all of {', '.join(GEMMA_KEYS)}, swiglu false, full rotary; q/k norms and "
+                         f"rope_local_base_freq in Gemma 3 only); this model {' and '.join(problems) or 'is not one'}.")
     layers = int(args["num_layers"])
     heads = int(args["num_attention_heads"])
     head_dim = int(args.get("kv_channels") or args["hidden_size"] // heads)
@@ -144,7 +149,8 @@ def gemma3_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype, 
     local = {"rope_type": "default", "rope_theta": float(args.get("rope_local_base_freq") or rope["rope_theta"])}
     groups = int(args.get("num_query_groups") or heads) if args.get("group_query_attention") else heads
     config = {
-        "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "hidden_activation": "gelu_pytorch_tanh",
+        "architectures": ["Gemma2ForCausalLM" if gemma2 else "Gemma3ForCausalLM"],
+        "model_type": "gemma2" if gemma2 else "gemma3_text", "hidden_activation": "gelu_pytorch_tanh",
         "hidden_size": int(args["hidden_size"]), "intermediate_size": int(args["ffn_hidden_size"]),
         "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": groups,
         "head_dim": head_dim, "vocab_size": int(vocab_size), "max_position_embeddings": longest,
@@ -154,11 +160,15 @@ def gemma3_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype, 
         "rope_parameters": {"full_attention": rope, "sliding_attention": local},
         "rope_theta": rope["rope_theta"], "rope_local_base_freq": local["rope_theta"],
         "tie_word_embeddings": not args.get("untie_embeddings_and_output_weights", False),
-        "attention_bias": False, "attn_logit_softcapping": None, "final_logit_softcapping": None,
+        "attention_bias": False, "attn_logit_softcapping": args.get("attn_logit_softcapping"),
+        "final_logit_softcapping": args.get("output_logit_softcapping"),
         "torch_dtype": DTYPE_NAMES.get(dtype, "float32"),
     }
     if rope["rope_type"] != "default":
         config["rope_scaling"] = rope
+    if gemma2:  # one rotary table for every layer
+        del config["rope_local_base_freq"]
+        config["rope_parameters"] = rope
     return config
 
 

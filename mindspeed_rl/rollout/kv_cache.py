@@ -61,7 +61,7 @@ get_platform().patch()  # megatron must be imported after the platform patch (no
 from megatron.core.models.common.embeddings.rope_utils import apply_rotary_pos_emb  # noqa: E402
 
 from mindspeed_rl.models import swiglu  # noqa: E402
-from mindspeed_rl.models.gemma import post_norm  # noqa: E402
+from mindspeed_rl.models.gemma import post_norm, softcap  # noqa: E402
 from mindspeed_rl.models.rotary import layer_uses_local_rope, layer_uses_rope, rope_mscale, rotate_half  # noqa: E402
 from mindspeed_rl.models.multipliers import multiplier, scaled  # noqa: E402
 from mindspeed_rl.models.sliding_window import layer_window, window_mask  # noqa: E402
@@ -189,13 +189,18 @@ class CachedCoreAttention(torch.nn.Module):
         cache.v[i][:, :, start:end] = value.permute(1, 2, 0, 3)
         k, v = cache.k[i][:, :, :end], cache.v[i][:, :, :end]  # (b, ng, end, hn) views
         mask = cache.windowed(attention_mask, start, end) if self.windowed else attention_mask
-        return grouped_attention(query, k, v, mask, self.groups, self.scale)
+        return grouped_attention(query, k, v, mask, self.groups, self.scale, _score_cap(self.config))
 
 
 def _attention_scale(config) -> float:
     """DotProductAttention's softmax_scale / layer_number on the scores, times layer_number in the fp32
     softmax when apply_query_key_layer_scaling: the product is what matters."""
     return config.softmax_scale or 1.0 / math.sqrt(config.kv_channels)
+
+
+def _score_cap(config) -> Optional[float]:
+    """The attention scores' soft cap (Gemma 2's attn_logit_softcapping), or None."""
+    return getattr(config, "attn_logit_softcapping", None)
 
 
 def _own_rope(config) -> bool:
@@ -205,8 +210,9 @@ def _own_rope(config) -> bool:
 
 
 def grouped_attention(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, groups: int,
-                      scale: float) -> torch.Tensor:
-    """softmax(q k^T * scale, masked) v with GQA as a grouped matmul (no repeat of the cache).
+                      scale: float, cap: Optional[float] = None) -> torch.Tensor:
+    """softmax(q k^T * scale, masked) v with GQA as a grouped matmul (no repeat of the cache); with
+    `cap` the scores are soft-capped first (cap x tanh(score / cap), Gemma 2).
 
     query (s, b, heads, hn); k, v (b, groups, keys, hn); mask (b, 1, s, keys) bool, True = may not
     attend. Scores and softmax in fp32. Returns (s, b, heads * hn)."""
@@ -214,7 +220,7 @@ def grouped_attention(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mas
     keys = k.shape[2]
     per_group = heads // groups
     q = query.permute(1, 2, 0, 3).reshape(b, groups, per_group * s, -1)  # (b, ng, q*s, hn)
-    scores = torch.matmul(q, k.transpose(-1, -2)).float() * scale  # (b, ng, q*s, keys)
+    scores = softcap(torch.matmul(q, k.transpose(-1, -2)).float() * scale, cap)  # (b, ng, q*s, keys)
     scores = scores.view(b, groups, per_group, s, keys)
     scores = scores.masked_fill(mask[:, :, None], torch.finfo(torch.float32).min)
     probs = torch.softmax(scores, dim=-1).to(v.dtype).view(b, groups, per_group * s, keys)
@@ -392,6 +398,7 @@ def _lean_logits(model: torch.nn.Module, hidden: torch.Tensor, packed: bool = Fa
     out = matmul_t(hidden[0], weight) if packed else torch.matmul(hidden[0], weight.t())
     bias = getattr(model.output_layer, "bias", None)
     out = out + bias if bias is not None else out
+    out = softcap(out, getattr(model.config, "output_logit_softcapping", None))  # Gemma 2's (models/gemma.py)
     return scaled(out, multiplier(model.config, "logits_multiplier"))  # (b, V)
 
 
@@ -487,7 +494,8 @@ def _static_layer(layer: torch.nn.Module, hidden: torch.Tensor, cache_k: torch.T
             q, k = apply_rotary_pos_emb(q, f, c, mscale=rope_mscale(c)), apply_rotary_pos_emb(k, f, c, mscale=rope_mscale(c))
         cache_k.index_copy_(2, at, k.permute(1, 2, 0, 3))  # (b, ng, 1, hn) at `position`
         cache_v.index_copy_(2, at, v.permute(1, 2, 0, 3))
-        return grouped_attention(q, cache_k, cache_v, mask, a.num_query_groups_per_partition, _attention_scale(c))
+        return grouped_attention(q, cache_k, cache_v, mask, a.num_query_groups_per_partition, _attention_scale(c),
+                                 _score_cap(c))
 
     return _lean_layer(layer, hidden, attend, packed)
 

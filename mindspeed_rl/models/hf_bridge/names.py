@@ -34,6 +34,7 @@ _STORED_AS = {
     "gemma3_text": (("post_attention_layernorm.weight", "pre_feedforward_layernorm.weight"),
                     ("post_self_attn_layernorm.weight", "post_attention_layernorm.weight")),
 }
+_STORED_AS["gemma2"] = _STORED_AS["gemma3_text"]  # Gemma 2's names are Gemma 3's
 
 
 def _renames(pairs, reverse: bool):

@@ -13,8 +13,10 @@ pytestmark = pytest.mark.dist
 # and per-layer features across the layouts: SmolLM3's NoPE second layer with YaRN's factor on the
 # rotation (PP 2 puts the layers on different ranks: global layer numbers), a sliding window, and
 # Phi-4-mini-style partial LongRoPE, Granite's multipliers (the embedding's on the first stage, the logits' on the last),
-# Gemma 3's sliding and full layers (PP 2: one of each per stage; TP 2: post norms replicated)
-ARCHS = ("llama", "qwen2", "qwen3", "smollm3-yarn", "mistral-window", "phi3-partiallongrope", "granite", "gemma3_text")
+# Gemma 3's sliding and full layers (PP 2: one of each per stage; TP 2: post norms replicated), Gemma 2's
+# soft caps (TP 2: each rank caps its heads' scores and its vocabulary shard's logits)
+ARCHS = ("llama", "qwen2", "qwen3", "smollm3-yarn", "mistral-window", "phi3-partiallongrope", "granite", "gemma3_text",
+         "gemma2")
 PARALLEL = ((1, 1), (2, 1), (1, 2))
 VOCAB, PADDED, SEQ, TEMP = 120, 128, 32, 0.7
 

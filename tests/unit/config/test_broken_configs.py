@@ -75,6 +75,13 @@ CASES = [
     ("partial-yarn-npu", [f"{A}.rotary_percent=0.5", f"{A}.rope_scaling_type=yarn", "training.platform=npu"],
      ["yarn with rotary_percent 0.5 (partial rotary, e.g. Phi-4-mini) scales cos and sin of the rotated part only, "
       "which MindSpeed's fused rotary kernel on NPU does not do; run it on CPU or CUDA."]),
+    ("softcap-npu", [f"{A}.attn_logit_softcapping=50", "training.platform=npu"],
+     ["attn_logit_softcapping 50.0 (Gemma 2) is not supported on npu: its fused attention kernel does not soft-cap "
+      "the scores; run it on CPU or CUDA."]),
+    ("zero-softcap", [f"{A}.output_logit_softcapping=0"], ["output_logit_softcapping: 0.0` must be"]),
+    ("window-pattern", [f"{A}.window_attn_skip_freq=[1,0,1]"], ["window_attn_skip_freq [1, 0, 1] must hold one 0 or 1 "
+                                                                 "per layer"]),
+    ("geglu-and-swiglu", [f"{A}.geglu=true"], ["geglu and swiglu are both true; set swiglu: false"]),
     ("zero-verifier-timeout", ["algorithm.verifier_timeout_s=0"], ["verifier_timeout_s: 0.0` must be > 0"]),
     ("nan-lr", [f"{A}.lr=.nan"], [f"`{A}.lr` must be a number"]),
     ("zero-tp", [f"{A}.tensor_model_parallel_size=0"], ["tensor_model_parallel_size: 0` must be >= 1"]),

@@ -43,7 +43,7 @@ def test_qwen2_and_qwen3_in_transformers5_spelling():
 
 
 @pytest.mark.parametrize("change,match", [
-    ({"model_type": "gemma2"}, "model_type 'gemma2' is not supported"),
+    ({"model_type": "gemma"}, "model_type .gemma. is not supported"),
     ({"mlp_bias": True}, "mlp_bias"),
     ({"attention_bias": True}, "attention_bias"),
     ({"hidden_act": "gelu"}, "hidden_act"),
@@ -236,8 +236,8 @@ def test_gemma3_config_json_round_trip_and_refusals():
     """Gemma 3 1B's config.json: MindSpeed-LLM's Gemma keys, every 6th layer full attention (the
     others a 512 window with theta 1e4), tied; config.json written from the args (a yaml-built
     model) is Gemma 3's in transformers 5's spelling, transformers reads it, and it reads back to the
-    same args; Gemma 3 4B's image-text config.json gives its text model. Soft-capping (Gemma 2) and
-    Gemma keys on another layout are refused in one sentence."""
+    same args; Gemma 3 4B's image-text config.json gives its text model. Gemma keys on another layout
+    are refused in one sentence."""
     from transformers import Gemma3TextConfig
 
     from mindspeed_rl.models.hf_export import hf_config_from_args
@@ -258,8 +258,6 @@ def test_gemma3_config_json_round_trip_and_refusals():
     linear = model_config_from_hf(dict(GEMMA3_1B, rope_scaling={"rope_type": "linear", "factor": 8.0}))  # 4B and up
     assert (linear["rope_scaling_type"], linear["rope_scaling_factor"]) == ("linear", 8.0)
     assert model_config_from_hf(hf_config_from_args(linear, vocab_size=262144)) == linear
-    with pytest.raises(ValueError, match="final_logit_softcapping 30.0 .Gemma 2 style soft-capping"):
-        model_config_from_hf(dict(GEMMA3_1B, final_logit_softcapping=30.0))
     # Gemma 3 4B's image-text config.json: its sparse text_config, completed with transformers' defaults
     image_text = {"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"], "text_config": {
         "hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text", "num_hidden_layers": 34,
@@ -273,6 +271,35 @@ def test_gemma3_config_json_round_trip_and_refusals():
         hf_config_from_args(dict(args, add_qkv_bias=True), vocab_size=262144)
     with pytest.raises(ValueError, match="this model lacks input_embeds_norm"):
         hf_config_from_args(dict(args, input_embeds_norm=False), vocab_size=262144)
+
+
+# gemma-2-2b-it's config.json (transformers 4.42: no layer_types, every second layer full)
+GEMMA2_2B = {"architectures": ["Gemma2ForCausalLM"], "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0,
+             "head_dim": 256, "hidden_act": "gelu_pytorch_tanh", "hidden_activation": "gelu_pytorch_tanh",
+             "hidden_size": 2304, "intermediate_size": 9216, "max_position_embeddings": 8192, "model_type": "gemma2",
+             "num_attention_heads": 8, "num_hidden_layers": 26, "num_key_value_heads": 4, "query_pre_attn_scalar": 256,
+             "rms_norm_eps": 1e-06, "rope_theta": 10000.0, "sliding_window": 4096, "vocab_size": 256000}
+
+
+def test_gemma2_config_json_round_trip():
+    """Gemma 2 2B's config.json: Gemma's keys without q/k norms or a local theta, even layers sliding
+    (4096), its soft caps; the export writes Gemma 2's config.json, which transformers reads and
+    which reads back to the same args."""
+    from transformers import Gemma2Config
+
+    from mindspeed_rl.models.hf_export import hf_config_from_args
+
+    args = model_config_from_hf(GEMMA2_2B)
+    assert args["window_attn_skip_freq"] == [1, 0] * 13 and args["sliding_window"] == 4096
+    assert (args["attn_logit_softcapping"], args["output_logit_softcapping"]) == (50.0, 30.0)
+    assert not args["qk_layernorm"] and "rope_local_base_freq" not in args and args["rotary_base"] == 1e4
+    written = hf_config_from_args(args, vocab_size=256000)
+    assert (written["model_type"], written["architectures"]) == ("gemma2", ["Gemma2ForCausalLM"])
+    assert Gemma2Config(**{k: v for k, v in written.items() if k != "model_type"}).layer_types[:3] == \
+        ["sliding_attention", "full_attention", "sliding_attention"]
+    assert model_config_from_hf(written) == args
+    with pytest.raises(ValueError, match="also sets rope_local_base_freq without qk_layernorm"):
+        hf_config_from_args(dict(args, rope_local_base_freq=1e4), vocab_size=256000)
 
 
 def test_windowed_moe_exports_as_mixtral_and_variants_do_not_combine():
