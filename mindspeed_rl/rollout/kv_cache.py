@@ -15,7 +15,9 @@ norms, TP-parallel linears and their all-reduces, MLP, residuals) is megatron's 
 rotary embeddings, so CachedCoreAttention receives un-rotated q/k and applies RoPE itself at
 sequence index `cache.length + i`, which is what GPTModel does in the training forward (RoPE by
 sequence index; left padding shifts a row uniformly and attention sees relative positions only).
-Only the last position's logits are computed.
+Only the last position's logits are computed. Layers may differ in their window and rotary table
+(Gemma's sliding and full layers: models/sliding_window.layer_window, rotary.layer_uses_local_rope);
+each CachedCoreAttention is told its layer's, and so is each layer of the compiled step.
 
 Lean decode (`lean_forward`, issue 15): at TP=1 and PP=1 with megatron's dense local-spec layers,
 the decode steps skip megatron's module orchestration and run the same operations on the same
