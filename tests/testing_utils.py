@@ -102,7 +102,8 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
     scaled by 24^-1/2, sliding layers (window 12, theta 1e4) alternating with full ones (linear
     rope x 2, theta 1e5), sandwich (1 + w) norms, GeGLU; gemma3: that text model inside Gemma 3 4B+'s
     image-text model (Gemma3ForConditionalGeneration, a tiny vision tower); gemma2: Gemma 2 (even layers
-    sliding, window 12, one theta), its soft caps lowered to 1 (scores) and 2 (logits). `overrides` change TINY_HF (num_hidden_layers=4)."""
+    sliding, window 12, one theta), its soft caps lowered to 1 (scores) and 2 (logits); mistral3: a
+    mistral inside Mistral Small 3.1's image-text model (Mistral3ForConditionalGeneration). `overrides` change TINY_HF (num_hidden_layers=4)."""
     import transformers as tf
 
     tiny = dict(TINY_HF, **overrides)
@@ -145,12 +146,19 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
             text_config=gemma3_text().to_dict(), mm_tokens_per_image=4, image_token_index=119, boi_token_index=117,
             eoi_token_index=118, vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                                                     num_attention_heads=2, image_size=28, patch_size=14)),
+        # Mistral Small 3.1's image-text layout around a tiny Mistral (a tiny Pixtral tower; untied)
+        "mistral3": lambda: tf.Mistral3Config(
+            text_config=tf.MistralConfig(**{"sliding_window": None, "rope_theta": 1e6, **tiny}).to_dict(),
+            image_token_index=119, tie_word_embeddings=False,
+            vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                               image_size=28, patch_size=14, head_dim=16)),
     }[arch]()
     cls = {"llama": tf.LlamaForCausalLM, "mistral": tf.MistralForCausalLM, "qwen2": tf.Qwen2ForCausalLM, "qwen3": tf.Qwen3ForCausalLM,
            "qwen3_moe": tf.Qwen3MoeForCausalLM, "qwen2_moe": tf.Qwen2MoeForCausalLM,
            "mixtral": tf.MixtralForCausalLM, "phi3": tf.Phi3ForCausalLM, "smollm3": tf.SmolLM3ForCausalLM,
            "granite": tf.GraniteForCausalLM, "gemma3_text": tf.Gemma3ForCausalLM,
-           "gemma3": tf.Gemma3ForConditionalGeneration, "gemma2": tf.Gemma2ForCausalLM}[arch]
+           "gemma3": tf.Gemma3ForConditionalGeneration, "gemma2": tf.Gemma2ForCausalLM,
+           "mistral3": tf.Mistral3ForConditionalGeneration}[arch]
     torch.manual_seed(seed)
     model = cls(config).eval()
     with torch.no_grad():

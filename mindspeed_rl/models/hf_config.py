@@ -122,7 +122,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     return args
 
 
-IMAGE_TEXT_ARCHS = {"gemma3": "gemma3_text"}  # image-text model_type -> its text model's (text_model_config)
+# image-text model_type -> its text model's model_type and class (text_model_config)
+IMAGE_TEXT_ARCHS = {"gemma3": ("gemma3_text", "Gemma3ForCausalLM"), "mistral3": ("mistral", "MistralForCausalLM")}
 
 
 def supported_types() -> str:
@@ -131,22 +132,25 @@ def supported_types() -> str:
 
 
 def text_model_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The config.json of the text model inside an image-text one (Gemma 3 4B / 12B / 27B and their
-    -it versions: `gemma3`, Gemma3ForConditionalGeneration), else `config` itself. Their text_config
+    """The config.json of the text model inside an image-text one, else `config` itself: Gemma 3 4B /
+    12B / 27B and their -it versions (`gemma3`, Gemma3ForConditionalGeneration), Mistral Small 3.1 /
+    3.2 and Magistral Small 1.1+ (`mistral3`, Mistral3ForConditionalGeneration). Their text_config
     lists only what differs from transformers' defaults (gemma-3-4b-it: hidden and MLP sizes, layers,
-    rope_scaling, window), so transformers' Gemma3TextConfig completes it; the result is a
-    `gemma3_text` (Gemma3ForCausalLM) config.json, which is what GRPO trains, vLLM serves and the
-    export writes. The vision tower's weights stay in the checkpoint unread (hf_bridge/names.py maps
-    the language model's prefixed names)."""
-    text_type = IMAGE_TEXT_ARCHS.get(config.get("model_type"))
+    rope_scaling, window), so transformers' config class of the text model completes it; the result
+    is the text model's config.json (gemma3_text / Gemma3ForCausalLM, mistral / MistralForCausalLM),
+    which is what GRPO trains, vLLM serves and the export writes. The vision tower's weights stay in
+    the checkpoint unread (hf_bridge/names.py maps the language model's prefixed names). Tied
+    embeddings: config.json's top-level tie_word_embeddings where it has one (transformers 5 ties by
+    it), else the text model's (4.x: Gemma 3 tied, Mistral untied)."""
+    text_type, cls = IMAGE_TEXT_ARCHS.get(config.get("model_type"), (None, None))
     if text_type is None:
         return dict(config)
     from transformers import AutoConfig
 
     text = {k: v for k, v in dict(config.get("text_config") or {}).items() if k != "model_type"}
     out = AutoConfig.for_model(text_type, **text).to_dict()
-    out.update(model_type=text_type, architectures=["Gemma3ForCausalLM"],
-               tie_word_embeddings=bool(config.get("tie_word_embeddings", out.get("tie_word_embeddings", True))))
+    out.update(model_type=text_type, architectures=[cls],
+               tie_word_embeddings=bool(config.get("tie_word_embeddings", out.get("tie_word_embeddings", False))))
     for key in ("torch_dtype", "dtype"):
         if config.get(key) and not text.get(key):
             out[key] = config[key]

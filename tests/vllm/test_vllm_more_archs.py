@@ -8,7 +8,8 @@ YaRNScalingRotaryEmbedding) and a SmolLM3 (no RoPE in every second layer; vLLM s
 its Transformers backend) and a Granite (vLLM's GraniteForCausalLM: embedding, residual, attention
 and logit multipliers) and a Gemma 3 (vLLM's Gemma3ForCausalLM: (1 + w) sandwich norms, GeGLU, a
 16-position window and theta 1e4 in its sliding layers; also loaded from Gemma 3 4B+'s image-text
-checkpoint layout, whose text model vLLM then serves) and a Gemma 2 (soft-capped scores and logits):
+checkpoint layout, whose text model vLLM then serves, as Mistral Small 3.1's is) and a Gemma 2
+(soft-capped scores and logits):
 synced from the training model, their
 greedy tokens equal the native engine's and their sampled log-probs the training forward's. Mistral,
 Mixtral and Phi-3 attend through a 16-position sliding window (sequences up to 31 positions):
@@ -44,6 +45,7 @@ VARIANTS = {
     "gemma3_text": dict(head_dim=32, sliding_window=16),
     "gemma3": dict(head_dim=32, sliding_window=16),
     "gemma2": dict(head_dim=32, sliding_window=16),
+    "mistral3": dict(head_dim=32),
 }
 
 
@@ -60,7 +62,8 @@ def _make_smollm3(out, overrides):
 
 
 @pytest.mark.parametrize("arch", ["mistral", "mixtral", "phi3", "phi3-longrope", "phi3-partiallongrope", "qwen2-yarn",
-                                  "smollm3", "smollm3-yarn", "granite", "gemma3_text", "gemma3", "gemma2"])
+                                  "smollm3", "smollm3-yarn", "granite", "gemma3_text", "gemma3", "gemma2",
+                                  "mistral3"])
 def test_synced_engine_equals_the_training_model(arch, tmp_path, gloo_world1):
     from mindspeed_rl.rollout.native import NativeEngine
     from mindspeed_rl.rollout.vllm_engine import VLLMEngine
@@ -69,7 +72,7 @@ def test_synced_engine_equals_the_training_model(arch, tmp_path, gloo_world1):
     old = dict(testing_utils.TINY_HF)
     testing_utils.TINY_HF.update(hidden_size=128)  # head dim 32: vLLM's CPU attention has no kernel for 16
     try:
-        window = {"sliding_window": 16} if arch.split("-")[0] in ("mistral", "mixtral", "phi3") else {}
+        window = {"sliding_window": 16} if arch.split("-")[0] in ("mistral", "mixtral", "phi3", "mistral3") else {}
         if arch.startswith("smollm3"):  # in a fresh process: see _make_smollm3
             _make_smollm3(tmp_path, VARIANTS.get(arch, {}))
         else:

@@ -51,10 +51,11 @@ _TO_STORED = {t: _renames(pairs, reverse=False) for t, pairs in _STORED_AS.items
 _TO_CANONICAL = {t: _renames(pairs, reverse=True) for t, pairs in _STORED_AS.items()}
 
 # image-text model_type -> (its text model's model_type, the prefixes its checkpoints put before the
-# text model's names -> the text model's own): transformers 4.x saves Gemma 3 4B+ as
-# language_model.model.layers..., 5.x as model.language_model.layers...; the vision tower's names
-# match none and are never read (models/hf_config.text_model_config)
-_PREFIXED = {"gemma3": ("gemma3_text", (("language_model.", ""), ("model.language_model.", "model.")))}
+# text model's names -> the text model's own): transformers 4.x saves Gemma 3 4B+ and Mistral Small 3.1
+# as language_model.model.layers... (language_model.lm_head), 5.x as model.language_model.layers...
+# (lm_head); the vision tower's names match none and are never read (models/hf_config.text_model_config)
+_LANGUAGE_MODEL = (("language_model.", ""), ("model.language_model.", "model."))
+_PREFIXED = {"gemma3": ("gemma3_text", _LANGUAGE_MODEL), "mistral3": ("mistral", _LANGUAGE_MODEL)}
 
 
 # config.json model_type -> {stored layer-relative name: the canonical ones it concatenates (rows)}

@@ -131,41 +131,50 @@ def test_sliding_window_is_exact_past_the_window(arch, tmp_path, gloo_world1):
     assert (out - ref).abs().max() <= 1e-4
 
 
+@pytest.mark.parametrize("arch", ["gemma3", "mistral3"])
 @pytest.mark.parametrize("prefix", ["language_model.model.", "model.language_model."])
-def test_gemma3_image_text_checkpoint_trains_its_text_model(prefix, tmp_path, gloo_world1):
-    """Gemma 3 4B and up are image-text checkpoints (gemma3, Gemma3ForConditionalGeneration): their
-    config.json's sparse text_config, completed with transformers' defaults, is the text model's
-    (gemma3_text), and the language model's weights are read under either prefix (transformers 4.x
-    hub files: language_model.model.*; 5.x: model.language_model.*), the vision tower left unread;
+def test_image_text_checkpoint_trains_its_text_model(arch, prefix, tmp_path, gloo_world1):
+    """Gemma 3 4B and up (gemma3, Gemma3ForConditionalGeneration) and Mistral Small 3.1 (mistral3,
+    untied) are image-text checkpoints: their config.json's sparse text_config, completed with
+    transformers' defaults, is the text model's (gemma3_text / mistral), and the language model's
+    weights are read under either prefix (transformers 4.x hub files: language_model.model.*,
+    language_model.lm_head; 5.x: model.language_model.*, lm_head), the vision tower left unread;
     logits on text equal the image-text model's within 1e-4."""
     from safetensors.torch import load_file, save_file
+    from transformers import AutoConfig
 
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
     from mindspeed_rl.models.hf_bridge.checkpoint_io import SafetensorsReader
 
-    hf = make_tiny_hf("gemma3", str(tmp_path))
-    from transformers import Gemma3TextConfig
-
+    text_type = {"gemma3": "gemma3_text", "mistral3": "mistral"}[arch]
+    hf = make_tiny_hf(arch, str(tmp_path))
     raw = json.loads((tmp_path / "config.json").read_text())
-    defaults = Gemma3TextConfig().to_dict()  # the hub's files list only what differs from these (gemma-3-4b-it)
+    defaults = AutoConfig.for_model(text_type).to_dict()  # the hub's files list only what differs (gemma-3-4b-it)
     raw["text_config"] = {k: v for k, v in raw["text_config"].items() if defaults.get(k) != v or k == "model_type"}
     (tmp_path / "config.json").write_text(json.dumps(raw))
-    assert raw["model_type"] == "gemma3" and "hidden_activation" not in raw["text_config"]
+    assert raw["model_type"] == arch and "rms_norm_eps" not in raw["text_config"]
     tensors = load_file(str(tmp_path / "model.safetensors"))
     assert any(n.startswith("vision_tower.") for n in tensors)
+    assert ("language_model.lm_head.weight" in tensors) == (arch == "mistral3")  # Mistral Small is untied
     if prefix != "language_model.model.":  # transformers 5's own layout
-        tensors = {("model.language_model." + n[len("language_model.model."):]
-                    if n.startswith("language_model.model.") else n): t for n, t in tensors.items()}
-        save_file(tensors, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+        renamed = {}
+        for n, t in tensors.items():
+            if n.startswith("language_model.model."):
+                n = "model.language_model." + n[len("language_model.model."):]
+            elif n.startswith("language_model.lm_head."):
+                n = n[len("language_model."):]
+            renamed[n] = t
+        save_file(renamed, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
     config = read_hf_config(str(tmp_path))
-    assert (config["model_type"], config["architectures"], config["num_attention_heads"]) == \
-        ("gemma3_text", ["Gemma3ForCausalLM"], 4)
-    reader = SafetensorsReader(str(tmp_path))
-    assert reader.stored("model.layers.1.post_attention_layernorm.weight") == \
-        prefix + "layers.1.pre_feedforward_layernorm.weight"
+    assert (config["model_type"], config["num_attention_heads"]) == (text_type, 4)
+    assert config["tie_word_embeddings"] == (arch == "gemma3")
+    if arch == "gemma3":
+        assert SafetensorsReader(str(tmp_path)).stored("model.layers.1.post_attention_layernorm.weight") == \
+            prefix + "layers.1.pre_feedforward_layernorm.weight"
     args = dict(model_config_from_hf(raw), padded_vocab_size=128)
-    assert args == dict(model_config_from_hf(config), padded_vocab_size=128) and args["window_attn_skip_freq"] == [1, 0]
+    assert args == dict(model_config_from_hf(config), padded_vocab_size=128)
+    assert args["untie_embeddings_and_output_weights"] == (arch == "mistral3")
     init_parallel_state(1, 1)
     model = build_gpt_model(args).eval()
     load_hf_checkpoint(model, str(tmp_path), args)

@@ -273,6 +273,26 @@ def test_gemma3_config_json_round_trip_and_refusals():
         hf_config_from_args(dict(args, input_embeds_norm=False), vocab_size=262144)
 
 
+def test_mistral_small_3_image_text_config_gives_its_text_model():
+    """Mistral Small 3.1's config.json (mistral3, Mistral3ForConditionalGeneration): its text_config
+    is a Mistral (MistralForCausalLM), untied, its vision tower ignored."""
+    from mindspeed_rl.models.hf_config import text_model_config
+
+    small = {"architectures": ["Mistral3ForConditionalGeneration"], "image_token_index": 10, "model_type": "mistral3",
+             "text_config": {"head_dim": 128, "hidden_act": "silu", "hidden_size": 5120, "intermediate_size": 32768,
+                             "max_position_embeddings": 131072, "model_type": "mistral", "num_attention_heads": 32,
+                             "num_hidden_layers": 40, "num_key_value_heads": 8, "rms_norm_eps": 1e-05,
+                             "rope_theta": 1000000000.0, "sliding_window": None, "vocab_size": 131072},
+             "vision_config": {"model_type": "pixtral"}, "torch_dtype": "bfloat16"}
+    text = text_model_config(small)
+    assert (text["model_type"], text["architectures"], text["tie_word_embeddings"]) == \
+        ("mistral", ["MistralForCausalLM"], False)
+    args = model_config_from_hf(small)
+    assert (args["num_layers"], args["hidden_size"], args["num_query_groups"], args["kv_channels"], args["rotary_base"],
+            args["padded_vocab_size"]) == (40, 5120, 8, 128, 1e9, 131072)
+    assert args["untie_embeddings_and_output_weights"] and "sliding_window" not in args
+
+
 # gemma-2-2b-it's config.json (transformers 4.42: no layer_types, every second layer full)
 GEMMA2_2B = {"architectures": ["Gemma2ForCausalLM"], "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0,
              "head_dim": 256, "hidden_act": "gelu_pytorch_tanh", "hidden_activation": "gelu_pytorch_tanh",
