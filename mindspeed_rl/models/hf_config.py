@@ -12,14 +12,14 @@ import math
 from typing import Any, Mapping, Optional
 
 HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "smollm3", "granite",
-            "gemma3_text", "gemma2")
-GEMMA_ARCHS = ("gemma3_text", "gemma2")
+            "gemma3_text", "gemma2", "gemma")
+GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral")
 WINDOW_ARCHS = ("mistral", "mixtral", "phi3")  # a config.json sliding_window applies to every layer (sliding_window)
 ROPE_TYPES = ("default", "linear", "llama3", "longrope", "yarn")  # config.json rope types computed exactly
 ROPE_SCALINGS = (None, "linear", "llama3", "longrope", "yarn")  # their rope_scaling_type (models/builder.py)
 DEFAULT_THETA = {"smollm3": 2000000.0, "gemma3_text": 1000000.0}  # (gemma2: 10000)  # transformers' default rope_theta where config.json has none (else 10000)
-TIED_BY_DEFAULT = ("smollm3", "gemma3_text", "gemma2")  # transformers' default tie_word_embeddings is true (else false)
+TIED_BY_DEFAULT = ("smollm3", "gemma3_text", "gemma2", "gemma")  # transformers' default tie_word_embeddings is true (else false)
 
 
 def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
@@ -60,8 +60,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
                          f"not {model_type}.")
     if hf.get("use_sliding_window"):
         raise ValueError("config.json use_sliding_window=true is not supported; set it to false.")
-    activation = (hf.get("hidden_activation") or hf.get("hidden_act") or "gelu_pytorch_tanh") \
-        if model_type in GEMMA_ARCHS else hf.get("hidden_act", "silu")
+    activation = gemma_activation(hf) if model_type in GEMMA_ARCHS else hf.get("hidden_act", "silu")
     wanted = "gelu_pytorch_tanh" if model_type in GEMMA_ARCHS else "silu"
     if activation != wanted:
         raise ValueError(f"config.json hidden_act {activation!r} is not supported for {model_type}; only {wanted} "
@@ -157,6 +156,16 @@ def text_model_config(config: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def gemma_activation(hf: Mapping[str, Any]) -> str:
+    """The MLP activation transformers uses for a Gemma config.json: Gemma 2 / 3 read
+    hidden_activation (default gelu_pytorch_tanh); Gemma 1 reads hidden_act, whose legacy "gelu" in
+    the official releases means the tanh approximation (transformers' GemmaConfig switches it)."""
+    if hf.get("model_type") == "gemma":
+        act = hf.get("hidden_act") or "gelu_pytorch_tanh"
+        return "gelu_pytorch_tanh" if act == "gelu" else act
+    return hf.get("hidden_activation") or "gelu_pytorch_tanh"
+
+
 def gemma_args(hf: Mapping[str, Any], num_layers: int, head_dim: int) -> dict[str, Any]:
     """Gemma 3 (text: gemma-3-270m, gemma-3-1b; Gemma3ForCausalLM) and Gemma 2 in MindSpeed-LLM's Gemma names:
     RMSNorms that scale by (1 + weight), computed in fp32 (add_rmsnorm_offset); a norm after attention
@@ -171,7 +180,13 @@ def gemma_args(hf: Mapping[str, Any], num_layers: int, head_dim: int) -> dict[st
     Gemma 2 (gemma2: gemma-2-2b / 9b / 27b and -it) is the same without q/k norms and with one rotary
     table, its even layers (0, 2, ...) sliding, and soft-capped scores and logits: cap x tanh(x / cap)
     (attn_logit_softcapping 50, final_logit_softcapping 30: MindSpeed-LLM's attn_logit_softcapping /
-    output_logit_softcapping)."""
+    output_logit_softcapping).
+
+    Gemma 1 (gemma: gemma-2b / 7b, CodeGemma) has the (1 + w) norms, the embedding scale and GeGLU
+    only: pre-norms, no q/k norms, full attention everywhere, scores scaled by head_dim^-1/2."""
+    if hf.get("model_type") == "gemma":
+        return {"swiglu": False, "geglu": True, "add_rmsnorm_offset": True, "input_embeds_norm": True,
+                "norm_epsilon": float(hf.get("rms_norm_eps", 1e-6))}
     gemma2 = hf.get("model_type") == "gemma2"
     if hf.get("use_bidirectional_attention"):
         raise ValueError("config.json use_bidirectional_attention=true (an embedding model) is not supported; "

@@ -117,6 +117,36 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
 GEMMA_KEYS = ("add_rmsnorm_offset", "post_norm", "input_embeds_norm", "geglu")
 
 
+def gemma1_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype, gemma: list) -> dict[str, Any]:
+    """Gemma 1's config.json (gemma, GemmaForCausalLM): add_rmsnorm_offset, input_embeds_norm and
+    geglu on an otherwise plain Llama-style model (no q/k norms, windows, caps or other variants)."""
+    extra = [k for k in ("qk_layernorm", "add_qkv_bias", "num_experts", "no_rope_freq", "sliding_window",
+                         "window_attn_skip_freq", "rope_local_base_freq", "attn_logit_softcapping",
+                         "output_logit_softcapping", "softmax_scale", "rope_scaling_type") if args.get(k) is not None
+             and args.get(k) is not False]
+    extra += [k for k in ("embedding_multiplier_scale", "residual_multiplier", "output_multiplier_scale")
+              if float(args.get(k) or 1.0) != 1.0]
+    missing = [k for k in ("add_rmsnorm_offset", "input_embeds_norm", "geglu") if not args.get(k)]
+    if missing or extra or float(args.get("rotary_percent") or 1.0) != 1.0:
+        raise ValueError(f"{', '.join(gemma)} without post_norm {'have' if len(gemma) > 1 else 'has'} a config.json "
+                         f"form only as Gemma 1 (add_rmsnorm_offset, input_embeds_norm and geglu on a plain model); "
+                         f"this model {'lacks ' + ', '.join(missing) if missing else 'also sets ' + ', '.join(extra)}.")
+    heads = int(args["num_attention_heads"])
+    groups = int(args.get("num_query_groups") or heads) if args.get("group_query_attention") else heads
+    rope = rope_parameters(args)
+    return {
+        "architectures": ["GemmaForCausalLM"], "model_type": "gemma", "hidden_act": "gelu_pytorch_tanh",
+        "hidden_size": int(args["hidden_size"]), "intermediate_size": int(args["ffn_hidden_size"]),
+        "num_hidden_layers": int(args["num_layers"]), "num_attention_heads": heads, "num_key_value_heads": groups,
+        "head_dim": int(args.get("kv_channels") or args["hidden_size"] // heads), "vocab_size": int(vocab_size),
+        "max_position_embeddings": int(args.get("max_position_embeddings") or 4096),
+        "rms_norm_eps": float(args.get("norm_epsilon") or 1e-6), "rope_theta": rope["rope_theta"],
+        "rope_parameters": rope, "attention_bias": False,
+        "tie_word_embeddings": not args.get("untie_embeddings_and_output_weights", False),
+        "torch_dtype": DTYPE_NAMES.get(dtype, "float32"),
+    }
+
+
 def gemma_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype, gemma: list) -> dict[str, Any]:
     """Gemma 3's config.json (gemma3_text, Gemma3ForCausalLM) for args with Gemma's keys and q/k norms,
     Gemma 2's (gemma2, Gemma2ForCausalLM) without them. config.json has these keys together only:
@@ -124,6 +154,8 @@ def gemma_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype, g
     has one rotary table (no rope_local_base_freq). Layer types from window_attn_skip_freq (none:
     every layer slides); Gemma 3's sliding layers rotate with rope_local_base_freq (default:
     rotary_base); the soft caps are Gemma 2's (attn_logit_softcapping, output_logit_softcapping)."""
+    if not args.get("post_norm"):  # Gemma 1: the norms, the embedding scale and GeGLU only
+        return gemma1_config(args, vocab_size, dtype, gemma)
     gemma2 = not args.get("qk_layernorm")
     others = [k for k in ("add_qkv_bias", "num_experts", "no_rope_freq") if args.get(k)]
     others += [k for k in ("embedding_multiplier_scale", "residual_multiplier", "output_multiplier_scale")

@@ -52,7 +52,7 @@ def _batches():
 
 @pytest.mark.parametrize("arch", ["llama", "mistral", "phi3", "phi3-partial", "phi3-longrope", "qwen2", "qwen3",
                                   "phi3-partiallongrope", "qwen2-yarn", "qwen3-yarnmscale", "mistral-linear",
-                                  "smollm3", "smollm3-yarn", "granite", "gemma3_text", "gemma2"])
+                                  "smollm3", "smollm3-yarn", "granite", "gemma3_text", "gemma2", "gemma"])
 def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     """phi3: q/k/v and gate/up read as row ranges of its fused tensors; phi3-partial: half of each
     head rotated (partial_rotary_factor 0.5 = megatron's rotary_percent); phi3-longrope: LongRoPE's
@@ -64,7 +64,8 @@ def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     those layers' attention; 0.16: its own no_rope_freq); granite: its four multipliers; gemma3: (1 + w)
     norms before and after attention and MLP, GeGLU, embeddings x sqrt(64), a 12-position window and
     theta 1e4 in the sliding layer, linear rope x 2 at theta 1e5 in the full one (models/gemma.py);
-    gemma2: the same norms and MLP, its first layer sliding, scores and logits soft-capped."""
+    gemma2: the same norms and MLP, its first layer sliding, scores and logits soft-capped; gemma
+    (Gemma 1): the (1 + w) pre-norms, embedding scale and GeGLU alone."""
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
 

@@ -43,7 +43,7 @@ def test_qwen2_and_qwen3_in_transformers5_spelling():
 
 
 @pytest.mark.parametrize("change,match", [
-    ({"model_type": "gemma"}, "model_type .gemma. is not supported"),
+    ({"model_type": "olmo2"}, "model_type .olmo2. is not supported"),
     ({"mlp_bias": True}, "mlp_bias"),
     ({"attention_bias": True}, "attention_bias"),
     ({"hidden_act": "gelu"}, "hidden_act"),
@@ -291,6 +291,28 @@ def test_mistral_small_3_image_text_config_gives_its_text_model():
     assert (args["num_layers"], args["hidden_size"], args["num_query_groups"], args["kv_channels"], args["rotary_base"],
             args["padded_vocab_size"]) == (40, 5120, 8, 128, 1e9, 131072)
     assert args["untie_embeddings_and_output_weights"] and "sliding_window" not in args
+
+
+def test_gemma1_config_json_round_trip():
+    """gemma-2b's config.json (hidden_act "gelu", which transformers reads as the tanh GELU): Gemma's
+    norms, embedding scale and GeGLU on a pre-norm model, MQA, tied; exported as Gemma 1 and read back."""
+    from transformers import GemmaConfig
+
+    from mindspeed_rl.models.hf_export import hf_config_from_args
+
+    gemma = {"architectures": ["GemmaForCausalLM"], "head_dim": 256, "hidden_act": "gelu", "hidden_size": 2048,
+             "intermediate_size": 16384, "max_position_embeddings": 8192, "model_type": "gemma",
+             "num_attention_heads": 8, "num_hidden_layers": 18, "num_key_value_heads": 1, "rms_norm_eps": 1e-06,
+             "rope_theta": 10000.0, "vocab_size": 256000}
+    args = model_config_from_hf(gemma)
+    assert all(args[k] for k in ("geglu", "add_rmsnorm_offset", "input_embeds_norm")) and not args["swiglu"]
+    assert "post_norm" not in args and not args["qk_layernorm"] and not args["untie_embeddings_and_output_weights"]
+    written = hf_config_from_args(args, vocab_size=256000)
+    assert (written["model_type"], written["architectures"]) == ("gemma", ["GemmaForCausalLM"])
+    assert GemmaConfig(**{k: v for k, v in written.items() if k != "model_type"}).num_key_value_heads == 1
+    assert model_config_from_hf(written) == args
+    with pytest.raises(ValueError, match="only as Gemma 1 .* also sets qk_layernorm"):
+        hf_config_from_args(dict(args, qk_layernorm=True), vocab_size=256000)
 
 
 # gemma-2-2b-it's config.json (transformers 4.42: no layer_types, every second layer full)
