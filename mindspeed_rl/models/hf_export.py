@@ -38,8 +38,11 @@ DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float
 
 
 def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype = torch.float32) -> dict[str, Any]:
-    """A config.json for a Llama / Mistral (sliding_window) / SmolLM3 (no_rope_freq) / Granite (multipliers) / Qwen2 / Qwen3 /
-    Qwen3-MoE / Qwen2-MoE (shared expert) / Mixtral (MoE with a sliding_window) CausalLM with these Megatron-named args, its rotary embedding included (rope_parameters)."""
+    """A config.json for a Llama / Mistral (sliding_window) / Phi-3 (rotary_percent < 1) / SmolLM3
+    (no_rope_freq) / Granite (multipliers) / Gemma 1 / 2 / 3 (Gemma's keys) / Qwen2 / Qwen3 / Qwen3-MoE
+    (q/k norms) / Qwen2-MoE (shared expert) / Mixtral (other MoE, with or without a sliding_window)
+    CausalLM with these Megatron-named args, its rotary embedding included (rope_parameters); a
+    combination config.json cannot say is refused in one sentence."""
     gemma = [k for k in GEMMA_KEYS if args.get(k)]
     if gemma:
         return gemma_config(args, vocab_size, dtype, gemma)
@@ -53,10 +56,17 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
     shared = int(args.get("moe_shared_expert_intermediate_size") or 0)
     window = args.get("sliding_window")
     if int(args.get("num_experts") or 0) > 1:
-        model_type = "qwen2_moe" if shared else "qwen3_moe"
-        if window and model_type == "qwen3_moe" and not args.get("qk_layernorm") and not args.get("add_qkv_bias") \
-                and args.get("norm_topk_prob", not args.get("moe_router_pre_softmax", False)):
+        renormalised = args.get("norm_topk_prob", not args.get("moe_router_pre_softmax", False))
+        if shared:
+            model_type = "qwen2_moe"
+        elif args.get("qk_layernorm"):
+            model_type = "qwen3_moe"
+        elif not args.get("add_qkv_bias") and renormalised:
             model_type, window = "mixtral", None  # Mixtral: Mistral's attention, window included (below)
+        else:
+            raise ValueError("a mixture of experts without q/k norms (Qwen3-MoE) or a shared expert (Qwen2-MoE) has a "
+                             "config.json form only as Mixtral (renormalised top-k routing, no q/k/v bias); this one "
+                             f"has {'q/k/v biases' if args.get('add_qkv_bias') else 'top-k routing not renormalised'}.")
     no_rope = no_rope_pattern(args.get("no_rope_freq"), int(args["num_layers"]))
     scalars = {k: float(args.get(k) or 1.0) for k in ("embedding_multiplier_scale", "residual_multiplier",
                                                        "output_multiplier_scale")}
@@ -71,10 +81,19 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
         raise ValueError(f"{keys} {verb} no config.json form for a {model_type} model here; config.json has each "
                          f"alone on a Llama-style model ({', '.join(kind for kind, _ in chosen)}).")
     model_type = chosen[0][0] if chosen else model_type
+    partial = float(args.get("rotary_percent") or 1.0)
+    if partial != 1.0:  # config.json says partial rotary for Phi-3 only (models/hf_config.py reads it there)
+        head_dim = int(args.get("kv_channels") or args["hidden_size"] // heads)
+        if model_type not in ("llama", "mistral") or head_dim * heads != int(args["hidden_size"]):
+            raise ValueError(f"rotary_percent {partial} has a config.json form only in a Phi-3 model (a Llama-style "
+                             f"model with head dimension hidden_size / num_attention_heads, optionally windowed); "
+                             f"this one is a {model_type}"
+                             f"{'' if head_dim * heads == int(args['hidden_size']) else f' with head dimension {head_dim}'}.")
+        model_type = "phi3"
     cls = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
            "qwen3_moe": "Qwen3MoeForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
            "smollm3": "SmolLM3ForCausalLM", "mistral": "MistralForCausalLM",
-           "granite": "GraniteForCausalLM", "mixtral": "MixtralForCausalLM"}[model_type]
+           "granite": "GraniteForCausalLM", "mixtral": "MixtralForCausalLM", "phi3": "Phi3ForCausalLM"}[model_type]
     config = {
         "architectures": [cls], "model_type": model_type, "hidden_act": "silu",
         "hidden_size": int(args["hidden_size"]), "intermediate_size": int(args["ffn_hidden_size"]),
@@ -89,8 +108,13 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
     }
     if rope["rope_type"] != "default":
         config["rope_scaling"] = rope
-    if window or model_type == "mixtral":
-        config["sliding_window"] = int(args["sliding_window"])
+    if window or model_type == "mixtral":  # Mixtral's config.json says null for none
+        config["sliding_window"] = int(args["sliding_window"]) if args.get("sliding_window") else None
+    if model_type == "phi3":  # q/k/v and gate/up stored fused (hf_bridge/names.py); the rotated fraction
+        # pad_token_id: Phi3Config's default (32000) lies outside other vocabularies
+        config.update(partial_rotary_factor=partial, sliding_window=int(args["sliding_window"]) if window else None,
+                      pad_token_id=None)
+        config["rope_parameters"]["partial_rotary_factor"] = partial
     if granite:  # attention_multiplier is the score scale, 1 / sqrt(head_dim) unless set
         d = config["head_dim"]
         config.update(embedding_multiplier=scalars["embedding_multiplier_scale"],
@@ -318,6 +342,11 @@ def export_hf(model: torch.nn.Module, args: Mapping[str, Any], out_dir: str, voc
 
     inner = getattr(as_chunks(model)[0], "module", as_chunks(model)[0])
     tied = not args.get("untie_embeddings_and_output_weights", False)
+    dt = dtype or next(iter(inner.parameters())).dtype
+    # on every rank, before anything is written: the model type decides the tensors' stored names
+    # (Mixtral's experts, Phi-3's fused q/k/v, Gemma's norms: hf_bridge/names.py), and a model with no
+    # config.json form fails here with its sentence
+    config = dict(hf_config) if hf_config else hf_config_from_args(args, vocab_size, dt)
     writer = ps.get_tensor_model_parallel_rank() == 0 and ps.get_data_parallel_rank() == 0
     pp, pp_rank = ps.get_pipeline_model_parallel_world_size(), ps.get_pipeline_model_parallel_rank()
     rank0 = torch.distributed.get_rank() == 0
@@ -344,13 +373,11 @@ def export_hf(model: torch.nn.Module, args: Mapping[str, Any], out_dir: str, voc
         experts = {k: v for p in parts_ep for k, v in p.items()}
     if writer:
         out.update(experts)
-    part = write_shard(tmp, pp_rank, pp, out, (hf_config or {}).get("model_type")) if writer else {}
+    part = write_shard(tmp, pp_rank, pp, out, config.get("model_type")) if writer else {}
     parts = [None] * torch.distributed.get_world_size() if rank0 else None
     torch.distributed.gather_object(part, parts, dst=0)
     if rank0:
         weight_map = {k: v for p in parts for k, v in p.items()}
-        dt = dtype or next(iter(inner.parameters())).dtype
-        config = dict(hf_config) if hf_config else hf_config_from_args(args, vocab_size, dt)
         config["dtype" if "dtype" in config else "torch_dtype"] = DTYPE_NAMES.get(dt, "float32")
         finish_hf_dir(tmp, out_dir, weight_map, pp, config, tokenizer_dir)
     torch.distributed.barrier()

@@ -346,8 +346,9 @@ def test_gemma2_config_json_round_trip():
 
 def test_windowed_moe_exports_as_mixtral_and_variants_do_not_combine():
     """A Megatron checkpoint of a windowed Mixtral (no config.json kept) exports a Mixtral config.json
-    with its window, which reads back to the same architecture; Llama variants that config.json
-    cannot combine (a window and NoPE layers) are refused in one sentence."""
+    with its window (or null), which reads back to the same architecture; Llama variants that
+    config.json cannot combine (a window and NoPE layers, an MoE neither Mixtral nor Qwen, partial
+    rotary outside Phi-3) are refused in one sentence."""
     from transformers import MixtralConfig
 
     from mindspeed_rl.models.hf_export import hf_config_from_args
@@ -364,3 +365,10 @@ def test_windowed_moe_exports_as_mixtral_and_variants_do_not_combine():
     llama = model_config_from_hf(dict(LLAMA32_1B, rope_scaling=None))
     with pytest.raises(ValueError, match="no_rope_freq and sliding_window have no config.json form for a llama"):
         hf_config_from_args(dict(llama, sliding_window=64, no_rope_freq=4), vocab_size=128256)
+    # Mixtral 8x7B v0.1 without its window (v0.1 Instruct and later): Mixtral too, its window null
+    no_window = hf_config_from_args(dict(args, sliding_window=None), vocab_size=128256)
+    assert (no_window["model_type"], no_window["sliding_window"]) == ("mixtral", None)
+    with pytest.raises(ValueError, match="config.json form only as Mixtral .* top-k routing not renormalised"):
+        hf_config_from_args(dict(args, norm_topk_prob=False), vocab_size=128256)
+    with pytest.raises(ValueError, match="rotary_percent 0.5 has a config.json form only in a Phi-3 model"):
+        hf_config_from_args(dict(llama, rotary_percent=0.5, qk_layernorm=True), vocab_size=128256)
