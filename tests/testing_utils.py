@@ -104,7 +104,8 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
     image-text model (Gemma3ForConditionalGeneration, a tiny vision tower); gemma2: Gemma 2 (even layers
     sliding, window 12, one theta), its soft caps lowered to 1 (scores) and 2 (logits); mistral3: a
     mistral inside Mistral Small 3.1's image-text model (Mistral3ForConditionalGeneration); gemma: Gemma 1
-    (tied, head_dim 16, the (1 + w) norms, embedding scale and GeGLU). `overrides` change TINY_HF (num_hidden_layers=4)."""
+    (tied, head_dim 16, the (1 + w) norms, embedding scale and GeGLU); olmo2: OLMo 2 (norms after attention
+    and MLP only, q / k norms across heads, untied). `overrides` change TINY_HF (num_hidden_layers=4)."""
     import transformers as tf
 
     tiny = dict(TINY_HF, **overrides)
@@ -138,6 +139,7 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
                                                "bos_token_id": 1, "eos_token_id": 2, **tiny}),
         "gemma3_text": gemma3_text,
         "gemma": lambda: tf.GemmaConfig(**{"head_dim": 16, **tiny}),
+        "olmo2": lambda: tf.Olmo2Config(**{"rope_theta": 5e5, "pad_token_id": 0, **tiny}),
         # Gemma 2: soft caps low enough to bite on random weights (scores past 1, logits past 2)
         "gemma2": lambda: tf.Gemma2Config(**{"head_dim": 16, "query_pre_attn_scalar": 24, "sliding_window": 12,
                                             "attn_logit_softcapping": 1.0, "final_logit_softcapping": 2.0,
@@ -160,7 +162,8 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
            "mixtral": tf.MixtralForCausalLM, "phi3": tf.Phi3ForCausalLM, "smollm3": tf.SmolLM3ForCausalLM,
            "granite": tf.GraniteForCausalLM, "gemma3_text": tf.Gemma3ForCausalLM,
            "gemma3": tf.Gemma3ForConditionalGeneration, "gemma2": tf.Gemma2ForCausalLM,
-           "mistral3": tf.Mistral3ForConditionalGeneration, "gemma": tf.GemmaForCausalLM}[arch]
+           "mistral3": tf.Mistral3ForConditionalGeneration, "gemma": tf.GemmaForCausalLM,
+           "olmo2": tf.Olmo2ForCausalLM}[arch]
     torch.manual_seed(seed)
     model = cls(config).eval()
     with torch.no_grad():

@@ -54,11 +54,13 @@ _HF_KEY = {
     "window_attn_skip_freq": "layer_types / sliding_window_pattern", "rope_local_base_freq": "rope_local_base_freq",
     "geglu": "hidden_activation", "add_rmsnorm_offset": "model_type", "post_norm": "model_type",
     "input_embeds_norm": "model_type", "attn_logit_softcapping": "attn_logit_softcapping",
-    "output_logit_softcapping": "final_logit_softcapping",
+    "output_logit_softcapping": "final_logit_softcapping", "pre_norm": "model_type",
+    "qk_layernorm_across_heads": "model_type",
 }
 # what a config.json without the key means (not Granite: no multiplier)
 _HF_DEFAULTS = {"embedding_multiplier_scale": 1.0, "residual_multiplier": 1.0, "output_multiplier_scale": 1.0,
-                "geglu": False, "add_rmsnorm_offset": False, "post_norm": False, "input_embeds_norm": False}
+                "geglu": False, "add_rmsnorm_offset": False, "post_norm": False, "input_embeds_norm": False,
+                "pre_norm": True, "qk_layernorm_across_heads": False}
 # keys a config.json without them leaves at their meaning-free default: a user value is not a contradiction
 _ROPE_DETAILS = ("rope_scaling_factor", "low_freq", "high_freq", "original_max", "rope_scaling_beta", "rope_scaling_mscale",
                  "rope_scaling_truncate", "rope_attention_factor")
@@ -183,14 +185,18 @@ def expected_hf_shapes(args: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ..
             p + "self_attn.k_proj.weight": ((kv, h), f"{why_kv}, hidden_size {h}"),
             p + "self_attn.v_proj.weight": ((kv, h), f"{why_kv}, hidden_size {h}"),
             p + "self_attn.o_proj.weight": ((h, q), f"hidden_size {h}, {why_q}"),
-            p + "input_layernorm.weight": ((h,), f"hidden_size {h}"),
-            p + "post_attention_layernorm.weight": ((h,), f"hidden_size {h}"),
         })
+        if args.get("pre_norm", True) is not False:  # OLMo 2 has none
+            shapes.update({p + "input_layernorm.weight": ((h,), f"hidden_size {h}"),
+                           p + "post_attention_layernorm.weight": ((h,), f"hidden_size {h}")})
         shapes.update(_mlp_shapes(args, p, h, ffn))
         if args.get("add_qkv_bias"):
             for name, n, why in (("q", q, why_q), ("k", kv, why_kv), ("v", kv, why_kv)):
                 shapes[p + f"self_attn.{name}_proj.bias"] = ((n,), f"add_qkv_bias, {why}")
-        if args.get("qk_layernorm"):
+        if args.get("qk_layernorm") and args.get("qk_layernorm_across_heads"):  # OLMo 2: all heads
+            shapes[p + "self_attn.q_norm.weight"] = ((q,), f"qk_layernorm_across_heads, {why_q}")
+            shapes[p + "self_attn.k_norm.weight"] = ((kv,), f"qk_layernorm_across_heads, {why_kv}")
+        elif args.get("qk_layernorm"):
             for name in ("q_norm", "k_norm"):
                 shapes[p + f"self_attn.{name}.weight"] = ((d,), f"qk_layernorm, kv_channels {d}")
         if args.get("post_norm"):  # Gemma's (canonical names: hf_bridge/names.py)

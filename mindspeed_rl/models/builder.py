@@ -167,6 +167,13 @@ def transformer_config(args: Mapping[str, Any], params_dtype: torch.dtype = torc
     config.rope_local_base = float(_get(args, "rope_local_base_freq")) if _get(args, "rope_local_base_freq") else None
     config.add_rmsnorm_offset = bool(_get(args, "add_rmsnorm_offset", False))  # Gemma's (1 + w) norms
     config.post_norm = bool(_get(args, "post_norm", False))  # Gemma's norms after attention / MLP
+    config.pre_norm = bool(_get(args, "pre_norm", True))  # OLMo 2: false, its norms come after only
+    config.qk_layernorm_across_heads = bool(_get(args, "qk_layernorm_across_heads", False))  # OLMo 2's q/k norms
+    if not config.pre_norm and not config.post_norm:
+        raise ValueError("pre_norm: false needs post_norm: true (OLMo 2's layout); a layer without any norm is not "
+                         "a model config.json describes.")
+    if config.qk_layernorm_across_heads and not config.qk_layernorm:
+        raise ValueError("qk_layernorm_across_heads needs qk_layernorm: true.")
     # Gemma 2's soft caps, cap x tanh(x / cap): of the attention scores (models/core_attention.py), the logits (models/gemma.py)
     config.attn_logit_softcapping = float(_get(args, "attn_logit_softcapping")) if _get(args, "attn_logit_softcapping") else None
     config.output_logit_softcapping = (float(_get(args, "output_logit_softcapping"))
@@ -365,6 +372,10 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
         from mindspeed_rl.models import gemma
 
         spec = gemma.offset_norm_spec(gemma.as_block_spec(spec, _layers_per_chunk(config)), gemma.norm_classes())
+    if not config.pre_norm or config.qk_layernorm_across_heads:  # OLMo 2 (models/olmo.py)
+        from mindspeed_rl.models import olmo
+
+        spec = olmo.without_pre_norms(spec, config.qk_layernorm_across_heads, config.pre_norm)
     if vp_stage is not None:
         pre_process, post_process = _virtual_stage_ends(vp_stage, pre_process, post_process)
     # megatron's layers pass device=current_device() themselves; modules that do not (the torch-norm

@@ -12,7 +12,7 @@ import math
 from typing import Any, Mapping, Optional
 
 HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "smollm3", "granite",
-            "gemma3_text", "gemma2", "gemma")
+            "gemma3_text", "gemma2", "gemma", "olmo2")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral")
 WINDOW_ARCHS = ("mistral", "mixtral", "phi3")  # a config.json sliding_window applies to every layer (sliding_window)
@@ -23,7 +23,8 @@ TIED_BY_DEFAULT = ("smollm3", "gemma3_text", "gemma2", "gemma")  # transformers'
 
 
 def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
-    """Megatron-named args for a Llama / Mistral / Phi-3 / Qwen2 / Qwen3 / Qwen3-MoE / Qwen2-MoE / Mixtral config.json
+    """Megatron-named args for a Llama / Mistral / Phi-3 / Qwen2 / Qwen3 / Qwen3-MoE / Qwen2-MoE / Mixtral /
+    SmolLM3 / Granite / Gemma 1-3 / OLMo 2 config.json
     (transformers 4.x `rope_theta` + `rope_scaling` or 5.x `rope_parameters`). Unsupported features
     raise ValueError.
 
@@ -50,7 +51,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     rope_type = rope.get("rope_type", rope.get("type", "default"))
     if hf.get("mlp_bias"):
         raise ValueError("config.json mlp_bias=true is not supported (Megatron has no MLP-only bias).")
-    if model_type in ("llama", "granite", *GEMMA_ARCHS) and hf.get("attention_bias"):
+    if model_type in ("llama", "granite", "olmo2", *GEMMA_ARCHS) and hf.get("attention_bias"):
         raise ValueError(f"config.json attention_bias=true for {model_type} (bias on o_proj) is not supported.")
     # transformers 5 keeps it in rope_parameters, 4.x at the top level
     partial = float(rope.get("partial_rotary_factor") or hf.get("partial_rotary_factor") or 1.0)
@@ -118,6 +119,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         args.update(granite_args(hf))
     if model_type in GEMMA_ARCHS:
         args.update(gemma_args(hf, args["num_layers"], head_dim))
+    if model_type == "olmo2":
+        args.update(pre_norm=False, post_norm=True, qk_layernorm=True, qk_layernorm_across_heads=True)
     return args
 
 

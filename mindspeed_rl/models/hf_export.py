@@ -43,6 +43,8 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
     (q/k norms) / Qwen2-MoE (shared expert) / Mixtral (other MoE, with or without a sliding_window)
     CausalLM with these Megatron-named args, its rotary embedding included (rope_parameters); a
     combination config.json cannot say is refused in one sentence."""
+    if args.get("qk_layernorm_across_heads") or args.get("pre_norm") is False:
+        return olmo2_config(args, vocab_size, dtype)
     gemma = [k for k in GEMMA_KEYS if args.get(k)]
     if gemma:
         return gemma_config(args, vocab_size, dtype, gemma)
@@ -139,6 +141,36 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
 
 
 GEMMA_KEYS = ("add_rmsnorm_offset", "post_norm", "input_embeds_norm", "geglu")
+
+
+def olmo2_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
+    """OLMo 2's config.json (olmo2, Olmo2ForCausalLM): post norms only (pre_norm false, post_norm), q / k
+    norms across heads, otherwise a plain Llama-style model; other combinations have no form."""
+    want = {"pre_norm": False, "post_norm": True, "qk_layernorm": True, "qk_layernorm_across_heads": True}
+    wrong = [f"{k}: {str(args.get(k, k == 'pre_norm')).lower()}" for k, v in want.items()
+             if bool(args.get(k, k == "pre_norm")) != v]
+    extra = [k for k in ("add_qkv_bias", "num_experts", "no_rope_freq", "sliding_window", "window_attn_skip_freq",
+                         "softmax_scale", "add_rmsnorm_offset", "input_embeds_norm", "geglu") if args.get(k)]
+    if wrong or extra or float(args.get("rotary_percent") or 1.0) != 1.0:
+        raise ValueError(f"pre_norm / qk_layernorm_across_heads have a config.json form only as OLMo 2 (pre_norm: "
+                         f"false, post_norm, qk_layernorm and qk_layernorm_across_heads: true, nothing else); this "
+                         f"model has {', '.join(wrong + extra) or 'partial rotary'}.")
+    heads = int(args["num_attention_heads"])
+    groups = int(args.get("num_query_groups") or heads) if args.get("group_query_attention") else heads
+    rope = rope_parameters(args)
+    config = {
+        "architectures": ["Olmo2ForCausalLM"], "model_type": "olmo2", "hidden_act": "silu",
+        "hidden_size": int(args["hidden_size"]), "intermediate_size": int(args["ffn_hidden_size"]),
+        "num_hidden_layers": int(args["num_layers"]), "num_attention_heads": heads, "num_key_value_heads": groups,
+        "vocab_size": int(vocab_size), "max_position_embeddings": int(args.get("max_position_embeddings") or 4096),
+        "rms_norm_eps": float(args.get("norm_epsilon") or 1e-6), "rope_theta": rope["rope_theta"],
+        "rope_parameters": rope, "attention_bias": False, "pad_token_id": None,
+        "tie_word_embeddings": not args.get("untie_embeddings_and_output_weights", False),
+        "torch_dtype": DTYPE_NAMES.get(dtype, "float32"),
+    }
+    if rope["rope_type"] != "default":
+        config["rope_scaling"] = rope
+    return config
 
 
 def gemma1_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype, gemma: list) -> dict[str, Any]:

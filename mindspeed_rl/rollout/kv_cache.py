@@ -314,7 +314,8 @@ def lean_supported(model: torch.nn.Module) -> bool:
             return False
         if not isinstance(layer.cross_attention, IdentityOp) or not isinstance(layer.pre_cross_attn_layernorm, IdentityOp):
             return False
-        if getattr(a.linear_qkv, "skip_bias_add", False) or isinstance(layer.input_layernorm, IdentityOp):
+        fused_norm = isinstance(layer.input_layernorm, IdentityOp) and getattr(c, "pre_norm", True)
+        if getattr(a.linear_qkv, "skip_bias_add", False) or fused_norm:
             return False  # a norm fused into the qkv linear (TE spec) or a bias kept apart: megatron's path
     return True
 

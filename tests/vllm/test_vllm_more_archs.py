@@ -9,7 +9,8 @@ its Transformers backend) and a Granite (vLLM's GraniteForCausalLM: embedding, r
 and logit multipliers) and a Gemma 3 (vLLM's Gemma3ForCausalLM: (1 + w) sandwich norms, GeGLU, a
 16-position window and theta 1e4 in its sliding layers; also loaded from Gemma 3 4B+'s image-text
 checkpoint layout, whose text model vLLM then serves, as Mistral Small 3.1's is) and a Gemma 2
-(soft-capped scores and logits) and a Gemma 1:
+(soft-capped scores and logits), a Gemma 1 and an OLMo 2 (norms after attention and MLP only, q / k
+norms across heads):
 synced from the training model, their
 greedy tokens equal the native engine's and their sampled log-probs the training forward's. Mistral,
 Mixtral and Phi-3 attend through a 16-position sliding window (sequences up to 31 positions):
@@ -64,7 +65,7 @@ def _make_smollm3(out, overrides):
 
 @pytest.mark.parametrize("arch", ["mistral", "mixtral", "phi3", "phi3-longrope", "phi3-partiallongrope", "qwen2-yarn",
                                   "smollm3", "smollm3-yarn", "granite", "gemma3_text", "gemma3", "gemma2",
-                                  "mistral3", "gemma"])
+                                  "mistral3", "gemma", "olmo2"])
 def test_synced_engine_equals_the_training_model(arch, tmp_path, gloo_world1):
     from mindspeed_rl.rollout.native import NativeEngine
     from mindspeed_rl.rollout.vllm_engine import VLLMEngine

@@ -85,6 +85,9 @@ _LAYER_MAP = {
                                                "model.layers.{i}.self_attn.v_proj.bias")),
     "self_attention.q_layernorm.weight": ("replicated", ("model.layers.{i}.self_attn.q_norm.weight",)),
     "self_attention.k_layernorm.weight": ("replicated", ("model.layers.{i}.self_attn.k_norm.weight",)),
+    # OLMo 2's q / k norms over all heads (models/olmo.py): split over TP with the heads
+    "self_attention.q_layernorm.sharded_weight": ("column", ("model.layers.{i}.self_attn.q_norm.weight",)),
+    "self_attention.k_layernorm.sharded_weight": ("column", ("model.layers.{i}.self_attn.k_norm.weight",)),
     "self_attention.linear_proj.weight": ("row", ("model.layers.{i}.self_attn.o_proj.weight",)),
     "pre_mlp_layernorm.weight": ("replicated", ("model.layers.{i}.post_attention_layernorm.weight",)),
     "mlp.linear_fc1.weight": ("fc1", ("model.layers.{i}.mlp.gate_proj.weight",
@@ -161,6 +164,9 @@ def read_shard(reader: TensorReader, kind: str, names: tuple[str, ...], dims: Di
         return torch.cat([reader.read(n, rows=rows) for n in names], dim=0)
     if kind == "replicated":
         return reader.read(names[0])
+    if kind == "column":  # a 1-D tensor split over TP in contiguous slices (OLMo 2's q / k norms: by heads)
+        n = reader.shape(names[0])[0]
+        return reader.read(names[0], rows=_chunk(n, tp, rank, names[0]))
     if kind == "shared_row":  # the shared expert's down_proj (h, s): split the input dim
         check_shape(reader, names[0], (d.hidden, d.shared_ffn))
         return reader.read(names[0], cols=_chunk(d.shared_ffn, tp, rank, names[0] + " columns"))
@@ -224,7 +230,7 @@ def to_hf(mcore: Mapping[str, torch.Tensor], args: Mapping[str, Any], vocab_size
         if name.endswith("_extra_state"):
             continue
         kind, names = hf_names(name, None, tied=False)
-        if kind in ("replicated", "row", "expert_row", "shared_row"):
+        if kind in ("replicated", "row", "expert_row", "shared_row", "column"):
             out[names[0]] = tensor
         elif kind == "vocab":
             out[names[0]] = tensor[:vocab_size]

@@ -35,6 +35,7 @@ _STORED_AS = {
                     ("post_self_attn_layernorm.weight", "post_attention_layernorm.weight")),
 }
 _STORED_AS["gemma2"] = _STORED_AS["gemma3_text"]  # Gemma 2's names are Gemma 3's
+_STORED_AS["olmo2"] = _STORED_AS["gemma3_text"][1:]  # OLMo 2: the post norms alone, Gemma's names
 
 
 def _renames(pairs, reverse: bool):

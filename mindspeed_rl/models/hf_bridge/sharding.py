@@ -6,6 +6,7 @@ split-then-merge round trip is bit for bit):
   replicated     every rank holds the whole tensor: take rank 0's
   row            (h, n/TP) per rank: concatenate along dim 1
   vocab          (Vp/TP, h) per rank: concatenate along dim 0
+  column         (n/TP,) per rank (OLMo 2's q / k norms, split with the heads): concatenate
   qkv            (ng/TP*(q+2)*hn, ...) per rank, whole query groups: concatenate along dim 0
   fc1            [gate_r | up_r] per rank: concatenate the gate halves, then the up halves
   expert_row / expert_fc1   as row / fc1, over the expert-tensor-parallel (ETP) ranks
@@ -60,13 +61,16 @@ def stage_param_names(args: Mapping[str, Any], pp_size: int, pp_rank: int, vpp_s
     in the order its state_dict(s) list them."""
     first, last = pp_rank == 0, pp_rank == pp_size - 1
     tied = not args.get("untie_embeddings_and_output_weights", False)
-    per_layer = ["input_layernorm.weight", "self_attention.linear_proj.weight",
-                 "self_attention.linear_qkv.weight"]
+    pre_norm = args.get("pre_norm", True) is not False  # OLMo 2: none (models/olmo.py)
+    per_layer = (["input_layernorm.weight"] if pre_norm else []) + ["self_attention.linear_proj.weight",
+                                                                    "self_attention.linear_qkv.weight"]
     if args.get("add_qkv_bias"):
         per_layer.append("self_attention.linear_qkv.bias")
     if args.get("qk_layernorm"):
-        per_layer += ["self_attention.q_layernorm.weight", "self_attention.k_layernorm.weight"]
-    per_layer.append("pre_mlp_layernorm.weight")
+        norm = "sharded_weight" if args.get("qk_layernorm_across_heads") else "weight"
+        per_layer += [f"self_attention.q_layernorm.{norm}", f"self_attention.k_layernorm.{norm}"]
+    if pre_norm:
+        per_layer.append("pre_mlp_layernorm.weight")
     if is_moe(args):
         per_layer.append("mlp.router.weight")
         if args.get("moe_shared_expert_intermediate_size"):  # the module's own gate first, then its linears
@@ -126,7 +130,7 @@ def merge_tp(kind: str, shards: Sequence[torch.Tensor]) -> torch.Tensor:
         return shards[0]
     if kind in ("row", "expert_row", "shared_row"):
         return torch.cat(list(shards), dim=1)
-    if kind in ("vocab", "qkv"):
+    if kind in ("vocab", "qkv", "column"):
         return torch.cat(list(shards), dim=0)
     if kind in ("fc1", "expert_fc1", "shared_fc1"):
         halves = [s.chunk(2, dim=0) for s in shards]

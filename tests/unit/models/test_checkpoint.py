@@ -99,7 +99,7 @@ def test_load_weights_takes_either_format(gloo_world1, tmp_path):
         assert torch.equal(a, b), name
 
 
-@pytest.mark.parametrize("arch", ["qwen2", "qwen3", "gemma3_text"])
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3", "gemma3_text", "olmo2"])
 def test_stage_param_names_match_the_model(gloo_world1, tmp_path, arch):
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.checkpoint import chunk_state_dict
@@ -132,7 +132,7 @@ def load_exported(out):
 
 @pytest.mark.parametrize("arch,synthesize", [("llama", True), ("qwen2", False), ("qwen3", True),
                                              ("gemma3_text", True), ("gemma2", True), ("phi3-partial", True),
-                                             ("mixtral", True)])
+                                             ("mixtral", True), ("olmo2", True)])
 def test_live_export_loads_in_transformers(gloo_world1, tmp_path, arch, synthesize):
     """synthesize: config.json written from the Megatron args (a yaml-built model or a Megatron
     checkpoint): Gemma 3 / 2 in their own config.json, partial rotary as Phi-3's, and the tensors

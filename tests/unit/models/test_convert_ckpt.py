@@ -32,7 +32,7 @@ def _run(*argv):
                                                ("mixtral", (2, 1), (1, 1)), ("phi3", (2, 2), (1, 1)),
                                                ("smollm3", (1, 2), (2, 1)), ("granite", (2, 1), (1, 2)),
                                                ("gemma3_text", (2, 2), (1, 1)), ("gemma2", (2, 1), (1, 2)),
-                                               ("gemma", (1, 2), (2, 1))])
+                                               ("gemma", (1, 2), (2, 1)), ("olmo2", (2, 2), (1, 1))])
 def test_round_trip_is_bit_exact(tmp_path, arch, first, second):
     """HF -> mg -> mg -> HF: every tensor back bit for bit under its stored name and layout (Mixtral's
     names, Phi-3's fused q/k/v and gate/up, Gemma 3's norm names)."""
@@ -106,7 +106,7 @@ def test_interrupted_save_leaves_no_latest(tmp_path):
     (None, ["--target-tensor-parallel-size", "3"], "tensor_model_parallel_size 3 does not divide num_attention_heads 4"),
     (None, ["--target-pipeline-parallel-size", "3"], "num_layers 2 is not divisible by pipeline_model_parallel_size 3"),
     (None, ["--model-type-hf", "qwen3"], "--model-type-hf qwen3 disagrees with model_type 'llama'"),
-    ({"model_type": "olmo2"}, [], "model_type .olmo2. is not supported"),
+    ({"model_type": "deepseek_v3"}, [], "model_type .deepseek_v3. is not supported"),
     ({"hidden_act": "gelu"}, [], "config.json: config.json hidden_act 'gelu' is not supported"),
     ({"vocab_size": 100}, [], r"model.embed_tokens.weight in .* has shape \[120, 64\], which does not fit"),
     ({"intermediate_size": 96}, [], r"gate_proj.weight in .* has shape \[128, 64\], but config.json implies \[96, 64\]"),

@@ -43,7 +43,7 @@ def test_qwen2_and_qwen3_in_transformers5_spelling():
 
 
 @pytest.mark.parametrize("change,match", [
-    ({"model_type": "olmo2"}, "model_type .olmo2. is not supported"),
+    ({"model_type": "deepseek_v3"}, "model_type .deepseek_v3. is not supported"),
     ({"mlp_bias": True}, "mlp_bias"),
     ({"attention_bias": True}, "attention_bias"),
     ({"hidden_act": "gelu"}, "hidden_act"),
@@ -313,6 +313,28 @@ def test_gemma1_config_json_round_trip():
     assert model_config_from_hf(written) == args
     with pytest.raises(ValueError, match="only as Gemma 1 .* also sets qk_layernorm"):
         hf_config_from_args(dict(args, qk_layernorm=True), vocab_size=256000)
+
+
+def test_olmo2_config_json_round_trip():
+    """OLMo-2-0425-1B's config.json: norms after attention and MLP only, q / k norms across heads;
+    exported as OLMo 2 (transformers reads it) and read back; the keys on another layout are refused."""
+    from transformers import Olmo2Config
+
+    from mindspeed_rl.models.hf_export import hf_config_from_args
+
+    olmo = {"architectures": ["Olmo2ForCausalLM"], "attention_bias": False, "hidden_act": "silu", "hidden_size": 2048,
+            "intermediate_size": 8192, "max_position_embeddings": 4096, "model_type": "olmo2",
+            "num_attention_heads": 16, "num_hidden_layers": 16, "num_key_value_heads": 16, "rms_norm_eps": 1e-06,
+            "rope_scaling": None, "rope_theta": 500000, "tie_word_embeddings": False, "vocab_size": 100352}
+    args = model_config_from_hf(olmo)
+    assert (args["pre_norm"], args["post_norm"], args["qk_layernorm"], args["qk_layernorm_across_heads"]) == \
+        (False, True, True, True)
+    written = hf_config_from_args(args, vocab_size=100352)
+    assert (written["model_type"], written["architectures"]) == ("olmo2", ["Olmo2ForCausalLM"])
+    assert Olmo2Config(**{k: v for k, v in written.items() if k != "model_type"}).rope_parameters["rope_theta"] == 5e5
+    assert model_config_from_hf(written) == args
+    with pytest.raises(ValueError, match="only as OLMo 2 .* this model has pre_norm: true"):
+        hf_config_from_args(dict(args, pre_norm=True), vocab_size=100352)
 
 
 # gemma-2-2b-it's config.json (transformers 4.42: no layer_types, every second layer full)

@@ -1,0 +1,77 @@
+"""OLMo 2's layer pieces that megatron-core's local layer spec does not have (models/builder.py
+installs them from the keys hf_config.olmo2_args sets):
+
+- pre_norm: false with post_norm: true — OLMo 2 normalises the attention and MLP outputs only, before
+  each residual add (`post_attention_layernorm`, `post_feedforward_layernorm`: models/gemma.py's post
+  norms), and feeds the residual stream to attention and MLP un-normalised: the layer spec's
+  input_layernorm and pre_mlp_layernorm become megatron's IdentityOp (`without_pre_norms`);
+- qk_layernorm_across_heads: OLMo 2's q_norm / k_norm normalise each token's whole query (all heads x
+  head_dim) and whole key, not each head as Qwen3's do. Megatron calls its q_layernorm on the
+  (s, b, heads, head_dim) query of this TP rank's heads, so `AcrossHeadsRMSNorm` sums the squares
+  over its heads, all-reduces that sum over the TP group (an autograd all-reduce: the gradient of
+  every rank's loss reaches the other ranks' shares) and scales by its own slice of the weight.
+  The weight is split over TP like the heads (mapping kind "column"), marked tensor-parallel so the
+  gradient norm counts each slice once.
+
+RMSNorm here is OLMo 2's: x / sqrt(mean(x^2) + eps) in fp32, times the weight, cast back.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from mindspeed_rl.platform import get_platform
+
+get_platform().patch()  # megatron must be imported after the platform patch (no-op when done)
+
+from megatron.core import parallel_state  # noqa: E402
+from megatron.core.tensor_parallel.layers import set_tensor_model_parallel_attributes  # noqa: E402
+from megatron.core.transformer.identity_op import IdentityOp  # noqa: E402
+from megatron.core.transformer.spec_utils import ModuleSpec  # noqa: E402
+from megatron.core.transformer.transformer_block import TransformerBlockSubmodules  # noqa: E402
+
+
+class AcrossHeadsRMSNorm(torch.nn.Module):
+    """RMSNorm over all heads of a token's query (which="q") or key ("k"), TP-sharded by heads. Built
+    by megatron's attention in the q_layernorm / k_layernorm slot (hidden_size = head_dim there).
+    Its parameter is `sharded_weight` (this rank's heads' slice), a name of its own so the bridge
+    splits it over TP instead of replicating it (hf_bridge/mapping.py)."""
+
+    def __init__(self, config, hidden_size: int, eps: float = 1e-6, which: str = "q", **kwargs):
+        super().__init__()
+        tp = config.tensor_model_parallel_size
+        heads = config.num_attention_heads if which == "q" else (config.num_query_groups or config.num_attention_heads)
+        if heads % tp:
+            raise ValueError(f"tensor_model_parallel_size {tp} does not divide the {heads} {which} heads of the "
+                             f"across-heads {which}_norm.")
+        self.eps, self.tp, self.full_width = float(eps), tp, heads * hidden_size
+        self.sharded_weight = torch.nn.Parameter(torch.ones(heads // tp * hidden_size))
+        set_tensor_model_parallel_attributes(self.sharded_weight, True, 0, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape  # (s, b, heads of this rank, head_dim)
+        h = x.reshape(*shape[:-2], -1).float()
+        square_sum = h.pow(2).sum(-1, keepdim=True)
+        if self.tp > 1:  # the other ranks' heads: their share of the sum, differentiably
+            square_sum = torch.distributed.nn.functional.all_reduce(
+                square_sum, group=parallel_state.get_tensor_model_parallel_group())
+        h = h * torch.rsqrt(square_sum / self.full_width + self.eps)
+        return (self.sharded_weight.float() * h).to(x.dtype).reshape(shape)
+
+
+def without_pre_norms(spec: Any, across_heads: bool, pre_norm: bool) -> Any:
+    """A copy of a layer or block spec whose layers have no input / pre-MLP norms (pre_norm false)
+    and, with across_heads, AcrossHeadsRMSNorm as q / k norms."""
+    if isinstance(spec, TransformerBlockSubmodules):
+        return dataclasses.replace(spec, layer_specs=[without_pre_norms(s, across_heads, pre_norm)
+                                                      for s in spec.layer_specs])
+    sub = spec.submodules
+    changes: dict = {} if pre_norm else {"input_layernorm": IdentityOp, "pre_mlp_layernorm": IdentityOp}
+    if across_heads:
+        attention = sub.self_attention
+        changes["self_attention"] = dataclasses.replace(attention, submodules=dataclasses.replace(
+            attention.submodules, q_layernorm=ModuleSpec(module=AcrossHeadsRMSNorm, params={"which": "q"}),
+            k_layernorm=ModuleSpec(module=AcrossHeadsRMSNorm, params={"which": "k"})))
+    return dataclasses.replace(spec, submodules=dataclasses.replace(sub, **changes))
