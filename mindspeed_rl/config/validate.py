@@ -227,6 +227,11 @@ def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
         problems.append(f"model {role.model_name}: attn_logit_softcapping {a.attn_logit_softcapping} (Gemma 2) is not "
                         f"supported on {platform}: its fused attention kernel does not soft-cap the scores; run it "
                         f"on CPU or CUDA.")
+    if not a.pre_norm and not a.post_norm:
+        problems.append(f"model {role.model_name}: pre_norm: false leaves its layers without any norm; set post_norm: "
+                        f"true (OLMo 2's layout) or pre_norm: true.")
+    if a.qk_layernorm_across_heads and not a.qk_layernorm:
+        problems.append(f"model {role.model_name}: qk_layernorm_across_heads needs qk_layernorm: true.")
     if a.geglu and a.swiglu:
         problems.append(f"model {role.model_name}: geglu and swiglu are both true; set swiglu: false for a GeGLU "
                         f"MLP (Gemma).")
