@@ -1,5 +1,6 @@
-"""Gemma 3's layer pieces that megatron-core's local layer spec does not have (models/builder.py
-installs them from the MindSpeed-LLM keys hf_config.gemma_args sets):
+"""Gemma's (1, 2, 3) layer pieces that megatron-core's local layer spec does not have (models/builder.py
+installs them from the MindSpeed-LLM keys hf_config.gemma_args sets; OLMo 2 uses the post norms too,
+with a plain RMSNorm: models/olmo.py):
 
 - add_rmsnorm_offset: every RMSNorm scales by (1 + weight), in fp32, then casts back, exactly as
   transformers' Gemma3RMSNorm and vLLM's GemmaRMSNorm compute it. `OffsetRMSNorm` takes megatron's

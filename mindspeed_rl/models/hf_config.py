@@ -18,7 +18,7 @@ MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral")
 WINDOW_ARCHS = ("mistral", "mixtral", "phi3")  # a config.json sliding_window applies to every layer (sliding_window)
 ROPE_TYPES = ("default", "linear", "llama3", "longrope", "yarn")  # config.json rope types computed exactly
 ROPE_SCALINGS = (None, "linear", "llama3", "longrope", "yarn")  # their rope_scaling_type (models/builder.py)
-DEFAULT_THETA = {"smollm3": 2000000.0, "gemma3_text": 1000000.0}  # (gemma2: 10000)  # transformers' default rope_theta where config.json has none (else 10000)
+DEFAULT_THETA = {"smollm3": 2000000.0, "gemma3_text": 1000000.0}  # transformers' default rope_theta where config.json has none (else 10000)
 TIED_BY_DEFAULT = ("smollm3", "gemma3_text", "gemma2", "gemma")  # transformers' default tie_word_embeddings is true (else false)
 
 
@@ -213,14 +213,16 @@ def gemma_args(hf: Mapping[str, Any], num_layers: int, head_dim: int) -> dict[st
     longest = int(hf.get("max_position_embeddings", 4096))
     args = {"swiglu": False, "geglu": True, "add_rmsnorm_offset": True, "post_norm": True, "input_embeds_norm": True,
             "qk_layernorm": not gemma2, "norm_epsilon": float(hf.get("rms_norm_eps", 1e-6)),
-            "softmax_scale": float(hf.get("query_pre_attn_scalar") or head_dim) ** -0.5,
+            "softmax_scale": float(hf.get("query_pre_attn_scalar") or 256) ** -0.5,  # transformers' default 256
             "window_attn_skip_freq": [int(t == "sliding_attention") for t in types[:num_layers]]}
     if not gemma2:
         args["rope_local_base_freq"] = float(local.get("rope_theta") or hf.get("rope_local_base_freq") or 10000.0)
-    for key, ours in (("attn_logit_softcapping", "attn_logit_softcapping"),
-                      ("final_logit_softcapping", "output_logit_softcapping")):
-        if hf.get(key) is not None:
-            args[ours] = float(hf[key])
+    # transformers' defaults where config.json omits the key: Gemma 2 caps (50, 30), Gemma 3 does not
+    for key, ours, default in (("attn_logit_softcapping", "attn_logit_softcapping", 50.0),
+                               ("final_logit_softcapping", "output_logit_softcapping", 30.0)):
+        cap = hf[key] if key in hf else (default if gemma2 else None)
+        if cap is not None:
+            args[ours] = float(cap)
     if window and int(window) < longest:
         args["sliding_window"] = int(window)
     return args
