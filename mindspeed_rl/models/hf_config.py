@@ -1,4 +1,5 @@
-"""Hugging Face config.json -> Megatron-named architecture arguments (pure dict logic).
+"""Hugging Face config.json -> Megatron-named architecture arguments (dict logic; transformers' config
+classes only to complete an image-text model's sparse text_config: text_model_config).
 
     args = model_config_from_hf(json.load(open(f"{hf_dir}/config.json")))
 

@@ -53,7 +53,6 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
                          "model (add_rmsnorm_offset, post_norm, input_embeds_norm, geglu, qk_layernorm).")
     model_type = "qwen3" if args.get("qk_layernorm") else "qwen2" if args.get("add_qkv_bias") else "llama"
     heads = int(args["num_attention_heads"])
-    groups = int(args.get("num_query_groups") or heads) if args.get("group_query_attention") else heads
     rope = rope_parameters(args)
     shared = int(args.get("moe_shared_expert_intermediate_size") or 0)
     window = args.get("sliding_window")
@@ -96,20 +95,9 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
            "qwen3_moe": "Qwen3MoeForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
            "smollm3": "SmolLM3ForCausalLM", "mistral": "MistralForCausalLM",
            "granite": "GraniteForCausalLM", "mixtral": "MixtralForCausalLM", "phi3": "Phi3ForCausalLM"}[model_type]
-    config = {
-        "architectures": [cls], "model_type": model_type, "hidden_act": "silu",
-        "hidden_size": int(args["hidden_size"]), "intermediate_size": int(args["ffn_hidden_size"]),
-        "num_hidden_layers": int(args["num_layers"]), "num_attention_heads": heads,
-        "num_key_value_heads": groups, "head_dim": int(args.get("kv_channels") or args["hidden_size"] // heads),
-        "vocab_size": int(vocab_size), "max_position_embeddings": int(args.get("max_position_embeddings") or 4096),
-        "rms_norm_eps": float(args.get("norm_epsilon") or 1e-5),
-        "rope_theta": rope["rope_theta"], "rope_parameters": rope,
-        "tie_word_embeddings": not args.get("untie_embeddings_and_output_weights", False),
-        "attention_bias": bool(args.get("add_qkv_bias")) and model_type not in ("qwen2", "qwen2_moe"),
-        "torch_dtype": DTYPE_NAMES.get(dtype, "float32"),
-    }
-    if rope["rope_type"] != "default":
-        config["rope_scaling"] = rope
+    config = base_config(args, vocab_size, dtype, model_type, cls, rope, eps=1e-5)
+    config.update(hidden_act="silu",
+                  attention_bias=bool(args.get("add_qkv_bias")) and model_type not in ("qwen2", "qwen2_moe"))
     if window or model_type == "mixtral":  # Mixtral's config.json says null for none
         config["sliding_window"] = int(args["sliding_window"]) if args.get("sliding_window") else None
     if model_type == "phi3":  # q/k/v and gate/up stored fused (hf_bridge/names.py); the rotated fraction
@@ -140,6 +128,28 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
     return config
 
 
+def base_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype, model_type: str, cls: str,
+                rope: Mapping[str, Any], eps: float) -> dict[str, Any]:
+    """The config.json keys every architecture here shares: sizes, heads, vocabulary, length, norm
+    epsilon (`eps` when args have none), rotary embedding (rope_scaling too unless default), ties, dtype."""
+    heads = int(args["num_attention_heads"])
+    config = {
+        "architectures": [cls], "model_type": model_type,
+        "hidden_size": int(args["hidden_size"]), "intermediate_size": int(args["ffn_hidden_size"]),
+        "num_hidden_layers": int(args["num_layers"]), "num_attention_heads": heads,
+        "num_key_value_heads": int(args.get("num_query_groups") or heads) if args.get("group_query_attention") else heads,
+        "head_dim": int(args.get("kv_channels") or args["hidden_size"] // heads),
+        "vocab_size": int(vocab_size), "max_position_embeddings": int(args.get("max_position_embeddings") or 4096),
+        "rms_norm_eps": float(args.get("norm_epsilon") or eps),
+        "rope_theta": rope["rope_theta"], "rope_parameters": rope,
+        "tie_word_embeddings": not args.get("untie_embeddings_and_output_weights", False),
+        "torch_dtype": DTYPE_NAMES.get(dtype, "float32"),
+    }
+    if rope["rope_type"] != "default":
+        config["rope_scaling"] = rope
+    return config
+
+
 GEMMA_KEYS = ("add_rmsnorm_offset", "post_norm", "input_embeds_norm", "geglu")
 
 
@@ -151,25 +161,15 @@ def olmo2_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -
              if bool(args.get(k, k == "pre_norm")) != v]
     extra = [k for k in ("add_qkv_bias", "num_experts", "no_rope_freq", "sliding_window", "window_attn_skip_freq",
                          "softmax_scale", "add_rmsnorm_offset", "input_embeds_norm", "geglu") if args.get(k)]
+    heads = int(args["num_attention_heads"])
+    if int(args.get("kv_channels") or args["hidden_size"] // heads) * heads != int(args["hidden_size"]):
+        extra.append("kv_channels x num_attention_heads != hidden_size (OLMo 2's head_dim is their quotient)")
     if wrong or extra or float(args.get("rotary_percent") or 1.0) != 1.0:
         raise ValueError(f"pre_norm / qk_layernorm_across_heads have a config.json form only as OLMo 2 (pre_norm: "
                          f"false, post_norm, qk_layernorm and qk_layernorm_across_heads: true, nothing else); this "
                          f"model has {', '.join(wrong + extra) or 'partial rotary'}.")
-    heads = int(args["num_attention_heads"])
-    groups = int(args.get("num_query_groups") or heads) if args.get("group_query_attention") else heads
-    rope = rope_parameters(args)
-    config = {
-        "architectures": ["Olmo2ForCausalLM"], "model_type": "olmo2", "hidden_act": "silu",
-        "hidden_size": int(args["hidden_size"]), "intermediate_size": int(args["ffn_hidden_size"]),
-        "num_hidden_layers": int(args["num_layers"]), "num_attention_heads": heads, "num_key_value_heads": groups,
-        "vocab_size": int(vocab_size), "max_position_embeddings": int(args.get("max_position_embeddings") or 4096),
-        "rms_norm_eps": float(args.get("norm_epsilon") or 1e-6), "rope_theta": rope["rope_theta"],
-        "rope_parameters": rope, "attention_bias": False, "pad_token_id": None,
-        "tie_word_embeddings": not args.get("untie_embeddings_and_output_weights", False),
-        "torch_dtype": DTYPE_NAMES.get(dtype, "float32"),
-    }
-    if rope["rope_type"] != "default":
-        config["rope_scaling"] = rope
+    config = base_config(args, vocab_size, dtype, "olmo2", "Olmo2ForCausalLM", rope_parameters(args), eps=1e-6)
+    config.update(hidden_act="silu", attention_bias=False, pad_token_id=None)
     return config
 
 
@@ -187,20 +187,9 @@ def gemma1_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype, 
         raise ValueError(f"{', '.join(gemma)} without post_norm {'have' if len(gemma) > 1 else 'has'} a config.json "
                          f"form only as Gemma 1 (add_rmsnorm_offset, input_embeds_norm and geglu on a plain model); "
                          f"this model {'lacks ' + ', '.join(missing) if missing else 'also sets ' + ', '.join(extra)}.")
-    heads = int(args["num_attention_heads"])
-    groups = int(args.get("num_query_groups") or heads) if args.get("group_query_attention") else heads
-    rope = rope_parameters(args)
-    return {
-        "architectures": ["GemmaForCausalLM"], "model_type": "gemma", "hidden_act": "gelu_pytorch_tanh",
-        "hidden_size": int(args["hidden_size"]), "intermediate_size": int(args["ffn_hidden_size"]),
-        "num_hidden_layers": int(args["num_layers"]), "num_attention_heads": heads, "num_key_value_heads": groups,
-        "head_dim": int(args.get("kv_channels") or args["hidden_size"] // heads), "vocab_size": int(vocab_size),
-        "max_position_embeddings": int(args.get("max_position_embeddings") or 4096),
-        "rms_norm_eps": float(args.get("norm_epsilon") or 1e-6), "rope_theta": rope["rope_theta"],
-        "rope_parameters": rope, "attention_bias": False,
-        "tie_word_embeddings": not args.get("untie_embeddings_and_output_weights", False),
-        "torch_dtype": DTYPE_NAMES.get(dtype, "float32"),
-    }
+    config = base_config(args, vocab_size, dtype, "gemma", "GemmaForCausalLM", rope_parameters(args), eps=1e-6)
+    config.update(hidden_act="gelu_pytorch_tanh", attention_bias=False)
+    return config
 
 
 def gemma_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype, gemma: list) -> dict[str, Any]:
@@ -225,38 +214,23 @@ def gemma_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype, g
         raise ValueError(f"{', '.join(gemma)} {'have' if len(gemma) > 1 else 'has'} a config.json form only as Gemma 3 "
                          f"or Gemma 2 (all of {', '.join(GEMMA_KEYS)}, swiglu false, full rotary; q/k norms and "
                          f"rope_local_base_freq in Gemma 3 only); this model {' and '.join(problems) or 'is not one'}.")
-    layers = int(args["num_layers"])
-    heads = int(args["num_attention_heads"])
-    head_dim = int(args.get("kv_channels") or args["hidden_size"] // heads)
-    longest = int(args.get("max_position_embeddings") or 4096)
+    rope = rope_parameters(args)
+    config = base_config(args, vocab_size, dtype, "gemma2" if gemma2 else "gemma3_text",
+                         "Gemma2ForCausalLM" if gemma2 else "Gemma3ForCausalLM", rope, eps=1e-6)
+    layers, head_dim, longest = config["num_hidden_layers"], config["head_dim"], config["max_position_embeddings"]
     pattern = window_pattern(args.get("window_attn_skip_freq"), layers) or [1] * layers
     scale = args.get("softmax_scale")
     scalar = head_dim if not scale else 1.0 / float(scale) ** 2
-    scalar = round(scalar) if abs(scalar - round(scalar)) < 1e-6 else scalar
-    rope = rope_parameters(args)
-    local = {"rope_type": "default", "rope_theta": float(args.get("rope_local_base_freq") or rope["rope_theta"])}
-    groups = int(args.get("num_query_groups") or heads) if args.get("group_query_attention") else heads
-    config = {
-        "architectures": ["Gemma2ForCausalLM" if gemma2 else "Gemma3ForCausalLM"],
-        "model_type": "gemma2" if gemma2 else "gemma3_text", "hidden_activation": "gelu_pytorch_tanh",
-        "hidden_size": int(args["hidden_size"]), "intermediate_size": int(args["ffn_hidden_size"]),
-        "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": groups,
-        "head_dim": head_dim, "vocab_size": int(vocab_size), "max_position_embeddings": longest,
-        "rms_norm_eps": float(args.get("norm_epsilon") or 1e-6), "query_pre_attn_scalar": scalar,
-        "sliding_window": int(args.get("sliding_window") or longest),
-        "layer_types": ["sliding_attention" if x else "full_attention" for x in pattern],
-        "rope_parameters": {"full_attention": rope, "sliding_attention": local},
-        "rope_theta": rope["rope_theta"], "rope_local_base_freq": local["rope_theta"],
-        "tie_word_embeddings": not args.get("untie_embeddings_and_output_weights", False),
-        "attention_bias": False, "attn_logit_softcapping": args.get("attn_logit_softcapping"),
-        "final_logit_softcapping": args.get("output_logit_softcapping"),
-        "torch_dtype": DTYPE_NAMES.get(dtype, "float32"),
-    }
-    if rope["rope_type"] != "default":
-        config["rope_scaling"] = rope
-    if gemma2:  # one rotary table for every layer
-        del config["rope_local_base_freq"]
-        config["rope_parameters"] = rope
+    config.update(hidden_activation="gelu_pytorch_tanh", attention_bias=False,
+                  query_pre_attn_scalar=round(scalar) if abs(scalar - round(scalar)) < 1e-6 else scalar,
+                  sliding_window=int(args.get("sliding_window") or longest),
+                  layer_types=["sliding_attention" if x else "full_attention" for x in pattern],
+                  attn_logit_softcapping=args.get("attn_logit_softcapping"),
+                  final_logit_softcapping=args.get("output_logit_softcapping"))
+    if not gemma2:  # Gemma 3: one rotary table per layer type
+        local = {"rope_type": "default", "rope_theta": float(args.get("rope_local_base_freq") or rope["rope_theta"])}
+        config.update(rope_parameters={"full_attention": rope, "sliding_attention": local},
+                      rope_local_base_freq=local["rope_theta"])
     return config
 
 
