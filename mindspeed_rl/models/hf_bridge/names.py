@@ -23,6 +23,8 @@ import re
 
 import torch
 
+from mindspeed_rl.models.hf_config import IMAGE_TEXT_ARCHS
+
 # config.json model_type -> (canonical layer-relative name, that architecture's), {e} = expert number
 _STORED_AS = {
     "mixtral": (("mlp.experts.{e}.gate_proj.weight", "block_sparse_moe.experts.{e}.w1.weight"),
@@ -56,7 +58,7 @@ _TO_CANONICAL = {t: _renames(pairs, reverse=True) for t, pairs in _STORED_AS.ite
 # as language_model.model.layers... (language_model.lm_head), 5.x as model.language_model.layers...
 # (lm_head); the vision tower's names match none and are never read (models/hf_config.text_model_config)
 _LANGUAGE_MODEL = (("language_model.", ""), ("model.language_model.", "model."))
-_PREFIXED = {"gemma3": ("gemma3_text", _LANGUAGE_MODEL), "mistral3": ("mistral", _LANGUAGE_MODEL)}
+_PREFIXED = {kind: (text_type, _LANGUAGE_MODEL) for kind, (text_type, _) in IMAGE_TEXT_ARCHS.items()}
 
 
 # config.json model_type -> {stored layer-relative name: the canonical ones it concatenates (rows)}
