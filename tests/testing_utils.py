@@ -105,7 +105,9 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
     sliding, window 12, one theta), its soft caps lowered to 1 (scores) and 2 (logits); mistral3: a
     mistral inside Mistral Small 3.1's image-text model (Mistral3ForConditionalGeneration); gemma: Gemma 1
     (tied, head_dim 16, the (1 + w) norms, embedding scale and GeGLU); olmo2: OLMo 2 (norms after attention
-    and MLP only, q / k norms across heads, untied). `overrides` change TINY_HF (num_hidden_layers=4)."""
+    and MLP only, q / k norms across heads, untied); olmo3: OLMo 3 (OLMo 2 with sliding layers, window 12,
+    alternating with full ones that rotate with YaRN x 4 over 32 positions and its attention factor 1.2,
+    the sliding ones with the default rope at the same theta). `overrides` change TINY_HF (num_hidden_layers=4)."""
     import transformers as tf
 
     tiny = dict(TINY_HF, **overrides)
@@ -140,6 +142,12 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
         "gemma3_text": gemma3_text,
         "gemma": lambda: tf.GemmaConfig(**{"head_dim": 16, **tiny}),
         "olmo2": lambda: tf.Olmo2Config(**{"rope_theta": 5e5, "pad_token_id": 0, **tiny}),
+        # config.json as OLMo 3's 65k-context releases write it (rope_theta, rope_scaling of the full layers)
+        "olmo3": lambda: tf.Olmo3Config(**{
+            "sliding_window": 12, "pad_token_id": 0, "rope_theta": 5e5,
+            "layer_types": ["sliding_attention", "full_attention"] * (tiny["num_hidden_layers"] // 2),
+            "eos_token_id": 2, "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32,
+                             "attention_factor": 1.2, "beta_fast": 32, "beta_slow": 1}, **tiny}),
         # Gemma 2: soft caps low enough to bite on random weights (scores past 1, logits past 2)
         "gemma2": lambda: tf.Gemma2Config(**{"head_dim": 16, "query_pre_attn_scalar": 24, "sliding_window": 12,
                                             "attn_logit_softcapping": 1.0, "final_logit_softcapping": 2.0,
@@ -163,7 +171,7 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
            "granite": tf.GraniteForCausalLM, "gemma3_text": tf.Gemma3ForCausalLM,
            "gemma3": tf.Gemma3ForConditionalGeneration, "gemma2": tf.Gemma2ForCausalLM,
            "mistral3": tf.Mistral3ForConditionalGeneration, "gemma": tf.GemmaForCausalLM,
-           "olmo2": tf.Olmo2ForCausalLM}[arch]
+           "olmo2": tf.Olmo2ForCausalLM, "olmo3": tf.Olmo3ForCausalLM}[arch]
     torch.manual_seed(seed)
     model = cls(config).eval()
     with torch.no_grad():

@@ -58,7 +58,7 @@ class ModelArch:
     output_multiplier_scale: float = doc(1.0, "the logits times this (Granite: 1 / logits_scaling)")
     no_rope_freq: Optional[Any] = doc(None, "layers without RoPE (megatron-core's key): an integer N (every N-th layer) or a list of 0 / 1 per layer, 1 = no RoPE (SmolLM3's NoPE layers); null = RoPE everywhere")
     window_attn_skip_freq: Optional[Any] = doc(None, "which layers the sliding_window applies to (megatron-core's key): an integer N (every N-th layer attends fully, the others slide) or a list of 0 / 1 per layer, 1 = sliding (Gemma 3's layer_types); null = every layer")
-    rope_local_base_freq: Optional[float] = doc(None, "RoPE theta of the sliding-window layers (window_attn_skip_freq), which rotate without rope scaling (Gemma 3's local layers); null = every layer rotates with rotary_base")
+    rope_local_base_freq: Optional[float] = doc(None, "RoPE theta of the sliding-window layers (window_attn_skip_freq), which rotate with the default rope, without rope scaling or its attention factor (Gemma 3's local layers, OLMo 3's sliding layers); null = every layer rotates with rotary_base")
     geglu: bool = doc(False, "gated GELU MLP with tanh GELU (Gemma's gelu_pytorch_tanh); needs swiglu: false")
     add_rmsnorm_offset: bool = doc(False, "RMSNorms scale by (1 + weight), computed in fp32 (Gemma)")
     post_norm: bool = doc(False, "a norm after attention and after the MLP too, before each residual add (Gemma's sandwich norms)")

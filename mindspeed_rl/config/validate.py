@@ -235,12 +235,15 @@ def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
     if a.geglu and a.swiglu:
         problems.append(f"model {role.model_name}: geglu and swiglu are both true; set swiglu: false for a GeGLU "
                         f"MLP (Gemma).")
-    if platform != "auto" and not own_rotary(platform) and (a.rotary_percent < 1 or a.no_rope_freq) \
+    if platform != "auto" and not own_rotary(platform) and (a.rotary_percent < 1 or a.no_rope_freq
+                                                             or a.rope_local_base_freq) \
             and a.rope_scaling_type in ("longrope", "yarn"):
         what = (f"rotary_percent {a.rotary_percent} (partial rotary, e.g. Phi-4-mini)" if a.rotary_percent < 1
-                else "no_rope_freq (layers without RoPE, e.g. SmolLM3)")
-        problems.append(f"model {role.model_name}: {a.rope_scaling_type} with {what} scales cos and sin of the rotated "
-                        f"part only, which MindSpeed's fused rotary kernel on NPU does not do; run it on CPU or CUDA.")
+                else "no_rope_freq (layers without RoPE, e.g. SmolLM3)" if a.no_rope_freq
+                else "rope_local_base_freq (sliding layers with the default rope, e.g. OLMo 3)")
+        part = "the full layers" if a.rotary_percent >= 1 and not a.no_rope_freq else "the rotated part"
+        problems.append(f"model {role.model_name}: {a.rope_scaling_type} with {what} scales cos and sin of {part} "
+                        f"only, which MindSpeed's fused rotary kernel on NPU does not do; run it on CPU or CUDA.")
     tp, pp = role.parallel.tensor_model_parallel_size, role.parallel.pipeline_model_parallel_size
     hf_load = role.load and os.path.isfile(os.path.join(role.load, "config.json"))
     missing = [k for k in ("num_layers", "hidden_size", "num_attention_heads") if getattr(a, k) is None]

@@ -214,17 +214,22 @@ def rope_attention_scaling(config: TransformerConfig, args: Mapping[str, Any]) -
     """Apply the attention factor m (rope_attention_factor) to `config` (its no_rope_freq already set). q and k rotated with cos / sin
     times m: where every head dimension is rotated that scales every score by m^2, which is
     softmax_scale x m^2, exact on every path (fused attention and NPU kernels included). With partial
-    rotary only the rotated dimensions scale, and with NoPE layers (SmolLM3 with YaRN) only the
-    rotating layers, so there it stays on the rotation: `config.rope_mscale`, read
+    rotary only the rotated dimensions scale, with NoPE layers (SmolLM3 with YaRN) only the
+    rotating layers, and with a local rotary table (OLMo 3 with YaRN) only the full layers, so there
+    it stays on the rotation: `config.rope_mscale`, read
     by models/rotary.py and the rollout's KV-cache paths (rotary.rope_mscale); NPU rotates with
     MindSpeed's fused kernel, which takes no factor, so it is refused there."""
     factor = rope_attention_factor(args)
     config.rope_mscale = 1.0
     if factor == 1.0:
         return
-    if _get(args, "rope_local_base_freq"):
-        raise ValueError(f"rope_attention_factor {factor} with rope_local_base_freq (Gemma 3's local layers) is not "
-                         f"supported: the factor would scale the local layers' rotation too.")
+    if _get(args, "rope_local_base_freq"):  # OLMo 3: the sliding layers' default rope stays unscaled
+        if not own_rotary(get_platform().name):
+            raise ValueError(f"rope_attention_factor {factor} with rope_local_base_freq (the full layers' rope scaled, "
+                             f"the sliding layers' not, e.g. OLMo 3 with YaRN) is not supported on "
+                             f"{get_platform().name}: its fused rotary kernel does not scale cos and sin.")
+        config.rope_mscale = factor  # the local layers' attention gets a copy at 1 (gemma.install_local_rope)
+        return
     if float(_get(args, "rotary_percent", 1.0)) >= 1.0 and not config.no_rope_freq:  # NoPE scores stay unscaled
         base = config.softmax_scale if config.softmax_scale is not None else 1.0 / math.sqrt(config.kv_channels)
         config.softmax_scale = base * factor * factor

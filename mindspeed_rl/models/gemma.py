@@ -18,7 +18,9 @@ with a plain RMSNorm: models/olmo.py):
   layer (`install_output_softcap`); the attention scores' cap is models/core_attention.py's;
 - local rotary embedding: the sliding-window layers rotate with their own theta
   (rope_local_base_freq), a second megatron RotaryEmbedding whose table a forward pre-hook gives
-  those layers' attention in place of the model's (`install_local_rope`).
+  those layers' attention in place of the model's (`install_local_rope`); the default rope,
+  unscaled, where the full layers' rope may scale (OLMo 3: YaRN's attention factor on the full
+  layers only).
 
 With sequence parallelism every norm weight here is marked `sequence_parallel` (its gradient is
 all-reduced over TP, as models/parallel.SequenceParallelNorm's). On NPU these run as plain torch
@@ -143,9 +145,18 @@ def install_local_rope(model: torch.nn.Module, base: float, uses_local) -> None:
             return args, {**kwargs, "rotary_pos_emb": tuple(local(e.shape[0]) for e in emb)}
         return args, {**kwargs, "rotary_pos_emb": local(emb.shape[0])}
 
+    # the full layers' rope may scale cos / sin (config.rope_mscale: OLMo 3's YaRN attention factor); the
+    # local table is the default rope, so those layers' attention rotates with a config copy at 1
+    # (megatron's attention passes its own config to apply_rotary_pos_emb, models/rotary.py reads it)
+    unscaled = None
+    if float(getattr(model.config, "rope_mscale", 1.0)) != 1.0:
+        unscaled = copy.copy(model.config)
+        unscaled.rope_mscale = 1.0
     for layer in model.decoder.layers:  # every layer, told apart by an attribute (as sliding_window.install)
         layer.self_attention.local_rope = bool(uses_local(layer.layer_number))
         layer.self_attention.register_forward_pre_hook(swap, with_kwargs=True)
+        if unscaled is not None and layer.self_attention.local_rope:
+            layer.self_attention.config = unscaled
 
 
 def norm_classes() -> tuple:

@@ -13,19 +13,19 @@ import math
 from typing import Any, Mapping, Optional
 
 HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "smollm3", "granite",
-            "gemma3_text", "gemma2", "gemma", "olmo2")
+            "gemma3_text", "gemma2", "gemma", "olmo2", "olmo3")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral")
 WINDOW_ARCHS = ("mistral", "mixtral", "phi3")  # a config.json sliding_window applies to every layer (sliding_window)
 ROPE_TYPES = ("default", "linear", "llama3", "longrope", "yarn")  # config.json rope types computed exactly
 ROPE_SCALINGS = (None, "linear", "llama3", "longrope", "yarn")  # their rope_scaling_type (models/builder.py)
-DEFAULT_THETA = {"smollm3": 2000000.0, "gemma3_text": 1000000.0}  # transformers' default rope_theta where config.json has none (else 10000)
+DEFAULT_THETA = {"smollm3": 2000000.0, "gemma3_text": 1000000.0, "olmo3": 500000.0}  # transformers' default rope_theta where config.json has none (else 10000)
 TIED_BY_DEFAULT = ("smollm3", "gemma3_text", "gemma2", "gemma")  # transformers' default tie_word_embeddings is true (else false)
 
 
 def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     """Megatron-named args for a Llama / Mistral / Phi-3 / Qwen2 / Qwen3 / Qwen3-MoE / Qwen2-MoE / Mixtral /
-    SmolLM3 / Granite / Gemma 1-3 / OLMo 2 config.json
+    SmolLM3 / Granite / Gemma 1-3 / OLMo 2 / OLMo 3 config.json
     (transformers 4.x `rope_theta` + `rope_scaling` or 5.x `rope_parameters`). Unsupported features
     raise ValueError.
 
@@ -47,12 +47,12 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     kv_heads = int(hf.get("num_key_value_heads") or heads)
     head_dim = int(hf.get("head_dim") or hf["hidden_size"] // heads)
     rope = dict(hf.get("rope_parameters") or hf.get("rope_scaling") or {})
-    if model_type == "gemma3_text" and isinstance(rope.get("full_attention"), Mapping):
-        rope = dict(rope["full_attention"])  # transformers 5: one rotary embedding per layer type
+    if isinstance(rope.get("full_attention"), Mapping):  # Gemma 3, OLMo 3 in transformers 5: one per layer type
+        rope = dict(rope["full_attention"])
     rope_type = rope.get("rope_type", rope.get("type", "default"))
     if hf.get("mlp_bias"):
         raise ValueError("config.json mlp_bias=true is not supported (Megatron has no MLP-only bias).")
-    if model_type in ("llama", "granite", "olmo2", *GEMMA_ARCHS) and hf.get("attention_bias"):
+    if model_type in ("llama", "granite", "olmo2", "olmo3", *GEMMA_ARCHS) and hf.get("attention_bias"):
         raise ValueError(f"config.json attention_bias=true for {model_type} (bias on o_proj) is not supported.")
     # transformers 5 keeps it in rope_parameters, 4.x at the top level
     partial = float(rope.get("partial_rotary_factor") or hf.get("partial_rotary_factor") or 1.0)
@@ -120,8 +120,10 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         args.update(granite_args(hf))
     if model_type in GEMMA_ARCHS:
         args.update(gemma_args(hf, args["num_layers"], head_dim))
-    if model_type == "olmo2":
+    if model_type in ("olmo2", "olmo3"):
         args.update(pre_norm=False, post_norm=True, qk_layernorm=True, qk_layernorm_across_heads=True)
+    if model_type == "olmo3":
+        args.update(olmo3_args(hf, args["num_layers"], rope_type, args["rotary_base"]))
     return args
 
 
@@ -195,27 +197,16 @@ def gemma_args(hf: Mapping[str, Any], num_layers: int, head_dim: int) -> dict[st
     if hf.get("use_bidirectional_attention"):
         raise ValueError("config.json use_bidirectional_attention=true (an embedding model) is not supported; "
                          "GRPO needs causal attention.")
-    types = hf.get("layer_types")
-    if types is None and gemma2:  # transformers 4.x: every second layer attends fully
-        types = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(num_layers)]
-    if types is None:  # transformers 4.x: every sliding_window_pattern-th layer attends fully
-        pattern = int(hf.get("sliding_window_pattern") or hf.get("_sliding_window_pattern") or 6)
-        types = ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(num_layers)]
-    unknown = sorted(set(types) - {"sliding_attention", "full_attention"})
-    if unknown or len(types) < num_layers:
-        raise ValueError(f"config.json layer_types must name sliding_attention or full_attention for each of "
-                         f"{num_layers} layers; it has {len(types)} entries{', and ' + ', '.join(unknown) if unknown else ''}.")
-    params = hf.get("rope_parameters") or {}
-    local = params.get("sliding_attention") if isinstance(params.get("sliding_attention"), Mapping) else {}
-    if local.get("rope_type", "default") != "default":
-        raise ValueError(f"config.json rope_parameters.sliding_attention rope_type {local['rope_type']!r} is not "
-                         f"supported; Gemma 3's local layers rotate with the default rope.")
+    # transformers 4.x: Gemma 2's every second layer attends fully, Gemma 3's every sliding_window_pattern-th
+    pattern = 2 if gemma2 else int(hf.get("sliding_window_pattern") or hf.get("_sliding_window_pattern") or 6)
+    types = layer_types(hf, num_layers, pattern)
+    local = local_rope_parameters(hf)
     window = hf.get("sliding_window")
     longest = int(hf.get("max_position_embeddings", 4096))
     args = {"swiglu": False, "geglu": True, "add_rmsnorm_offset": True, "post_norm": True, "input_embeds_norm": True,
             "qk_layernorm": not gemma2, "norm_epsilon": float(hf.get("rms_norm_eps", 1e-6)),
             "softmax_scale": float(hf.get("query_pre_attn_scalar") or 256) ** -0.5,  # transformers' default 256
-            "window_attn_skip_freq": [int(t == "sliding_attention") for t in types[:num_layers]]}
+            "window_attn_skip_freq": types}
     if not gemma2:
         args["rope_local_base_freq"] = float(local.get("rope_theta") or hf.get("rope_local_base_freq") or 10000.0)
     # transformers' defaults where config.json omits the key: Gemma 2 caps (50, 30), Gemma 3 does not
@@ -226,6 +217,47 @@ def gemma_args(hf: Mapping[str, Any], num_layers: int, head_dim: int) -> dict[st
             args[ours] = float(cap)
     if window and int(window) < longest:
         args["sliding_window"] = int(window)
+    return args
+
+
+def layer_types(hf: Mapping[str, Any], num_layers: int, full_every: int) -> list[int]:
+    """config.json's layer_types (Gemma 2 / 3, OLMo 3) as window_attn_skip_freq's list (1 = a
+    sliding_attention layer); without the key (transformers 4.x configs) every `full_every`-th layer
+    attends fully, as transformers fills it in."""
+    types = hf.get("layer_types")
+    if types is None:
+        types = ["full_attention" if (i + 1) % full_every == 0 else "sliding_attention" for i in range(num_layers)]
+    unknown = sorted(set(types) - {"sliding_attention", "full_attention"})
+    if unknown or len(types) < num_layers:
+        raise ValueError(f"config.json layer_types must name sliding_attention or full_attention for each of "
+                         f"{num_layers} layers; it has {len(types)} entries{', and ' + ', '.join(unknown) if unknown else ''}.")
+    return [int(t == "sliding_attention") for t in types[:num_layers]]
+
+
+def local_rope_parameters(hf: Mapping[str, Any]) -> dict[str, Any]:
+    """transformers 5's rope_parameters.sliding_attention ({} when absent), which must be the default rope."""
+    params = hf.get("rope_parameters") or {}
+    local = dict(params["sliding_attention"]) if isinstance(params.get("sliding_attention"), Mapping) else {}
+    if local.get("rope_type", "default") != "default":
+        raise ValueError(f"config.json rope_parameters.sliding_attention rope_type {local['rope_type']!r} is not "
+                         f"supported; the sliding layers of {hf.get('model_type')} rotate with the default rope.")
+    return local
+
+
+def olmo3_args(hf: Mapping[str, Any], num_layers: int, rope_type: str, theta: float) -> dict[str, Any]:
+    """OLMo 3 (olmo3: Olmo-3-7B / 32B, base, -Instruct, -Think) is OLMo 2 with sliding-window layers:
+    three of every four (layer_types; window 4096) attend to the latest sliding_window positions and
+    rotate with the default rope at rope_theta, the full ones with rope_theta and rope_scaling (YaRN
+    on the 65k-context models, attention factor included). So: Gemma 3's window pattern and local
+    rotary table (window_attn_skip_freq, rope_local_base_freq, the latter only where the two tables
+    differ), the attention factor on the full layers only (builder.rope_attention_scaling)."""
+    window = hf.get("sliding_window")
+    args: dict[str, Any] = {"window_attn_skip_freq": layer_types(hf, num_layers, 4)}
+    if window and int(window) < int(hf.get("max_position_embeddings", 4096)):
+        args["sliding_window"] = int(window)
+    local_theta = float(local_rope_parameters(hf).get("rope_theta") or theta)
+    if rope_type != "default" or local_theta != theta:
+        args["rope_local_base_freq"] = local_theta
     return args
 
 

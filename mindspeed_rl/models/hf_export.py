@@ -39,18 +39,19 @@ DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float
 
 def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype = torch.float32) -> dict[str, Any]:
     """A config.json for a Llama / Mistral (sliding_window) / Phi-3 (rotary_percent < 1) / SmolLM3
-    (no_rope_freq) / Granite (multipliers) / Gemma 1 / 2 / 3 (Gemma's keys) / Qwen2 / Qwen3 / Qwen3-MoE
+    (no_rope_freq) / Granite (multipliers) / Gemma 1 / 2 / 3 (Gemma's keys) / OLMo 2 / 3 / Qwen2 / Qwen3 / Qwen3-MoE
     (q/k norms) / Qwen2-MoE (shared expert) / Mixtral (other MoE, with or without a sliding_window)
     CausalLM with these Megatron-named args, its rotary embedding included (rope_parameters); a
     combination config.json cannot say is refused in one sentence."""
     if args.get("qk_layernorm_across_heads") or args.get("pre_norm") is False:
-        return olmo2_config(args, vocab_size, dtype)
+        return olmo_config(args, vocab_size, dtype)
     gemma = [k for k in GEMMA_KEYS if args.get(k)]
     if gemma:
         return gemma_config(args, vocab_size, dtype, gemma)
     if args.get("window_attn_skip_freq") is not None or args.get("rope_local_base_freq"):
         raise ValueError("window_attn_skip_freq / rope_local_base_freq have a config.json form only in a Gemma 3 "
-                         "model (add_rmsnorm_offset, post_norm, input_embeds_norm, geglu, qk_layernorm).")
+                         "model (add_rmsnorm_offset, post_norm, input_embeds_norm, geglu, qk_layernorm) or an OLMo 3 "
+                         "(pre_norm: false, post_norm, qk_layernorm_across_heads).")
     model_type = "qwen3" if args.get("qk_layernorm") else "qwen2" if args.get("add_qkv_bias") else "llama"
     heads = int(args["num_attention_heads"])
     rope = rope_parameters(args)
@@ -153,23 +154,38 @@ def base_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype, mo
 GEMMA_KEYS = ("add_rmsnorm_offset", "post_norm", "input_embeds_norm", "geglu")
 
 
-def olmo2_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
+def olmo_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
     """OLMo 2's config.json (olmo2, Olmo2ForCausalLM): post norms only (pre_norm false, post_norm), q / k
-    norms across heads, otherwise a plain Llama-style model; other combinations have no form."""
+    norms across heads, otherwise a plain Llama-style model; OLMo 3's (olmo3, Olmo3ForCausalLM) where
+    it also has sliding-window layers (sliding_window, window_attn_skip_freq): layer types from
+    window_attn_skip_freq (none: every layer slides), the sliding layers' default rope at
+    rope_local_base_freq (default: rotary_base). Other combinations have no form."""
     want = {"pre_norm": False, "post_norm": True, "qk_layernorm": True, "qk_layernorm_across_heads": True}
     wrong = [f"{k}: {str(args.get(k, k == 'pre_norm')).lower()}" for k, v in want.items()
              if bool(args.get(k, k == "pre_norm")) != v]
-    extra = [k for k in ("add_qkv_bias", "num_experts", "no_rope_freq", "sliding_window", "window_attn_skip_freq",
-                         "softmax_scale", "add_rmsnorm_offset", "input_embeds_norm", "geglu") if args.get(k)]
+    extra = [k for k in ("add_qkv_bias", "num_experts", "no_rope_freq", "softmax_scale", "add_rmsnorm_offset",
+                         "input_embeds_norm", "geglu") if args.get(k)]
+    olmo3 = bool(args.get("sliding_window")) or args.get("window_attn_skip_freq") is not None
+    if args.get("rope_local_base_freq") and not olmo3:
+        extra.append("rope_local_base_freq without sliding_window / window_attn_skip_freq (OLMo 3's)")
     heads = int(args["num_attention_heads"])
     if int(args.get("kv_channels") or args["hidden_size"] // heads) * heads != int(args["hidden_size"]):
-        extra.append("kv_channels x num_attention_heads != hidden_size (OLMo 2's head_dim is their quotient)")
+        extra.append("kv_channels x num_attention_heads != hidden_size (OLMo's head_dim is their quotient)")
     if wrong or extra or float(args.get("rotary_percent") or 1.0) != 1.0:
-        raise ValueError(f"pre_norm / qk_layernorm_across_heads have a config.json form only as OLMo 2 (pre_norm: "
-                         f"false, post_norm, qk_layernorm and qk_layernorm_across_heads: true, nothing else); this "
-                         f"model has {', '.join(wrong + extra) or 'partial rotary'}.")
-    config = base_config(args, vocab_size, dtype, "olmo2", "Olmo2ForCausalLM", rope_parameters(args), eps=1e-6)
+        raise ValueError(f"pre_norm / qk_layernorm_across_heads have a config.json form only as OLMo 2 or 3 "
+                         f"(pre_norm: false, post_norm, qk_layernorm and qk_layernorm_across_heads: true, OLMo 3's "
+                         f"sliding windows, nothing else); this model has {', '.join(wrong + extra) or 'partial rotary'}.")
+    rope = rope_parameters(args)
+    config = base_config(args, vocab_size, dtype, "olmo3" if olmo3 else "olmo2",
+                         "Olmo3ForCausalLM" if olmo3 else "Olmo2ForCausalLM", rope, eps=1e-6)
     config.update(hidden_act="silu", attention_bias=False, pad_token_id=None)
+    if olmo3:
+        layers, longest = config["num_hidden_layers"], config["max_position_embeddings"]
+        pattern = window_pattern(args.get("window_attn_skip_freq"), layers) or [1] * layers
+        local = {"rope_type": "default", "rope_theta": float(args.get("rope_local_base_freq") or rope["rope_theta"])}
+        config.update(sliding_window=int(args.get("sliding_window") or longest),
+                      layer_types=["sliding_attention" if x else "full_attention" for x in pattern],
+                      rope_parameters={"full_attention": rope, "sliding_attention": local})
     return config
 
 

@@ -99,14 +99,16 @@ class KVCache:
         self._band: tuple = (None, None)  # ((start, end), window mask) of the current step
 
     def rope(self, start: int, end: int, dtype: torch.dtype, local: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin (s, 1, 1, rot) of positions start..end-1 in `dtype` (times mscale) of the model's
-        table, or of the local one: computed by the first layer of a step that needs them, reused by
+        """cos and sin (s, 1, 1, rot) of positions start..end-1 in `dtype` of the model's table (times
+        mscale), or of the local one (unscaled: the sliding layers' default rope): computed by the first
+        layer of a step that needs them, reused by
         the others (megatron recomputes them in every layer)."""
         key = (start, end, dtype)
         hit = self._rope.get(local)
         if hit is None or hit[0] != key:
             freqs = (self.local_freqs if local else self.freqs)[start:end]
-            hit = (key, ((torch.cos(freqs) * self.mscale).to(dtype), (torch.sin(freqs) * self.mscale).to(dtype)))
+            m = 1.0 if local else self.mscale  # the local table is the default rope, unscaled
+            hit = (key, ((torch.cos(freqs) * m).to(dtype), (torch.sin(freqs) * m).to(dtype)))
             self._rope[local] = hit
         return hit[1]
 
@@ -174,7 +176,7 @@ class CachedCoreAttention(torch.nn.Module):
             return t
         if not self.own_rope:
             freqs = self.cache.local_freqs if self.local else self.cache.freqs
-            return apply_rotary_pos_emb(t, freqs[start:end], self.config, mscale=self.cache.mscale)
+            return apply_rotary_pos_emb(t, freqs[start:end], self.config, mscale=1.0 if self.local else self.cache.mscale)
         cos, sin = self.cache.rope(start, end, t.dtype, self.local)
         return rotate_half(t, cos, sin)  # the training forward's rotation (models/rotary.py)
 
@@ -460,12 +462,12 @@ def static_decode_step(model: torch.nn.Module, input_ids: torch.Tensor, key_mask
     at = position.view(1)
     m = rope_mscale(model.config)
 
-    def table(freqs):
+    def table(freqs, m):
         f = freqs.index_select(0, at)  # (1, 1, 1, rot)
         return f, (torch.cos(f) * m).to(hidden.dtype), (torch.sin(f) * m).to(hidden.dtype)
 
-    rope = table(freqs)
-    local = table(local_freqs) if local_freqs is not None else None
+    rope = table(freqs, m)
+    local = table(local_freqs, 1.0) if local_freqs is not None else None  # the default rope, unscaled
     # a NoPE layer (SmolLM3) rotates by angle 0 exactly (t * 1 + rotate_half(t) * 0 = t): every layer
     # keeps one graph, where a branch on the layer would make the shared region differ per layer
     f = rope[0]

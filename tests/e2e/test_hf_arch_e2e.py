@@ -25,7 +25,7 @@ OVERRIDES = {"granite": {"logits_scaling": 2.0}, "gemma3": {"seed": 1}, "gemma2"
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "phi3", "mixtral", "smollm3", "granite", "gemma3_text",
-                                  "gemma3", "gemma2", "mistral3", "olmo2"])
+                                  "gemma3", "gemma2", "mistral3", "olmo3"])
 def test_empty_model_yaml_runs(arch, tmp_path):
     """phi3 (q/k/v and gate/up stored fused), mixtral (its own expert names) and gemma3_text (its own
     norm names) also export at the end (save_hf): the HF checkpoint has the original's tensor names
@@ -36,7 +36,7 @@ def test_empty_model_yaml_runs(arch, tmp_path):
     make_tiny_hf(arch, str(hf), **OVERRIDES.get(arch, {}))
     from mindspeed_rl.data import tiny_task
     tok = tiny_task.TOKENIZER_DIR  # the tiny task's 13-token tokenizer fits the 120-row embedding
-    own_names = arch in ("phi3", "mixtral", "gemma3_text", "gemma3", "mistral3", "olmo2")
+    own_names = arch in ("phi3", "mixtral", "gemma3_text", "gemma3", "mistral3", "olmo3")
     proc = subprocess.run(
         [sys.executable, str(ROOT / "ray_gpt.py"), "--config-dir", str(CONFIGS), "--config-name", "grpo_trainer_hf_any",
          f"actor_rollout_ref.actor_rollout.load={hf}", f"actor_rollout_ref.ref.load={hf}",

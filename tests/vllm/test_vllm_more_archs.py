@@ -9,8 +9,9 @@ its Transformers backend) and a Granite (vLLM's GraniteForCausalLM: embedding, r
 and logit multipliers) and a Gemma 3 (vLLM's Gemma3ForCausalLM: (1 + w) sandwich norms, GeGLU, a
 16-position window and theta 1e4 in its sliding layers; also loaded from Gemma 3 4B+'s image-text
 checkpoint layout, whose text model vLLM then serves, as Mistral Small 3.1's is) and a Gemma 2
-(soft-capped scores and logits), a Gemma 1 and an OLMo 2 (norms after attention and MLP only, q / k
-norms across heads):
+(soft-capped scores and logits), a Gemma 1 and an OLMo 3 (OLMo 2's norms after attention and MLP only
+and q / k norms across heads, a 16-position window and the default rope in its sliding layers, YaRN
+with its attention factor in the full ones; served by vLLM's Transformers backend):
 synced from the training model, their
 greedy tokens equal the native engine's and their sampled log-probs the training forward's. Mistral,
 Mixtral and Phi-3 attend through a 16-position sliding window (sequences up to 31 positions):
@@ -48,6 +49,7 @@ VARIANTS = {
     "gemma2": dict(head_dim=32, sliding_window=16),
     "mistral3": dict(head_dim=32),
     "gemma": dict(head_dim=32),
+    "olmo3": dict(sliding_window=16, max_position_embeddings=64),
 }
 
 
@@ -65,7 +67,7 @@ def _make_smollm3(out, overrides):
 
 @pytest.mark.parametrize("arch", ["mistral", "mixtral", "phi3", "phi3-longrope", "phi3-partiallongrope", "qwen2-yarn",
                                   "smollm3", "smollm3-yarn", "granite", "gemma3_text", "gemma3", "gemma2",
-                                  "mistral3", "gemma", "olmo2"])
+                                  "mistral3", "gemma", "olmo3"])
 def test_synced_engine_equals_the_training_model(arch, tmp_path, gloo_world1):
     from mindspeed_rl.rollout.native import NativeEngine
     from mindspeed_rl.rollout.vllm_engine import VLLMEngine
@@ -83,7 +85,7 @@ def test_synced_engine_equals_the_training_model(arch, tmp_path, gloo_world1):
         testing_utils.TINY_HF.clear()
         testing_utils.TINY_HF.update(old)
     model, args = _megatron(str(tmp_path))
-    windowed = window or arch.startswith(("gemma3", "gemma2"))
+    windowed = window or arch.startswith(("gemma3", "gemma2", "olmo3"))
     assert args["max_position_embeddings"] >= 64 and args.get("sliding_window") == (16 if windowed else None)
     hf_config = read_hf_config(str(tmp_path))  # an image-text model's: its text model's (hf_config_of too)
     engine = VLLMEngine(hf_config, vocab_size=HF_VOCAB, max_length=64, eos_token_ids=[0], pad_token_id=0, seed=0)

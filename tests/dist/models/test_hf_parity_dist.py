@@ -14,10 +14,11 @@ pytestmark = pytest.mark.dist
 # rotation (PP 2 puts the layers on different ranks: global layer numbers), a sliding window, and
 # Phi-4-mini-style partial LongRoPE, Granite's multipliers (the embedding's on the first stage, the logits' on the last),
 # Gemma 3's sliding and full layers (PP 2: one of each per stage; TP 2: post norms replicated), Gemma 2's
-# soft caps (TP 2: each rank caps its heads' scores and its vocabulary shard's logits), OLMo 2's q / k norms
-# across heads (TP 2: half the heads per rank, the squares' sum all-reduced)
+# soft caps (TP 2: each rank caps its heads' scores and its vocabulary shard's logits), OLMo 3's q / k norms
+# across heads (TP 2: half the heads per rank, the squares' sum all-reduced) and its YaRN full layer beside
+# a sliding one with the default rope (PP 2: one of each per stage)
 ARCHS = ("llama", "qwen2", "qwen3", "smollm3-yarn", "mistral-window", "phi3-partiallongrope", "granite", "gemma3_text",
-         "gemma2", "olmo2")
+         "gemma2", "olmo3")
 PARALLEL = ((1, 1), (2, 1), (1, 2))
 VOCAB, PADDED, SEQ, TEMP = 120, 128, 32, 0.7
 

@@ -1,7 +1,7 @@
 """`load:` a HF directory with an empty model yaml: the architecture comes from config.json.
 
 Table over every architecture the model builder supports (Llama with llama3 rope scaling, Mistral,
-Phi-3, Qwen2 / Qwen2.5, Qwen3, Qwen3-MoE, Qwen2-MoE, Mixtral, SmolLM3, Granite, Gemma 3, Gemma 2, Gemma 1, OLMo 2): an empty model entry (or none at all) dry-runs; a key the user did set that
+Phi-3, Qwen2 / Qwen2.5, Qwen3, Qwen3-MoE, Qwen2-MoE, Mixtral, SmolLM3, Granite, Gemma 3, Gemma 2, Gemma 1, OLMo 2, OLMo 3): an empty model entry (or none at all) dry-runs; a key the user did set that
 disagrees fails in dry_run with one sentence naming both values; weights whose safetensors
 headers do not fit config.json fail in dry_run too (headers only).
 """
@@ -38,7 +38,10 @@ ARCHS = {"llama": dict(rotary_base=5000.0, rope_scaling_type="llama3", untie_emb
                         attn_logit_softcapping=1.0, output_logit_softcapping=2.0, rope_local_base_freq=None),
          "gemma": dict(add_rmsnorm_offset=True, input_embeds_norm=True, geglu=True, post_norm=False, kv_channels=16),
          "olmo2": dict(pre_norm=False, post_norm=True, qk_layernorm=True, qk_layernorm_across_heads=True,
-                       rotary_base=5e5, untie_embeddings_and_output_weights=True)}
+                       rotary_base=5e5, untie_embeddings_and_output_weights=True),
+         "olmo3": dict(pre_norm=False, post_norm=True, qk_layernorm_across_heads=True, window_attn_skip_freq=[1, 0],
+                       sliding_window=12, rope_local_base_freq=5e5, rope_scaling_type="yarn", rope_scaling_factor=4.0,
+                       rope_attention_factor=1.2)}
 
 
 @pytest.fixture(scope="module")

@@ -75,6 +75,9 @@ CASES = [
     ("partial-yarn-npu", [f"{A}.rotary_percent=0.5", f"{A}.rope_scaling_type=yarn", "training.platform=npu"],
      ["yarn with rotary_percent 0.5 (partial rotary, e.g. Phi-4-mini) scales cos and sin of the rotated part only, "
       "which MindSpeed's fused rotary kernel on NPU does not do; run it on CPU or CUDA."]),
+    ("yarn-local-rope-npu", [f"{A}.rope_local_base_freq=10000", f"{A}.rope_scaling_type=yarn", "training.platform=npu"],
+     ["yarn with rope_local_base_freq (sliding layers with the default rope, e.g. OLMo 3) scales cos and sin of the "
+      "full layers only, which MindSpeed's fused rotary kernel on NPU does not do; run it on CPU or CUDA."]),
     ("softcap-npu", [f"{A}.attn_logit_softcapping=50", "training.platform=npu"],
      ["attn_logit_softcapping 50.0 (Gemma 2) is not supported on npu: its fused attention kernel does not soft-cap "
       "the scores; run it on CPU or CUDA."]),

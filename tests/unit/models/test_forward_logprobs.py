@@ -52,7 +52,8 @@ def _batches():
 
 @pytest.mark.parametrize("arch", ["llama", "mistral", "phi3", "phi3-partial", "phi3-longrope", "qwen2", "qwen3",
                                   "phi3-partiallongrope", "qwen2-yarn", "qwen3-yarnmscale", "mistral-linear",
-                                  "smollm3", "smollm3-yarn", "granite", "gemma3_text", "gemma2", "gemma", "olmo2"])
+                                  "smollm3", "smollm3-yarn", "granite", "gemma3_text", "gemma2", "gemma", "olmo2",
+                                  "olmo3"])
 def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     """phi3: q/k/v and gate/up read as row ranges of its fused tensors; phi3-partial: half of each
     head rotated (partial_rotary_factor 0.5 = megatron's rotary_percent); phi3-longrope: LongRoPE's
@@ -65,7 +66,9 @@ def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     norms before and after attention and MLP, GeGLU, embeddings x sqrt(64), a 12-position window and
     theta 1e4 in the sliding layer, linear rope x 2 at theta 1e5 in the full one (models/gemma.py);
     gemma2: the same norms and MLP, its first layer sliding, scores and logits soft-capped; gemma
-    (Gemma 1): the (1 + w) pre-norms, embedding scale and GeGLU alone."""
+    (Gemma 1): the (1 + w) pre-norms, embedding scale and GeGLU alone; olmo3: OLMo 2's norms, a
+    12-position window in the sliding layer with the default rope, YaRN and its attention factor 1.2
+    in the full one only."""
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
 
@@ -79,6 +82,9 @@ def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
         assert model.config.rope_mscale == pytest.approx(1.4 ** 0.5) and model.config.softmax_scale is None
     if arch == "qwen2-yarn":
         assert model.config.softmax_scale == pytest.approx((0.1 * math.log(4) + 1) ** 2 / 16 ** 0.5)
+    if arch == "olmo3":  # the attention factor on the full layer's rotation; the sliding one's config at 1
+        sliding, full = (layer.self_attention for layer in model.decoder.layers)
+        assert (model.config.rope_mscale, sliding.config.rope_mscale, full.config.rope_mscale) == (1.2, 1.0, 1.2)
     load_hf_checkpoint(model, str(tmp_path), args)
     for padding, (ids, mask) in _batches().items():
         pos = position_ids_from_mask(mask)

@@ -337,6 +337,43 @@ def test_olmo2_config_json_round_trip():
         hf_config_from_args(dict(args, pre_norm=True), vocab_size=100352)
 
 
+def test_olmo3_config_json_round_trip():
+    """A config.json in the layout of OLMo 3 7B's 65k-context releases (transformers 4.57: rope_theta and the full
+    layers' YaRN as rope_scaling, three sliding layers of every four): OLMo 2's keys, the window
+    pattern, the sliding layers' default rope at the same theta and the full layers' YaRN with its
+    attention factor; exported as OLMo 3 (transformers reads the same rotary tables) and read back."""
+    from transformers import Olmo3Config
+
+    from mindspeed_rl.models.hf_export import hf_config_from_args
+
+    types = (["sliding_attention"] * 3 + ["full_attention"]) * 8
+    olmo = {"architectures": ["Olmo3ForCausalLM"], "attention_bias": False, "hidden_act": "silu", "hidden_size": 4096,
+            "intermediate_size": 11008, "layer_types": types, "max_position_embeddings": 65536, "model_type": "olmo3",
+            "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32, "rms_norm_eps": 1e-06,
+            "rope_scaling": {"attention_factor": 1.2079441541679836, "beta_fast": 32, "beta_slow": 1, "factor": 8.0,
+                             "original_max_position_embeddings": 8192, "rope_type": "yarn"},
+            "rope_theta": 500000, "sliding_window": 4096, "tie_word_embeddings": False, "vocab_size": 100278}
+    args = model_config_from_hf(olmo)
+    assert (args["pre_norm"], args["qk_layernorm_across_heads"], args["sliding_window"]) == (False, True, 4096)
+    assert args["window_attn_skip_freq"] == [1, 1, 1, 0] * 8 and args["rope_local_base_freq"] == 5e5
+    assert (args["rope_scaling_type"], args["rope_scaling_factor"], args["rope_attention_factor"]) == \
+        ("yarn", 8.0, 1.2079441541679836)
+    written = hf_config_from_args(args, vocab_size=100278)
+    assert (written["model_type"], written["architectures"]) == ("olmo3", ["Olmo3ForCausalLM"])
+    assert written["layer_types"] == types and written["sliding_window"] == 4096
+    from transformers.models.olmo3.modeling_olmo3 import Olmo3RotaryEmbedding
+
+    ours, theirs = (Olmo3RotaryEmbedding(Olmo3Config(**{k: v for k, v in c.items() if k != "model_type"}))
+                    for c in (written, olmo))
+    for kind in ("sliding_attention", "full_attention"):
+        assert torch.equal(getattr(ours, f"{kind}_inv_freq"), getattr(theirs, f"{kind}_inv_freq")), kind
+        assert getattr(ours, f"{kind}_attention_scaling") == getattr(theirs, f"{kind}_attention_scaling"), kind
+    assert theirs.full_attention_attention_scaling == 1.2079441541679836 != theirs.sliding_attention_attention_scaling
+    assert model_config_from_hf(written) == args
+    without = dict(olmo, rope_scaling=None)  # no scaling: one rotary table serves both layer types
+    assert "rope_local_base_freq" not in model_config_from_hf(without)
+
+
 # gemma-2-2b-it's config.json (transformers 4.42: no layer_types, every second layer full)
 GEMMA2_2B = {"architectures": ["Gemma2ForCausalLM"], "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0,
              "head_dim": 256, "hidden_act": "gelu_pytorch_tanh", "hidden_activation": "gelu_pytorch_tanh",
