@@ -107,7 +107,8 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
     (tied, head_dim 16, the (1 + w) norms, embedding scale and GeGLU); olmo2: OLMo 2 (norms after attention
     and MLP only, q / k norms across heads, untied); olmo3: OLMo 3 (OLMo 2 with sliding layers, window 12,
     alternating with full ones that rotate with YaRN x 4 over 32 positions and its attention factor 1.2,
-    the sliding ones with the default rope at the same theta). `overrides` change TINY_HF (num_hidden_layers=4)."""
+    the sliding ones with the default rope at the same theta); qwen2_5_vl / qwen3_vl: a qwen2 (untied) / qwen3
+    (tied) inside Qwen2.5-VL's / Qwen3-VL's image-text model (tiny vision towers, M-RoPE sections). `overrides` change TINY_HF (num_hidden_layers=4)."""
     import transformers as tf
 
     tiny = dict(TINY_HF, **overrides)
@@ -158,6 +159,19 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
             text_config=gemma3_text().to_dict(), mm_tokens_per_image=4, image_token_index=119, boi_token_index=117,
             eoi_token_index=118, vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                                                     num_attention_heads=2, image_size=28, patch_size=14)),
+        # Qwen2.5-VL-7B's and Qwen3-VL-4B's image-text layouts around a tiny Qwen2 (untied) / Qwen3 (tied), tiny
+        # vision towers, M-RoPE sections as the releases' (scaled to head_dim 16); image tokens at the top
+        "qwen2_5_vl": lambda: tf.Qwen2_5_VLConfig(
+            text_config=dict(tiny, rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 3, 3]}),
+            image_token_id=119, video_token_id=118, vision_start_token_id=117, vision_end_token_id=116,
+            tie_word_embeddings=False, vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
+                                                          out_hidden_size=tiny["hidden_size"])),
+        "qwen3_vl": lambda: tf.Qwen3VLConfig(
+            text_config=dict({"head_dim": 16, **tiny}, tie_word_embeddings=True, rope_parameters={
+                "rope_type": "default", "rope_theta": 5e6, "mrope_section": [3, 3, 2], "mrope_interleaved": True}),
+            image_token_id=119, video_token_id=118, vision_start_token_id=117, vision_end_token_id=116,
+            tie_word_embeddings=True, vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
+                                                         out_hidden_size=tiny["hidden_size"], deepstack_visual_indexes=[0])),
         # Mistral Small 3.1's image-text layout around a tiny Mistral (a tiny Pixtral tower; untied)
         "mistral3": lambda: tf.Mistral3Config(
             text_config=tf.MistralConfig(**{"sliding_window": None, "rope_theta": 1e6, **tiny}).to_dict(),
@@ -171,7 +185,8 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
            "granite": tf.GraniteForCausalLM, "gemma3_text": tf.Gemma3ForCausalLM,
            "gemma3": tf.Gemma3ForConditionalGeneration, "gemma2": tf.Gemma2ForCausalLM,
            "mistral3": tf.Mistral3ForConditionalGeneration, "gemma": tf.GemmaForCausalLM,
-           "olmo2": tf.Olmo2ForCausalLM, "olmo3": tf.Olmo3ForCausalLM}[arch]
+           "olmo2": tf.Olmo2ForCausalLM, "olmo3": tf.Olmo3ForCausalLM,
+           "qwen2_5_vl": tf.Qwen2_5_VLForConditionalGeneration, "qwen3_vl": tf.Qwen3VLForConditionalGeneration}[arch]
     torch.manual_seed(seed)
     model = cls(config).eval()
     with torch.no_grad():

@@ -128,7 +128,10 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # image-text model_type -> its text model's model_type and class (text_model_config)
-IMAGE_TEXT_ARCHS = {"gemma3": ("gemma3_text", "Gemma3ForCausalLM"), "mistral3": ("mistral", "MistralForCausalLM")}
+IMAGE_TEXT_ARCHS = {"gemma3": ("gemma3_text", "Gemma3ForCausalLM"), "mistral3": ("mistral", "MistralForCausalLM"),
+                    "qwen2_vl": ("qwen2", "Qwen2ForCausalLM"), "qwen2_5_vl": ("qwen2", "Qwen2ForCausalLM"),
+                    "qwen3_vl": ("qwen3", "Qwen3ForCausalLM")}
+MROPE_ARCHS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")  # multimodal RoPE, the 1-D RoPE on text (text_model_config)
 
 
 def supported_types() -> str:
@@ -143,7 +146,9 @@ def text_model_config(config: Mapping[str, Any]) -> dict[str, Any]:
     lists only what differs from transformers' defaults (gemma-3-4b-it: hidden and MLP sizes, layers,
     rope_scaling, window), so transformers' config class of the text model completes it; the result
     is the text model's config.json (gemma3_text / Gemma3ForCausalLM, mistral / MistralForCausalLM),
-    which is what GRPO trains, vLLM serves and the export writes. The vision tower's weights stay in
+    which is what GRPO trains, vLLM serves and the export writes. Likewise Qwen2-VL / Qwen2.5-VL
+    (qwen2_vl, qwen2_5_vl: a Qwen2, their 4.x files with the text keys at the top level) and Qwen3-VL
+    (qwen3_vl: a Qwen3), whose multimodal RoPE is the 1-D one on text (without_mrope). The vision tower's weights stay in
     the checkpoint unread (hf_bridge/names.py maps the language model's prefixed names). Tied
     embeddings: config.json's top-level tie_word_embeddings where it has one (transformers 5 ties by
     it), else the text model's (4.x: Gemma 3 tied, Mistral untied)."""
@@ -152,13 +157,35 @@ def text_model_config(config: Mapping[str, Any]) -> dict[str, Any]:
         return dict(config)
     from transformers import AutoConfig
 
-    text = {k: v for k, v in dict(config.get("text_config") or {}).items() if k != "model_type"}
+    text = dict(config.get("text_config") or {})
+    if not text and config.get("model_type") in MROPE_ARCHS:  # Qwen2(.5)-VL's 4.x files: the text keys on top
+        text = {k: v for k, v in config.items() if k not in ("vision_config", "architectures")}
+    text = {k: v for k, v in text.items() if k != "model_type"}
+    if config.get("model_type") in MROPE_ARCHS:
+        text = without_mrope(text)
     out = AutoConfig.for_model(text_type, **text).to_dict()
     out.update(model_type=text_type, architectures=[cls],
                tie_word_embeddings=bool(config.get("tie_word_embeddings", out.get("tie_word_embeddings", False))))
     for key in ("torch_dtype", "dtype"):
         if config.get(key) and not text.get(key):
             out[key] = config[key]
+    return out
+
+
+def without_mrope(text: Mapping[str, Any]) -> dict[str, Any]:
+    """A Qwen-VL text config with its multimodal RoPE as the plain one: M-RoPE rotates sections of
+    each head by a temporal, a height and a width position, which are one and the same position on
+    text (transformers' get_rope_index: the cumulative mask, as here; vLLM's alike), so every
+    frequency turns by the token's position, exactly the 1-D RoPE. GRPO here trains on text only.
+    rope_scaling / rope_parameters lose mrope_section / mrope_interleaved, and type "mrope" is the
+    default rope."""
+    out = dict(text)
+    for key in ("rope_scaling", "rope_parameters"):
+        rope = out.get(key)
+        if isinstance(rope, Mapping) and ("mrope_section" in rope or "mrope" in (rope.get("type"), rope.get("rope_type"))):
+            rope = {k: v for k, v in rope.items() if k not in ("mrope_section", "mrope_interleaved", "type")}
+            rope["rope_type"] = "default" if rope.get("rope_type", "mrope") == "mrope" else rope["rope_type"]
+            out[key] = rope
     return out
 
 

@@ -25,18 +25,19 @@ OVERRIDES = {"granite": {"logits_scaling": 2.0}, "gemma3": {"seed": 1}, "gemma2"
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "phi3", "mixtral", "smollm3", "granite", "gemma3_text",
-                                  "gemma3", "gemma2", "mistral3", "olmo3"])
+                                  "gemma3", "gemma2", "mistral3", "olmo3", "qwen2_5_vl"])
 def test_empty_model_yaml_runs(arch, tmp_path):
     """phi3 (q/k/v and gate/up stored fused), mixtral (its own expert names) and gemma3_text (its own
     norm names) also export at the end (save_hf): the HF checkpoint has the original's tensor names
     and shapes (vocabulary rows included), and transformers loads it. gemma3 (Gemma 3 4B+'s image-text
-    checkpoint) and mistral3 (Mistral Small 3.1's) train their text model and export that
-    (Gemma3ForCausalLM, MistralForCausalLM), the language model's tensors under their text-model names."""
+    checkpoint), mistral3 (Mistral Small 3.1's) and qwen2_5_vl (Qwen2.5-VL's) train their text model
+    and export that (Gemma3ForCausalLM, MistralForCausalLM, Qwen2ForCausalLM), the language model's
+    tensors under their text-model names."""
     hf = tmp_path / "hf"
     make_tiny_hf(arch, str(hf), **OVERRIDES.get(arch, {}))
     from mindspeed_rl.data import tiny_task
     tok = tiny_task.TOKENIZER_DIR  # the tiny task's 13-token tokenizer fits the 120-row embedding
-    own_names = arch in ("phi3", "mixtral", "gemma3_text", "gemma3", "mistral3", "olmo3")
+    own_names = arch in ("phi3", "mixtral", "gemma3_text", "gemma3", "mistral3", "olmo3", "qwen2_5_vl")
     proc = subprocess.run(
         [sys.executable, str(ROOT / "ray_gpt.py"), "--config-dir", str(CONFIGS), "--config-name", "grpo_trainer_hf_any",
          f"actor_rollout_ref.actor_rollout.load={hf}", f"actor_rollout_ref.ref.load={hf}",
@@ -62,7 +63,11 @@ def test_empty_model_yaml_runs(arch, tmp_path):
         want = shapes(hf)
         if arch in ("gemma3", "mistral3"):  # the text model alone, under its own names
             want = {n[len("language_model."):]: s for n, s in want.items() if n.startswith("language_model.")}
-            text_cls = {"gemma3": "Gemma3ForCausalLM", "mistral3": "MistralForCausalLM"}[arch]
+        if arch == "qwen2_5_vl":  # its hub layout names the text model's tensors as a Qwen2 does
+            want = {n: s for n, s in want.items() if not n.startswith("visual.")}
+        if arch in ("gemma3", "mistral3", "qwen2_5_vl"):
+            text_cls = {"gemma3": "Gemma3ForCausalLM", "mistral3": "MistralForCausalLM",
+                        "qwen2_5_vl": "Qwen2ForCausalLM"}[arch]
             assert json.loads((exported / "config.json").read_text())["architectures"] == [text_cls]
         assert shapes(exported) == want
         transformers.AutoModelForCausalLM.from_pretrained(str(exported))

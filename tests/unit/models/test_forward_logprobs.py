@@ -194,3 +194,41 @@ def test_image_text_checkpoint_trains_its_text_model(arch, prefix, tmp_path, glo
         ref = hf(input_ids=ids, attention_mask=mask, position_ids=pos).logits
         out = model(ids, pos, attention_mask_4d(mask))
     assert (out[..., :120] - ref)[mask.bool()].abs().max() <= 1e-4
+
+
+@pytest.mark.parametrize("arch", ["qwen2_5_vl", "qwen3_vl"])
+def test_qwen_vl_checkpoint_trains_its_text_model(arch, tmp_path, gloo_world1):
+    """Qwen2.5-VL (qwen2_5_vl; its hub files' layout: model.layers.*, visual.*, lm_head, untied) and
+    Qwen3-VL (qwen3_vl: model.language_model.*, model.visual.*, tied, q / k norms, interleaved
+    sections) train their text model, a Qwen2 / Qwen3: M-RoPE turns every section by the same
+    position on text, so the 1-D RoPE gives the image-text model's logits within 1e-4, with left
+    padding (transformers computes its 3-D positions from the mask itself)."""
+    from safetensors.torch import load_file
+
+    from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
+    from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
+
+    hf = make_tiny_hf(arch, str(tmp_path))
+    raw = json.loads((tmp_path / "config.json").read_text())
+    assert raw["model_type"] == arch and "mrope_section" in raw["text_config"]["rope_parameters"]
+    tensors = load_file(str(tmp_path / "model.safetensors"))
+    assert any("visual." in n for n in tensors)
+    assert ("lm_head.weight" in tensors) == (arch == "qwen2_5_vl")
+    config = read_hf_config(str(tmp_path))
+    text_type = {"qwen2_5_vl": "qwen2", "qwen3_vl": "qwen3"}[arch]
+    assert (config["model_type"], config["tie_word_embeddings"]) == (text_type, arch == "qwen3_vl")
+    assert "mrope" not in json.dumps(config)
+    args = dict(model_config_from_hf(config), padded_vocab_size=128)
+    assert args["add_qkv_bias"] == (arch == "qwen2_5_vl") and args["qk_layernorm"] == (arch == "qwen3_vl")
+    init_parallel_state(1, 1)
+    model = build_gpt_model(args).eval()
+    load_hf_checkpoint(model, str(tmp_path), args)
+    torch.manual_seed(1)
+    ids = torch.randint(0, 116, (2, 32))  # below the image / video / vision marker tokens
+    mask = torch.ones_like(ids)
+    mask[0, :7] = 0
+    pos = position_ids_from_mask(mask)
+    with torch.no_grad():
+        ref = hf(input_ids=ids, attention_mask=mask).logits
+        out = model(ids, pos, attention_mask_4d(mask))
+    assert (out[..., :120] - ref)[mask.bool()].abs().max() <= 1e-4

@@ -293,6 +293,42 @@ def test_mistral_small_3_image_text_config_gives_its_text_model():
     assert args["untie_embeddings_and_output_weights"] and "sliding_window" not in args
 
 
+@pytest.mark.parametrize("release", ["qwen2.5-vl-7b", "qwen3-vl-4b"])
+def test_qwen_vl_config_gives_its_text_model(release):
+    """config.json in the layouts of Qwen2.5-VL-7B-Instruct (transformers 4.x: the text keys at the top
+    level, M-RoPE as rope_scaling type "mrope") and Qwen3-VL-4B-Instruct (a text_config, interleaved
+    M-RoPE sections, tied): the text model is a Qwen2 / Qwen3 with the plain RoPE."""
+    from mindspeed_rl.models.hf_config import text_model_config
+
+    vision = {"depth": 32, "hidden_size": 1280, "out_hidden_size": 3584}
+    if release == "qwen2.5-vl-7b":
+        config = {"architectures": ["Qwen2_5_VLForConditionalGeneration"], "model_type": "qwen2_5_vl",
+                  "hidden_act": "silu", "hidden_size": 3584, "intermediate_size": 18944, "max_position_embeddings": 128000,
+                  "max_window_layers": 28, "num_attention_heads": 28, "num_hidden_layers": 28, "num_key_value_heads": 4,
+                  "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "sliding_window": 32768, "tie_word_embeddings": False,
+                  "torch_dtype": "bfloat16", "use_sliding_window": False, "vision_config": vision,
+                  "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}, "vocab_size": 152064,
+                  "image_token_id": 151655, "vision_start_token_id": 151652}
+        want = ("qwen2", ["Qwen2ForCausalLM"], False, 28, 3584, 4, 128, 1e6, 152064)
+    else:
+        config = {"architectures": ["Qwen3VLForConditionalGeneration"], "model_type": "qwen3_vl", "image_token_id": 151655,
+                  "text_config": {"attention_bias": False, "head_dim": 128, "hidden_act": "silu", "hidden_size": 2560,
+                                  "intermediate_size": 9728, "max_position_embeddings": 262144,
+                                  "model_type": "qwen3_vl_text", "num_attention_heads": 32, "num_hidden_layers": 36,
+                                  "num_key_value_heads": 8, "rms_norm_eps": 1e-06, "rope_scaling": {
+                                      "mrope_interleaved": True, "mrope_section": [24, 20, 20], "rope_type": "default"},
+                                  "rope_theta": 5000000, "tie_word_embeddings": True, "vocab_size": 151936},
+                  "tie_word_embeddings": True, "vision_config": vision}
+        want = ("qwen3", ["Qwen3ForCausalLM"], True, 36, 2560, 8, 128, 5e6, 151936)
+    text = text_model_config(config)
+    assert (text["model_type"], text["architectures"], text["tie_word_embeddings"]) == want[:3]
+    args = model_config_from_hf(config)
+    assert (args["num_layers"], args["hidden_size"], args["num_query_groups"], args["kv_channels"], args["rotary_base"],
+            args["padded_vocab_size"]) == want[3:]
+    assert "rope_scaling_type" not in args and "sliding_window" not in args
+    assert args["add_qkv_bias"] == (release == "qwen2.5-vl-7b") and args["qk_layernorm"] == (release == "qwen3-vl-4b")
+
+
 def test_gemma1_config_json_round_trip():
     """gemma-2b's config.json (hidden_act "gelu", which transformers reads as the tanh GELU): Gemma's
     norms, embedding scale and GeGLU on a pre-norm model, MQA, tied; exported as Gemma 1 and read back."""
