@@ -232,3 +232,34 @@ def test_qwen_vl_checkpoint_trains_its_text_model(arch, tmp_path, gloo_world1):
         ref = hf(input_ids=ids, attention_mask=mask).logits
         out = model(ids, pos, attention_mask_4d(mask))
     assert (out[..., :120] - ref)[mask.bool()].abs().max() <= 1e-4
+
+
+@pytest.mark.parametrize("arch", ["olmo2", "olmo3", "gemma3_text"])
+def test_norms_round_as_transformers_in_bf16(arch, tmp_path, gloo_world1):
+    """In bf16 every norm of the built model (post norms, final norm; OLMo's q / k norms across heads)
+    gives transformers' norm's bits. OLMo's RMSNorm multiplies by its weight in fp32 and casts once;
+    torch's RMSNorm (OLMo's post and final norms here) does the same on CPU (torch 2.13: checked
+    against a cast-first formula, which rounds differently here); Gemma's (1 + w) norm is our own."""
+    from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
+    from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
+
+    hf = make_tiny_hf(arch, str(tmp_path)).to(torch.bfloat16)
+    args = dict(model_config_from_hf(read_hf_config(str(tmp_path))), padded_vocab_size=128)
+    init_parallel_state(1, 1)
+    model = build_gpt_model(args, params_dtype=torch.bfloat16).eval()
+    load_hf_checkpoint(model, str(tmp_path), args)
+    x = torch.randn(3, 5, 64, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16) * 4
+    pairs = [(model.decoder.final_layernorm, hf.model.norm)]
+    for ours, theirs in zip(model.decoder.layers, hf.model.layers):
+        pairs += [(ours.post_self_attn_layernorm, theirs.post_attention_layernorm),
+                  (ours.post_mlp_layernorm, theirs.post_feedforward_layernorm)]
+    with torch.no_grad():
+        for ours, theirs in pairs:
+            assert torch.equal(ours(x), theirs(x)), type(ours).__name__
+        if arch.startswith("olmo"):
+            q = x.reshape(3, 5, 4, 16)  # the whole query's norm over its 4 heads of 16 (one rank)
+            ours = model.decoder.layers[0].self_attention.q_layernorm(q).reshape(3, 5, 64)
+            assert torch.equal(ours, hf.model.layers[0].self_attn.q_norm(x))
+            norm = hf.model.norm
+            h = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
+            assert not torch.equal(h.to(torch.bfloat16) * norm.weight, norm(x))  # cast first: other bits
