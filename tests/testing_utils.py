@@ -108,7 +108,9 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
     and MLP only, q / k norms across heads, untied); olmo3: OLMo 3 (OLMo 2 with sliding layers, window 12,
     alternating with full ones that rotate with YaRN x 4 over 32 positions and its attention factor 1.2,
     the sliding ones with the default rope at the same theta); qwen2_5_vl / qwen3_vl: a qwen2 (untied) / qwen3
-    (tied) inside Qwen2.5-VL's / Qwen3-VL's image-text model (tiny vision towers, M-RoPE sections). `overrides` change TINY_HF (num_hidden_layers=4)."""
+    (tied) inside Qwen2.5-VL's / Qwen3-VL's image-text model (tiny vision towers, M-RoPE sections);
+    ministral3: Ministral 3's image-text model (mistral3 around a ministral3 text model: YaRN x 4 over 64
+    positions, Llama 4's query scaling past them). `overrides` change TINY_HF (num_hidden_layers=4)."""
     import transformers as tf
 
     tiny = dict(TINY_HF, **overrides)
@@ -172,6 +174,16 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
             image_token_id=119, video_token_id=118, vision_start_token_id=117, vision_end_token_id=116,
             tie_word_embeddings=True, vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
                                                          out_hidden_size=tiny["hidden_size"], deepstack_visual_indexes=[0])),
+        # Ministral 3's (3B / 8B / 14B, 2512) image-text layout around a tiny Ministral 3 text model: YaRN x 4 over 64
+        # positions (mscale = mscale_all_dim: attention factor 1) and Llama 4's query scaling past 64
+        "ministral3": lambda: tf.Mistral3Config(
+            text_config=tf.Ministral3Config(**{"head_dim": 16, **tiny}, rope_parameters={
+                "type": "yarn", "rope_theta": 1e6, "factor": 4.0, "original_max_position_embeddings": 64,
+                "max_position_embeddings": tiny["max_position_embeddings"], "beta_fast": 32.0, "beta_slow": 1.0,
+                "mscale_all_dim": 1.0, "mscale": 1.0, "llama_4_scaling_beta": 0.1}).to_dict(),
+            image_token_index=119, tie_word_embeddings=False,
+            vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                               image_size=28, patch_size=14, head_dim=16)),
         # Mistral Small 3.1's image-text layout around a tiny Mistral (a tiny Pixtral tower; untied)
         "mistral3": lambda: tf.Mistral3Config(
             text_config=tf.MistralConfig(**{"sliding_window": None, "rope_theta": 1e6, **tiny}).to_dict(),
@@ -186,7 +198,7 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
            "gemma3": tf.Gemma3ForConditionalGeneration, "gemma2": tf.Gemma2ForCausalLM,
            "mistral3": tf.Mistral3ForConditionalGeneration, "gemma": tf.GemmaForCausalLM,
            "olmo2": tf.Olmo2ForCausalLM, "olmo3": tf.Olmo3ForCausalLM,
-           "qwen2_5_vl": tf.Qwen2_5_VLForConditionalGeneration, "qwen3_vl": tf.Qwen3VLForConditionalGeneration}[arch]
+           "ministral3": tf.Mistral3ForConditionalGeneration, "qwen2_5_vl": tf.Qwen2_5_VLForConditionalGeneration, "qwen3_vl": tf.Qwen3VLForConditionalGeneration}[arch]
     torch.manual_seed(seed)
     model = cls(config).eval()
     with torch.no_grad():

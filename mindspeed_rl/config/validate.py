@@ -331,10 +331,15 @@ def _hf_config(role: RoleConfig) -> dict:
 
 def _length_limit_note(role: RoleConfig) -> str:
     """Why a HF model's length limit is below its config.json's max_position_embeddings
-    (models/hf_config.longrope_args): LongRoPE's original length; else nothing."""
+    (models/hf_config.longrope_args, llama4_scaling_limit): LongRoPE's or Ministral 3's original
+    length; else nothing."""
     if role.arch.rope_scaling_type == "longrope":
         return (" (config.json's original_max_position_embeddings: LongRoPE is computed with its short factors, "
                 "which hold up to that length)")
+    rope = _hf_config(role).get("rope_parameters") or {}
+    if float(rope.get("llama_4_scaling_beta") or 0.0):
+        return (" (config.json's rope_parameters.original_max_position_embeddings: Ministral 3's query scaling "
+                "(llama_4_scaling_beta) is 1 up to that length and is not computed past it)")
     return ""
 
 

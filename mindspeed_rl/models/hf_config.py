@@ -13,10 +13,10 @@ import math
 from typing import Any, Mapping, Optional
 
 HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "smollm3", "granite",
-            "gemma3_text", "gemma2", "gemma", "olmo2", "olmo3")
+            "gemma3_text", "gemma2", "gemma", "olmo2", "olmo3", "ministral3")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral")
-WINDOW_ARCHS = ("mistral", "mixtral", "phi3")  # a config.json sliding_window applies to every layer (sliding_window)
+WINDOW_ARCHS = ("mistral", "mixtral", "phi3", "ministral3")  # a config.json sliding_window applies to every layer
 ROPE_TYPES = ("default", "linear", "llama3", "longrope", "yarn")  # config.json rope types computed exactly
 ROPE_SCALINGS = (None, "linear", "llama3", "longrope", "yarn")  # their rope_scaling_type (models/builder.py)
 DEFAULT_THETA = {"smollm3": 2000000.0, "gemma3_text": 1000000.0, "olmo3": 500000.0}  # transformers' default rope_theta where config.json has none (else 10000)
@@ -124,6 +124,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         args.update(pre_norm=False, post_norm=True, qk_layernorm=True, qk_layernorm_across_heads=True)
     if model_type == "olmo3":
         args.update(olmo3_args(hf, args["num_layers"], rope_type, args["rotary_base"]))
+    if model_type == "ministral3" and float(rope.get("llama_4_scaling_beta") or 0.0):
+        args["max_position_embeddings"] = min(args["max_position_embeddings"], llama4_scaling_limit(hf, rope))
     return args
 
 
@@ -132,6 +134,8 @@ IMAGE_TEXT_ARCHS = {"gemma3": ("gemma3_text", "Gemma3ForCausalLM"), "mistral3": 
                     "qwen2_vl": ("qwen2", "Qwen2ForCausalLM"), "qwen2_5_vl": ("qwen2", "Qwen2ForCausalLM"),
                     "qwen3_vl": ("qwen3", "Qwen3ForCausalLM")}
 MROPE_ARCHS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")  # multimodal RoPE, the 1-D RoPE on text (text_model_config)
+# a text_config model_type that names its own text model (else IMAGE_TEXT_ARCHS' default): Ministral 3's
+TEXT_MODELS = {"ministral3": "Ministral3ForCausalLM"}
 
 
 def supported_types() -> str:
@@ -148,7 +152,9 @@ def text_model_config(config: Mapping[str, Any]) -> dict[str, Any]:
     is the text model's config.json (gemma3_text / Gemma3ForCausalLM, mistral / MistralForCausalLM),
     which is what GRPO trains, vLLM serves and the export writes. Likewise Qwen2-VL / Qwen2.5-VL
     (qwen2_vl, qwen2_5_vl: a Qwen2, their 4.x files with the text keys at the top level) and Qwen3-VL
-    (qwen3_vl: a Qwen3), whose multimodal RoPE is the 1-D one on text (without_mrope). The vision tower's weights stay in
+    (qwen3_vl: a Qwen3), whose multimodal RoPE is the 1-D one on text (without_mrope). Ministral 3
+    (mistral3 whose text_config is a ministral3) keeps its own text model type (TEXT_MODELS), whose
+    defaults differ from Mistral's (no window). The vision tower's weights stay in
     the checkpoint unread (hf_bridge/names.py maps the language model's prefixed names). Tied
     embeddings: config.json's top-level tie_word_embeddings where it has one (transformers 5 ties by
     it), else the text model's (4.x: Gemma 3 tied, Mistral untied)."""
@@ -160,6 +166,8 @@ def text_model_config(config: Mapping[str, Any]) -> dict[str, Any]:
     text = dict(config.get("text_config") or {})
     if not text and config.get("model_type") in MROPE_ARCHS:  # Qwen2(.5)-VL's 4.x files: the text keys on top
         text = {k: v for k, v in config.items() if k not in ("vision_config", "architectures")}
+    if text.get("model_type") in TEXT_MODELS:  # Ministral 3 inside mistral3: completed with its own defaults
+        text_type, cls = text["model_type"], TEXT_MODELS[text["model_type"]]
     text = {k: v for k, v in text.items() if k != "model_type"}
     if config.get("model_type") in MROPE_ARCHS:
         text = without_mrope(text)
@@ -352,6 +360,13 @@ def no_rope_pattern(no_rope_freq: Any, num_layers: int) -> Optional[list[int]]:
     if len(pattern) != num_layers or any(x not in (0, 1) for x in pattern):
         raise ValueError(f"no_rope_freq {pattern} must hold one 0 or 1 per layer ({num_layers}; 1 = no RoPE).")
     return [int(x) for x in pattern]
+
+
+def llama4_scaling_limit(hf: Mapping[str, Any], rope: Mapping[str, Any]) -> int:
+    """Ministral 3 scales each query by 1 + llama_4_scaling_beta x ln(1 + floor(position / original)),
+    original = rope_parameters.original_max_position_embeddings (16384): exactly 1 below that length,
+    which becomes the length limit here (as LongRoPE's original length: runs stay below it)."""
+    return int(rope.get("original_max_position_embeddings") or hf.get("max_position_embeddings", 4096))
 
 
 def longrope_args(hf: Mapping[str, Any], rope: Mapping[str, Any], rotary_dim: int) -> dict[str, Any]:

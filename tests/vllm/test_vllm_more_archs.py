@@ -12,7 +12,8 @@ checkpoint layout, whose text model vLLM then serves, as Mistral Small 3.1's is)
 (soft-capped scores and logits), a Gemma 1 and an OLMo 3 (OLMo 2's norms after attention and MLP only
 and q / k norms across heads, a 16-position window and the default rope in its sliding layers, YaRN
 with its attention factor in the full ones; served by vLLM's Transformers backend) and the text model
-of a Qwen3-VL (a Qwen3, tied; M-RoPE is the 1-D RoPE on text):
+of a Qwen3-VL (a Qwen3, tied; M-RoPE is the 1-D RoPE on text) and of a Ministral 3 (YaRN; vLLM's
+MistralForCausalLM serves Ministral3ForCausalLM):
 synced from the training model, their
 greedy tokens equal the native engine's and their sampled log-probs the training forward's. Mistral,
 Mixtral and Phi-3 attend through a 16-position sliding window (sequences up to 31 positions):
@@ -52,6 +53,7 @@ VARIANTS = {
     "gemma": dict(head_dim=32),
     "olmo3": dict(sliding_window=16, max_position_embeddings=64),
     "qwen3_vl": dict(head_dim=32),
+    "ministral3": dict(head_dim=32),
 }
 
 
@@ -69,7 +71,7 @@ def _make_smollm3(out, overrides):
 
 @pytest.mark.parametrize("arch", ["mistral", "mixtral", "phi3", "phi3-longrope", "phi3-partiallongrope", "qwen2-yarn",
                                   "smollm3", "smollm3-yarn", "granite", "gemma3_text", "gemma3", "gemma2",
-                                  "mistral3", "gemma", "olmo3", "qwen3_vl"])
+                                  "mistral3", "gemma", "olmo3", "qwen3_vl", "ministral3"])
 def test_synced_engine_equals_the_training_model(arch, tmp_path, gloo_world1):
     from mindspeed_rl.rollout.native import NativeEngine
     from mindspeed_rl.rollout.vllm_engine import VLLMEngine

@@ -1,7 +1,7 @@
 """`load:` a HF directory with an empty model yaml: the architecture comes from config.json.
 
 Table over every architecture the model builder supports (Llama with llama3 rope scaling, Mistral,
-Phi-3, Qwen2 / Qwen2.5, Qwen3, Qwen3-MoE, Qwen2-MoE, Mixtral, SmolLM3, Granite, Gemma 3, Gemma 2, Gemma 1, OLMo 2, OLMo 3): an empty model entry (or none at all) dry-runs; a key the user did set that
+Phi-3, Qwen2 / Qwen2.5, Qwen3, Qwen3-MoE, Qwen2-MoE, Mixtral, SmolLM3, Granite, Gemma 3, Gemma 2, Gemma 1, OLMo 2, OLMo 3, Ministral 3): an empty model entry (or none at all) dry-runs; a key the user did set that
 disagrees fails in dry_run with one sentence naming both values; weights whose safetensors
 headers do not fit config.json fail in dry_run too (headers only).
 """
@@ -41,7 +41,10 @@ ARCHS = {"llama": dict(rotary_base=5000.0, rope_scaling_type="llama3", untie_emb
                        rotary_base=5e5, untie_embeddings_and_output_weights=True),
          "olmo3": dict(pre_norm=False, post_norm=True, qk_layernorm_across_heads=True, window_attn_skip_freq=[1, 0],
                        sliding_window=12, rope_local_base_freq=5e5, rope_scaling_type="yarn", rope_scaling_factor=4.0,
-                       rope_attention_factor=1.2)}
+                       rope_attention_factor=1.2),
+         # Ministral 3's image-text checkpoint: its text model, the length limit where Llama 4's query scaling starts
+         "ministral3": dict(rope_scaling_type="yarn", rope_scaling_factor=4.0, max_position_embeddings=64,
+                            untie_embeddings_and_output_weights=True, kv_channels=16)}
 
 
 @pytest.fixture(scope="module")
@@ -182,3 +185,16 @@ def test_longrope_caps_the_length_limit_at_the_original_length(tmp_path, capsys)
     assert code == 2 and ("exceeds max_position_embeddings 24 of model from_checkpoint (config.json's "
                           "original_max_position_embeddings: LongRoPE is computed with its short factors, which "
                           "hold up to that length); shorten one.") in err, err
+
+
+def test_ministral3_caps_the_length_limit_where_its_query_scaling_starts(tmp_path, capsys):
+    """Ministral 3 (image-text; YaRN over 64 positions here, Llama 4's query scaling past them): a
+    prompt + response longer than 64 is refused in dry_run with the reason."""
+    make_tiny_hf("ministral3", str(tmp_path))
+    code = ray_gpt.main(["--config-dir", str(CONFIGS), "--config-name", "grpo_trainer_hf_any", "dry_run=true",
+                         *_overrides(str(tmp_path), "actor_rollout_ref.actor_rollout.max_new_tokens=64")])
+    err = capsys.readouterr().err
+    assert code == 2 and ("exceeds max_position_embeddings 64 of model from_checkpoint (config.json's "
+                          "rope_parameters.original_max_position_embeddings: Ministral 3's query scaling "
+                          "(llama_4_scaling_beta) is 1 up to that length and is not computed past it); "
+                          "shorten one.") in err, err

@@ -196,13 +196,15 @@ def test_image_text_checkpoint_trains_its_text_model(arch, prefix, tmp_path, glo
     assert (out[..., :120] - ref)[mask.bool()].abs().max() <= 1e-4
 
 
-@pytest.mark.parametrize("arch", ["qwen2_5_vl", "qwen3_vl"])
-def test_qwen_vl_checkpoint_trains_its_text_model(arch, tmp_path, gloo_world1):
+@pytest.mark.parametrize("arch", ["qwen2_5_vl", "qwen3_vl", "ministral3"])
+def test_vl_and_ministral3_checkpoints_train_their_text_model(arch, tmp_path, gloo_world1):
     """Qwen2.5-VL (qwen2_5_vl; its hub files' layout: model.layers.*, visual.*, lm_head, untied) and
     Qwen3-VL (qwen3_vl: model.language_model.*, model.visual.*, tied, q / k norms, interleaved
     sections) train their text model, a Qwen2 / Qwen3: M-RoPE turns every section by the same
     position on text, so the 1-D RoPE gives the image-text model's logits within 1e-4, with left
-    padding (transformers computes its 3-D positions from the mask itself)."""
+    padding (transformers computes its 3-D positions from the mask itself). Ministral 3 (mistral3
+    around a ministral3, completed with Ministral 3's defaults: no window) likewise, YaRN included,
+    its length limit the 64 positions below which Llama 4's query scaling is 1."""
     from safetensors.torch import load_file
 
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
@@ -210,16 +212,23 @@ def test_qwen_vl_checkpoint_trains_its_text_model(arch, tmp_path, gloo_world1):
 
     hf = make_tiny_hf(arch, str(tmp_path))
     raw = json.loads((tmp_path / "config.json").read_text())
-    assert raw["model_type"] == arch and "mrope_section" in raw["text_config"]["rope_parameters"]
     tensors = load_file(str(tmp_path / "model.safetensors"))
-    assert any("visual." in n for n in tensors)
-    assert ("lm_head.weight" in tensors) == (arch == "qwen2_5_vl")
     config = read_hf_config(str(tmp_path))
-    text_type = {"qwen2_5_vl": "qwen2", "qwen3_vl": "qwen3"}[arch]
-    assert (config["model_type"], config["tie_word_embeddings"]) == (text_type, arch == "qwen3_vl")
-    assert "mrope" not in json.dumps(config)
+    if arch == "ministral3":
+        assert raw["model_type"] == "mistral3" and any(n.startswith("vision_tower.") for n in tensors)
+        assert (config["model_type"], config["architectures"], config["sliding_window"]) == \
+            ("ministral3", ["Ministral3ForCausalLM"], None)
+    else:
+        assert raw["model_type"] == arch and "mrope_section" in raw["text_config"]["rope_parameters"]
+        assert any("visual." in n for n in tensors)
+        text_type = {"qwen2_5_vl": "qwen2", "qwen3_vl": "qwen3"}[arch]
+        assert (config["model_type"], config["tie_word_embeddings"]) == (text_type, arch == "qwen3_vl")
+        assert "mrope" not in json.dumps(config)
+    assert any(n.endswith("lm_head.weight") for n in tensors) == (arch != "qwen3_vl")
     args = dict(model_config_from_hf(config), padded_vocab_size=128)
     assert args["add_qkv_bias"] == (arch == "qwen2_5_vl") and args["qk_layernorm"] == (arch == "qwen3_vl")
+    if arch == "ministral3":
+        assert (args["max_position_embeddings"], args["rope_scaling_type"], args["rope_scaling_factor"]) == (64, "yarn", 4)
     init_parallel_state(1, 1)
     model = build_gpt_model(args).eval()
     load_hf_checkpoint(model, str(tmp_path), args)
