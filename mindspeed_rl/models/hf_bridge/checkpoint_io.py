@@ -25,6 +25,7 @@ from mindspeed_rl.utils.errors import UserInputError
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
+TORCH_BIN_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json")  # the older format, not read here
 
 
 def open_safetensors(path: str):
@@ -64,6 +65,12 @@ class SafetensorsReader:
                     "missing; download the complete checkpoint.")
         elif os.path.isfile(single_path):
             self.weight_map = {k: SINGLE_FILE for k in open_safetensors(single_path).keys()}
+        elif any(os.path.isfile(os.path.join(directory, f)) for f in TORCH_BIN_FILES):
+            raise UserInputError(
+                f"{directory} holds PyTorch .bin weights ({', '.join(f for f in TORCH_BIN_FILES if os.path.isfile(os.path.join(directory, f)))}), "
+                f"which load: does not read (unpickling runs code); convert them to safetensors once with python -c "
+                f"\"import transformers as t; t.AutoModelForCausalLM.from_pretrained('{directory}').save_pretrained("
+                f"'{directory.rstrip('/')}-safetensors')\" (then copy the tokenizer files) and load that directory.")
         else:
             raise UserInputError(
                 f"{directory} has neither {SINGLE_FILE} nor {INDEX_FILE}; point load: at a Hugging "

@@ -94,6 +94,10 @@ def test_not_a_checkpoint_directory(tmp_path):
         SafetensorsReader(str(tmp_path))
     with pytest.raises(UserInputError, match="has no config.json"):
         read_hf_config(str(tmp_path))
+    (tmp_path / "pytorch_model.bin").write_bytes(b"")  # the older format: named, with the one-line conversion
+    with pytest.raises(UserInputError, match=r"holds PyTorch .bin weights \(pytorch_model.bin\), which load: does not "
+                                             r"read .*\.save_pretrained\('.*-safetensors'\)"):
+        SafetensorsReader(str(tmp_path))
 
 
 def test_mixtral_names_are_renamed_at_the_boundary_and_named_in_messages(tmp_path):
