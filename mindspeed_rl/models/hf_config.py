@@ -13,7 +13,7 @@ import math
 from typing import Any, Mapping, Optional
 
 HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "smollm3", "granite",
-            "gemma3_text", "gemma2", "gemma", "olmo2", "olmo3", "ministral3")
+            "gemma3_text", "gemma2", "gemma", "olmo2", "olmo3", "ministral3", "exaone4")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral")
 WINDOW_ARCHS = ("mistral", "mixtral", "phi3", "ministral3")  # a config.json sliding_window applies to every layer
@@ -25,7 +25,7 @@ TIED_BY_DEFAULT = ("smollm3", "gemma3_text", "gemma2", "gemma")  # transformers'
 
 def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     """Megatron-named args for a Llama / Mistral / Phi-3 / Qwen2 / Qwen3 / Qwen3-MoE / Qwen2-MoE / Mixtral /
-    SmolLM3 / Granite / Gemma 1-3 / OLMo 2 / OLMo 3 config.json
+    SmolLM3 / Granite / Gemma 1-3 / OLMo 2 / OLMo 3 / Ministral 3 / EXAONE 4.0 config.json
     (transformers 4.x `rope_theta` + `rope_scaling` or 5.x `rope_parameters`). Unsupported features
     raise ValueError.
 
@@ -52,7 +52,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     rope_type = rope.get("rope_type", rope.get("type", "default"))
     if hf.get("mlp_bias"):
         raise ValueError("config.json mlp_bias=true is not supported (Megatron has no MLP-only bias).")
-    if model_type in ("llama", "granite", "olmo2", "olmo3", *GEMMA_ARCHS) and hf.get("attention_bias"):
+    if model_type in ("llama", "granite", "olmo2", "olmo3", "exaone4", *GEMMA_ARCHS) and hf.get("attention_bias"):
         raise ValueError(f"config.json attention_bias=true for {model_type} (bias on o_proj) is not supported.")
     # transformers 5 keeps it in rope_parameters, 4.x at the top level
     partial = float(rope.get("partial_rotary_factor") or hf.get("partial_rotary_factor") or 1.0)
@@ -124,6 +124,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         args.update(pre_norm=False, post_norm=True, qk_layernorm=True, qk_layernorm_across_heads=True)
     if model_type == "olmo3":
         args.update(olmo3_args(hf, args["num_layers"], rope_type, args["rotary_base"]))
+    if model_type == "exaone4":
+        args.update(exaone4_args(hf, args["num_layers"]))
     if model_type == "ministral3" and float(rope.get("llama_4_scaling_beta") or 0.0):
         args["max_position_embeddings"] = min(args["max_position_embeddings"], llama4_scaling_limit(hf, rope))
     return args
@@ -360,6 +362,33 @@ def no_rope_pattern(no_rope_freq: Any, num_layers: int) -> Optional[list[int]]:
     if len(pattern) != num_layers or any(x not in (0, 1) for x in pattern):
         raise ValueError(f"no_rope_freq {pattern} must hold one 0 or 1 per layer ({num_layers}; 1 = no RoPE).")
     return [int(x) for x in pattern]
+
+
+def exaone4_args(hf: Mapping[str, Any], num_layers: int) -> dict[str, Any]:
+    """EXAONE 4.0 (exaone4: 1.2B, 32B) normalises the attention and MLP outputs only (OLMo 2's post
+    norms: pre_norm false, post_norm) and each head's q / k (Qwen3's qk_layernorm). With a
+    sliding_window (32B) its layers are hybrid: three of every four (layer_types, or
+    sliding_window_pattern "LLLG" / 4) attend to the latest sliding_window positions with RoPE, the
+    fourth attends fully without RoPE ("global NoPE"): window_attn_skip_freq, and no_rope_freq on
+    the full layers. Without one (1.2B) every layer attends fully with RoPE."""
+    args: dict[str, Any] = {"pre_norm": False, "post_norm": True, "qk_layernorm": True}
+    window = hf.get("sliding_window")
+    if not window:
+        return args
+    pattern = hf.get("sliding_window_pattern")
+    if hf.get("layer_types") is None and isinstance(pattern, str):  # "LLLG": L sliding, G full, repeated
+        if set(pattern) - {"L", "G"} or not pattern:
+            raise ValueError(f"config.json sliding_window_pattern {pattern!r} must be a string of L (sliding) and G "
+                             f"(full attention) layers, e.g. LLLG.")
+        types = [int(pattern[i % len(pattern)] == "L") for i in range(num_layers)]
+    else:
+        types = layer_types(hf, num_layers, int(pattern or 4))
+    args["window_attn_skip_freq"] = types
+    if not all(types):
+        args["no_rope_freq"] = [1 - t for t in types]
+    if int(window) < int(hf.get("max_position_embeddings", 4096)):
+        args["sliding_window"] = int(window)
+    return args
 
 
 def llama4_scaling_limit(hf: Mapping[str, Any], rope: Mapping[str, Any]) -> int:

@@ -13,7 +13,9 @@ checkpoint layout, which vLLM serves) and a Gemma 2
 and q / k norms across heads, a 16-position window and the default rope in its sliding layers, YaRN
 with its attention factor in the full ones; served by vLLM's Transformers backend) and the text model
 of a Qwen3-VL (a Qwen3, tied; M-RoPE is the 1-D RoPE on text) and of a Ministral 3 (YaRN; vLLM's
-MistralForCausalLM serves Ministral3ForCausalLM):
+MistralForCausalLM serves Ministral3ForCausalLM) and an EXAONE 4.0 (vLLM's Exaone4ForCausalLM: post
+norms, per-head q / k norms, a 16-position window with RoPE in its sliding layers, neither in its
+full ones):
 synced from the training model, their
 greedy tokens equal the native engine's and their sampled log-probs the training forward's. Mistral,
 Mixtral and Phi-3 attend through a 16-position sliding window (sequences up to 31 positions):
@@ -54,6 +56,7 @@ VARIANTS = {
     "olmo3": dict(sliding_window=16, max_position_embeddings=64),
     "qwen3_vl": dict(head_dim=32),
     "ministral3": dict(head_dim=32),
+    "exaone4": dict(sliding_window=16, max_position_embeddings=64),
 }
 
 
@@ -73,7 +76,7 @@ def _make_smollm3(out, overrides):
 # Gemma 3's text model is gemma3's, SmolLM3's NoPE layers are smollm3-yarn's, OLMo 2's layers olmo3's
 @pytest.mark.parametrize("arch", ["mixtral", "phi3", "phi3-longrope", "phi3-partiallongrope", "qwen2-yarn",
                                   "smollm3-yarn", "granite", "gemma3", "gemma2", "mistral3", "gemma", "olmo3",
-                                  "qwen3_vl", "ministral3"])
+                                  "qwen3_vl", "ministral3", "exaone4"])
 def test_synced_engine_equals_the_training_model(arch, tmp_path, gloo_world1):
     from mindspeed_rl.rollout.native import NativeEngine
     from mindspeed_rl.rollout.vllm_engine import VLLMEngine
@@ -91,7 +94,7 @@ def test_synced_engine_equals_the_training_model(arch, tmp_path, gloo_world1):
         testing_utils.TINY_HF.clear()
         testing_utils.TINY_HF.update(old)
     model, args = _megatron(str(tmp_path))
-    windowed = window or arch.startswith(("gemma3", "gemma2", "olmo3"))
+    windowed = window or arch.startswith(("gemma3", "gemma2", "olmo3", "exaone4"))
     assert args["max_position_embeddings"] >= 64 and args.get("sliding_window") == (16 if windowed else None)
     hf_config = read_hf_config(str(tmp_path))  # an image-text model's: its text model's (hf_config_of too)
     engine = VLLMEngine(hf_config, vocab_size=HF_VOCAB, max_length=64, eos_token_ids=[0], pad_token_id=0, seed=0)

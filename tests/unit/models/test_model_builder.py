@@ -329,6 +329,27 @@ def test_qwen_vl_config_gives_its_text_model(release):
     assert args["add_qkv_bias"] == (release == "qwen2.5-vl-7b") and args["qk_layernorm"] == (release == "qwen3-vl-4b")
 
 
+def test_exaone4_config_json_hybrid_and_plain():
+    """config.json in the layout of EXAONE 4.0 32B's (sliding_window_pattern "LLLG", no layer_types):
+    three sliding layers with RoPE, then a full one without; 1.2B's (no sliding_window): every layer
+    full, with RoPE. Both: post norms only, per-head q / k norms. A pattern of other letters is refused."""
+    big = {"architectures": ["Exaone4ForCausalLM"], "model_type": "exaone4", "hidden_size": 5120,
+           "intermediate_size": 27392, "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
+           "num_hidden_layers": 64, "max_position_embeddings": 131072, "rms_norm_eps": 1e-05, "rope_theta": 1000000,
+           "rope_scaling": {"factor": 16.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                            "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+           "sliding_window": 4096, "sliding_window_pattern": "LLLG", "tie_word_embeddings": False, "vocab_size": 102400}
+    args = model_config_from_hf(big)
+    assert (args["pre_norm"], args["post_norm"], args["qk_layernorm"]) == (False, True, True)
+    assert "qk_layernorm_across_heads" not in args and args["sliding_window"] == 4096
+    assert args["window_attn_skip_freq"] == [1, 1, 1, 0] * 16 and args["no_rope_freq"] == [0, 0, 0, 1] * 16
+    small = dict(big, num_hidden_layers=30, sliding_window=None, sliding_window_pattern=None)
+    args = model_config_from_hf(small)
+    assert not ({"window_attn_skip_freq", "no_rope_freq", "sliding_window"} & set(args)) and args["post_norm"]
+    with pytest.raises(ValueError, match="sliding_window_pattern 'LLXG' must be a string of L .* e.g. LLLG"):
+        model_config_from_hf(dict(big, sliding_window_pattern="LLXG"))
+
+
 def test_gemma1_config_json_round_trip():
     """gemma-2b's config.json (hidden_act "gelu", which transformers reads as the tanh GELU): Gemma's
     norms, embedding scale and GeGLU on a pre-norm model, MQA, tied; exported as Gemma 1 and read back."""
