@@ -13,7 +13,7 @@ import math
 from typing import Any, Mapping, Optional
 
 HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "smollm3", "granite",
-            "gemma3_text", "gemma2", "gemma", "olmo2", "olmo3", "ministral3", "exaone4")
+            "gemma3_text", "gemma2", "gemma", "olmo2", "olmo3", "ministral3", "exaone4", "seed_oss")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral")
 WINDOW_ARCHS = ("mistral", "mixtral", "phi3", "ministral3")  # a config.json sliding_window applies to every layer
@@ -25,10 +25,13 @@ TIED_BY_DEFAULT = ("smollm3", "gemma3_text", "gemma2", "gemma")  # transformers'
 
 def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     """Megatron-named args for a Llama / Mistral / Phi-3 / Qwen2 / Qwen3 / Qwen3-MoE / Qwen2-MoE / Mixtral /
-    SmolLM3 / Granite / Gemma 1-3 / OLMo 2 / OLMo 3 / Ministral 3 / EXAONE 4.0 config.json
+    SmolLM3 / Granite / Gemma 1-3 / OLMo 2 / OLMo 3 / Ministral 3 / EXAONE 4.0 / Seed-OSS config.json
     (transformers 4.x `rope_theta` + `rope_scaling` or 5.x `rope_parameters`). Unsupported features
     raise ValueError.
 
+    Seed-OSS (seed_oss: Seed-OSS-36B base / instruct) is Qwen2's layout (q / k / v biases, on by default,
+    no o_proj bias) with its own head_dim; its config.json dropout (0.1) is not taken: RL trains
+    without dropout (attention_dropout / hidden_dropout 0).
     Mistral is Llama's layout and math plus an optional `sliding_window` (every layer attends to
     at most that many latest positions, itself included; models/sliding_window.py). Mistral 7B v0.1
     has a 4096 window; v0.2 / v0.3, Nemo and Small have none. Mixtral is Mistral with every MLP a mixture of experts (moe_args_from_hf).
@@ -50,6 +53,9 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(rope.get("full_attention"), Mapping):  # Gemma 3, OLMo 3 in transformers 5: one per layer type
         rope = dict(rope["full_attention"])
     rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if model_type == "seed_oss" and hf.get("attention_out_bias"):
+        raise ValueError("config.json attention_out_bias=true (a bias on o_proj) is not supported; Seed-OSS's "
+                         "releases have none.")
     if hf.get("mlp_bias"):
         raise ValueError("config.json mlp_bias=true is not supported (Megatron has no MLP-only bias).")
     if model_type in ("llama", "granite", "olmo2", "olmo3", "exaone4", *GEMMA_ARCHS) and hf.get("attention_bias"):
@@ -88,7 +94,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         "normalization": "RMSNorm",
         "norm_epsilon": float(hf.get("rms_norm_eps", 1e-6)),
         "swiglu": True,
-        "add_qkv_bias": (model_type == "qwen2" or bool(hf.get("attention_bias", False))
+        "add_qkv_bias": (model_type == "qwen2" or bool(hf.get("attention_bias", model_type == "seed_oss"))
                          or (model_type == "qwen2_moe" and bool(hf.get("qkv_bias", True)))),
         "disable_bias_linear": True,
         "untie_embeddings_and_output_weights": not hf.get("tie_word_embeddings", model_type in TIED_BY_DEFAULT),

@@ -350,6 +350,23 @@ def test_exaone4_config_json_hybrid_and_plain():
         model_config_from_hf(dict(big, sliding_window_pattern="LLXG"))
 
 
+def test_seed_oss_config_json():
+    """config.json in the layout of Seed-OSS-36B-Instruct's: q / k / v biases (also when the key is
+    left out: SeedOssConfig's default), head_dim 128 != 5120 / 80, no dropout taken; a bias on o_proj
+    (attention_out_bias) is refused in one sentence."""
+    seed = {"architectures": ["SeedOssForCausalLM"], "model_type": "seed_oss", "attention_bias": True,
+            "attention_out_bias": False, "attention_dropout": 0.1, "residual_dropout": 0.1, "head_dim": 128,
+            "hidden_act": "silu", "hidden_size": 5120, "intermediate_size": 27648, "max_position_embeddings": 524288,
+            "num_attention_heads": 80, "num_hidden_layers": 64, "num_key_value_heads": 8, "rms_norm_eps": 1e-06,
+            "rope_theta": 10000000.0, "tie_word_embeddings": False, "vocab_size": 155136}
+    args = model_config_from_hf(seed)
+    assert (args["add_qkv_bias"], args["kv_channels"], args["num_query_groups"], args["rotary_base"]) == (True, 128, 8, 1e7)
+    assert "attention_dropout" not in args and "hidden_dropout" not in args
+    assert model_config_from_hf({k: v for k, v in seed.items() if k != "attention_bias"})["add_qkv_bias"]
+    with pytest.raises(ValueError, match="attention_out_bias=true .* is not supported"):
+        model_config_from_hf(dict(seed, attention_out_bias=True))
+
+
 def test_gemma1_config_json_round_trip():
     """gemma-2b's config.json (hidden_act "gelu", which transformers reads as the tanh GELU): Gemma's
     norms, embedding scale and GeGLU on a pre-norm model, MQA, tied; exported as Gemma 1 and read back."""
