@@ -71,7 +71,6 @@ UNSUPPORTED = {
     "moe_router_enable_expert_bias": ((None, False), "aux-loss-free expert bias (DeepSeek-V3) is not implemented"),
     "multi_latent_attention": ((None, False), "multi-latent attention (DeepSeek) is not implemented"),
     "apply_layernorm_1p": ((None, False), "the 1 + weight LayerNorm variant is not implemented"),
-    "rotary_interleaved": ((None, False), "interleaved RoPE is not implemented (Llama/Qwen use the half split)"),
     "rotary_seq_len_interpolation_factor": ((None, 1), "RoPE position interpolation is not implemented; see rope_scaling_type"),
     "use_alibi_mask": ((None, False), "ALiBi positions are not implemented"),
     "mtp_num_layers": ((None, 0), "multi-token prediction layers are not implemented"),

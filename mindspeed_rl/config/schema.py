@@ -40,6 +40,7 @@ class ModelArch:
     position_embedding_type: str = doc("rope", "rope (the only one supported)")
     rotary_base: float = doc(10000.0, "RoPE theta")
     rotary_percent: float = doc(1.0, "fraction of the head dimension rotated")
+    rotary_interleaved: bool = doc(False, "RoPE rotates interleaved pairs (2i, 2i + 1) of the rotated dimensions (GLM-4) instead of the two halves (Llama, Qwen); megatron-core's key")
     rope_scaling_type: Optional[str] = doc(None, "rotary frequency scaling: linear (positions / rope_scaling_factor), llama3 (Llama-3.1/3.2), longrope (Phi-3's 128k variants, Phi-3.5-mini, Phi-4-mini: its short factors, lengths up to original_max_position_embeddings), yarn (Qwen2.5 / Qwen3 long context), or null")
     rope_short_factor: Optional[list] = doc(None, "longrope: per-frequency divisors of the rotary inverse frequencies (config.json rope_scaling.short_factor)")
     rope_attention_factor: Optional[float] = doc(None, "longrope / yarn: cos and sin scaled by it (config.json rope_scaling.attention_factor); null = yarn's from rope_scaling_factor and the mscales, 1 otherwise")

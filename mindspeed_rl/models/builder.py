@@ -135,6 +135,7 @@ def transformer_config(args: Mapping[str, Any], params_dtype: torch.dtype = torc
         add_bias_linear=not _get(args, "disable_bias_linear", True),
         add_qkv_bias=bool(_get(args, "add_qkv_bias", False)),
         qk_layernorm=bool(_get(args, "qk_layernorm", False)),
+        rotary_interleaved=bool(_get(args, "rotary_interleaved", False)),  # GLM-4's pairs (2i, 2i + 1)
         softmax_scale=float(_get(args, "softmax_scale")) if _get(args, "softmax_scale") is not None else None,
         hidden_dropout=float(_get(args, "hidden_dropout", 0.0)),
         attention_dropout=float(_get(args, "attention_dropout", 0.0)),

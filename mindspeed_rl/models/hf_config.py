@@ -13,7 +13,7 @@ import math
 from typing import Any, Mapping, Optional
 
 HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "smollm3", "granite",
-            "gemma3_text", "gemma2", "gemma", "olmo2", "olmo3", "ministral3", "exaone4", "seed_oss")
+            "gemma3_text", "gemma2", "gemma", "olmo2", "olmo3", "ministral3", "exaone4", "seed_oss", "glm4")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral")
 WINDOW_ARCHS = ("mistral", "mixtral", "phi3", "ministral3")  # a config.json sliding_window applies to every layer
@@ -25,10 +25,14 @@ TIED_BY_DEFAULT = ("smollm3", "gemma3_text", "gemma2", "gemma")  # transformers'
 
 def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     """Megatron-named args for a Llama / Mistral / Phi-3 / Qwen2 / Qwen3 / Qwen3-MoE / Qwen2-MoE / Mixtral /
-    SmolLM3 / Granite / Gemma 1-3 / OLMo 2 / OLMo 3 / Ministral 3 / EXAONE 4.0 / Seed-OSS config.json
+    SmolLM3 / Granite / Gemma 1-3 / OLMo 2 / OLMo 3 / Ministral 3 / EXAONE 4.0 / Seed-OSS / GLM-4 config.json
     (transformers 4.x `rope_theta` + `rope_scaling` or 5.x `rope_parameters`). Unsupported features
     raise ValueError.
 
+    GLM-4 (glm4: GLM-4-9B / 32B-0414, GLM-Z1) is Qwen2's q / k / v biases with norms after attention
+    and MLP as well as before (post_self_attn_layernorm / post_mlp_layernorm, plain RMSNorms: post_norm),
+    gate / up stored fused (gate_up_proj), and RoPE on the first half of each head (partial_rotary_factor
+    0.5 by default) over interleaved pairs (2i, 2i + 1): megatron-core's rotary_interleaved.
     Seed-OSS (seed_oss: Seed-OSS-36B base / instruct) is Qwen2's layout (q / k / v biases, on by default,
     no o_proj bias) with its own head_dim; its config.json dropout (0.1) is not taken: RL trains
     without dropout (attention_dropout / hidden_dropout 0).
@@ -48,7 +52,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError(f"config.json model_type {model_type!r} is not supported; supported: {supported_types()}.")
     heads = int(hf["num_attention_heads"])
     kv_heads = int(hf.get("num_key_value_heads") or heads)
-    head_dim = int(hf.get("head_dim") or hf["hidden_size"] // heads)
+    head_dim = int(hf.get("head_dim") or (128 if model_type == "glm4" else hf["hidden_size"] // heads))
     rope = dict(hf.get("rope_parameters") or hf.get("rope_scaling") or {})
     if isinstance(rope.get("full_attention"), Mapping):  # Gemma 3, OLMo 3 in transformers 5: one per layer type
         rope = dict(rope["full_attention"])
@@ -61,10 +65,11 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     if model_type in ("llama", "granite", "olmo2", "olmo3", "exaone4", *GEMMA_ARCHS) and hf.get("attention_bias"):
         raise ValueError(f"config.json attention_bias=true for {model_type} (bias on o_proj) is not supported.")
     # transformers 5 keeps it in rope_parameters, 4.x at the top level
-    partial = float(rope.get("partial_rotary_factor") or hf.get("partial_rotary_factor") or 1.0)
+    partial = float(rope.get("partial_rotary_factor") or hf.get("partial_rotary_factor")
+                    or (0.5 if model_type == "glm4" else 1.0))  # transformers' Glm4Config default
     rotary_percent = partial if partial != 1.0 else None
-    if rotary_percent is not None and model_type != "phi3":
-        raise ValueError(f"config.json partial_rotary_factor {partial} is supported for phi3 models only, "
+    if rotary_percent is not None and model_type not in ("phi3", "glm4"):
+        raise ValueError(f"config.json partial_rotary_factor {partial} is supported for phi3 and glm4 models only, "
                          f"not {model_type}.")
     if hf.get("use_sliding_window"):
         raise ValueError("config.json use_sliding_window=true is not supported; set it to false.")
@@ -94,7 +99,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         "normalization": "RMSNorm",
         "norm_epsilon": float(hf.get("rms_norm_eps", 1e-6)),
         "swiglu": True,
-        "add_qkv_bias": (model_type == "qwen2" or bool(hf.get("attention_bias", model_type == "seed_oss"))
+        "add_qkv_bias": (model_type == "qwen2" or bool(hf.get("attention_bias", model_type in ("seed_oss", "glm4")))
                          or (model_type == "qwen2_moe" and bool(hf.get("qkv_bias", True)))),
         "disable_bias_linear": True,
         "untie_embeddings_and_output_weights": not hf.get("tie_word_embeddings", model_type in TIED_BY_DEFAULT),
@@ -132,6 +137,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         args.update(olmo3_args(hf, args["num_layers"], rope_type, args["rotary_base"]))
     if model_type == "exaone4":
         args.update(exaone4_args(hf, args["num_layers"]))
+    if model_type == "glm4":  # GLM-4-0414 / GLM-Z1: norms after attention and MLP too, RoPE on interleaved pairs
+        args.update(post_norm=True, rotary_interleaved=True)
     if model_type == "ministral3" and float(rope.get("llama_4_scaling_beta") or 0.0):
         args["max_position_embeddings"] = min(args["max_position_embeddings"], llama4_scaling_limit(hf, rope))
     return args

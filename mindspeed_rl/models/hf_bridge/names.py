@@ -40,6 +40,8 @@ _STORED_AS["gemma2"] = _STORED_AS["gemma3_text"]  # Gemma 2's names are Gemma 3'
 _STORED_AS["olmo2"] = _STORED_AS["gemma3_text"][1:]  # OLMo 2: the post norms alone, Gemma's names
 _STORED_AS["olmo3"] = _STORED_AS["olmo2"]  # OLMo 3's names are OLMo 2's
 _STORED_AS["exaone4"] = _STORED_AS["olmo2"]  # EXAONE 4.0's post norms: OLMo 2's names
+# GLM-4 names its norm on the attention output as the canonical name does, the one on the MLP output its own way
+_STORED_AS["glm4"] = (("post_feedforward_layernorm.weight", "post_mlp_layernorm.weight"),)
 
 
 def _renames(pairs, reverse: bool):
@@ -68,6 +70,7 @@ _FUSED = {
     "phi3": {"self_attn.qkv_proj.weight": ("self_attn.q_proj.weight", "self_attn.k_proj.weight",
                                            "self_attn.v_proj.weight"),
              "mlp.gate_up_proj.weight": ("mlp.gate_proj.weight", "mlp.up_proj.weight")},
+    "glm4": {"mlp.gate_up_proj.weight": ("mlp.gate_proj.weight", "mlp.up_proj.weight")},  # q / k / v apart
 }
 _LAYER = re.compile(r"^(model\.layers\.\d+\.)(.+)$")
 

@@ -81,12 +81,13 @@ def test_mindspeed_llm_model_yaml_with_megatron_names(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert code == 0, err
     notes = [line for line in out.splitlines() if line.startswith("note:")]
-    for key in ("overlap_grad_reduce", "apply_rope_fusion", "rotary_interleaved", "use_rotary_position_embeddings"):
+    for key in ("overlap_grad_reduce", "apply_rope_fusion", "use_rotary_position_embeddings"):
         assert sum(line.startswith(f"note: {key}:") for line in notes) == 1, (key, notes)  # reported once
     assert any("MindSpeed switches" in line and "use_flash_attn" in line and "use_fused_swiglu" in line for line in notes)
     cfg = build_config(compose_yaml("exp", [], str(tmp_path)), "exp")
     assert (cfg.actor.parallel.recompute_granularity, cfg.actor.parallel.recompute_method) == ("full", "block")
     assert cfg.actor.arch.make_vocab_size_divisible_by == 1 and cfg.actor.arch.untie_embeddings_and_output_weights
+    assert cfg.actor.arch.rotary_interleaved is False  # a model key now (GLM-4), taken as written
     assert cfg.actor.mindspeed_switches == {"use_flash_attn": True, "use_fused_rmsnorm": True, "use_fused_swiglu": True}
 
 
@@ -97,7 +98,7 @@ def test_mindspeed_llm_model_yaml_with_megatron_names(tmp_path, capsys):
                                                       "MoE layer's shared expert, but model tiny has no experts"]),
     (f"{A}.context_parallel_size=2", ["context_parallel_size: 2`: context parallelism is not available",
                                       "Transformer Engine", "set it to 1"]),
-    (f"{A}.rotary_interleaved=true", ["rotary_interleaved` is True", "interleaved RoPE"]),
+    (f"{A}.apply_layernorm_1p=true", ["apply_layernorm_1p` is True", "1 + weight LayerNorm"]),
     (f"{A}.recompute_granularty=full", ["not a known key", "did you mean `recompute_granularity`"]),
     ("training.global_batch_sise=4", ["did you mean `global_batch_size`"]),
     (f"{A}.frobnicate_the_model=1", ["frobnicate_the_model` is not a known key"]),
