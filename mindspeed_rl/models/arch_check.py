@@ -55,12 +55,12 @@ _HF_KEY = {
     "geglu": "hidden_activation", "add_rmsnorm_offset": "model_type", "post_norm": "model_type",
     "input_embeds_norm": "model_type", "attn_logit_softcapping": "attn_logit_softcapping",
     "output_logit_softcapping": "final_logit_softcapping", "pre_norm": "model_type",
-    "qk_layernorm_across_heads": "model_type",
+    "qk_layernorm_across_heads": "model_type", "rotary_interleaved": "model_type",
 }
 # what a config.json without the key means (not Granite: no multiplier)
 _HF_DEFAULTS = {"embedding_multiplier_scale": 1.0, "residual_multiplier": 1.0, "output_multiplier_scale": 1.0,
                 "geglu": False, "add_rmsnorm_offset": False, "post_norm": False, "input_embeds_norm": False,
-                "pre_norm": True, "qk_layernorm_across_heads": False}
+                "pre_norm": True, "qk_layernorm_across_heads": False, "rotary_interleaved": False}
 # keys a config.json without them leaves at their meaning-free default: a user value is not a contradiction
 _ROPE_DETAILS = ("rope_scaling_factor", "low_freq", "high_freq", "original_max", "rope_scaling_beta", "rope_scaling_mscale",
                  "rope_scaling_truncate", "rope_attention_factor")
