@@ -13,19 +13,20 @@ import math
 from typing import Any, Mapping, Optional
 
 HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "smollm3", "granite",
-            "gemma3_text", "gemma2", "gemma", "olmo2", "olmo3", "ministral3", "exaone4", "seed_oss", "glm4")
+            "gemma3_text", "gemma2", "gemma", "olmo2", "olmo3", "ministral3", "exaone4", "seed_oss", "glm4",
+            "ernie4_5")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral")
 WINDOW_ARCHS = ("mistral", "mixtral", "phi3", "ministral3")  # a config.json sliding_window applies to every layer
 ROPE_TYPES = ("default", "linear", "llama3", "longrope", "yarn")  # config.json rope types computed exactly
 ROPE_SCALINGS = (None, "linear", "llama3", "longrope", "yarn")  # their rope_scaling_type (models/builder.py)
 DEFAULT_THETA = {"smollm3": 2000000.0, "gemma3_text": 1000000.0, "olmo3": 500000.0}  # transformers' default rope_theta where config.json has none (else 10000)
-TIED_BY_DEFAULT = ("smollm3", "gemma3_text", "gemma2", "gemma")  # transformers' default tie_word_embeddings is true (else false)
+TIED_BY_DEFAULT = ("smollm3", "gemma3_text", "gemma2", "gemma", "ernie4_5")  # transformers' default tie_word_embeddings is true (else false)
 
 
 def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     """Megatron-named args for a Llama / Mistral / Phi-3 / Qwen2 / Qwen3 / Qwen3-MoE / Qwen2-MoE / Mixtral /
-    SmolLM3 / Granite / Gemma 1-3 / OLMo 2 / OLMo 3 / Ministral 3 / EXAONE 4.0 / Seed-OSS / GLM-4 config.json
+    SmolLM3 / Granite / Gemma 1-3 / OLMo 2 / OLMo 3 / Ministral 3 / EXAONE 4.0 / Seed-OSS / GLM-4 / ERNIE 4.5 config.json
     (transformers 4.x `rope_theta` + `rope_scaling` or 5.x `rope_parameters`). Unsupported features
     raise ValueError.
 
@@ -33,6 +34,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     and MLP as well as before (post_self_attn_layernorm / post_mlp_layernorm, plain RMSNorms: post_norm),
     gate / up stored fused (gate_up_proj), and RoPE on the first half of each head (partial_rotary_factor
     0.5 by default) over interleaved pairs (2i, 2i + 1): megatron-core's rotary_interleaved.
+    ERNIE 4.5 (ernie4_5: ERNIE-4.5-0.3B base / PT) is Llama's layout with RoPE over interleaved pairs
+    (rotary_interleaved), tied by default, no biases (use_bias true is refused).
     Seed-OSS (seed_oss: Seed-OSS-36B base / instruct) is Qwen2's layout (q / k / v biases, on by default,
     no o_proj bias) with its own head_dim; its config.json dropout (0.1) is not taken: RL trains
     without dropout (attention_dropout / hidden_dropout 0).
@@ -52,11 +55,14 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError(f"config.json model_type {model_type!r} is not supported; supported: {supported_types()}.")
     heads = int(hf["num_attention_heads"])
     kv_heads = int(hf.get("num_key_value_heads") or heads)
-    head_dim = int(hf.get("head_dim") or (128 if model_type == "glm4" else hf["hidden_size"] // heads))
+    head_dim = int(hf.get("head_dim") or (128 if model_type in ("glm4", "ernie4_5") else hf["hidden_size"] // heads))
     rope = dict(hf.get("rope_parameters") or hf.get("rope_scaling") or {})
     if isinstance(rope.get("full_attention"), Mapping):  # Gemma 3, OLMo 3 in transformers 5: one per layer type
         rope = dict(rope["full_attention"])
     rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if model_type == "ernie4_5" and hf.get("use_bias"):
+        raise ValueError("config.json use_bias=true (biases on every linear layer) is not supported; ERNIE 4.5's "
+                         "releases have none.")
     if model_type == "seed_oss" and hf.get("attention_out_bias"):
         raise ValueError("config.json attention_out_bias=true (a bias on o_proj) is not supported; Seed-OSS's "
                          "releases have none.")
@@ -139,6 +145,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         args.update(exaone4_args(hf, args["num_layers"]))
     if model_type == "glm4":  # GLM-4-0414 / GLM-Z1: norms after attention and MLP too, RoPE on interleaved pairs
         args.update(post_norm=True, rotary_interleaved=True)
+    if model_type == "ernie4_5":  # ERNIE 4.5 (dense): Llama with RoPE on interleaved pairs
+        args["rotary_interleaved"] = True
     if model_type == "ministral3" and float(rope.get("llama_4_scaling_beta") or 0.0):
         args["max_position_embeddings"] = min(args["max_position_embeddings"], llama4_scaling_limit(hf, rope))
     return args

@@ -16,7 +16,8 @@ of a Qwen3-VL (a Qwen3, tied; M-RoPE is the 1-D RoPE on text) and of a Ministral
 MistralForCausalLM serves Ministral3ForCausalLM) and an EXAONE 4.0 (vLLM's Exaone4ForCausalLM: post
 norms, per-head q / k norms, a 16-position window with RoPE in its sliding layers, neither in its
 full ones) and a Seed-OSS (q / k / v biases, its own head_dim; vLLM's Transformers backend) and a GLM-4
-(vLLM's Glm4ForCausalLM: RoPE on interleaved pairs of half of each head, sandwich norms):
+(vLLM's Glm4ForCausalLM: RoPE on interleaved pairs of half of each head, sandwich norms) and an ERNIE 4.5 (vLLM's Ernie4_5ForCausalLM: RoPE on
+interleaved pairs of the whole head):
 synced from the training model, their
 greedy tokens equal the native engine's and their sampled log-probs the training forward's. Mistral,
 Mixtral and Phi-3 attend through a 16-position sliding window (sequences up to 31 positions):
@@ -59,6 +60,7 @@ VARIANTS = {
     "ministral3": dict(head_dim=32),
     "exaone4": dict(sliding_window=16, max_position_embeddings=64),
     "glm4": dict(head_dim=32),
+    "ernie4_5": dict(head_dim=32),
 }
 
 
@@ -78,7 +80,8 @@ def _make_smollm3(out, overrides):
 # Gemma 3's text model is gemma3's, SmolLM3's NoPE layers are smollm3-yarn's, OLMo 2's layers olmo3's
 @pytest.mark.parametrize("arch", ["mixtral", "phi3", "phi3-longrope", "phi3-partiallongrope", "qwen2-yarn",
                                   "smollm3-yarn", "granite", "gemma3", "gemma2", "mistral3", "gemma", "olmo3",
-                                  "qwen3_vl", "ministral3", "exaone4", "seed_oss", "glm4"])
+                                  "qwen3_vl", "ministral3", "exaone4", "seed_oss", "glm4",
+                                  "ernie4_5"])
 def test_synced_engine_equals_the_training_model(arch, tmp_path, gloo_world1):
     from mindspeed_rl.rollout.native import NativeEngine
     from mindspeed_rl.rollout.vllm_engine import VLLMEngine

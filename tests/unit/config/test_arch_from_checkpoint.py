@@ -1,7 +1,7 @@
 """`load:` a HF directory with an empty model yaml: the architecture comes from config.json.
 
 Table over every architecture the model builder supports (Llama with llama3 rope scaling, Mistral,
-Phi-3, Qwen2 / Qwen2.5, Qwen3, Qwen3-MoE, Qwen2-MoE, Mixtral, SmolLM3, Granite, Gemma 3, Gemma 2, Gemma 1, OLMo 2, OLMo 3, Ministral 3, EXAONE 4.0, Seed-OSS, GLM-4): an empty model entry (or none at all) dry-runs; a key the user did set that
+Phi-3, Qwen2 / Qwen2.5, Qwen3, Qwen3-MoE, Qwen2-MoE, Mixtral, SmolLM3, Granite, Gemma 3, Gemma 2, Gemma 1, OLMo 2, OLMo 3, Ministral 3, EXAONE 4.0, Seed-OSS, GLM-4, ERNIE 4.5): an empty model entry (or none at all) dry-runs; a key the user did set that
 disagrees fails in dry_run with one sentence naming both values; weights whose safetensors
 headers do not fit config.json fail in dry_run too (headers only).
 """
@@ -45,6 +45,7 @@ ARCHS = {"llama": dict(rotary_base=5000.0, rope_scaling_type="llama3", untie_emb
          "exaone4": dict(pre_norm=False, post_norm=True, qk_layernorm=True, qk_layernorm_across_heads=False,
                          window_attn_skip_freq=[1, 0], no_rope_freq=[0, 1], sliding_window=12, rope_scaling_type="llama3"),
          "glm4": dict(rotary_interleaved=True, rotary_percent=0.5, post_norm=True, add_qkv_bias=True, kv_channels=16),
+         "ernie4_5": dict(rotary_interleaved=True, untie_embeddings_and_output_weights=False, kv_channels=16),
          "seed_oss": dict(add_qkv_bias=True, kv_channels=32, untie_embeddings_and_output_weights=True,
                           attention_dropout=0.0, hidden_dropout=0.0),
          # Ministral 3's image-text checkpoint: its text model, the length limit where Llama 4's query scaling starts

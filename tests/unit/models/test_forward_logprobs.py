@@ -53,7 +53,7 @@ def _batches():
 @pytest.mark.parametrize("arch", ["llama", "mistral", "phi3", "phi3-partial", "phi3-longrope", "qwen2", "qwen3",
                                   "phi3-partiallongrope", "qwen2-yarn", "qwen3-yarnmscale", "mistral-linear",
                                   "smollm3", "smollm3-yarn", "granite", "gemma3_text", "gemma2", "gemma", "olmo2",
-                                  "olmo3", "exaone4", "seed_oss", "glm4"])
+                                  "olmo3", "exaone4", "seed_oss", "glm4", "ernie4_5"])
 def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     """phi3: q/k/v and gate/up read as row ranges of its fused tensors; phi3-partial: half of each
     head rotated (partial_rotary_factor 0.5 = megatron's rotary_percent); phi3-longrope: LongRoPE's
@@ -72,7 +72,7 @@ def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     layer only (window 12), none in the full one; seed_oss: q / k / v biases, head_dim 32
     (transformers in eval mode: its 0.1 dropout off, as ours always is); glm4: RoPE over interleaved
     pairs of half of each head (megatron's rotary_interleaved), norms before and after attention and
-    MLP, gate / up read from gate_up_proj."""
+    MLP, gate / up read from gate_up_proj; ernie4_5: RoPE over interleaved pairs of the whole head."""
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
 
