@@ -77,8 +77,9 @@ def _make_smollm3(out, overrides):
 
 
 # one engine per distinct path, to keep CI's time: Mistral's is mistral3's text model (its window included),
-# Gemma 3's text model is gemma3's, SmolLM3's NoPE layers are smollm3-yarn's, OLMo 2's layers olmo3's
-@pytest.mark.parametrize("arch", ["mixtral", "phi3", "phi3-longrope", "phi3-partiallongrope", "qwen2-yarn",
+# Gemma 3's text model is gemma3's, SmolLM3's NoPE layers are smollm3-yarn's, OLMo 2's layers olmo3's, vLLM's
+# LongRoPE phi3-partiallongrope's
+@pytest.mark.parametrize("arch", ["mixtral", "phi3", "phi3-partiallongrope", "qwen2-yarn",
                                   "smollm3-yarn", "granite", "gemma3", "gemma2", "mistral3", "gemma", "olmo3",
                                   "qwen3_vl", "ministral3", "exaone4", "seed_oss", "glm4",
                                   "ernie4_5"])
