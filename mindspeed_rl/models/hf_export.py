@@ -180,13 +180,24 @@ def olmo_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) ->
                          "Olmo3ForCausalLM" if olmo3 else "Olmo2ForCausalLM", rope, eps=1e-6)
     config.update(hidden_act="silu", attention_bias=False, pad_token_id=None)
     if olmo3:
-        layers, longest = config["num_hidden_layers"], config["max_position_embeddings"]
-        pattern = window_pattern(args.get("window_attn_skip_freq"), layers) or [1] * layers
-        local = {"rope_type": "default", "rope_theta": float(args.get("rope_local_base_freq") or rope["rope_theta"])}
-        config.update(sliding_window=int(args.get("sliding_window") or longest),
-                      layer_types=["sliding_attention" if x else "full_attention" for x in pattern],
-                      rope_parameters={"full_attention": rope, "sliding_attention": local})
+        config.update(layer_types_config(args, config), rope_parameters=per_type_rope(args, rope))
     return config
+
+
+def layer_types_config(args: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
+    """config.json's sliding_window and layer_types (Gemma 2 / 3, OLMo 3) from window_attn_skip_freq
+    (none: every layer slides) and sliding_window (none: the whole length)."""
+    pattern = window_pattern(args.get("window_attn_skip_freq"), config["num_hidden_layers"])
+    return {"sliding_window": int(args.get("sliding_window") or config["max_position_embeddings"]),
+            "layer_types": ["sliding_attention" if x else "full_attention"
+                            for x in pattern or [1] * config["num_hidden_layers"]]}
+
+
+def per_type_rope(args: Mapping[str, Any], rope: Mapping[str, Any]) -> dict[str, Any]:
+    """rope_parameters per layer type (Gemma 3, OLMo 3): `rope` for the full layers, the default rope
+    at rope_local_base_freq (default: the same theta) for the sliding ones."""
+    local = {"rope_type": "default", "rope_theta": float(args.get("rope_local_base_freq") or rope["rope_theta"])}
+    return {"full_attention": dict(rope), "sliding_attention": local}
 
 
 def gemma1_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype, gemma: list) -> dict[str, Any]:
@@ -233,20 +244,15 @@ def gemma_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype, g
     rope = rope_parameters(args)
     config = base_config(args, vocab_size, dtype, "gemma2" if gemma2 else "gemma3_text",
                          "Gemma2ForCausalLM" if gemma2 else "Gemma3ForCausalLM", rope, eps=1e-6)
-    layers, head_dim, longest = config["num_hidden_layers"], config["head_dim"], config["max_position_embeddings"]
-    pattern = window_pattern(args.get("window_attn_skip_freq"), layers) or [1] * layers
     scale = args.get("softmax_scale")
-    scalar = head_dim if not scale else 1.0 / float(scale) ** 2
-    config.update(hidden_activation="gelu_pytorch_tanh", attention_bias=False,
+    scalar = config["head_dim"] if not scale else 1.0 / float(scale) ** 2
+    config.update(layer_types_config(args, config), hidden_activation="gelu_pytorch_tanh", attention_bias=False,
                   query_pre_attn_scalar=round(scalar) if abs(scalar - round(scalar)) < 1e-6 else scalar,
-                  sliding_window=int(args.get("sliding_window") or longest),
-                  layer_types=["sliding_attention" if x else "full_attention" for x in pattern],
                   attn_logit_softcapping=args.get("attn_logit_softcapping"),
                   final_logit_softcapping=args.get("output_logit_softcapping"))
     if not gemma2:  # Gemma 3: one rotary table per layer type
-        local = {"rope_type": "default", "rope_theta": float(args.get("rope_local_base_freq") or rope["rope_theta"])}
-        config.update(rope_parameters={"full_attention": rope, "sliding_attention": local},
-                      rope_local_base_freq=local["rope_theta"])
+        per_type = per_type_rope(args, rope)
+        config.update(rope_parameters=per_type, rope_local_base_freq=per_type["sliding_attention"]["rope_theta"])
     return config
 
 
