@@ -70,7 +70,7 @@ def test_cos_sin_once_per_table():
 
 def test_variants_it_does_not_implement_go_to_megatron(gloo_world1):
     init_parallel_state(1, 1, seed=1)
-    config = transformer_config(ARGS, overrides={"rotary_interleaved": True})
+    config = transformer_config(dict(ARGS, rotary_interleaved=True))  # GLM-4 / ERNIE 4.5: the model key
     _, q, _ = _qk()
     freqs = _freqs(7, 16)
     expected = megatron_rope(q, freqs, config)
