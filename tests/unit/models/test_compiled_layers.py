@@ -183,7 +183,6 @@ def test_moe_layers_stay_eager():
 
 
 @pytest.mark.parametrize("arch,kw", [("smollm3", dict(num_hidden_layers=4)),
-                                     ("mistral", dict(sliding_window=12, num_hidden_layers=3)),
                                      ("gemma3_text", dict(num_hidden_layers=4)), ("gemma2", dict(num_hidden_layers=2)),
                                      ("olmo3", dict(num_hidden_layers=2))])
 def test_compiled_layers_keep_per_layer_hooks(arch, kw, tmp_path, gloo_world1):
