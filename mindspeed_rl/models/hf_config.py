@@ -20,8 +20,18 @@ MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral")
 WINDOW_ARCHS = ("mistral", "mixtral", "phi3", "ministral3")  # a config.json sliding_window applies to every layer
 ROPE_TYPES = ("default", "linear", "llama3", "longrope", "yarn")  # config.json rope types computed exactly
 ROPE_SCALINGS = (None, "linear", "llama3", "longrope", "yarn")  # their rope_scaling_type (models/builder.py)
-DEFAULT_THETA = {"smollm3": 2000000.0, "gemma3_text": 1000000.0, "olmo3": 500000.0}  # transformers' default rope_theta where config.json has none (else 10000)
-TIED_BY_DEFAULT = ("smollm3", "gemma3_text", "gemma2", "gemma", "ernie4_5")  # transformers' default tie_word_embeddings is true (else false)
+# transformers' config-class defaults where they differ from what the reading below assumes for a key
+# config.json leaves out or null (rope_theta 10000, untied, head_dim = hidden / heads, full rotary, no biases)
+HF_DEFAULTS = {
+    "smollm3": {"rope_theta": 2000000.0, "tie_word_embeddings": True},
+    "gemma3_text": {"rope_theta": 1000000.0, "tie_word_embeddings": True},
+    "gemma2": {"tie_word_embeddings": True},
+    "gemma": {"tie_word_embeddings": True},
+    "olmo3": {"rope_theta": 500000.0},
+    "ernie4_5": {"tie_word_embeddings": True, "head_dim": 128},
+    "glm4": {"head_dim": 128, "partial_rotary_factor": 0.5, "attention_bias": True},
+    "seed_oss": {"attention_bias": True},
+}
 
 
 def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
@@ -53,9 +63,10 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     model_type = hf.get("model_type")
     if model_type not in HF_ARCHS:
         raise ValueError(f"config.json model_type {model_type!r} is not supported; supported: {supported_types()}.")
+    hf = {**hf, **{k: v for k, v in HF_DEFAULTS.get(model_type, {}).items() if hf.get(k) is None}}
     heads = int(hf["num_attention_heads"])
     kv_heads = int(hf.get("num_key_value_heads") or heads)
-    head_dim = int(hf.get("head_dim") or (128 if model_type in ("glm4", "ernie4_5") else hf["hidden_size"] // heads))
+    head_dim = int(hf.get("head_dim") or hf["hidden_size"] // heads)
     rope = dict(hf.get("rope_parameters") or hf.get("rope_scaling") or {})
     if isinstance(rope.get("full_attention"), Mapping):  # Gemma 3, OLMo 3 in transformers 5: one per layer type
         rope = dict(rope["full_attention"])
@@ -71,8 +82,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     if model_type in ("llama", "granite", "olmo2", "olmo3", "exaone4", *GEMMA_ARCHS) and hf.get("attention_bias"):
         raise ValueError(f"config.json attention_bias=true for {model_type} (bias on o_proj) is not supported.")
     # transformers 5 keeps it in rope_parameters, 4.x at the top level
-    partial = float(rope.get("partial_rotary_factor") or hf.get("partial_rotary_factor")
-                    or (0.5 if model_type == "glm4" else 1.0))  # transformers' Glm4Config default
+    partial = float(rope.get("partial_rotary_factor") or hf.get("partial_rotary_factor") or 1.0)
     rotary_percent = partial if partial != 1.0 else None
     if rotary_percent is not None and model_type not in ("phi3", "glm4"):
         raise ValueError(f"config.json partial_rotary_factor {partial} is supported for phi3 and glm4 models only, "
@@ -101,14 +111,14 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         "kv_channels": head_dim,
         "padded_vocab_size": int(hf["vocab_size"]),
         "max_position_embeddings": int(hf.get("max_position_embeddings", 4096)),
-        "rotary_base": float(rope.get("rope_theta", hf.get("rope_theta", DEFAULT_THETA.get(model_type, 10000.0)))),
+        "rotary_base": float(rope.get("rope_theta", hf.get("rope_theta", 10000.0))),
         "normalization": "RMSNorm",
         "norm_epsilon": float(hf.get("rms_norm_eps", 1e-6)),
         "swiglu": True,
-        "add_qkv_bias": (model_type == "qwen2" or bool(hf.get("attention_bias", model_type in ("seed_oss", "glm4")))
+        "add_qkv_bias": (model_type == "qwen2" or bool(hf.get("attention_bias", False))
                          or (model_type == "qwen2_moe" and bool(hf.get("qkv_bias", True)))),
         "disable_bias_linear": True,
-        "untie_embeddings_and_output_weights": not hf.get("tie_word_embeddings", model_type in TIED_BY_DEFAULT),
+        "untie_embeddings_and_output_weights": not hf.get("tie_word_embeddings", False),
         "qk_layernorm": model_type in ("qwen3", "qwen3_moe"),
         "position_embedding_type": "rope",
     }
