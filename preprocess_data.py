@@ -29,6 +29,14 @@ _IGNORED = {
 }
 
 
+def _true_false_none(text: str):
+    """MindSpeed-LLM's --enable-thinking values."""
+    values = {"true": True, "false": False, "none": None}
+    if text.lower() not in values:
+        raise argparse.ArgumentTypeError(f"{text!r} is not one of true, false, none")
+    return values[text.lower()]
+
+
 def _json_dict(text: str) -> dict:
     try:
         value = json.loads(text)
@@ -51,7 +59,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     g.add_argument("--map-keys", type=_json_dict, default=None,
                    help='column names, e.g. \'{"prompt": "question", "query": "", "response": "answer"}\'')
     g.add_argument("--prompt-type", default=None,
-                   help="chat template: empty, qwen, qwen_r1, qwen_math_r1, chatml, llama3, or hf (the tokenizer's)")
+                   help="chat template: empty, qwen, qwen_r1, qwen_math_r1, chatml, qwen3, llama3, or hf (the tokenizer's)")
+    g.add_argument("--enable-thinking", type=_true_false_none, default=None,
+                   help="true / false / none: the thinking switch of --prompt-type qwen3 (none or false: the prompt "
+                        "ends with an empty <think></think>) or hf (passed to the chat template; none = its default)")
     g.add_argument("--dataset-additional-keys", nargs="*", default=[],
                    help="R1 handlers: extra keys to store, e.g. labels (the ground truth)")
     g.add_argument("--label-pattern", default=None,
@@ -96,6 +107,7 @@ def main(argv=None) -> int:
             json_keys=tuple(args.json_keys),
             map_keys=args.map_keys,
             prompt_type=args.prompt_type,
+            enable_thinking=args.enable_thinking,
             dataset_additional_keys=tuple(args.dataset_additional_keys),
             label_pattern=args.label_pattern,
             append_eod=args.append_eod,

@@ -212,6 +212,7 @@ class DataConfig:
     prompt_type: Optional[str] = doc(None, "chat template applied to raw-file prompts (qwen, llama3, chatml, hf, ...)")
     system_prompt: Optional[str] = doc(None, "raw files: system prompt given to every prompt without its own (placed by prompt_type's template; needs prompt_type)")
     instruction_template: Optional[str] = doc(None, "raw files: each prompt becomes this text with {prompt} replaced by it, e.g. '{prompt} Put the final answer after ####.'")
+    enable_thinking: Optional[bool] = doc(None, "raw files: the thinking switch of prompt_type qwen3 (null or false: the prompt ends with an empty <think></think>, so the model answers at once, as MindSpeed-LLM's) or hf (passed to the tokenizer's chat template; null = its default, thinking for Qwen3)")
     prompt_key: str = doc("prompt", "raw files: the column holding the prompt")
     label_key: str = doc("labels", "raw files: the column holding the ground truth")
     no_shuffle: bool = doc(False, "keep the dataset order instead of a seeded shuffle per epoch")

@@ -68,7 +68,8 @@ def _check_choices(cfg: Config, problems: list[str]) -> None:
             problems.append(f"`training.{key}: {getattr(cfg.run, key)}` must be 0 or more.")
     _one_of(cfg.data.truncation, CHOICES["truncation"], f"{A}.truncation", problems)
     from mindspeed_rl.data.templates import shaping_problem
-    shaping = shaping_problem(cfg.data.prompt_type, cfg.data.system_prompt, cfg.data.instruction_template)
+    shaping = shaping_problem(cfg.data.prompt_type, cfg.data.system_prompt, cfg.data.instruction_template,
+                              cfg.data.enable_thinking)
     if shaping:
         problems.append(f"`{A}`: {shaping}")
     for role in _active_roles(cfg):

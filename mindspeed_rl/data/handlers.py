@@ -74,6 +74,7 @@ class EncodeSettings:
 
     handler_name: str = "GeneralPretrainHandler"
     prompt_type: Optional[str] = None
+    enable_thinking: Optional[bool] = None  # the template's thinking switch (templates.py)
     json_keys: tuple = ("text",)
     additional_keys: tuple = ()
     map_keys: Optional[dict] = None
@@ -160,7 +161,7 @@ def make_encoder(settings: EncodeSettings, tokenizer) -> Callable[[dict, int], d
     prompt_type = settings.prompt_type
     if prompt_type == HF:
         # the chat-template check happens once, here, not per row
-        encode_prompt(tokenizer, HF, [{"role": "user", "content": ""}])
+        encode_prompt(tokenizer, HF, [{"role": "user", "content": ""}], enable_thinking=settings.enable_thinking)
 
     def plain(text: str) -> list[int]:
         return tokenizer.encode(text, add_special_tokens=False) if text else []
@@ -180,7 +181,8 @@ def make_encoder(settings: EncodeSettings, tokenizer) -> Callable[[dict, int], d
         conv = to_conversation(sample, settings.columns, row)
         messages = conv["messages"] + [{"role": "assistant", "content": conv["response"]}]
         input_ids, labels = [], []
-        for source_ids, target_ids in encode_conversation(tokenizer, prompt_type, messages, conv["system"]):
+        for source_ids, target_ids in encode_conversation(tokenizer, prompt_type, messages, conv["system"],
+                                                          settings.enable_thinking):
             input_ids += source_ids + target_ids
             labels += [IGNORE_INDEX] * len(source_ids) + target_ids
         return {"input_ids": input_ids, "attention_mask": [1] * len(input_ids), "labels": labels}
@@ -189,7 +191,7 @@ def make_encoder(settings: EncodeSettings, tokenizer) -> Callable[[dict, int], d
         return _prompt(to_conversation(sample, settings.columns, row))
 
     def _prompt(conv: dict) -> dict[str, list[int]]:
-        ids = encode_prompt(tokenizer, prompt_type, conv["messages"], conv["system"])
+        ids = encode_prompt(tokenizer, prompt_type, conv["messages"], conv["system"], settings.enable_thinking)
         return {"input_ids": ids, "attention_mask": [1] * len(ids)}
 
     def r1(sample: dict, row: int) -> dict[str, list[int]]:

@@ -155,12 +155,14 @@ def build_prompt_loader(
     what: str = "data_path",
     system_prompt: Optional[str] = None,
     instruction_template: Optional[str] = None,
+    enable_thinking: Optional[bool] = None,
 ) -> PromptLoader:
     """PromptDataset + PromptLoader in one call (see build_prompt_dataset for the arguments).
 
     For validation pass shuffle=False, drop_last=False and iterate `loader.iter_epoch()`.
     """
     dataset = build_prompt_dataset(data_path, tokenizer, max_prompt_length, truncation, prompt_type,
-                                   prompt_key, label_key, source, seed, what, system_prompt, instruction_template)
+                                   prompt_key, label_key, source, seed, what, system_prompt, instruction_template,
+                                   enable_thinking)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     return PromptLoader(dataset, batch_size, pad, seed, shuffle, drop_last, what)

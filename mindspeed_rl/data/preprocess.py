@@ -29,7 +29,7 @@ from mindspeed_rl.data.handlers import (
 )
 from mindspeed_rl.data.indexed import SequenceWriter, import_megatron_indexed, publish, staging_dir
 from mindspeed_rl.data.raw import load_raw_dataset
-from mindspeed_rl.data.templates import check_prompt_type
+from mindspeed_rl.data.templates import check_prompt_type, thinking_problem
 from mindspeed_rl.data.tokenizer import load_tokenizer
 from mindspeed_rl.utils.errors import UserInputError
 from mindspeed_rl.utils.logging import get_logger
@@ -114,6 +114,7 @@ def preprocess(
     json_keys: tuple = ("text",),
     map_keys: Optional[dict] = None,
     prompt_type: Optional[str] = None,
+    enable_thinking: Optional[bool] = None,
     dataset_additional_keys: tuple = (),
     label_pattern: Optional[str] = None,
     append_eod: bool = False,
@@ -135,6 +136,7 @@ def preprocess(
         json_keys: GeneralPretrainHandler: the text columns to write.
         map_keys: {part name: column} for alpaca/sharegpt data (formats.py).
         prompt_type: a chat template name (templates.py) or "hf"; None = the text as it is.
+        enable_thinking: the thinking switch of a reasoning template or of "hf" (templates.py).
         dataset_additional_keys: R1 handlers: extra keys to store (e.g. ("labels",)).
         label_pattern: R1 handlers: keep this regex's first group of the ground truth.
         append_eod: GeneralPretrainHandler: end each document with EOS.
@@ -163,6 +165,7 @@ def preprocess(
     settings = EncodeSettings(
         handler_name=handler_name,
         prompt_type=prompt_type,
+        enable_thinking=enable_thinking,
         json_keys=tuple(json_keys),
         additional_keys=tuple(dataset_additional_keys or ()),
         map_keys=dict(map_keys) if map_keys else None,
@@ -172,6 +175,9 @@ def preprocess(
     # cheap name checks before the tokenizer and the data are loaded; columns are checked after
     get_handler(handler_name)
     check_prompt_type(prompt_type)
+    thinking = thinking_problem(prompt_type, enable_thinking, "--prompt-type", "--enable-thinking")
+    if thinking:
+        raise UserInputError(thinking)
     tokenizer = load_tokenizer(tokenizer_name_or_path, "--tokenizer-name-or-path")
     _TOKENIZERS[os.fspath(tokenizer_name_or_path)] = tokenizer  # reused in-process and by forked workers
     import_megatron_indexed()  # once here, not once per forked worker (seconds each)

@@ -114,7 +114,7 @@ class _RawPart:
     """Prompts of one raw file, templated and tokenized when the dataset is built."""
 
     def __init__(self, path, tokenizer, source, prompt_type, prompt_key, label_key, what,
-                 system_prompt=None, instruction_template=None):
+                 system_prompt=None, instruction_template=None, enable_thinking=None):
         self.name = path
         self._prompts, self._labels, self._sources = [], [], []
         # a throw-away `datasets` cache: everything is tokenized into memory here, and the
@@ -132,7 +132,7 @@ class _RawPart:
             for row, sample in enumerate(data, start=1):
                 messages, system = _messages(sample[prompt_key], path, row, prompt_key)
                 messages, system = shape_messages(messages, system, system_prompt, instruction_template)
-                ids = encode_prompt(tokenizer, prompt_type, messages, system)
+                ids = encode_prompt(tokenizer, prompt_type, messages, system, enable_thinking)
                 self._prompts.append(np.asarray(ids, dtype=np.int64))
                 self._labels.append(_label_text(sample[label_key]) if label_key is not None else "")
                 self._sources.append(str(sample["data_source"]) if has_source else source)
@@ -251,6 +251,7 @@ def build_prompt_dataset(
     what: str = "data_path",
     system_prompt: Optional[str] = None,
     instruction_template: Optional[str] = None,
+    enable_thinking: Optional[bool] = None,
 ) -> PromptDataset:
     """Build the prompt dataset a trainer samples from.
 
@@ -267,6 +268,7 @@ def build_prompt_dataset(
         what: the config key data_path came from (data_path / val_data_path), named in errors.
         system_prompt: raw files: system prompt of samples without one (needs a prompt_type).
         instruction_template: raw files: each prompt becomes this text with {prompt} replaced by it.
+        enable_thinking: raw files: the thinking switch of a reasoning template or of "hf" (templates.py).
 
     Returns:
         PromptDataset.
@@ -276,7 +278,7 @@ def build_prompt_dataset(
     """
     check_truncation(truncation)
     check_prompt_type(prompt_type, "prompt_type")
-    problem = shaping_problem(prompt_type, system_prompt, instruction_template)
+    problem = shaping_problem(prompt_type, system_prompt, instruction_template, enable_thinking)
     if problem:
         raise UserInputError(problem)
     if max_prompt_length < 1:
@@ -286,11 +288,12 @@ def build_prompt_dataset(
         name = source or _source_name(path)
         if is_raw_data_file(path):
             parts.append(_RawPart(path, tokenizer, name, prompt_type, prompt_key, label_key, what,
-                                  system_prompt, instruction_template))
-        elif system_prompt or instruction_template is not None:
+                                  system_prompt, instruction_template, enable_thinking))
+        elif system_prompt or instruction_template is not None or enable_thinking is not None:
             raise UserInputError(f"{what} {path!r} is a preprocessed (indexed) dataset: its prompts are token ids "
-                                 "already, so system_prompt / instruction_template cannot shape them; pass them to "
-                                 "preprocess_data.py's template instead, or point data_path at the raw file.")
+                                 "already, so system_prompt / instruction_template / enable_thinking cannot shape "
+                                 "them; pass them to preprocess_data.py's template instead (--enable-thinking for "
+                                 "the last), or point data_path at the raw file.")
         else:
             parts.append(_IndexedPart(path, tokenizer, name, what))
         weights.append(weight)

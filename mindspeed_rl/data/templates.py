@@ -8,6 +8,17 @@ So a prompt preprocessed here equals the one MindSpeed-LLM makes for the same --
 
 `hf` renders the tokenizer's own `chat_template` (`apply_chat_template`) instead.
 
+Thinking (`enable_thinking`, MindSpeed-LLM's `--enable-thinking`; Qwen3-style reasoning models):
+- `qwen3` is MindSpeed-LLM's ReasoningTemplate: unless enable_thinking is true, the generation
+  prompt ends with an empty thought (THOUGHT: "<think>\n\n</think>\n\n"), so the model answers
+  without reasoning, as Qwen3's own chat template does for enable_thinking=False; earlier
+  assistant turns lose their thoughts. In supervised pairs the empty thought goes to the source
+  (not learned) when thinking is off and to the target when it is on; false also removes the
+  thoughts from every assistant turn. None behaves as false there, as in MindSpeed-LLM.
+- `hf` passes enable_thinking to the tokenizer's chat template when it is set (None: the
+  template's own default, thinking on for Qwen3); a template without that switch is refused
+  rather than silently ignoring it.
+
 Prompt shaping for raw data (`system_prompt`, `instruction_template`): raw prompts (a question, a
 problem) rarely say how to answer, and a small model needs to be told ("put the final answer
 after ####"). `shape_messages` wraps the last user message in the instruction template (its
@@ -20,6 +31,7 @@ here are question -> answer); only the templates below exist (add one to TEMPLAT
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Optional
 
@@ -43,6 +55,7 @@ class ChatTemplate:
         bos: start the conversation with the tokenizer's BOS token.
         stop: the end-of-turn token text appended to assistant turns (None: nothing, as
             MindSpeed-LLM's "empty"; pass --append-eod to end documents with EOS).
+        reasoning: enable_thinking applies (MindSpeed-LLM's ReasoningTemplate; module docstring).
     """
 
     user: str
@@ -52,8 +65,11 @@ class ChatTemplate:
     default_system: str = ""
     bos: bool = False
     stop: Optional[str] = None
+    reasoning: bool = False
 
 
+THOUGHT = ("<think>\n", "\n</think>\n\n")  # MindSpeed-LLM's (LlamaFactory's) thought_words
+_THOUGHT_RE = re.compile(re.escape(THOUGHT[0]) + "(.*?)" + re.escape(THOUGHT[1]), re.DOTALL)
 _IM_USER = "<|im_start|>user\n" + CONTENT + "<|im_end|>\n<|im_start|>assistant\n"
 _IM_SYSTEM = "<|im_start|>system\n" + CONTENT + "<|im_end|>\n"
 _R1_INSTRUCTION = (
@@ -81,6 +97,8 @@ TEMPLATES: dict[str, ChatTemplate] = {
         stop="<|im_end|>",
     ),
     "chatml": ChatTemplate(user=_IM_USER, system=_IM_SYSTEM, separator="\n", stop="<|im_end|>"),
+    # Qwen3 (and its MoE): ChatML without a default system prompt, with the thinking switch
+    "qwen3": ChatTemplate(user=_IM_USER, system=_IM_SYSTEM, separator="\n", stop="<|im_end|>", reasoning=True),
     "llama3": ChatTemplate(
         user="<|start_header_id|>user<|end_header_id|>\n\n" + CONTENT
         + "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
@@ -97,9 +115,23 @@ def check_prompt_type(name: Optional[str], what: str = "--prompt-type") -> None:
         raise UserInputError(f"unknown {what} {name!r}; valid: {valid}.")
 
 
+def thinking_problem(prompt_type: Optional[str], enable_thinking: Optional[bool], type_key: str = "prompt_type",
+                     key: str = "enable_thinking") -> Optional[str]:
+    """One sentence when enable_thinking is set for a template without a thinking switch, or None
+    (the keys as the caller's users name them: config keys or preprocess_data.py's flags)."""
+    if enable_thinking is None or prompt_type == HF or TEMPLATES.get(prompt_type or "empty", TEMPLATES["empty"]).reasoning:
+        return None
+    switches = ", ".join(sorted(n for n, t in TEMPLATES.items() if t.reasoning) + [HF])
+    which = f"{type_key} {prompt_type!r}" if prompt_type else f"{type_key} is not set: the text as it is"
+    return f"{key} is set, but {which} has no thinking switch; use a {type_key} that has one ({switches}) or remove {key}."
+
+
 def shaping_problem(prompt_type: Optional[str], system_prompt: Optional[str],
-                    instruction_template: Optional[str]) -> Optional[str]:
+                    instruction_template: Optional[str], enable_thinking: Optional[bool] = None) -> Optional[str]:
     """One sentence on what is wrong with the prompt-shaping keys, or None."""
+    thinking = thinking_problem(prompt_type, enable_thinking)
+    if thinking:
+        return thinking
     if instruction_template is not None and PROMPT not in instruction_template:
         return (f"instruction_template {instruction_template!r} has no {PROMPT} placeholder; write where the "
                 f"prompt goes, e.g. '{PROMPT}\\nPut the final answer after ####.'")
@@ -125,6 +157,27 @@ def _encode(tokenizer, text: str) -> list[int]:
 
 def _hf_messages(messages: list[dict], system: str) -> list[dict]:
     return ([{"role": "system", "content": system}] if system else []) + list(messages)
+
+
+def remove_thought(content: str) -> str:
+    """An assistant message without its <think>...</think> block (MindSpeed-LLM's remove_thought)."""
+    return _THOUGHT_RE.sub("", content).lstrip("\n")
+
+
+def _has_thought(content: str) -> bool:
+    return THOUGHT[0] in content or THOUGHT[1] in content
+
+
+def _hf_kwargs(tokenizer, enable_thinking: Optional[bool]) -> dict:
+    """apply_chat_template's keyword for the thinking switch; refused where the template has none."""
+    if enable_thinking is None:
+        return {}
+    if "enable_thinking" not in str(tokenizer.chat_template):
+        raise UserInputError(
+            f"enable_thinking is set, but the chat template of {tokenizer.name_or_path!r} has no enable_thinking "
+            "switch (it decides by itself whether the model thinks); remove enable_thinking."
+        )
+    return {"enable_thinking": bool(enable_thinking)}
 
 
 def _check_hf(tokenizer) -> None:
@@ -177,7 +230,8 @@ def stop_ids(tokenizer, prompt_type: Optional[str]) -> list[int]:
     return _encode(tokenizer, template.stop) if template.stop else []
 
 
-def encode_prompt(tokenizer, prompt_type: Optional[str], messages: list[dict], system: str = "") -> list[int]:
+def encode_prompt(tokenizer, prompt_type: Optional[str], messages: list[dict], system: str = "",
+                  enable_thinking: Optional[bool] = None) -> list[int]:
     """Token ids of the generation prompt: the conversation so far, ending with the assistant header.
 
     Args:
@@ -185,24 +239,36 @@ def encode_prompt(tokenizer, prompt_type: Optional[str], messages: list[dict], s
         prompt_type: a key of TEMPLATES, "hf" (the tokenizer's chat_template) or None (= "empty").
         messages: the conversation, ending with a user message.
         system: the system prompt ("" = the template's default).
+        enable_thinking: the thinking switch of a reasoning template or of the chat template (module
+            docstring); None = the template's default.
 
     Returns:
         list[int] (P,) prompt token ids.
     """
     if prompt_type == HF:
         _check_hf(tokenizer)
-        text = tokenizer.apply_chat_template(_hf_messages(messages, system), tokenize=False, add_generation_prompt=True)
+        text = tokenizer.apply_chat_template(_hf_messages(messages, system), tokenize=False, add_generation_prompt=True,
+                                             **_hf_kwargs(tokenizer, enable_thinking))
         return _encode(tokenizer, text)
-    return [t for turn in encode_turns(tokenizer, prompt_type, messages, system) for t in turn]
+    reasoning = TEMPLATES[prompt_type or "empty"].reasoning
+    if reasoning:  # earlier answers without their thoughts
+        messages = [dict(m, content=remove_thought(m["content"])) if m["role"] == "assistant" else m for m in messages]
+    ids = [t for turn in encode_turns(tokenizer, prompt_type, messages, system) for t in turn]
+    if reasoning and not enable_thinking:  # an empty thought: the model answers at once
+        ids += _encode(tokenizer, THOUGHT[0] + THOUGHT[1])
+    return ids
 
 
 def encode_conversation(
-    tokenizer, prompt_type: Optional[str], messages: list[dict], system: str = ""
+    tokenizer, prompt_type: Optional[str], messages: list[dict], system: str = "",
+    enable_thinking: Optional[bool] = None,
 ) -> list[tuple[list[int], list[int]]]:
     """(source, target) id pairs of a conversation for supervised data (one pair per exchange).
 
     Args:
         messages: alternating user/assistant messages, ending with an assistant message.
+        enable_thinking: as in encode_prompt; a reasoning template adds an empty thought to each
+            answer without one, in the source when thinking is off, in the target when on.
 
     Returns:
         [(source_ids, target_ids), ...]: source = templated user turn (with the system block and
@@ -213,11 +279,20 @@ def encode_conversation(
         _check_hf(tokenizer)
         pairs, done = [], []
         for k in range(0, len(messages), 2):
-            prompt = encode_prompt(tokenizer, HF, messages[: k + 1], system)
+            prompt = encode_prompt(tokenizer, HF, messages[: k + 1], system, enable_thinking)
             full = _encode(tokenizer, tokenizer.apply_chat_template(
-                _hf_messages(messages[: k + 2], system), tokenize=False))
+                _hf_messages(messages[: k + 2], system), tokenize=False, **_hf_kwargs(tokenizer, enable_thinking)))
             pairs.append((prompt[len(done):], full[len(prompt):]))
             done = full
         return pairs
+    reasoning = TEMPLATES[prompt_type or "empty"].reasoning
+    if reasoning and enable_thinking is False:
+        messages = [dict(m, content=remove_thought(m["content"])) if m["role"] == "assistant" else m for m in messages]
     turns = encode_turns(tokenizer, prompt_type, messages, system)
-    return [(turns[k], turns[k + 1]) for k in range(0, len(turns) - 1, 2)]
+    pairs = [(turns[k], turns[k + 1]) for k in range(0, len(turns) - 1, 2)]
+    if reasoning:  # MindSpeed-LLM's ReasoningTemplate.encode_multiturn
+        empty = _encode(tokenizer, THOUGHT[0] + THOUGHT[1])
+        pairs = [(source, target) if _has_thought(messages[2 * k + 1]["content"])
+                 else (source + empty, target) if not enable_thinking else (source, empty + target)
+                 for k, (source, target) in enumerate(pairs)]
+    return pairs

@@ -66,14 +66,15 @@ def run(cfg, plan) -> int:
     train = build_prompt_loader(d.data_path, tokenizer, run_cfg.global_batch_size, d.max_prompt_length,
                                 d.truncation, run_cfg.seed, shuffle=not d.no_shuffle, prompt_type=d.prompt_type,
                                 prompt_key=d.prompt_key, label_key=d.label_key,
-                                system_prompt=d.system_prompt, instruction_template=d.instruction_template)
+                                system_prompt=d.system_prompt, instruction_template=d.instruction_template,
+                                enable_thinking=d.enable_thinking)
     val_loader = None
     if d.val_data_path and run_cfg.test_freq:
         val_loader = build_prompt_loader(d.val_data_path, tokenizer, run_cfg.global_batch_size, d.max_prompt_length,
                                          d.truncation, run_cfg.seed, shuffle=False, drop_last=False,
                                          prompt_type=d.prompt_type, prompt_key=d.prompt_key, label_key=d.label_key,
                                          system_prompt=d.system_prompt, instruction_template=d.instruction_template,
-                                         what="val_data_path")
+                                         enable_thinking=d.enable_thinking, what="val_data_path")
     a = cfg.algorithm
     rules = RuleRewardScorer(tokenizer, a.verifier_function, a.verifier_weight, a.missing_eos_penalty,
                              a.verifier_timeout_s) if cfg.reward.verifier else None
