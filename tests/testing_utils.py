@@ -111,7 +111,8 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
     q / k norms, a sliding layer with RoPE (window 12) and a full one without, llama3 rope x 4); seed_oss: Seed-OSS
     (q / k / v biases by default, head_dim 32, dropout 0.1 in config.json); glm4: GLM-4-0414 (transformers'
     defaults: q / k / v biases, RoPE on interleaved pairs of half of each head; sandwich norms, gate_up_proj);
-    ernie4_5: ERNIE 4.5 (RoPE on interleaved pairs of the whole head, tied); qwen2_5_vl / qwen3_vl: a qwen2 (untied) / qwen3
+    ernie4_5: ERNIE 4.5 (RoPE on interleaved pairs of the whole head, tied); arcee: Arcee AFM (an MLP without a gate,
+    relu(up)^2, YaRN x 4 over 32 positions); qwen2_5_vl / qwen3_vl: a qwen2 (untied) / qwen3
     (tied) inside Qwen2.5-VL's / Qwen3-VL's image-text model (tiny vision towers, M-RoPE sections);
     ministral3: Ministral 3's image-text model (mistral3 around a ministral3 text model: YaRN x 4 over 64
     positions, Llama 4's query scaling past them). `overrides` change TINY_HF (num_hidden_layers=4)."""
@@ -151,6 +152,10 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
         "olmo2": lambda: tf.Olmo2Config(**{"rope_theta": 5e5, "pad_token_id": 0, **tiny}),
         # GLM-4-0414: q / k / v biases, sandwich norms, gate_up_proj, RoPE on interleaved pairs of half of each head
         "glm4": lambda: tf.Glm4Config(**{"head_dim": 16, "pad_token_id": 0, "eos_token_id": 2, **tiny}),
+        # AFM-4.5B's layout: an MLP without a gate (relu2), YaRN past its original positions (here 32)
+        "arcee": lambda: tf.ArceeConfig(**{"rope_theta": 1e4, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
+                                           "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                                                            "original_max_position_embeddings": 32}, **tiny}),
         # ERNIE 4.5 0.3B: Llama with RoPE on interleaved pairs, tied (its config's default)
         "ernie4_5": lambda: tf.Ernie4_5Config(**{"head_dim": 16, **tiny}),
         # Seed-OSS: Qwen2's biases on q / k / v (its config's default), head_dim 32 != 64 / 4, untied
@@ -215,6 +220,7 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
            "gemma3": tf.Gemma3ForConditionalGeneration, "gemma2": tf.Gemma2ForCausalLM,
            "mistral3": tf.Mistral3ForConditionalGeneration, "gemma": tf.GemmaForCausalLM,
            "olmo2": tf.Olmo2ForCausalLM, "olmo3": tf.Olmo3ForCausalLM, "exaone4": tf.Exaone4ForCausalLM, "seed_oss": tf.SeedOssForCausalLM, "glm4": tf.Glm4ForCausalLM, "ernie4_5": tf.Ernie4_5ForCausalLM,
+           "arcee": tf.ArceeForCausalLM,
            "ministral3": tf.Mistral3ForConditionalGeneration, "qwen2_5_vl": tf.Qwen2_5_VLForConditionalGeneration, "qwen3_vl": tf.Qwen3VLForConditionalGeneration}[arch]
     torch.manual_seed(seed)
     model = cls(config).eval()

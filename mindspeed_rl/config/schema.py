@@ -72,6 +72,7 @@ class ModelArch:
     normalization: str = doc("RMSNorm", "RMSNorm or LayerNorm")
     norm_epsilon: float = doc(1e-5, "normalization epsilon")
     swiglu: bool = doc(True, "gated SiLU MLP (Llama/Qwen)")
+    squared_relu: bool = doc(False, "MLP without a gate, relu(x)^2 (Megatron's --squared-relu; Arcee's relu2); needs swiglu: false")
     add_qkv_bias: bool = doc(False, "bias on the query/key/value projections (Qwen2/2.5)")
     disable_bias_linear: bool = doc(True, "no bias on the other linear layers")
     untie_embeddings_and_output_weights: bool = doc(False, "separate output layer instead of the tied embedding")

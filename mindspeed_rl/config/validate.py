@@ -236,6 +236,9 @@ def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
     if a.geglu and a.swiglu:
         problems.append(f"model {role.model_name}: geglu and swiglu are both true; set swiglu: false for a GeGLU "
                         f"MLP (Gemma).")
+    if a.squared_relu and (a.swiglu or a.geglu):
+        problems.append(f"model {role.model_name}: squared_relu is true together with {'swiglu' if a.swiglu else 'geglu'}; "
+                        f"set {'swiglu' if a.swiglu else 'geglu'}: false for a plain squared-ReLU MLP (Arcee).")
     if platform != "auto" and not own_rotary(platform) and (a.rotary_percent < 1 or a.no_rope_freq
                                                              or a.rope_local_base_freq) \
             and a.rope_scaling_type in ("longrope", "yarn"):

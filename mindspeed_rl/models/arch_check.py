@@ -26,6 +26,7 @@ import os
 from typing import Any, Mapping, Optional
 
 from mindspeed_rl.models.hf_bridge.loader import read_hf_config
+from mindspeed_rl.models.hf_bridge.mapping import gated_mlp
 from mindspeed_rl.utils.errors import UserInputError
 
 # Megatron key -> config.json key, for the message
@@ -55,12 +56,13 @@ _HF_KEY = {
     "geglu": "hidden_activation", "add_rmsnorm_offset": "model_type", "post_norm": "model_type",
     "input_embeds_norm": "model_type", "attn_logit_softcapping": "attn_logit_softcapping",
     "output_logit_softcapping": "final_logit_softcapping", "pre_norm": "model_type",
-    "qk_layernorm_across_heads": "model_type", "rotary_interleaved": "model_type",
+    "qk_layernorm_across_heads": "model_type", "rotary_interleaved": "model_type", "squared_relu": "hidden_act",
 }
 # what a config.json without the key means (not Granite: no multiplier)
 _HF_DEFAULTS = {"embedding_multiplier_scale": 1.0, "residual_multiplier": 1.0, "output_multiplier_scale": 1.0,
                 "geglu": False, "add_rmsnorm_offset": False, "post_norm": False, "input_embeds_norm": False,
-                "pre_norm": True, "qk_layernorm_across_heads": False, "rotary_interleaved": False}
+                "pre_norm": True, "qk_layernorm_across_heads": False, "rotary_interleaved": False,
+                "squared_relu": False}
 # keys a config.json without them leaves at their meaning-free default: a user value is not a contradiction
 _ROPE_DETAILS = ("rope_scaling_factor", "low_freq", "high_freq", "original_max", "rope_scaling_beta", "rope_scaling_mscale",
                  "rope_scaling_truncate", "rope_attention_factor")
@@ -209,9 +211,11 @@ def _mlp_shapes(args: Mapping[str, Any], p: str, h: int, ffn: int) -> dict[str, 
     """One layer's MLP tensors: dense gate/up/down, or the router and every expert's (per-expert layout)."""
     experts = int(args.get("num_experts") or 0)
     if experts <= 1:
-        return {p + "mlp.gate_proj.weight": ((ffn, h), f"ffn_hidden_size {ffn}, hidden_size {h}"),
-                p + "mlp.up_proj.weight": ((ffn, h), f"ffn_hidden_size {ffn}, hidden_size {h}"),
-                p + "mlp.down_proj.weight": ((h, ffn), f"hidden_size {h}, ffn_hidden_size {ffn}")}
+        out = {p + "mlp.up_proj.weight": ((ffn, h), f"ffn_hidden_size {ffn}, hidden_size {h}"),
+               p + "mlp.down_proj.weight": ((h, ffn), f"hidden_size {h}, ffn_hidden_size {ffn}")}
+        if gated_mlp(args):  # a plain MLP (Arcee's squared ReLU) has no gate_proj
+            out[p + "mlp.gate_proj.weight"] = ((ffn, h), f"ffn_hidden_size {ffn}, hidden_size {h}")
+        return out
     f = int(args.get("moe_ffn_hidden_size") or ffn)
     out = {p + "mlp.gate.weight": ((experts, h), f"num_experts {experts}, hidden_size {h}")}
     s = int(args.get("moe_shared_expert_intermediate_size") or 0)

@@ -107,6 +107,12 @@ def _get(args: Mapping[str, Any], key: str, default: Any = None) -> Any:
     return default if value is None else value
 
 
+def relu_squared(x: torch.Tensor) -> torch.Tensor:
+    """relu(x)^2: Arcee's MLP activation (transformers' relu2, vLLM's ReLUSquaredActivation,
+    megatron-core 0.16's squared_relu; 0.12 has none)."""
+    return torch.square(F.relu(x))
+
+
 def transformer_config(args: Mapping[str, Any], params_dtype: torch.dtype = torch.float32,
                        sequence_parallel: bool = False, overrides: Optional[Mapping[str, Any]] = None) -> TransformerConfig:
     """TransformerConfig from Megatron-named args; TP/PP sizes from parallel_state. `overrides`:
@@ -118,6 +124,7 @@ def transformer_config(args: Mapping[str, Any], params_dtype: torch.dtype = torc
     groups = int(_get(args, "num_query_groups", heads)) if _get(args, "group_query_attention", False) else heads
     geglu = bool(_get(args, "geglu", False))  # Gemma: gelu(gate, tanh approximation) * up
     swiglu = bool(_get(args, "swiglu", True)) and not geglu
+    squared_relu = bool(_get(args, "squared_relu", False)) and not (swiglu or geglu)  # Arcee: relu(up)^2, no gate
     own_glu = swiglu and own_swiglu(get_platform().name)
     if own_glu:  # megatron's MLP calls its fused-activation names, which now are models/swiglu.py's
         install_swiglu()
@@ -131,7 +138,8 @@ def transformer_config(args: Mapping[str, Any], params_dtype: torch.dtype = torc
         normalization=_get(args, "normalization", "RMSNorm"),
         layernorm_epsilon=float(_get(args, "norm_epsilon", 1e-5)),
         gated_linear_unit=swiglu or geglu,
-        activation_func=F.silu if swiglu else functools.partial(F.gelu, approximate="tanh") if geglu else F.gelu,
+        activation_func=(F.silu if swiglu else functools.partial(F.gelu, approximate="tanh") if geglu
+                         else relu_squared if squared_relu else F.gelu),
         add_bias_linear=not _get(args, "disable_bias_linear", True),
         add_qkv_bias=bool(_get(args, "add_qkv_bias", False)),
         qk_layernorm=bool(_get(args, "qk_layernorm", False)),

@@ -55,7 +55,7 @@ from safetensors.torch import save_file
 from mindspeed_rl.models.chunks import as_chunks
 from mindspeed_rl.models.hf_bridge.checkpoint_io import open_safetensors
 from mindspeed_rl.models.hf_bridge.loader import global_param_name, load_into_model, model_parallel_ranks
-from mindspeed_rl.models.hf_bridge.mapping import hf_names
+from mindspeed_rl.models.hf_bridge.mapping import gated_mlp, hf_names
 from mindspeed_rl.models.hf_bridge.sharding import kind_of, mcore_to_hf, merge_tp
 from mindspeed_rl.utils.errors import UserInputError
 from mindspeed_rl.utils.logging import get_logger
@@ -239,7 +239,7 @@ class MegatronCheckpointReader:
             for name in (n for f in first if f for n in open_safetensors(f).keys()):
                 if name == "output_layer.weight" and tied:
                     continue  # the last stage's copy of the tied embedding
-                for hf_name in hf_names(name, None, tied)[1]:
+                for hf_name in hf_names(name, None, tied, gated_mlp(self.args))[1]:
                     self.hf_to_mcore[hf_name] = name
                     self.stages[-1].append(hf_name)
         self._cache: tuple[str, dict[str, torch.Tensor]] = ("", {})
@@ -259,7 +259,7 @@ class MegatronCheckpointReader:
         for file in self._files[name]:
             shards.append(open_safetensors(file).get_tensor(name))
         tied = not self.args.get("untie_embeddings_and_output_weights", False)
-        return merge_tp(kind_of(name, tied), shards)
+        return merge_tp(kind_of(name, tied, gated_mlp(self.args)), shards)
 
     def _hf(self, name: str) -> torch.Tensor:
         mcore = self.hf_to_mcore.get(name)

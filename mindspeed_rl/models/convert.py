@@ -26,7 +26,7 @@ from mindspeed_rl.models.checkpoint import (FORMAT, MODEL_FILE, MegatronCheckpoi
                                             expert_rank_dir, finish_write, is_megatron_checkpoint, rank_dir)
 from mindspeed_rl.models.hf_bridge.checkpoint_io import SafetensorsReader, TensorReader
 from mindspeed_rl.models.hf_bridge.loader import read_hf_config
-from mindspeed_rl.models.hf_bridge.mapping import Dims, hf_names, read_shard
+from mindspeed_rl.models.hf_bridge.mapping import Dims, gated_mlp, hf_names, read_shard
 from mindspeed_rl.platform import PARAMS_DTYPES
 from mindspeed_rl.models.hf_bridge.sharding import (check_tp, is_moe, layer_range, stage_expert_names,
                                                     stage_param_names)
@@ -41,7 +41,7 @@ HF_TYPES = {"llama2": "llama", "llama3": "llama", "mistral": "mistral", "qwen2":
             "gemma3": "gemma3_text", "gemma2": "gemma2", "gemma": "gemma",
             "olmo2": "olmo2", "olmo3": "olmo3", "ministral3": "ministral3",
             "exaone4": "exaone4", "seed_oss": "seed_oss", "glm4": "glm4",
-            "ernie4_5": "ernie4_5"}
+            "ernie4_5": "ernie4_5", "arcee": "arcee"}
 
 
 def padded_vocab(vocab_size: int, divisible_by: int, tp: int) -> int:
@@ -107,7 +107,7 @@ def save_megatron(src: Source, save_dir: str, tp: int, pp: int, dtype: Optional[
         for tp_rank in range(tp):
             tensors = {}
             for name in names:  # (global layer names): read only this rank's slice of each tensor
-                t = read_shard(src.reader, *hf_names(name, None, tied), dims, tp, tp_rank)
+                t = read_shard(src.reader, *hf_names(name, None, tied, gated_mlp(args)), dims, tp, tp_rank)
                 tensors[name] = (t.to(dtype) if dtype else t).contiguous()
             os.makedirs(os.path.join(tmp, rank_dir(tp_rank, pp_rank)))
             save_file(tensors, os.path.join(tmp, rank_dir(tp_rank, pp_rank), MODEL_FILE), metadata={"format": FORMAT})

@@ -14,7 +14,7 @@ from typing import Any, Mapping, Optional
 
 HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "smollm3", "granite",
             "gemma3_text", "gemma2", "gemma", "olmo2", "olmo3", "ministral3", "exaone4", "seed_oss", "glm4",
-            "ernie4_5")
+            "ernie4_5", "arcee")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral")
 WINDOW_ARCHS = ("mistral", "mixtral", "phi3", "ministral3")  # a config.json sliding_window applies to every layer
@@ -31,6 +31,7 @@ HF_DEFAULTS = {
     "ernie4_5": {"tie_word_embeddings": True, "head_dim": 128},
     "glm4": {"head_dim": 128, "partial_rotary_factor": 0.5, "attention_bias": True},
     "seed_oss": {"attention_bias": True},
+    "arcee": {"hidden_act": "relu2"},
 }
 
 
@@ -46,6 +47,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     0.5 by default) over interleaved pairs (2i, 2i + 1): megatron-core's rotary_interleaved.
     ERNIE 4.5 (ernie4_5: ERNIE-4.5-0.3B base / PT) is Llama's layout with RoPE over interleaved pairs
     (rotary_interleaved), tied by default, no biases (use_bias true is refused).
+    Arcee (arcee: AFM-4.5B base / instruct) is Llama's attention with an MLP without a gate,
+    down(relu(up(x))^2) (hidden_act relu2: squared_relu), YaRN beyond its 4096 original positions.
     Seed-OSS (seed_oss: Seed-OSS-36B base / instruct) is Qwen2's layout (q / k / v biases, on by default,
     no o_proj bias) with its own head_dim; its config.json dropout (0.1) is not taken: RL trains
     without dropout (attention_dropout / hidden_dropout 0).
@@ -79,7 +82,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
                          "releases have none.")
     if hf.get("mlp_bias"):
         raise ValueError("config.json mlp_bias=true is not supported (Megatron has no MLP-only bias).")
-    if model_type in ("llama", "granite", "olmo2", "olmo3", "exaone4", *GEMMA_ARCHS) and hf.get("attention_bias"):
+    if model_type in ("llama", "granite", "olmo2", "olmo3", "exaone4", "arcee", *GEMMA_ARCHS) and hf.get("attention_bias"):
         raise ValueError(f"config.json attention_bias=true for {model_type} (bias on o_proj) is not supported.")
     # transformers 5 keeps it in rope_parameters, 4.x at the top level
     partial = float(rope.get("partial_rotary_factor") or hf.get("partial_rotary_factor") or 1.0)
@@ -90,10 +93,11 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     if hf.get("use_sliding_window"):
         raise ValueError("config.json use_sliding_window=true is not supported; set it to false.")
     activation = gemma_activation(hf) if model_type in GEMMA_ARCHS else hf.get("hidden_act", "silu")
-    wanted = "gelu_pytorch_tanh" if model_type in GEMMA_ARCHS else "silu"
+    wanted, mlp = (("gelu_pytorch_tanh", "GeGLU") if model_type in GEMMA_ARCHS else ("relu2", "squared ReLU")
+                   if model_type == "arcee" else ("silu", "SwiGLU"))
     if activation != wanted:
         raise ValueError(f"config.json hidden_act {activation!r} is not supported for {model_type}; only {wanted} "
-                         f"({'GeGLU' if model_type in GEMMA_ARCHS else 'SwiGLU'}).")
+                         f"({mlp}).")
     if rope_type == "dynamic":
         raise ValueError("config.json rope type 'dynamic' (dynamic NTK) is not supported: transformers rescales "
                          "it with the sequence length and vLLM once for the longest, so rollout and training would "
@@ -157,6 +161,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         args.update(post_norm=True, rotary_interleaved=True)
     if model_type == "ernie4_5":  # ERNIE 4.5 (dense): Llama with RoPE on interleaved pairs
         args["rotary_interleaved"] = True
+    if model_type == "arcee":  # Arcee: up_proj alone, relu(x)^2
+        args.update(swiglu=False, squared_relu=True)
     if model_type == "ministral3" and float(rope.get("llama_4_scaling_beta") or 0.0):
         args["max_position_embeddings"] = min(args["max_position_embeddings"], llama4_scaling_limit(hf, rope))
     return args

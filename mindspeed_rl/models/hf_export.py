@@ -26,7 +26,7 @@ import torch
 from safetensors.torch import save_file
 
 from mindspeed_rl.models.hf_bridge.checkpoint_io import INDEX_FILE, SINGLE_FILE
-from mindspeed_rl.models.hf_bridge.mapping import EXPERT_KINDS
+from mindspeed_rl.models.hf_bridge.mapping import EXPERT_KINDS, gated_mlp
 from mindspeed_rl.models.hf_bridge.names import fuse
 from mindspeed_rl.models.hf_config import no_rope_pattern, window_pattern
 from mindspeed_rl.models.hf_bridge.sharding import kind_of, mcore_to_hf, merge_tp
@@ -38,7 +38,7 @@ DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float
 
 
 def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype = torch.float32) -> dict[str, Any]:
-    """A config.json for a Llama / Mistral (sliding_window) / Phi-3 (rotary_percent < 1) / SmolLM3
+    """A config.json for a Llama / Arcee (squared_relu) / Mistral (sliding_window) / Phi-3 (rotary_percent < 1) / SmolLM3
     (no_rope_freq) / Granite (multipliers) / Gemma 1 / 2 / 3 (Gemma's keys) / OLMo 2 / 3 / Qwen2 / Qwen3 / Qwen3-MoE
     (q/k norms) / Qwen2-MoE (shared expert) / Mixtral (other MoE, with or without a sliding_window)
     CausalLM with these Megatron-named args, its rotary embedding included (rope_parameters); a
@@ -84,6 +84,13 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
                          f"alone on a Llama-style model ({', '.join(kind for kind, _ in chosen)}).")
     model_type = chosen[0][0] if chosen else model_type
     partial = float(args.get("rotary_percent") or 1.0)
+    if not gated_mlp(args):  # config.json says an MLP without a gate for Arcee (relu2) only
+        if not args.get("squared_relu") or model_type != "llama" or partial != 1.0:
+            raise ValueError(f"an MLP without a gate has a config.json form only in an Arcee model (squared_relu, a "
+                             f"Llama-style model with full rotary); this one is a {model_type}"
+                             f"{'' if args.get('squared_relu') else ' with a GELU MLP'}"
+                             f"{'' if partial == 1.0 else f' with rotary_percent {partial}'}.")
+        model_type = "arcee"
     if partial != 1.0:  # config.json says partial rotary for Phi-3 only (models/hf_config.py reads it there)
         head_dim = int(args.get("kv_channels") or args["hidden_size"] // heads)
         if model_type not in ("llama", "mistral") or head_dim * heads != int(args["hidden_size"]):
@@ -95,9 +102,10 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
     cls = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
            "qwen3_moe": "Qwen3MoeForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
            "smollm3": "SmolLM3ForCausalLM", "mistral": "MistralForCausalLM",
-           "granite": "GraniteForCausalLM", "mixtral": "MixtralForCausalLM", "phi3": "Phi3ForCausalLM"}[model_type]
+           "granite": "GraniteForCausalLM", "mixtral": "MixtralForCausalLM", "phi3": "Phi3ForCausalLM",
+           "arcee": "ArceeForCausalLM"}[model_type]
     config = base_config(args, vocab_size, dtype, model_type, cls, rope, eps=1e-5)
-    config.update(hidden_act="silu",
+    config.update(hidden_act="relu2" if model_type == "arcee" else "silu",
                   attention_bias=bool(args.get("add_qkv_bias")) and model_type not in ("qwen2", "qwen2_moe"))
     if window or model_type == "mixtral":  # Mixtral's config.json says null for none
         config["sliding_window"] = int(args["sliding_window"]) if args.get("sliding_window") else None
@@ -388,7 +396,7 @@ def export_hf(model: torch.nn.Module, args: Mapping[str, Any], out_dir: str, voc
     experts: dict[str, torch.Tensor] = {}  # MoE: this EP rank's experts, merged over ETP
     expert_writer = ps.get_expert_tensor_parallel_rank() == 0 and ps.get_expert_data_parallel_rank() == 0
     for name, tensor in chunk_state_dict(model).items():
-        kind = kind_of(name, tied)
+        kind = kind_of(name, tied, gated_mlp(args))
         full = gather_tp(tensor, kind)  # every TP (ETP) rank joins the all-gather
         held = experts if kind in EXPERT_KINDS else out
         if (expert_writer if kind in EXPERT_KINDS else writer):

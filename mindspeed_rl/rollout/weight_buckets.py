@@ -34,7 +34,7 @@ def gathered_hf_tensors(model: torch.nn.Module, args: Mapping[str, Any]) -> Iter
     from megatron.core import parallel_state as ps
 
     from mindspeed_rl.models.checkpoint import chunk_state_dict
-    from mindspeed_rl.models.hf_bridge.mapping import EXPERT_KINDS
+    from mindspeed_rl.models.hf_bridge.mapping import EXPERT_KINDS, gated_mlp
     from mindspeed_rl.models.hf_bridge.sharding import is_moe, kind_of, mcore_to_hf
     from mindspeed_rl.models.hf_export import gather_tp
 
@@ -42,7 +42,7 @@ def gathered_hf_tensors(model: torch.nn.Module, args: Mapping[str, Any]) -> Iter
     vocab = int(args["padded_vocab_size"])
     ep = ps.get_expert_model_parallel_world_size() if is_moe(args) else 1
     for name, tensor in chunk_state_dict(model).items():
-        kind = kind_of(name, tied)
+        kind = kind_of(name, tied, gated_mlp(args))
         full = gather_tp(tensor, kind)
         if kind not in EXPERT_KINDS or ep == 1:
             yield from mcore_to_hf(name, full, args, vocab).items()

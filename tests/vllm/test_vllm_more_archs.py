@@ -61,19 +61,24 @@ VARIANTS = {
     "exaone4": dict(sliding_window=16, max_position_embeddings=64),
     "glm4": dict(head_dim=32),
     "ernie4_5": dict(head_dim=32),
+    "arcee": dict(max_position_embeddings=64, rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                                                            "original_max_position_embeddings": 16}),
 }
 
 
-def _make_smollm3(out, overrides):
-    """testing_utils.make_tiny_hf("smollm3") in a child process: once vLLM's Transformers backend has
-    served a SmolLM3 in this process, transformers' own SmolLM3 classes carry vLLM's compile
-    decorator and cannot be built outside a vLLM engine (a vLLM side effect, not ours: the actor that
-    hosts the engine builds no transformers model)."""
+TRANSFORMERS_BACKEND = ("smollm3", "arcee")  # architectures vLLM 0.32 serves with its Transformers backend
+
+
+def _make_in_child(arch, out, overrides):
+    """testing_utils.make_tiny_hf(arch) in a child process: once vLLM's Transformers backend has
+    served a SmolLM3 (or an Arcee) in this process, transformers' own classes of it carry vLLM's
+    compile decorator and cannot be built outside a vLLM engine (a vLLM side effect, not ours: the
+    actor that hosts the engine builds no transformers model)."""
     code = ("import sys, json; sys.path.insert(0, sys.argv[1]); import testing_utils; "
             "testing_utils.TINY_HF.update(hidden_size=128); "
-            "testing_utils.make_tiny_hf('smollm3', sys.argv[2], **json.loads(sys.argv[3]))")
+            "testing_utils.make_tiny_hf(sys.argv[4], sys.argv[2], **json.loads(sys.argv[3]))")
     tests = str(Path(testing_utils.__file__).parent)
-    subprocess.run([sys.executable, "-c", code, tests, str(out), json.dumps(overrides)], check=True, timeout=300)
+    subprocess.run([sys.executable, "-c", code, tests, str(out), json.dumps(overrides), arch], check=True, timeout=300)
 
 
 # one engine per distinct path, to keep CI's time: Mistral's is mistral3's text model (its window included),
@@ -82,7 +87,7 @@ def _make_smollm3(out, overrides):
 @pytest.mark.parametrize("arch", ["mixtral", "phi3", "phi3-partiallongrope", "qwen2-yarn",
                                   "smollm3-yarn", "granite", "gemma3", "gemma2", "mistral3", "gemma", "olmo3",
                                   "qwen3_vl", "ministral3", "exaone4", "seed_oss", "glm4",
-                                  "ernie4_5"])
+                                  "ernie4_5", "arcee"])
 def test_synced_engine_equals_the_training_model(arch, tmp_path, gloo_world1):
     from mindspeed_rl.rollout.native import NativeEngine
     from mindspeed_rl.rollout.vllm_engine import VLLMEngine
@@ -92,8 +97,8 @@ def test_synced_engine_equals_the_training_model(arch, tmp_path, gloo_world1):
     testing_utils.TINY_HF.update(hidden_size=128)  # head dim 32: vLLM's CPU attention has no kernel for 16
     try:
         window = {"sliding_window": 16} if arch.split("-")[0] in ("mistral", "mixtral", "phi3", "mistral3") else {}
-        if arch.startswith("smollm3"):  # in a fresh process: see _make_smollm3
-            _make_smollm3(tmp_path, VARIANTS.get(arch, {}))
+        if arch.split("-")[0] in TRANSFORMERS_BACKEND:  # in a fresh process: see _make_in_child
+            _make_in_child(arch.split("-")[0], tmp_path, VARIANTS.get(arch, {}))
         else:
             testing_utils.make_tiny_hf(arch.split("-")[0], str(tmp_path), **window, **VARIANTS.get(arch, {}))
     finally:

@@ -15,7 +15,7 @@ from typing import Any, Mapping, Optional
 import torch
 
 from mindspeed_rl.models.hf_bridge.checkpoint_io import SafetensorsReader, TensorReader
-from mindspeed_rl.models.hf_bridge.mapping import ARCHITECTURES, EXPERT_KINDS, Dims, hf_names, read_shard
+from mindspeed_rl.models.hf_bridge.mapping import ARCHITECTURES, EXPERT_KINDS, Dims, gated_mlp, hf_names, read_shard
 from mindspeed_rl.models.hf_config import supported_types, text_model_config
 from mindspeed_rl.utils.errors import UserInputError
 from mindspeed_rl.utils.logging import get_logger
@@ -89,7 +89,7 @@ def load_into_model(model: torch.nn.Module, reader: TensorReader, args: Mapping[
         if local_name.endswith("_extra_state"):
             continue
         name, layer = _global_name(model, local_name)
-        kind, names = hf_names(name, layer, tied)
+        kind, names = hf_names(name, layer, tied, gated_mlp(args))
         expert = kind in EXPERT_KINDS
         shard = read_shard(reader, kind, names, dims, etp_size if expert else tp_size, etp_rank if expert else tp_rank)
         if shard.shape != tensor.shape:  # a layout bug, or args that differ from the model's

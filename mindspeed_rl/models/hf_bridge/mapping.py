@@ -102,6 +102,7 @@ _LAYER_MAP = {
     "mlp.shared_experts.linear_fc2.weight": ("shared_row", ("model.layers.{i}.mlp.shared_expert.down_proj.weight",)),
     "mlp.shared_experts.gate_weight": ("replicated", ("model.layers.{i}.mlp.shared_expert_gate.weight",)),
 }
+_PLAIN_FC1 = ("column", ("model.layers.{i}.mlp.up_proj.weight",))  # a non-gated MLP's fc1 (Arcee)
 _EXPERT = re.compile(r"^mlp\.experts\.local_experts\.(\d+)\.(linear_fc1|linear_fc2)\.weight$")
 _EXPERT_MAP = {"linear_fc1": ("expert_fc1", ("model.layers.{i}.mlp.experts.{e}.gate_proj.weight",
                                              "model.layers.{i}.mlp.experts.{e}.up_proj.weight")),
@@ -117,8 +118,15 @@ _GLOBAL_MAP = {
 TIED_OUTPUT = "model.embed_tokens.weight"  # what output_layer loads when embeddings are tied
 
 
-def hf_names(mcore_name: str, global_layer: int | None, tied: bool) -> tuple[str, tuple[str, ...]]:
-    """(kind, HF tensor names) for a megatron parameter; `mcore_name` uses the global layer."""
+def gated_mlp(args: Mapping[str, Any]) -> bool:
+    """Whether the dense MLP is gated (fc1 = [gate | up]: SwiGLU, GeGLU) or not (fc1 = up_proj alone:
+    Arcee's squared ReLU), from Megatron-named args as models/builder.py reads them."""
+    return args.get("swiglu", True) is not False or bool(args.get("geglu"))
+
+
+def hf_names(mcore_name: str, global_layer: int | None, tied: bool, gated: bool = True) -> tuple[str, tuple[str, ...]]:
+    """(kind, HF tensor names) for a megatron parameter; `mcore_name` uses the global layer. `gated`:
+    gated_mlp(args); a plain MLP's fc1 is up_proj alone, split over TP by rows ("column")."""
     m = _LAYER.match(mcore_name)
     expert = _EXPERT.match(m.group(2)) if m else None
     if expert:  # the expert number in the name is global (see module docstring)
@@ -129,7 +137,7 @@ def hf_names(mcore_name: str, global_layer: int | None, tied: bool) -> tuple[str
         entry = _LAYER_MAP.get(m.group(2))
         if entry is None:
             raise UserInputError(f"megatron parameter {mcore_name} has no Hugging Face mapping.")
-        kind, names = entry
+        kind, names = _PLAIN_FC1 if m.group(2) == "mlp.linear_fc1.weight" and not gated else entry
         return kind, tuple(n.format(i=int(m.group(1)) if global_layer is None else global_layer) for n in names)
     if mcore_name == "output_layer.weight" and tied:
         return "vocab", (TIED_OUTPUT,)
@@ -164,7 +172,9 @@ def read_shard(reader: TensorReader, kind: str, names: tuple[str, ...], dims: Di
         return torch.cat([reader.read(n, rows=rows) for n in names], dim=0)
     if kind == "replicated":
         return reader.read(names[0])
-    if kind == "column":  # a 1-D tensor split over TP in contiguous slices (OLMo 2's q / k norms: by heads)
+    if kind == "column":  # split over TP by rows: OLMo 2's q / k norms (by heads), a plain MLP's up_proj
+        if names[0].endswith("mlp.up_proj.weight"):
+            check_shape(reader, names[0], (d.ffn, d.hidden))
         n = reader.shape(names[0])[0]
         return reader.read(names[0], rows=_chunk(n, tp, rank, names[0]))
     if kind == "shared_row":  # the shared expert's down_proj (h, s): split the input dim
@@ -229,7 +239,7 @@ def to_hf(mcore: Mapping[str, torch.Tensor], args: Mapping[str, Any], vocab_size
     for name, tensor in mcore.items():
         if name.endswith("_extra_state"):
             continue
-        kind, names = hf_names(name, None, tied=False)
+        kind, names = hf_names(name, None, tied=False, gated=gated_mlp(args))
         if kind in ("replicated", "row", "expert_row", "shared_row", "column"):
             out[names[0]] = tensor
         elif kind == "vocab":

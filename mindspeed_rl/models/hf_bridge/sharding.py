@@ -119,9 +119,9 @@ def stage_expert_names(args: Mapping[str, Any], pp_size: int, pp_rank: int, ep_s
             for e in experts for fc in ("linear_fc1", "linear_fc2")]
 
 
-def kind_of(name: str, tied: bool) -> str:
-    """Layout kind ('replicated', 'row', 'vocab', 'qkv', 'fc1') of a megatron parameter."""
-    return hf_names(name, None, tied)[0]
+def kind_of(name: str, tied: bool, gated: bool = True) -> str:
+    """Layout kind ('replicated', 'row', 'vocab', 'qkv', 'fc1', 'column', ...) of a megatron parameter."""
+    return hf_names(name, None, tied, gated)[0]
 
 
 def merge_tp(kind: str, shards: Sequence[torch.Tensor]) -> torch.Tensor:

@@ -85,6 +85,7 @@ CASES = [
     ("window-pattern", [f"{A}.window_attn_skip_freq=[1,0,1]"], ["window_attn_skip_freq [1, 0, 1] must hold one 0 or 1 "
                                                                  "per layer"]),
     ("geglu-and-swiglu", [f"{A}.geglu=true"], ["geglu and swiglu are both true; set swiglu: false"]),
+    ("squared-relu-and-swiglu", [f"{A}.squared_relu=true"], ["squared_relu is true together with swiglu; set swiglu: false"]),
     ("no-norm", [f"{A}.pre_norm=false"], ["pre_norm: false leaves its layers without any norm; set post_norm: true"]),
     ("across-heads-alone", [f"{A}.qk_layernorm_across_heads=true"], ["qk_layernorm_across_heads needs qk_layernorm: true"]),
     ("zero-verifier-timeout", ["algorithm.verifier_timeout_s=0"], ["verifier_timeout_s: 0.0` must be > 0"]),

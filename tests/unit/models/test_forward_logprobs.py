@@ -53,7 +53,7 @@ def _batches():
 @pytest.mark.parametrize("arch", ["llama", "mistral", "phi3", "phi3-partial", "phi3-longrope", "qwen2", "qwen3",
                                   "phi3-partiallongrope", "qwen2-yarn", "qwen3-yarnmscale", "mistral-linear",
                                   "smollm3", "smollm3-yarn", "granite", "gemma3_text", "gemma2", "gemma", "olmo2",
-                                  "olmo3", "exaone4", "seed_oss", "glm4", "ernie4_5"])
+                                  "olmo3", "exaone4", "seed_oss", "glm4", "ernie4_5", "arcee"])
 def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     """phi3: q/k/v and gate/up read as row ranges of its fused tensors; phi3-partial: half of each
     head rotated (partial_rotary_factor 0.5 = megatron's rotary_percent); phi3-longrope: LongRoPE's
@@ -72,7 +72,8 @@ def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     layer only (window 12), none in the full one; seed_oss: q / k / v biases, head_dim 32
     (transformers in eval mode: its 0.1 dropout off, as ours always is); glm4: RoPE over interleaved
     pairs of half of each head (megatron's rotary_interleaved), norms before and after attention and
-    MLP, gate / up read from gate_up_proj; ernie4_5: RoPE over interleaved pairs of the whole head."""
+    MLP, gate / up read from gate_up_proj; ernie4_5: RoPE over interleaved pairs of the whole head;
+    arcee: fc1 is up_proj alone, relu(x)^2 between it and down_proj, YaRN x 4."""
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
 
@@ -86,6 +87,8 @@ def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
         assert model.config.rope_mscale == pytest.approx(1.4 ** 0.5) and model.config.softmax_scale is None
     if arch == "qwen2-yarn":
         assert model.config.softmax_scale == pytest.approx((0.1 * math.log(4) + 1) ** 2 / 16 ** 0.5)
+    if arch == "arcee":  # no gate: fc1 as wide as the MLP
+        assert model.decoder.layers[0].mlp.linear_fc1.weight.shape[0] == args["ffn_hidden_size"]
     if arch == "olmo3":  # the attention factor on the full layer's rotation; the sliding one's config at 1
         sliding, full = (layer.self_attention for layer in model.decoder.layers)
         assert (model.config.rope_mscale, sliding.config.rope_mscale, full.config.rope_mscale) == (1.2, 1.0, 1.2)

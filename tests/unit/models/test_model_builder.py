@@ -505,3 +505,30 @@ def test_windowed_moe_exports_as_mixtral_and_variants_do_not_combine():
         hf_config_from_args(dict(args, norm_topk_prob=False), vocab_size=128256)
     with pytest.raises(ValueError, match="rotary_percent 0.5 has a config.json form only in a Phi-3 model"):
         hf_config_from_args(dict(llama, rotary_percent=0.5, qk_layernorm=True), vocab_size=128256)
+
+
+def test_arcee_config_json_round_trip():
+    """An Arcee config.json of AFM-4.5B's kind (relu2 MLP without a gate, YaRN x 20 over 4096 original
+    positions, GQA, head_dim 128): squared_relu with swiglu off; exported from the args as Arcee again
+    and read back the same; another activation, or an MLP without a gate that is not squared ReLU,
+    has no config.json form (one sentence each)."""
+    from transformers import ArceeConfig
+
+    from mindspeed_rl.models.hf_export import hf_config_from_args
+
+    afm = {"architectures": ["ArceeForCausalLM"], "model_type": "arcee", "hidden_act": "relu2", "hidden_size": 2560,
+           "intermediate_size": 18432, "num_hidden_layers": 36, "num_attention_heads": 20, "num_key_value_heads": 4,
+           "head_dim": 128, "max_position_embeddings": 65536, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
+           "rope_scaling": {"type": "yarn", "factor": 20.0, "original_max_position_embeddings": 4096},
+           "tie_word_embeddings": False, "vocab_size": 128004}
+    args = model_config_from_hf(afm)
+    assert (args["swiglu"], args["squared_relu"], args["rope_scaling_type"], args["kv_channels"]) == (False, True, "yarn", 128)
+    written = hf_config_from_args(args, vocab_size=128004)
+    assert (written["model_type"], written["architectures"], written["hidden_act"]) == ("arcee", ["ArceeForCausalLM"], "relu2")
+    assert model_config_from_hf(written) == args
+    assert ArceeConfig(**written).hidden_act == "relu2"
+    with pytest.raises(ValueError, match="hidden_act 'silu' is not supported for arcee; only relu2 \\(squared ReLU\\)"):
+        model_config_from_hf(dict(afm, hidden_act="silu"))
+    with pytest.raises(ValueError, match="an MLP without a gate has a config.json form only in an Arcee model .* "
+                                         "this one is a llama with a GELU MLP"):
+        hf_config_from_args(dict(args, squared_relu=False), vocab_size=128004)

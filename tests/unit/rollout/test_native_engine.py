@@ -563,7 +563,7 @@ def test_no_packing_when_host_memory_is_short(tiny, monkeypatch, caplog):
 
 @pytest.mark.parametrize("variant", ["phi3", "phi3-longrope", "mixtral", "phi3-partiallongrope", "qwen2-yarn", "smollm3",
                                      "smollm3-yarn", "mistral-window", "phi3-window", "granite", "gemma3_text",
-                                     "gemma2", "gemma", "olmo2", "olmo3", "exaone4", "glm4"])
+                                     "gemma2", "gemma", "olmo2", "olmo3", "exaone4", "glm4", "arcee"])
 def test_greedy_equals_transformers_generate_on_more_architectures(variant, tmp_path, gloo_world1):
     """Phi-3 (fused q/k/v and gate/up in the checkpoint), Phi-3 with LongRoPE (short factors and the
     attention factor as softmax_scale, up to its original length 32), Mixtral, Phi-4-mini's partial
@@ -577,7 +577,8 @@ def test_greedy_equals_transformers_generate_on_more_architectures(variant, tmp_
     (OLMo 2 with a window and the default rope in its sliding layers, YaRN's attention factor in the
     full ones only, on every decode path), EXAONE 4.0 (post norms, per-head q / k norms, RoPE and a
     window in its sliding layers, neither in its full ones), GLM-4 (RoPE on interleaved pairs: every
-    decode path rotates with megatron's interleaved rotation): the native engine's greedy tokens, with and
+    decode path rotates with megatron's interleaved rotation), Arcee (an MLP without a gate, relu(x)^2, in the
+    lean and compiled steps too): the native engine's greedy tokens, with and
     without the KV cache, are transformers', and its sampled log-probs the training forward's."""
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.forward import compute_log_probs
@@ -593,8 +594,9 @@ def test_greedy_equals_transformers_generate_on_more_architectures(variant, tmp_
     engines = [dict(use_kv_cache=True), dict(use_kv_cache=False)]
     # compiled once per distinct decode feature (CI time): partial rotary with mscale, NoPE, multipliers, Gemma's
     # norms / window / local table, soft caps, OLMo's post and across-heads norms with an unscaled local table,
-    # megatron's interleaved rotation; Mistral's every-layer window, OLMo 2 and EXAONE 4.0 have no feature of their own
-    if variant in ("phi3-partiallongrope", "smollm3", "granite", "gemma3_text", "gemma2", "olmo3", "glm4"):
+    # megatron's interleaved rotation, an MLP without a gate; Mistral's every-layer window, OLMo 2 and EXAONE 4.0
+    # have no feature of their own
+    if variant in ("phi3-partiallongrope", "smollm3", "granite", "gemma3_text", "gemma2", "olmo3", "glm4", "arcee"):
         engines.append(dict(compile_decode=True))
     for kw in engines:
         engine = _engine(model, **kw)
