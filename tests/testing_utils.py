@@ -112,7 +112,9 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
     (q / k / v biases by default, head_dim 32, dropout 0.1 in config.json); glm4: GLM-4-0414 (transformers'
     defaults: q / k / v biases, RoPE on interleaved pairs of half of each head; sandwich norms, gate_up_proj);
     ernie4_5: ERNIE 4.5 (RoPE on interleaved pairs of the whole head, tied); arcee: Arcee AFM (an MLP without a gate,
-    relu(up)^2, YaRN x 4 over 32 positions); qwen2_5_vl / qwen3_vl: a qwen2 (untied) / qwen3
+    relu(up)^2, YaRN x 4 over 32 positions); glm4_moe: GLM-4.5 (first layer dense, the others MoE with sigmoid
+    routing and a random expert bias, expert groups, a routed scale and a shared expert; q / k / v biases, q / k
+    norms, partial rotary 0.5); qwen2_5_vl / qwen3_vl: a qwen2 (untied) / qwen3
     (tied) inside Qwen2.5-VL's / Qwen3-VL's image-text model (tiny vision towers, M-RoPE sections);
     ministral3: Ministral 3's image-text model (mistral3 around a ministral3 text model: YaRN x 4 over 64
     positions, Llama 4's query scaling past them). `overrides` change TINY_HF (num_hidden_layers=4)."""
@@ -152,6 +154,14 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
         "olmo2": lambda: tf.Olmo2Config(**{"rope_theta": 5e5, "pad_token_id": 0, **tiny}),
         # GLM-4-0414: q / k / v biases, sandwich norms, gate_up_proj, RoPE on interleaved pairs of half of each head
         "glm4": lambda: tf.Glm4Config(**{"head_dim": 16, "pad_token_id": 0, "eos_token_id": 2, **tiny}),
+        # GLM-4.5's layout scaled down: the first layer dense, then MoE layers with sigmoid routing, a per-expert
+        # bias, 2 groups of 2 experts (1 eligible), weights x 1.5, one shared expert; q / k / v biases, q / k
+        # norms, RoPE on half of each head (Llama's pairs)
+        "glm4_moe": lambda: tf.Glm4MoeConfig(**{
+            "head_dim": 16, "moe_intermediate_size": 32, "n_routed_experts": 4, "num_experts_per_tok": 2,
+            "n_shared_experts": 1, "first_k_dense_replace": 1, "n_group": 2, "topk_group": 1,
+            "routed_scaling_factor": 1.5, "use_qk_norm": True, "attention_bias": True, "pad_token_id": None,
+            "eos_token_id": 2, **tiny}),
         # AFM-4.5B's layout: an MLP without a gate (relu2), YaRN past its original positions (here 32)
         "arcee": lambda: tf.ArceeConfig(**{"rope_theta": 1e4, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
                                            "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
@@ -220,7 +230,7 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
            "gemma3": tf.Gemma3ForConditionalGeneration, "gemma2": tf.Gemma2ForCausalLM,
            "mistral3": tf.Mistral3ForConditionalGeneration, "gemma": tf.GemmaForCausalLM,
            "olmo2": tf.Olmo2ForCausalLM, "olmo3": tf.Olmo3ForCausalLM, "exaone4": tf.Exaone4ForCausalLM, "seed_oss": tf.SeedOssForCausalLM, "glm4": tf.Glm4ForCausalLM, "ernie4_5": tf.Ernie4_5ForCausalLM,
-           "arcee": tf.ArceeForCausalLM,
+           "arcee": tf.ArceeForCausalLM, "glm4_moe": tf.Glm4MoeForCausalLM,
            "ministral3": tf.Mistral3ForConditionalGeneration, "qwen2_5_vl": tf.Qwen2_5_VLForConditionalGeneration, "qwen3_vl": tf.Qwen3VLForConditionalGeneration}[arch]
     torch.manual_seed(seed)
     model = cls(config).eval()
@@ -230,6 +240,9 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
         for name, p in model.named_parameters():
             if name.endswith("norm.weight") and not arch.startswith("gemma"):  # Gemma's norms scale by 1 + weight
                 p.add_(1.0)
+        for name, b in model.named_buffers():  # sigmoid routing's expert bias (GLM-4.5): a buffer, not 0
+            if name.endswith("e_score_correction_bias"):
+                b.normal_(0.0, 0.1)
     kwargs = {"max_shard_size": max_shard_size} if max_shard_size else {}
     model.save_pretrained(out_dir, **kwargs)
     return model

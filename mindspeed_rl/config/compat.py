@@ -66,9 +66,7 @@ GENERAL_REASON = "a {source} argument of its own training loop; this framework's
 
 # name -> (values that mean "off", why it cannot be on here)
 UNSUPPORTED = {
-    "moe_layer_freq": ((None, 1), "mixed dense / MoE layer stacks are not implemented; every layer is an MoE layer"),
     "moe_expert_capacity_factor": ((None,), "token dropping (expert capacity) is not implemented; tokens are never dropped"),
-    "moe_router_enable_expert_bias": ((None, False), "aux-loss-free expert bias (DeepSeek-V3) is not implemented"),
     "multi_latent_attention": ((None, False), "multi-latent attention (DeepSeek) is not implemented"),
     "apply_layernorm_1p": ((None, False), "the 1 + weight LayerNorm variant is not implemented"),
     "rotary_seq_len_interpolation_factor": ((None, 1), "RoPE position interpolation is not implemented; see rope_scaling_type"),

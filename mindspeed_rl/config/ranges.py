@@ -55,6 +55,10 @@ RANGES = {
     "ModelArch.moe_ffn_hidden_size": "[1, inf)",
     "ModelArch.moe_shared_expert_intermediate_size": "[1, inf)",
     "ModelArch.moe_aux_loss_coeff": "[0, inf)",
+    "ModelArch.moe_router_bias_update_rate": "[0, inf)",
+    "ModelArch.moe_router_num_groups": "[1, inf)",
+    "ModelArch.moe_router_group_topk": "[1, inf)",
+    "ModelArch.moe_router_topk_scaling_factor": "(0, inf)",
     # per role
     "RoleConfig.num_gpus_for_train": "[0, inf)",
     "RoleConfig.num_gpus_for_infer": "[0, inf)",

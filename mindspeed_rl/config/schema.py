@@ -90,7 +90,14 @@ class ModelArch:
     moe_aux_loss_coeff: float = doc(0.0, "MoE: weight of the load-balancing loss added to the policy loss (0 = off; logged either way)")
     moe_token_dispatcher_type: str = doc("allgather", "MoE: allgather (every platform), alltoall or alltoall_seq (NPU/CUDA)")
     moe_grouped_gemm: bool = doc(False, "MoE: run the experts as two grouped GEMMs (torch._grouped_mm over the same per-expert weights, so checkpoints, export and weight sync are unchanged; models/grouped_experts.py) instead of megatron's SequentialMLP, one expert after another. Same numbers (fp32 within 1e-6 of SequentialMLP; a CPU ray_gpt run bit for bit); CPU and CUDA (torch._grouped_mm), Ascend (MindSpeed's npu_gmm_v2; written, not run). CPU bf16 update 0.91x the time; its GPU speed is not measured yet (SequentialMLP took 2.65x transformers' update on an H200)")
-    moe_shared_expert_intermediate_size: Optional[int] = doc(None, "MoE: width of the shared expert every token also goes through (HF shared_expert_intermediate_size, Qwen2-MoE); null = none")
+    moe_shared_expert_intermediate_size: Optional[int] = doc(None, "MoE: width of the shared expert every token also goes through (HF shared_expert_intermediate_size, Qwen2-MoE; n_shared_experts x moe_intermediate_size, GLM-4.5); null = none")
+    moe_layer_freq: Any = doc(1, "MoE: which layers are MoE layers (megatron-core's key): an integer N (every N-th, from the first; 1 = all) or a list of 0 / 1 per layer, 1 = MoE, 0 = a dense MLP ffn_hidden_size wide (GLM-4.5's first_k_dense_replace dense layers)")
+    moe_router_score_function: str = doc("softmax", "MoE: softmax or sigmoid (DeepSeek-V3 / GLM-4.5 routing: sigmoid scores, the top-k renormalised)")
+    moe_router_enable_expert_bias: bool = doc(False, "MoE: a per-expert bias added to the scores for choosing the top-k only (HF e_score_correction_bias, read from and written to the checkpoint); needs sigmoid")
+    moe_router_bias_update_rate: float = doc(0.0, "MoE: how much each step moves the expert bias toward balanced loads (DeepSeek-V3's aux-loss-free balancing; megatron's default is 1e-3); 0 keeps the checkpoint's bias, as RL on a pretrained model wants")
+    moe_router_num_groups: Optional[int] = doc(None, "MoE: expert groups for group-limited routing (HF n_group); null = no groups")
+    moe_router_group_topk: Optional[int] = doc(None, "MoE: groups each token may use (HF topk_group); with moe_router_num_groups")
+    moe_router_topk_scaling_factor: Optional[float] = doc(None, "MoE: the top-k weights are multiplied by this (HF routed_scaling_factor); null = 1")
     shared_expert_gate: bool = doc(False, "MoE: the shared expert's output is scaled by sigmoid(a learnt (1, hidden) gate) (Qwen2-MoE's shared_expert_gate; MindSpeed-LLM's name)")
 
 

@@ -446,6 +446,32 @@ def _check_paths(cfg: Config, problems: list[str]) -> None:
 MOE_BALANCING = ("aux_loss", "seq_aux_loss", "sinkhorn", "none")
 
 
+def _moe_routing_problems(role, experts: int, problems: list[str]) -> None:
+    """GLM-4.5 / DeepSeek-V3 routing keys: the layer pattern, sigmoid with the expert bias, groups."""
+    from mindspeed_rl.models.hf_config import moe_layer_pattern
+
+    a, name = role.arch, role.model_name
+    if a.num_layers:
+        try:
+            moe_layer_pattern(a.moe_layer_freq, a.num_layers)
+        except ValueError as err:
+            problems.append(f"model {name}: {err}")
+    if a.moe_router_score_function not in ("softmax", "sigmoid"):
+        problems.append(f"`model.{name}.moe_router_score_function: {a.moe_router_score_function}` is not supported; use "
+                        f"softmax or sigmoid.")
+    if a.moe_router_enable_expert_bias and a.moe_router_score_function != "sigmoid":
+        problems.append(f"model {name}: moe_router_enable_expert_bias needs moe_router_score_function: sigmoid (the bias "
+                        f"shifts sigmoid scores for the top-k choice).")
+    if bool(a.moe_router_num_groups) != bool(a.moe_router_group_topk):
+        problems.append(f"model {name}: moe_router_num_groups and moe_router_group_topk go together (HF n_group / "
+                        f"topk_group); set both or neither.")
+    elif a.moe_router_num_groups and (experts % a.moe_router_num_groups or a.moe_router_group_topk > a.moe_router_num_groups
+                                      or a.moe_router_topk % a.moe_router_group_topk):
+        problems.append(f"model {name}: moe_router_num_groups {a.moe_router_num_groups} must divide num_experts {experts}, "
+                        f"moe_router_group_topk {a.moe_router_group_topk} be at most that and divide moe_router_topk "
+                        f"{a.moe_router_topk}.")
+
+
 def _check_moe(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
     """Expert parallelism against the model and the devices, megatron-core's rules in one sentence
     each: EP divides num_experts, ETP divides moe_ffn_hidden_size, the role's devices hold whole
@@ -481,6 +507,7 @@ def _check_moe(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
                         f"model {role.model_name}; pick an ETP that divides it.")
     if a.moe_router_topk > experts:
         problems.append(f"`model.{role.model_name}.moe_router_topk: {a.moe_router_topk}` exceeds num_experts {experts}.")
+    _moe_routing_problems(role, experts, problems)
     devices = role_devices(cfg, role)
     if devices and devices % (etp * ep * pp):
         problems.append(f"`{path}`: its {devices} device(s) are not a multiple of expert_tensor_parallel_size {etp} x "
@@ -501,7 +528,9 @@ def _check_moe(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
     if shared and shared % tp:
         problems.append(f"`{path}.tensor_model_parallel_size: {tp}` does not divide moe_shared_expert_intermediate_size "
                         f"{shared} of model {role.model_name} (the shared expert is split over TP); pick a TP that divides it.")
-    if role.role == "actor_rollout" and role.rollout.rollout_engine == "vllm":
+    # sigmoid routing or dense layers among the MoE ones: vLLM's GLM-4.5 (hf_export.glm4_moe_config), any attention
+    glm4_moe = a.moe_router_score_function == "sigmoid" or _hf_config(role).get("model_type") == "glm4_moe"
+    if role.role == "actor_rollout" and role.rollout.rollout_engine == "vllm" and not glm4_moe:
         if not shared and not a.qk_layernorm and _hf_config(role).get("model_type") != "mixtral":
             problems.append(f"`{path}.rollout_engine: vllm` runs an MoE model as vLLM's Qwen3-MoE, which has q/k norms, "
                             f"but model {role.model_name} has none (qk_layernorm); set qk_layernorm: true, load a "

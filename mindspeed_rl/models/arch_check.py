@@ -27,6 +27,7 @@ from typing import Any, Mapping, Optional
 
 from mindspeed_rl.models.hf_bridge.loader import read_hf_config
 from mindspeed_rl.models.hf_bridge.mapping import gated_mlp
+from mindspeed_rl.models.hf_bridge.sharding import moe_layers
 from mindspeed_rl.utils.errors import UserInputError
 
 # Megatron key -> config.json key, for the message
@@ -57,12 +58,16 @@ _HF_KEY = {
     "input_embeds_norm": "model_type", "attn_logit_softcapping": "attn_logit_softcapping",
     "output_logit_softcapping": "final_logit_softcapping", "pre_norm": "model_type",
     "qk_layernorm_across_heads": "model_type", "rotary_interleaved": "model_type", "squared_relu": "hidden_act",
+    "moe_layer_freq": "first_k_dense_replace", "moe_router_score_function": "model_type",
+    "moe_router_enable_expert_bias": "model_type", "moe_router_num_groups": "n_group",
+    "moe_router_group_topk": "topk_group", "moe_router_topk_scaling_factor": "routed_scaling_factor",
 }
 # what a config.json without the key means (not Granite: no multiplier)
 _HF_DEFAULTS = {"embedding_multiplier_scale": 1.0, "residual_multiplier": 1.0, "output_multiplier_scale": 1.0,
                 "geglu": False, "add_rmsnorm_offset": False, "post_norm": False, "input_embeds_norm": False,
                 "pre_norm": True, "qk_layernorm_across_heads": False, "rotary_interleaved": False,
-                "squared_relu": False}
+                "squared_relu": False, "moe_layer_freq": 1, "moe_router_score_function": "softmax",
+                "moe_router_enable_expert_bias": False}
 # keys a config.json without them leaves at their meaning-free default: a user value is not a contradiction
 _ROPE_DETAILS = ("rope_scaling_factor", "low_freq", "high_freq", "original_max", "rope_scaling_beta", "rope_scaling_mscale",
                  "rope_scaling_truncate", "rope_attention_factor")
@@ -83,12 +88,14 @@ def hf_arch(hf_dir: str, config: Optional[Mapping[str, Any]] = None) -> dict[str
 def _effective(args: Mapping[str, Any], key: str, user_set=None) -> Any:
     """The value a key means, with the builder's defaults (num_query_groups without GQA = heads).
     A num_query_groups the user set without saying group_query_attention means the KV heads."""
-    if key in ("no_rope_freq", "window_attn_skip_freq"):  # an int N and its list of 0 / 1 per layer mean the same
-        from mindspeed_rl.models.hf_config import no_rope_pattern, window_pattern
+    if key in ("no_rope_freq", "window_attn_skip_freq", "moe_layer_freq"):  # an int N and its list of 0 / 1 per layer mean the same
+        from mindspeed_rl.models.hf_config import moe_layer_pattern, no_rope_pattern, window_pattern
         layers = int(args.get("num_layers") or 0)
         try:
-            pattern = no_rope_pattern if key == "no_rope_freq" else window_pattern
-            return pattern(args.get(key), layers) if layers else args.get(key)
+            pattern = {"no_rope_freq": no_rope_pattern, "window_attn_skip_freq": window_pattern,
+                       "moe_layer_freq": moe_layer_pattern}[key]
+            value = args.get(key, 1 if key == "moe_layer_freq" else None)
+            return pattern(value, layers) if layers and value is not None else value
         except ValueError:
             return args.get(key)
     if key == "num_query_groups":
@@ -180,6 +187,7 @@ def expected_hf_shapes(args: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ..
     why_q = f"num_attention_heads {heads} x kv_channels {d}"
     why_kv = f"num_query_groups {groups} x kv_channels {d}"
     shapes = {"model.norm.weight": ((h,), f"hidden_size {h}")}
+    moe = moe_layers(args)
     for i in range(int(args["num_layers"])):
         p = f"model.layers.{i}."
         shapes.update({
@@ -191,7 +199,7 @@ def expected_hf_shapes(args: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ..
         if args.get("pre_norm", True) is not False:  # OLMo 2 has none
             shapes.update({p + "input_layernorm.weight": ((h,), f"hidden_size {h}"),
                            p + "post_attention_layernorm.weight": ((h,), f"hidden_size {h}")})
-        shapes.update(_mlp_shapes(args, p, h, ffn))
+        shapes.update(_mlp_shapes(args, p, h, ffn, moe[i]))
         if args.get("add_qkv_bias"):
             for name, n, why in (("q", q, why_q), ("k", kv, why_kv), ("v", kv, why_kv)):
                 shapes[p + f"self_attn.{name}_proj.bias"] = ((n,), f"add_qkv_bias, {why}")
@@ -207,10 +215,10 @@ def expected_hf_shapes(args: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ..
     return shapes
 
 
-def _mlp_shapes(args: Mapping[str, Any], p: str, h: int, ffn: int) -> dict[str, tuple[tuple[int, ...], str]]:
+def _mlp_shapes(args: Mapping[str, Any], p: str, h: int, ffn: int, moe: int) -> dict[str, tuple[tuple[int, ...], str]]:
     """One layer's MLP tensors: dense gate/up/down, or the router and every expert's (per-expert layout)."""
     experts = int(args.get("num_experts") or 0)
-    if experts <= 1:
+    if not moe:
         out = {p + "mlp.up_proj.weight": ((ffn, h), f"ffn_hidden_size {ffn}, hidden_size {h}"),
                p + "mlp.down_proj.weight": ((h, ffn), f"hidden_size {h}, ffn_hidden_size {ffn}")}
         if gated_mlp(args):  # a plain MLP (Arcee's squared ReLU) has no gate_proj
@@ -218,6 +226,8 @@ def _mlp_shapes(args: Mapping[str, Any], p: str, h: int, ffn: int) -> dict[str, 
         return out
     f = int(args.get("moe_ffn_hidden_size") or ffn)
     out = {p + "mlp.gate.weight": ((experts, h), f"num_experts {experts}, hidden_size {h}")}
+    if args.get("moe_router_enable_expert_bias"):
+        out[p + "mlp.gate.e_score_correction_bias"] = ((experts,), f"moe_router_enable_expert_bias, num_experts {experts}")
     s = int(args.get("moe_shared_expert_intermediate_size") or 0)
     if s:
         why = f"moe_shared_expert_intermediate_size {s}, hidden_size {h}"
@@ -263,7 +273,8 @@ def check_shapes_against_safetensors(args: Mapping[str, Any], hf_dir: str) -> No
             raise UserInputError(f"tensor {name} in {reader.where(name)} has shape {list(got)}, but the "
                                  f"architecture implies [<= padded_vocab_size {padded}, hidden_size {h}]; {fix}.")
     layers = {int(m.group(1)) for k in reader.weight_map if (m := re.match(r"model\.layers\.(\d+)\.", k))}
-    if layers and max(layers) + 1 != int(args["num_layers"]):
+    mtp = int(read_hf_config(hf_dir).get("num_nextn_predict_layers") or 0)  # GLM-4.5's, after the last layer: unread
+    if layers and max(layers) + 1 not in (int(args["num_layers"]), int(args["num_layers"]) + mtp):
         raise UserInputError(f"{hf_dir} holds {max(layers) + 1} layers but the architecture has num_layers "
                              f"{args['num_layers']}; {fix}.")
 

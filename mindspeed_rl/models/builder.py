@@ -40,7 +40,7 @@ import torch
 import torch.distributed.distributed_c10d as c10d
 import torch.nn.functional as F
 
-from mindspeed_rl.models.hf_config import ROPE_SCALINGS, no_rope_pattern, window_pattern
+from mindspeed_rl.models.hf_config import ROPE_SCALINGS, moe_layer_pattern, no_rope_pattern, window_pattern
 from mindspeed_rl.platform import get_platform, place_model
 from mindspeed_rl.platform.base import own_rotary, own_swiglu, sdpa_core_attention
 
@@ -272,6 +272,15 @@ def moe_config_fields(args: Mapping[str, Any]) -> dict[str, Any]:
         # turns the SequentialMLP experts into models/grouped_experts.py's, same parameters
         moe_grouped_gemm=False,
         moe_shared_expert_intermediate_size=int(_get(args, "moe_shared_expert_intermediate_size", 0)) or None,
+        # GLM-4.5's dense first layers, sigmoid routing with a fixed expert bias, groups, a weight scale
+        moe_layer_freq=moe_layer_pattern(_get(args, "moe_layer_freq", 1), int(args["num_layers"])),
+        moe_router_score_function=_get(args, "moe_router_score_function", "softmax"),
+        moe_router_enable_expert_bias=bool(_get(args, "moe_router_enable_expert_bias", False)),
+        moe_router_bias_update_rate=float(_get(args, "moe_router_bias_update_rate", 0.0)),
+        moe_router_num_groups=int(_get(args, "moe_router_num_groups")) if _get(args, "moe_router_num_groups") else None,
+        moe_router_group_topk=int(_get(args, "moe_router_group_topk")) if _get(args, "moe_router_group_topk") else None,
+        moe_router_topk_scaling_factor=(float(_get(args, "moe_router_topk_scaling_factor"))
+                                        if _get(args, "moe_router_topk_scaling_factor") else None),
         # megatron-core 0.16 reads the shared expert's gate from the config; 0.12 from the layer spec (below)
         **({"moe_shared_expert_gate": bool(_get(args, "shared_expert_gate", False))}
            if "moe_shared_expert_gate" in TransformerConfig.__dataclass_fields__ else {}),
@@ -373,6 +382,8 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
     shared = getattr(getattr(spec.submodules.mlp, "submodules", None), "shared_experts", None)
     if _get(args, "shared_expert_gate", False) and "gate" in (getattr(shared, "params", None) or {}):
         shared.params = {**shared.params, "gate": True}  # Qwen2-MoE: sigmoid(x . gate_weight) scales its output
+    if config.num_moe_experts and not all(config.moe_layer_freq):  # GLM-4.5: dense layers among the MoE ones
+        spec = _mixed_block_spec(config, spec, vp_stage)
     if sdpa_core_attention(get_platform().name):  # fused attention (models/core_attention.py)
         spec = with_sdpa_attention(spec)
     elif config.attn_logit_softcapping:
@@ -433,6 +444,23 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
             gemma.install_local_rope(model, config.rope_local_base,
                                      functools.partial(layer_uses_local_rope, config))
     return model
+
+
+def _mixed_block_spec(config: TransformerConfig, moe_spec: Any, vp_stage: Optional[int]) -> Any:
+    """A block spec of this chunk's layers, each the MoE layer spec or the dense one as
+    config.moe_layer_freq (one 0 / 1 per layer) says (megatron's get_gpt_decoder_block_spec does the
+    same for its own specs; ours are the local spec with our changes)."""
+    from megatron.core.transformer.transformer_block import LayerNormImpl, TransformerBlockSubmodules
+
+    from mindspeed_rl.models.chunks import virtual_layer_ranges
+
+    dense = get_gpt_layer_local_spec(num_experts=None, moe_grouped_gemm=False, qk_layernorm=config.qk_layernorm,
+                                     normalization=config.normalization)
+    vpp = config.virtual_pipeline_model_parallel_size or 1
+    layers = virtual_layer_ranges(config.num_layers, config.pipeline_model_parallel_size,
+                                  parallel_state.get_pipeline_model_parallel_rank(), vpp)[vp_stage or 0]
+    return TransformerBlockSubmodules(layer_specs=[moe_spec if config.moe_layer_freq[i] else dense for i in layers],
+                                      layer_norm=LayerNormImpl)
 
 
 def _skip_rope_in_marked_layers(model: GPTModel) -> None:

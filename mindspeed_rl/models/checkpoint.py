@@ -56,7 +56,7 @@ from mindspeed_rl.models.chunks import as_chunks
 from mindspeed_rl.models.hf_bridge.checkpoint_io import open_safetensors
 from mindspeed_rl.models.hf_bridge.loader import global_param_name, load_into_model, model_parallel_ranks
 from mindspeed_rl.models.hf_bridge.mapping import gated_mlp, hf_names
-from mindspeed_rl.models.hf_bridge.sharding import kind_of, mcore_to_hf, merge_tp
+from mindspeed_rl.models.hf_bridge.sharding import kind_of, mcore_to_hf, merge_tp, stage_expert_names
 from mindspeed_rl.utils.errors import UserInputError
 from mindspeed_rl.utils.logging import get_logger
 
@@ -231,7 +231,8 @@ class MegatronCheckpointReader:
             first = []  # files holding TP (ETP) rank 0's tensors of this stage
             for tp_rank in range(m["tp"]):
                 first += [self._add(os.path.join(self.path, rank_dir(tp_rank, pp_rank), MODEL_FILE), tp_rank)]
-            for ep_rank in range(ep) if moe else ():
+            # a stage of dense layers only (GLM-4.5's first layers) has no expert files
+            for ep_rank in range(ep) if moe and stage_expert_names(self.args, m["pp"], pp_rank, 1, 0) else ():
                 for etp_rank in range(etp):
                     file = os.path.join(self.path, expert_rank_dir(etp_rank, pp_rank, ep_rank), MODEL_FILE)
                     first += [self._add(file, etp_rank)]

@@ -14,9 +14,9 @@ from typing import Any, Mapping, Optional
 
 HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "smollm3", "granite",
             "gemma3_text", "gemma2", "gemma", "olmo2", "olmo3", "ministral3", "exaone4", "seed_oss", "glm4",
-            "ernie4_5", "arcee")
+            "ernie4_5", "arcee", "glm4_moe")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
-MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral")
+MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe")
 WINDOW_ARCHS = ("mistral", "mixtral", "phi3", "ministral3")  # a config.json sliding_window applies to every layer
 ROPE_TYPES = ("default", "linear", "llama3", "longrope", "yarn")  # config.json rope types computed exactly
 ROPE_SCALINGS = (None, "linear", "llama3", "longrope", "yarn")  # their rope_scaling_type (models/builder.py)
@@ -32,6 +32,9 @@ HF_DEFAULTS = {
     "glm4": {"head_dim": 128, "partial_rotary_factor": 0.5, "attention_bias": True},
     "seed_oss": {"attention_bias": True},
     "arcee": {"hidden_act": "relu2"},
+    "glm4_moe": {"partial_rotary_factor": 0.5, "n_shared_experts": 1, "n_routed_experts": 128,
+                 "first_k_dense_replace": 1, "norm_topk_prob": True, "routed_scaling_factor": 1.0, "n_group": 1,
+                 "topk_group": 1, "num_experts_per_tok": 8, "moe_intermediate_size": 1408},
 }
 
 
@@ -47,6 +50,11 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     0.5 by default) over interleaved pairs (2i, 2i + 1): megatron-core's rotary_interleaved.
     ERNIE 4.5 (ernie4_5: ERNIE-4.5-0.3B base / PT) is Llama's layout with RoPE over interleaved pairs
     (rotary_interleaved), tied by default, no biases (use_bias true is refused).
+    GLM-4.5 / 4.6 (glm4_moe: GLM-4.5, GLM-4.5-Air, GLM-4.6 and their base models) is an MoE model whose
+    first first_k_dense_replace layers are dense (moe_args_from_hf), with q / k / v biases (attention_bias),
+    optional per-head q / k norms (use_qk_norm) and RoPE on the first half of each head, pairs (i, i + d/2)
+    as Llama's; its multi-token-prediction layers (num_nextn_predict_layers, stored after the last layer)
+    are not read.
     Arcee (arcee: AFM-4.5B base / instruct) is Llama's attention with an MLP without a gate,
     down(relu(up(x))^2) (hidden_act relu2: squared_relu), YaRN beyond its 4096 original positions.
     Seed-OSS (seed_oss: Seed-OSS-36B base / instruct) is Qwen2's layout (q / k / v biases, on by default,
@@ -87,9 +95,9 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     # transformers 5 keeps it in rope_parameters, 4.x at the top level
     partial = float(rope.get("partial_rotary_factor") or hf.get("partial_rotary_factor") or 1.0)
     rotary_percent = partial if partial != 1.0 else None
-    if rotary_percent is not None and model_type not in ("phi3", "glm4"):
-        raise ValueError(f"config.json partial_rotary_factor {partial} is supported for phi3 and glm4 models only, "
-                         f"not {model_type}.")
+    if rotary_percent is not None and model_type not in ("phi3", "glm4", "glm4_moe"):
+        raise ValueError(f"config.json partial_rotary_factor {partial} is supported for phi3, glm4 and glm4_moe models "
+                         f"only, not {model_type}.")
     if hf.get("use_sliding_window"):
         raise ValueError("config.json use_sliding_window=true is not supported; set it to false.")
     activation = gemma_activation(hf) if model_type in GEMMA_ARCHS else hf.get("hidden_act", "silu")
@@ -123,7 +131,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
                          or (model_type == "qwen2_moe" and bool(hf.get("qkv_bias", True)))),
         "disable_bias_linear": True,
         "untie_embeddings_and_output_weights": not hf.get("tie_word_embeddings", False),
-        "qk_layernorm": model_type in ("qwen3", "qwen3_moe"),
+        "qk_layernorm": model_type in ("qwen3", "qwen3_moe") or (model_type == "glm4_moe" and bool(hf.get("use_qk_norm"))),
         "position_embedding_type": "rope",
     }
     window = sliding_window(hf)
@@ -486,14 +494,16 @@ def sliding_window(hf: Mapping[str, Any]) -> Optional[int]:
 
 
 def moe_args_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
-    """Megatron MoE args of a Qwen3-MoE / Qwen2-MoE / Mixtral config.json. Every layer must be an MoE
-    layer (our bridge maps no mixed dense/MoE stacks). HF's norm_topk_prob (renormalise the top-k
-    softmax probabilities) is megatron's softmax over the top-k logits, i.e. moe_router_pre_softmax =
-    not norm_topk_prob. Qwen2-MoE adds a shared expert with a sigmoid gate (megatron's SharedExpertMLP
-    with gate). Mixtral always renormalises, and its experts are `intermediate_size` wide."""
+    """Megatron MoE args of a Qwen3-MoE / Qwen2-MoE / Mixtral / GLM-4.5 config.json. HF's norm_topk_prob
+    (renormalise the top-k softmax probabilities) is megatron's softmax over the top-k logits, i.e.
+    moe_router_pre_softmax = not norm_topk_prob. Qwen2-MoE adds a shared expert with a sigmoid gate
+    (megatron's SharedExpertMLP with gate). Mixtral always renormalises, and its experts are
+    `intermediate_size` wide. GLM-4.5: glm4_moe_args."""
+    if hf.get("model_type") == "glm4_moe":
+        return glm4_moe_args(hf)
     if hf.get("mlp_only_layers") or int(hf.get("decoder_sparse_step", 1)) != 1:
         raise ValueError("config.json mlp_only_layers / decoder_sparse_step != 1 (dense layers between MoE "
-                         "layers) is not supported; every layer must be an MoE layer.")
+                         "layers) is not supported for this model type; every layer must be an MoE layer.")
     experts = hf.get("num_experts", hf.get("num_local_experts"))
     if not experts:
         raise ValueError(f"config.json of a {hf.get('model_type')} model has no num_experts (or num_local_experts).")
@@ -511,3 +521,61 @@ def moe_args_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         "moe_ffn_hidden_size": int(hf["intermediate_size"] if mixtral else hf["moe_intermediate_size"]),
         "norm_topk_prob": True if mixtral else bool(hf.get("norm_topk_prob", False)),
     }
+
+
+def glm4_moe_args(hf: Mapping[str, Any]) -> dict[str, Any]:
+    """Megatron MoE args of a GLM-4.5 / 4.6 config.json (glm4_moe), DeepSeek-V3's routing:
+    - the first first_k_dense_replace layers dense (intermediate_size wide), the rest MoE
+      (moe_layer_freq, one 0 / 1 per layer);
+    - sigmoid scores; the top-k chosen by score + a per-expert bias (e_score_correction_bias:
+      megatron's expert_bias, loaded and kept fixed, moe_router_bias_update_rate 0), weighted by
+      their scores renormalised (norm_topk_prob, megatron always renormalises sigmoid top-k > 1)
+      times routed_scaling_factor (moe_router_topk_scaling_factor);
+    - with n_group > 1, only the topk_group groups whose two best scores sum highest are eligible:
+      megatron sums the best topk / topk_group of a group, so that must be 2 (refused otherwise);
+    - n_shared_experts x moe_intermediate_size wide shared experts without a gate."""
+    experts, topk = int(hf["n_routed_experts"]), int(hf["num_experts_per_tok"])
+    layers, dense = int(hf["num_hidden_layers"]), int(hf.get("first_k_dense_replace") or 0)
+    if not hf.get("norm_topk_prob"):
+        raise ValueError("config.json norm_topk_prob false with sigmoid routing (glm4_moe) is not supported: "
+                         "megatron renormalises the top-k sigmoid scores; GLM-4.5's releases set it true.")
+    if dense >= layers:
+        raise ValueError(f"config.json first_k_dense_replace {dense} leaves no MoE layer of {layers}; a dense model "
+                         "is a glm4 (or llama) config.json.")
+    groups, group_topk = int(hf.get("n_group") or 1), int(hf.get("topk_group") or 1)
+    args: dict[str, Any] = {
+        "num_experts": experts, "moe_router_topk": topk, "moe_ffn_hidden_size": int(hf["moe_intermediate_size"]),
+        "norm_topk_prob": True, "moe_router_score_function": "sigmoid", "moe_router_enable_expert_bias": True,
+        "moe_router_bias_update_rate": 0.0,
+        "moe_layer_freq": [0] * dense + [1] * (layers - dense),
+    }
+    if groups > 1:
+        if experts % groups or topk % group_topk or topk // group_topk != 2:
+            raise ValueError(f"config.json n_group {groups} / topk_group {group_topk} with num_experts_per_tok {topk} "
+                             f"is not supported: groups are ranked by the sum of their two best scores, which megatron "
+                             f"computes only when num_experts_per_tok / topk_group is 2 (and n_group divides the "
+                             f"{experts} experts).")
+        args.update(moe_router_num_groups=groups, moe_router_group_topk=group_topk)
+    scale = float(hf.get("routed_scaling_factor") or 1.0)
+    if scale != 1.0:
+        args["moe_router_topk_scaling_factor"] = scale
+    shared = int(hf.get("n_shared_experts") or 0) * int(hf["moe_intermediate_size"])
+    if shared:
+        args["moe_shared_expert_intermediate_size"] = shared
+    return args
+
+
+def moe_layer_pattern(moe_layer_freq: Any, num_layers: int) -> list[int]:
+    """megatron-core's moe_layer_freq as one 0 / 1 per layer (1 = MoE): an integer N makes every N-th
+    layer from the first an MoE layer, a list is taken as it is (its length must be num_layers)."""
+    if isinstance(moe_layer_freq, bool) or not isinstance(moe_layer_freq, (int, list, tuple)):
+        raise ValueError(f"moe_layer_freq {moe_layer_freq!r} must be an integer N or a list of 0 / 1 per layer.")
+    if isinstance(moe_layer_freq, int):
+        if moe_layer_freq < 1:
+            raise ValueError(f"moe_layer_freq {moe_layer_freq} must be at least 1 (1 = every layer is an MoE layer).")
+        return [1 if i % moe_layer_freq == 0 else 0 for i in range(num_layers)]
+    pattern = [int(x) for x in moe_layer_freq]
+    if len(pattern) != num_layers or set(pattern) - {0, 1} or not any(pattern):
+        raise ValueError(f"moe_layer_freq {list(moe_layer_freq)} must hold one 0 or 1 per layer ({num_layers}), at "
+                         "least one 1 (1 = MoE layer).")
+    return pattern

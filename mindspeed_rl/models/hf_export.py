@@ -29,7 +29,7 @@ from mindspeed_rl.models.hf_bridge.checkpoint_io import INDEX_FILE, SINGLE_FILE
 from mindspeed_rl.models.hf_bridge.mapping import EXPERT_KINDS, gated_mlp
 from mindspeed_rl.models.hf_bridge.names import fuse
 from mindspeed_rl.models.hf_config import no_rope_pattern, window_pattern
-from mindspeed_rl.models.hf_bridge.sharding import kind_of, mcore_to_hf, merge_tp
+from mindspeed_rl.models.hf_bridge.sharding import kind_of, mcore_to_hf, merge_tp, moe_layers
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
                    "merges.txt", "tokenizer.model", "added_tokens.json", "chat_template.jinja",
@@ -52,6 +52,9 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
         raise ValueError("window_attn_skip_freq / rope_local_base_freq have a config.json form only in a Gemma 3 "
                          "model (add_rmsnorm_offset, post_norm, input_embeds_norm, geglu, qk_layernorm) or an OLMo 3 "
                          "(pre_norm: false, post_norm, qk_layernorm_across_heads).")
+    if int(args.get("num_experts") or 0) > 1 and (args.get("moe_router_score_function") == "sigmoid"
+                                                  or not all(moe_layers(args))):
+        return glm4_moe_config(args, vocab_size, dtype)
     model_type = "qwen3" if args.get("qk_layernorm") else "qwen2" if args.get("add_qkv_bias") else "llama"
     heads = int(args["num_attention_heads"])
     rope = rope_parameters(args)
@@ -134,6 +137,41 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
                       moe_intermediate_size=int(args.get("moe_ffn_hidden_size") or args["ffn_hidden_size"]),
                       norm_topk_prob=bool(norm) if norm is not None else not args.get("moe_router_pre_softmax", False),
                       decoder_sparse_step=1, mlp_only_layers=[])
+    return config
+
+
+def glm4_moe_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
+    """GLM-4.5's config.json (glm4_moe) for an MoE model with sigmoid routing or dense layers among
+    the MoE ones (models/hf_config.glm4_moe_args, read back the same); what it cannot say is refused."""
+    pattern = moe_layers(args)
+    dense = pattern.index(1)
+    experts, topk = int(args["num_experts"]), int(args.get("moe_router_topk") or 2)
+    f = int(args.get("moe_ffn_hidden_size") or args["ffn_hidden_size"])
+    shared = int(args.get("moe_shared_expert_intermediate_size") or 0)
+    groups, group_topk = int(args.get("moe_router_num_groups") or 1), int(args.get("moe_router_group_topk") or 1)
+    problems = [what for what, bad in (
+        ("MoE layers after the first dense ones only (moe_layer_freq)", pattern != [0] * dense + [1] * (len(pattern) - dense)),
+        ("sigmoid routing with an expert bias (moe_router_score_function, moe_router_enable_expert_bias)",
+         args.get("moe_router_score_function") != "sigmoid" or not args.get("moe_router_enable_expert_bias")),
+        ("shared experts as wide as a multiple of moe_ffn_hidden_size, without a gate", shared % f or args.get("shared_expert_gate")),
+        ("groups ranked by their two best scores (moe_router_topk / moe_router_group_topk = 2)",
+         groups > 1 and topk != 2 * group_topk),
+        ("Llama's RoPE pairs, optionally on part of each head, RMSNorm before attention and MLP only",
+         args.get("rotary_interleaved") or args.get("post_norm") or args.get("pre_norm") is False
+         or args.get("qk_layernorm_across_heads") or args.get("sliding_window") or args.get("no_rope_freq")),
+    ) if bad]
+    if problems:
+        raise ValueError("a mixture of experts with sigmoid routing or dense layers has a config.json form only as "
+                         f"GLM-4.5 (glm4_moe), which needs {'; '.join(problems)}.")
+    partial = float(args.get("rotary_percent") or 1.0)
+    rope = dict(rope_parameters(args), partial_rotary_factor=partial)
+    config = base_config(args, vocab_size, dtype, "glm4_moe", "Glm4MoeForCausalLM", rope, eps=1e-5)
+    config.update(hidden_act="silu", attention_bias=bool(args.get("add_qkv_bias")), partial_rotary_factor=partial,
+                  use_qk_norm=bool(args.get("qk_layernorm")), n_routed_experts=experts, num_experts_per_tok=topk,
+                  moe_intermediate_size=f, n_shared_experts=shared // f, first_k_dense_replace=dense,
+                  norm_topk_prob=True, n_group=groups, topk_group=group_topk,
+                  routed_scaling_factor=float(args.get("moe_router_topk_scaling_factor") or 1.0),
+                  num_nextn_predict_layers=0)
     return config
 
 

@@ -31,7 +31,8 @@ wrapped once; the wrapper passes through unless the router being called (set by 
 that `replay_routing` registers) holds replay indices. Everything else of megatron's router (z-loss,
 aux loss, expert bias, dispatch) runs unchanged. Under sequence parallelism each TP rank's router
 sees its slice of the sequence; the wrapper takes the same slice of the (b, S) indices. Sinkhorn
-routing, capacity factors and group-limited top-k are refused with routing replay (validate.py).
+routing and capacity factors are refused with routing replay (validate.py); group-limited top-k
+(GLM-4.5, DeepSeek-V3) decides only the rows without recorded experts.
 """
 from __future__ import annotations
 
@@ -205,7 +206,8 @@ def _target(router: torch.nn.Module, tokens: int) -> torch.Tensor:
 
 def replayed_routing(logits: torch.Tensor, experts: torch.Tensor, topk: int, use_pre_softmax: bool = False,
                      scaling_factor: Optional[float] = None, score_function: str = "softmax",
-                     expert_bias: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+                     expert_bias: Optional[torch.Tensor] = None, num_groups: Optional[int] = None,
+                     group_topk: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor]:
     """megatron's top-k routing with the top-k set given: (probs, routing_map), each (T, E).
 
     Args:
@@ -213,7 +215,8 @@ def replayed_routing(logits: torch.Tensor, experts: torch.Tensor, topk: int, use
         experts: (T, k) long expert ids to route to; a row with any -1 chooses its own top-k.
     The gates are megatron's: softmax over the chosen logits (renormalised top-k), or the chosen
     entries of the softmax over all experts (pre-softmax), or normalised sigmoid scores; times
-    scaling_factor. Gradients reach the logits through the gathered entries.
+    scaling_factor. Gradients reach the logits through the gathered entries. Group-limited top-k
+    (num_groups / group_topk) only decides the rows that choose their own (megatron's own function).
     """
     if score_function == "softmax":
         scores = torch.softmax(logits, dim=-1, dtype=torch.float32).type_as(logits) if use_pre_softmax else logits
@@ -223,7 +226,12 @@ def replayed_routing(logits: torch.Tensor, experts: torch.Tensor, topk: int, use
         select = scores + expert_bias if expert_bias is not None else scores
     else:
         raise ValueError(f"routing replay: unknown score_function {score_function!r}")
-    own = torch.topk(select.detach(), k=topk, dim=1).indices  # (T, k) for rows not recorded
+    if group_topk:  # (T, k) for rows not recorded
+        from megatron.core.transformer.moe.moe_utils import group_limited_topk
+
+        own = group_limited_topk(select.detach(), topk, select.shape[0], select.shape[1], num_groups, group_topk)[1]
+    else:
+        own = torch.topk(select.detach(), k=topk, dim=1).indices
     idx = torch.where((experts < 0).any(dim=1, keepdim=True), own, experts)
     chosen = scores.gather(1, idx)  # (T, k)
     if score_function == "softmax":
@@ -246,12 +254,13 @@ def _wrap(original, with_counts: bool):
         if args:  # megatron passes everything after topk by keyword; a positional call is not ours to guess
             raise RuntimeError("routing replay: megatron's routing function was called with positional options; "
                                "this megatron-core version is not supported by models/moe_replay.py.")
-        if kwargs.get("capacity_factor") is not None or kwargs.get("group_topk"):
-            raise ValueError("routing replay does not support expert capacity or group-limited top-k; "
-                             "turn moe_enable_routing_replay off for this model.")
+        if kwargs.get("capacity_factor") is not None:
+            raise ValueError("routing replay does not support expert capacity; turn moe_enable_routing_replay off "
+                             "for this model.")
         gates, routing_map = replayed_routing(
             logits, _target(router, logits.shape[0]), topk, bool(kwargs.get("use_pre_softmax", False)),
-            kwargs.get("scaling_factor"), kwargs.get("score_function", "softmax"), kwargs.get("expert_bias"))
+            kwargs.get("scaling_factor"), kwargs.get("score_function", "softmax"), kwargs.get("expert_bias"),
+            kwargs.get("num_groups"), kwargs.get("group_topk"))
         return (gates, routing_map, routing_map.sum(dim=0)) if with_counts else (gates, routing_map)
     routing._mindspeed_replay = True
     return routing

@@ -117,14 +117,24 @@ def tensor_devices(tree: Any) -> set[torch.device]:
     return set()
 
 
+# router buffers that stay fp32 in a bf16 / fp16 model, as megatron and transformers keep them: the
+# expert bias (GLM-4.5's e_score_correction_bias; rounded, it flips near-tied expert choices) and the
+# token counts it is updated from
+FP32_BUFFERS = ("router.expert_bias", "router.local_tokens_per_expert")
+
+
 @torch.no_grad()
 def place_model(model: torch.nn.Module, device: torch.device, dtype: Optional[torch.dtype] = None) -> torch.nn.Module:
     """Move every parameter and buffer of `model` to `device` and cast the floating ones to `dtype`,
     in place: the Parameter objects stay the same (module._apply assigns .data), so references held
-    elsewhere (optimizers built later, tied weights) stay valid."""
+    elsewhere (optimizers built later, tied weights) stay valid. FP32_BUFFERS stay fp32."""
     if dtype is None:
         return model.to(device)
-    return model.to(device=device, dtype=dtype)
+    model.to(device=device, dtype=dtype)
+    for name, buffer in model.named_buffers():
+        if name.endswith(FP32_BUFFERS):
+            buffer.data = buffer.data.float()
+    return model
 
 
 def placement_problems(model: torch.nn.Module, device: torch.device,
@@ -138,6 +148,6 @@ def placement_problems(model: torch.nn.Module, device: torch.device,
         on = t.device
         if on.type != device.type or (device.index is not None and on.index != device.index):
             problems.append(f"{name} is on {on}, not {device}")
-        if dtype is not None and t.is_floating_point() and t.dtype != dtype:
+        if dtype is not None and t.is_floating_point() and t.dtype != dtype and not name.endswith(FP32_BUFFERS):
             problems.append(f"{name} is {t.dtype}, not {dtype}")
     return problems

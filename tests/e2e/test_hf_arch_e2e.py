@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from testing_utils import make_tiny_hf
 
@@ -26,19 +27,21 @@ OVERRIDES = {"gemma3": {"seed": 1}}
 # one run per distinct checkpoint layout, to keep CI's time: Llama from config.json is tests/real_model's
 # SmolLM2 run, a Qwen2 is qwen2_5_vl's text model, Gemma 3's text model (gemma3_text) is gemma3's, OLMo 2's
 # layers are olmo3's; the forward of Qwen3, SmolLM3, Granite and Gemma 2 is their parity and decode tests'
-@pytest.mark.parametrize("arch", ["phi3", "mixtral", "gemma3", "mistral3", "olmo3", "qwen2_5_vl"])
+@pytest.mark.parametrize("arch", ["phi3", "mixtral", "gemma3", "mistral3", "olmo3", "qwen2_5_vl", "glm4_moe"])
 def test_empty_model_yaml_runs(arch, tmp_path):
     """phi3 (q/k/v and gate/up stored fused), mixtral (its own expert names) and gemma3 (its text
     model's own norm names) also export at the end (save_hf): the HF checkpoint has the original's tensor names
     and shapes (vocabulary rows included), and transformers loads it. gemma3 (Gemma 3 4B+'s image-text
     checkpoint), mistral3 (Mistral Small 3.1's) and qwen2_5_vl (Qwen2.5-VL's) train their text model
     and export that (Gemma3ForCausalLM, MistralForCausalLM, Qwen2ForCausalLM), the language model's
-    tensors under their text-model names."""
+    tensors under their text-model names. glm4_moe (GLM-4.5: a dense first layer, sigmoid routing with
+    the checkpoint's expert bias, shared_experts) exports its tensors under GLM-4.5's names, the expert
+    bias unchanged (moe_router_bias_update_rate 0)."""
     hf = tmp_path / "hf"
     make_tiny_hf(arch, str(hf), **OVERRIDES.get(arch, {}))
     from mindspeed_rl.data import tiny_task
     tok = tiny_task.TOKENIZER_DIR  # the tiny task's 13-token tokenizer fits the 120-row embedding
-    own_names = arch in ("phi3", "mixtral", "gemma3", "mistral3", "olmo3", "qwen2_5_vl")
+    own_names = arch in ("phi3", "mixtral", "gemma3", "mistral3", "olmo3", "qwen2_5_vl", "glm4_moe")
     proc = subprocess.run(
         [sys.executable, str(ROOT / "ray_gpt.py"), "--config-dir", str(CONFIGS), "--config-name", "grpo_trainer_hf_any",
          f"actor_rollout_ref.actor_rollout.load={hf}", f"actor_rollout_ref.ref.load={hf}",
@@ -72,3 +75,9 @@ def test_empty_model_yaml_runs(arch, tmp_path):
             assert json.loads((exported / "config.json").read_text())["architectures"] == [text_cls]
         assert shapes(exported) == want
         transformers.AutoModelForCausalLM.from_pretrained(str(exported))
+        if arch == "glm4_moe":  # the expert bias chose experts in training and is written back as it was read
+            from safetensors.torch import load_file
+
+            before, after = load_file(str(hf / "model.safetensors")), load_file(str(exported / "model.safetensors"))
+            bias = [n for n in before if n.endswith("e_score_correction_bias")]
+            assert bias and all(torch.equal(before[n], after[n]) for n in bias)

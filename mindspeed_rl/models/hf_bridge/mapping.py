@@ -97,6 +97,8 @@ _LAYER_MAP = {
     "post_self_attn_layernorm.weight": ("replicated", ("model.layers.{i}.post_self_attn_layernorm.weight",)),
     "post_mlp_layernorm.weight": ("replicated", ("model.layers.{i}.post_feedforward_layernorm.weight",)),
     "mlp.router.weight": ("replicated", ("model.layers.{i}.mlp.gate.weight",)),
+    # sigmoid routing's per-expert bias for choosing the top-k (megatron's buffer; GLM-4.5, DeepSeek-V3)
+    "mlp.router.expert_bias": ("replicated", ("model.layers.{i}.mlp.gate.e_score_correction_bias",)),
     "mlp.shared_experts.linear_fc1.weight": ("shared_fc1", ("model.layers.{i}.mlp.shared_expert.gate_proj.weight",
                                                             "model.layers.{i}.mlp.shared_expert.up_proj.weight")),
     "mlp.shared_experts.linear_fc2.weight": ("shared_row", ("model.layers.{i}.mlp.shared_expert.down_proj.weight",)),

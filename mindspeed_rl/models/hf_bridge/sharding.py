@@ -71,15 +71,18 @@ def stage_param_names(args: Mapping[str, Any], pp_size: int, pp_rank: int, vpp_s
         per_layer += [f"self_attention.q_layernorm.{norm}", f"self_attention.k_layernorm.{norm}"]
     if pre_norm:
         per_layer.append("pre_mlp_layernorm.weight")
-    if is_moe(args):
-        per_layer.append("mlp.router.weight")
-        if args.get("moe_shared_expert_intermediate_size"):  # the module's own gate first, then its linears
-            per_layer += (["mlp.shared_experts.gate_weight"] if args.get("shared_expert_gate") else []) + \
-                ["mlp.shared_experts.linear_fc1.weight", "mlp.shared_experts.linear_fc2.weight"]
-    else:
-        per_layer += ["mlp.linear_fc1.weight", "mlp.linear_fc2.weight"]
+    moe_layer = list(per_layer)
+    moe_layer.append("mlp.router.weight")
+    if args.get("moe_router_enable_expert_bias"):  # a buffer, after the router's parameters
+        moe_layer.append("mlp.router.expert_bias")
+    if args.get("moe_shared_expert_intermediate_size"):  # the module's own gate first, then its linears
+        moe_layer += (["mlp.shared_experts.gate_weight"] if args.get("shared_expert_gate") else []) + \
+            ["mlp.shared_experts.linear_fc1.weight", "mlp.shared_experts.linear_fc2.weight"]
+    per_layer += ["mlp.linear_fc1.weight", "mlp.linear_fc2.weight"]
     if args.get("post_norm"):  # Gemma's, added to each layer after megatron built it (models/gemma.py)
         per_layer += ["post_self_attn_layernorm.weight", "post_mlp_layernorm.weight"]
+        moe_layer += ["post_self_attn_layernorm.weight", "post_mlp_layernorm.weight"]
+    moe = moe_layers(args)
     names = ["embedding.word_embeddings.weight"] if first else []
     if vpp_size > 1:
         from mindspeed_rl.models.chunks import virtual_layer_ranges
@@ -87,7 +90,7 @@ def stage_param_names(args: Mapping[str, Any], pp_size: int, pp_rank: int, vpp_s
     else:
         layers = layer_range(int(args["num_layers"]), pp_size, pp_rank)
     for i in layers:
-        names += [f"decoder.layers.{i}.{n}" for n in per_layer]
+        names += [f"decoder.layers.{i}.{n}" for n in (moe_layer if moe[i] else per_layer)]
     if last:
         names.append("decoder.final_layernorm.weight")
         if not tied or not first:  # tied at PP>1: the last stage keeps its own copy of the embedding
@@ -97,6 +100,14 @@ def stage_param_names(args: Mapping[str, Any], pp_size: int, pp_rank: int, vpp_s
 
 def is_moe(args: Mapping[str, Any]) -> bool:
     return int(args.get("num_experts") or 0) > 1
+
+
+def moe_layers(args: Mapping[str, Any]) -> list[int]:
+    """One 0 / 1 per layer, 1 = an MoE layer (moe_layer_freq; all 0 for a dense model)."""
+    from mindspeed_rl.models.hf_config import moe_layer_pattern
+
+    layers = int(args["num_layers"])
+    return moe_layer_pattern(args.get("moe_layer_freq") or 1, layers) if is_moe(args) else [0] * layers
 
 
 def expert_range(num_experts: int, ep_size: int, ep_rank: int) -> range:
@@ -113,9 +124,9 @@ def stage_expert_names(args: Mapping[str, Any], pp_size: int, pp_rank: int, ep_s
     a dense model."""
     if not is_moe(args):
         return []
-    experts = expert_range(int(args["num_experts"]), ep_size, ep_rank)
+    experts, moe = expert_range(int(args["num_experts"]), ep_size, ep_rank), moe_layers(args)
     return [f"decoder.layers.{i}.mlp.experts.local_experts.{e}.{fc}.weight"
-            for i in layer_range(int(args["num_layers"]), pp_size, pp_rank)
+            for i in layer_range(int(args["num_layers"]), pp_size, pp_rank) if moe[i]
             for e in experts for fc in ("linear_fc1", "linear_fc2")]
 
 

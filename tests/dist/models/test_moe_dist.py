@@ -162,7 +162,7 @@ def _replay_checks(model, ids, mask):
         real = (want >= 0).all(-1)  # (b, local, L)
         out[name + "_mismatch"] = sum(
             int((got.view(local, ids.shape[0], -1).transpose(0, 1) != want[:, :, layer].long()).any(-1)[real[:, :, layer]].sum())
-            for layer, got in enumerate(seen))
+            for (layer, _), got in zip(routers, seen))  # global layer numbers: GLM-4.5's first layer is dense
     real = (mask[:, 1:] * mask[:, :-1]).bool()
     return {"same_weights_diff": float((own - replayed)[real].abs().max()),
             "moved_diff": float((out["moved_own"] - out["moved_replay"])[real].abs().max()),
@@ -254,12 +254,20 @@ def _moe_job(rank, world_size, hf_dir, work):
     return res
 
 
-@pytest.fixture(scope="module", params=["qwen3_moe", "qwen2_moe", "mixtral"])
+def _moe_layers(moe) -> int:
+    """MoE layers of the fixture's model (GLM-4.5's first layer is dense)."""
+    return sum(hasattr(layer.mlp, "experts") for layer in moe[3].model.layers)
+
+
+@pytest.fixture(scope="module", params=["qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe"])
 def moe(request, tmp_path_factory):
     """Every test below runs on Qwen3-MoE, on Qwen2-MoE (qkv biases, top-k not renormalised, and
-    a shared expert with its sigmoid gate: megatron's SharedExpertMLP, split over TP) and on Mixtral
-    (no q/k norms, experts stored under its own names: hf_bridge/names.py)."""
+    a shared expert with its sigmoid gate: megatron's SharedExpertMLP, split over TP), on Mixtral
+    (no q/k norms, experts stored under its own names: hf_bridge/names.py) and on GLM-4.5 (a dense
+    first layer, sigmoid routing with the checkpoint's expert bias, expert groups, a routed scale, a
+    shared expert without gate)."""
     from mindspeed_rl.models.forward import position_ids_from_mask
+    from mindspeed_rl.models.hf_bridge.names import canonical_name
 
     hf_dir = str(tmp_path_factory.mktemp(request.param))
     work = str(tmp_path_factory.mktemp("moe_work"))
@@ -268,7 +276,8 @@ def moe(request, tmp_path_factory):
     logits = hf(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask)).logits
     lp = torch.log_softmax(logits[:, :-1].float(), dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
     _loss(lp, ids, mask).backward()
-    grads = per_expert({n: p.grad.detach().clone() for n, p in hf.named_parameters()})
+    # under the bridge's canonical names (GLM-4.5's shared_experts: hf_bridge/names.py)
+    grads = per_expert({canonical_name(n, hf.config.model_type): p.grad.detach().clone() for n, p in hf.named_parameters()})
     per_rank = run_gloo(_moe_job, 4, hf_dir, work, timeout_s=600, name="MoE parity job")
     return per_rank, logits.detach(), grads, hf, hf_dir, work
 
@@ -330,7 +339,7 @@ def test_moe_metrics_count_every_routed_token(moe):
     for layout in [l for l in LAYOUTS if l[1] == 1 and (l[0] == 1 or l[4])]:
         for r in moe[0]:
             stats, per_layer, tokens = r[("meter", layout)]
-            assert per_layer == [2.0 * tokens] * 2, (layout, per_layer, tokens)
+            assert per_layer == [2.0 * tokens] * _moe_layers(moe), (layout, per_layer, tokens)
             assert 0 <= stats["moe/expert_tokens_min"] <= stats["moe/expert_tokens_max"] <= 4 * SEQ
             assert stats["moe/expert_tokens_max"] >= 4 * SEQ * 2 / 4  # some expert takes at least the mean
             assert stats["moe/aux_loss"] > 0
@@ -345,8 +354,9 @@ def test_moe_native_engine_generates_the_same_at_ep2(moe):
         assert single == ep2, f"rank {rank}: EP=1 {single} vs EP=2 {ep2}"
         assert all(len(x) >= 1 for x in single)
         assert routed1 == routed2, f"rank {rank}: the recorded routing differs between EP=1 and EP=2"
-        for row in routed1:  # every real token that ran: 2 layers x top-2 distinct experts
-            assert row and all(len(set(layer)) == 2 and min(layer) >= 0 for tok in row for layer in tok)
+        for row in routed1:  # every real token that ran: each MoE layer top-2 distinct experts, dense layers none
+            assert row and all(len([l for l in tok if l != [-1, -1]]) == _moe_layers(moe) for tok in row)
+            assert all(len(set(layer)) == 2 and min(layer) >= 0 for tok in row for layer in tok if layer != [-1, -1])
 
 
 def test_moe_routing_recorded_under_pipeline_parallelism_joins_every_stages_layers(moe):

@@ -1,7 +1,7 @@
 """`load:` a HF directory with an empty model yaml: the architecture comes from config.json.
 
 Table over every architecture the model builder supports (Llama with llama3 rope scaling, Mistral,
-Phi-3, Qwen2 / Qwen2.5, Qwen3, Qwen3-MoE, Qwen2-MoE, Mixtral, SmolLM3, Granite, Gemma 3, Gemma 2, Gemma 1, OLMo 2, OLMo 3, Ministral 3, EXAONE 4.0, Seed-OSS, GLM-4, ERNIE 4.5, Arcee): an empty model entry (or none at all) dry-runs; a key the user did set that
+Phi-3, Qwen2 / Qwen2.5, Qwen3, Qwen3-MoE, Qwen2-MoE, Mixtral, SmolLM3, Granite, Gemma 3, Gemma 2, Gemma 1, OLMo 2, OLMo 3, Ministral 3, EXAONE 4.0, Seed-OSS, GLM-4, ERNIE 4.5, Arcee, GLM-4.5): an empty model entry (or none at all) dry-runs; a key the user did set that
 disagrees fails in dry_run with one sentence naming both values; weights whose safetensors
 headers do not fit config.json fail in dry_run too (headers only).
 """
@@ -46,6 +46,11 @@ ARCHS = {"llama": dict(rotary_base=5000.0, rope_scaling_type="llama3", untie_emb
                          window_attn_skip_freq=[1, 0], no_rope_freq=[0, 1], sliding_window=12, rope_scaling_type="llama3"),
          "glm4": dict(rotary_interleaved=True, rotary_percent=0.5, post_norm=True, add_qkv_bias=True, kv_channels=16),
          "ernie4_5": dict(rotary_interleaved=True, untie_embeddings_and_output_weights=False, kv_channels=16),
+         "glm4_moe": dict(num_experts=4, moe_router_topk=2, moe_ffn_hidden_size=32, moe_layer_freq=[0, 1],
+                          moe_router_score_function="sigmoid", moe_router_enable_expert_bias=True,
+                          moe_router_num_groups=2, moe_router_group_topk=1, moe_router_topk_scaling_factor=1.5,
+                          moe_shared_expert_intermediate_size=32, rotary_percent=0.5, add_qkv_bias=True,
+                          qk_layernorm=True, kv_channels=16),
          "arcee": dict(swiglu=False, squared_relu=True, rope_scaling_type="yarn", rope_scaling_factor=4.0,
                        untie_embeddings_and_output_weights=True),
          "seed_oss": dict(add_qkv_bias=True, kv_channels=32, untie_embeddings_and_output_weights=True,
@@ -120,6 +125,8 @@ def test_user_set_key_that_agrees_is_kept_and_recorded(hf_dirs):
     ("qwen3", "training.qk_layernorm=false", r"training.qk_layernorm is False but .* says True"),
     ("qwen2", "training.norm_epsilon=1e-5", r"norm_epsilon is 1e-05 but .* says 1e-06 \(rms_norm_eps\)"),
     ("llama", "training.num_query_groups=4", r"training.num_query_groups is 4 but .* says 2"),
+    ("glm4_moe", "training.moe_layer_freq=1",
+     r"training.moe_layer_freq is \[1, 1\] but config.json in \S+ says \[0, 1\] \(first_k_dense_replace\)"),
     ("arcee", "training.swiglu=true", r"training.swiglu is True but config.json in \S+ says False \(hidden_act\)"),
 ])
 def test_wrong_user_set_key_fails_in_dry_run(arch, override, message, hf_dirs, capsys):

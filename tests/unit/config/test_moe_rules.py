@@ -50,9 +50,16 @@ def test_ep2_dry_runs_and_both_roles_get_the_experts(capsys):
      "moe_enable_routing_replay: true` cannot replay sinkhorn routing"),
     ([f"{A}.moe_enable_routing_replay=true", f"{A}.recompute_granularity=full"],
      "moe_enable_routing_replay: true` with recompute_granularity: full"),
+    (["training.moe_layer_freq=[0,1,1]"], "moe_layer_freq [0, 1, 1] must hold one 0 or 1 per layer (2)"),
+    (["training.moe_router_enable_expert_bias=true"], "moe_router_enable_expert_bias needs moe_router_score_function: sigmoid"),
+    (["training.moe_router_num_groups=2"], "moe_router_num_groups and moe_router_group_topk go together"),
+    (["training.moe_router_num_groups=3", "training.moe_router_group_topk=1"],
+     "moe_router_num_groups 3 must divide num_experts 4"),
+    (["training.moe_router_score_function=softplus"], "moe_router_score_function: softplus` is not supported"),
 ], ids=["ep-divides-experts", "etp-divides-ffn", "devices-hold-expert-groups", "tp-needs-sp", "cpu-dispatcher",
         "unknown-dispatcher", "top1-renormalised", "topk-over-experts", "split-native-tp2", "split-replay",
-        "replay-vllm", "vllm-needs-qk-norm", "shared-expert-tp", "vllm-shared-expert-gate", "replay-sinkhorn", "replay-full-recompute"])
+        "replay-vllm", "vllm-needs-qk-norm", "shared-expert-tp", "vllm-shared-expert-gate", "replay-sinkhorn", "replay-full-recompute",
+        "moe-layer-pattern", "expert-bias-needs-sigmoid", "groups-together", "groups-divide", "score-function"])
 def test_moe_rules(overrides, fragment, capsys):
     assert ray_gpt.main(["--config-name", TINY, *MOE, *overrides, "dry_run=true"]) == 2
     err = capsys.readouterr().err
@@ -122,3 +129,20 @@ def test_moe_grouped_gemm_reaches_the_builder_as_grouped_experts_on_cpu(gloo_wor
     assert args["moe_grouped_gemm"] is True and transformer_config(args).moe_grouped_gemm is False
     kinds = {type(m).__name__ for n, m in build_gpt_model(args).named_modules() if n.endswith("mlp.experts")}
     assert kinds == {"GroupedExperts"}
+
+
+def test_glm4_style_routing_dry_runs_and_reaches_the_builder(capsys):
+    """Dense first layers, sigmoid scores with the expert bias, groups and a weight scale (GLM-4.5's
+    routing, megatron's keys) dry-run, vLLM included (its GLM-4.5), and reach TransformerConfig."""
+    from mindspeed_rl.models.builder import moe_config_fields
+
+    over = MOE + ["training.moe_layer_freq=[0,1]", "training.moe_router_score_function=sigmoid",
+                  "training.moe_router_enable_expert_bias=true", "training.moe_router_num_groups=2",
+                  "training.moe_router_group_topk=1", "training.moe_router_topk_scaling_factor=2.5",
+                  f"{A}.rollout_engine=vllm", "training.moe_shared_expert_intermediate_size=64"]
+    assert ray_gpt.main(["--config-name", TINY, *over, "dry_run=true"]) == 0, capsys.readouterr().err
+    cfg = build_config(compose_yaml(TINY, over))
+    fields = moe_config_fields({**cfg.actor.arch.__dict__})
+    assert (fields["moe_layer_freq"], fields["moe_router_score_function"], fields["moe_router_enable_expert_bias"],
+            fields["moe_router_bias_update_rate"], fields["moe_router_num_groups"], fields["moe_router_group_topk"],
+            fields["moe_router_topk_scaling_factor"]) == ([0, 1], "sigmoid", True, 0.0, 2, 1, 2.5)

@@ -34,7 +34,7 @@ def _run(*argv):
                                                ("gemma3_text", (2, 2), (1, 1)), ("gemma2", (2, 1), (1, 2)),
                                                ("gemma", (1, 2), (2, 1)), ("olmo3", (2, 2), (1, 1)),
                                                ("exaone4", (1, 2), (2, 1)), ("glm4", (2, 2), (1, 1)),
-                                               ("arcee", (2, 1), (1, 2))])
+                                               ("arcee", (2, 1), (1, 2)), ("glm4_moe", (2, 2), (1, 1))])
 def test_round_trip_is_bit_exact(tmp_path, arch, first, second):
     """HF -> mg -> mg -> HF: every tensor back bit for bit under its stored name and layout (Mixtral's
     names, Phi-3's fused q/k/v and gate/up, Gemma 3's norm names)."""

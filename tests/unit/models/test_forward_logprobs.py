@@ -53,7 +53,7 @@ def _batches():
 @pytest.mark.parametrize("arch", ["llama", "mistral", "phi3", "phi3-partial", "phi3-longrope", "qwen2", "qwen3",
                                   "phi3-partiallongrope", "qwen2-yarn", "qwen3-yarnmscale", "mistral-linear",
                                   "smollm3", "smollm3-yarn", "granite", "gemma3_text", "gemma2", "gemma", "olmo2",
-                                  "olmo3", "exaone4", "seed_oss", "glm4", "ernie4_5", "arcee"])
+                                  "olmo3", "exaone4", "seed_oss", "glm4", "ernie4_5", "arcee", "glm4_moe"])
 def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     """phi3: q/k/v and gate/up read as row ranges of its fused tensors; phi3-partial: half of each
     head rotated (partial_rotary_factor 0.5 = megatron's rotary_percent); phi3-longrope: LongRoPE's
@@ -73,7 +73,9 @@ def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     (transformers in eval mode: its 0.1 dropout off, as ours always is); glm4: RoPE over interleaved
     pairs of half of each head (megatron's rotary_interleaved), norms before and after attention and
     MLP, gate / up read from gate_up_proj; ernie4_5: RoPE over interleaved pairs of the whole head;
-    arcee: fc1 is up_proj alone, relu(x)^2 between it and down_proj, YaRN x 4."""
+    arcee: fc1 is up_proj alone, relu(x)^2 between it and down_proj, YaRN x 4; glm4_moe: a dense first layer
+    and an MoE one routed by sigmoid scores plus the checkpoint's expert bias within the best group, the
+    weights renormalised and x 1.5, a shared expert, partial rotary on Llama's pairs."""
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
 
@@ -279,3 +281,22 @@ def test_norms_round_as_transformers_in_bf16(arch, tmp_path, gloo_world1):
             norm = hf.model.norm
             h = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
             assert not torch.equal(h.to(torch.bfloat16) * norm.weight, norm(x))  # cast first: other bits
+
+
+def test_expert_bias_stays_fp32_in_a_bf16_model(tmp_path, gloo_world1):
+    """GLM-4.5's e_score_correction_bias chooses experts: in a bf16 model it stays fp32 and equal to the
+    checkpoint's (transformers and megatron keep it fp32; rounded to bf16 it would flip near ties), and
+    the placement check accepts it."""
+    from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
+    from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
+    from mindspeed_rl.platform.placement import placement_problems
+
+    hf = make_tiny_hf("glm4_moe", str(tmp_path))
+    args = dict(model_config_from_hf(read_hf_config(str(tmp_path))), padded_vocab_size=128)
+    init_parallel_state(1, 1)
+    model = build_gpt_model(args, torch.bfloat16)
+    load_hf_checkpoint(model, str(tmp_path), args)
+    bias = model.decoder.layers[1].mlp.router.expert_bias
+    assert bias.dtype == torch.float32 and torch.equal(bias, hf.model.layers[1].mlp.gate.e_score_correction_bias)
+    assert model.decoder.layers[1].mlp.router.weight.dtype == torch.bfloat16
+    assert placement_problems(model, torch.device("cpu"), torch.bfloat16) == []

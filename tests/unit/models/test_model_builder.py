@@ -49,7 +49,7 @@ def test_qwen2_and_qwen3_in_transformers5_spelling():
     ({"hidden_act": "gelu"}, "hidden_act"),
     ({"rope_scaling": {"rope_type": "dynamic", "factor": 4.0}}, "rope type 'dynamic' .* would disagree"),
     ({"rope_scaling": {"rope_type": "su", "factor": 4.0}}, "rope type 'su' is not supported; use one of"),
-    ({"partial_rotary_factor": 0.5}, "partial_rotary_factor 0.5 is supported for phi3 and glm4 models only, not llama"),
+    ({"partial_rotary_factor": 0.5}, "partial_rotary_factor 0.5 is supported for phi3, glm4 and glm4_moe models only, not llama"),
 ])
 def test_unsupported_hf_features_raise(change, match):
     with pytest.raises(ValueError, match=match):
@@ -532,3 +532,40 @@ def test_arcee_config_json_round_trip():
     with pytest.raises(ValueError, match="an MLP without a gate has a config.json form only in an Arcee model .* "
                                          "this one is a llama with a GELU MLP"):
         hf_config_from_args(dict(args, squared_relu=False), vocab_size=128004)
+
+
+def test_glm4_moe_config_json_round_trip():
+    """GLM-4.5-Air's config.json (46 layers, the first dense, 128 experts of which 8 per token plus
+    one shared, sigmoid routing with the expert bias, partial rotary 0.5, q / k / v biases, an MTP
+    layer): the args, exported from them as GLM-4.5 again and read back the same; what megatron's
+    group ranking cannot reproduce, and what config.json cannot say, are one sentence each."""
+    from transformers import Glm4MoeConfig
+
+    from mindspeed_rl.models.hf_export import hf_config_from_args
+
+    air = {"architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe", "attention_bias": True,
+           "first_k_dense_replace": 1, "head_dim": 128, "hidden_act": "silu", "hidden_size": 4096,
+           "intermediate_size": 10944, "max_position_embeddings": 131072, "moe_intermediate_size": 1408,
+           "n_group": 1, "n_routed_experts": 128, "n_shared_experts": 1, "norm_topk_prob": True,
+           "num_attention_heads": 96, "num_experts_per_tok": 8, "num_hidden_layers": 46, "num_key_value_heads": 8,
+           "num_nextn_predict_layers": 1, "partial_rotary_factor": 0.5, "rms_norm_eps": 1e-05, "rope_theta": 1000000,
+           "routed_scaling_factor": 1.0, "tie_word_embeddings": False, "topk_group": 1, "use_qk_norm": False,
+           "vocab_size": 151552}
+    args = model_config_from_hf(air)
+    assert args["moe_layer_freq"] == [0] + [1] * 45 and args["moe_shared_expert_intermediate_size"] == 1408
+    assert (args["moe_router_score_function"], args["moe_router_enable_expert_bias"], args["rotary_percent"],
+            args["add_qkv_bias"], args["qk_layernorm"], args["kv_channels"]) == ("sigmoid", True, 0.5, True, False, 128)
+    assert "moe_router_num_groups" not in args and "moe_router_topk_scaling_factor" not in args
+    written = hf_config_from_args(args, vocab_size=151552)
+    assert (written["model_type"], written["first_k_dense_replace"], written["n_shared_experts"]) == ("glm4_moe", 1, 1)
+    assert model_config_from_hf(written) == args
+    assert Glm4MoeConfig(**written).n_routed_experts == 128
+    grouped = model_config_from_hf(dict(air, n_group=8, topk_group=4, routed_scaling_factor=2.5))
+    assert (grouped["moe_router_num_groups"], grouped["moe_router_group_topk"],
+            grouped["moe_router_topk_scaling_factor"]) == (8, 4, 2.5)
+    with pytest.raises(ValueError, match="n_group 8 / topk_group 2 with num_experts_per_tok 8 is not supported"):
+        model_config_from_hf(dict(air, n_group=8, topk_group=2))
+    with pytest.raises(ValueError, match="norm_topk_prob false with sigmoid routing"):
+        model_config_from_hf(dict(air, norm_topk_prob=False))
+    with pytest.raises(ValueError, match="has a config.json form only as GLM-4.5 .* MoE layers after the first dense"):
+        hf_config_from_args(dict(args, moe_layer_freq=[1, 0] * 23), vocab_size=151552)
