@@ -164,6 +164,11 @@ def remove_thought(content: str) -> str:
     return _THOUGHT_RE.sub("", content).lstrip("\n")
 
 
+def _without_thoughts(messages: list[dict]) -> list[dict]:
+    """The messages with every assistant turn's thought removed (the samples are not modified)."""
+    return [dict(m, content=remove_thought(m["content"])) if m["role"] == "assistant" else m for m in messages]
+
+
 def _has_thought(content: str) -> bool:
     return THOUGHT[0] in content or THOUGHT[1] in content
 
@@ -252,7 +257,7 @@ def encode_prompt(tokenizer, prompt_type: Optional[str], messages: list[dict], s
         return _encode(tokenizer, text)
     reasoning = TEMPLATES[prompt_type or "empty"].reasoning
     if reasoning:  # earlier answers without their thoughts
-        messages = [dict(m, content=remove_thought(m["content"])) if m["role"] == "assistant" else m for m in messages]
+        messages = _without_thoughts(messages)
     ids = [t for turn in encode_turns(tokenizer, prompt_type, messages, system) for t in turn]
     if reasoning and not enable_thinking:  # an empty thought: the model answers at once
         ids += _encode(tokenizer, THOUGHT[0] + THOUGHT[1])
@@ -287,7 +292,7 @@ def encode_conversation(
         return pairs
     reasoning = TEMPLATES[prompt_type or "empty"].reasoning
     if reasoning and enable_thinking is False:
-        messages = [dict(m, content=remove_thought(m["content"])) if m["role"] == "assistant" else m for m in messages]
+        messages = _without_thoughts(messages)
     turns = encode_turns(tokenizer, prompt_type, messages, system)
     pairs = [(turns[k], turns[k + 1]) for k in range(0, len(turns) - 1, 2)]
     if reasoning:  # MindSpeed-LLM's ReasoningTemplate.encode_multiturn
