@@ -493,6 +493,12 @@ def sliding_window(hf: Mapping[str, Any]) -> Optional[int]:
     return int(window) if window and int(window) < longest else None
 
 
+def expert_count(hf: Mapping[str, Any]) -> int:
+    """Routed experts per MoE layer as config.json names them: num_experts (Qwen-MoE),
+    num_local_experts (Mixtral), n_routed_experts (GLM-4.5, DeepSeek); 0 for a dense model."""
+    return int(hf.get("num_experts") or hf.get("num_local_experts") or hf.get("n_routed_experts") or 0)
+
+
 def moe_args_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     """Megatron MoE args of a Qwen3-MoE / Qwen2-MoE / Mixtral / GLM-4.5 config.json. HF's norm_topk_prob
     (renormalise the top-k softmax probabilities) is megatron's softmax over the top-k logits, i.e.
@@ -504,7 +510,7 @@ def moe_args_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     if hf.get("mlp_only_layers") or int(hf.get("decoder_sparse_step", 1)) != 1:
         raise ValueError("config.json mlp_only_layers / decoder_sparse_step != 1 (dense layers between MoE "
                          "layers) is not supported for this model type; every layer must be an MoE layer.")
-    experts = hf.get("num_experts", hf.get("num_local_experts"))
+    experts = expert_count(hf)
     if not experts:
         raise ValueError(f"config.json of a {hf.get('model_type')} model has no num_experts (or num_local_experts).")
     mixtral = hf.get("model_type") == "mixtral"
@@ -534,7 +540,7 @@ def glm4_moe_args(hf: Mapping[str, Any]) -> dict[str, Any]:
     - with n_group > 1, only the topk_group groups whose two best scores sum highest are eligible:
       megatron sums the best topk / topk_group of a group, so that must be 2 (refused otherwise);
     - n_shared_experts x moe_intermediate_size wide shared experts without a gate."""
-    experts, topk = int(hf["n_routed_experts"]), int(hf["num_experts_per_tok"])
+    experts, topk = expert_count(hf), int(hf["num_experts_per_tok"])
     layers, dense = int(hf["num_hidden_layers"]), int(hf.get("first_k_dense_replace") or 0)
     if not hf.get("norm_topk_prob"):
         raise ValueError("config.json norm_topk_prob false with sigmoid routing (glm4_moe) is not supported: "

@@ -55,6 +55,7 @@ from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
 import torch
 
+from mindspeed_rl.models.hf_config import expert_count
 from mindspeed_rl.models.hf_bridge.names import stored_name
 from mindspeed_rl.platform import get_platform
 from mindspeed_rl.platform import vllm_env
@@ -241,9 +242,7 @@ class VLLMEngine:
         self.eos_token_ids = tuple(int(t) for t in eos_token_ids)
         self.pad_token_id = int(pad_token_id)
         self.bucket_bytes = int(bucket_bytes)
-        # config.json's expert count: num_experts (Qwen-MoE), num_local_experts (Mixtral), n_routed_experts (GLM-4.5)
-        self._moe = int(hf_config.get("num_experts") or hf_config.get("num_local_experts")
-                        or hf_config.get("n_routed_experts") or 0) > 1
+        self._moe = expert_count(hf_config) > 1
         self.sleep_level = vllm_env.sleep_level(self.platform_name, self._moe)
         self.last_sync: dict[str, float] = {}
         self._asleep = False
