@@ -6,6 +6,8 @@ which pairs with Megatron core_r0.12.1), with repository, tag, commit and files;
 with scripts/extract_arg_vocab.py. Each name a yaml uses is routed (route()) to one of:
 
 - "schema":      a key of our typed schema (schema.py); it does what its docs say;
+- "alias":       MindSpeed-LLM's spelling of a schema key (ALIASES), or a key that sets one from
+                 others (DERIVED: first_k_dense_replace, n_shared_experts, seq_aux);
 - "mindspeed":   a MindSpeed feature switch (MINDSPEED_SWITCHES): forwarded to MindSpeed on NPU
                  (platform/npu.py), reported once as ignored elsewhere;
 - "unsupported": a switch that would change the model or the math in a way this framework does not
@@ -72,7 +74,43 @@ UNSUPPORTED = {
     "rotary_seq_len_interpolation_factor": ((None, 1), "RoPE position interpolation is not implemented; see rope_scaling_type"),
     "use_alibi_mask": ((None, False), "ALiBi positions are not implemented"),
     "mtp_num_layers": ((None, 0), "multi-token prediction layers are not implemented"),
+    # MindSpeed-LLM's model switches (2.3.0)
+    "multi_head_latent_attention": ((None, False), "multi-latent attention (DeepSeek) is not implemented"),
+    "moe_device_level_aux_loss_coeff": ((None, 0), "DeepSeek-V2's device-level balance loss is not implemented"),
+    "moe_comm_aux_loss_coeff": ((None, 0), "DeepSeek-V2's communication balance loss is not implemented"),
+    "add_dense_bias": ((None, False), "a bias on the attention output projection alone is not implemented"),
+    "add_output_layer_bias": ((None, False), "a bias on the output layer is not implemented"),
+    "embed_layernorm": ((None, False), "a LayerNorm after the word embeddings is not implemented"),
+    "no_post_layer_norm": ((None, False), "a model without the final norm is not implemented"),
+    "shared_expert_gate_output_dimension": ((None, 1), "a shared-expert gate with more than one output is not implemented"),
+    "full_attention_interval": ((None, 0), "Qwen3-Next's linear-attention layers are not implemented"),
+    "fix_router": ((None, False), "a fixed router (MindSpeed-LLM's load-balancing test switch) is not implemented"),
 }
+
+# MindSpeed-LLM's own spellings of keys the schema has under Megatron-LM's name (2.3.0 keeps most of them
+# as deprecated aliases). The yaml may use either; the loader renames them (config/loader.py), and a
+# section that gives both with different values is refused. store_true switches: false means unset.
+ALIASES = {
+    "moe_intermediate_size": "moe_ffn_hidden_size",
+    "n_group": "moe_router_num_groups",
+    "topk_group": "moe_router_group_topk",
+    # MindSpeed-LLM 2.3.0 copies topk_group here (a slip in its deprecated_args.py); the meaning is HF's
+    "routed_scaling_factor": "moe_router_topk_scaling_factor",
+    "beta_fast": "rope_scaling_beta_fast",
+    "beta_slow": "rope_scaling_beta_slow",
+    "rope_scaling_original_max_position_embeddings": "original_max_position_embeddings",
+    "use_glm_rope": "rotary_interleaved",  # GLM's partial RoPE: pairs (2i, 2i + 1) of the rotary_percent dims
+}
+# MindSpeed-LLM keys that set a schema key from other keys as well (resolved once the sections are
+# merged, loader._derived_aliases): first_k_dense_replace (+ moe_layer_freq, num_layers) -> the
+# moe_layer_freq list; n_shared_experts (x the expert width) -> moe_shared_expert_intermediate_size;
+# seq_aux -> moe_router_load_balancing_type: seq_aux_loss.
+DERIVED = {
+    "first_k_dense_replace": "moe_layer_freq",
+    "n_shared_experts": "moe_shared_expert_intermediate_size",
+    "seq_aux": "moe_router_load_balancing_type",
+}
+STORE_TRUE = {"use_glm_rope", "seq_aux"}
 
 
 @functools.lru_cache(maxsize=1)
@@ -88,12 +126,14 @@ def normalize_key(key: str) -> str:
 
 
 def route(key: str) -> str | None:
-    """schema / mindspeed / unsupported / no_effect for a known name, None for an unknown one."""
+    """schema / alias / mindspeed / unsupported / no_effect for a known name, None for an unknown one."""
     from mindspeed_rl.config.schema import all_flat_keys
 
     key = normalize_key(key)
     if key in all_flat_keys():
         return "schema"
+    if key in ALIASES or key in DERIVED:
+        return "alias"
     if key in MINDSPEED_SWITCHES:
         return "mindspeed"
     if key in UNSUPPORTED:

@@ -48,6 +48,15 @@ def render() -> str:
                     continue
                 out.append(f"| `{f.name}` | `{_default(f)}` | {f.metadata.get('doc', '')} |")
         out.append("")
+    out += ["## MindSpeed-LLM's spellings", "",
+            "MindSpeed-LLM names some model keys its own way; either name works (one section giving both with "
+            "different values is refused).", "", "| MindSpeed-LLM key | sets |", "| --- | --- |"]
+    out += [f"| `{k}` | `{target}` |" for k, target in compat.ALIASES.items()]
+    out += ["| `first_k_dense_replace` | `moe_layer_freq`: layer i is MoE when i >= first_k_dense_replace and "
+            "i % moe_layer_freq == 0 (MoE models; num_layers from the model file or config.json) |",
+            "| `n_shared_experts` | `moe_shared_expert_intermediate_size` = n_shared_experts x moe_ffn_hidden_size "
+            "(else ffn_hidden_size), unless that is set |",
+            "| `seq_aux` | `moe_router_load_balancing_type: seq_aux_loss` |", ""]
     out += ["## Accepted for ray_gpt compatibility, no effect here", "", "| key | why |", "| --- | --- |"]
     out += [f"| `{k}` | {why} |" for k, why in compat.NO_EFFECT_KEYS.items()]
     vocab = compat.vocabulary()

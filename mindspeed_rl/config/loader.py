@@ -209,9 +209,97 @@ def _merged_view(models: dict, training: dict, role_sec: dict, role: str) -> tup
     layers += [("training", training), (ROLE_PATHS[role], role_sec)]
     merged, origin = {"model": model_name}, {}
     for path, sec in layers:
-        for key, value in sec.items():
-            merged[key], origin[key] = value, f"{path}.{key}"
+        for key, (value, where) in _renamed(path, sec).items():
+            merged[key], origin[key] = value, where
+    _derived_aliases(merged, origin)
     return merged, origin
+
+
+def _renamed(path: str, sec: dict) -> dict:
+    """{key: (value, yaml path)} of one section, MindSpeed-LLM's spellings (compat.ALIASES) under the
+    schema's names; a section giving both spellings with different values is refused."""
+    out = {}
+    for key, value in sec.items():
+        target = compat.ALIASES.get(key)
+        if key in compat.STORE_TRUE and value in (False, None):
+            continue  # an unset store_true switch of MindSpeed-LLM
+        if target is None:
+            out.setdefault(key, (value, f"{path}.{key}"))
+            continue
+        if target in sec and sec[target] != value:
+            raise UserInputError(f"`{path}.{key}: {value}` (MindSpeed-LLM's name for {target}) disagrees with "
+                                 f"`{path}.{target}: {sec[target]}`; keep one of the two.")
+        out[target] = (value, f"{path}.{key}")
+    return out
+
+
+def _hf_config_of(merged: dict) -> dict:
+    """config.json of the role's `load` when it is a HF directory, else {} (read only for the keys that
+    derive a schema key from others)."""
+    load = merged.get("load")
+    if not (isinstance(load, str) and _is_hf_dir(load)):
+        return {}
+    from mindspeed_rl.models.hf_bridge.loader import read_hf_config
+    try:
+        return read_hf_config(load)
+    except (OSError, ValueError, UserInputError):
+        return {}  # validate() reports an unreadable config.json with its own sentence
+
+
+def _derived_aliases(merged: dict, origin: dict) -> None:
+    """MindSpeed-LLM keys that set a schema key from other keys too (compat.DERIVED), as MindSpeed-LLM
+    2.3.0 resolves them; num_layers and the widths come from config.json when the yaml leaves them out."""
+    from mindspeed_rl.models.hf_config import expert_count
+
+    def whole(key: str, low: int) -> int:
+        value = merged[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise UserInputError(f"`{origin[key]}` must be an integer of at least {low}, got {value!r}.")
+        return value
+
+    hf = _hf_config_of(merged) if any(k in merged for k in compat.DERIVED) else {}
+    if not (hf or merged.get("hidden_size")):  # a role without a model (the reward role of a rule reward)
+        for key in compat.DERIVED:
+            merged.pop(key, None), origin.pop(key, None)
+        return
+    if "first_k_dense_replace" in merged:
+        dense, where = whole("first_k_dense_replace", 0), origin.pop("first_k_dense_replace")
+        merged.pop("first_k_dense_replace")
+        freq = merged.get("moe_layer_freq", 1)
+        layers = merged.get("num_layers") or hf.get("num_hidden_layers")
+        if (merged.get("num_experts") or expert_count(hf)) and dense:  # MindSpeed-LLM: MoE models only
+            if not isinstance(freq, int) or isinstance(freq, bool) or freq < 1:
+                raise UserInputError(f"`{where}` makes the first {dense} layers dense in an interval pattern, but "
+                                     f"`{origin.get('moe_layer_freq', 'moe_layer_freq')}` is {freq!r}; with a list of "
+                                     f"0 / 1 per layer drop first_k_dense_replace (the list says which layers are dense).")
+            if not layers:
+                raise UserInputError(f"`{where}` needs num_layers (in the model file, or a HF `load:` directory).")
+            if dense >= layers:
+                raise UserInputError(f"`{where}: {dense}` leaves no MoE layer among num_layers {layers}; it must be "
+                                     f"smaller than num_layers.")
+            merged["moe_layer_freq"] = [int(i >= dense and i % freq == 0) for i in range(layers)]
+            origin["moe_layer_freq"] = where
+    if "n_shared_experts" in merged:
+        shared, where = whole("n_shared_experts", 0), origin.pop("n_shared_experts")
+        merged.pop("n_shared_experts")
+        if shared and merged.get("moe_shared_expert_intermediate_size") is None:  # an explicit width wins, as there
+            width = (merged.get("moe_ffn_hidden_size") or merged.get("ffn_hidden_size")
+                     or hf.get("moe_intermediate_size") or hf.get("intermediate_size"))
+            if not width:
+                raise UserInputError(f"`{where}` needs the expert width: set moe_ffn_hidden_size (MindSpeed-LLM: "
+                                     f"moe_intermediate_size) or load a HF directory.")
+            merged["moe_shared_expert_intermediate_size"] = shared * width
+            origin["moe_shared_expert_intermediate_size"] = where
+    if "seq_aux" in merged:
+        where = origin.pop("seq_aux")
+        merged.pop("seq_aux")
+        kind = merged.get("moe_router_load_balancing_type", "aux_loss")
+        if kind not in ("aux_loss", "seq_aux_loss"):
+            raise UserInputError(f"`{where}: true` computes the aux loss per sequence, which needs "
+                                 f"moe_router_load_balancing_type aux_loss, but `{origin['moe_router_load_balancing_type']}` "
+                                 f"is {kind}; drop one of the two.")
+        merged["moe_router_load_balancing_type"] = "seq_aux_loss"
+        origin["moe_router_load_balancing_type"] = where
 
 
 def _build_role(role: str, models: dict, training: dict, sec: dict, ignored: dict) -> RoleConfig:
