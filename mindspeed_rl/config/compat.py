@@ -85,11 +85,25 @@ UNSUPPORTED = {
     "shared_expert_gate_output_dimension": ((None, 1), "a shared-expert gate with more than one output is not implemented"),
     "full_attention_interval": ((None, 0), "Qwen3-Next's linear-attention layers are not implemented"),
     "fix_router": ((None, False), "a fixed router (MindSpeed-LLM's load-balancing test switch) is not implemented"),
+    "moe_z_loss_coeff": ((None, 0), "the router z-loss is not implemented"),
+    "moe_input_jitter_eps": ((None, 0), "router input jitter (noise in the routing) is not implemented"),
+    "apply_residual_connection_post_layernorm": ((None, False), "residuals taken after the layernorm are not implemented"),
+    "fp32_residual_connection": ((None, False), "fp32 residuals in a bf16 / fp16 model are not implemented"),
+    "openai_gelu": ((None, False), "OpenAI's GELU approximation is not implemented"),
+    "scale_emb": ((None,), "MiniCPM's embedding / depth / width scalings are not implemented"),
+    "dim_model_base": ((None,), "MiniCPM's embedding / depth / width scalings are not implemented"),
+    "scale_depth": ((None,), "MiniCPM's embedding / depth / width scalings are not implemented"),
+    "noop_layers": ((None,), "no-op layers are not implemented"),
+    "cla_share_factor": ((None, 1), "cross-layer attention (K / V shared between layers) is not implemented"),
+    "share_kvstates": ((None, False), "cross-layer attention (K / V shared between layers) is not implemented"),
+    "interleave_sliding_window": ((None,), "MindSpeed-LLM's interleaved sliding window is spelled sliding_window + "
+                                  "window_attn_skip_freq here (or comes from config.json)"),
 }
 
 # MindSpeed-LLM's own spellings of keys the schema has under Megatron-LM's name (2.3.0 keeps most of them
-# as deprecated aliases). The yaml may use either; the loader renames them (config/loader.py), and a
-# section that gives both with different values is refused. store_true switches: false means unset.
+# as deprecated aliases), and Megatron-LM's names the schema spells another way. The yaml may use
+# either; the loader renames them (config/loader.py), and a section giving both with different values
+# is refused.
 ALIASES = {
     "moe_intermediate_size": "moe_ffn_hidden_size",
     "n_group": "moe_router_num_groups",
@@ -100,6 +114,19 @@ ALIASES = {
     "beta_slow": "rope_scaling_beta_slow",
     "rope_scaling_original_max_position_embeddings": "original_max_position_embeddings",
     "use_glm_rope": "rotary_interleaved",  # GLM's partial RoPE: pairs (2i, 2i + 1) of the rotary_percent dims
+    "partial_rotary_factor": "rotary_percent",
+    "query_pre_attn_scalar": "softmax_scale",  # Gemma 2 / 3: scores scaled by query_pre_attn_scalar^-1/2
+    "use_rope_scaling": "rope_scaling_type",  # Megatron-LM: Llama 3.1's scaling (rope_scaling_factor, default 8)
+    "add_bias_linear": "disable_bias_linear",  # Megatron-LM's dest of --disable-bias-linear, inverted
+}
+# How an alias's value becomes the target's; None means "unset" (a store_true switch left false,
+# MindSpeed-LLM's 0.0 for "no partial rotary"). Aliases not listed keep their value.
+ALIAS_VALUES = {
+    "use_glm_rope": lambda v: True if v else None,
+    "partial_rotary_factor": lambda v: v if v else None,
+    "query_pre_attn_scalar": lambda v: float(v) ** -0.5 if v else None,
+    "use_rope_scaling": lambda v: "llama3" if v else None,
+    "add_bias_linear": lambda v: None if v is None else not v,
 }
 # MindSpeed-LLM keys that set a schema key from other keys as well (resolved once the sections are
 # merged, loader._derived_aliases): first_k_dense_replace (+ moe_layer_freq, num_layers) -> the
@@ -110,7 +137,6 @@ DERIVED = {
     "n_shared_experts": "moe_shared_expert_intermediate_size",
     "seq_aux": "moe_router_load_balancing_type",
 }
-STORE_TRUE = {"use_glm_rope", "seq_aux"}
 
 
 @functools.lru_cache(maxsize=1)

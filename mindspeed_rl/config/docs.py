@@ -48,10 +48,13 @@ def render() -> str:
                     continue
                 out.append(f"| `{f.name}` | `{_default(f)}` | {f.metadata.get('doc', '')} |")
         out.append("")
-    out += ["## MindSpeed-LLM's spellings", "",
-            "MindSpeed-LLM names some model keys its own way; either name works (one section giving both with "
-            "different values is refused).", "", "| MindSpeed-LLM key | sets |", "| --- | --- |"]
-    out += [f"| `{k}` | `{target}` |" for k, target in compat.ALIASES.items()]
+    out += ["## Other spellings (MindSpeed-LLM's, Megatron-LM's)", "",
+            "Some model keys have another name in MindSpeed-LLM or Megatron-LM; either works (one section giving "
+            "both with different values is refused).", "", "| key | sets |", "| --- | --- |"]
+    how = {"use_glm_rope": "true: true; false: unset", "partial_rotary_factor": "the same value; 0: unset",
+           "query_pre_attn_scalar": "query_pre_attn_scalar^-1/2", "use_rope_scaling": "true: llama3; false: unset",
+           "add_bias_linear": "the negation"}
+    out += [f"| `{k}` | `{target}`{': ' + how[k] if k in how else ''} |" for k, target in compat.ALIASES.items()]
     out += ["| `first_k_dense_replace` | `moe_layer_freq`: layer i is MoE when i >= first_k_dense_replace and "
             "i % moe_layer_freq == 0 (MoE models; num_layers from the model file or config.json) |",
             "| `n_shared_experts` | `moe_shared_expert_intermediate_size` = n_shared_experts x moe_ffn_hidden_size "

@@ -216,18 +216,26 @@ def _merged_view(models: dict, training: dict, role_sec: dict, role: str) -> tup
 
 
 def _renamed(path: str, sec: dict) -> dict:
-    """{key: (value, yaml path)} of one section, MindSpeed-LLM's spellings (compat.ALIASES) under the
-    schema's names; a section giving both spellings with different values is refused."""
+    """{key: (value, yaml path)} of one section, MindSpeed-LLM's and Megatron-LM's other spellings
+    (compat.ALIASES) under the schema's names; a section giving both with different values is refused."""
     out = {}
     for key, value in sec.items():
         target = compat.ALIASES.get(key)
-        if key in compat.STORE_TRUE and value in (False, None):
-            continue  # an unset store_true switch of MindSpeed-LLM
         if target is None:
+            if key == "seq_aux" and value in (False, None):
+                continue  # MindSpeed-LLM's store_true switch, unset
             out.setdefault(key, (value, f"{path}.{key}"))
             continue
+        if key in compat.ALIAS_VALUES:
+            try:
+                value = compat.ALIAS_VALUES[key](value)
+            except (TypeError, ValueError):
+                raise UserInputError(f"`{path}.{key}: {value!r}` is not a value it takes; see "
+                                     f"{target} in docs/config_keys.md.") from None
+            if value is None:
+                continue
         if target in sec and sec[target] != value:
-            raise UserInputError(f"`{path}.{key}: {value}` (MindSpeed-LLM's name for {target}) disagrees with "
+            raise UserInputError(f"`{path}.{key}: {sec[key]}` (another name for {target}: {value}) disagrees with "
                                  f"`{path}.{target}: {sec[target]}`; keep one of the two.")
         out[target] = (value, f"{path}.{key}")
     return out

@@ -87,8 +87,12 @@ def test_an_explicit_shared_expert_width_wins_as_in_mindspeed_llm():
 
 @pytest.mark.parametrize("overrides,fragment", [
     (["training.n_group=2", "training.moe_router_num_groups=4"],
-     "`training.n_group: 2` (MindSpeed-LLM's name for moe_router_num_groups) disagrees with "
+     "`training.n_group: 2` (another name for moe_router_num_groups: 2) disagrees with "
      "`training.moe_router_num_groups: 4`; keep one of the two."),
+    (["training.add_bias_linear=true", "training.disable_bias_linear=true"],
+     "`training.add_bias_linear: True` (another name for disable_bias_linear: False) disagrees with"),
+    (["training.moe_z_loss_coeff=0.001"], "the router z-loss is not implemented"),
+    (["training.scale_emb=12"], "MiniCPM's embedding / depth / width scalings are not implemented"),
     (MOE + ["training.first_k_dense_replace=2"], "`training.first_k_dense_replace: 2` leaves no MoE layer among "
                                                  "num_layers 2"),
     (MOE + ["training.first_k_dense_replace=1", "training.moe_layer_freq=[0,1]"],
@@ -113,12 +117,24 @@ def test_off_values_of_the_unsupported_switches_pass():
     assert "no_post_layer_norm" in cfg.ignored
 
 
-def test_every_alias_is_mindspeed_vocabulary_and_names_a_schema_key():
+def test_megatron_lm_spellings_with_another_value():
+    """Megatron-LM's use_rope_scaling (Llama 3.1's scaling) and add_bias_linear; MindSpeed-LLM's
+    partial_rotary_factor (0 = none) and query_pre_attn_scalar (Gemma 2)."""
+    _, arch = _arch(["training.use_rope_scaling=true", "training.add_bias_linear=true",
+                     "training.partial_rotary_factor=0.5", "training.query_pre_attn_scalar=256"])
+    assert (arch["rope_scaling_type"], arch["rope_scaling_factor"], arch["disable_bias_linear"],
+            arch["rotary_percent"], arch["softmax_scale"]) == ("llama3", 8.0, False, 0.5, 1 / 16)
+    _, arch = _arch(["training.use_rope_scaling=false", "training.add_bias_linear=false",
+                     "training.partial_rotary_factor=0.0"])
+    assert (arch["rope_scaling_type"], arch["disable_bias_linear"], arch["rotary_percent"]) == (None, True, 1.0)
+
+
+def test_every_alias_is_vocabulary_and_names_a_schema_key():
     names, keys = compat.vocabulary()["names"], schema.all_flat_keys()
     for alias, target in {**compat.ALIASES, **compat.DERIVED}.items():
-        assert "mindspeed-llm" in names[alias] and alias not in keys and target in keys, alias
+        assert alias in names and alias not in keys and target in keys, alias
         assert compat.route(alias) == "alias"
-    assert compat.STORE_TRUE <= set(compat.ALIASES) | set(compat.DERIVED)
+    assert set(compat.ALIAS_VALUES) <= set(compat.ALIASES)
 
 
 @pytest.fixture(scope="module")
