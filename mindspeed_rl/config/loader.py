@@ -268,7 +268,8 @@ def _derived_aliases(merged: dict, origin: dict) -> None:
     hf = _hf_config_of(merged) if any(k in merged for k in compat.DERIVED) else {}
     if not (hf or merged.get("hidden_size")):  # a role without a model (the reward role of a rule reward)
         for key in compat.DERIVED:
-            merged.pop(key, None), origin.pop(key, None)
+            merged.pop(key, None)
+            origin.pop(key, None)
         return
     if "first_k_dense_replace" in merged:
         dense, where = whole("first_k_dense_replace", 0), origin.pop("first_k_dense_replace")
