@@ -63,6 +63,14 @@ NO_EFFECT_KEYS = {
     "use_cpu_initialization": "weights are created where the platform puts them",
     "transformer_impl": "the platform picks the layer implementation (local on CPU/NPU, transformer_engine on CUDA)",
     "micro_batch_size_per_gpu": "use micro_batch_size",
+    # router precision: the router computes in the model's dtype here (fp32 in fp32 models). Measured on
+    # a tiny GLM-4.5 in bf16, megatron's fp32 router logits did not bring the log-probs closer to
+    # transformers' (mean difference 0.0121 against 0.0087, one routing flip)
+    "moe_router_dtype": "the router computes in the model's dtype (fp32 in fp32 models)",
+    "router_gating_in_fp32": "the router computes in the model's dtype (fp32 in fp32 models)",
+    "topk_softmax_in_fp32": "the router computes in the model's dtype (fp32 in fp32 models)",
+    "moe_revert_type_after_topk": "the router computes in the model's dtype (fp32 in fp32 models)",
+    "num_layer_list": "pipeline stages get num_layers / pipeline_model_parallel_size layers each",
 }
 GENERAL_REASON = "a {source} argument of its own training loop; this framework's GRPO loop does not read it"
 
