@@ -1,9 +1,10 @@
 """Where each key of a MindSpeed-LLM / Megatron-LM style config goes: compatibility by construction.
 
 The vocabulary is data: megatron_vocab.json holds every argument name of Megatron-LM's
-megatron/training/arguments.py (core_v0.12.1) and of MindSpeed-LLM's training arguments (2.3.0,
-which pairs with Megatron core_r0.12.1), with repository, tag, commit and files; regenerate it
-with scripts/extract_arg_vocab.py. Each name a yaml uses is routed (route()) to one of:
+megatron/training/arguments.py (core_v0.12.1), of MindSpeed-LLM's training arguments (2.3.0,
+which pairs with Megatron core_r0.12.1) and of MindSpeed's (v2.3.0_core_r0.12.1, whose switches
+MindSpeed-LLM's scripts pass too), with repository, tag, commit and files; regenerate it with
+scripts/extract_arg_vocab.py. Each name a yaml uses is routed (route()) to one of:
 
 - "schema":      a key of our typed schema (schema.py); it does what its docs say;
 - "alias":       MindSpeed-LLM's spelling of a schema key (ALIASES), or a key that sets one from
@@ -191,7 +192,8 @@ def no_effect_reason(key: str) -> str:
         return NO_EFFECT_KEYS[key]
     sources = vocabulary()["names"].get(key, [])
     return GENERAL_REASON.format(source=" / ".join(
-        {"megatron-lm": "Megatron-LM", "mindspeed-llm": "MindSpeed-LLM"}.get(s, s) for s in sources) or "Megatron-LM")
+        {"megatron-lm": "Megatron-LM", "mindspeed-llm": "MindSpeed-LLM", "mindspeed": "MindSpeed"}.get(s, s)
+        for s in sources) or "Megatron-LM")
 
 
 def suggestion_pool() -> set[str]:

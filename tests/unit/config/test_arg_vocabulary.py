@@ -25,6 +25,8 @@ def test_data_file_provenance_and_format():
     assert by_name["megatron-lm"]["paths"] == ["megatron/training/arguments.py"]
     assert by_name["mindspeed-llm"]["repo"] == "Ascend/MindSpeed-LLM"
     assert "mindspeed_llm/training/arguments.py" in by_name["mindspeed-llm"]["paths"]
+    assert by_name["mindspeed"]["repo"] == "Ascend/MindSpeed" and by_name["mindspeed"]["ref"] == "v2.3.0_core_r0.12.1"
+    assert "mindspeed/arguments.py" in by_name["mindspeed"]["paths"]
     for s in data["sources"]:
         assert re.fullmatch(r"[0-9a-f]{40}", s["commit"]), s
         assert s["count"] == sum(1 for srcs in data["names"].values() if s["name"] in srcs)
@@ -116,3 +118,7 @@ def test_no_effect_reason_names_the_source():
     assert compat.no_effect_reason("finetune") == compat.NO_EFFECT_KEYS["finetune"]
     mindspeed_only = [n for n, s in compat.vocabulary()["names"].items() if s == ["mindspeed-llm"] and compat.route(n) == "no_effect"]
     assert mindspeed_only and "MindSpeed-LLM" in compat.no_effect_reason(mindspeed_only[0])
+    # MindSpeed's own switches, which MindSpeed-LLM's scripts pass too (its GLM-4.5-Air tuning script:
+    # --use-ascend-coc --coc-fused-kernel), parse: forwarded to MindSpeed, or no effect with the source
+    assert compat.route("use_ascend_coc") == "mindspeed"
+    assert compat.route("coc_fused_kernel") == "no_effect" and "MindSpeed" in compat.no_effect_reason("coc_fused_kernel")

@@ -158,3 +158,75 @@ def test_with_a_hf_load_the_missing_sizes_come_from_config_json(glm4_moe_dir, ca
     assert ray_gpt.main([*base, "training.routed_scaling_factor=2.5"]) == 2
     err = capsys.readouterr().err
     assert "training.routed_scaling_factor is 2.5 but config.json" in err and "says 1.5" in err, err
+
+
+# MindSpeed-LLM's GLM-4.5-Air tuning script (examples/mcore/glm45-air/tune_glm45_air_4k_full_ptd.sh at
+# its master, 2026-11), its model and MoE arguments as a model yaml: the names verbatim, the sizes
+# shrunk; alltoall_seq (NPU / CUDA) becomes allgather on CPU and mtp_num_layers (not implemented) 0
+GLM45_AIR_MINDSPEED = """glm45_air_tiny:
+  moe_grouped_gemm: true
+  moe_alltoall_overlap_comm: true
+  moe_permutation_async_comm: true
+  moe_tp_extend_ep: true
+  moe_token_dispatcher_type: allgather
+  first_k_dense_replace: 1
+  moe_layer_freq: 1
+  n_shared_experts: 1
+  num_experts: 4
+  moe_router_topk: 2
+  moe_ffn_hidden_size: 32
+  moe_router_load_balancing_type: none
+  moe_router_num_groups: 1
+  moe_router_group_topk: 1
+  norm_topk_prob: true
+  moe_router_score_function: sigmoid
+  moe_router_enable_expert_bias: true
+  moe_router_dtype: fp32
+  use_flash_attn: true
+  use_fused_rmsnorm: true
+  use_fused_swiglu: true
+  no_masked_softmax_fusion: true
+  overlap_grad_reduce: true
+  overlap_param_gather: true
+  recompute_activation_function: true
+  mtp_mem_efficient_logits: true
+  reuse_fp32_param: true
+  use_ascend_coc: true
+  coc_fused_kernel: true
+  use_mcore_models: true
+  mtp_num_layers: 0
+  kv_channels: 16
+  num_layers: 3
+  hidden_size: 64
+  ffn_hidden_size: 128
+  num_attention_heads: 4
+  make_vocab_size_divisible_by: 1
+  group_query_attention: true
+  num_query_groups: 2
+  disable_bias_linear: true
+  add_qkv_bias: true
+  position_embedding_type: rope
+  rotary_percent: 0.5
+  rotary_base: 1000000
+  no_rope_fusion: true
+  normalization: RMSNorm
+  swiglu: true
+  norm_epsilon: 1e-05
+"""
+
+
+def test_mindspeed_llm_glm45_air_arguments_dry_run(tmp_path, capsys):
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "glm45_air_tiny.yaml").write_text(GLM45_AIR_MINDSPEED)
+    (tmp_path / "exp.yaml").write_text(
+        "defaults:\n  - model:\n    - glm45_air_tiny\n\ntraining:\n  global_batch_size: 2\n  seq_length: 32\n"
+        "  train_iters: 2\nactor_rollout_ref:\n  actor_rollout:\n    model: glm45_air_tiny\n    max_prompt_length: 16\n"
+        "reward:\n  verifier: true\nalgorithm:\n  verifier_function: [tiny_repeat]\n")
+    assert ray_gpt.main(["--config-dir", str(tmp_path), "--config-name", "exp", "dry_run=true"]) == 0, \
+        capsys.readouterr().err
+    notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note:")]
+    assert any(line.startswith("note: coc_fused_kernel:") and "MindSpeed" in line for line in notes), notes
+    assert any(line.startswith("note: moe_router_dtype:") and "model's dtype" in line for line in notes), notes
+    a = build_config(compose_yaml("exp", [], str(tmp_path)), "exp").actor.arch
+    assert (a.moe_layer_freq, a.moe_shared_expert_intermediate_size, a.moe_router_num_groups,
+            a.moe_router_score_function, a.rotary_percent) == ([0, 1, 1], 32, 1, "sigmoid", 0.5)
