@@ -7,8 +7,9 @@ MindSpeed-LLM's scripts pass too), with repository, tag, commit and files; regen
 scripts/extract_arg_vocab.py. Each name a yaml uses is routed (route()) to one of:
 
 - "schema":      a key of our typed schema (schema.py); it does what its docs say;
-- "alias":       MindSpeed-LLM's spelling of a schema key (ALIASES), or a key that sets one from
-                 others (DERIVED: first_k_dense_replace, n_shared_experts, seq_aux);
+- "alias":       MindSpeed-LLM's or Megatron-LM's other spelling of a schema key (ALIASES), or a
+                 key that sets one from others (DERIVED: first_k_dense_replace, n_shared_experts,
+                 seq_aux); config/loader.py renames them;
 - "mindspeed":   a MindSpeed feature switch (MINDSPEED_SWITCHES): forwarded to MindSpeed on NPU
                  (platform/npu.py), reported once as ignored elsewhere;
 - "unsupported": a switch that would change the model or the math in a way this framework does not
