@@ -244,13 +244,12 @@ def _renamed(path: str, sec: dict) -> dict:
 def _hf_config_of(merged: dict) -> dict:
     """config.json of the role's `load` when it is a HF directory, else {} (read only for the keys that
     derive a schema key from others)."""
+    from mindspeed_rl.models.hf_bridge.loader import hf_config_of
+
     load = merged.get("load")
-    if not (isinstance(load, str) and _is_hf_dir(load)):
-        return {}
-    from mindspeed_rl.models.hf_bridge.loader import read_hf_config
     try:
-        return read_hf_config(load)
-    except (OSError, ValueError, UserInputError):
+        return (hf_config_of(load) if isinstance(load, str) else None) or {}
+    except (OSError, ValueError):
         return {}  # validate() reports an unreadable config.json with its own sentence
 
 
