@@ -222,8 +222,6 @@ def _renamed(path: str, sec: dict) -> dict:
     for key, value in sec.items():
         target = compat.ALIASES.get(key)
         if target is None:
-            if key == "seq_aux" and value in (False, None):
-                continue  # MindSpeed-LLM's store_true switch, unset
             out.setdefault(key, (value, f"{path}.{key}"))
             continue
         if key in compat.ALIAS_VALUES:
@@ -258,21 +256,12 @@ def _derived_aliases(merged: dict, origin: dict) -> None:
     2.3.0 resolves them; num_layers and the widths come from config.json when the yaml leaves them out."""
     from mindspeed_rl.models.hf_config import expert_count
 
-    def whole(key: str, low: int) -> int:
-        value = merged[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise UserInputError(f"`{origin[key]}` must be an integer of at least {low}, got {value!r}.")
-        return value
-
-    hf = _hf_config_of(merged) if any(k in merged for k in compat.DERIVED) else {}
-    if not (hf or merged.get("hidden_size")):  # a role without a model (the reward role of a rule reward)
-        for key in compat.DERIVED:
-            merged.pop(key, None)
-            origin.pop(key, None)
+    given = {k: (merged.pop(k), origin.pop(k)) for k in compat.DERIVED if k in merged}
+    hf = _hf_config_of(merged) if given else {}
+    if not given or not (hf or merged.get("hidden_size")):  # none, or a role without a model (a rule reward)
         return
-    if "first_k_dense_replace" in merged:
-        dense, where = whole("first_k_dense_replace", 0), origin.pop("first_k_dense_replace")
-        merged.pop("first_k_dense_replace")
+    if "first_k_dense_replace" in given:
+        dense, where = _count(*given["first_k_dense_replace"])
         freq = merged.get("moe_layer_freq", 1)
         layers = merged.get("num_layers") or hf.get("num_hidden_layers")
         if (merged.get("num_experts") or expert_count(hf)) and dense:  # MindSpeed-LLM: MoE models only
@@ -287,9 +276,8 @@ def _derived_aliases(merged: dict, origin: dict) -> None:
                                      f"smaller than num_layers.")
             merged["moe_layer_freq"] = [int(i >= dense and i % freq == 0) for i in range(layers)]
             origin["moe_layer_freq"] = where
-    if "n_shared_experts" in merged:
-        shared, where = whole("n_shared_experts", 0), origin.pop("n_shared_experts")
-        merged.pop("n_shared_experts")
+    if "n_shared_experts" in given:
+        shared, where = _count(*given["n_shared_experts"])
         if shared and merged.get("moe_shared_expert_intermediate_size") is None:  # an explicit width wins, as there
             width = (merged.get("moe_ffn_hidden_size") or merged.get("ffn_hidden_size")
                      or hf.get("moe_intermediate_size") or hf.get("intermediate_size"))
@@ -298,9 +286,8 @@ def _derived_aliases(merged: dict, origin: dict) -> None:
                                      f"moe_intermediate_size) or load a HF directory.")
             merged["moe_shared_expert_intermediate_size"] = shared * width
             origin["moe_shared_expert_intermediate_size"] = where
-    if "seq_aux" in merged:
-        where = origin.pop("seq_aux")
-        merged.pop("seq_aux")
+    seq_aux, where = given.get("seq_aux", (False, None))
+    if seq_aux:  # MindSpeed-LLM's store_true switch; false means unset
         kind = merged.get("moe_router_load_balancing_type", "aux_loss")
         if kind not in ("aux_loss", "seq_aux_loss"):
             raise UserInputError(f"`{where}: true` computes the aux loss per sequence, which needs "
@@ -308,6 +295,14 @@ def _derived_aliases(merged: dict, origin: dict) -> None:
                                  f"is {kind}; drop one of the two.")
         merged["moe_router_load_balancing_type"] = "seq_aux_loss"
         origin["moe_router_load_balancing_type"] = where
+
+
+def _count(value, where: str) -> tuple[int, str]:
+    """A non-negative integer key (first_k_dense_replace, n_shared_experts) and where it was written."""
+    value = _coerce(value, int, where)
+    if value < 0:
+        raise UserInputError(f"`{where}` must be an integer of at least 0, got {value!r}.")
+    return value, where
 
 
 def _build_role(role: str, models: dict, training: dict, sec: dict, ignored: dict) -> RoleConfig:
