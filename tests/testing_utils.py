@@ -85,6 +85,8 @@ HF_VARIANTS = {
     "smollm3-yarn": dict(rope_parameters={"rope_type": "yarn", "rope_theta": 5e5, "factor": 4.0,
                                           "original_max_position_embeddings": 32}),
     "mistral-linear": dict(rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 3.0}),
+    # Moonlight's layout (DeepSeek-V3 with one full-rank query projection, plain RoPE)
+    "deepseek_v3-moonlight": dict(q_lora_rank=None, rope_parameters={"rope_type": "default", "rope_theta": 5e4}),
 }
 
 
@@ -117,7 +119,8 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
     norms, partial rotary 0.5); qwen2_5_vl / qwen3_vl: a qwen2 (untied) / qwen3
     (tied) inside Qwen2.5-VL's / Qwen3-VL's image-text model (tiny vision towers, M-RoPE sections);
     ministral3: Ministral 3's image-text model (mistral3 around a ministral3 text model: YaRN x 4 over 64
-    positions, Llama 4's query scaling past them). `overrides` change TINY_HF (num_hidden_layers=4)."""
+    positions, Llama 4's query scaling past them); deepseek_v3: DeepSeek-V3 (multi-latent attention with YaRN x 4 over
+    32 positions and two different mscales, GLM-4.5's MoE layout). `overrides` change TINY_HF (num_hidden_layers=4)."""
     import transformers as tf
 
     tiny = dict(TINY_HF, **overrides)
@@ -162,6 +165,19 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
             "n_shared_experts": 1, "first_k_dense_replace": 1, "n_group": 2, "topk_group": 1,
             "routed_scaling_factor": 1.5, "use_qk_norm": True, "attention_bias": True, "pad_token_id": None,
             "eos_token_id": 2, **tiny}),
+        # DeepSeek-V3's layout scaled down: multi-latent attention (query rank 24, key / value rank 16, 16 + 8
+        # RoPE dimensions per head, values 16), YaRN x 4 over 32 positions with mscale 1 / mscale_all_dim 0.8 (so
+        # cos / sin and the scores scale differently), and GLM-4.5's MoE layout (dense first layer, sigmoid
+        # routing with a random expert bias, 2 groups of 2 experts, weights x 1.5, one shared expert)
+        "deepseek_v3": lambda: tf.DeepseekV3Config(**{
+            "q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16,
+            "moe_intermediate_size": 32, "n_routed_experts": 4, "num_experts_per_tok": 2, "n_shared_experts": 1,
+            "first_k_dense_replace": 1, "n_group": 2, "topk_group": 1, "routed_scaling_factor": 1.5,
+            "pad_token_id": None, "eos_token_id": 2,
+            "rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0,
+                                "original_max_position_embeddings": 32, "beta_fast": 32, "beta_slow": 1,
+                                "mscale": 1.0, "mscale_all_dim": 0.8},
+            **tiny, "num_key_value_heads": tiny["num_attention_heads"]}),
         # AFM-4.5B's layout: an MLP without a gate (relu2), YaRN past its original positions (here 32)
         "arcee": lambda: tf.ArceeConfig(**{"rope_theta": 1e4, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
                                            "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
@@ -230,7 +246,7 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
            "gemma3": tf.Gemma3ForConditionalGeneration, "gemma2": tf.Gemma2ForCausalLM,
            "mistral3": tf.Mistral3ForConditionalGeneration, "gemma": tf.GemmaForCausalLM,
            "olmo2": tf.Olmo2ForCausalLM, "olmo3": tf.Olmo3ForCausalLM, "exaone4": tf.Exaone4ForCausalLM, "seed_oss": tf.SeedOssForCausalLM, "glm4": tf.Glm4ForCausalLM, "ernie4_5": tf.Ernie4_5ForCausalLM,
-           "arcee": tf.ArceeForCausalLM, "glm4_moe": tf.Glm4MoeForCausalLM,
+           "arcee": tf.ArceeForCausalLM, "glm4_moe": tf.Glm4MoeForCausalLM, "deepseek_v3": tf.DeepseekV3ForCausalLM,
            "ministral3": tf.Mistral3ForConditionalGeneration, "qwen2_5_vl": tf.Qwen2_5_VLForConditionalGeneration, "qwen3_vl": tf.Qwen3VLForConditionalGeneration}[arch]
     torch.manual_seed(seed)
     model = cls(config).eval()

@@ -79,13 +79,11 @@ GENERAL_REASON = "a {source} argument of its own training loop; this framework's
 # name -> (values that mean "off", why it cannot be on here)
 UNSUPPORTED = {
     "moe_expert_capacity_factor": ((None,), "token dropping (expert capacity) is not implemented; tokens are never dropped"),
-    "multi_latent_attention": ((None, False), "multi-latent attention (DeepSeek) is not implemented"),
     "apply_layernorm_1p": ((None, False), "the 1 + weight LayerNorm variant is not implemented"),
     "rotary_seq_len_interpolation_factor": ((None, 1), "RoPE position interpolation is not implemented; see rope_scaling_type"),
     "use_alibi_mask": ((None, False), "ALiBi positions are not implemented"),
     "mtp_num_layers": ((None, 0), "multi-token prediction layers are not implemented"),
     # MindSpeed-LLM's model switches (2.3.0)
-    "multi_head_latent_attention": ((None, False), "multi-latent attention (DeepSeek) is not implemented"),
     "moe_device_level_aux_loss_coeff": ((None, 0), "DeepSeek-V2's device-level balance loss is not implemented"),
     "moe_comm_aux_loss_coeff": ((None, 0), "DeepSeek-V2's communication balance loss is not implemented"),
     "add_dense_bias": ((None, False), "a bias on the attention output projection alone is not implemented"),
@@ -108,6 +106,12 @@ UNSUPPORTED = {
     "share_kvstates": ((None, False), "cross-layer attention (K / V shared between layers) is not implemented"),
     "interleave_sliding_window": ((None,), "MindSpeed-LLM's interleaved sliding window is spelled sliding_window + "
                                   "window_attn_skip_freq here (or comes from config.json)"),
+    # Megatron-LM's YaRN of multi-latent attention (its MLA always rotates with YaRN, factor 1 = plain RoPE)
+    "rotary_scaling_factor": ((None, 1, 1.0), "multi-latent attention's YaRN is spelled rope_scaling_type: yarn + "
+                              "rope_scaling_factor here (or comes from config.json)"),
+    "mscale": ((None, 1, 1.0), "YaRN's mscale is spelled rope_scaling_mscale here (or comes from config.json)"),
+    "mscale_all_dim": ((None, 0, 0.0), "YaRN's mscale_all_dim is spelled rope_scaling_mscale_all_dim here (or comes "
+                       "from config.json)"),
 }
 
 # MindSpeed-LLM's own spellings of keys the schema has under Megatron-LM's name (2.3.0 keeps most of them
@@ -128,6 +132,9 @@ ALIASES = {
     "query_pre_attn_scalar": "softmax_scale",  # Gemma 2 / 3: scores scaled by query_pre_attn_scalar^-1/2
     "use_rope_scaling": "rope_scaling_type",  # Megatron-LM: Llama 3.1's scaling (rope_scaling_factor, default 8)
     "add_bias_linear": "disable_bias_linear",  # Megatron-LM's dest of --disable-bias-linear, inverted
+    "multi_head_latent_attention": "multi_latent_attention",  # MindSpeed-LLM's names of MLA's keys
+    "qk_nope_head_dim": "qk_head_dim",
+    "qk_rope_head_dim": "qk_pos_emb_head_dim",
 }
 # How an alias's value becomes the target's; None means "unset" (a store_true switch left false,
 # MindSpeed-LLM's 0.0 for "no partial rotary"). Aliases not listed keep their value.

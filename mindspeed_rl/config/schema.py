@@ -77,6 +77,13 @@ class ModelArch:
     disable_bias_linear: bool = doc(True, "no bias on the other linear layers")
     untie_embeddings_and_output_weights: bool = doc(False, "separate output layer instead of the tied embedding")
     qk_layernorm: bool = doc(False, "RMSNorm on queries and keys per head (Qwen3)")
+    # multi-latent attention (DeepSeek-V2 / V3, Kimi K2, Moonlight); megatron-core's MLASelfAttention
+    multi_latent_attention: bool = doc(False, "multi-latent attention (DeepSeek-V3's MLA; MindSpeed-LLM: multi_head_latent_attention): queries and keys / values through low-rank projections with RMSNorms, RoPE on a separate part of each head shared by all heads' keys; needs kv_lora_rank, qk_head_dim, qk_pos_emb_head_dim, v_head_dim")
+    q_lora_rank: Optional[int] = doc(None, "MLA: rank of the query projection (HF q_lora_rank); null = one full-rank query projection (DeepSeek-V2-Lite)")
+    kv_lora_rank: Optional[int] = doc(None, "MLA: rank of the compressed key / value (HF kv_lora_rank)")
+    qk_head_dim: Optional[int] = doc(None, "MLA: per-head query / key dimensions without RoPE (HF qk_nope_head_dim; MindSpeed-LLM: qk_nope_head_dim)")
+    qk_pos_emb_head_dim: Optional[int] = doc(None, "MLA: per-head query / key dimensions with RoPE, the key's shared by all heads (HF qk_rope_head_dim; MindSpeed-LLM: qk_rope_head_dim)")
+    v_head_dim: Optional[int] = doc(None, "MLA: per-head value dimension (HF v_head_dim); kv_channels is set to it")
     attention_dropout: float = doc(0.0, "attention dropout (keep 0 for RL: log-probs must be deterministic)")
     hidden_dropout: float = doc(0.0, "hidden dropout (keep 0 for RL)")
     init_method_std: float = doc(0.02, "std of the random init when load is null")

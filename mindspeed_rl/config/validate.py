@@ -266,6 +266,8 @@ def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
     if a.hidden_size and a.num_attention_heads and a.hidden_size % a.num_attention_heads and not a.kv_channels:
         problems.append(f"`model.{role.model_name}.hidden_size: {a.hidden_size}` is not a multiple of num_attention_heads "
                         f"{a.num_attention_heads}; set kv_channels explicitly.")
+    if a.multi_latent_attention:
+        _check_mla(role, path, tp, hf_load, problems)
     if a.group_query_attention and not a.num_query_groups:
         problems.append(f"`model.{role.model_name}.group_query_attention` is true but num_query_groups is not set.")
     from mindspeed_rl.config.parallel_rules import parallel_problems
@@ -308,7 +310,7 @@ def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
                         f"runs in MindSpeed's fused kernel, full causal, which equals the model's sliding-window "
                         f"attention only within the window; shorten one.")
     if r.rollout_engine == "vllm":
-        _check_vllm(role, problems)
+        _check_vllm(role, problems, platform)
     if p.tis_mode not in ("off", "token", "sequence"):
         problems.append(f"`{A}.tis_mode: {p.tis_mode}` is not supported; use one of: off, token, sequence.")
     if not p.tis_cap > 0:
@@ -317,6 +319,31 @@ def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
         problems.append(f"`{A}.clip_ratio_c: {p.clip_ratio_c}` must be > 1 (dual clip), or null to turn it off.")
     if p.ppo_epochs < 1:
         problems.append(f"`{A}.ppo_epochs: {p.ppo_epochs}` must be at least 1.")
+
+
+def _check_mla(role: RoleConfig, path: str, tp: int, hf_load: bool, problems: list[str]) -> None:
+    """multi_latent_attention (DeepSeek-V3): its dimensions set (or from config.json), the value head
+    dimension as kv_channels, TP dividing the down projections' outputs (split over TP), RoPE plain
+    or yarn on the whole RoPE part."""
+    a, m = role.arch, f"model {role.model_name}"
+    dims = ("kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
+    missing = [k for k in dims if not getattr(a, k)]
+    if missing and not hf_load:
+        problems.append(f"{m}: multi_latent_attention needs {', '.join(missing)} (DeepSeek-V3: kv_lora_rank 512, "
+                        f"qk_head_dim 128, qk_pos_emb_head_dim 64, v_head_dim 128); set them or load a DeepSeek-V3 "
+                        f"checkpoint whose config.json has them.")
+        return
+    if a.kv_channels and a.v_head_dim and a.kv_channels != a.v_head_dim:
+        problems.append(f"{m}: kv_channels {a.kv_channels} differs from v_head_dim {a.v_head_dim}; with "
+                        f"multi_latent_attention the head dimension is v_head_dim: drop kv_channels.")
+    for what, n in (("q_lora_rank", a.q_lora_rank or 0),
+                    ("kv_lora_rank + qk_pos_emb_head_dim", (a.kv_lora_rank or 0) + (a.qk_pos_emb_head_dim or 0))):
+        if n and n % tp:
+            problems.append(f"`{path}.tensor_model_parallel_size: {tp}` does not divide {what} {n} of {m} (multi-latent "
+                            f"attention splits its down projections over TP); pick a TP that divides it.")
+    if a.rope_scaling_type not in (None, "yarn") or a.rotary_percent != 1.0:
+        problems.append(f"{m}: multi_latent_attention rotates its whole RoPE part, plain or with yarn; "
+                        f"rope_scaling_type {a.rope_scaling_type} / rotary_percent {a.rotary_percent} is not supported.")
 
 
 def _hf_config(role: RoleConfig) -> dict:
@@ -347,7 +374,7 @@ def _length_limit_note(role: RoleConfig) -> str:
     return ""
 
 
-def _check_vllm(role: RoleConfig, problems: list[str]) -> None:
+def _check_vllm(role: RoleConfig, problems: list[str], platform: str) -> None:
     """rollout_engine: vllm. Colocated, every training rank hosts an engine holding the whole model
     (PP 1), alone (inference TP 1) or with its TP group (inference TP = training TP)."""
     r, a = role.rollout, role.arch
@@ -364,6 +391,11 @@ def _check_vllm(role: RoleConfig, problems: list[str]) -> None:
         problems.append(f"`{A}.rollout_engine: vllm`: vLLM's Qwen2 takes the head dimension as hidden_size / "
                         f"num_attention_heads = {a.hidden_size // a.num_attention_heads}, but model "
                         f"{role.model_name} sets kv_channels {a.kv_channels}; make them agree or use the megatron engine.")
+    latent = (a.kv_lora_rank or 0) + (a.qk_pos_emb_head_dim or 0)
+    if a.multi_latent_attention and platform == "cpu" and latent != 576:
+        problems.append(f"`{A}.rollout_engine: vllm` with multi-latent attention of kv_lora_rank + qk_pos_emb_head_dim "
+                        f"{latent}: vLLM's CPU MLA kernels are built for DeepSeek's 576 (512 + 64) only; use "
+                        f"rollout_engine: megatron on CPU.")
     if role.num_gpus_for_infer:
         if role.num_gpus_for_infer % itp:
             problems.append(f"`{A}.num_gpus_for_infer: {role.num_gpus_for_infer}` is not a multiple of "

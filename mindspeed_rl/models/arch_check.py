@@ -28,6 +28,7 @@ from typing import Any, Mapping, Optional
 from mindspeed_rl.models.hf_bridge.loader import read_hf_config
 from mindspeed_rl.models.hf_bridge.mapping import gated_mlp
 from mindspeed_rl.models.hf_bridge.sharding import moe_layers
+from mindspeed_rl.models.hf_config import kv_channels
 from mindspeed_rl.utils.errors import UserInputError
 
 # Megatron key -> config.json key, for the message
@@ -61,13 +62,15 @@ _HF_KEY = {
     "moe_layer_freq": "first_k_dense_replace", "moe_router_score_function": "model_type",
     "moe_router_enable_expert_bias": "model_type", "moe_router_num_groups": "n_group",
     "moe_router_group_topk": "topk_group", "moe_router_topk_scaling_factor": "routed_scaling_factor",
+    "multi_latent_attention": "model_type", "q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank",
+    "qk_head_dim": "qk_nope_head_dim", "qk_pos_emb_head_dim": "qk_rope_head_dim", "v_head_dim": "v_head_dim",
 }
 # what a config.json without the key means (not Granite: no multiplier)
 _HF_DEFAULTS = {"embedding_multiplier_scale": 1.0, "residual_multiplier": 1.0, "output_multiplier_scale": 1.0,
                 "geglu": False, "add_rmsnorm_offset": False, "post_norm": False, "input_embeds_norm": False,
                 "pre_norm": True, "qk_layernorm_across_heads": False, "rotary_interleaved": False,
                 "squared_relu": False, "moe_layer_freq": 1, "moe_router_score_function": "softmax",
-                "moe_router_enable_expert_bias": False}
+                "moe_router_enable_expert_bias": False, "multi_latent_attention": False}
 # keys a config.json without them leaves at their meaning-free default: a user value is not a contradiction
 _ROPE_DETAILS = ("rope_scaling_factor", "low_freq", "high_freq", "original_max", "rope_scaling_beta", "rope_scaling_mscale",
                  "rope_scaling_truncate", "rope_attention_factor")
@@ -181,7 +184,7 @@ def expected_hf_shapes(args: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ..
     """HF tensor name (canonical: hf_bridge/names.py) -> (shape, which keys imply it) for a Llama /
     Mistral / Phi-3 / Qwen2 / Qwen3(-MoE) / Qwen2-MoE / Mixtral architecture."""
     h, heads, ffn = int(args["hidden_size"]), int(args["num_attention_heads"]), int(args["ffn_hidden_size"])
-    d = int(args.get("kv_channels") or h // heads)
+    d = kv_channels(args)
     groups = int(_effective(args, "num_query_groups") or heads)
     q, kv = heads * d, groups * d
     why_q = f"num_attention_heads {heads} x kv_channels {d}"
@@ -190,12 +193,15 @@ def expected_hf_shapes(args: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ..
     moe = moe_layers(args)
     for i in range(int(args["num_layers"])):
         p = f"model.layers.{i}."
-        shapes.update({
-            p + "self_attn.q_proj.weight": ((q, h), f"{why_q}, hidden_size {h}"),
-            p + "self_attn.k_proj.weight": ((kv, h), f"{why_kv}, hidden_size {h}"),
-            p + "self_attn.v_proj.weight": ((kv, h), f"{why_kv}, hidden_size {h}"),
-            p + "self_attn.o_proj.weight": ((h, q), f"hidden_size {h}, {why_q}"),
-        })
+        if args.get("multi_latent_attention"):
+            shapes.update(_mla_shapes(args, p, h, heads))
+        else:
+            shapes.update({
+                p + "self_attn.q_proj.weight": ((q, h), f"{why_q}, hidden_size {h}"),
+                p + "self_attn.k_proj.weight": ((kv, h), f"{why_kv}, hidden_size {h}"),
+                p + "self_attn.v_proj.weight": ((kv, h), f"{why_kv}, hidden_size {h}"),
+            })
+        shapes[p + "self_attn.o_proj.weight"] = ((h, q), f"hidden_size {h}, {why_q}")
         if args.get("pre_norm", True) is not False:  # OLMo 2 has none
             shapes.update({p + "input_layernorm.weight": ((h,), f"hidden_size {h}"),
                            p + "post_attention_layernorm.weight": ((h,), f"hidden_size {h}")})
@@ -213,6 +219,25 @@ def expected_hf_shapes(args: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ..
             for name in ("post_self_attn_layernorm", "post_feedforward_layernorm"):
                 shapes[p + f"{name}.weight"] = ((h,), f"post_norm, hidden_size {h}")
     return shapes
+
+
+def _mla_shapes(args: Mapping[str, Any], p: str, h: int, heads: int) -> dict[str, tuple[tuple[int, ...], str]]:
+    """One layer's multi-latent attention projections and norms (DeepSeek-V3; canonical names)."""
+    q_lora, kv_lora = int(args.get("q_lora_rank") or 0), int(args["kv_lora_rank"])
+    nope, rope, v = int(args["qk_head_dim"]), int(args["qk_pos_emb_head_dim"]), int(args["v_head_dim"])
+    why_q = f"num_attention_heads {heads} x (qk_head_dim {nope} + qk_pos_emb_head_dim {rope})"
+    out = {p + "self_attn.kv_a_proj_with_mqa.weight": ((kv_lora + rope, h), f"kv_lora_rank {kv_lora} + "
+                                                      f"qk_pos_emb_head_dim {rope}, hidden_size {h}"),
+           p + "self_attn.kv_a_layernorm.weight": ((kv_lora,), f"kv_lora_rank {kv_lora}"),
+           p + "self_attn.kv_b_proj.weight": ((heads * (nope + v), kv_lora), f"num_attention_heads {heads} x "
+                                              f"(qk_head_dim {nope} + v_head_dim {v}), kv_lora_rank {kv_lora}")}
+    if q_lora:
+        out.update({p + "self_attn.q_a_proj.weight": ((q_lora, h), f"q_lora_rank {q_lora}, hidden_size {h}"),
+                    p + "self_attn.q_norm.weight": ((q_lora,), f"q_lora_rank {q_lora}"),
+                    p + "self_attn.q_b_proj.weight": ((heads * (nope + rope), q_lora), f"{why_q}, q_lora_rank {q_lora}")})
+    else:
+        out[p + "self_attn.q_proj.weight"] = ((heads * (nope + rope), h), f"{why_q}, hidden_size {h}")
+    return out
 
 
 def _mlp_shapes(args: Mapping[str, Any], p: str, h: int, ffn: int, moe: int) -> dict[str, tuple[tuple[int, ...], str]]:

@@ -40,7 +40,7 @@ import torch
 import torch.distributed.distributed_c10d as c10d
 import torch.nn.functional as F
 
-from mindspeed_rl.models.hf_config import ROPE_SCALINGS, moe_layer_pattern, no_rope_pattern, window_pattern
+from mindspeed_rl.models.hf_config import ROPE_SCALINGS, kv_channels, moe_layer_pattern, no_rope_pattern, window_pattern
 from mindspeed_rl.platform import get_platform, place_model
 from mindspeed_rl.platform.base import own_rotary, own_swiglu, sdpa_core_attention
 
@@ -50,9 +50,9 @@ from megatron.core import parallel_state  # noqa: E402
 from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec  # noqa: E402
 from megatron.core.models.gpt.gpt_model import GPTModel  # noqa: E402
 from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed  # noqa: E402
-from megatron.core.transformer.transformer_config import TransformerConfig  # noqa: E402
+from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig  # noqa: E402
 
-from mindspeed_rl.models.core_attention import with_sdpa_attention  # noqa: E402
+from mindspeed_rl.models.core_attention import with_mla_attention, with_sdpa_attention  # noqa: E402
 from mindspeed_rl.models.parallel import sequence_parallel_spec  # noqa: E402
 from mindspeed_rl.models.rotary import install as install_rotary  # noqa: E402
 from mindspeed_rl.models.swiglu import install as install_swiglu  # noqa: E402
@@ -128,13 +128,14 @@ def transformer_config(args: Mapping[str, Any], params_dtype: torch.dtype = torc
     own_glu = swiglu and own_swiglu(get_platform().name)
     if own_glu:  # megatron's MLP calls its fused-activation names, which now are models/swiglu.py's
         install_swiglu()
-    config = TransformerConfig(
+    mla = bool(_get(args, "multi_latent_attention", False))
+    config = (MLATransformerConfig if mla else TransformerConfig)(
         num_layers=int(args["num_layers"]),
         hidden_size=hidden,
         ffn_hidden_size=int(_get(args, "ffn_hidden_size", 4 * hidden)),
         num_attention_heads=heads,
         num_query_groups=groups,
-        kv_channels=int(_get(args, "kv_channels", hidden // heads)),
+        kv_channels=kv_channels(args),
         normalization=_get(args, "normalization", "RMSNorm"),
         layernorm_epsilon=float(_get(args, "norm_epsilon", 1e-5)),
         gated_linear_unit=swiglu or geglu,
@@ -161,12 +162,16 @@ def transformer_config(args: Mapping[str, Any], params_dtype: torch.dtype = torc
         pipeline_model_parallel_size=parallel_state.get_pipeline_model_parallel_world_size(),
         sequence_parallel=sequence_parallel,
         **moe_config_fields(args),
+        **(mla_config_fields(args) if mla else {}),
         **dict(overrides or {}),
     )
     # megatron-core 0.16 skips RoPE in the layers this pattern marks itself; 0.12 has no such field
     # (build_gpt_model hooks its layers), and our decode paths read it from here in both
     config.no_rope_freq = no_rope_pattern(_get(args, "no_rope_freq"), config.num_layers)
-    rope_attention_scaling(config, args)
+    if mla:  # megatron's MLA rotates with its own (YaRN) rotary embedding; its scores: mla_softmax_scale
+        config.rope_mscale = 1.0
+    else:
+        rope_attention_scaling(config, args)
     # every layer attends to at most this many latest positions (models/sliding_window.py); megatron's
     # own window_size is left unset (0.12 refuses it, 0.16 drops the padding mask for it)
     config.attention_window = int(_get(args, "sliding_window")) if _get(args, "sliding_window") else None
@@ -248,6 +253,67 @@ def rope_attention_scaling(config: TransformerConfig, args: Mapping[str, Any]) -
         raise ValueError(f"rope_attention_factor {factor} with partial rotary (rotary_percent "
                          f"{_get(args, 'rotary_percent', 1.0)}, e.g. Phi-4-mini) or layers without RoPE (no_rope_freq) is "
                          f"not supported on {get_platform().name}: its fused rotary kernel does not scale cos and sin.")
+
+
+def mla_config_fields(args: Mapping[str, Any]) -> dict[str, Any]:
+    """MLATransformerConfig fields of multi-latent attention (DeepSeek-V3) from Megatron-named args:
+    the low-rank and head dimensions, and its RoPE: plain ("rope") or YaRN, which megatron's MLA
+    computes itself (YarnRotaryEmbedding: DeepSeek's ramp with rounded ends, cos / sin times
+    m(factor, mscale) / m(factor, mscale_all_dim), m(f, s) = 0.1 s ln f + 1). The scores' scale is set
+    after the build (mla_softmax_scale): megatron squares m(factor, mscale) there, transformers and
+    vLLM m(factor, mscale_all_dim)."""
+    need = [k for k in ("kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim") if not _get(args, k)]
+    if need:
+        raise ValueError(f"multi_latent_attention needs {', '.join(need)} (DeepSeek-V3: kv_lora_rank 512, qk_head_dim "
+                         f"128, qk_pos_emb_head_dim 64, v_head_dim 128).")
+    if kv_channels(args) != int(_get(args, "v_head_dim")):
+        raise ValueError(f"multi_latent_attention: kv_channels {_get(args, 'kv_channels')} must equal v_head_dim "
+                         f"{_get(args, 'v_head_dim')} (megatron sizes the attention output by kv_channels); drop it.")
+    scaling = _get(args, "rope_scaling_type")
+    if scaling not in (None, "yarn") or float(_get(args, "rotary_percent", 1.0)) != 1.0:
+        raise ValueError(f"multi_latent_attention with rope_scaling_type {scaling!r} / rotary_percent "
+                         f"{_get(args, 'rotary_percent', 1.0)} is not supported: its RoPE part is rotated whole, "
+                         f"plain or with yarn.")
+    if scaling == "yarn" and (_get(args, "rope_attention_factor") is not None
+                              or not _get(args, "rope_scaling_truncate", True)):
+        raise ValueError("multi_latent_attention with yarn takes its attention factor from rope_scaling_mscale / "
+                         "rope_scaling_mscale_all_dim and rounds the ramp's ends (DeepSeek's YaRN); drop "
+                         "rope_attention_factor / rope_scaling_truncate: false.")
+    q_lora = _get(args, "q_lora_rank")
+    fields: dict[str, Any] = {
+        "multi_latent_attention": True, "q_lora_rank": int(q_lora) if q_lora else None,
+        "kv_lora_rank": int(_get(args, "kv_lora_rank")), "qk_head_dim": int(_get(args, "qk_head_dim")),
+        "qk_pos_emb_head_dim": int(_get(args, "qk_pos_emb_head_dim")), "v_head_dim": int(_get(args, "v_head_dim")),
+        "rotary_base": float(_get(args, "rotary_base", 10000.0)), "rotary_percent": 1.0,
+    }
+    if scaling == "yarn":
+        # megatron-core 0.16 names the original length original_max_position_embeddings, 0.12 max_position_embeddings
+        original = ("original_max_position_embeddings"
+                    if "original_max_position_embeddings" in MLATransformerConfig.__dataclass_fields__
+                    else "max_position_embeddings")
+        fields.update(rope_type="yarn", rotary_scaling_factor=float(_get(args, "rope_scaling_factor", 8.0)),
+                      **{original: int(_get(args, "original_max_position_embeddings", 8192))},
+                      beta_fast=float(_get(args, "rope_scaling_beta_fast", 32.0)),
+                      beta_slow=float(_get(args, "rope_scaling_beta_slow", 1.0)),
+                      mscale=float(_get(args, "rope_scaling_mscale") or 1.0),
+                      mscale_all_dim=float(_get(args, "rope_scaling_mscale_all_dim") or 0.0))
+    else:  # factor 1: megatron's MLA then leaves the scores' scale at 1 / sqrt(q head dim)
+        fields.update(rope_type="rope", rotary_scaling_factor=1.0)
+    return fields
+
+
+def mla_softmax_scale(args: Mapping[str, Any]) -> float:
+    """The attention scores' scale of multi-latent attention as transformers' DeepSeek-V3 (and vLLM)
+    compute it: 1 / sqrt(qk_head_dim + qk_pos_emb_head_dim), times m(factor, mscale_all_dim)^2 with
+    yarn when mscale_all_dim is set; softmax_scale when given."""
+    if _get(args, "softmax_scale") is not None:
+        return float(_get(args, "softmax_scale"))
+    scale = (int(_get(args, "qk_head_dim")) + int(_get(args, "qk_pos_emb_head_dim"))) ** -0.5
+    all_dim, factor = _get(args, "rope_scaling_mscale_all_dim"), float(_get(args, "rope_scaling_factor", 8.0))
+    if _get(args, "rope_scaling_type") == "yarn" and all_dim and factor > 1:
+        m = 0.1 * float(all_dim) * math.log(factor) + 1.0
+        scale *= m * m
+    return scale
 
 
 def moe_config_fields(args: Mapping[str, Any]) -> dict[str, Any]:
@@ -377,15 +443,18 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
     if scaling not in ROPE_SCALINGS:
         raise ValueError(f"rope_scaling_type {scaling!r} is not supported; use one of: "
                          f"{', '.join(s for s in ROPE_SCALINGS if s)}, or null.")
-    spec = get_gpt_layer_local_spec(num_experts=config.num_moe_experts, moe_grouped_gemm=False,
-                                    qk_layernorm=config.qk_layernorm, normalization=config.normalization)
+    spec = _layer_spec(config, config.num_moe_experts)
     shared = getattr(getattr(spec.submodules.mlp, "submodules", None), "shared_experts", None)
     if _get(args, "shared_expert_gate", False) and "gate" in (getattr(shared, "params", None) or {}):
         shared.params = {**shared.params, "gate": True}  # Qwen2-MoE: sigmoid(x . gate_weight) scales its output
     if config.num_moe_experts and not all(config.moe_layer_freq):  # GLM-4.5: dense layers among the MoE ones
         spec = _mixed_block_spec(config, spec, vp_stage)
+    if config.multi_latent_attention:  # megatron's MLA as the local spec builds it (models/mla.py)
+        from mindspeed_rl.models import mla  # noqa: F401
     if sdpa_core_attention(get_platform().name):  # fused attention (models/core_attention.py)
         spec = with_sdpa_attention(spec)
+    elif config.multi_latent_attention:  # megatron's local attention as MLA builds it
+        spec = with_mla_attention(spec)
     elif config.attn_logit_softcapping:
         raise ValueError(f"attn_logit_softcapping (Gemma 2) is not supported on {get_platform().name}: its fused "
                          f"attention kernel does not soft-cap the scores.")
@@ -434,6 +503,14 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
         from mindspeed_rl.models import multipliers
 
         multipliers.install(model)
+    if config.multi_latent_attention:  # transformers' and vLLM's scale of the scores (mla_softmax_scale)
+        from mindspeed_rl.models import mla
+
+        mla.install(model)  # the key's RoPE part's gradient over TP (models/mla.py)
+        scale = mla_softmax_scale(args)
+        for layer in model.decoder.layers:
+            layer.self_attention.softmax_scale = scale
+            layer.self_attention.core_attention.softmax_scale = scale
     if hasattr(model, "rotary_pos_emb"):  # inv_freq is a plain attribute (module.to skips it); it stays fp32
         rotary = model.rotary_pos_emb
         rotary.inv_freq = rotary_inv_freq(args, rotary.inv_freq).to(device=device, dtype=torch.float32)
@@ -446,6 +523,15 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
     return model
 
 
+def _layer_spec(config: TransformerConfig, num_experts: Optional[int]) -> Any:
+    """megatron's local layer spec for `config`; multi-latent attention's RMSNorms on the compressed
+    query and key / value are its spec's qk_layernorm."""
+    mla = bool(getattr(config, "multi_latent_attention", False))
+    return get_gpt_layer_local_spec(num_experts=num_experts, moe_grouped_gemm=False,
+                                    qk_layernorm=config.qk_layernorm or mla, multi_latent_attention=mla,
+                                    normalization=config.normalization)
+
+
 def _mixed_block_spec(config: TransformerConfig, moe_spec: Any, vp_stage: Optional[int]) -> Any:
     """A block spec of this chunk's layers, each the MoE layer spec or the dense one as
     config.moe_layer_freq (one 0 / 1 per layer) says (megatron's get_gpt_decoder_block_spec does the
@@ -454,8 +540,7 @@ def _mixed_block_spec(config: TransformerConfig, moe_spec: Any, vp_stage: Option
 
     from mindspeed_rl.models.chunks import virtual_layer_ranges
 
-    dense = get_gpt_layer_local_spec(num_experts=None, moe_grouped_gemm=False, qk_layernorm=config.qk_layernorm,
-                                     normalization=config.normalization)
+    dense = _layer_spec(config, None)
     vpp = config.virtual_pipeline_model_parallel_size or 1
     layers = virtual_layer_ranges(config.num_layers, config.pipeline_model_parallel_size,
                                   parallel_state.get_pipeline_model_parallel_rank(), vpp)[vp_stage or 0]

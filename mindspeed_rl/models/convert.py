@@ -41,7 +41,8 @@ HF_TYPES = {"llama2": "llama", "llama3": "llama", "mistral": "mistral", "qwen2":
             "gemma3": "gemma3_text", "gemma2": "gemma2", "gemma": "gemma",
             "olmo2": "olmo2", "olmo3": "olmo3", "ministral3": "ministral3",
             "exaone4": "exaone4", "seed_oss": "seed_oss", "glm4": "glm4",
-            "ernie4_5": "ernie4_5", "arcee": "arcee", "glm4_moe": "glm4_moe"}
+            "ernie4_5": "ernie4_5", "arcee": "arcee", "glm4_moe": "glm4_moe",
+            "deepseek3": "deepseek_v3"}  # MindSpeed-LLM's name
 
 
 def padded_vocab(vocab_size: int, divisible_by: int, tp: int) -> int:

@@ -42,7 +42,17 @@ from mindspeed_rl.models.spec_tree import swap_in_spec  # noqa: E402
 MASKED_SCORE = -10000.0  # megatron's attention_mask_func fill value
 
 
-class SDPACoreAttention(DotProductAttention):
+class MLACoreAttention(DotProductAttention):
+    """megatron's DotProductAttention as multi-latent attention builds it: MLA passes the key and value
+    head dimensions (k_channels, v_channels), which megatron-core's local DotProductAttention does
+    not take (0.12 and 0.16; only Transformer Engine's does). Its forward reads them from the
+    tensors; the output width is kv_channels (= v_head_dim) x heads, as MLA sets it."""
+
+    def __init__(self, *args, k_channels: Any = None, v_channels: Any = None, **kwargs):
+        super().__init__(*args, **kwargs)
+
+
+class SDPACoreAttention(MLACoreAttention):
     """DotProductAttention whose forward is one scaled_dot_product_attention call (see module doc)."""
 
     def _megatron_only(self, attention_bias, packed_seq_params) -> bool:
@@ -119,6 +129,12 @@ def softcapped_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Te
     probs = torch.softmax(scores, dim=-1).to(value.dtype)
     context = torch.matmul(probs, v)  # (b, np, sq, hn)
     return context.permute(2, 0, 1, 3).reshape(sq, b, -1)
+
+
+def with_mla_attention(spec: Any) -> Any:
+    """A copy of a spec tree with megatron's DotProductAttention swapped for MLACoreAttention (platforms
+    without SDPACoreAttention, whose multi-latent attention would not build otherwise)."""
+    return swap_in_spec(spec, DotProductAttention, MLACoreAttention)
 
 
 def with_sdpa_attention(spec: Any) -> Any:

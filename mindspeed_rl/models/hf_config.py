@@ -14,9 +14,10 @@ from typing import Any, Mapping, Optional
 
 HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "smollm3", "granite",
             "gemma3_text", "gemma2", "gemma", "olmo2", "olmo3", "ministral3", "exaone4", "seed_oss", "glm4",
-            "ernie4_5", "arcee", "glm4_moe")
+            "ernie4_5", "arcee", "glm4_moe", "deepseek_v3")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
-MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe")
+MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3")
+MLA_ARCHS = ("deepseek_v3",)  # multi-latent attention (mla_args)
 WINDOW_ARCHS = ("mistral", "mixtral", "phi3", "ministral3")  # a config.json sliding_window applies to every layer
 ROPE_TYPES = ("default", "linear", "llama3", "longrope", "yarn")  # config.json rope types computed exactly
 ROPE_SCALINGS = (None, "linear", "llama3", "longrope", "yarn")  # their rope_scaling_type (models/builder.py)
@@ -35,6 +36,11 @@ HF_DEFAULTS = {
     "glm4_moe": {"partial_rotary_factor": 0.5, "n_shared_experts": 1, "n_routed_experts": 128,
                  "first_k_dense_replace": 1, "norm_topk_prob": True, "routed_scaling_factor": 1.0, "n_group": 1,
                  "topk_group": 1, "num_experts_per_tok": 8, "moe_intermediate_size": 1408},
+    # q_lora_rank is not here: null in a config.json means one full-rank query projection (mla_args)
+    "deepseek_v3": {"kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
+                    "n_shared_experts": 1, "n_routed_experts": 256, "routed_scaling_factor": 2.5, "n_group": 8,
+                    "topk_group": 4, "num_experts_per_tok": 8, "first_k_dense_replace": 3, "norm_topk_prob": True,
+                    "moe_intermediate_size": 2048},
 }
 
 
@@ -153,6 +159,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
                     original_max_position_embeddings=int(rope["original_max_position_embeddings"]))
     if model_type in MOE_ARCHS:
         args.update(moe_args_from_hf(hf))
+    if model_type in MLA_ARCHS:
+        args.update(mla_args(hf))
     if model_type == "smollm3":
         args.update(smollm3_args(hf, args["num_layers"]))
     if model_type == "granite":
@@ -505,7 +513,7 @@ def moe_args_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     moe_router_pre_softmax = not norm_topk_prob. Qwen2-MoE adds a shared expert with a sigmoid gate
     (megatron's SharedExpertMLP with gate). Mixtral always renormalises, and its experts are
     `intermediate_size` wide. GLM-4.5: glm4_moe_args."""
-    if hf.get("model_type") == "glm4_moe":
+    if hf.get("model_type") in ("glm4_moe", "deepseek_v3"):
         return glm4_moe_args(hf)
     if hf.get("mlp_only_layers") or int(hf.get("decoder_sparse_step", 1)) != 1:
         raise ValueError("config.json mlp_only_layers / decoder_sparse_step != 1 (dense layers between MoE "
@@ -530,7 +538,7 @@ def moe_args_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def glm4_moe_args(hf: Mapping[str, Any]) -> dict[str, Any]:
-    """Megatron MoE args of a GLM-4.5 / 4.6 config.json (glm4_moe), DeepSeek-V3's routing:
+    """Megatron MoE args of a GLM-4.5 / 4.6 (glm4_moe) or DeepSeek-V3 (deepseek_v3) config.json, DeepSeek-V3's routing:
     - the first first_k_dense_replace layers dense (intermediate_size wide), the rest MoE
       (moe_layer_freq, one 0 / 1 per layer);
     - sigmoid scores; the top-k chosen by score + a per-expert bias (e_score_correction_bias:
@@ -543,11 +551,12 @@ def glm4_moe_args(hf: Mapping[str, Any]) -> dict[str, Any]:
     experts, topk = expert_count(hf), int(hf["num_experts_per_tok"])
     layers, dense = int(hf["num_hidden_layers"]), int(hf.get("first_k_dense_replace") or 0)
     if not hf.get("norm_topk_prob"):
-        raise ValueError("config.json norm_topk_prob false with sigmoid routing (glm4_moe) is not supported: "
-                         "megatron renormalises the top-k sigmoid scores; GLM-4.5's releases set it true.")
+        raise ValueError(f"config.json norm_topk_prob false with sigmoid routing ({hf.get('model_type')}) is not "
+                         "supported: megatron renormalises the top-k sigmoid scores; GLM-4.5's and DeepSeek-V3's "
+                         "releases set it true.")
     if dense >= layers:
-        raise ValueError(f"config.json first_k_dense_replace {dense} leaves no MoE layer of {layers}; a dense model "
-                         "is a glm4 (or llama) config.json.")
+        raise ValueError(f"config.json first_k_dense_replace {dense} leaves no MoE layer of {layers}; a dense "
+                         f"model is not a {hf.get('model_type')} config.json.")
     groups, group_topk = int(hf.get("n_group") or 1), int(hf.get("topk_group") or 1)
     args: dict[str, Any] = {
         "num_experts": experts, "moe_router_topk": topk, "moe_ffn_hidden_size": int(hf["moe_intermediate_size"]),
@@ -569,6 +578,45 @@ def glm4_moe_args(hf: Mapping[str, Any]) -> dict[str, Any]:
     if shared:
         args["moe_shared_expert_intermediate_size"] = shared
     return args
+
+
+def kv_channels(args: Mapping[str, Any]) -> int:
+    """The attention head dimension of Megatron-named args: kv_channels, else multi-latent attention's
+    v_head_dim (the width megatron sizes its attention output by), else hidden_size / heads."""
+    if args.get("kv_channels"):
+        return int(args["kv_channels"])
+    if args.get("multi_latent_attention") and args.get("v_head_dim"):
+        return int(args["v_head_dim"])
+    return int(args["hidden_size"]) // int(args["num_attention_heads"])
+
+
+def mla_args(hf: Mapping[str, Any]) -> dict[str, Any]:
+    """Megatron args of DeepSeek-V3's multi-latent attention (deepseek_v3: DeepSeek-V3 / R1, Kimi K2's
+    layout, Moonlight): q = q_b(norm(q_a(x))) (or one q_proj when q_lora_rank is null), k / v from
+    kv_b(norm(c)) of the compressed c = kv_a(x)[:kv_lora_rank], plus RoPE on qk_rope_head_dim dimensions
+    of each head, the key's part kv_a(x)[kv_lora_rank:] shared by all heads; RoPE over interleaved pairs
+    (rope_interleave, megatron's MLA rotation). The value head dimension is kv_channels. YaRN (DeepSeek-V3's
+    factor 40) as megatron's MLA computes it, with the scores scaled by the square of its mscale_all_dim
+    term (builder.mla_config_fields)."""
+    if hf.get("rope_interleave") is False:
+        raise ValueError("config.json rope_interleave false (RoPE on the two halves of the rotary dimensions) is not "
+                         "supported for deepseek_v3: megatron's multi-latent attention rotates interleaved pairs, as "
+                         "DeepSeek's releases do; remove the key.")
+    if hf.get("attention_bias"):
+        raise ValueError("config.json attention_bias=true (biases on the MLA projections) is not supported; "
+                         "DeepSeek's releases have none.")
+    routing = (hf.get("scoring_func", "sigmoid"), hf.get("topk_method", "noaux_tc"))
+    if routing != ("sigmoid", "noaux_tc"):  # transformers always routes so; vLLM follows these keys
+        raise ValueError(f"config.json scoring_func {routing[0]!r} / topk_method {routing[1]!r} is not DeepSeek-V3's "
+                         f"routing (sigmoid / noaux_tc, which transformers always uses for deepseek_v3): fix "
+                         f"config.json or remove the keys.")
+    q_lora = hf["q_lora_rank"] if "q_lora_rank" in hf else 1536  # transformers' default when the key is absent
+    v_dim = int(hf["v_head_dim"])
+    return {"multi_latent_attention": True, "q_lora_rank": int(q_lora) if q_lora else None,
+            "kv_lora_rank": int(hf["kv_lora_rank"]), "qk_head_dim": int(hf["qk_nope_head_dim"]),
+            "qk_pos_emb_head_dim": int(hf["qk_rope_head_dim"]), "v_head_dim": v_dim, "kv_channels": v_dim,
+            "group_query_attention": False, "num_query_groups": int(hf["num_attention_heads"]),
+            "qk_layernorm": False}
 
 
 def moe_layer_pattern(moe_layer_freq: Any, num_layers: int) -> list[int]:

@@ -52,6 +52,8 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
         raise ValueError("window_attn_skip_freq / rope_local_base_freq have a config.json form only in a Gemma 3 "
                          "model (add_rmsnorm_offset, post_norm, input_embeds_norm, geglu, qk_layernorm) or an OLMo 3 "
                          "(pre_norm: false, post_norm, qk_layernorm_across_heads).")
+    if args.get("multi_latent_attention"):
+        return glm4_moe_config(args, vocab_size, dtype, "deepseek_v3")
     if int(args.get("num_experts") or 0) > 1 and (args.get("moe_router_score_function") == "sigmoid"
                                                   or not all(moe_layers(args))):
         return glm4_moe_config(args, vocab_size, dtype)
@@ -140,9 +142,15 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
     return config
 
 
-def glm4_moe_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
+def glm4_moe_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype,
+                    model_type: str = "glm4_moe") -> dict[str, Any]:
     """GLM-4.5's config.json (glm4_moe) for an MoE model with sigmoid routing or dense layers among
-    the MoE ones (models/hf_config.glm4_moe_args, read back the same); what it cannot say is refused."""
+    the MoE ones, or DeepSeek-V3's (deepseek_v3: the same MoE with multi-latent attention)
+    (models/hf_config.glm4_moe_args / mla_args, read back the same); what it cannot say is refused."""
+    mla = model_type == "deepseek_v3"
+    if int(args.get("num_experts") or 0) <= 1:
+        raise ValueError("multi-latent attention has a config.json form only as DeepSeek-V3 (deepseek_v3), a mixture "
+                         "of experts; a dense model with multi_latent_attention cannot be exported.")
     pattern = moe_layers(args)
     dense = pattern.index(1)
     experts, topk = int(args["num_experts"]), int(args.get("moe_router_topk") or 2)
@@ -157,21 +165,35 @@ def glm4_moe_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype
         ("groups ranked by their two best scores (moe_router_topk / moe_router_group_topk = 2)",
          groups > 1 and topk != 2 * group_topk),
         ("Llama's RoPE pairs, optionally on part of each head, RMSNorm before attention and MLP only",
-         args.get("rotary_interleaved") or args.get("post_norm") or args.get("pre_norm") is False
-         or args.get("qk_layernorm_across_heads") or args.get("sliding_window") or args.get("no_rope_freq")),
+         not mla and (args.get("rotary_interleaved") or args.get("post_norm") or args.get("pre_norm") is False
+                      or args.get("qk_layernorm_across_heads") or args.get("sliding_window") or args.get("no_rope_freq"))),
+        ("no biases or other norms on the attention, RMSNorm before attention and MLP only",
+         mla and (args.get("add_qkv_bias") or args.get("qk_layernorm") or args.get("post_norm")
+                  or args.get("pre_norm") is False or args.get("sliding_window") or args.get("no_rope_freq"))),
     ) if bad]
     if problems:
-        raise ValueError("a mixture of experts with sigmoid routing or dense layers has a config.json form only as "
-                         f"GLM-4.5 (glm4_moe), which needs {'; '.join(problems)}.")
+        what = ("multi-latent attention has a config.json form only as DeepSeek-V3 (deepseek_v3)" if mla else
+                "a mixture of experts with sigmoid routing or dense layers has a config.json form only as GLM-4.5 "
+                "(glm4_moe)")
+        raise ValueError(f"{what}, which needs {'; '.join(problems)}.")
     partial = float(args.get("rotary_percent") or 1.0)
-    rope = dict(rope_parameters(args), partial_rotary_factor=partial)
-    config = base_config(args, vocab_size, dtype, "glm4_moe", "Glm4MoeForCausalLM", rope, eps=1e-5)
-    config.update(hidden_act="silu", attention_bias=bool(args.get("add_qkv_bias")), partial_rotary_factor=partial,
-                  use_qk_norm=bool(args.get("qk_layernorm")), n_routed_experts=experts, num_experts_per_tok=topk,
+    rope = rope_parameters(args) if mla else dict(rope_parameters(args), partial_rotary_factor=partial)
+    cls = "DeepseekV3ForCausalLM" if mla else "Glm4MoeForCausalLM"
+    config = base_config(args, vocab_size, dtype, model_type, cls, rope, eps=1e-5)
+    config.update(hidden_act="silu", n_routed_experts=experts, num_experts_per_tok=topk,
                   moe_intermediate_size=f, n_shared_experts=shared // f, first_k_dense_replace=dense,
                   norm_topk_prob=True, n_group=groups, topk_group=group_topk,
                   routed_scaling_factor=float(args.get("moe_router_topk_scaling_factor") or 1.0),
                   num_nextn_predict_layers=0)
+    if mla:  # DeepSeek-V3's names of the MLA dimensions; vLLM reads scoring_func / topk_method for the routing
+        config.update(attention_bias=False, q_lora_rank=int(args["q_lora_rank"]) if args.get("q_lora_rank") else None,
+                      kv_lora_rank=int(args["kv_lora_rank"]), qk_nope_head_dim=int(args["qk_head_dim"]),
+                      qk_rope_head_dim=int(args["qk_pos_emb_head_dim"]), v_head_dim=int(args["v_head_dim"]),
+                      head_dim=int(args["qk_pos_emb_head_dim"]), rope_interleave=True, scoring_func="sigmoid",
+                      topk_method="noaux_tc", moe_layer_freq=1)
+    else:
+        config.update(attention_bias=bool(args.get("add_qkv_bias")), partial_rotary_factor=partial,
+                      use_qk_norm=bool(args.get("qk_layernorm")))
     return config
 
 

@@ -75,20 +75,23 @@ class KVCache:
     valid up to `length` (the same for all rows: prompts are left-padded to one width)."""
 
     def __init__(self, num_layers: int, batch: int, groups: int, max_len: int, head_dim: int,
-                 dtype: torch.dtype, device: torch.device, rotary_freqs: torch.Tensor, zeroed: bool = False,
-                 mscale: float = 1.0, window: Optional[int] = None, local_freqs: Optional[torch.Tensor] = None):
-        shape = (batch, groups, max_len, head_dim)
+                 dtype: torch.dtype, device: torch.device, rotary_freqs: Optional[torch.Tensor], zeroed: bool = False,
+                 mscale: float = 1.0, window: Optional[int] = None, local_freqs: Optional[torch.Tensor] = None,
+                 v_head_dim: Optional[int] = None):
         # zeroed: positions not written yet hold 0, not garbage (static_decode_step attends over
         # them, masked: 0 x NaN would poison the context)
         self.zeroed = zeroed
         new = torch.zeros if zeroed else torch.empty
-        self.k = [_static_dims(new(shape, dtype=dtype, device=device), zeroed) for _ in range(num_layers)]
-        self.v = [_static_dims(new(shape, dtype=dtype, device=device), zeroed) for _ in range(num_layers)]
+        k_shape, v_shape = (batch, groups, max_len, head_dim), (batch, groups, max_len, v_head_dim or head_dim)
+        self.k = [_static_dims(new(k_shape, dtype=dtype, device=device), zeroed) for _ in range(num_layers)]
+        self.v = [_static_dims(new(v_shape, dtype=dtype, device=device), zeroed) for _ in range(num_layers)]
         self.length = 0
-        self.freqs = rotary_freqs  # (max_len, 1, 1, rot_dim) megatron RotaryEmbedding output
+        # (max_len, 1, 1, rot_dim) megatron RotaryEmbedding output; None for multi-latent attention, whose
+        # layers rotate with their own table at the cache's positions (MLAPositions)
+        self.freqs = rotary_freqs
         self.mscale = mscale  # cos / sin scale (models/rotary.rope_mscale)
         self.local_freqs = local_freqs  # the sliding layers' own table (Gemma 3; models/gemma.py), or None
-        if zeroed:  # its own tensor, not a view of megatron's cached table (Dynamo would size the base)
+        if zeroed and rotary_freqs is not None:  # its own tensor, not a view of megatron's cached table (Dynamo would size the base)
             self.freqs = _static_dims(rotary_freqs.clone(), True, (1, 2, 3))
             if local_freqs is not None:
                 self.local_freqs = _static_dims(local_freqs.clone(), True, (1, 2, 3))
@@ -164,7 +167,9 @@ class CachedCoreAttention(torch.nn.Module):
         self.index, self.cache, self.config = index, cache, config
         groups = config.num_query_groups or config.num_attention_heads
         self.groups = groups // config.tensor_model_parallel_size  # this TP rank's query groups
-        self.scale = _attention_scale(config)
+        # multi-latent attention: its own scale on the core attention (builder.mla_softmax_scale)
+        mla = getattr(config, "multi_latent_attention", False)
+        self.scale = original.softmax_scale if mla else _attention_scale(config)
         self.own_rope = _own_rope(config)
         self.rope = rope  # False in a NoPE layer (models/rotary.layer_uses_rope)
         self.windowed = windowed  # the cache's sliding window applies to this layer (sliding_window.layer_window)
@@ -233,22 +238,51 @@ def grouped_attention(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mas
     return context.reshape(s, b, -1)
 
 
+class MLAPositions(torch.nn.Module):
+    """Drop-in for a multi-latent attention layer's rotary embedding during cached decoding: megatron's
+    MLA rotates its queries and keys itself, with the first s positions of its table for s new tokens;
+    this serves the table's positions cache.length .. cache.length + s - 1 instead, so the new tokens
+    rotate at their place after the cached ones (CachedCoreAttention then leaves them as they are)."""
+
+    def __init__(self, original: torch.nn.Module, cache: KVCache):
+        super().__init__()
+        self.original, self.cache = original, cache
+
+    def get_rotary_seq_len(self, *args, **kwargs) -> int:
+        return self.original.get_rotary_seq_len(*args, **kwargs)
+
+    def forward(self, seq_len: int, *args, **kwargs):
+        start = self.cache.length
+        out = self.original(start + seq_len, *args, **kwargs)
+        if isinstance(out, tuple):  # YaRN: (table, mscale)
+            return (out[0][start:], *out[1:])
+        return out[start:]
+
+
 @contextlib.contextmanager
 def cached_attention(model: torch.nn.Module, cache: KVCache) -> Iterator[None]:
-    """Swap every layer's core attention for CachedCoreAttention over `cache`; restore on exit."""
+    """Swap every layer's core attention for CachedCoreAttention over `cache` (and a multi-latent
+    attention layer's rotary embedding for MLAPositions); restore on exit."""
     layers = list(model.decoder.layers)
     attentions = [layer.self_attention for layer in layers]
     originals = [a.core_attention for a in attentions]
+    mla = getattr(model.config, "multi_latent_attention", False)
+    rotaries = [a.rotary_pos_emb for a in attentions] if mla else []
     try:
         for i, (layer, a, orig) in enumerate(zip(layers, attentions, originals)):
             n = layer.layer_number
-            a.core_attention = CachedCoreAttention(i, orig, cache, layer_uses_rope(model.config, n),
+            # MLA's queries and keys arrive rotated (MLAPositions)
+            a.core_attention = CachedCoreAttention(i, orig, cache, layer_uses_rope(model.config, n) and not mla,
                                                    layer_window(model.config, n) is not None,
                                                    layer_uses_local_rope(model.config, n))
+            if mla:
+                a.rotary_pos_emb = MLAPositions(a.rotary_pos_emb, cache)
         yield
     finally:
         for a, orig in zip(attentions, originals):
             a.core_attention = orig
+        for a, rotary in zip(attentions, rotaries):
+            a.rotary_pos_emb = rotary
 
 
 def new_cache(model: torch.nn.Module, batch: int, max_len: int, zeroed: bool = False) -> KVCache:
@@ -257,8 +291,11 @@ def new_cache(model: torch.nn.Module, batch: int, max_len: int, zeroed: bool = F
     config = model.config
     groups = (config.num_query_groups or config.num_attention_heads) // config.tensor_model_parallel_size
     param = next(model.parameters())
-    freqs = model.rotary_pos_emb(max_len)  # (max_len, 1, 1, rot); megatron lru-caches it
     local = model.local_rotary_pos_emb(max_len) if hasattr(model, "local_rotary_pos_emb") else None
+    if getattr(config, "multi_latent_attention", False):  # every head's key and value, after the up projection
+        return KVCache(len(model.decoder.layers), batch, groups, max_len, config.qk_head_dim + config.qk_pos_emb_head_dim,
+                       param.dtype, param.device, None, zeroed, v_head_dim=config.v_head_dim)
+    freqs = model.rotary_pos_emb(max_len)  # (max_len, 1, 1, rot); megatron lru-caches it
     return KVCache(len(model.decoder.layers), batch, groups, max_len, config.kv_channels, param.dtype,
                    param.device, freqs, zeroed, rope_mscale(config), getattr(config, "attention_window", None), local)
 
@@ -420,9 +457,10 @@ def compile_unsupported(model: torch.nn.Module, platform_name: str) -> Optional[
                 f"torchair); rollout_engine: vllm compiles there")
     if not lean_supported(model):
         c = model.config
-        return (f"only dense models on one rank are compiled (TP 1, PP 1, no MoE); this one has TP "
+        return (f"only dense models on one rank are compiled (TP 1, PP 1, no MoE, no multi-latent attention); this one has TP "
                 f"{c.tensor_model_parallel_size}, {'all stages' if model.pre_process and model.post_process else 'one pipeline stage'}"
-                f"{', MoE' if getattr(c, 'num_moe_experts', None) else ''}")
+                f"{', MoE' if getattr(c, 'num_moe_experts', None) else ''}"
+                f"{', multi-latent attention' if getattr(c, 'multi_latent_attention', False) else ''}")
     return None
 
 

@@ -194,6 +194,9 @@ def _unlink_cpu_shm(token: str) -> None:
         buffer.is_creator = False
 
 
+CPU_MLA_LATENT = 576  # the latent cache width (kv_lora_rank + RoPE dims) vLLM's CPU MLA kernels are built for
+
+
 class VLLMEngine:
     """RolloutEngine on an in-process vLLM `LLM`.
 
@@ -250,6 +253,9 @@ class VLLMEngine:
         self._dir = tempfile.mkdtemp(prefix="mindspeed_rl_vllm_")
         config = dict(hf_config, vocab_size=self.vocab_size)
         config.pop("quantization_config", None)
+        if config.get("model_type") == "deepseek_v3":  # transformers' routing; vLLM reads these keys (softmax without)
+            config.setdefault("scoring_func", "sigmoid")
+            config.setdefault("topk_method", "noaux_tc")
         with open(os.path.join(self._dir, "config.json"), "w", encoding="utf-8") as f:
             json.dump(config, f)
         kwargs = dict(
@@ -259,6 +265,15 @@ class VLLMEngine:
             logprobs_mode="processed_logprobs", enable_prefix_caching=False)
         if tensor_parallel_size > 1:
             kwargs["distributed_executor_backend"] = "external_launcher"
+        latent = int(hf_config.get("kv_lora_rank") or 0) + int(hf_config.get("qk_rope_head_dim") or 0)
+        if self.platform_name == "cpu" and latent and latent != CPU_MLA_LATENT:
+            raise UserInputError(f"multi-latent attention with kv_lora_rank + qk_rope_head_dim = {latent}: vLLM's CPU "
+                                 f"MLA kernels are built for DeepSeek's {CPU_MLA_LATENT} (512 + 64) only; use "
+                                 f"rollout_engine: megatron on CPU.")
+        if self.platform_name == "cpu" and latent and str(dtype) in ("float32", "torch.float32"):
+            # multi-latent attention in fp32 on CPU: vLLM prefers its AMX MLA backend where the CPU has AMX,
+            # which takes bf16 weights only; its reference CPU MLA backend computes in fp32
+            kwargs["attention_backend"] = "CPU_MLA"
         if self.sleep_level:
             kwargs["enable_sleep_mode"] = True
         from vllm import LLM

@@ -27,7 +27,8 @@ OVERRIDES = {"gemma3": {"seed": 1}}
 # one run per distinct checkpoint layout, to keep CI's time: Llama from config.json is tests/real_model's
 # SmolLM2 run, a Qwen2 is qwen2_5_vl's text model, Gemma 3's text model (gemma3_text) is gemma3's, OLMo 2's
 # layers are olmo3's; the forward of Qwen3, SmolLM3, Granite and Gemma 2 is their parity and decode tests'
-@pytest.mark.parametrize("arch", ["phi3", "mixtral", "gemma3", "mistral3", "olmo3", "qwen2_5_vl", "glm4_moe"])
+@pytest.mark.parametrize("arch", ["phi3", "mixtral", "gemma3", "mistral3", "olmo3", "qwen2_5_vl", "glm4_moe",
+                                  "deepseek_v3"])
 def test_empty_model_yaml_runs(arch, tmp_path):
     """phi3 (q/k/v and gate/up stored fused), mixtral (its own expert names) and gemma3 (its text
     model's own norm names) also export at the end (save_hf): the HF checkpoint has the original's tensor names
@@ -36,12 +37,14 @@ def test_empty_model_yaml_runs(arch, tmp_path):
     and export that (Gemma3ForCausalLM, MistralForCausalLM, Qwen2ForCausalLM), the language model's
     tensors under their text-model names. glm4_moe (GLM-4.5: a dense first layer, sigmoid routing with
     the checkpoint's expert bias, shared_experts) exports its tensors under GLM-4.5's names, the expert
-    bias unchanged (moe_router_bias_update_rate 0)."""
+    bias unchanged (moe_router_bias_update_rate 0). deepseek_v3 (DeepSeek-V3: multi-latent attention on
+    GLM-4.5's MoE layout) trains, generates with the native engine's MLA cache and exports under DeepSeek's
+    names (q_a_layernorm, kv_a_proj_with_mqa, ...)."""
     hf = tmp_path / "hf"
     make_tiny_hf(arch, str(hf), **OVERRIDES.get(arch, {}))
     from mindspeed_rl.data import tiny_task
     tok = tiny_task.TOKENIZER_DIR  # the tiny task's 13-token tokenizer fits the 120-row embedding
-    own_names = arch in ("phi3", "mixtral", "gemma3", "mistral3", "olmo3", "qwen2_5_vl", "glm4_moe")
+    own_names = arch in ("phi3", "mixtral", "gemma3", "mistral3", "olmo3", "qwen2_5_vl", "glm4_moe", "deepseek_v3")
     proc = subprocess.run(
         [sys.executable, str(ROOT / "ray_gpt.py"), "--config-dir", str(CONFIGS), "--config-name", "grpo_trainer_hf_any",
          f"actor_rollout_ref.actor_rollout.load={hf}", f"actor_rollout_ref.ref.load={hf}",
@@ -75,7 +78,7 @@ def test_empty_model_yaml_runs(arch, tmp_path):
             assert json.loads((exported / "config.json").read_text())["architectures"] == [text_cls]
         assert shapes(exported) == want
         transformers.AutoModelForCausalLM.from_pretrained(str(exported))
-        if arch == "glm4_moe":  # the expert bias chose experts in training and is written back as it was read
+        if arch in ("glm4_moe", "deepseek_v3"):  # the expert bias chose experts in training and is written back as it was read
             from safetensors.torch import load_file
 
             before, after = load_file(str(hf / "model.safetensors")), load_file(str(exported / "model.safetensors"))

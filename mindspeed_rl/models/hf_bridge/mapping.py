@@ -44,7 +44,7 @@ from typing import Any, Mapping
 import torch
 
 from mindspeed_rl.models.hf_bridge.checkpoint_io import TensorReader, check_shape
-from mindspeed_rl.models.hf_config import HF_ARCHS
+from mindspeed_rl.models.hf_config import HF_ARCHS, kv_channels
 from mindspeed_rl.utils.errors import UserInputError
 
 ARCHITECTURES = HF_ARCHS  # one list: models/hf_config.py (config.json -> megatron args) reads the same ones
@@ -69,7 +69,7 @@ class Dims:
         heads, hidden = int(args["num_attention_heads"]), int(args["hidden_size"])
         groups = int(args.get("num_query_groups") or heads) if args.get("group_query_attention") else heads
         ffn = int(args.get("ffn_hidden_size") or 4 * hidden)
-        return cls(hidden, ffn, heads, groups, int(args.get("kv_channels") or hidden // heads),
+        return cls(hidden, ffn, heads, groups, kv_channels(args),
                    int(args["padded_vocab_size"]), int(args.get("moe_ffn_hidden_size") or ffn),
                    int(args.get("moe_shared_expert_intermediate_size") or 0))
 
@@ -89,6 +89,15 @@ _LAYER_MAP = {
     "self_attention.q_layernorm.sharded_weight": ("column", ("model.layers.{i}.self_attn.q_norm.weight",)),
     "self_attention.k_layernorm.sharded_weight": ("column", ("model.layers.{i}.self_attn.k_norm.weight",)),
     "self_attention.linear_proj.weight": ("row", ("model.layers.{i}.self_attn.o_proj.weight",)),
+    # multi-latent attention (DeepSeek-V3): every projection split over TP by rows ("column"; megatron's MLA
+    # gathers the down projections' outputs back); its query norm is the canonical q_norm (stored as
+    # q_a_layernorm: hf_bridge/names.py)
+    "self_attention.linear_q_proj.weight": ("column", ("model.layers.{i}.self_attn.q_proj.weight",)),
+    "self_attention.linear_q_down_proj.weight": ("column", ("model.layers.{i}.self_attn.q_a_proj.weight",)),
+    "self_attention.linear_q_up_proj.weight": ("column", ("model.layers.{i}.self_attn.q_b_proj.weight",)),
+    "self_attention.linear_kv_down_proj.weight": ("column", ("model.layers.{i}.self_attn.kv_a_proj_with_mqa.weight",)),
+    "self_attention.linear_kv_up_proj.weight": ("column", ("model.layers.{i}.self_attn.kv_b_proj.weight",)),
+    "self_attention.kv_layernorm.weight": ("replicated", ("model.layers.{i}.self_attn.kv_a_layernorm.weight",)),
     "pre_mlp_layernorm.weight": ("replicated", ("model.layers.{i}.post_attention_layernorm.weight",)),
     "mlp.linear_fc1.weight": ("fc1", ("model.layers.{i}.mlp.gate_proj.weight",
                                       "model.layers.{i}.mlp.up_proj.weight")),

@@ -43,6 +43,8 @@ _STORED_AS["exaone4"] = _STORED_AS["olmo2"]  # EXAONE 4.0's post norms: OLMo 2's
 # GLM-4.5 calls the shared expert shared_experts (Qwen2-MoE: shared_expert)
 _STORED_AS["glm4_moe"] = tuple((f"mlp.shared_expert.{n}_proj.weight", f"mlp.shared_experts.{n}_proj.weight")
                                for n in ("gate", "up", "down"))
+# DeepSeek-V3: GLM-4.5's shared_experts, and its multi-latent attention's query norm (canonical q_norm)
+_STORED_AS["deepseek_v3"] = (*_STORED_AS["glm4_moe"], ("self_attn.q_norm.weight", "self_attn.q_a_layernorm.weight"))
 # GLM-4 names its norm on the attention output as the canonical name does, the one on the MLP output its own way
 _STORED_AS["glm4"] = (("post_feedforward_layernorm.weight", "post_mlp_layernorm.weight"),)
 

@@ -43,6 +43,11 @@ def check_tp(args: Mapping[str, Any], tp_size: int, ep_size: int = 1, etp_size: 
     checks = [("tensor_model_parallel_size", tp_size, "num_attention_heads", d.heads),
               ("tensor_model_parallel_size", tp_size, "num_query_groups", d.groups),
               ("tensor_model_parallel_size", tp_size, "padded_vocab_size", d.vocab_padded)]
+    if args.get("multi_latent_attention"):  # its down projections' outputs are split over TP too
+        checks += [("tensor_model_parallel_size", tp_size, "kv_lora_rank + qk_pos_emb_head_dim",
+                    int(args["kv_lora_rank"]) + int(args["qk_pos_emb_head_dim"]))]
+        if args.get("q_lora_rank"):
+            checks.append(("tensor_model_parallel_size", tp_size, "q_lora_rank", int(args["q_lora_rank"])))
     if is_moe(args):
         checks += [("expert_model_parallel_size", ep_size, "num_experts", int(args["num_experts"])),
                    ("expert_tensor_parallel_size", etp_size or tp_size, "moe_ffn_hidden_size", d.moe_ffn)]
@@ -62,8 +67,14 @@ def stage_param_names(args: Mapping[str, Any], pp_size: int, pp_rank: int, vpp_s
     first, last = pp_rank == 0, pp_rank == pp_size - 1
     tied = not args.get("untie_embeddings_and_output_weights", False)
     pre_norm = args.get("pre_norm", True) is not False  # OLMo 2: none (models/olmo.py)
-    per_layer = (["input_layernorm.weight"] if pre_norm else []) + ["self_attention.linear_proj.weight",
-                                                                    "self_attention.linear_qkv.weight"]
+    per_layer = (["input_layernorm.weight"] if pre_norm else []) + ["self_attention.linear_proj.weight"]
+    if args.get("multi_latent_attention"):  # DeepSeek-V3's projections and norms, in megatron's order
+        q = ["linear_q_down_proj", "linear_q_up_proj"] if args.get("q_lora_rank") else ["linear_q_proj"]
+        per_layer += [f"self_attention.{n}.weight" for n in q + ["linear_kv_down_proj", "linear_kv_up_proj"]]
+        per_layer += ["self_attention.q_layernorm.weight"] if args.get("q_lora_rank") else []
+        per_layer.append("self_attention.kv_layernorm.weight")
+    else:
+        per_layer.append("self_attention.linear_qkv.weight")
     if args.get("add_qkv_bias"):
         per_layer.append("self_attention.linear_qkv.bias")
     if args.get("qk_layernorm"):

@@ -1,7 +1,7 @@
 """`load:` a HF directory with an empty model yaml: the architecture comes from config.json.
 
 Table over every architecture the model builder supports (Llama with llama3 rope scaling, Mistral,
-Phi-3, Qwen2 / Qwen2.5, Qwen3, Qwen3-MoE, Qwen2-MoE, Mixtral, SmolLM3, Granite, Gemma 3, Gemma 2, Gemma 1, OLMo 2, OLMo 3, Ministral 3, EXAONE 4.0, Seed-OSS, GLM-4, ERNIE 4.5, Arcee, GLM-4.5): an empty model entry (or none at all) dry-runs; a key the user did set that
+Phi-3, Qwen2 / Qwen2.5, Qwen3, Qwen3-MoE, Qwen2-MoE, Mixtral, SmolLM3, Granite, Gemma 3, Gemma 2, Gemma 1, OLMo 2, OLMo 3, Ministral 3, EXAONE 4.0, Seed-OSS, GLM-4, ERNIE 4.5, Arcee, GLM-4.5, DeepSeek-V3): an empty model entry (or none at all) dry-runs; a key the user did set that
 disagrees fails in dry_run with one sentence naming both values; weights whose safetensors
 headers do not fit config.json fail in dry_run too (headers only).
 """
@@ -51,6 +51,12 @@ ARCHS = {"llama": dict(rotary_base=5000.0, rope_scaling_type="llama3", untie_emb
                           moe_router_num_groups=2, moe_router_group_topk=1, moe_router_topk_scaling_factor=1.5,
                           moe_shared_expert_intermediate_size=32, rotary_percent=0.5, add_qkv_bias=True,
                           qk_layernorm=True, kv_channels=16),
+         # DeepSeek-V3: multi-latent attention (every head its own key and value), GLM-4.5's MoE layout
+         "deepseek_v3": dict(multi_latent_attention=True, q_lora_rank=24, kv_lora_rank=16, qk_head_dim=16,
+                             qk_pos_emb_head_dim=8, v_head_dim=16, kv_channels=16, group_query_attention=False,
+                             num_query_groups=4, num_experts=4, moe_layer_freq=[0, 1],
+                             moe_router_score_function="sigmoid", rope_scaling_type="yarn",
+                             rope_scaling_mscale_all_dim=0.8),
          "arcee": dict(swiglu=False, squared_relu=True, rope_scaling_type="yarn", rope_scaling_factor=4.0,
                        untie_embeddings_and_output_weights=True),
          "seed_oss": dict(add_qkv_bias=True, kv_channels=32, untie_embeddings_and_output_weights=True,
@@ -82,9 +88,10 @@ def test_empty_model_yaml_takes_config_json(arch, hf_dirs, capsys):
     for role in (cfg.actor, cfg.ref):
         a = role.arch
         assert role.arch_set == {}
-        # config.json's 2 KV heads, not the schema default group_query_attention=false
+        # config.json's 2 KV heads, not the schema default group_query_attention=false (MLA: one per head)
         assert (a.num_layers, a.hidden_size, a.ffn_hidden_size, a.num_attention_heads) == (2, 64, 128, 4)
-        assert a.group_query_attention is True and a.num_query_groups == 2
+        if arch != "deepseek_v3":
+            assert a.group_query_attention is True and a.num_query_groups == 2
         assert a.padded_vocab_size == 120
         for key, value in ARCHS[arch].items():
             assert getattr(a, key) == value, key
@@ -128,6 +135,8 @@ def test_user_set_key_that_agrees_is_kept_and_recorded(hf_dirs):
     ("glm4_moe", "training.moe_layer_freq=1",
      r"training.moe_layer_freq is \[1, 1\] but config.json in \S+ says \[0, 1\] \(first_k_dense_replace\)"),
     ("arcee", "training.swiglu=true", r"training.swiglu is True but config.json in \S+ says False \(hidden_act\)"),
+    ("deepseek_v3", "training.qk_rope_head_dim=16",
+     r"training.qk_rope_head_dim is 16 but config.json in \S+ says 8 \(qk_rope_head_dim\)"),
 ])
 def test_wrong_user_set_key_fails_in_dry_run(arch, override, message, hf_dirs, capsys):
     code = ray_gpt.main(["--config-dir", str(CONFIGS), "--config-name", "grpo_trainer_hf_any", "dry_run=true",

@@ -53,7 +53,8 @@ def test_every_vocabulary_name_has_a_route():
         assert routes[key] == "schema", key
     assert routes["context_parallel_algo"] == "mindspeed"  # forwarded to MindSpeed on NPU
     assert routes["moe_shared_expert_intermediate_size"] == routes["shared_expert_gate"] == "schema"  # Qwen2-MoE
-    assert routes["multi_latent_attention"] == "unsupported"
+    assert routes["multi_latent_attention"] == "schema" and routes["multi_head_latent_attention"] == "alias"
+    assert routes["mtp_num_layers"] == "unsupported"
 
 
 def test_schema_keys_missing_from_the_vocabulary_are_our_own():
@@ -94,8 +95,10 @@ def test_mindspeed_llm_model_yaml_with_megatron_names(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("override,fragments", [
-    (f"{A}.multi_latent_attention=true", ["multi_latent_attention` is True", "multi-latent attention (DeepSeek)",
-                                          "set it to False"]),
+    (f"{A}.mtp_num_layers=1", ["mtp_num_layers` is 1", "multi-token prediction layers are not implemented",
+                               "set it to"]),
+    (f"{A}.multi_latent_attention=true", ["model tiny: multi_latent_attention needs kv_lora_rank, qk_head_dim, "
+                                          "qk_pos_emb_head_dim, v_head_dim", "load a DeepSeek-V3 checkpoint"]),
     (f"{A}.moe_shared_expert_intermediate_size=512", [f"{A}.moe_shared_expert_intermediate_size: 512` describes an "
                                                       "MoE layer's shared expert, but model tiny has no experts"]),
     (f"{A}.context_parallel_size=2", ["context_parallel_size: 2`: context parallelism is not available",

@@ -100,7 +100,10 @@ def test_an_explicit_shared_expert_width_wins_as_in_mindspeed_llm():
     (MOE + ["training.first_k_dense_replace=-1"], "`training.first_k_dense_replace` must be an integer of at least 0"),
     (MOE + ["training.seq_aux=true", "training.moe_router_load_balancing_type=sinkhorn"],
      "`training.seq_aux: true` computes the aux loss per sequence"),
-    ([f"{A}.multi_head_latent_attention=true"], "multi_head_latent_attention` is True, but multi-latent attention"),
+    ([f"{A}.multi_head_latent_attention=true", f"{A}.qk_rope_head_dim=64"],
+     "model tiny: multi_latent_attention needs kv_lora_rank, qk_head_dim, v_head_dim"),
+    (["training.rotary_scaling_factor=40"], "multi-latent attention's YaRN is spelled rope_scaling_type: yarn + "
+                                            "rope_scaling_factor here"),
     (["training.moe_device_level_aux_loss_coeff=0.01"], "DeepSeek-V2's device-level balance loss is not implemented"),
     (["training.no_post_layer_norm=true"], "a model without the final norm is not implemented"),
     (["training.full_attention_interval=4"], "Qwen3-Next's linear-attention layers are not implemented"),

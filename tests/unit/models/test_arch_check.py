@@ -78,8 +78,8 @@ def test_unsupported_architecture_is_one_sentence(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(dict(config, hidden_act="gelu")))
     with pytest.raises(UserInputError, match=r"config.json: config.json hidden_act 'gelu' is not supported"):
         arch_from_hf_or_yaml({}, str(tmp_path))
-    (tmp_path / "config.json").write_text(json.dumps(dict(config, model_type="deepseek_v3")))
-    with pytest.raises(UserInputError, match=r"model_type 'deepseek_v3' is not supported; supported: llama, mistral, phi3, qwen2, qwen3"):
+    (tmp_path / "config.json").write_text(json.dumps(dict(config, model_type="deepseek_v32")))
+    with pytest.raises(UserInputError, match=r"model_type .deepseek_v32. is not supported; supported: llama, mistral, phi3, qwen2, qwen3"):
         check_arch_against_hf({}, str(tmp_path))
 
 

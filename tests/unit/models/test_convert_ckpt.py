@@ -34,15 +34,16 @@ def _run(*argv):
                                                ("gemma3_text", (2, 2), (1, 1)), ("gemma2", (2, 1), (1, 2)),
                                                ("gemma", (1, 2), (2, 1)), ("olmo3", (2, 2), (1, 1)),
                                                ("exaone4", (1, 2), (2, 1)), ("glm4", (2, 2), (1, 1)),
-                                               ("arcee", (2, 1), (1, 2)), ("glm4_moe", (2, 2), (1, 1))])
+                                               ("arcee", (2, 1), (1, 2)), ("glm4_moe", (2, 2), (1, 1)),
+                                               ("deepseek_v3", (2, 2), (1, 1))])
 def test_round_trip_is_bit_exact(tmp_path, arch, first, second):
     """HF -> mg -> mg -> HF: every tensor back bit for bit under its stored name and layout (Mixtral's
-    names, Phi-3's fused q/k/v and gate/up, Gemma 3's norm names)."""
+    names, Phi-3's fused q/k/v and gate/up, Gemma 3's norm names, DeepSeek-V3's multi-latent attention)."""
     make_tiny_hf(arch, tmp_path / "hf", max_shard_size="100KB" if arch == "qwen2" else None)
     a, b, back = tmp_path / "mg_a", tmp_path / "mg_b", tmp_path / "hf_back"
     assert _run("--load-model-type", "hf", "--save-model-type", "mg", "--load-dir", tmp_path / "hf",
                 "--save-dir", a, "--target-tensor-parallel-size", first[0],
-                "--target-pipeline-parallel-size", first[1], "--model-type-hf", {"llama": "llama3", "gemma3_text": "gemma3"}.get(arch, arch),
+                "--target-pipeline-parallel-size", first[1], "--model-type-hf", {"llama": "llama3", "gemma3_text": "gemma3", "deepseek_v3": "deepseek3"}.get(arch, arch),
                 "--make-vocab-size-divisible-by", 16) == 0
     manifest = json.loads((a / "iter_0000000" / "manifest.json").read_text())
     assert (manifest["tp"], manifest["pp"], manifest["step"], manifest["vocab_size"]) == (*first, 0, 120)
@@ -108,7 +109,7 @@ def test_interrupted_save_leaves_no_latest(tmp_path):
     (None, ["--target-tensor-parallel-size", "3"], "tensor_model_parallel_size 3 does not divide num_attention_heads 4"),
     (None, ["--target-pipeline-parallel-size", "3"], "num_layers 2 is not divisible by pipeline_model_parallel_size 3"),
     (None, ["--model-type-hf", "qwen3"], "--model-type-hf qwen3 disagrees with model_type 'llama'"),
-    ({"model_type": "deepseek_v3"}, [], "model_type .deepseek_v3. is not supported"),
+    ({"model_type": "deepseek_v32"}, [], "model_type .deepseek_v32. is not supported"),
     ({"hidden_act": "gelu"}, [], "config.json: config.json hidden_act 'gelu' is not supported"),
     ({"vocab_size": 100}, [], r"model.embed_tokens.weight in .* has shape \[120, 64\], which does not fit"),
     ({"intermediate_size": 96}, [], r"gate_proj.weight in .* has shape \[128, 64\], but config.json implies \[96, 64\]"),

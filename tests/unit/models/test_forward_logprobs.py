@@ -53,7 +53,8 @@ def _batches():
 @pytest.mark.parametrize("arch", ["llama", "mistral", "phi3", "phi3-partial", "phi3-longrope", "qwen2", "qwen3",
                                   "phi3-partiallongrope", "qwen2-yarn", "qwen3-yarnmscale", "mistral-linear",
                                   "smollm3", "smollm3-yarn", "granite", "gemma3_text", "gemma2", "gemma", "olmo2",
-                                  "olmo3", "exaone4", "seed_oss", "glm4", "ernie4_5", "arcee", "glm4_moe"])
+                                  "olmo3", "exaone4", "seed_oss", "glm4", "ernie4_5", "arcee", "glm4_moe",
+                                  "deepseek_v3", "deepseek_v3-moonlight"])
 def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     """phi3: q/k/v and gate/up read as row ranges of its fused tensors; phi3-partial: half of each
     head rotated (partial_rotary_factor 0.5 = megatron's rotary_percent); phi3-longrope: LongRoPE's
@@ -75,7 +76,10 @@ def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     MLP, gate / up read from gate_up_proj; ernie4_5: RoPE over interleaved pairs of the whole head;
     arcee: fc1 is up_proj alone, relu(x)^2 between it and down_proj, YaRN x 4; glm4_moe: a dense first layer
     and an MoE one routed by sigmoid scores plus the checkpoint's expert bias within the best group, the
-    weights renormalised and x 1.5, a shared expert, partial rotary on Llama's pairs."""
+    weights renormalised and x 1.5, a shared expert, partial rotary on Llama's pairs; deepseek_v3: multi-latent
+    attention (low-rank query and key / value, RoPE over interleaved pairs of a separate part of each head,
+    YaRN with mscale 1 / mscale_all_dim 0.8: cos / sin and the scores scaled apart) on GLM-4.5's MoE layout;
+    deepseek_v3-moonlight: one full-rank query projection, plain RoPE."""
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
 

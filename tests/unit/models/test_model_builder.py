@@ -1,5 +1,7 @@
 """models.builder: HF config.json -> Megatron args, the transformer config, llama3 rope scaling."""
 
+import math
+
 import pytest
 import torch
 
@@ -43,7 +45,7 @@ def test_qwen2_and_qwen3_in_transformers5_spelling():
 
 
 @pytest.mark.parametrize("change,match", [
-    ({"model_type": "deepseek_v3"}, "model_type .deepseek_v3. is not supported"),
+    ({"model_type": "deepseek_v32"}, "model_type .deepseek_v32. is not supported"),
     ({"mlp_bias": True}, "mlp_bias"),
     ({"attention_bias": True}, "attention_bias"),
     ({"hidden_act": "gelu"}, "hidden_act"),
@@ -532,6 +534,53 @@ def test_arcee_config_json_round_trip():
     with pytest.raises(ValueError, match="an MLP without a gate has a config.json form only in an Arcee model .* "
                                          "this one is a llama with a GELU MLP"):
         hf_config_from_args(dict(args, squared_relu=False), vocab_size=128004)
+
+
+DEEPSEEK_V3 = {"architectures": ["DeepseekV3ForCausalLM"], "attention_bias": False, "first_k_dense_replace": 3,
+               "hidden_act": "silu", "hidden_size": 7168, "intermediate_size": 18432, "kv_lora_rank": 512,
+               "max_position_embeddings": 163840, "model_type": "deepseek_v3", "moe_intermediate_size": 2048,
+               "moe_layer_freq": 1, "n_group": 8, "n_routed_experts": 256, "n_shared_experts": 1, "norm_topk_prob": True,
+               "num_attention_heads": 128, "num_experts_per_tok": 8, "num_hidden_layers": 61, "num_key_value_heads": 128,
+               "num_nextn_predict_layers": 1, "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+               "rms_norm_eps": 1e-06, "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0,
+                                                       "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096,
+                                                       "type": "yarn"},
+               "rope_theta": 10000, "routed_scaling_factor": 2.5, "scoring_func": "sigmoid", "tie_word_embeddings": False,
+               "topk_group": 4, "topk_method": "noaux_tc", "v_head_dim": 128, "vocab_size": 129280}
+
+
+def test_deepseek_v3_config_json_round_trip():
+    """DeepSeek-V3's config.json (61 layers, the first 3 dense, multi-latent attention with YaRN x 40, 256
+    experts in 8 groups) and Moonlight's (no query rank, plain RoPE): the args, exported as DeepSeek-V3
+    again and read back the same, transformers and vLLM's routing keys written; what the engines would
+    read differently is one sentence each."""
+    from transformers import DeepseekV3Config
+
+    from mindspeed_rl.models.builder import mla_softmax_scale
+    from mindspeed_rl.models.hf_export import hf_config_from_args
+
+    args = model_config_from_hf(DEEPSEEK_V3)
+    assert (args["multi_latent_attention"], args["q_lora_rank"], args["kv_lora_rank"], args["qk_head_dim"],
+            args["qk_pos_emb_head_dim"], args["v_head_dim"], args["kv_channels"]) == (True, 1536, 512, 128, 64, 128, 128)
+    assert (args["group_query_attention"], args["moe_layer_freq"], args["rope_scaling_type"],
+            args["original_max_position_embeddings"]) == (False, [0] * 3 + [1] * 58, "yarn", 4096)
+    # transformers' scale of the scores: 192^-1/2 x (0.1 ln 40 + 1)^2
+    assert mla_softmax_scale(args) == pytest.approx(192 ** -0.5 * (0.1 * math.log(40) + 1) ** 2)
+    written = hf_config_from_args(args, vocab_size=129280)
+    assert (written["model_type"], written["scoring_func"], written["topk_method"]) == ("deepseek_v3", "sigmoid", "noaux_tc")
+    assert model_config_from_hf(written) == args
+    assert DeepseekV3Config(**written).q_lora_rank == 1536
+    moonlight = dict(DEEPSEEK_V3, q_lora_rank=None, rope_scaling=None, rope_theta=50000, first_k_dense_replace=1,
+                     n_group=1, topk_group=1, n_routed_experts=64, num_experts_per_tok=6, routed_scaling_factor=2.446)
+    margs = model_config_from_hf(moonlight)
+    assert margs["q_lora_rank"] is None and "rope_scaling_type" not in margs and mla_softmax_scale(margs) == 192 ** -0.5
+    assert model_config_from_hf(hf_config_from_args(margs, vocab_size=129280)) == margs
+    with pytest.raises(ValueError, match="rope_interleave false .* is not supported for deepseek_v3"):
+        model_config_from_hf(dict(DEEPSEEK_V3, rope_interleave=False))
+    with pytest.raises(ValueError, match="scoring_func 'softmax' / topk_method 'noaux_tc' is not DeepSeek-V3's"):
+        model_config_from_hf(dict(DEEPSEEK_V3, scoring_func="softmax"))
+    with pytest.raises(ValueError, match="a dense model with multi_latent_attention cannot be exported"):
+        hf_config_from_args({k: v for k, v in args.items() if k != "num_experts"}, vocab_size=129280)
 
 
 def test_glm4_moe_config_json_round_trip():
