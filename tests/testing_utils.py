@@ -120,7 +120,8 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
     (tied) inside Qwen2.5-VL's / Qwen3-VL's image-text model (tiny vision towers, M-RoPE sections);
     ministral3: Ministral 3's image-text model (mistral3 around a ministral3 text model: YaRN x 4 over 64
     positions, Llama 4's query scaling past them); deepseek_v3: DeepSeek-V3 (multi-latent attention with YaRN x 4 over
-    32 positions and two different mscales, GLM-4.5's MoE layout). `overrides` change TINY_HF (num_hidden_layers=4)."""
+    32 positions and two different mscales, GLM-4.5's MoE layout); deepseek_v2: DeepSeek-V2-Lite (MLA without a query
+    rank, softmax routing not renormalised, weights x 2). `overrides` change TINY_HF (num_hidden_layers=4)."""
     import transformers as tf
 
     tiny = dict(TINY_HF, **overrides)
@@ -177,6 +178,17 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
             "rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0,
                                 "original_max_position_embeddings": 32, "beta_fast": 32, "beta_slow": 1,
                                 "mscale": 1.0, "mscale_all_dim": 0.8},
+            **tiny, "num_key_value_heads": tiny["num_attention_heads"]}),
+        # DeepSeek-V2-Lite's layout scaled down: multi-latent attention with one full-rank query projection, YaRN x 4
+        # (mscale = mscale_all_dim 0.707), softmax routing without renormalising (top-2 of 4, weights x 2), a dense
+        # first layer and one shared expert
+        "deepseek_v2": lambda: tf.DeepseekV2Config(**{
+            "q_lora_rank": None, "kv_lora_rank": 16, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16,
+            "moe_intermediate_size": 32, "n_routed_experts": 4, "num_experts_per_tok": 2, "n_shared_experts": 1,
+            "first_k_dense_replace": 1, "routed_scaling_factor": 2.0, "topk_method": "greedy", "norm_topk_prob": False,
+            "pad_token_id": None, "eos_token_id": 2,
+            "rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0,
+                                "original_max_position_embeddings": 32, "mscale": 0.707, "mscale_all_dim": 0.707},
             **tiny, "num_key_value_heads": tiny["num_attention_heads"]}),
         # AFM-4.5B's layout: an MLP without a gate (relu2), YaRN past its original positions (here 32)
         "arcee": lambda: tf.ArceeConfig(**{"rope_theta": 1e4, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
@@ -247,6 +259,7 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
            "mistral3": tf.Mistral3ForConditionalGeneration, "gemma": tf.GemmaForCausalLM,
            "olmo2": tf.Olmo2ForCausalLM, "olmo3": tf.Olmo3ForCausalLM, "exaone4": tf.Exaone4ForCausalLM, "seed_oss": tf.SeedOssForCausalLM, "glm4": tf.Glm4ForCausalLM, "ernie4_5": tf.Ernie4_5ForCausalLM,
            "arcee": tf.ArceeForCausalLM, "glm4_moe": tf.Glm4MoeForCausalLM, "deepseek_v3": tf.DeepseekV3ForCausalLM,
+           "deepseek_v2": tf.DeepseekV2ForCausalLM,
            "ministral3": tf.Mistral3ForConditionalGeneration, "qwen2_5_vl": tf.Qwen2_5_VLForConditionalGeneration, "qwen3_vl": tf.Qwen3VLForConditionalGeneration}[arch]
     torch.manual_seed(seed)
     model = cls(config).eval()

@@ -14,10 +14,10 @@ from typing import Any, Mapping, Optional
 
 HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "smollm3", "granite",
             "gemma3_text", "gemma2", "gemma", "olmo2", "olmo3", "ministral3", "exaone4", "seed_oss", "glm4",
-            "ernie4_5", "arcee", "glm4_moe", "deepseek_v3")
+            "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
-MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3")
-MLA_ARCHS = ("deepseek_v3",)  # multi-latent attention (mla_args)
+MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3", "deepseek_v2")
+MLA_ARCHS = ("deepseek_v3", "deepseek_v2")  # multi-latent attention (mla_args)
 WINDOW_ARCHS = ("mistral", "mixtral", "phi3", "ministral3")  # a config.json sliding_window applies to every layer
 ROPE_TYPES = ("default", "linear", "llama3", "longrope", "yarn")  # config.json rope types computed exactly
 ROPE_SCALINGS = (None, "linear", "llama3", "longrope", "yarn")  # their rope_scaling_type (models/builder.py)
@@ -41,6 +41,9 @@ HF_DEFAULTS = {
                     "n_shared_experts": 1, "n_routed_experts": 256, "routed_scaling_factor": 2.5, "n_group": 8,
                     "topk_group": 4, "num_experts_per_tok": 8, "first_k_dense_replace": 3, "norm_topk_prob": True,
                     "moe_intermediate_size": 2048},
+    "deepseek_v2": {"kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
+                    "n_shared_experts": 2, "n_routed_experts": 64, "routed_scaling_factor": 1.0, "topk_method": "greedy",
+                    "first_k_dense_replace": 0, "norm_topk_prob": False, "moe_intermediate_size": 1407},
 }
 
 
@@ -515,6 +518,8 @@ def moe_args_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     `intermediate_size` wide. GLM-4.5: glm4_moe_args."""
     if hf.get("model_type") in ("glm4_moe", "deepseek_v3"):
         return glm4_moe_args(hf)
+    if hf.get("model_type") == "deepseek_v2":
+        return deepseek_v2_moe_args(hf)
     if hf.get("mlp_only_layers") or int(hf.get("decoder_sparse_step", 1)) != 1:
         raise ValueError("config.json mlp_only_layers / decoder_sparse_step != 1 (dense layers between MoE "
                          "layers) is not supported for this model type; every layer must be an MoE layer.")
@@ -592,7 +597,7 @@ def kv_channels(args: Mapping[str, Any]) -> int:
 
 def mla_args(hf: Mapping[str, Any]) -> dict[str, Any]:
     """Megatron args of DeepSeek-V3's multi-latent attention (deepseek_v3: DeepSeek-V3 / R1, Kimi K2's
-    layout, Moonlight): q = q_b(norm(q_a(x))) (or one q_proj when q_lora_rank is null), k / v from
+    layout, Moonlight; deepseek_v2: DeepSeek-V2 / V2-Lite, the same attention): q = q_b(norm(q_a(x))) (or one q_proj when q_lora_rank is null), k / v from
     kv_b(norm(c)) of the compressed c = kv_a(x)[:kv_lora_rank], plus RoPE on qk_rope_head_dim dimensions
     of each head, the key's part kv_a(x)[kv_lora_rank:] shared by all heads; RoPE over interleaved pairs
     (rope_interleave, megatron's MLA rotation). The value head dimension is kv_channels. YaRN (DeepSeek-V3's
@@ -606,7 +611,8 @@ def mla_args(hf: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError("config.json attention_bias=true (biases on the MLA projections) is not supported; "
                          "DeepSeek's releases have none.")
     routing = (hf.get("scoring_func", "sigmoid"), hf.get("topk_method", "noaux_tc"))
-    if routing != ("sigmoid", "noaux_tc"):  # transformers always routes so; vLLM follows these keys
+    if hf.get("model_type") == "deepseek_v3" and routing != ("sigmoid", "noaux_tc"):
+        # transformers always routes so; vLLM follows these keys
         raise ValueError(f"config.json scoring_func {routing[0]!r} / topk_method {routing[1]!r} is not DeepSeek-V3's "
                          f"routing (sigmoid / noaux_tc, which transformers always uses for deepseek_v3): fix "
                          f"config.json or remove the keys.")
@@ -617,6 +623,45 @@ def mla_args(hf: Mapping[str, Any]) -> dict[str, Any]:
             "qk_pos_emb_head_dim": int(hf["qk_rope_head_dim"]), "v_head_dim": v_dim, "kv_channels": v_dim,
             "group_query_attention": False, "num_query_groups": int(hf["num_attention_heads"]),
             "qk_layernorm": False}
+
+
+def deepseek_v2_moe_args(hf: Mapping[str, Any]) -> dict[str, Any]:
+    """Megatron MoE args of a DeepSeek-V2 / V2-Lite config.json (deepseek_v2), as transformers routes:
+    softmax over all experts, the top-k taken without renormalising (megatron's pre-softmax routing)
+    and times routed_scaling_factor; with topk_method group_limited_greedy only the topk_group groups
+    with the highest single score are eligible, which megatron computes when num_experts_per_tok equals
+    topk_group (it ranks a group by its best topk / topk_group scores); the first first_k_dense_replace
+    layers dense; n_shared_experts x moe_intermediate_size wide shared experts without a gate."""
+    experts, topk = expert_count(hf), int(hf["num_experts_per_tok"])
+    layers, dense = int(hf["num_hidden_layers"]), int(hf.get("first_k_dense_replace") or 0)
+    method, scoring = hf.get("topk_method") or "greedy", hf.get("scoring_func") or "softmax"
+    if scoring != "softmax" or method not in ("greedy", "group_limited_greedy"):
+        raise ValueError(f"config.json scoring_func {scoring!r} / topk_method {method!r} is not DeepSeek-V2's routing "
+                         f"(softmax, greedy or group_limited_greedy), which transformers computes for deepseek_v2.")
+    if hf.get("norm_topk_prob"):
+        raise ValueError("config.json norm_topk_prob true for deepseek_v2: transformers never renormalises its top-k "
+                         "weights and vLLM would, so the engines would disagree; DeepSeek-V2's releases set it false.")
+    if dense >= layers:
+        raise ValueError(f"config.json first_k_dense_replace {dense} leaves no MoE layer of {layers}; a dense model "
+                         f"is not a deepseek_v2 config.json.")
+    args: dict[str, Any] = {
+        "num_experts": experts, "moe_router_topk": topk, "moe_ffn_hidden_size": int(hf["moe_intermediate_size"]),
+        "norm_topk_prob": False, "moe_layer_freq": [0] * dense + [1] * (layers - dense)}
+    groups, group_topk = int(hf.get("n_group") or 1), int(hf.get("topk_group") or 1)
+    if method == "group_limited_greedy" and groups > 1:
+        if experts % groups or topk != group_topk:
+            raise ValueError(f"config.json topk_method group_limited_greedy with n_group {groups} / topk_group "
+                             f"{group_topk} and num_experts_per_tok {topk} is not supported: groups are ranked by "
+                             f"their best score, which megatron computes only when num_experts_per_tok equals "
+                             f"topk_group (and n_group divides the {experts} experts).")
+        args.update(moe_router_num_groups=groups, moe_router_group_topk=group_topk)
+    scale = float(hf.get("routed_scaling_factor") or 1.0)
+    if scale != 1.0:
+        args["moe_router_topk_scaling_factor"] = scale
+    shared = int(hf.get("n_shared_experts") or 0) * int(hf["moe_intermediate_size"])
+    if shared:
+        args["moe_shared_expert_intermediate_size"] = shared
+    return args
 
 
 def moe_layer_pattern(moe_layer_freq: Any, num_layers: int) -> list[int]:

@@ -52,8 +52,9 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
         raise ValueError("window_attn_skip_freq / rope_local_base_freq have a config.json form only in a Gemma 3 "
                          "model (add_rmsnorm_offset, post_norm, input_embeds_norm, geglu, qk_layernorm) or an OLMo 3 "
                          "(pre_norm: false, post_norm, qk_layernorm_across_heads).")
-    if args.get("multi_latent_attention"):
-        return glm4_moe_config(args, vocab_size, dtype, "deepseek_v3")
+    if args.get("multi_latent_attention"):  # DeepSeek-V2's softmax routing, else V3's sigmoid
+        v2 = (args.get("moe_router_score_function") or "softmax") == "softmax"
+        return glm4_moe_config(args, vocab_size, dtype, "deepseek_v2" if v2 else "deepseek_v3")
     if int(args.get("num_experts") or 0) > 1 and (args.get("moe_router_score_function") == "sigmoid"
                                                   or not all(moe_layers(args))):
         return glm4_moe_config(args, vocab_size, dtype)
@@ -145,12 +146,14 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
 def glm4_moe_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype,
                     model_type: str = "glm4_moe") -> dict[str, Any]:
     """GLM-4.5's config.json (glm4_moe) for an MoE model with sigmoid routing or dense layers among
-    the MoE ones, or DeepSeek-V3's (deepseek_v3: the same MoE with multi-latent attention)
-    (models/hf_config.glm4_moe_args / mla_args, read back the same); what it cannot say is refused."""
-    mla = model_type == "deepseek_v3"
+    the MoE ones, or DeepSeek-V3's (deepseek_v3: the same MoE with multi-latent attention), or
+    DeepSeek-V2's (deepseek_v2: multi-latent attention, softmax routing without renormalising)
+    (models/hf_config.glm4_moe_args / deepseek_v2_moe_args / mla_args, read back the same); what it
+    cannot say is refused."""
+    mla, v2 = model_type in ("deepseek_v3", "deepseek_v2"), model_type == "deepseek_v2"
     if int(args.get("num_experts") or 0) <= 1:
-        raise ValueError("multi-latent attention has a config.json form only as DeepSeek-V3 (deepseek_v3), a mixture "
-                         "of experts; a dense model with multi_latent_attention cannot be exported.")
+        raise ValueError("multi-latent attention has a config.json form only as DeepSeek-V2 / V3, a mixture of "
+                         "experts; a dense model with multi_latent_attention cannot be exported.")
     pattern = moe_layers(args)
     dense = pattern.index(1)
     experts, topk = int(args["num_experts"]), int(args.get("moe_router_topk") or 2)
@@ -160,10 +163,15 @@ def glm4_moe_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype
     problems = [what for what, bad in (
         ("MoE layers after the first dense ones only (moe_layer_freq)", pattern != [0] * dense + [1] * (len(pattern) - dense)),
         ("sigmoid routing with an expert bias (moe_router_score_function, moe_router_enable_expert_bias)",
-         args.get("moe_router_score_function") != "sigmoid" or not args.get("moe_router_enable_expert_bias")),
+         not v2 and (args.get("moe_router_score_function") != "sigmoid" or not args.get("moe_router_enable_expert_bias"))),
+        ("softmax over all experts, the top-k not renormalised (norm_topk_prob: false), no expert bias",
+         v2 and (args.get("norm_topk_prob") is not False and not args.get("moe_router_pre_softmax")
+                 or args.get("moe_router_enable_expert_bias"))),
         ("shared experts as wide as a multiple of moe_ffn_hidden_size, without a gate", shared % f or args.get("shared_expert_gate")),
         ("groups ranked by their two best scores (moe_router_topk / moe_router_group_topk = 2)",
-         groups > 1 and topk != 2 * group_topk),
+         not v2 and groups > 1 and topk != 2 * group_topk),
+        ("groups ranked by their best score (moe_router_topk = moe_router_group_topk)",
+         v2 and groups > 1 and topk != group_topk),
         ("Llama's RoPE pairs, optionally on part of each head, RMSNorm before attention and MLP only",
          not mla and (args.get("rotary_interleaved") or args.get("post_norm") or args.get("pre_norm") is False
                       or args.get("qk_layernorm_across_heads") or args.get("sliding_window") or args.get("no_rope_freq"))),
@@ -172,25 +180,29 @@ def glm4_moe_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype
                   or args.get("pre_norm") is False or args.get("sliding_window") or args.get("no_rope_freq"))),
     ) if bad]
     if problems:
-        what = ("multi-latent attention has a config.json form only as DeepSeek-V3 (deepseek_v3)" if mla else
+        what = (f"multi-latent attention with {'softmax' if v2 else 'sigmoid'} routing has a config.json form only as "
+                f"DeepSeek-{'V2' if v2 else 'V3'} ({model_type})" if mla else
                 "a mixture of experts with sigmoid routing or dense layers has a config.json form only as GLM-4.5 "
                 "(glm4_moe)")
         raise ValueError(f"{what}, which needs {'; '.join(problems)}.")
     partial = float(args.get("rotary_percent") or 1.0)
     rope = rope_parameters(args) if mla else dict(rope_parameters(args), partial_rotary_factor=partial)
-    cls = "DeepseekV3ForCausalLM" if mla else "Glm4MoeForCausalLM"
+    cls = {"deepseek_v3": "DeepseekV3ForCausalLM", "deepseek_v2": "DeepseekV2ForCausalLM"}.get(model_type, "Glm4MoeForCausalLM")
     config = base_config(args, vocab_size, dtype, model_type, cls, rope, eps=1e-5)
     config.update(hidden_act="silu", n_routed_experts=experts, num_experts_per_tok=topk,
                   moe_intermediate_size=f, n_shared_experts=shared // f, first_k_dense_replace=dense,
-                  norm_topk_prob=True, n_group=groups, topk_group=group_topk,
+                  norm_topk_prob=not v2, n_group=groups, topk_group=group_topk,
                   routed_scaling_factor=float(args.get("moe_router_topk_scaling_factor") or 1.0),
                   num_nextn_predict_layers=0)
     if mla:  # DeepSeek-V3's names of the MLA dimensions; vLLM reads scoring_func / topk_method for the routing
         config.update(attention_bias=False, q_lora_rank=int(args["q_lora_rank"]) if args.get("q_lora_rank") else None,
                       kv_lora_rank=int(args["kv_lora_rank"]), qk_nope_head_dim=int(args["qk_head_dim"]),
                       qk_rope_head_dim=int(args["qk_pos_emb_head_dim"]), v_head_dim=int(args["v_head_dim"]),
-                      head_dim=int(args["qk_pos_emb_head_dim"]), rope_interleave=True, scoring_func="sigmoid",
-                      topk_method="noaux_tc", moe_layer_freq=1)
+                      head_dim=int(args["qk_pos_emb_head_dim"]), moe_layer_freq=1)
+        if v2:
+            config.update(scoring_func="softmax", topk_method="group_limited_greedy" if groups > 1 else "greedy")
+        else:
+            config.update(rope_interleave=True, scoring_func="sigmoid", topk_method="noaux_tc")
     else:
         config.update(attention_bias=bool(args.get("add_qkv_bias")), partial_rotary_factor=partial,
                       use_qk_norm=bool(args.get("qk_layernorm")))

@@ -87,7 +87,7 @@ class KVCache:
         self.v = [_static_dims(new(v_shape, dtype=dtype, device=device), zeroed) for _ in range(num_layers)]
         self.length = 0
         # (max_len, 1, 1, rot_dim) megatron RotaryEmbedding output; None for multi-latent attention, whose
-        # layers rotate with their own table at the cache's positions (MLAPositions)
+        # layers rotate with their own table (mla_cached_attention)
         self.freqs = rotary_freqs
         self.mscale = mscale  # cos / sin scale (models/rotary.rope_mscale)
         self.local_freqs = local_freqs  # the sliding layers' own table (Gemma 3; models/gemma.py), or None
@@ -167,9 +167,7 @@ class CachedCoreAttention(torch.nn.Module):
         self.index, self.cache, self.config = index, cache, config
         groups = config.num_query_groups or config.num_attention_heads
         self.groups = groups // config.tensor_model_parallel_size  # this TP rank's query groups
-        # multi-latent attention: its own scale on the core attention (builder.mla_softmax_scale)
-        mla = getattr(config, "multi_latent_attention", False)
-        self.scale = original.softmax_scale if mla else _attention_scale(config)
+        self.scale = _attention_scale(config)
         self.own_rope = _own_rope(config)
         self.rope = rope  # False in a NoPE layer (models/rotary.layer_uses_rope)
         self.windowed = windowed  # the cache's sliding window applies to this layer (sliding_window.layer_window)
@@ -238,51 +236,87 @@ def grouped_attention(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mas
     return context.reshape(s, b, -1)
 
 
-class MLAPositions(torch.nn.Module):
-    """Drop-in for a multi-latent attention layer's rotary embedding during cached decoding: megatron's
-    MLA rotates its queries and keys itself, with the first s positions of its table for s new tokens;
-    this serves the table's positions cache.length .. cache.length + s - 1 instead, so the new tokens
-    rotate at their place after the cached ones (CachedCoreAttention then leaves them as they are)."""
+def mla_cached_attention(a: torch.nn.Module, index: int, cache: KVCache, hidden: torch.Tensor,
+                         attention_mask: torch.Tensor) -> tuple:
+    """Multi-latent attention (megatron's MLASelfAttention `a`) over `cache` holding what MLA compresses:
+    per token and layer the normalised latent (kv_lora_rank) and the rotated RoPE key (shared by the
+    heads), in cache.k / cache.v (b, 1, max_len, width). The key / value up projection is absorbed
+    into the query and the output as DeepSeek (and vLLM) decode: scores = (q_nope W_UK) . latent +
+    q_pe . k_pe, context = (probs . latent) W_UV, so the cache stays 576 numbers per token in
+    DeepSeek-V3 (the full keys and values would be heads x (192 + 128)). Same maths as megatron's MLA
+    forward, other rounding. hidden (s, b, h) -> (output, bias) as megatron's attention returns them;
+    advances nothing (forward_stage advances cache.length)."""
+    from megatron.core.tensor_parallel.mappings import gather_from_tensor_model_parallel_region as gather
 
-    def __init__(self, original: torch.nn.Module, cache: KVCache):
-        super().__init__()
-        self.original, self.cache = original, cache
+    c = a.config
+    s, b = hidden.shape[0], hidden.shape[1]
+    heads, nope, rope, v_dim, rank = (a.num_attention_heads_per_partition, c.qk_head_dim, c.qk_pos_emb_head_dim,
+                                      c.v_head_dim, c.kv_lora_rank)
+    start, end = cache.length, cache.length + s
+    if c.q_lora_rank is not None:
+        q_c, _ = a.linear_q_down_proj(hidden)
+        if q_c.shape[-1] != c.q_lora_rank:  # split over TP (megatron's local spec)
+            q_c = gather(q_c)
+        q, _ = a.linear_q_up_proj(a.q_layernorm(q_c))
+    else:
+        q, _ = a.linear_q_proj(hidden)
+    q_nope, q_pe = q.view(s, b, heads, nope + rope).split([nope, rope], dim=-1)
+    kv, _ = a.linear_kv_down_proj(hidden)
+    if kv.shape[-1] != rank + rope:
+        kv = gather(kv)
+    latent, k_pe = kv.split([rank, rope], dim=-1)
+    latent = a.kv_layernorm(latent)
+    table = a.rotary_pos_emb(end)  # YaRN: (table, mscale); megatron lru-caches it
+    freqs, mscale = table if isinstance(table, tuple) else (table, 1.0)
+    q_pe = apply_rotary_pos_emb(q_pe, freqs[start:end], c, mscale=mscale)
+    k_pe = apply_rotary_pos_emb(k_pe.unsqueeze(2), freqs[start:end], c, mscale=mscale)[:, :, 0]  # (s, b, rope)
+    cache.k[index][:, 0, start:end] = latent.transpose(0, 1)
+    cache.v[index][:, 0, start:end] = k_pe.transpose(0, 1)
+    lat, pe = cache.k[index][:, :, :end], cache.v[index][:, :, :end]  # (b, 1, end, rank), (b, 1, end, rope)
+    w = a.linear_kv_up_proj.weight.view(heads, nope + v_dim, rank)  # this rank's heads: [k_nope | v] rows each
+    q_lat = torch.einsum("sbhn,hnr->bhsr", q_nope, w[:, :nope])  # (b, h, s, rank)
+    scores = torch.matmul(q_lat, lat.transpose(-1, -2)) + torch.matmul(q_pe.permute(1, 2, 0, 3), pe.transpose(-1, -2))
+    scores = scores.float() * a.core_attention.softmax_scale  # (b, h, s, end)
+    scores = scores.masked_fill(attention_mask, torch.finfo(torch.float32).min)
+    probs = torch.softmax(scores, dim=-1).to(lat.dtype)
+    context = torch.einsum("bhsr,hvr->sbhv", torch.matmul(probs, lat), w[:, nope:])  # (s, b, h, v)
+    return a.linear_proj(context.reshape(s, b, heads * v_dim))
 
-    def get_rotary_seq_len(self, *args, **kwargs) -> int:
-        return self.original.get_rotary_seq_len(*args, **kwargs)
 
-    def forward(self, seq_len: int, *args, **kwargs):
-        start = self.cache.length
-        out = self.original(start + seq_len, *args, **kwargs)
-        if isinstance(out, tuple):  # YaRN: (table, mscale)
-            return (out[0][start:], *out[1:])
-        return out[start:]
+def _mla_forward(attention: torch.nn.Module, index: int, cache: KVCache):
+    """MLASelfAttention.forward's signature over mla_cached_attention."""
+    def forward(hidden_states, attention_mask, key_value_states=None, inference_context=None, rotary_pos_emb=None,
+                rotary_pos_cos=None, rotary_pos_sin=None, attention_bias=None, packed_seq_params=None,
+                position_ids=None, sequence_len_offset=None, **kwargs):
+        if packed_seq_params is not None or attention_bias is not None:
+            raise NotImplementedError("rollout KV cache: packed sequences / attention bias are not supported")
+        return mla_cached_attention(attention, index, cache, hidden_states, attention_mask)
+    return forward
 
 
 @contextlib.contextmanager
 def cached_attention(model: torch.nn.Module, cache: KVCache) -> Iterator[None]:
-    """Swap every layer's core attention for CachedCoreAttention over `cache` (and a multi-latent
-    attention layer's rotary embedding for MLAPositions); restore on exit."""
+    """Swap every layer's core attention for CachedCoreAttention over `cache` (a multi-latent attention
+    layer's whole forward for mla_cached_attention); restore on exit."""
     layers = list(model.decoder.layers)
     attentions = [layer.self_attention for layer in layers]
     originals = [a.core_attention for a in attentions]
     mla = getattr(model.config, "multi_latent_attention", False)
-    rotaries = [a.rotary_pos_emb for a in attentions] if mla else []
     try:
         for i, (layer, a, orig) in enumerate(zip(layers, attentions, originals)):
             n = layer.layer_number
-            # MLA's queries and keys arrive rotated (MLAPositions)
-            a.core_attention = CachedCoreAttention(i, orig, cache, layer_uses_rope(model.config, n) and not mla,
+            if mla:
+                a.forward = _mla_forward(a, i, cache)
+                continue
+            a.core_attention = CachedCoreAttention(i, orig, cache, layer_uses_rope(model.config, n),
                                                    layer_window(model.config, n) is not None,
                                                    layer_uses_local_rope(model.config, n))
-            if mla:
-                a.rotary_pos_emb = MLAPositions(a.rotary_pos_emb, cache)
         yield
     finally:
         for a, orig in zip(attentions, originals):
             a.core_attention = orig
-        for a, rotary in zip(attentions, rotaries):
-            a.rotary_pos_emb = rotary
+            if mla:
+                del a.forward  # the class's forward again
 
 
 def new_cache(model: torch.nn.Module, batch: int, max_len: int, zeroed: bool = False) -> KVCache:
@@ -292,9 +326,9 @@ def new_cache(model: torch.nn.Module, batch: int, max_len: int, zeroed: bool = F
     groups = (config.num_query_groups or config.num_attention_heads) // config.tensor_model_parallel_size
     param = next(model.parameters())
     local = model.local_rotary_pos_emb(max_len) if hasattr(model, "local_rotary_pos_emb") else None
-    if getattr(config, "multi_latent_attention", False):  # every head's key and value, after the up projection
-        return KVCache(len(model.decoder.layers), batch, groups, max_len, config.qk_head_dim + config.qk_pos_emb_head_dim,
-                       param.dtype, param.device, None, zeroed, v_head_dim=config.v_head_dim)
+    if getattr(config, "multi_latent_attention", False):  # the latent and the RoPE key: mla_cached_attention
+        return KVCache(len(model.decoder.layers), batch, 1, max_len, config.kv_lora_rank, param.dtype, param.device,
+                       None, zeroed, v_head_dim=config.qk_pos_emb_head_dim)
     freqs = model.rotary_pos_emb(max_len)  # (max_len, 1, 1, rot); megatron lru-caches it
     return KVCache(len(model.decoder.layers), batch, groups, max_len, config.kv_channels, param.dtype,
                    param.device, freqs, zeroed, rope_mscale(config), getattr(config, "attention_window", None), local)

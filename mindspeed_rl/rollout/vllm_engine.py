@@ -256,6 +256,9 @@ class VLLMEngine:
         if config.get("model_type") == "deepseek_v3":  # transformers' routing; vLLM reads these keys (softmax without)
             config.setdefault("scoring_func", "sigmoid")
             config.setdefault("topk_method", "noaux_tc")
+        if config.get("model_type") in ("deepseek_v2", "deepseek_v3"):  # vLLM routes in n_group groups always
+            for key in ("n_group", "topk_group"):
+                config[key] = config.get(key) or 1
         with open(os.path.join(self._dir, "config.json"), "w", encoding="utf-8") as f:
             json.dump(config, f)
         kwargs = dict(

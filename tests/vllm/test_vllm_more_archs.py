@@ -64,6 +64,7 @@ VARIANTS = {
     "glm4_moe": dict(head_dim=32),
     # DeepSeek-V3's MLA: vLLM's CPU MLA kernel is built for DeepSeek's latent cache only, kv_lora_rank 512 + RoPE 64
     "deepseek_v3": dict(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=32, v_head_dim=32),
+    "deepseek_v2": dict(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=32, v_head_dim=32),
     "arcee": dict(max_position_embeddings=64, rope_scaling={"rope_type": "yarn", "factor": 4.0,
                                                             "original_max_position_embeddings": 16}),
 }
@@ -90,7 +91,7 @@ def _make_in_child(arch, out, overrides):
 @pytest.mark.parametrize("arch", ["mixtral", "phi3", "phi3-partiallongrope", "qwen2-yarn",
                                   "smollm3-yarn", "granite", "gemma3", "gemma2", "mistral3", "gemma", "olmo3",
                                   "qwen3_vl", "ministral3", "exaone4", "seed_oss", "glm4",
-                                  "ernie4_5", "arcee", "glm4_moe", "deepseek_v3"])
+                                  "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2"])
 def test_synced_engine_equals_the_training_model(arch, tmp_path, gloo_world1):
     from mindspeed_rl.rollout.native import NativeEngine
     from mindspeed_rl.rollout.vllm_engine import VLLMEngine

@@ -259,7 +259,8 @@ def _moe_layers(moe) -> int:
     return sum(hasattr(layer.mlp, "experts") for layer in moe[3].model.layers)
 
 
-@pytest.fixture(scope="module", params=["qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3"])
+@pytest.fixture(scope="module", params=["qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3",
+                                                 "deepseek_v2"])
 def moe(request, tmp_path_factory):
     """Every test below runs on Qwen3-MoE, on Qwen2-MoE (qkv biases, top-k not renormalised, and
     a shared expert with its sigmoid gate: megatron's SharedExpertMLP, split over TP), on Mixtral

@@ -1,5 +1,6 @@
 """NativeEngine at TP=2 on 2 gloo processes: greedy generation equals transformers generate token
-for token on tiny Llama and Qwen2 (mixed prompt lengths), both TP ranks return the same seeded
+for token on tiny Llama, Qwen2 and DeepSeek-V3 (multi-latent attention: its latent cache with the up
+projection absorbed, each rank its heads; mixed prompt lengths), both TP ranks return the same seeded
 samples, rollout log-probs match the TP=2 training forward. PP: test_native_pp2.py."""
 
 import pytest
@@ -41,7 +42,7 @@ def _tp2_job(rank, world_size, hf_dirs):
 
 def test_tp2_greedy_parity_and_rank_agreement(tmp_path):
     hf_models, hf_dirs = {}, {}
-    for arch in ("llama", "qwen2"):
+    for arch in ("llama", "qwen2", "deepseek_v3"):
         hf_dirs[arch] = str(tmp_path / arch)
         hf_models[arch] = make_tiny_hf(arch, hf_dirs[arch])
     r0, r1 = run_gloo(_tp2_job, 2, hf_dirs, timeout_s=120)

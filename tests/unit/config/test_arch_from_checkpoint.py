@@ -1,7 +1,7 @@
 """`load:` a HF directory with an empty model yaml: the architecture comes from config.json.
 
 Table over every architecture the model builder supports (Llama with llama3 rope scaling, Mistral,
-Phi-3, Qwen2 / Qwen2.5, Qwen3, Qwen3-MoE, Qwen2-MoE, Mixtral, SmolLM3, Granite, Gemma 3, Gemma 2, Gemma 1, OLMo 2, OLMo 3, Ministral 3, EXAONE 4.0, Seed-OSS, GLM-4, ERNIE 4.5, Arcee, GLM-4.5, DeepSeek-V3): an empty model entry (or none at all) dry-runs; a key the user did set that
+Phi-3, Qwen2 / Qwen2.5, Qwen3, Qwen3-MoE, Qwen2-MoE, Mixtral, SmolLM3, Granite, Gemma 3, Gemma 2, Gemma 1, OLMo 2, OLMo 3, Ministral 3, EXAONE 4.0, Seed-OSS, GLM-4, ERNIE 4.5, Arcee, GLM-4.5, DeepSeek-V3, DeepSeek-V2): an empty model entry (or none at all) dry-runs; a key the user did set that
 disagrees fails in dry_run with one sentence naming both values; weights whose safetensors
 headers do not fit config.json fail in dry_run too (headers only).
 """
@@ -57,6 +57,10 @@ ARCHS = {"llama": dict(rotary_base=5000.0, rope_scaling_type="llama3", untie_emb
                              num_query_groups=4, num_experts=4, moe_layer_freq=[0, 1],
                              moe_router_score_function="sigmoid", rope_scaling_type="yarn",
                              rope_scaling_mscale_all_dim=0.8),
+         # DeepSeek-V2-Lite: MLA without a query rank, softmax routing not renormalised, weights x 2
+         "deepseek_v2": dict(multi_latent_attention=True, q_lora_rank=None, kv_lora_rank=16, qk_pos_emb_head_dim=8,
+                             num_experts=4, moe_router_score_function="softmax", norm_topk_prob=False,
+                             moe_router_topk_scaling_factor=2.0, moe_shared_expert_intermediate_size=32),
          "arcee": dict(swiglu=False, squared_relu=True, rope_scaling_type="yarn", rope_scaling_factor=4.0,
                        untie_embeddings_and_output_weights=True),
          "seed_oss": dict(add_qkv_bias=True, kv_channels=32, untie_embeddings_and_output_weights=True,
@@ -90,7 +94,7 @@ def test_empty_model_yaml_takes_config_json(arch, hf_dirs, capsys):
         assert role.arch_set == {}
         # config.json's 2 KV heads, not the schema default group_query_attention=false (MLA: one per head)
         assert (a.num_layers, a.hidden_size, a.ffn_hidden_size, a.num_attention_heads) == (2, 64, 128, 4)
-        if arch != "deepseek_v3":
+        if not arch.startswith("deepseek"):
             assert a.group_query_attention is True and a.num_query_groups == 2
         assert a.padded_vocab_size == 120
         for key, value in ARCHS[arch].items():

@@ -54,7 +54,7 @@ def _batches():
                                   "phi3-partiallongrope", "qwen2-yarn", "qwen3-yarnmscale", "mistral-linear",
                                   "smollm3", "smollm3-yarn", "granite", "gemma3_text", "gemma2", "gemma", "olmo2",
                                   "olmo3", "exaone4", "seed_oss", "glm4", "ernie4_5", "arcee", "glm4_moe",
-                                  "deepseek_v3", "deepseek_v3-moonlight"])
+                                  "deepseek_v3", "deepseek_v3-moonlight", "deepseek_v2"])
 def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     """phi3: q/k/v and gate/up read as row ranges of its fused tensors; phi3-partial: half of each
     head rotated (partial_rotary_factor 0.5 = megatron's rotary_percent); phi3-longrope: LongRoPE's

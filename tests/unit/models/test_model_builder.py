@@ -583,6 +583,49 @@ def test_deepseek_v3_config_json_round_trip():
         hf_config_from_args({k: v for k, v in args.items() if k != "num_experts"}, vocab_size=129280)
 
 
+DEEPSEEK_V2_LITE = {"architectures": ["DeepseekV2ForCausalLM"], "attention_bias": False, "aux_loss_alpha": 0.001,
+                    "first_k_dense_replace": 1, "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 10944,
+                    "kv_lora_rank": 512, "max_position_embeddings": 163840, "model_type": "deepseek_v2",
+                    "moe_intermediate_size": 1408, "moe_layer_freq": 1, "n_group": 1, "n_routed_experts": 64,
+                    "n_shared_experts": 2, "norm_topk_prob": False, "num_attention_heads": 16, "num_experts_per_tok": 6,
+                    "num_hidden_layers": 27, "num_key_value_heads": 16, "q_lora_rank": None, "qk_nope_head_dim": 128,
+                    "qk_rope_head_dim": 64, "rms_norm_eps": 1e-06,
+                    "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 0.707,
+                                     "mscale_all_dim": 0.707, "original_max_position_embeddings": 4096, "type": "yarn"},
+                    "rope_theta": 10000, "routed_scaling_factor": 1.0, "scoring_func": "softmax", "seq_aux": True,
+                    "tie_word_embeddings": False, "topk_group": 1, "topk_method": "greedy", "v_head_dim": 128,
+                    "vocab_size": 102400}
+
+
+def test_deepseek_v2_config_json_round_trip():
+    """DeepSeek-V2-Lite's config.json (MLA without a query rank, softmax routing not renormalised, the
+    first layer dense): read, exported as DeepSeek-V2 and read back the same; DeepSeek-V2's own group
+    ranking (best score per group, 3 of 8 groups for 6 experts) and a renormalising config are refused."""
+    from transformers import DeepseekV2Config
+
+    from mindspeed_rl.models.hf_export import hf_config_from_args
+
+    args = model_config_from_hf(DEEPSEEK_V2_LITE)
+    assert (args["q_lora_rank"], args["norm_topk_prob"], args["moe_layer_freq"][:2], args["num_experts"],
+            args["moe_shared_expert_intermediate_size"]) == (None, False, [0, 1], 64, 2816)
+    assert "moe_router_score_function" not in args and "moe_router_num_groups" not in args
+    written = hf_config_from_args(args, vocab_size=102400)
+    assert (written["model_type"], written["scoring_func"], written["topk_method"], written["norm_topk_prob"]) == \
+        ("deepseek_v2", "softmax", "greedy", False)
+    assert model_config_from_hf(written) == args
+    assert DeepseekV2Config(**written).n_routed_experts == 64
+    v2 = dict(DEEPSEEK_V2_LITE, n_group=8, topk_group=3, topk_method="group_limited_greedy", routed_scaling_factor=16.0)
+    with pytest.raises(ValueError, match="group_limited_greedy with n_group 8 / topk_group 3 and num_experts_per_tok 6 "
+                                         "is not supported"):
+        model_config_from_hf(v2)
+    grouped = model_config_from_hf(dict(v2, topk_group=6))
+    assert (grouped["moe_router_num_groups"], grouped["moe_router_group_topk"],
+            grouped["moe_router_topk_scaling_factor"]) == (8, 6, 16.0)
+    assert hf_config_from_args(grouped, vocab_size=102400)["topk_method"] == "group_limited_greedy"
+    with pytest.raises(ValueError, match="norm_topk_prob true for deepseek_v2"):
+        model_config_from_hf(dict(DEEPSEEK_V2_LITE, norm_topk_prob=True))
+
+
 def test_glm4_moe_config_json_round_trip():
     """GLM-4.5-Air's config.json (46 layers, the first dense, 128 experts of which 8 per token plus
     one shared, sigmoid routing with the expert bias, partial rotary 0.5, q / k / v biases, an MTP
