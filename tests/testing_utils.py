@@ -277,6 +277,25 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
     return model
 
 
+def add_mtp_layer(hf_dir):
+    """Append a random multi-token-prediction layer to a tiny 2-layer DeepSeek-V3 / GLM-4.5 checkpoint
+    (made by make_tiny_hf; transformers saves none although config.json says num_nextn_predict_layers 1):
+    model.layers.2.* as layer 1's tensors plus enorm, hnorm and eh_proj, as DeepSeek-V3 stores its
+    layer 61. Returns the added tensors."""
+    from safetensors.torch import load_file, save_file
+
+    path = os.path.join(hf_dir, "model.safetensors")
+    weights = load_file(path)
+    g = torch.Generator().manual_seed(3)
+    hidden = weights["model.embed_tokens.weight"].shape[1]
+    mtp = {n.replace("model.layers.1.", "model.layers.2."): torch.randn(t.shape, generator=g)
+           for n, t in weights.items() if n.startswith("model.layers.1.")}
+    mtp.update({"model.layers.2.enorm.weight": torch.ones(hidden), "model.layers.2.hnorm.weight": torch.ones(hidden),
+                "model.layers.2.eh_proj.weight": torch.randn(hidden, 2 * hidden, generator=g)})
+    save_file({**weights, **mtp}, path, metadata={"format": "pt"})
+    return mtp
+
+
 def save_random_reward_model(config, out_dir, seed=0):
     """Save a random fp32 Qwen2ForSequenceClassification of `config` (num_labels=1) to out_dir, with
     weights ~ N(0, 0.1) and norm weights ~ 1 + N(0, 0.1) so scores vary visibly. Returns it."""

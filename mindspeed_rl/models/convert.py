@@ -148,7 +148,9 @@ def save_hf(src: Source, save_dir: str, dtype: Optional[torch.dtype] = None, hf_
     shards = ({n: (src.reader.read(n).to(dtype) if dtype else src.reader.read(n)) for n in stage} for stage in names)
     if dtype is not None:
         config = dict(config, **{"dtype" if "dtype" in config else "torch_dtype": str(dtype).removeprefix("torch.")})
-    return write_hf_dir(save_dir, list(shards), config, hf_cfg_dir or _dir_of(src))
+    # HF -> HF keeps every tensor (multi-token-prediction layers included); from a Megatron checkpoint they
+    # come from --hf-cfg-dir's checkpoint when it has them (hf_export.mtp_layers)
+    return write_hf_dir(save_dir, list(shards), config, hf_cfg_dir or _dir_of(src), mtp_source=hf_cfg_dir)
 
 
 def _dir_of(src: Source) -> Optional[str]:

@@ -13,19 +13,25 @@ directory is written under `<out>.tmp` and renamed when complete.
 config.json is the one the run started from when known (`hf_config`), else it is made from the
 Megatron args (`hf_config_from_args`: llama, qwen2 when add_qkv_bias, qwen3 when qk_layernorm,
 gemma3_text with Gemma's keys, ...).
+
+Multi-token-prediction layers (DeepSeek-V3's and GLM-4.5's `num_nextn_predict_layers`, stored after
+the last layer) are not part of the trained model: `mtp_layers` copies them unchanged from the HF
+checkpoint the run started from into their own shard, or sets config.json's count to 0 where no
+such checkpoint is at hand, so an export never announces layers it lacks.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from typing import Any, Iterable, Mapping, Optional
 
 import torch
 from safetensors.torch import save_file
 
-from mindspeed_rl.models.hf_bridge.checkpoint_io import INDEX_FILE, SINGLE_FILE
+from mindspeed_rl.models.hf_bridge.checkpoint_io import INDEX_FILE, SINGLE_FILE, SafetensorsReader
 from mindspeed_rl.models.hf_bridge.mapping import EXPERT_KINDS, gated_mlp
 from mindspeed_rl.models.hf_bridge.names import fuse
 from mindspeed_rl.models.hf_config import no_rope_pattern, window_pattern
@@ -366,10 +372,40 @@ def rope_parameters(args: Mapping[str, Any]) -> dict[str, Any]:
     return rope
 
 
+MTP_FILE = "model-mtp.safetensors"  # the multi-token-prediction layers copied into an export (mtp_layers)
+_LAYER_NAME = re.compile(r"^model\.layers\.(\d+)\.")
+
+
+def mtp_layers(config: Mapping[str, Any], source: Optional[str],
+               written: Iterable[str] = ()) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """config.json's multi-token-prediction layers for an export (num_nextn_predict_layers: DeepSeek-V3's,
+    GLM-4.5's, stored after the last of num_hidden_layers). RL trains the main layers only, so they are
+    copied unchanged, under their stored names, from `source` (the HF checkpoint the run started
+    from): a speculative-decoding draft head of the model it was trained from. Where `source` holds
+    none, config.json's count becomes 0 so the export does not announce layers it lacks. Returns
+    (config, {stored name: tensor}); (config, {}) when config.json has no such layers or the
+    `written` tensor names hold them already (convert_ckpt HF -> HF)."""
+    count = int(config.get("num_nextn_predict_layers") or 0)
+    layers = int(config.get("num_hidden_layers") or 0)
+    if not count or any((m := _LAYER_NAME.match(n)) and int(m.group(1)) >= layers for n in written):
+        return dict(config), {}
+    tensors: dict[str, torch.Tensor] = {}
+    if source and os.path.isfile(os.path.join(source, "config.json")):
+        reader = SafetensorsReader(source)
+        for name in sorted(reader.weight_map):
+            m = _LAYER_NAME.match(name)
+            if m and int(m.group(1)) >= layers:
+                tensors[reader.stored(name)] = reader.read(name).contiguous()
+    if not tensors:
+        return dict(config, num_nextn_predict_layers=0), {}
+    return dict(config), tensors
+
+
 def write_hf_dir(out_dir: str, shards: Iterable[dict[str, torch.Tensor]], config: Mapping[str, Any],
-                 tokenizer_dir: Optional[str] = None) -> str:
+                 tokenizer_dir: Optional[str] = None, mtp_source: Optional[str] = None) -> str:
     """Write shards (one dict per pipeline stage, in order) + index + config (+ tokenizer) from one
-    process, atomically. Returns out_dir."""
+    process, atomically; `mtp_source`: where multi-token-prediction layers come from (mtp_layers).
+    Returns out_dir."""
     tmp = out_dir.rstrip("/") + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
@@ -377,7 +413,8 @@ def write_hf_dir(out_dir: str, shards: Iterable[dict[str, torch.Tensor]], config
     weight_map = {}
     for i, shard in enumerate(shards):
         weight_map.update(write_shard(tmp, i, len(shards), shard, config.get("model_type")))
-    finish_hf_dir(tmp, out_dir, weight_map, len(shards), config, tokenizer_dir)
+    config, mtp = mtp_layers(config, mtp_source, weight_map)
+    finish_hf_dir(tmp, out_dir, weight_map, len(shards), config, tokenizer_dir, mtp)
     return out_dir
 
 
@@ -397,9 +434,17 @@ def write_shard(tmp: str, index: int, count: int, tensors: Mapping[str, torch.Te
 
 
 def finish_hf_dir(tmp: str, out_dir: str, weight_map: Mapping[str, str], count: int,
-                  config: Mapping[str, Any], tokenizer_dir: Optional[str]) -> None:
-    if count > 1:
-        total = sum(os.path.getsize(os.path.join(tmp, shard_file(i, count))) for i in range(count))
+                  config: Mapping[str, Any], tokenizer_dir: Optional[str],
+                  mtp: Optional[Mapping[str, torch.Tensor]] = None) -> None:
+    """The index (several shards, or the MTP shard besides), config.json and tokenizer files, then
+    `tmp` renamed to `out_dir`."""
+    files = [shard_file(i, count) for i in range(count)]
+    if mtp:
+        save_file(dict(mtp), os.path.join(tmp, MTP_FILE), metadata={"format": "pt"})
+        weight_map = {**weight_map, **{k: MTP_FILE for k in mtp}}
+        files.append(MTP_FILE)
+    if len(files) > 1:
+        total = sum(os.path.getsize(os.path.join(tmp, f)) for f in files)
         with open(os.path.join(tmp, INDEX_FILE), "w") as f:
             json.dump({"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}, f, indent=1)
     with open(os.path.join(tmp, "config.json"), "w") as f:
@@ -432,7 +477,7 @@ def gather_tp(tensor: torch.Tensor, kind: str) -> torch.Tensor:
 @torch.no_grad()
 def export_hf(model: torch.nn.Module, args: Mapping[str, Any], out_dir: str, vocab_size: int,
               hf_config: Optional[Mapping[str, Any]] = None, tokenizer_dir: Optional[str] = None,
-              dtype: Optional[torch.dtype] = None) -> str:
+              dtype: Optional[torch.dtype] = None, mtp_source: Optional[str] = None) -> str:
     """Write this (TP/PP-sharded) model as a HF checkpoint directory; every rank calls it.
 
     Args:
@@ -440,6 +485,8 @@ def export_hf(model: torch.nn.Module, args: Mapping[str, Any], out_dir: str, voc
         vocab_size: the real vocabulary (config.json's); padding rows are dropped.
         hf_config: config.json to write (its dtype entry is updated); default from args.
         dtype: tensor dtype on disk (default: the model's).
+        mtp_source: the HF checkpoint the run started from, whose multi-token-prediction layers the
+            export copies (mtp_layers).
     Returns:
         out_dir.
     """
@@ -487,6 +534,7 @@ def export_hf(model: torch.nn.Module, args: Mapping[str, Any], out_dir: str, voc
     if rank0:
         weight_map = {k: v for p in parts for k, v in p.items()}
         config["dtype" if "dtype" in config else "torch_dtype"] = DTYPE_NAMES.get(dt, "float32")
-        finish_hf_dir(tmp, out_dir, weight_map, pp, config, tokenizer_dir)
+        config, mtp = mtp_layers(config, mtp_source)
+        finish_hf_dir(tmp, out_dir, weight_map, pp, config, tokenizer_dir, mtp)
     torch.distributed.barrier()
     return out_dir

@@ -446,7 +446,7 @@ class ActorRolloutWorker(_ModelWorker):
         from mindspeed_rl.models.hf_export import export_hf
 
         return export_hf(self.ddp, self.args, out_dir, self.model_vocab(), hf_config=hf_config_of(self.cfg.actor.load),
-                         tokenizer_dir=self.cfg.run.tokenizer_name_or_path)
+                         tokenizer_dir=self.cfg.run.tokenizer_name_or_path, mtp_source=self.cfg.actor.load)
 
     def model_vocab(self) -> int:
         """Vocabulary rows of checkpoints and exports: config.json's vocab_size when the actor started

@@ -9,7 +9,7 @@ import random
 import pytest
 import torch
 
-from testing_utils import HF_VARIANTS, make_tiny_hf
+from testing_utils import HF_VARIANTS, add_mtp_layer, make_tiny_hf
 
 ARGS = dict(num_layers=2, hidden_size=32, ffn_hidden_size=64, num_attention_heads=4, group_query_attention=True,
             num_query_groups=2, kv_channels=8, padded_vocab_size=40, max_position_embeddings=32,
@@ -241,3 +241,41 @@ def test_sigkill_during_checkpoint_write(gloo_world1, tmp_path, where):
     assert read_trainer_state(path)["step"] == expected
     ddp, opt, sched = _trained(99, True)
     assert load_checkpoint(path, ddp, ARGS, opt, sched) == expected
+
+
+def test_export_keeps_the_multi_token_prediction_layers(gloo_world1, tmp_path):
+    """DeepSeek-V3 and GLM-4.5 store num_nextn_predict_layers multi-token-prediction layers after the
+    last layer; RL does not train them. An export copies them unchanged from the checkpoint the run
+    started from (bit for bit, in their own shard, and transformers still loads the directory); without
+    that checkpoint config.json says 0 instead of announcing layers the export lacks."""
+    from safetensors.torch import load_file
+
+    from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
+    from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
+    from mindspeed_rl.models.hf_bridge.checkpoint_io import SafetensorsReader
+    from mindspeed_rl.models.hf_export import MTP_FILE, export_hf
+
+    hf = tmp_path / "hf"
+    make_tiny_hf("deepseek_v3", str(hf))
+    weights = load_file(str(hf / "model.safetensors"))
+    mtp = add_mtp_layer(str(hf))
+    config = read_hf_config(str(hf))
+    assert config["num_nextn_predict_layers"] == 1  # transformers' DeepSeek-V3 default
+    args = dict(model_config_from_hf(config), padded_vocab_size=128)
+    init_parallel_state(1, 1)
+    model = build_gpt_model(args).eval()
+    load_hf_checkpoint(model, str(hf), args)
+
+    out = export_hf(model, args, str(tmp_path / "out"), vocab_size=120, hf_config=config, mtp_source=str(hf))
+    copied = load_file(os.path.join(out, MTP_FILE))  # under the names the checkpoint stores them
+    assert set(copied) == set(mtp) and all(torch.equal(copied[n], t) for n, t in mtp.items())
+    index = json.loads(open(os.path.join(out, "model.safetensors.index.json")).read())["weight_map"]
+    assert {n for n, f in index.items() if f == MTP_FILE} == set(mtp) and len(index) == len(weights) + len(mtp)
+    assert json.loads(open(os.path.join(out, "config.json")).read())["num_nextn_predict_layers"] == 1
+    import transformers
+
+    transformers.AutoModelForCausalLM.from_pretrained(out)  # loads (transformers skips the MTP layer)
+
+    bare = export_hf(model, args, str(tmp_path / "bare"), vocab_size=120, hf_config=config)
+    assert json.loads(open(os.path.join(bare, "config.json")).read())["num_nextn_predict_layers"] == 0
+    assert not any(n.startswith("model.layers.2.") for n in SafetensorsReader(bare).weight_map)

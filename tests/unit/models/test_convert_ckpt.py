@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from testing_utils import make_tiny_hf
+from testing_utils import add_mtp_layer, make_tiny_hf
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 import convert_ckpt  # noqa: E402
@@ -61,6 +61,28 @@ def test_round_trip_is_bit_exact(tmp_path, arch, first, second):
         assert got[name].dtype == tensor.dtype and torch.equal(got[name], tensor), name
     config = json.loads((back / "config.json").read_text())
     assert config["model_type"] == arch and config["vocab_size"] == 120
+
+
+def test_multi_token_prediction_layers_through_convert_ckpt(tmp_path):
+    """DeepSeek-V3's MTP layer (after the last layer; not a megatron parameter here): HF -> HF keeps it,
+    HF -> mg -> HF copies it back from --hf-cfg-dir's checkpoint, and without that directory the export's
+    config.json says num_nextn_predict_layers 0 instead of announcing a layer it lacks."""
+    make_tiny_hf("deepseek_v3", tmp_path / "hf")
+    mtp = add_mtp_layer(str(tmp_path / "hf"))
+    hf_to_hf = ("--load-model-type", "hf", "--save-model-type", "hf", "--load-dir", tmp_path / "hf")
+    assert _run(*hf_to_hf, "--save-dir", tmp_path / "same") == 0
+    assert _run("--load-model-type", "hf", "--save-model-type", "mg", "--load-dir", tmp_path / "hf",
+                "--save-dir", tmp_path / "mg", "--target-tensor-parallel-size", 2) == 0
+    mg_to_hf = ("--load-model-type", "mg", "--save-model-type", "hf", "--load-dir", tmp_path / "mg")
+    assert _run(*mg_to_hf, "--save-dir", tmp_path / "back", "--hf-cfg-dir", tmp_path / "hf") == 0
+    assert _run(*mg_to_hf, "--save-dir", tmp_path / "bare") == 0
+    want = _hf_tensors(tmp_path / "hf")
+    for kept in ("same", "back"):
+        got = _hf_tensors(tmp_path / kept)
+        assert set(got) == set(want) and all(torch.equal(got[n], want[n]) for n in mtp), kept
+        assert json.loads((tmp_path / kept / "config.json").read_text())["num_nextn_predict_layers"] == 1
+    assert set(_hf_tensors(tmp_path / "bare")) == set(want) - set(mtp)
+    assert json.loads((tmp_path / "bare" / "config.json").read_text())["num_nextn_predict_layers"] == 0
 
 
 def test_megatron_files_hold_only_their_shards(tmp_path):
