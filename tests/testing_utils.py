@@ -277,6 +277,34 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
     return model
 
 
+# config.json of released checkpoints, as published (not downloadable here)
+DEEPSEEK_V3 = {"architectures": ["DeepseekV3ForCausalLM"], "attention_bias": False, "first_k_dense_replace": 3,
+               "hidden_act": "silu", "hidden_size": 7168, "intermediate_size": 18432, "kv_lora_rank": 512,
+               "max_position_embeddings": 163840, "model_type": "deepseek_v3", "moe_intermediate_size": 2048,
+               "moe_layer_freq": 1, "n_group": 8, "n_routed_experts": 256, "n_shared_experts": 1, "norm_topk_prob": True,
+               "num_attention_heads": 128, "num_experts_per_tok": 8, "num_hidden_layers": 61, "num_key_value_heads": 128,
+               "num_nextn_predict_layers": 1, "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+               "rms_norm_eps": 1e-06, "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0,
+                                                       "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096,
+                                                       "type": "yarn"},
+               "rope_theta": 10000, "routed_scaling_factor": 2.5, "scoring_func": "sigmoid", "tie_word_embeddings": False,
+               "topk_group": 4, "topk_method": "noaux_tc", "v_head_dim": 128, "vocab_size": 129280}
+
+
+DEEPSEEK_V2_LITE = {"architectures": ["DeepseekV2ForCausalLM"], "attention_bias": False, "aux_loss_alpha": 0.001,
+                    "first_k_dense_replace": 1, "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 10944,
+                    "kv_lora_rank": 512, "max_position_embeddings": 163840, "model_type": "deepseek_v2",
+                    "moe_intermediate_size": 1408, "moe_layer_freq": 1, "n_group": 1, "n_routed_experts": 64,
+                    "n_shared_experts": 2, "norm_topk_prob": False, "num_attention_heads": 16, "num_experts_per_tok": 6,
+                    "num_hidden_layers": 27, "num_key_value_heads": 16, "q_lora_rank": None, "qk_nope_head_dim": 128,
+                    "qk_rope_head_dim": 64, "rms_norm_eps": 1e-06,
+                    "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 0.707,
+                                     "mscale_all_dim": 0.707, "original_max_position_embeddings": 4096, "type": "yarn"},
+                    "rope_theta": 10000, "routed_scaling_factor": 1.0, "scoring_func": "softmax", "seq_aux": True,
+                    "tie_word_embeddings": False, "topk_group": 1, "topk_method": "greedy", "v_head_dim": 128,
+                    "vocab_size": 102400}
+
+
 def add_mtp_layer(hf_dir):
     """Append a random multi-token-prediction layer to a tiny 2-layer DeepSeek-V3 / GLM-4.5 checkpoint
     (made by make_tiny_hf; transformers saves none although config.json says num_nextn_predict_layers 1):

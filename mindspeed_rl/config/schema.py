@@ -76,7 +76,7 @@ class ModelArch:
     add_qkv_bias: bool = doc(False, "bias on the query/key/value projections (Qwen2/2.5)")
     disable_bias_linear: bool = doc(True, "no bias on the other linear layers")
     untie_embeddings_and_output_weights: bool = doc(False, "separate output layer instead of the tied embedding")
-    qk_layernorm: bool = doc(False, "RMSNorm on queries and keys per head (Qwen3)")
+    qk_layernorm: bool = doc(False, "RMSNorm on queries and keys per head (Qwen3); with multi_latent_attention, the RMSNorms on the compressed query and key / value (DeepSeek's q_a_layernorm / kv_a_layernorm, megatron's meaning)")
     # multi-latent attention (DeepSeek-V2 / V3, Kimi K2, Moonlight); megatron-core's MLASelfAttention
     multi_latent_attention: bool = doc(False, "multi-latent attention (DeepSeek-V3's MLA; MindSpeed-LLM: multi_head_latent_attention): queries and keys / values through low-rank projections with RMSNorms, RoPE on a separate part of each head shared by all heads' keys; needs kv_lora_rank, qk_head_dim, qk_pos_emb_head_dim, v_head_dim")
     q_lora_rank: Optional[int] = doc(None, "MLA: rank of the query projection (HF q_lora_rank); null = one full-rank query projection (DeepSeek-V2-Lite)")

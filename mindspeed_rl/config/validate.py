@@ -561,7 +561,9 @@ def _check_moe(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
         problems.append(f"`{path}.tensor_model_parallel_size: {tp}` does not divide moe_shared_expert_intermediate_size "
                         f"{shared} of model {role.model_name} (the shared expert is split over TP); pick a TP that divides it.")
     # sigmoid routing or dense layers among the MoE ones: vLLM's GLM-4.5 (hf_export.glm4_moe_config), any attention
-    glm4_moe = a.moe_router_score_function == "sigmoid" or _hf_config(role).get("model_type") == "glm4_moe"
+    # (and multi-latent attention: vLLM's DeepSeek-V2 / V3)
+    glm4_moe = (a.moe_router_score_function == "sigmoid" or _hf_config(role).get("model_type") == "glm4_moe"
+                or a.multi_latent_attention)
     if role.role == "actor_rollout" and role.rollout.rollout_engine == "vllm" and not glm4_moe:
         if not shared and not a.qk_layernorm and _hf_config(role).get("model_type") != "mixtral":
             problems.append(f"`{path}.rollout_engine: vllm` runs an MoE model as vLLM's Qwen3-MoE, which has q/k norms, "

@@ -70,7 +70,8 @@ _HF_DEFAULTS = {"embedding_multiplier_scale": 1.0, "residual_multiplier": 1.0, "
                 "geglu": False, "add_rmsnorm_offset": False, "post_norm": False, "input_embeds_norm": False,
                 "pre_norm": True, "qk_layernorm_across_heads": False, "rotary_interleaved": False,
                 "squared_relu": False, "moe_layer_freq": 1, "moe_router_score_function": "softmax",
-                "moe_router_enable_expert_bias": False, "multi_latent_attention": False}
+                "moe_router_enable_expert_bias": False, "multi_latent_attention": False,
+                "moe_router_topk_scaling_factor": 1.0}  # routed_scaling_factor 1 is read as no scale
 # keys a config.json without them leaves at their meaning-free default: a user value is not a contradiction
 _ROPE_DETAILS = ("rope_scaling_factor", "low_freq", "high_freq", "original_max", "rope_scaling_beta", "rope_scaling_mscale",
                  "rope_scaling_truncate", "rope_attention_factor")
@@ -212,7 +213,7 @@ def expected_hf_shapes(args: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ..
         if args.get("qk_layernorm") and args.get("qk_layernorm_across_heads"):  # OLMo 2: all heads
             shapes[p + "self_attn.q_norm.weight"] = ((q,), f"qk_layernorm_across_heads, {why_q}")
             shapes[p + "self_attn.k_norm.weight"] = ((kv,), f"qk_layernorm_across_heads, {why_kv}")
-        elif args.get("qk_layernorm"):
+        elif args.get("qk_layernorm") and not args.get("multi_latent_attention"):
             for name in ("q_norm", "k_norm"):
                 shapes[p + f"self_attn.{name}.weight"] = ((d,), f"qk_layernorm, kv_channels {d}")
         if args.get("post_norm"):  # Gemma's (canonical names: hf_bridge/names.py)
@@ -228,15 +229,17 @@ def _mla_shapes(args: Mapping[str, Any], p: str, h: int, heads: int) -> dict[str
     why_q = f"num_attention_heads {heads} x (qk_head_dim {nope} + qk_pos_emb_head_dim {rope})"
     out = {p + "self_attn.kv_a_proj_with_mqa.weight": ((kv_lora + rope, h), f"kv_lora_rank {kv_lora} + "
                                                       f"qk_pos_emb_head_dim {rope}, hidden_size {h}"),
-           p + "self_attn.kv_a_layernorm.weight": ((kv_lora,), f"kv_lora_rank {kv_lora}"),
            p + "self_attn.kv_b_proj.weight": ((heads * (nope + v), kv_lora), f"num_attention_heads {heads} x "
                                               f"(qk_head_dim {nope} + v_head_dim {v}), kv_lora_rank {kv_lora}")}
     if q_lora:
         out.update({p + "self_attn.q_a_proj.weight": ((q_lora, h), f"q_lora_rank {q_lora}, hidden_size {h}"),
-                    p + "self_attn.q_norm.weight": ((q_lora,), f"q_lora_rank {q_lora}"),
                     p + "self_attn.q_b_proj.weight": ((heads * (nope + rope), q_lora), f"{why_q}, q_lora_rank {q_lora}")})
     else:
         out[p + "self_attn.q_proj.weight"] = ((heads * (nope + rope), h), f"{why_q}, hidden_size {h}")
+    if args.get("qk_layernorm"):  # MLA's norms
+        out[p + "self_attn.kv_a_layernorm.weight"] = ((kv_lora,), f"qk_layernorm, kv_lora_rank {kv_lora}")
+        if q_lora:
+            out[p + "self_attn.q_norm.weight"] = ((q_lora,), f"qk_layernorm, q_lora_rank {q_lora}")
     return out
 
 

@@ -143,7 +143,9 @@ def transformer_config(args: Mapping[str, Any], params_dtype: torch.dtype = torc
                          else relu_squared if squared_relu else F.gelu),
         add_bias_linear=not _get(args, "disable_bias_linear", True),
         add_qkv_bias=bool(_get(args, "add_qkv_bias", False)),
-        qk_layernorm=bool(_get(args, "qk_layernorm", False)),
+        # with MLA, megatron's qk_layernorm is its norms on the compressed query and key / value (_layer_spec),
+        # kept off the config: finalize_model_grads would sum their complete gradients over TP without SP
+        qk_layernorm=bool(_get(args, "qk_layernorm", False)) and not mla,
         rotary_interleaved=bool(_get(args, "rotary_interleaved", False)),  # GLM-4's pairs (2i, 2i + 1)
         softmax_scale=float(_get(args, "softmax_scale")) if _get(args, "softmax_scale") is not None else None,
         hidden_dropout=float(_get(args, "hidden_dropout", 0.0)),
@@ -168,6 +170,7 @@ def transformer_config(args: Mapping[str, Any], params_dtype: torch.dtype = torc
     # megatron-core 0.16 skips RoPE in the layers this pattern marks itself; 0.12 has no such field
     # (build_gpt_model hooks its layers), and our decode paths read it from here in both
     config.no_rope_freq = no_rope_pattern(_get(args, "no_rope_freq"), config.num_layers)
+    config.mla_norms = mla and bool(_get(args, "qk_layernorm", False))  # MLA's q_layernorm / kv_layernorm
     if mla:  # megatron's MLA rotates with its own (YaRN) rotary embedding; its scores: mla_softmax_scale
         config.rope_mscale = 1.0
     else:
@@ -525,10 +528,11 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
 
 def _layer_spec(config: TransformerConfig, num_experts: Optional[int]) -> Any:
     """megatron's local layer spec for `config`; multi-latent attention's RMSNorms on the compressed
-    query and key / value are its spec's qk_layernorm."""
+    query and key / value are its spec's qk_layernorm (config.mla_norms)."""
     mla = bool(getattr(config, "multi_latent_attention", False))
     return get_gpt_layer_local_spec(num_experts=num_experts, moe_grouped_gemm=False,
-                                    qk_layernorm=config.qk_layernorm or mla, multi_latent_attention=mla,
+                                    qk_layernorm=config.qk_layernorm or getattr(config, "mla_norms", False),
+                                    multi_latent_attention=mla,
                                     normalization=config.normalization)
 
 

@@ -599,7 +599,8 @@ def mla_args(hf: Mapping[str, Any]) -> dict[str, Any]:
     """Megatron args of DeepSeek-V3's multi-latent attention (deepseek_v3: DeepSeek-V3 / R1, Kimi K2's
     layout, Moonlight; deepseek_v2: DeepSeek-V2 / V2-Lite, the same attention): q = q_b(norm(q_a(x))) (or one q_proj when q_lora_rank is null), k / v from
     kv_b(norm(c)) of the compressed c = kv_a(x)[:kv_lora_rank], plus RoPE on qk_rope_head_dim dimensions
-    of each head, the key's part kv_a(x)[kv_lora_rank:] shared by all heads; RoPE over interleaved pairs
+    of each head, the key's part kv_a(x)[kv_lora_rank:] shared by all heads (the norms: megatron's
+    qk_layernorm with MLA); RoPE over interleaved pairs
     (rope_interleave, megatron's MLA rotation). The value head dimension is kv_channels. YaRN (DeepSeek-V3's
     factor 40) as megatron's MLA computes it, with the scores scaled by the square of its mscale_all_dim
     term (builder.mla_config_fields)."""
@@ -622,7 +623,7 @@ def mla_args(hf: Mapping[str, Any]) -> dict[str, Any]:
             "kv_lora_rank": int(hf["kv_lora_rank"]), "qk_head_dim": int(hf["qk_nope_head_dim"]),
             "qk_pos_emb_head_dim": int(hf["qk_rope_head_dim"]), "v_head_dim": v_dim, "kv_channels": v_dim,
             "group_query_attention": False, "num_query_groups": int(hf["num_attention_heads"]),
-            "qk_layernorm": False}
+            "qk_layernorm": True}  # megatron's MLA norms (q_a_layernorm, kv_a_layernorm), as MindSpeed-LLM spells them
 
 
 def deepseek_v2_moe_args(hf: Mapping[str, Any]) -> dict[str, Any]:

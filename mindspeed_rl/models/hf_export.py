@@ -181,8 +181,9 @@ def glm4_moe_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype
         ("Llama's RoPE pairs, optionally on part of each head, RMSNorm before attention and MLP only",
          not mla and (args.get("rotary_interleaved") or args.get("post_norm") or args.get("pre_norm") is False
                       or args.get("qk_layernorm_across_heads") or args.get("sliding_window") or args.get("no_rope_freq"))),
-        ("no biases or other norms on the attention, RMSNorm before attention and MLP only",
-         mla and (args.get("add_qkv_bias") or args.get("qk_layernorm") or args.get("post_norm")
+        ("RMSNorms on the compressed query and key / value (qk_layernorm: true), no biases or other norms on the "
+         "attention, RMSNorm before attention and MLP only",
+         mla and (not args.get("qk_layernorm") or args.get("add_qkv_bias") or args.get("post_norm")
                   or args.get("pre_norm") is False or args.get("sliding_window") or args.get("no_rope_freq"))),
     ) if bad]
     if problems:

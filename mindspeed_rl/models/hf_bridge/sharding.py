@@ -71,13 +71,14 @@ def stage_param_names(args: Mapping[str, Any], pp_size: int, pp_rank: int, vpp_s
     if args.get("multi_latent_attention"):  # DeepSeek-V3's projections and norms, in megatron's order
         q = ["linear_q_down_proj", "linear_q_up_proj"] if args.get("q_lora_rank") else ["linear_q_proj"]
         per_layer += [f"self_attention.{n}.weight" for n in q + ["linear_kv_down_proj", "linear_kv_up_proj"]]
-        per_layer += ["self_attention.q_layernorm.weight"] if args.get("q_lora_rank") else []
-        per_layer.append("self_attention.kv_layernorm.weight")
+        if args.get("qk_layernorm"):  # MLA's norms (megatron's qk_layernorm with MLA)
+            per_layer += ["self_attention.q_layernorm.weight"] if args.get("q_lora_rank") else []
+            per_layer.append("self_attention.kv_layernorm.weight")
     else:
         per_layer.append("self_attention.linear_qkv.weight")
     if args.get("add_qkv_bias"):
         per_layer.append("self_attention.linear_qkv.bias")
-    if args.get("qk_layernorm"):
+    if args.get("qk_layernorm") and not args.get("multi_latent_attention"):
         norm = "sharded_weight" if args.get("qk_layernorm_across_heads") else "weight"
         per_layer += [f"self_attention.q_layernorm.{norm}", f"self_attention.k_layernorm.{norm}"]
     if pre_norm:

@@ -52,7 +52,7 @@ ARCHS = {"llama": dict(rotary_base=5000.0, rope_scaling_type="llama3", untie_emb
                           moe_shared_expert_intermediate_size=32, rotary_percent=0.5, add_qkv_bias=True,
                           qk_layernorm=True, kv_channels=16),
          # DeepSeek-V3: multi-latent attention (every head its own key and value), GLM-4.5's MoE layout
-         "deepseek_v3": dict(multi_latent_attention=True, q_lora_rank=24, kv_lora_rank=16, qk_head_dim=16,
+         "deepseek_v3": dict(multi_latent_attention=True, qk_layernorm=True, q_lora_rank=24, kv_lora_rank=16, qk_head_dim=16,
                              qk_pos_emb_head_dim=8, v_head_dim=16, kv_channels=16, group_query_attention=False,
                              num_query_groups=4, num_experts=4, moe_layer_freq=[0, 1],
                              moe_router_score_function="sigmoid", rope_scaling_type="yarn",

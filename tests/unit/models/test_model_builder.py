@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from mindspeed_rl.models.builder import llama3_inv_freq, model_config_from_hf, transformer_config
+from testing_utils import DEEPSEEK_V2_LITE, DEEPSEEK_V3
 
 LLAMA32_1B = {  # transformers 4.x spelling (rope_theta + rope_scaling)
     "model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
@@ -536,19 +537,6 @@ def test_arcee_config_json_round_trip():
         hf_config_from_args(dict(args, squared_relu=False), vocab_size=128004)
 
 
-DEEPSEEK_V3 = {"architectures": ["DeepseekV3ForCausalLM"], "attention_bias": False, "first_k_dense_replace": 3,
-               "hidden_act": "silu", "hidden_size": 7168, "intermediate_size": 18432, "kv_lora_rank": 512,
-               "max_position_embeddings": 163840, "model_type": "deepseek_v3", "moe_intermediate_size": 2048,
-               "moe_layer_freq": 1, "n_group": 8, "n_routed_experts": 256, "n_shared_experts": 1, "norm_topk_prob": True,
-               "num_attention_heads": 128, "num_experts_per_tok": 8, "num_hidden_layers": 61, "num_key_value_heads": 128,
-               "num_nextn_predict_layers": 1, "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
-               "rms_norm_eps": 1e-06, "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0,
-                                                       "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096,
-                                                       "type": "yarn"},
-               "rope_theta": 10000, "routed_scaling_factor": 2.5, "scoring_func": "sigmoid", "tie_word_embeddings": False,
-               "topk_group": 4, "topk_method": "noaux_tc", "v_head_dim": 128, "vocab_size": 129280}
-
-
 def test_deepseek_v3_config_json_round_trip():
     """DeepSeek-V3's config.json (61 layers, the first 3 dense, multi-latent attention with YaRN x 40, 256
     experts in 8 groups) and Moonlight's (no query rank, plain RoPE): the args, exported as DeepSeek-V3
@@ -581,20 +569,6 @@ def test_deepseek_v3_config_json_round_trip():
         model_config_from_hf(dict(DEEPSEEK_V3, scoring_func="softmax"))
     with pytest.raises(ValueError, match="a dense model with multi_latent_attention cannot be exported"):
         hf_config_from_args({k: v for k, v in args.items() if k != "num_experts"}, vocab_size=129280)
-
-
-DEEPSEEK_V2_LITE = {"architectures": ["DeepseekV2ForCausalLM"], "attention_bias": False, "aux_loss_alpha": 0.001,
-                    "first_k_dense_replace": 1, "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 10944,
-                    "kv_lora_rank": 512, "max_position_embeddings": 163840, "model_type": "deepseek_v2",
-                    "moe_intermediate_size": 1408, "moe_layer_freq": 1, "n_group": 1, "n_routed_experts": 64,
-                    "n_shared_experts": 2, "norm_topk_prob": False, "num_attention_heads": 16, "num_experts_per_tok": 6,
-                    "num_hidden_layers": 27, "num_key_value_heads": 16, "q_lora_rank": None, "qk_nope_head_dim": 128,
-                    "qk_rope_head_dim": 64, "rms_norm_eps": 1e-06,
-                    "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 0.707,
-                                     "mscale_all_dim": 0.707, "original_max_position_embeddings": 4096, "type": "yarn"},
-                    "rope_theta": 10000, "routed_scaling_factor": 1.0, "scoring_func": "softmax", "seq_aux": True,
-                    "tie_word_embeddings": False, "topk_group": 1, "topk_method": "greedy", "v_head_dim": 128,
-                    "vocab_size": 102400}
 
 
 def test_deepseek_v2_config_json_round_trip():
