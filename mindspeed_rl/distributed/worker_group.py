@@ -45,7 +45,7 @@ from mindspeed_rl.distributed.cluster import logs_dir, node_ips
 from mindspeed_rl.distributed.plan import RolePlacement
 from mindspeed_rl.distributed.pools import ResourcePool
 from mindspeed_rl.distributed.worker_env import HOST_CPUS_ENV, ROLE_ENV
-from mindspeed_rl.utils.logging import python_warnings_env
+from mindspeed_rl.utils.logging import get_logger, python_warnings_env
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -286,6 +286,8 @@ class WorkerGroup:
             return WorkerGroupError(f"{self.role} rank {rank} on {s.node_ip} died during {method}: "
                                     f"{_death_cause(err, msg)}; its log: {log}{_log_tail(pid)}")
         what = f"{type(cause).__name__}: {_first_line(str(cause))}" if cause is not None else _first_line(msg)
+        # the worker's traceback, for whoever debugs it: Ray hands it back with the error, and prints it nowhere
+        get_logger(__name__).error("%s rank %d raised in %s; its traceback:\n%s", self.role, rank, method, msg)
         return WorkerGroupError(f"{self.role} rank {rank} on {s.node_ip} raised in {method}: {what} "
                                 f"(traceback above; log: {log})")
 

@@ -273,9 +273,11 @@ class VLLMEngine:
             raise UserInputError(f"multi-latent attention with kv_lora_rank + qk_rope_head_dim = {latent}: vLLM's CPU "
                                  f"MLA kernels are built for DeepSeek's {CPU_MLA_LATENT} (512 + 64) only; use "
                                  f"rollout_engine: megatron on CPU.")
-        if self.platform_name == "cpu" and latent and str(dtype) in ("float32", "torch.float32"):
-            # multi-latent attention in fp32 on CPU: vLLM prefers its AMX MLA backend where the CPU has AMX,
-            # which takes bf16 weights only; its reference CPU MLA backend computes in fp32
+        if self.platform_name == "cpu" and latent:
+            # multi-latent attention on CPU: vLLM prefers its AMX MLA backend where the CPU has AMX, which takes
+            # bf16 weights only and empties kv_b_proj's weight once it has packed it, so the layer-wise weight
+            # reload cannot copy the new weight back (vLLM 0.32: "size of tensor a (0) must match ... 512");
+            # its reference CPU MLA backend computes in fp32 and bf16 and reloads
             kwargs["attention_backend"] = "CPU_MLA"
         if self.sleep_level:
             kwargs["enable_sleep_mode"] = True

@@ -125,3 +125,45 @@ def test_synced_engine_equals_the_training_model(arch, tmp_path, gloo_world1):
         assert (sampled.log_probs - train).abs().max() <= 1e-4
     finally:
         engine.close()
+
+
+def test_deepseek_in_bf16_reloads_its_weights(tmp_path, gloo_world1):
+    """vLLM's DeepSeek on CPU in bf16: the engine asks for vLLM's reference CPU MLA backend, whose
+    kv_b_proj survives the layer-wise weight reload. The AMX backend vLLM prefers where the CPU has AMX
+    empties that weight once it has packed it, and every sync then failed ("The size of tensor a (0)
+    must match the size of tensor b (512)"). Synced twice (the second after an update-sized change), the
+    engine's log-probs stay within the bf16 sync bound (0.5) of the bf16 training forward, and move with
+    the weights."""
+    from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
+    from mindspeed_rl.models.hf_bridge import load_hf_checkpoint
+    from mindspeed_rl.rollout.vllm_engine import VLLMEngine
+    from mindspeed_rl.rollout.weight_buckets import gathered_hf_tensors
+
+    old = dict(testing_utils.TINY_HF)
+    testing_utils.TINY_HF.update(hidden_size=128)
+    try:
+        testing_utils.make_tiny_hf("deepseek_v3", str(tmp_path), **VARIANTS["deepseek_v3"])
+    finally:
+        testing_utils.TINY_HF.clear()
+        testing_utils.TINY_HF.update(old)
+    hf_config = read_hf_config(str(tmp_path))
+    args = dict(model_config_from_hf(hf_config), padded_vocab_size=128)
+    init_parallel_state(1, 1)
+    model = build_gpt_model(args, params_dtype=torch.bfloat16).eval()
+    load_hf_checkpoint(model, str(tmp_path), args)
+    engine = VLLMEngine(hf_config, vocab_size=HF_VOCAB, max_length=64, eos_token_ids=[0], pad_token_id=0, seed=0,
+                        dtype="bfloat16")
+    try:
+        sampling = SamplingParams(do_sample=True, temperature=0.8, max_new_tokens=12, ignore_eos=True, seed=3)
+        diffs = []
+        for step in range(2):
+            if step:
+                with torch.no_grad():
+                    for p in model.parameters():
+                        p.add_(torch.randn_like(p) * 0.02)
+            engine.update_weights(gathered_hf_tensors(model, args))
+            out = engine.generate(PROMPTS, sampling)
+            diffs.append((out.log_probs - _training_log_probs(model, out, 0.8)).abs().max().item())
+        assert max(diffs) <= 0.5, diffs
+    finally:
+        engine.close()

@@ -53,9 +53,18 @@ def test_dead_worker_names_role_rank_node_and_log(group):
         group.run_all("rank_info")
 
 
-def test_raising_method_names_the_exception(healthy):
+def test_raising_method_names_the_exception(healthy, monkeypatch):
+    """The one-line error says "traceback above": the worker's traceback is logged on the driver first
+    (Ray returns it with the error and prints it nowhere; before, a raising vLLM sync left no trace)."""
+    from mindspeed_rl.distributed import worker_group
+
+    logged = []
+    monkeypatch.setattr(worker_group, "get_logger", lambda name: type("L", (), {
+        "error": staticmethod(lambda fmt, *a: logged.append(fmt % a))})())
     with pytest.raises(WorkerGroupError, match=r"actor rank 1 on .* raised in raise_on: KeyError: 'no such sample'"):
         healthy.run_all("raise_on", 1)
+    assert len(logged) == 1 and "actor rank 1 raised in raise_on; its traceback:" in logged[0]
+    assert 'ray_test_workers.py", line' in logged[0] and "raise KeyError(" in logged[0]  # the worker's frames
     assert healthy.run_rank0("raise_on", 1) == 0  # still usable
 
 
