@@ -187,6 +187,9 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     return args
 
 
+# model types that are another's layout and math under their own name -> that one (text_model_config):
+# Kimi K2 (moonshotai/Kimi-K2-*: DeepseekV3ForCausalLM with remote code for its config class)
+SAME_AS = {"kimi_k2": "deepseek_v3"}
 # image-text model_type -> its text model's model_type and class (text_model_config)
 IMAGE_TEXT_ARCHS = {"gemma3": ("gemma3_text", "Gemma3ForCausalLM"), "mistral3": ("mistral", "MistralForCausalLM"),
                     "qwen2_vl": ("qwen2", "Qwen2ForCausalLM"), "qwen2_5_vl": ("qwen2", "Qwen2ForCausalLM"),
@@ -198,7 +201,8 @@ TEXT_MODELS = {"ministral3": "Ministral3ForCausalLM"}
 
 def supported_types() -> str:
     """The config.json model types `load:` takes, for messages."""
-    return ", ".join((*HF_ARCHS, *(f"{k} (its text model)" for k in IMAGE_TEXT_ARCHS)))
+    return ", ".join((*HF_ARCHS, *(f"{k} (as {v})" for k, v in SAME_AS.items()),
+                      *(f"{k} (its text model)" for k in IMAGE_TEXT_ARCHS)))
 
 
 def text_model_config(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -215,7 +219,10 @@ def text_model_config(config: Mapping[str, Any]) -> dict[str, Any]:
     defaults differ from Mistral's (no window). The vision tower's weights stay in
     the checkpoint unread (hf_bridge/names.py maps the language model's prefixed names). Tied
     embeddings: config.json's top-level tie_word_embeddings where it has one (transformers 5 ties by
-    it), else the text model's (4.x: Gemma 3 tied, Mistral untied)."""
+    it), else the text model's (4.x: Gemma 3 tied, Mistral untied). A model type in SAME_AS (Kimi K2)
+    becomes the one it is (deepseek_v3), without its remote-code `auto_map`."""
+    if config.get("model_type") in SAME_AS:  # read, served and exported as that model type, no remote code
+        return {**{k: v for k, v in config.items() if k != "auto_map"}, "model_type": SAME_AS[config["model_type"]]}
     text_type, cls = IMAGE_TEXT_ARCHS.get(config.get("model_type"), (None, None))
     if text_type is None:
         return dict(config)

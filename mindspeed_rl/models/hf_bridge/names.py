@@ -46,6 +46,7 @@ _STORED_AS["glm4_moe"] = tuple((f"mlp.shared_expert.{n}_proj.weight", f"mlp.shar
 # DeepSeek-V3: GLM-4.5's shared_experts, and its multi-latent attention's query norm (canonical q_norm)
 _STORED_AS["deepseek_v3"] = (*_STORED_AS["glm4_moe"], ("self_attn.q_norm.weight", "self_attn.q_a_layernorm.weight"))
 _STORED_AS["deepseek_v2"] = _STORED_AS["deepseek_v3"]  # DeepSeek-V2's names are V3's
+_STORED_AS["kimi_k2"] = _STORED_AS["deepseek_v3"]  # Kimi K2's checkpoints are DeepSeek-V3's (hf_config.SAME_AS)
 # GLM-4 names its norm on the attention output as the canonical name does, the one on the MLP output its own way
 _STORED_AS["glm4"] = (("post_feedforward_layernorm.weight", "post_mlp_layernorm.weight"),)
 

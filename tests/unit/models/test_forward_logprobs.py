@@ -304,3 +304,29 @@ def test_expert_bias_stays_fp32_in_a_bf16_model(tmp_path, gloo_world1):
     assert bias.dtype == torch.float32 and torch.equal(bias, hf.model.layers[1].mlp.gate.e_score_correction_bias)
     assert model.decoder.layers[1].mlp.router.weight.dtype == torch.bfloat16
     assert placement_problems(model, torch.device("cpu"), torch.bfloat16) == []
+
+
+def test_kimi_k2_checkpoint_is_read_as_deepseek_v3(tmp_path, gloo_world1):
+    """Kimi K2's config.json says model_type kimi_k2 (DeepseekV3ForCausalLM with a remote-code config
+    class): the same checkpoint under that model type loads as DeepSeek-V3 (hf_config.SAME_AS: its MLA
+    norm q_a_layernorm found, logits equal transformers' DeepSeek-V3), and the config.json handed on to
+    vLLM and exports is DeepSeek-V3's, without the auto_map."""
+    from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
+    from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
+
+    hf = make_tiny_hf("deepseek_v3", str(tmp_path))
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(dict(json.loads(path.read_text()), model_type="kimi_k2", auto_map={
+        "AutoConfig": "configuration_deepseek.DeepseekV3Config"})))
+    config = read_hf_config(str(tmp_path))
+    assert config["model_type"] == "deepseek_v3" and "auto_map" not in config
+    args = dict(model_config_from_hf(json.loads(path.read_text())), padded_vocab_size=128)
+    init_parallel_state(1, 1)
+    model = build_gpt_model(args).eval()
+    load_hf_checkpoint(model, str(tmp_path), args)
+    ids, mask = _batches()["left"]
+    pos = position_ids_from_mask(mask)
+    with torch.no_grad():
+        ref = hf(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+        out = model(ids, pos, attention_mask_4d(mask))
+    assert (out[..., :120] - ref)[mask.bool()].abs().max() <= 1e-4
