@@ -344,6 +344,10 @@ def _check_mla(role: RoleConfig, path: str, tp: int, hf_load: bool, problems: li
     if a.rope_scaling_type not in (None, "yarn") or a.rotary_percent != 1.0:
         problems.append(f"{m}: multi_latent_attention rotates its whole RoPE part, plain or with yarn; "
                         f"rope_scaling_type {a.rope_scaling_type} / rotary_percent {a.rotary_percent} is not supported.")
+    elif a.rope_scaling_type == "yarn" and (a.rope_attention_factor is not None or not a.rope_scaling_truncate):
+        problems.append(f"{m}: multi_latent_attention's yarn takes its attention factor from rope_scaling_mscale / "
+                        f"rope_scaling_mscale_all_dim and rounds the ramp's ends (DeepSeek's YaRN); drop "
+                        f"rope_attention_factor / rope_scaling_truncate: false.")
 
 
 def _hf_config(role: RoleConfig) -> dict:

@@ -104,6 +104,9 @@ def test_an_explicit_shared_expert_width_wins_as_in_mindspeed_llm():
      "model tiny: multi_latent_attention needs kv_lora_rank, qk_head_dim, v_head_dim"),
     (["training.rotary_scaling_factor=40"], "multi-latent attention's YaRN is spelled rope_scaling_type: yarn + "
                                             "rope_scaling_factor here"),
+    ([f"{A}.multi_latent_attention=true", f"{A}.kv_lora_rank=16", f"{A}.qk_head_dim=8", f"{A}.qk_pos_emb_head_dim=8",
+      f"{A}.v_head_dim=8", f"{A}.rope_scaling_type=yarn", f"{A}.rope_attention_factor=1.2"],
+     "model tiny: multi_latent_attention's yarn takes its attention factor from rope_scaling_mscale"),
     (["training.moe_device_level_aux_loss_coeff=0.01"], "DeepSeek-V2's device-level balance loss is not implemented"),
     (["training.no_post_layer_norm=true"], "a model without the final norm is not implemented"),
     (["training.full_attention_interval=4"], "Qwen3-Next's linear-attention layers are not implemented"),
