@@ -72,7 +72,9 @@ from mindspeed_rl.platform.packed_linear import matmul_t  # noqa: E402
 
 class KVCache:
     """K and V of every layer for the rows still generating: (b, groups/TP, max_len, head_dim) each,
-    valid up to `length` (the same for all rows: prompts are left-padded to one width)."""
+    valid up to `length` (the same for all rows: prompts are left-padded to one width). Multi-latent
+    attention keeps its latent in k and its RoPE key in v instead, (b, 1, max_len, width) each
+    (mla_cached_attention)."""
 
     def __init__(self, num_layers: int, batch: int, groups: int, max_len: int, head_dim: int,
                  dtype: torch.dtype, device: torch.device, rotary_freqs: Optional[torch.Tensor], zeroed: bool = False,
@@ -315,8 +317,7 @@ def cached_attention(model: torch.nn.Module, cache: KVCache) -> Iterator[None]:
     finally:
         for a, orig in zip(attentions, originals):
             a.core_attention = orig
-            if mla:
-                del a.forward  # the class's forward again
+            a.__dict__.pop("forward", None)  # MLA: the class's forward again
 
 
 def new_cache(model: torch.nn.Module, batch: int, max_len: int, zeroed: bool = False) -> KVCache:
