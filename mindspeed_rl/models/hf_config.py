@@ -49,7 +49,8 @@ HF_DEFAULTS = {
 
 def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     """Megatron-named args for a Llama / Mistral / Phi-3 / Qwen2 / Qwen3 / Qwen3-MoE / Qwen2-MoE / Mixtral /
-    SmolLM3 / Granite / Gemma 1-3 / OLMo 2 / OLMo 3 / Ministral 3 / EXAONE 4.0 / Seed-OSS / GLM-4 / ERNIE 4.5 config.json
+    SmolLM3 / Granite / Gemma 1-3 / OLMo 2 / OLMo 3 / Ministral 3 / EXAONE 4.0 / Seed-OSS / GLM-4 / ERNIE 4.5 /
+    GLM-4.5 / DeepSeek-V3 / DeepSeek-V2 config.json
     (transformers 4.x `rope_theta` + `rope_scaling` or 5.x `rope_parameters`). Unsupported features
     raise ValueError.
 
@@ -64,6 +65,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     optional per-head q / k norms (use_qk_norm) and RoPE on the first half of each head, pairs (i, i + d/2)
     as Llama's; its multi-token-prediction layers (num_nextn_predict_layers, stored after the last layer)
     are not read.
+    DeepSeek-V3 (deepseek_v3; Kimi K2 as it) is GLM-4.5's MoE layout and routing with multi-latent attention
+    (mla_args); DeepSeek-V2 / V2-Lite (deepseek_v2) the same attention with softmax routing (deepseek_v2_moe_args).
     Arcee (arcee: AFM-4.5B base / instruct) is Llama's attention with an MLP without a gate,
     down(relu(up(x))^2) (hidden_act relu2: squared_relu), YaRN beyond its 4096 original positions.
     Seed-OSS (seed_oss: Seed-OSS-36B base / instruct) is Qwen2's layout (q / k / v biases, on by default,
@@ -583,6 +586,12 @@ def glm4_moe_args(hf: Mapping[str, Any]) -> dict[str, Any]:
                              f"computes only when num_experts_per_tok / topk_group is 2 (and n_group divides the "
                              f"{experts} experts).")
         args.update(moe_router_num_groups=groups, moe_router_group_topk=group_topk)
+    return _scale_and_shared_experts(hf, args)
+
+
+def _scale_and_shared_experts(hf: Mapping[str, Any], args: dict[str, Any]) -> dict[str, Any]:
+    """`args` with GLM-4.5's / DeepSeek's routed_scaling_factor (when not 1) and its n_shared_experts
+    x moe_intermediate_size wide shared experts (when any)."""
     scale = float(hf.get("routed_scaling_factor") or 1.0)
     if scale != 1.0:
         args["moe_router_topk_scaling_factor"] = scale
@@ -663,13 +672,7 @@ def deepseek_v2_moe_args(hf: Mapping[str, Any]) -> dict[str, Any]:
                              f"their best score, which megatron computes only when num_experts_per_tok equals "
                              f"topk_group (and n_group divides the {experts} experts).")
         args.update(moe_router_num_groups=groups, moe_router_group_topk=group_topk)
-    scale = float(hf.get("routed_scaling_factor") or 1.0)
-    if scale != 1.0:
-        args["moe_router_topk_scaling_factor"] = scale
-    shared = int(hf.get("n_shared_experts") or 0) * int(hf["moe_intermediate_size"])
-    if shared:
-        args["moe_shared_expert_intermediate_size"] = shared
-    return args
+    return _scale_and_shared_experts(hf, args)
 
 
 def moe_layer_pattern(moe_layer_freq: Any, num_layers: int) -> list[int]:
