@@ -52,8 +52,9 @@ Checks, in order (each PASS / FAIL with its figures; the exit code is 0 only whe
              score, seconds per step and every step's phase timings (scripts/gpu_smoke_ray.py).
 
 Shapes (--shape; random weights): smollm2-135m (default), qwen25-05b, qwen3-moe-small and
-qwen2-moe-small (16 experts, top-4, 8 layers; the latter with a gated shared expert), tiny and tiny-moe
-(the CPU self-test). For MoE shapes the TFLOP/s count the routed experts at topk / num_experts.
+qwen2-moe-small (16 experts, top-4, 8 layers; the latter with a gated shared expert), deepseek-v3-small
+(multi-latent attention with DeepSeek's 512 + 64 latent, YaRN, grouped sigmoid routing, 6 layers), tiny
+and tiny-moe (the CPU self-test). For MoE shapes the TFLOP/s count the routed experts at topk / num_experts.
 
 Exit codes: 0 all checks passed, 1 a check failed, 2 bad arguments, 3 no accelerator (nothing ran).
 """
@@ -101,6 +102,18 @@ SHAPES = {
                                           num_attention_heads=8, num_key_value_heads=4, vocab_size=32000,
                                           max_position_embeddings=2048, rope_theta=1000000.0,
                                           tie_word_embeddings=False)),
+    # DeepSeek-V3's layout (random): multi-latent attention with DeepSeek's 512 + 64 latent (what vLLM's MLA
+    # kernels take), YaRN, sigmoid routing in groups with the expert bias, a dense first layer, a shared expert
+    "deepseek-v3-small": ("deepseek_v3", dict(hidden_size=512, intermediate_size=1024, moe_intermediate_size=256,
+                                              n_routed_experts=16, num_experts_per_tok=4, n_group=4, topk_group=2,
+                                              routed_scaling_factor=2.5, n_shared_experts=1, first_k_dense_replace=1,
+                                              q_lora_rank=384, kv_lora_rank=512, qk_nope_head_dim=64,
+                                              qk_rope_head_dim=64, v_head_dim=64, num_hidden_layers=6,
+                                              num_attention_heads=8, num_key_value_heads=8, vocab_size=32000,
+                                              max_position_embeddings=2048, tie_word_embeddings=False,
+                                              rope_scaling={"type": "yarn", "factor": 4.0, "mscale": 1.0,
+                                                            "mscale_all_dim": 1.0, "beta_fast": 32, "beta_slow": 1,
+                                                            "original_max_position_embeddings": 512})),
     "tiny-moe": ("qwen3_moe", dict(hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_experts=4,
                                    num_experts_per_tok=2, norm_topk_prob=True, num_hidden_layers=2,
                                    num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=256,
@@ -197,9 +210,12 @@ def save_random_hf(shape: str, out_dir: str, seed: int = 0):
 
     arch, fields = SHAPES[shape]
     cfg_cls = {"llama": tf.LlamaConfig, "qwen2": tf.Qwen2Config, "qwen3_moe": tf.Qwen3MoeConfig,
-               "qwen2_moe": tf.Qwen2MoeConfig}[arch]
+               "qwen2_moe": tf.Qwen2MoeConfig, "deepseek_v3": getattr(tf, "DeepseekV3Config", None)}[arch]
     model_cls = {"llama": tf.LlamaForCausalLM, "qwen2": tf.Qwen2ForCausalLM, "qwen3_moe": tf.Qwen3MoeForCausalLM,
-                 "qwen2_moe": tf.Qwen2MoeForCausalLM}[arch]
+                 "qwen2_moe": tf.Qwen2MoeForCausalLM, "deepseek_v3": getattr(tf, "DeepseekV3ForCausalLM", None)}[arch]
+    if cfg_cls is None:
+        raise SystemExit(f"gpu_smoke: transformers {tf.__version__} has no {arch} model; --shape {shape} needs one "
+                         f"that does (4.51 or later).")
     torch.manual_seed(seed)
     model = model_cls(cfg_cls(**fields)).eval()
     hidden = fields["hidden_size"]
