@@ -107,7 +107,8 @@ def _check(results, hf_models, last_ranks):
 
 def test_pp2_matches_pp1_and_transformers(tmp_path):
     hf_models, hf_dirs = {}, {}
-    for arch in ("llama", "qwen2"):  # untied output layer / tied embeddings on the last stage
+    # untied output layer / tied embeddings on the last stage; DeepSeek-V3: each stage's MLA latent cache
+    for arch in ("llama", "qwen2", "deepseek_v3"):
         hf_dirs[arch] = str(tmp_path / arch)
         hf_models[arch] = make_tiny_hf(arch, hf_dirs[arch])
     results = run_gloo(_pp_job, 2, hf_dirs, 1, timeout_s=240)
