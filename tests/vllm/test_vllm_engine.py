@@ -17,8 +17,8 @@ PROMPTS = [[1, 2, 3, 4, 5], [7, 8, 9], [11, 12, 13, 14, 15, 16, 17], [3, 1]]
 HF_VOCAB = 120
 
 
-def _megatron(hf_dir, seed=0):
-    """The training model (megatron, TP 1) loaded from a HF directory, and its args."""
+def _megatron(hf_dir, seed=0, params_dtype=torch.float32):
+    """The training model (megatron, TP 1, in `params_dtype`) loaded from a HF directory, and its args."""
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
 
@@ -30,7 +30,7 @@ def _megatron(hf_dir, seed=0):
         torch.distributed.init_process_group("gloo", rank=0, world_size=1, timeout=datetime.timedelta(seconds=60))
     args = dict(model_config_from_hf(read_hf_config(hf_dir)), padded_vocab_size=128)  # padded like training
     init_parallel_state(1, 1, seed=seed)
-    model = build_gpt_model(args)
+    model = build_gpt_model(args, params_dtype=params_dtype)
     load_hf_checkpoint(model, hf_dir, args)
     return model.eval(), args
 

@@ -127,15 +127,13 @@ def test_synced_engine_equals_the_training_model(arch, tmp_path, gloo_world1):
         engine.close()
 
 
-def test_deepseek_in_bf16_reloads_its_weights(tmp_path, gloo_world1):
+def test_deepseek_in_bf16_reloads_its_weights(tmp_path):
     """vLLM's DeepSeek on CPU in bf16: the engine asks for vLLM's reference CPU MLA backend, whose
     kv_b_proj survives the layer-wise weight reload. The AMX backend vLLM prefers where the CPU has AMX
     empties that weight once it has packed it, and every sync then failed ("The size of tensor a (0)
     must match the size of tensor b (512)"). Synced twice (the second after an update-sized change), the
     engine's log-probs stay within the bf16 sync bound (0.5) of the bf16 training forward, and move with
     the weights."""
-    from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
-    from mindspeed_rl.models.hf_bridge import load_hf_checkpoint
     from mindspeed_rl.rollout.vllm_engine import VLLMEngine
     from mindspeed_rl.rollout.weight_buckets import gathered_hf_tensors
 
@@ -147,10 +145,7 @@ def test_deepseek_in_bf16_reloads_its_weights(tmp_path, gloo_world1):
         testing_utils.TINY_HF.clear()
         testing_utils.TINY_HF.update(old)
     hf_config = read_hf_config(str(tmp_path))
-    args = dict(model_config_from_hf(hf_config), padded_vocab_size=128)
-    init_parallel_state(1, 1)
-    model = build_gpt_model(args, params_dtype=torch.bfloat16).eval()
-    load_hf_checkpoint(model, str(tmp_path), args)
+    model, args = _megatron(str(tmp_path), params_dtype=torch.bfloat16)  # (re)joins the process group a closed engine left
     engine = VLLMEngine(hf_config, vocab_size=HF_VOCAB, max_length=64, eos_token_ids=[0], pad_token_id=0, seed=0,
                         dtype="bfloat16")
     try:
