@@ -6,6 +6,7 @@ run_gloo runs a function on N gloo processes with a free port and a hard timeout
 """
 
 import datetime
+import json
 import os
 import socket
 import tempfile
@@ -190,6 +191,15 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
             "rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0,
                                 "original_max_position_embeddings": 32, "mscale": 0.707, "mscale_all_dim": 0.707},
             **tiny, "num_key_value_heads": tiny["num_attention_heads"]}),
+        # gpt-oss's layout scaled down: attention sinks, biases on q / k / v / o, the router and the experts, 4
+        # experts of width 128 (top-2, softmax over the top-2), the clamped SwiGLU with its limit lowered to 0.5 so
+        # it bites on random weights, sliding (window 12) and full layers alternating, YaRN x 4 over 32 positions
+        # without rounding the ramp (truncate false), head_dim 16 (heads x head_dim != hidden)
+        "gpt_oss": lambda: tf.GptOssConfig(**{
+            "head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 2,
+            "sliding_window": 12, "swiglu_limit": 0.5, "pad_token_id": None, "eos_token_id": 2,
+            "rope_parameters": {"rope_type": "yarn", "rope_theta": 1.5e5, "factor": 4.0, "beta_fast": 32.0,
+                                "beta_slow": 1.0, "truncate": False, "original_max_position_embeddings": 32}, **tiny}),
         # AFM-4.5B's layout: an MLP without a gate (relu2), YaRN past its original positions (here 32)
         "arcee": lambda: tf.ArceeConfig(**{"rope_theta": 1e4, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
                                            "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
@@ -259,7 +269,7 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
            "mistral3": tf.Mistral3ForConditionalGeneration, "gemma": tf.GemmaForCausalLM,
            "olmo2": tf.Olmo2ForCausalLM, "olmo3": tf.Olmo3ForCausalLM, "exaone4": tf.Exaone4ForCausalLM, "seed_oss": tf.SeedOssForCausalLM, "glm4": tf.Glm4ForCausalLM, "ernie4_5": tf.Ernie4_5ForCausalLM,
            "arcee": tf.ArceeForCausalLM, "glm4_moe": tf.Glm4MoeForCausalLM, "deepseek_v3": tf.DeepseekV3ForCausalLM,
-           "deepseek_v2": tf.DeepseekV2ForCausalLM,
+           "deepseek_v2": tf.DeepseekV2ForCausalLM, "gpt_oss": tf.GptOssForCausalLM,
            "ministral3": tf.Mistral3ForConditionalGeneration, "qwen2_5_vl": tf.Qwen2_5_VLForConditionalGeneration, "qwen3_vl": tf.Qwen3VLForConditionalGeneration}[arch]
     torch.manual_seed(seed)
     model = cls(config).eval()
@@ -303,6 +313,24 @@ DEEPSEEK_V2_LITE = {"architectures": ["DeepseekV2ForCausalLM"], "attention_bias"
                     "rope_theta": 10000, "routed_scaling_factor": 1.0, "scoring_func": "softmax", "seq_aux": True,
                     "tie_word_embeddings": False, "topk_group": 1, "topk_method": "greedy", "v_head_dim": 128,
                     "vocab_size": 102400}
+
+# openai/gpt-oss-20b's config.json (its weights: MXFP4 experts, see hf_bridge/names.py)
+GPT_OSS_20B = {"architectures": ["GptOssForCausalLM"], "attention_bias": True, "attention_dropout": 0.0,
+               "eos_token_id": 200002, "experts_per_token": 4, "head_dim": 64, "hidden_act": "silu",
+               "hidden_size": 2880, "initial_context_length": 4096, "initializer_range": 0.02,
+               "intermediate_size": 2880, "layer_types": ["sliding_attention", "full_attention"] * 12,
+               "max_position_embeddings": 131072, "model_type": "gpt_oss", "num_attention_heads": 64,
+               "num_experts_per_tok": 4, "num_hidden_layers": 24, "num_key_value_heads": 8, "num_local_experts": 32,
+               "output_router_logits": False, "pad_token_id": 199999,
+               "quantization_config": {"modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                                                  "model.embed_tokens", "lm_head"],
+                                       "quant_method": "mxfp4"},
+               "rms_norm_eps": 1e-05,
+               "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0,
+                                "original_max_position_embeddings": 4096, "rope_type": "yarn", "truncate": False},
+               "rope_theta": 150000, "router_aux_loss_coef": 0.9, "sliding_window": 128, "swiglu_limit": 7.0,
+               "tie_word_embeddings": False, "transformers_version": "4.55.0.dev0", "use_cache": True,
+               "vocab_size": 201088}
 
 
 def add_mtp_layer(hf_dir):
@@ -363,12 +391,18 @@ class FakeGroup:
         return (combine or concat_batches)([self.answers[method](s, *args) for s in split_batch(batch, layout.dp_size)])
 
 
-def per_expert(tensors):
+def per_expert(tensors, model_type=None):
     """transformers 5 keeps MoE experts fused in memory ((E, 2f, h) gate_up_proj, (E, h, f) down_proj);
-    the checkpoint, our bridge and vLLM's loader name them per expert."""
+    the checkpoint, our bridge and vLLM's loader name them per expert. gpt-oss keeps them stacked in its
+    own layout (hf_bridge/names.py's _STACKED), read as the bridge reads them."""
+    from mindspeed_rl.models.hf_bridge.names import stacked_expert, stacked_parts
+
     out = {}
     for name, t in tensors.items():
-        if name.endswith("mlp.experts.gate_up_proj"):
+        parts = stacked_parts(name, model_type, t.shape[0])
+        if parts is not None:
+            out.update({canonical: stacked_expert(t[e], part) for canonical, e, part in parts})
+        elif name.endswith("mlp.experts.gate_up_proj"):
             for e, w in enumerate(t):
                 out[f"{name[:-len('gate_up_proj')]}{e}.gate_proj.weight"], \
                     out[f"{name[:-len('gate_up_proj')]}{e}.up_proj.weight"] = w.chunk(2, dim=0)
@@ -378,3 +412,72 @@ def per_expert(tensors):
         else:
             out[name] = t
     return out
+
+
+FP4_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
+
+
+def mxfp4_gpt_oss(src_dir, dst_dir):
+    """gpt-oss's own release format from a make_tiny_hf("gpt_oss") checkpoint: each expert weight in MXFP4
+    (OCP microscaling: groups of 32 values along the input dimension, one power-of-two scale each stored as
+    exponent + 127, values as FP4 e2m1 codes two per byte, the even element in the low nibble) as
+    `<proj>_blocks` (E, out, in / 32, 16) + `<proj>_scales` (E, out, in / 32), config.json with
+    quantization_config mxfp4. Returns {stored weight name: its dequantized (E, in, out) value}."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    os.makedirs(dst_dir, exist_ok=True)
+    for f in os.listdir(src_dir):
+        if f != "model.safetensors":
+            shutil.copy(os.path.join(src_dir, f), os.path.join(dst_dir, f))
+    tensors, values = load_file(os.path.join(src_dir, "model.safetensors")), {}
+    lut = torch.tensor(FP4_VALUES)
+    for name in [n for n in tensors if n.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj"))]:
+        w = tensors.pop(name).float().transpose(1, 2)  # (E, out, in): groups along in
+        groups = w.reshape(*w.shape[:2], -1, 32)
+        exp = torch.ceil(torch.log2(groups.abs().amax(-1).clamp_min(1e-30) / 6.0)).clamp(-127, 127)
+        scaled = groups / torch.exp2(exp)[..., None]
+        codes = (scaled[..., None] - lut).abs().argmin(-1).to(torch.uint8)  # nearest FP4 value
+        tensors[name + "_blocks"] = (codes[..., 0::2] | (codes[..., 1::2] << 4)).contiguous()
+        tensors[name + "_scales"] = (exp + 127).to(torch.uint8).contiguous()
+        values[name] = (lut[codes.long()] * torch.exp2(exp)[..., None]).reshape(w.shape).transpose(1, 2)
+    save_file(tensors, os.path.join(dst_dir, "model.safetensors"), metadata={"format": "pt"})
+    config = json.load(open(os.path.join(dst_dir, "config.json")))
+    config["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": [
+        "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}
+    json.dump(config, open(os.path.join(dst_dir, "config.json"), "w"))
+    return values
+
+
+def fp8_blockwise(src_dir, dst_dir, block=128):
+    """A block-wise FP8 checkpoint (DeepSeek-V3's release format) from a HF directory: every 2-D
+    `.weight` of the layers in float8_e4m3fn with a float32 `<name>_scale_inv` per block x block
+    tile (its max / 448), config.json with quantization_config fp8 [128, 128]. Returns {weight name:
+    its dequantized fp32 value}."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    os.makedirs(dst_dir, exist_ok=True)
+    for f in os.listdir(src_dir):
+        if f != "model.safetensors":
+            shutil.copy(os.path.join(src_dir, f), os.path.join(dst_dir, f))
+    tensors, values = load_file(os.path.join(src_dir, "model.safetensors")), {}
+    for name in [n for n in tensors if ".layers." in n and n.endswith(".weight") and tensors[n].dim() == 2]:
+        w = tensors[name].float()
+        rows, cols = -(-w.shape[0] // block), -(-w.shape[1] // block)
+        padded = torch.zeros(rows * block, cols * block)
+        padded[:w.shape[0], :w.shape[1]] = w
+        tiles = padded.reshape(rows, block, cols, block)
+        scale = (tiles.abs().amax(dim=(1, 3)) / 448.0).clamp_min(1e-12)  # (rows, cols)
+        q = (tiles / scale[:, None, :, None]).reshape(padded.shape)[:w.shape[0], :w.shape[1]].to(torch.float8_e4m3fn)
+        tensors[name], tensors[name + "_scale_inv"] = q.contiguous(), scale.contiguous()
+        full = scale.repeat_interleave(block, 0)[:w.shape[0]].repeat_interleave(block, 1)[:, :w.shape[1]]
+        values[name] = q.float() * full
+    save_file(tensors, os.path.join(dst_dir, "model.safetensors"), metadata={"format": "pt"})
+    config = json.load(open(os.path.join(dst_dir, "config.json")))
+    config["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                                     "weight_block_size": [block, block]}
+    json.dump(config, open(os.path.join(dst_dir, "config.json"), "w"))
+    return values

@@ -228,6 +228,7 @@ def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
         problems.append(f"model {role.model_name}: attn_logit_softcapping {a.attn_logit_softcapping} (Gemma 2) is not "
                         f"supported on {platform}: its fused attention kernel does not soft-cap the scores; run it "
                         f"on CPU or CUDA.")
+    _check_gpt_oss(role, platform, problems)
     if not a.pre_norm and not a.post_norm:
         problems.append(f"model {role.model_name}: pre_norm: false leaves its layers without any norm; set post_norm: "
                         f"true (OLMo 2's layout) or pre_norm: true.")
@@ -321,6 +322,32 @@ def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
         problems.append(f"`{A}.ppo_epochs: {p.ppo_epochs}` must be at least 1.")
 
 
+def _check_gpt_oss(role: RoleConfig, platform: str, problems: list[str]) -> None:
+    """gpt-oss's switches (models/gpt_oss.py): softmax_type vanilla or learnable (its attention sinks, which
+    the fused attention of NPU does not compute), quick_geglu's clamp and offset only with it, in MoE
+    experts on every layer, and expert-TP 1 where the experts have biases."""
+    from mindspeed_rl.platform.base import sdpa_core_attention
+
+    a, m, path = role.arch, f"model {role.model_name}", role_path(role)
+    if a.softmax_type not in ("vanilla", "learnable"):
+        problems.append(f"{m}: softmax_type {a.softmax_type!r} is not supported; use vanilla or learnable (gpt-oss's "
+                        f"attention sinks).")
+    if a.softmax_type == "learnable" and platform != "auto" and not sdpa_core_attention(platform):
+        problems.append(f"{m}: softmax_type learnable (gpt-oss's attention sinks) is not supported on {platform}: its "
+                        f"fused attention kernel has no sink logits; run it on CPU or CUDA.")
+    if not a.quick_geglu and (a.activation_func_clamp_value is not None or a.glu_linear_offset):
+        problems.append(f"{m}: activation_func_clamp_value / glu_linear_offset apply to quick_geglu (gpt-oss's "
+                        f"experts) only; set quick_geglu: true or drop them.")
+    if a.quick_geglu and (a.num_experts or 0) <= 1:
+        problems.append(f"{m}: quick_geglu (gpt-oss's clamped SwiGLU) is supported in MoE experts only; set "
+                        f"num_experts or drop quick_geglu.")
+    etp = role.parallel.expert_tensor_parallel_size or role.parallel.tensor_model_parallel_size
+    if a.quick_geglu and not a.disable_bias_linear and etp > 1:
+        problems.append(f"`{path}.expert_tensor_parallel_size: {etp}` with gpt-oss's expert biases is not supported "
+                        f"(an expert's output bias would be summed once per expert-TP rank); set "
+                        f"expert_tensor_parallel_size: 1 and split the experts by expert_model_parallel_size.")
+
+
 def _check_mla(role: RoleConfig, path: str, tp: int, hf_load: bool, problems: list[str]) -> None:
     """multi_latent_attention (DeepSeek-V3): its dimensions set (or from config.json), the value head
     dimension as kv_channels, TP dividing the down projections' outputs (split over TP), RoPE plain
@@ -378,6 +405,9 @@ def _length_limit_note(role: RoleConfig) -> str:
     return ""
 
 
+VLLM_GPT_OSS_LIMIT = 7.0  # vLLM's gpt-oss experts (swigluoai) clamp at 7.0, gpt-oss's own swiglu_limit
+
+
 def _check_vllm(role: RoleConfig, problems: list[str], platform: str) -> None:
     """rollout_engine: vllm. Colocated, every training rank hosts an engine holding the whole model
     (PP 1), alone (inference TP 1) or with its TP group (inference TP = training TP)."""
@@ -400,6 +430,10 @@ def _check_vllm(role: RoleConfig, problems: list[str], platform: str) -> None:
         problems.append(f"`{A}.rollout_engine: vllm` with multi-latent attention of kv_lora_rank + qk_pos_emb_head_dim "
                         f"{latent}: vLLM's CPU MLA kernels are built for DeepSeek's 576 (512 + 64) only; use "
                         f"rollout_engine: megatron on CPU.")
+    if a.quick_geglu and a.activation_func_clamp_value != VLLM_GPT_OSS_LIMIT:
+        problems.append(f"`{A}.rollout_engine: vllm` with activation_func_clamp_value {a.activation_func_clamp_value} "
+                        f"(config.json's swiglu_limit): vLLM's gpt-oss clamps its experts at {VLLM_GPT_OSS_LIMIT} "
+                        f"whatever config.json says, so rollout and training would differ; use rollout_engine: megatron.")
     if role.num_gpus_for_infer:
         if role.num_gpus_for_infer % itp:
             problems.append(f"`{A}.num_gpus_for_infer: {role.num_gpus_for_infer}` is not a multiple of "

@@ -62,6 +62,8 @@ _HF_KEY = {
     "moe_layer_freq": "first_k_dense_replace", "moe_router_score_function": "model_type",
     "moe_router_enable_expert_bias": "model_type", "moe_router_num_groups": "n_group",
     "moe_router_group_topk": "topk_group", "moe_router_topk_scaling_factor": "routed_scaling_factor",
+    "quick_geglu": "model_type", "glu_linear_offset": "model_type", "softmax_type": "model_type",
+    "activation_func_clamp_value": "swiglu_limit",
     "multi_latent_attention": "model_type", "q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank",
     "qk_head_dim": "qk_nope_head_dim", "qk_pos_emb_head_dim": "qk_rope_head_dim", "v_head_dim": "v_head_dim",
 }
@@ -71,7 +73,8 @@ _HF_DEFAULTS = {"embedding_multiplier_scale": 1.0, "residual_multiplier": 1.0, "
                 "pre_norm": True, "qk_layernorm_across_heads": False, "rotary_interleaved": False,
                 "squared_relu": False, "moe_layer_freq": 1, "moe_router_score_function": "softmax",
                 "moe_router_enable_expert_bias": False, "multi_latent_attention": False,
-                "moe_router_topk_scaling_factor": 1.0}  # routed_scaling_factor 1 is read as no scale
+                "moe_router_topk_scaling_factor": 1.0, "quick_geglu": False, "glu_linear_offset": 0.0,
+                "softmax_type": "vanilla"}  # routed_scaling_factor 1 is read as no scale
 # keys a config.json without them leaves at their meaning-free default: a user value is not a contradiction
 _ROPE_DETAILS = ("rope_scaling_factor", "low_freq", "high_freq", "original_max", "rope_scaling_beta", "rope_scaling_mscale",
                  "rope_scaling_truncate", "rope_attention_factor")
@@ -219,7 +222,26 @@ def expected_hf_shapes(args: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ..
         if args.get("post_norm"):  # Gemma's (canonical names: hf_bridge/names.py)
             for name in ("post_self_attn_layernorm", "post_feedforward_layernorm"):
                 shapes[p + f"{name}.weight"] = ((h,), f"post_norm, hidden_size {h}")
+        if args.get("softmax_type") == "learnable":  # gpt-oss's sinks
+            shapes[p + "self_attn.sinks"] = ((heads,), f"softmax_type learnable, num_attention_heads {heads}")
+        if args.get("disable_bias_linear", True) is False:  # gpt-oss: o_proj's bias, the router's, the experts'
+            shapes.update(_bias_shapes(args, p, h, ffn, moe[i]))
     return shapes
+
+
+def _bias_shapes(args: Mapping[str, Any], p: str, h: int, ffn: int, moe: int) -> dict[str, tuple[tuple[int, ...], str]]:
+    """One layer's biases of add_bias_linear (disable_bias_linear: false; gpt-oss): o_proj, and in an MoE
+    layer the router's and every expert's (canonical names)."""
+    out = {p + "self_attn.o_proj.bias": ((h,), f"disable_bias_linear false, hidden_size {h}")}
+    if moe:
+        experts, f = int(args["num_experts"]), int(args.get("moe_ffn_hidden_size") or ffn)
+        out[p + "mlp.gate.bias"] = ((experts,), f"disable_bias_linear false, num_experts {experts}")
+        for e in range(experts):
+            q = f"{p}mlp.experts.{e}."
+            out.update({q + "gate_proj.bias": ((f,), f"moe_ffn_hidden_size {f}"),
+                        q + "up_proj.bias": ((f,), f"moe_ffn_hidden_size {f}"),
+                        q + "down_proj.bias": ((h,), f"hidden_size {h}")})
+    return out
 
 
 def _mla_shapes(args: Mapping[str, Any], p: str, h: int, heads: int) -> dict[str, tuple[tuple[int, ...], str]]:

@@ -141,7 +141,8 @@ def transformer_config(args: Mapping[str, Any], params_dtype: torch.dtype = torc
         gated_linear_unit=swiglu or geglu,
         activation_func=(F.silu if swiglu else functools.partial(F.gelu, approximate="tanh") if geglu
                          else relu_squared if squared_relu else F.gelu),
-        add_bias_linear=not _get(args, "disable_bias_linear", True),
+        # megatron-core 0.12 refuses biases with MoE at construction; gpt-oss's (models/gpt_oss.py) are set below
+        add_bias_linear=not _get(args, "disable_bias_linear", True) and not _get(args, "num_experts"),
         add_qkv_bias=bool(_get(args, "add_qkv_bias", False)),
         # with MLA, megatron's qk_layernorm is its norms on the compressed query and key / value (_layer_spec),
         # kept off the config: finalize_model_grads would sum their complete gradients over TP without SP
@@ -167,6 +168,7 @@ def transformer_config(args: Mapping[str, Any], params_dtype: torch.dtype = torc
         **(mla_config_fields(args) if mla else {}),
         **dict(overrides or {}),
     )
+    config.add_bias_linear = not _get(args, "disable_bias_linear", True)
     # megatron-core 0.16 skips RoPE in the layers this pattern marks itself; 0.12 has no such field
     # (build_gpt_model hooks its layers), and our decode paths read it from here in both
     config.no_rope_freq = no_rope_pattern(_get(args, "no_rope_freq"), config.num_layers)
@@ -203,7 +205,37 @@ def transformer_config(args: Mapping[str, Any], params_dtype: torch.dtype = torc
         config.embedding_multiplier *= math.sqrt(config.hidden_size)
     config.residual_multiplier = float(_get(args, "residual_multiplier", 1.0))
     config.logits_multiplier = float(_get(args, "output_multiplier_scale", 1.0))
+    gpt_oss_fields(config, args)
     return config
+
+
+def gpt_oss_fields(config: TransformerConfig, args: Mapping[str, Any]) -> None:
+    """gpt-oss's switches in megatron-core 0.16's names (models/gpt_oss.py), set on `config` in 0.12
+    and 0.16 alike (0.12 has no such fields; our modules read them, not megatron's): softmax_type
+    learnable (attention sinks), quick_geglu with activation_func_clamp_value and glu_linear_offset
+    (the experts' clamped SwiGLU)."""
+    softmax = _get(args, "softmax_type", "vanilla")
+    if softmax not in ("vanilla", "learnable"):
+        raise ValueError(f"softmax_type {softmax!r} is not supported; use vanilla or learnable (gpt-oss's attention "
+                         f"sinks).")
+    config.attention_sinks = softmax == "learnable"
+    config.quick_geglu = bool(_get(args, "quick_geglu", False))
+    clamp = _get(args, "activation_func_clamp_value")
+    config.activation_func_clamp_value = float(clamp) if clamp is not None else None
+    config.glu_linear_offset = float(_get(args, "glu_linear_offset", 0.0))
+    if not config.quick_geglu and (clamp is not None or config.glu_linear_offset):
+        raise ValueError("activation_func_clamp_value / glu_linear_offset apply to quick_geglu (gpt-oss's experts) "
+                         "only; set quick_geglu: true or drop them.")
+    if config.quick_geglu and not config.num_moe_experts:
+        raise ValueError("quick_geglu (gpt-oss's clamped SwiGLU) is supported in MoE experts only (gpt-oss has no "
+                         "dense MLP); set num_experts or drop quick_geglu.")
+    if config.quick_geglu and config.num_moe_experts and not all(config.moe_layer_freq or [1]):
+        raise ValueError("quick_geglu (gpt-oss's clamped SwiGLU) needs every layer to be an MoE layer (moe_layer_freq "
+                         "1), as gpt-oss has; dense layers would not apply it.")
+    if config.quick_geglu and config.add_bias_linear and (config.expert_tensor_parallel_size or 1) > 1:
+        raise ValueError(f"expert_tensor_parallel_size {config.expert_tensor_parallel_size} with gpt-oss's expert "
+                         f"biases is not supported: an expert's output bias would be summed once per expert-TP "
+                         f"rank; set expert_tensor_parallel_size: 1 (split gpt-oss's experts by expert parallelism).")
 
 
 def rope_attention_factor(args: Mapping[str, Any]) -> float:
@@ -461,6 +493,9 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
     elif config.attn_logit_softcapping:
         raise ValueError(f"attn_logit_softcapping (Gemma 2) is not supported on {get_platform().name}: its fused "
                          f"attention kernel does not soft-cap the scores.")
+    elif config.attention_sinks:
+        raise ValueError(f"softmax_type learnable (gpt-oss's attention sinks) is not supported on "
+                         f"{get_platform().name}: its fused attention kernel has no sink logits.")
     if own_rotary(get_platform().name):  # RoPE: cos/sin once per forward, one rotation op (models/rotary.py)
         install_rotary()
     if config.sequence_parallel:  # megatron's torch-norm fallback refuses SP: models/parallel.py
@@ -492,7 +527,11 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
         from mindspeed_rl.models import moe_dispatch
 
         moe_dispatch.install(model)  # no host sync in the permutation where every expert is local
-    if config.num_moe_experts and _get(args, "moe_grouped_gemm", False):
+    if config.quick_geglu or config.attention_sinks:  # gpt-oss's experts, router bias, sinks (models/gpt_oss.py)
+        from mindspeed_rl.models import gpt_oss
+
+        gpt_oss.install(model, grouped_gemm=bool(_get(args, "moe_grouped_gemm", False)))
+    elif config.num_moe_experts and _get(args, "moe_grouped_gemm", False):
         from mindspeed_rl.models import grouped_experts
 
         grouped_experts.install(model)

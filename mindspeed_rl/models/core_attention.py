@@ -15,7 +15,8 @@ With no mask and a causal layer, SDPA's own causal mask (`is_causal`) is megatro
 
 Not handled here (megatron's own forward runs instead): attention dropout while training (megatron
 draws it from its TP-aware RNG tracker), attention bias, packed sequences, sliding windows and
-megatron 0.16's softmax offsets. Whether the platform uses this module is `platform.sdpa_core_attention`
+megatron 0.16's softmax offsets other than gpt-oss's attention sinks (models/gpt_oss.sink_attention
+computes those, explicitly: SDPA has no sink column). Whether the platform uses this module is `platform.sdpa_core_attention`
 (NPU: MindSpeed's fused attention, switched by its own keys). On CPU, bf16 query/key/value attend in
 fp32 and the context is rounded back to bf16 (`platform.base.sdpa_in_fp32_for_bf16`: torch's CPU
 flash kernel is slower in bf16 there, and fp32 is the more precise). GQA: on CPU the groups' K/V go
@@ -37,6 +38,7 @@ get_platform().patch()  # megatron must be imported after the platform patch (no
 from megatron.core.transformer.dot_product_attention import DotProductAttention  # noqa: E402
 from megatron.core.transformer.enums import AttnMaskType  # noqa: E402
 
+from mindspeed_rl.models.gpt_oss import sink_attention, sinks_of  # noqa: E402
 from mindspeed_rl.models.spec_tree import swap_in_spec  # noqa: E402
 
 MASKED_SCORE = -10000.0  # megatron's attention_mask_func fill value
@@ -57,13 +59,14 @@ class SDPACoreAttention(MLACoreAttention):
 
     def _megatron_only(self, attention_bias, packed_seq_params) -> bool:
         dropout = self.attention_dropout.p > 0 and self.training
+        sinks = sinks_of(self) is not None
         megatron = (dropout or attention_bias is not None or packed_seq_params is not None
-                    or getattr(self, "softmax_offset", None) is not None
+                    or (getattr(self, "softmax_offset", None) is not None and not sinks)
                     or getattr(self.scale_mask_softmax, "window_size", None) is not None)
-        if megatron and getattr(self.config, "attn_logit_softcapping", None):
-            raise ValueError("attn_logit_softcapping (Gemma 2) with attention dropout, an attention bias or packed "
-                             "sequences is not supported: megatron's attention does not soft-cap; set "
-                             "attention_dropout: 0.")
+        if megatron and (getattr(self.config, "attn_logit_softcapping", None) or sinks):
+            raise ValueError(f"{'attention sinks (gpt-oss)' if sinks else 'attn_logit_softcapping (Gemma 2)'} with "
+                             f"attention dropout, an attention bias or packed sequences is not supported: megatron's "
+                             f"attention does not compute them here; set attention_dropout: 0.")
         return megatron
 
     def forward(self, query, key, value, attention_mask, attn_mask_type=None, attention_bias=None,
@@ -75,6 +78,10 @@ class SDPACoreAttention(MLACoreAttention):
                                    packed_seq_params)
         sq, b, heads, _ = query.shape
         dtype = query.dtype
+        sinks = sinks_of(self)
+        if sinks is not None:  # gpt-oss: SDPA has no sink column
+            return sink_attention(query, key, value, attention_mask, self.softmax_scale * self._layer_coeff(), sinks,
+                                  causal=(attn_mask_type or self.attn_mask_type) == AttnMaskType.causal)
         cap = getattr(self.config, "attn_logit_softcapping", None)
         if cap:  # Gemma 2: SDPA has no soft cap
             return softcapped_attention(query, key, value, attention_mask, self.softmax_scale * self._layer_coeff(),

@@ -14,9 +14,9 @@ from typing import Any, Mapping, Optional
 
 HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "smollm3", "granite",
             "gemma3_text", "gemma2", "gemma", "olmo2", "olmo3", "ministral3", "exaone4", "seed_oss", "glm4",
-            "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2")
+            "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2", "gpt_oss")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
-MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3", "deepseek_v2")
+MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3", "deepseek_v2", "gpt_oss")
 MLA_ARCHS = ("deepseek_v3", "deepseek_v2")  # multi-latent attention (mla_args)
 WINDOW_ARCHS = ("mistral", "mixtral", "phi3", "ministral3")  # a config.json sliding_window applies to every layer
 ROPE_TYPES = ("default", "linear", "llama3", "longrope", "yarn")  # config.json rope types computed exactly
@@ -37,6 +37,8 @@ HF_DEFAULTS = {
                  "first_k_dense_replace": 1, "norm_topk_prob": True, "routed_scaling_factor": 1.0, "n_group": 1,
                  "topk_group": 1, "num_experts_per_tok": 8, "moe_intermediate_size": 1408},
     # q_lora_rank is not here: null in a config.json means one full-rank query projection (mla_args)
+    "gpt_oss": {"head_dim": 64, "attention_bias": True, "rope_theta": 150000.0, "sliding_window": 128,
+                "swiglu_limit": 7.0},
     "deepseek_v3": {"kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
                     "n_shared_experts": 1, "n_routed_experts": 256, "routed_scaling_factor": 2.5, "n_group": 8,
                     "topk_group": 4, "num_experts_per_tok": 8, "first_k_dense_replace": 3, "norm_topk_prob": True,
@@ -87,6 +89,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     if model_type not in HF_ARCHS:
         raise ValueError(f"config.json model_type {model_type!r} is not supported; supported: {supported_types()}.")
     hf = {**hf, **{k: v for k, v in HF_DEFAULTS.get(model_type, {}).items() if hf.get(k) is None}}
+    check_quantization(hf)
     heads = int(hf["num_attention_heads"])
     kv_heads = int(hf.get("num_key_value_heads") or heads)
     head_dim = int(hf.get("head_dim") or hf["hidden_size"] // heads)
@@ -185,6 +188,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         args["rotary_interleaved"] = True
     if model_type == "arcee":  # Arcee: up_proj alone, relu(x)^2
         args.update(swiglu=False, squared_relu=True)
+    if model_type == "gpt_oss":
+        args.update(gpt_oss_args(hf, args["num_layers"]))
     if model_type == "ministral3" and float(rope.get("llama_4_scaling_beta") or 0.0):
         args["max_position_embeddings"] = min(args["max_position_embeddings"], llama4_scaling_limit(hf, rope))
     return args
@@ -536,7 +541,7 @@ def moe_args_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     experts = expert_count(hf)
     if not experts:
         raise ValueError(f"config.json of a {hf.get('model_type')} model has no num_experts (or num_local_experts).")
-    mixtral = hf.get("model_type") == "mixtral"
+    mixtral = hf.get("model_type") in ("mixtral", "gpt_oss")  # gpt-oss routes as Mixtral: softmax over the top-k
     if mixtral and float(hf.get("router_jitter_noise") or 0.0) > 0:
         raise ValueError(f"config.json router_jitter_noise {hf['router_jitter_noise']} (noise on the router logits "
                          "in training) is not supported; set it to 0.")
@@ -550,6 +555,51 @@ def moe_args_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         "moe_ffn_hidden_size": int(hf["intermediate_size"] if mixtral else hf["moe_intermediate_size"]),
         "norm_topk_prob": True if mixtral else bool(hf.get("norm_topk_prob", False)),
     }
+
+
+def check_quantization(hf: Mapping[str, Any]) -> None:
+    """A quantized checkpoint is read dequantized (hf_bridge/checkpoint_io.py) when its format is one
+    the reader knows: gpt-oss's MXFP4 experts (quant_method mxfp4) and block-wise FP8 with 128 x 128
+    blocks (quant_method fp8, weight_block_size [128, 128]: DeepSeek-V3 / R1, Kimi K2, Qwen3-FP8);
+    anything else is refused in one sentence (its weights would be read as if they were not quantized)."""
+    quant = hf.get("quantization_config")
+    if not quant:
+        return
+    method = quant.get("quant_method") if isinstance(quant, Mapping) else None
+    if method == "mxfp4" and hf.get("model_type") == "gpt_oss":
+        return
+    block = list(quant.get("weight_block_size") or []) if isinstance(quant, Mapping) else []
+    if method == "fp8" and block == [128, 128] and quant.get("fmt", "e4m3") == "e4m3":
+        return
+    raise ValueError(f"config.json quantization_config (quant_method {method!r}"
+                     f"{f', weight_block_size {block}' if block else ''}) is a quantization load: does not read; "
+                     f"it reads bf16 / fp16 / fp32 weights, block-wise FP8 with 128 x 128 blocks (DeepSeek-V3's) and "
+                     f"gpt-oss's MXFP4 experts. Load the model's unquantized release instead.")
+
+
+def gpt_oss_args(hf: Mapping[str, Any], num_layers: int) -> dict[str, Any]:
+    """gpt-oss (gpt_oss: gpt-oss-20b, gpt-oss-120b) in megatron-core 0.16's names (models/gpt_oss.py):
+    Mixtral's routing (softmax over the top-k logits) with a biased router; biases on q / k / v,
+    o_proj and the experts (add_bias_linear); attention sinks (softmax_type learnable); the experts'
+    clamped SwiGLU (quick_geglu: gate x sigmoid(1.702 gate) x (up + 1), gate <= swiglu_limit, up
+    within +-swiglu_limit); every sliding_attention layer of layer_types (the even ones) within
+    sliding_window positions; YaRN without rounding the ramp's ends (truncate: false, yarn_args)."""
+    alpha = float(hf.get("swiglu_alpha") or 1.702)
+    if alpha != 1.702:
+        raise ValueError(f"config.json swiglu_alpha {alpha} is not supported; gpt-oss's experts use 1.702 "
+                         f"(megatron's quick_gelu).")
+    if not hf.get("attention_bias", True):
+        raise ValueError("config.json attention_bias false for gpt_oss is not supported: its biases on the "
+                         "attention, router and experts come as one (add_bias_linear); gpt-oss's releases have them.")
+    args: dict[str, Any] = {"disable_bias_linear": False, "add_qkv_bias": True, "softmax_type": "learnable",
+                            "quick_geglu": True, "glu_linear_offset": 1.0, "swiglu": True,
+                            "window_attn_skip_freq": layer_types(hf, num_layers, 2)}
+    if hf.get("swiglu_limit") is not None:
+        args["activation_func_clamp_value"] = float(hf["swiglu_limit"])
+    window = hf.get("sliding_window")
+    if window and int(window) < int(hf.get("max_position_embeddings", 4096)):
+        args["sliding_window"] = int(window)
+    return args
 
 
 def glm4_moe_args(hf: Mapping[str, Any]) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from safetensors.torch import save_file
 from mindspeed_rl.models.hf_bridge.checkpoint_io import INDEX_FILE, SINGLE_FILE, SafetensorsReader
 from mindspeed_rl.models.hf_bridge.mapping import EXPERT_KINDS, gated_mlp
 from mindspeed_rl.models.hf_bridge.names import fuse
-from mindspeed_rl.models.hf_config import no_rope_pattern, window_pattern
+from mindspeed_rl.models.hf_config import kv_channels, no_rope_pattern, window_pattern
 from mindspeed_rl.models.hf_bridge.sharding import kind_of, mcore_to_hf, merge_tp, moe_layers
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
@@ -49,6 +49,8 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
     (q/k norms) / Qwen2-MoE (shared expert) / Mixtral (other MoE, with or without a sliding_window)
     CausalLM with these Megatron-named args, its rotary embedding included (rope_parameters); a
     combination config.json cannot say is refused in one sentence."""
+    if args.get("quick_geglu") or args.get("softmax_type") == "learnable":
+        return gpt_oss_config(args, vocab_size, dtype)
     if args.get("qk_layernorm_across_heads") or args.get("pre_norm") is False:
         return olmo_config(args, vocab_size, dtype)
     gemma = [k for k in GEMMA_KEYS if args.get(k)]
@@ -146,6 +148,45 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
                       moe_intermediate_size=int(args.get("moe_ffn_hidden_size") or args["ffn_hidden_size"]),
                       norm_topk_prob=bool(norm) if norm is not None else not args.get("moe_router_pre_softmax", False),
                       decoder_sparse_step=1, mlp_only_layers=[])
+    return config
+
+
+def gpt_oss_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
+    """gpt-oss's config.json (gpt_oss) for Megatron-named args (models/hf_config.gpt_oss_args, read back the
+    same); what it cannot say is refused."""
+    layers, heads = int(args["num_layers"]), int(args["num_attention_heads"])
+    experts = int(args.get("num_experts") or 0)
+    window = args.get("sliding_window")
+    pattern = (window_pattern(args.get("window_attn_skip_freq"), layers) or [1] * layers) if window else [0] * layers
+    problems = [what for what, bad in (
+        ("attention sinks (softmax_type: learnable)", args.get("softmax_type") != "learnable"),
+        ("the clamped SwiGLU with glu_linear_offset 1 (quick_geglu)",
+         not args.get("quick_geglu") or float(args.get("glu_linear_offset") or 0.0) != 1.0),
+        ("biases on every linear layer (disable_bias_linear: false)", args.get("disable_bias_linear", True) is not False),
+        ("every layer a mixture of experts, softmax over the top-k", experts <= 1 or not all(moe_layers(args))
+         or args.get("norm_topk_prob") is False or args.get("moe_router_pre_softmax")),
+        ("no shared expert, no q / k norms, Llama's RoPE pairs on whole heads",
+         args.get("moe_shared_expert_intermediate_size") or args.get("qk_layernorm") or args.get("rotary_interleaved")
+         or float(args.get("rotary_percent") or 1.0) != 1.0),
+    ) if bad]
+    if problems:
+        raise ValueError(f"this model has a config.json form only as gpt-oss, which needs {'; '.join(problems)}.")
+    group = args.get("group_query_attention")
+    config = {
+        "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss",
+        "hidden_size": int(args["hidden_size"]), "num_hidden_layers": layers, "num_attention_heads": heads,
+        "num_key_value_heads": int(args.get("num_query_groups") or heads) if group else heads,
+        "head_dim": kv_channels(args), "intermediate_size": int(args.get("moe_ffn_hidden_size") or args["ffn_hidden_size"]),
+        "num_local_experts": experts, "num_experts_per_tok": int(args.get("moe_router_topk") or 2),
+        "vocab_size": vocab_size, "max_position_embeddings": int(args.get("max_position_embeddings") or 4096),
+        "rms_norm_eps": float(args.get("norm_epsilon") or 1e-5), "attention_bias": True,
+        "rope_parameters": rope_parameters(args), "swiglu_alpha": 1.702,
+        "swiglu_limit": float(args["activation_func_clamp_value"]) if args.get("activation_func_clamp_value") is not None else None,
+        "sliding_window": int(window) if window else None,
+        "layer_types": ["sliding_attention" if w else "full_attention" for w in pattern],
+        "tie_word_embeddings": not args.get("untie_embeddings_and_output_weights", False),
+        "dtype": DTYPE_NAMES.get(dtype, "float32"),
+    }
     return config
 
 
@@ -395,8 +436,9 @@ def mtp_layers(config: Mapping[str, Any], source: Optional[str],
         reader = SafetensorsReader(source)
         for name in sorted(reader.weight_map):
             m = _LAYER_NAME.match(name)
-            if m and int(m.group(1)) >= layers:
-                tensors[reader.stored(name)] = reader.read(name).contiguous()
+            if m and int(m.group(1)) >= layers:  # a quantized one (block FP8) is written dequantized, in bf16
+                tensor = reader.read(name)
+                tensors[reader.stored(name)] = (tensor.to(torch.bfloat16) if reader.quantized(name) else tensor).contiguous()
     if not tensors:
         return dict(config, num_nextn_predict_layers=0), {}
     return dict(config), tensors
@@ -448,8 +490,10 @@ def finish_hf_dir(tmp: str, out_dir: str, weight_map: Mapping[str, str], count: 
         total = sum(os.path.getsize(os.path.join(tmp, f)) for f in files)
         with open(os.path.join(tmp, INDEX_FILE), "w") as f:
             json.dump({"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}, f, indent=1)
+    # the weights are written dequantized (a quantized source is read so: hf_bridge/checkpoint_io.py)
+    config = {k: v for k, v in config.items() if k != "quantization_config"}
     with open(os.path.join(tmp, "config.json"), "w") as f:
-        json.dump(dict(config), f, indent=1)
+        json.dump(config, f, indent=1)
     for name in TOKENIZER_FILES if tokenizer_dir else ():
         src = os.path.join(tokenizer_dir, name)
         if os.path.isfile(src):
@@ -467,7 +511,7 @@ def gather_tp(tensor: torch.Tensor, kind: str) -> torch.Tensor:
 
     expert = kind in EXPERT_KINDS
     tp = ps.get_expert_tensor_parallel_world_size() if expert else ps.get_tensor_model_parallel_world_size()
-    if tp == 1 or kind == "replicated":
+    if tp == 1 or kind in ("replicated", "expert_bias"):
         return tensor
     group = ps.get_expert_tensor_parallel_group() if expert else ps.get_tensor_model_parallel_group()
     parts = [torch.empty_like(tensor) for _ in range(tp)]

@@ -66,6 +66,7 @@ from mindspeed_rl.models import swiglu  # noqa: E402
 from mindspeed_rl.models.gemma import post_norm, softcap  # noqa: E402
 from mindspeed_rl.models.rotary import layer_uses_local_rope, layer_uses_rope, rope_mscale, rotate_half  # noqa: E402
 from mindspeed_rl.models.multipliers import multiplier, scaled  # noqa: E402
+from mindspeed_rl.models.gpt_oss import sinks_of  # noqa: E402
 from mindspeed_rl.models.sliding_window import layer_window, window_mask  # noqa: E402
 from mindspeed_rl.platform.packed_linear import matmul_t  # noqa: E402
 
@@ -174,6 +175,7 @@ class CachedCoreAttention(torch.nn.Module):
         self.rope = rope  # False in a NoPE layer (models/rotary.layer_uses_rope)
         self.windowed = windowed  # the cache's sliding window applies to this layer (sliding_window.layer_window)
         self.local = local  # rotates with the cache's local table (rotary.layer_uses_local_rope)
+        self.sinks = sinks_of(original)  # gpt-oss's attention sinks (this rank's heads), or None
 
     def _rotate(self, t: torch.Tensor, start: int, end: int) -> torch.Tensor:
         """megatron's _apply_rotary_pos_emb_bshd: t (s, b, heads, hn) at positions start..end-1."""
@@ -198,7 +200,7 @@ class CachedCoreAttention(torch.nn.Module):
         cache.v[i][:, :, start:end] = value.permute(1, 2, 0, 3)
         k, v = cache.k[i][:, :, :end], cache.v[i][:, :, :end]  # (b, ng, end, hn) views
         mask = cache.windowed(attention_mask, start, end) if self.windowed else attention_mask
-        return grouped_attention(query, k, v, mask, self.groups, self.scale, _score_cap(self.config))
+        return grouped_attention(query, k, v, mask, self.groups, self.scale, _score_cap(self.config), self.sinks)
 
 
 def _attention_scale(config) -> float:
@@ -219,9 +221,10 @@ def _own_rope(config) -> bool:
 
 
 def grouped_attention(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, groups: int,
-                      scale: float, cap: Optional[float] = None) -> torch.Tensor:
+                      scale: float, cap: Optional[float] = None, sinks: Optional[torch.Tensor] = None) -> torch.Tensor:
     """softmax(q k^T * scale, masked) v with GQA as a grouped matmul (no repeat of the cache); with
-    `cap` the scores are soft-capped first (cap x tanh(score / cap), Gemma 2).
+    `cap` the scores are soft-capped first (cap x tanh(score / cap), Gemma 2); with `sinks` (heads,)
+    each head's sink logit joins its softmax and its column is dropped after (gpt-oss).
 
     query (s, b, heads, hn); k, v (b, groups, keys, hn); mask (b, 1, s, keys) bool, True = may not
     attend. Scores and softmax in fp32. Returns (s, b, heads * hn)."""
@@ -232,7 +235,12 @@ def grouped_attention(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mas
     scores = softcap(torch.matmul(q, k.transpose(-1, -2)).float() * scale, cap)  # (b, ng, q*s, keys)
     scores = scores.view(b, groups, per_group, s, keys)
     scores = scores.masked_fill(mask[:, :, None], torch.finfo(torch.float32).min)
-    probs = torch.softmax(scores, dim=-1).to(v.dtype).view(b, groups, per_group * s, keys)
+    if sinks is not None:  # (heads,) -> one more column per (group, head, query)
+        sink = sinks.float().view(1, groups, per_group, 1, 1).expand(b, groups, per_group, s, 1)
+        probs = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
+        probs = probs.to(v.dtype).reshape(b, groups, per_group * s, keys)
+    else:
+        probs = torch.softmax(scores, dim=-1).to(v.dtype).view(b, groups, per_group * s, keys)
     context = torch.matmul(probs, v)  # (b, ng, q*s, hn)
     context = context.view(b, heads, s, -1).permute(2, 0, 1, 3)  # (s, b, np, hn)
     return context.reshape(s, b, -1)
@@ -377,6 +385,8 @@ def lean_supported(model: torch.nn.Module) -> bool:
     if c.tensor_model_parallel_size != 1 or not (model.pre_process and model.post_process):
         return False
     if getattr(c, "num_moe_experts", None) or getattr(c, "multi_latent_attention", False):
+        return False
+    if getattr(c, "attention_sinks", False):  # gpt-oss's sinks: CachedCoreAttention's path
         return False
     if c.apply_residual_connection_post_layernorm or c.fp32_residual_connection:
         return False

@@ -46,6 +46,7 @@ puts the real function back and restores the caller's thread count, so training 
 from __future__ import annotations
 
 import contextlib
+import re
 import json
 import os
 import shutil
@@ -56,7 +57,7 @@ from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 import torch
 
 from mindspeed_rl.models.hf_config import expert_count
-from mindspeed_rl.models.hf_bridge.names import stored_name
+from mindspeed_rl.models.hf_bridge.names import STACKED_TYPES, stored_name
 from mindspeed_rl.platform import get_platform
 from mindspeed_rl.platform import vllm_env
 from mindspeed_rl.rollout.interface import check_prompts, FINISH_EOS, FINISH_LENGTH, RolloutOutput, SamplingParams
@@ -88,6 +89,63 @@ def chunked(named: Iterable[tuple[str, torch.Tensor]], max_bytes: int) -> Iterat
         size += nbytes
     if chunk:
         yield chunk
+
+
+_EXPERT_TENSOR = re.compile(r"^(model\.layers\.\d+\.)mlp\.experts\.(\d+)\.(gate|up|down)_proj\.(weight|bias)$")
+_SINKS = re.compile(r"^model\.layers\.(\d+)\.self_attn\.sinks$")
+
+
+def stacked_chunks(chunks: Iterable[Sequence[tuple[str, torch.Tensor]]], model_type: Optional[str],
+                   sinks: dict) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """The chunks as vLLM's loader of a stacked-experts model (gpt-oss: hf_bridge/names.py's _STACKED) takes
+    them through its weight loaders, which the layer-wise reload needs (its direct copies of a whole stack
+    land on the reload's placeholders and are lost): each expert's canonical tensors, once all six
+    arrived, as vLLM's per-expert `experts.<e>.w13_weight` (h, 2f: gate / up interleaved, the checkpoint's
+    slice), `w13_bias`, `w2_weight` (f, h), `w2_bias`. The attention sinks, which vLLM also copies
+    directly, are kept out into `sinks` (layer -> tensor) for copy_sinks after the reload. Other models'
+    chunks pass through."""
+    if model_type not in STACKED_TYPES:
+        yield from chunks
+        return
+    pending: dict[tuple[str, str], dict[str, torch.Tensor]] = {}
+    for chunk in chunks:
+        out = []
+        for name, tensor in chunk:
+            m, sink = _EXPERT_TENSOR.match(name), _SINKS.match(name)
+            if sink is not None:
+                sinks[int(sink.group(1))] = tensor
+                continue
+            if m is None:
+                out.append((name, tensor))
+                continue
+            key = (m.group(1), m.group(2))
+            parts = pending.setdefault(key, {})
+            parts[f"{m.group(3)}.{m.group(4)}"] = tensor
+            if len(parts) < 6:
+                continue
+            del pending[key]
+            prefix = f"{key[0]}mlp.experts.{key[1]}."
+            for kind, w13, w2 in (("weight", lambda g, u: torch.stack([g, u], 1).flatten(0, 1).t(), lambda d: d.t()),
+                                  ("bias", lambda g, u: torch.stack([g, u], 1).flatten(), lambda d: d)):
+                out.append((prefix + f"w13_{kind}", w13(parts[f"gate.{kind}"], parts[f"up.{kind}"]).contiguous()))
+                out.append((prefix + f"w2_{kind}", w2(parts[f"down.{kind}"]).contiguous()))
+        if out:
+            yield out
+    if pending:
+        raise RuntimeError(f"vLLM weight sync: experts {', '.join(p + 'mlp.experts.' + e for p, e in sorted(pending))} "
+                           f"arrived incomplete.")
+
+
+def copy_sinks(model: torch.nn.Module, sinks: Mapping[int, torch.Tensor]) -> None:
+    """gpt-oss's attention sinks (all heads of each layer) into vLLM's model after a reload: this rank's
+    heads (inference TP), as vLLM's loader narrows them."""
+    from vllm.distributed import get_tensor_model_parallel_rank
+
+    params = dict(model.named_parameters())
+    for layer, tensor in sinks.items():
+        param = params[f"model.layers.{layer}.attn.sinks"]
+        heads = param.shape[0]
+        param.data.copy_(tensor.narrow(0, get_tensor_model_parallel_rank() * heads, heads).to(param.dtype))
 
 
 @contextlib.contextmanager
@@ -268,6 +326,10 @@ class VLLMEngine:
             logprobs_mode="processed_logprobs", enable_prefix_caching=False)
         if tensor_parallel_size > 1:
             kwargs["distributed_executor_backend"] = "external_launcher"
+        limit = hf_config.get("swiglu_limit", 7.0)
+        if hf_config.get("model_type") == "gpt_oss" and limit is not None and float(limit) != 7.0:
+            raise UserInputError(f"config.json swiglu_limit {limit}: vLLM's gpt-oss clamps its experts at 7.0 whatever "
+                                 f"config.json says, so rollout and training would differ; use rollout_engine: megatron.")
         latent = int(hf_config.get("kv_lora_rank") or 0) + int(hf_config.get("qk_rope_head_dim") or 0)
         if self.platform_name == "cpu" and latent and latent != CPU_MLA_LATENT:
             raise UserInputError(f"multi-latent attention with kv_lora_rank + qk_rope_head_dim = {latent}: vLLM's CPU "
@@ -359,13 +421,15 @@ class VLLMEngine:
 
         def load(model):
             initialize_layerwise_reload(model)
-            for chunk in chunks:
+            sinks: dict[int, torch.Tensor] = {}
+            for chunk in stacked_chunks(chunks, model_type, sinks):
                 chunk = [(stored_name(n, model_type), self._fit_vocab(n, t)) for n, t in chunk]
                 stats["peak_bytes"] = max(stats["peak_bytes"], sum(t.numel() * t.element_size() for _, t in chunk))
                 stats["tensors"] += len(chunk)
                 model.load_weights(iter(chunk))
                 del chunk
             finalize_layerwise_reload(model, model_config)
+            copy_sinks(model, sinks)
             _retie_embeddings(model)
             _prepack_cpu_experts(model)
 

@@ -28,7 +28,7 @@ OVERRIDES = {"gemma3": {"seed": 1}}
 # SmolLM2 run, a Qwen2 is qwen2_5_vl's text model, Gemma 3's text model (gemma3_text) is gemma3's, OLMo 2's
 # layers are olmo3's; the forward of Qwen3, SmolLM3, Granite and Gemma 2 is their parity and decode tests'
 @pytest.mark.parametrize("arch", ["phi3", "mixtral", "gemma3", "mistral3", "olmo3", "qwen2_5_vl", "glm4_moe",
-                                  "deepseek_v3"])
+                                  "deepseek_v3", "gpt_oss"])
 def test_empty_model_yaml_runs(arch, tmp_path):
     """phi3 (q/k/v and gate/up stored fused), mixtral (its own expert names) and gemma3 (its text
     model's own norm names) also export at the end (save_hf): the HF checkpoint has the original's tensor names
@@ -39,12 +39,21 @@ def test_empty_model_yaml_runs(arch, tmp_path):
     the checkpoint's expert bias, shared_experts) exports its tensors under GLM-4.5's names, the expert
     bias unchanged (moe_router_bias_update_rate 0). deepseek_v3 (DeepSeek-V3: multi-latent attention on
     GLM-4.5's MoE layout) trains, generates with the native engine's MLA cache and exports under DeepSeek's
-    names (q_a_layernorm, kv_a_proj_with_mqa, ...)."""
+    names (q_a_layernorm, kv_a_proj_with_mqa, ...). gpt_oss starts from its release format (MXFP4 experts,
+    read dequantized), trains with its sinks and biased experts and exports them stacked as gpt-oss stores
+    them unquantized, the quantization_config dropped: transformers loads the export."""
     hf = tmp_path / "hf"
-    make_tiny_hf(arch, str(hf), **OVERRIDES.get(arch, {}))
+    if arch == "gpt_oss":
+        from testing_utils import mxfp4_gpt_oss
+
+        make_tiny_hf(arch, str(tmp_path / "bf"))
+        mxfp4_gpt_oss(str(tmp_path / "bf"), str(hf))
+    else:
+        make_tiny_hf(arch, str(hf), **OVERRIDES.get(arch, {}))
     from mindspeed_rl.data import tiny_task
     tok = tiny_task.TOKENIZER_DIR  # the tiny task's 13-token tokenizer fits the 120-row embedding
-    own_names = arch in ("phi3", "mixtral", "gemma3", "mistral3", "olmo3", "qwen2_5_vl", "glm4_moe", "deepseek_v3")
+    own_names = arch in ("phi3", "mixtral", "gemma3", "mistral3", "olmo3", "qwen2_5_vl", "glm4_moe", "deepseek_v3",
+                         "gpt_oss")
     proc = subprocess.run(
         [sys.executable, str(ROOT / "ray_gpt.py"), "--config-dir", str(CONFIGS), "--config-name", "grpo_trainer_hf_any",
          f"actor_rollout_ref.actor_rollout.load={hf}", f"actor_rollout_ref.ref.load={hf}",
@@ -67,7 +76,9 @@ def test_empty_model_yaml_runs(arch, tmp_path):
                 return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
         # the embedding keeps config.json's 120 rows although the run's tokenizer has 13 ids (the
         # export wrote 13 under a config.json saying 120 before, which transformers refused to load)
-        want = shapes(hf)
+        want = shapes(tmp_path / "bf" if arch == "gpt_oss" else hf)  # gpt-oss: written unquantized
+        if arch == "gpt_oss":
+            assert "quantization_config" not in json.loads((exported / "config.json").read_text())
         if arch in ("gemma3", "mistral3"):  # the text model alone, under its own names
             want = {n[len("language_model."):]: s for n, s in want.items() if n.startswith("language_model.")}
         if arch == "qwen2_5_vl":  # its hub layout names the text model's tensors as a Qwen2 does

@@ -65,6 +65,8 @@ VARIANTS = {
     # DeepSeek-V3's MLA: vLLM's CPU MLA kernel is built for DeepSeek's latent cache only, kv_lora_rank 512 + RoPE 64
     "deepseek_v3": dict(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=32, v_head_dim=32),
     "deepseek_v2": dict(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=32, v_head_dim=32),
+    # vLLM's CPU attention (sinks included) takes head_dim 32; vLLM's gpt-oss clamps at 7 whatever config.json says
+    "gpt_oss": dict(head_dim=32, sliding_window=16, swiglu_limit=7.0),
     "arcee": dict(max_position_embeddings=64, rope_scaling={"rope_type": "yarn", "factor": 4.0,
                                                             "original_max_position_embeddings": 16}),
 }
@@ -91,7 +93,7 @@ def _make_in_child(arch, out, overrides):
 @pytest.mark.parametrize("arch", ["mixtral", "phi3", "phi3-partiallongrope", "qwen2-yarn",
                                   "smollm3-yarn", "granite", "gemma3", "gemma2", "mistral3", "gemma", "olmo3",
                                   "qwen3_vl", "ministral3", "exaone4", "seed_oss", "glm4",
-                                  "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2"])
+                                  "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2", "gpt_oss"])
 def test_synced_engine_equals_the_training_model(arch, tmp_path, gloo_world1):
     from mindspeed_rl.rollout.native import NativeEngine
     from mindspeed_rl.rollout.vllm_engine import VLLMEngine
@@ -109,7 +111,7 @@ def test_synced_engine_equals_the_training_model(arch, tmp_path, gloo_world1):
         testing_utils.TINY_HF.clear()
         testing_utils.TINY_HF.update(old)
     model, args = _megatron(str(tmp_path))
-    windowed = window or arch.startswith(("gemma3", "gemma2", "olmo3", "exaone4"))
+    windowed = window or arch.startswith(("gemma3", "gemma2", "olmo3", "exaone4", "gpt_oss"))
     assert args["max_position_embeddings"] >= 64 and args.get("sliding_window") == (16 if windowed else None)
     hf_config = read_hf_config(str(tmp_path))  # an image-text model's: its text model's (hf_config_of too)
     engine = VLLMEngine(hf_config, vocab_size=HF_VOCAB, max_length=64, eos_token_ids=[0], pad_token_id=0, seed=0)

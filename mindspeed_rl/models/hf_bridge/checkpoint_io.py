@@ -15,15 +15,19 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Mapping, Optional, Protocol
 
 import torch
 from safetensors import safe_open
 
-from mindspeed_rl.models.hf_bridge.names import canonical_name, fused_name, fused_parts, own_names, stored_name
+from mindspeed_rl.models.hf_bridge.names import (canonical_name, fused_name, fused_parts, own_names, stacked_expert,
+                                                 stacked_parts, stored_name)
 from mindspeed_rl.utils.errors import UserInputError
 
 INDEX_FILE = "model.safetensors.index.json"
+FP8_BLOCK = 128  # block-wise FP8 checkpoints' weight_block_size (DeepSeek-V3, Kimi K2, Qwen3-FP8)
+_AUX = re.compile(r"(\.weight_scale_inv|_proj_scales)$")  # quantization scales (SafetensorsReader)
 SINGLE_FILE = "model.safetensors"
 TORCH_BIN_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json")  # the older format, not read here
 
@@ -75,13 +79,28 @@ class SafetensorsReader:
             raise UserInputError(
                 f"{directory} has neither {SINGLE_FILE} nor {INDEX_FILE}; point load: at a Hugging "
                 "Face checkpoint directory with safetensors weights.")
+        # quantization scales are read with their weights, never as tensors of their own: gpt-oss's MXFP4
+        # `<proj>_scales` (names.stacked_expert), block-FP8 `<weight>_scale_inv` (DeepSeek-V3 / R1, Kimi K2,
+        # Qwen3-FP8: read_fp8)
+        self._aux = {n: f for n, f in self.weight_map.items() if _AUX.search(n)}
+        self.weight_map = {n: f for n, f in self.weight_map.items() if n not in self._aux}
         config = _own_names_config(directory)
         self.model_type = config.get("model_type")
         self._parts: dict[str, tuple[str, int, int]] = {}  # canonical -> (fused stored name, first row, rows)
         self._stored: dict[str, str] = {}  # canonical -> the name the checkpoint stores it under
+        # canonical expert tensor -> (stacked stored name, expert, part) (gpt-oss: names.stacked_parts)
+        self._stacked: dict[str, tuple[str, int, str]] = {}
+        self._decoded: tuple = (None, None)  # ((stored name, expert), its dequantized MXFP4 slice)
         if config:  # canonical name -> file; the stored name is stored_name(canonical) or a fused tensor
             canonical = {}
+            experts = int(config.get("num_local_experts") or config.get("num_experts") or 0)
             for name, file in self.weight_map.items():
+                stacked = stacked_parts(name, self.model_type, experts)
+                for part, expert, what in stacked or ():
+                    canonical[part] = file
+                    self._stacked[part] = (name, expert, what)
+                if stacked is not None:
+                    continue
                 parts = fused_parts(name, config)
                 if parts is None:
                     canonical[canonical_name(name, self.model_type)] = file
@@ -97,6 +116,9 @@ class SafetensorsReader:
     def stored(self, name: str) -> str:
         """Where the checkpoint stores the canonical tensor `name` (for messages): its own name, or
         the rows of a fused tensor."""
+        if name in self._stacked:
+            stacked, expert, part = self._stacked[name]
+            return f"{stacked}[{expert}] (its {part.replace('_bias', ' bias')})"
         if name in self._parts:
             fused, start, rows = self._parts[name]
             return f"{fused} (rows {start}-{start + rows - 1}, its {name.rsplit('.', 2)[-2]})"
@@ -114,16 +136,84 @@ class SafetensorsReader:
             self._handles[file] = open_safetensors(os.path.join(self.directory, file))
         return self._handles[file].get_slice(stored), start, rows
 
+    def _expert(self, name: str) -> torch.Tensor:
+        """The canonical tensor of one expert from its stacked tensor (names.stacked_expert); an MXFP4
+        weight is dequantized once per (tensor, expert) and kept for its other part."""
+        stored, expert, part = self._stacked[name]
+        file = self.weight_map[name]
+        if file not in self._handles:
+            self._handles[file] = open_safetensors(os.path.join(self.directory, file))
+        if not stored.endswith("_blocks"):
+            return stacked_expert(self._handles[file].get_slice(stored)[expert], part)
+        key = (stored, expert)
+        if self._decoded[0] != key:
+            scales = stored[: -len("_blocks")] + "_scales"
+            blocks = self._handles[file].get_slice(stored)[expert]
+            self._decoded = (key, stacked_expert(blocks, "raw", self._aux_slice(scales, stored)[expert]))
+        return stacked_expert(self._decoded[1], part)
+
+    def quantized(self, name: str) -> bool:
+        """Whether the checkpoint stores canonical `name` quantized (MXFP4 or block FP8; read dequantized)."""
+        if name in self._stacked:
+            return self._stacked[name][0].endswith("_blocks")
+        return self._slice(name)[0].get_dtype() == "F8_E4M3"
+
+    def _aux_slice(self, scales: str, of: str):
+        """The safetensors slice of the quantization scales `scales` of the stored tensor `of` (one
+        sentence when the checkpoint lacks them)."""
+        file = self._aux.get(scales)
+        if file is None:
+            raise UserInputError(f"tensor {scales} (the quantization scales of {of}) is not in the checkpoint "
+                                 f"{self.directory}; download the complete checkpoint.")
+        if file not in self._handles:
+            self._handles[file] = open_safetensors(os.path.join(self.directory, file))
+        return self._handles[file].get_slice(scales)
+
+    def _fp8(self, sl, stored: str, rows: slice, cols: Optional[slice]) -> torch.Tensor:
+        """Rows `rows` (absolute) and columns `cols` of a block-FP8 weight (float8_e4m3fn), dequantized to
+        fp32 with its `_scale_inv` blocks (one scale per FP8_BLOCK x FP8_BLOCK weights; DeepSeek's
+        weight_dequant: fp8 x scale)."""
+        out_rows, in_cols = sl.get_shape()
+        rows = slice(*rows.indices(out_rows)[:2])
+        cols = slice(*(cols or slice(None)).indices(in_cols)[:2])
+        scale = self._aux_slice(stored + "_scale_inv", stored)[:].float()
+        if scale.shape != (-(-out_rows // FP8_BLOCK), -(-in_cols // FP8_BLOCK)):
+            raise UserInputError(f"tensor {stored}_scale_inv in {self.directory} has shape {list(scale.shape)}, not one "
+                                 f"scale per {FP8_BLOCK} x {FP8_BLOCK} block of {stored} {[out_rows, in_cols]}; only "
+                                 f"block-wise FP8 (weight_block_size [{FP8_BLOCK}, {FP8_BLOCK}]) is read.")
+        r = torch.arange(rows.start, rows.stop) // FP8_BLOCK
+        c = torch.arange(cols.start, cols.stop) // FP8_BLOCK
+        return sl[rows, cols].float() * scale[r][:, c]
+
     def shape(self, name: str) -> tuple[int, ...]:
+        if name in self._stacked:  # from the stacked tensor's header (names.stacked_expert's layouts)
+            stored, _, part = self._stacked[name]
+            file = self.weight_map[name]
+            if file not in self._handles:
+                self._handles[file] = open_safetensors(os.path.join(self.directory, file))
+            shape = tuple(self._handles[file].get_slice(stored).get_shape())[1:]
+            if stored.endswith("_blocks"):  # (rows, cols / 32, 16) -> the dequantized (cols, rows)
+                shape = (shape[1] * shape[2] * 2, shape[0])
+            if part.endswith("_bias"):
+                return (shape[0] // 2,) if part != "down_bias" else shape
+            return (shape[1] // 2, shape[0]) if part in ("gate", "up") else (shape[1], shape[0])
         sl, _, rows = self._slice(name)
         shape = tuple(sl.get_shape())
         return shape if rows is None else (rows, *shape[1:])
 
     def read(self, name: str, rows: Optional[slice] = None, cols: Optional[slice] = None) -> torch.Tensor:
+        if name in self._stacked:
+            t = self._expert(name)
+            if cols is not None:
+                return t[rows or slice(None), cols]
+            return t[rows] if rows is not None else t
         sl, start, count = self._slice(name)
         if count is not None:  # a part of a fused tensor: its rows, shifted
             lo, hi, _ = (rows or slice(None)).indices(count)
             rows = slice(start + lo, start + max(lo, hi))
+        if sl.get_dtype() == "F8_E4M3":  # block-wise FP8 (DeepSeek-V3's release): dequantized here
+            stored = self._parts[name][0] if name in self._parts else self.stored(name)
+            return self._fp8(sl, stored, rows or slice(None), cols)
         if cols is not None:
             return sl[rows or slice(None), cols]
         return sl[rows] if rows is not None else sl[:]

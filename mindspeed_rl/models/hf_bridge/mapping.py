@@ -89,6 +89,9 @@ _LAYER_MAP = {
     "self_attention.q_layernorm.sharded_weight": ("column", ("model.layers.{i}.self_attn.q_norm.weight",)),
     "self_attention.k_layernorm.sharded_weight": ("column", ("model.layers.{i}.self_attn.k_norm.weight",)),
     "self_attention.linear_proj.weight": ("row", ("model.layers.{i}.self_attn.o_proj.weight",)),
+    "self_attention.linear_proj.bias": ("replicated", ("model.layers.{i}.self_attn.o_proj.bias",)),  # gpt-oss
+    # gpt-oss's attention sinks, one per head: split over TP with the heads (models/gpt_oss.py)
+    "self_attention.core_attention.softmax_offset": ("column", ("model.layers.{i}.self_attn.sinks",)),
     # multi-latent attention (DeepSeek-V3): every projection split over TP by rows ("column"; megatron's MLA
     # gathers the down projections' outputs back); its query norm is the canonical q_norm (stored as
     # q_a_layernorm: hf_bridge/names.py)
@@ -106,6 +109,7 @@ _LAYER_MAP = {
     "post_self_attn_layernorm.weight": ("replicated", ("model.layers.{i}.post_self_attn_layernorm.weight",)),
     "post_mlp_layernorm.weight": ("replicated", ("model.layers.{i}.post_feedforward_layernorm.weight",)),
     "mlp.router.weight": ("replicated", ("model.layers.{i}.mlp.gate.weight",)),
+    "mlp.router.bias": ("replicated", ("model.layers.{i}.mlp.gate.bias",)),  # gpt-oss's router bias
     # sigmoid routing's per-expert bias for choosing the top-k (megatron's buffer; GLM-4.5, DeepSeek-V3)
     "mlp.router.expert_bias": ("replicated", ("model.layers.{i}.mlp.gate.e_score_correction_bias",)),
     "mlp.shared_experts.linear_fc1.weight": ("shared_fc1", ("model.layers.{i}.mlp.shared_expert.gate_proj.weight",
@@ -114,11 +118,15 @@ _LAYER_MAP = {
     "mlp.shared_experts.gate_weight": ("replicated", ("model.layers.{i}.mlp.shared_expert_gate.weight",)),
 }
 _PLAIN_FC1 = ("column", ("model.layers.{i}.mlp.up_proj.weight",))  # a non-gated MLP's fc1 (Arcee)
-_EXPERT = re.compile(r"^mlp\.experts\.local_experts\.(\d+)\.(linear_fc1|linear_fc2)\.weight$")
-_EXPERT_MAP = {"linear_fc1": ("expert_fc1", ("model.layers.{i}.mlp.experts.{e}.gate_proj.weight",
-                                             "model.layers.{i}.mlp.experts.{e}.up_proj.weight")),
-               "linear_fc2": ("expert_row", ("model.layers.{i}.mlp.experts.{e}.down_proj.weight",))}
-EXPERT_KINDS = ("expert_fc1", "expert_row")  # split over ETP, not TP
+_EXPERT = re.compile(r"^mlp\.experts\.local_experts\.(\d+)\.(linear_fc1|linear_fc2)\.(weight|bias)$")
+_EXPERT_MAP = {("linear_fc1", "weight"): ("expert_fc1", ("model.layers.{i}.mlp.experts.{e}.gate_proj.weight",
+                                                         "model.layers.{i}.mlp.experts.{e}.up_proj.weight")),
+               ("linear_fc2", "weight"): ("expert_row", ("model.layers.{i}.mlp.experts.{e}.down_proj.weight",)),
+               # gpt-oss's expert biases: fc1's [gate | up] split over ETP as its rows, fc2's whole
+               ("linear_fc1", "bias"): ("expert_fc1", ("model.layers.{i}.mlp.experts.{e}.gate_proj.bias",
+                                                       "model.layers.{i}.mlp.experts.{e}.up_proj.bias")),
+               ("linear_fc2", "bias"): ("expert_bias", ("model.layers.{i}.mlp.experts.{e}.down_proj.bias",))}
+EXPERT_KINDS = ("expert_fc1", "expert_row", "expert_bias")  # split over ETP, not TP (expert_bias: whole)
 _GLOBAL_MAP = {
     "embedding.word_embeddings.weight": ("vocab", ("model.embed_tokens.weight",)),
     "decoder.final_layernorm.weight": ("replicated", ("model.norm.weight",)),
@@ -141,7 +149,7 @@ def hf_names(mcore_name: str, global_layer: int | None, tied: bool, gated: bool 
     m = _LAYER.match(mcore_name)
     expert = _EXPERT.match(m.group(2)) if m else None
     if expert:  # the expert number in the name is global (see module docstring)
-        kind, names = _EXPERT_MAP[expert.group(2)]
+        kind, names = _EXPERT_MAP[(expert.group(2), expert.group(3))]
         layer = int(m.group(1)) if global_layer is None else global_layer
         return kind, tuple(n.format(i=layer, e=int(expert.group(1))) for n in names)
     if m:
@@ -176,11 +184,15 @@ def read_shard(reader: TensorReader, kind: str, names: tuple[str, ...], dims: Di
     if kind == "expert_row":  # down_proj (h, f): split the input dim
         check_shape(reader, names[0], (d.hidden, d.moe_ffn))
         return reader.read(names[0], cols=_chunk(d.moe_ffn, tp, rank, names[0] + " columns"))
-    if kind == "expert_fc1":  # gate, up (f, h) -> [gate_r | up_r]
+    if kind == "expert_fc1":  # gate, up (f, h) -> [gate_r | up_r]; their biases (f,) alike
         rows = _chunk(d.moe_ffn, tp, rank, "moe_ffn_hidden_size (expert_tensor_parallel_size)")
+        tail = () if names[0].endswith(".bias") else (d.hidden,)
         for n in names:
-            check_shape(reader, n, (d.moe_ffn, d.hidden))
+            check_shape(reader, n, (d.moe_ffn, *tail))
         return torch.cat([reader.read(n, rows=rows) for n in names], dim=0)
+    if kind == "expert_bias":  # down_proj's bias (h,), whole on every expert-TP rank
+        check_shape(reader, names[0], (d.hidden,))
+        return reader.read(names[0])
     if kind == "replicated":
         return reader.read(names[0])
     if kind == "column":  # split over TP by rows: OLMo 2's q / k norms (by heads), a plain MLP's up_proj
@@ -251,7 +263,7 @@ def to_hf(mcore: Mapping[str, torch.Tensor], args: Mapping[str, Any], vocab_size
         if name.endswith("_extra_state"):
             continue
         kind, names = hf_names(name, None, tied=False, gated=gated_mlp(args))
-        if kind in ("replicated", "row", "expert_row", "shared_row", "column"):
+        if kind in ("replicated", "row", "expert_row", "shared_row", "column", "expert_bias"):
             out[names[0]] = tensor
         elif kind == "vocab":
             out[names[0]] = tensor[:vocab_size]

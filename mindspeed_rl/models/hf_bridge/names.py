@@ -47,6 +47,8 @@ _STORED_AS["glm4_moe"] = tuple((f"mlp.shared_expert.{n}_proj.weight", f"mlp.shar
 _STORED_AS["deepseek_v3"] = (*_STORED_AS["glm4_moe"], ("self_attn.q_norm.weight", "self_attn.q_a_layernorm.weight"))
 _STORED_AS["deepseek_v2"] = _STORED_AS["deepseek_v3"]  # DeepSeek-V2's names are V3's
 _STORED_AS["kimi_k2"] = _STORED_AS["deepseek_v3"]  # Kimi K2's checkpoints are DeepSeek-V3's (hf_config.SAME_AS)
+# gpt-oss calls the router `router` (its experts are stacked: _STACKED)
+_STORED_AS["gpt_oss"] = (("mlp.gate.weight", "mlp.router.weight"), ("mlp.gate.bias", "mlp.router.bias"))
 # GLM-4 names its norm on the attention output as the canonical name does, the one on the MLP output its own way
 _STORED_AS["glm4"] = (("post_feedforward_layernorm.weight", "post_mlp_layernorm.weight"),)
 
@@ -82,9 +84,85 @@ _FUSED = {
 _LAYER = re.compile(r"^(model\.layers\.\d+\.)(.+)$")
 
 
+# config.json model_type -> its experts stored stacked, one tensor per layer and projection:
+# gpt-oss's mlp.experts.gate_up_proj (E, h, 2f) with gate and up interleaved along the last dim
+# (gate = [..., 0::2], up = [..., 1::2]) and used as x @ W; down_proj (E, f, h); their biases
+# gate_up_proj_bias (E, 2f), down_proj_bias (E, h). gpt-oss's own release stores the two weights in
+# MXFP4 (`<name>_blocks` uint8 (E, rows, cols / 32, 16) + `<name>_scales` (E, rows, cols / 32)),
+# dequantized on reading with transformers' convert_moe_packed_tensors (stacked_expert).
+_STACKED = {"gpt_oss": ("gate_up_proj", "down_proj")}
+STACKED_TYPES = tuple(_STACKED)
+_STACKED_NAME = re.compile(r"^(model\.layers\.\d+\.)mlp\.experts\.(gate_up_proj|down_proj)(_bias|_blocks)?$")
+
+
 def own_names(model_type: str | None) -> bool:
     """Whether `model_type` checkpoints store some tensors under names or layouts of their own."""
-    return model_type in _STORED_AS or model_type in _FUSED or model_type in _PREFIXED
+    return model_type in _STORED_AS or model_type in _FUSED or model_type in _PREFIXED or model_type in _STACKED
+
+
+def stacked_parts(name: str, model_type: str | None, experts: int) -> list[tuple[str, int, str]] | None:
+    """(canonical name, expert, part) of each expert tensor the stored stacked tensor `name` holds
+    (part: gate / up / down, + "_bias"), or None when `name` is not one (_STACKED). An MXFP4
+    checkpoint's `_blocks` tensor stands for the weight (its `_scales` are read with it)."""
+    m = _STACKED_NAME.match(name) if model_type in _STACKED else None
+    if m is None:
+        return None
+    prefix, proj, suffix = m.group(1), m.group(2), m.group(3) or ""
+    kind = ".bias" if suffix == "_bias" else ".weight"
+    parts = ("gate", "up") if proj == "gate_up_proj" else ("down",)
+    return [(f"{prefix}mlp.experts.{e}.{p}_proj{kind}", e, p + ("_bias" if kind == ".bias" else ""))
+            for e in range(experts) for p in parts]
+
+
+def stacked_expert(stored: torch.Tensor, part: str, scales: torch.Tensor | None = None) -> torch.Tensor:
+    """One expert's canonical tensor (HF Linear layout: (out, in), or a bias) from its slice of a
+    stacked gpt-oss tensor (stacked_parts): `stored` (h, 2f) / (f, h) / (2f,) / (h,), or with
+    `scales` the MXFP4 blocks (rows, cols / 32, 16) of one expert, dequantized to fp32 first."""
+    if scales is not None:
+        from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+
+        stored = convert_moe_packed_tensors(stored[None], scales[None], dtype=torch.float32)[0]
+    if part in ("gate", "up"):  # (h, 2f), x @ W with gate / up interleaved -> (f, h)
+        return stored[:, (0 if part == "gate" else 1)::2].t().contiguous()
+    if part in ("gate_bias", "up_bias"):
+        return stored[(0 if part == "gate_bias" else 1)::2].contiguous()
+    if part == "down":  # (f, h) -> (h, f)
+        return stored.t().contiguous()
+    return stored  # down_bias (h,)
+
+
+def stack_experts(tensors: dict, model_type: str | None) -> dict:
+    """Canonical per-expert tensors -> the `model_type` checkpoint's stacked ones (_STACKED), the inverse
+    of stacked_expert in bf16 / fp32 (never MXFP4); every expert of a layer must be in `tensors`.
+    Other tensors pass through."""
+    if model_type not in _STACKED:
+        return tensors
+    expert = re.compile(r"^(model\.layers\.\d+\.)mlp\.experts\.(\d+)\.(gate|up|down)_proj\.(weight|bias)$")
+    groups: dict = {}
+    out = {}
+    for name, tensor in tensors.items():
+        m = expert.match(name)
+        if m is None:
+            out[name] = tensor
+            continue
+        groups.setdefault((m.group(1), m.group(3), m.group(4)), {})[int(m.group(2))] = tensor
+    layers = {(prefix, kind) for prefix, _, kind in groups}
+    for prefix, kind in sorted(layers):
+        parts = {p: groups.get((prefix, p, kind), {}) for p in ("gate", "up", "down")}
+        count = len(parts["down"])
+        if sorted(parts["down"]) != list(range(count)) or any(sorted(parts[p]) != list(range(count)) for p in ("gate", "up")):
+            raise ValueError(f"{prefix}mlp.experts needs every expert's gate / up / down {kind} in the same shard")
+        gate = torch.stack([parts["gate"][e] for e in range(count)])
+        up = torch.stack([parts["up"][e] for e in range(count)])
+        down = torch.stack([parts["down"][e] for e in range(count)])
+        if kind == "weight":  # (E, f, h) x 2 -> (E, h, 2f) interleaved; (E, h, f) -> (E, f, h)
+            gate_up = torch.stack([gate, up], dim=2).flatten(1, 2).transpose(1, 2)
+            out[f"{prefix}mlp.experts.gate_up_proj"] = gate_up.contiguous()
+            out[f"{prefix}mlp.experts.down_proj"] = down.transpose(1, 2).contiguous()
+        else:
+            out[f"{prefix}mlp.experts.gate_up_proj_bias"] = torch.stack([gate, up], dim=-1).flatten(-2).contiguous()
+            out[f"{prefix}mlp.experts.down_proj_bias"] = down.contiguous()
+    return out
 
 
 def part_rows(hf_config: dict, canonical: str) -> int:
@@ -142,7 +220,7 @@ def fuse(tensors: dict, model_type: str | None) -> dict:
     for name, tensor in tensors.items():
         if name not in taken:
             out[stored_name(name, model_type)] = tensor
-    return out
+    return stack_experts(out, model_type)
 
 
 def stored_name(name: str, model_type: str | None) -> str:

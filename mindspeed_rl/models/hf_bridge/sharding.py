@@ -67,7 +67,11 @@ def stage_param_names(args: Mapping[str, Any], pp_size: int, pp_rank: int, vpp_s
     first, last = pp_rank == 0, pp_rank == pp_size - 1
     tied = not args.get("untie_embeddings_and_output_weights", False)
     pre_norm = args.get("pre_norm", True) is not False  # OLMo 2: none (models/olmo.py)
-    per_layer = (["input_layernorm.weight"] if pre_norm else []) + ["self_attention.linear_proj.weight"]
+    bias = args.get("disable_bias_linear", True) is False  # gpt-oss: o_proj, router and expert biases
+    per_layer = (["input_layernorm.weight"] if pre_norm else [])
+    if args.get("softmax_type") == "learnable":  # gpt-oss's sinks (models/gpt_oss.py): the core attention's
+        per_layer.append("self_attention.core_attention.softmax_offset")
+    per_layer += ["self_attention.linear_proj.weight"] + (["self_attention.linear_proj.bias"] if bias else [])
     if args.get("multi_latent_attention"):  # DeepSeek-V3's projections and norms, in megatron's order
         q = ["linear_q_down_proj", "linear_q_up_proj"] if args.get("q_lora_rank") else ["linear_q_proj"]
         per_layer += [f"self_attention.{n}.weight" for n in q + ["linear_kv_down_proj", "linear_kv_up_proj"]]
@@ -84,7 +88,7 @@ def stage_param_names(args: Mapping[str, Any], pp_size: int, pp_rank: int, vpp_s
     if pre_norm:
         per_layer.append("pre_mlp_layernorm.weight")
     moe_layer = list(per_layer)
-    moe_layer.append("mlp.router.weight")
+    moe_layer += ["mlp.router.weight"] + (["mlp.router.bias"] if bias else [])
     if args.get("moe_router_enable_expert_bias"):  # a buffer, after the router's parameters
         moe_layer.append("mlp.router.expert_bias")
     if args.get("moe_shared_expert_intermediate_size"):  # the module's own gate first, then its linears
@@ -137,9 +141,10 @@ def stage_expert_names(args: Mapping[str, Any], pp_size: int, pp_rank: int, ep_s
     if not is_moe(args):
         return []
     experts, moe = expert_range(int(args["num_experts"]), ep_size, ep_rank), moe_layers(args)
-    return [f"decoder.layers.{i}.mlp.experts.local_experts.{e}.{fc}.weight"
+    params = ("weight", "bias") if args.get("disable_bias_linear", True) is False else ("weight",)  # gpt-oss
+    return [f"decoder.layers.{i}.mlp.experts.local_experts.{e}.{fc}.{p}"
             for i in layer_range(int(args["num_layers"]), pp_size, pp_rank) if moe[i]
-            for e in experts for fc in ("linear_fc1", "linear_fc2")]
+            for e in experts for fc in ("linear_fc1", "linear_fc2") for p in params]
 
 
 def kind_of(name: str, tied: bool, gated: bool = True) -> str:
@@ -149,7 +154,7 @@ def kind_of(name: str, tied: bool, gated: bool = True) -> str:
 
 def merge_tp(kind: str, shards: Sequence[torch.Tensor]) -> torch.Tensor:
     """Full megatron tensor from its TP shards (rank order). See the module docstring."""
-    if len(shards) == 1 or kind == "replicated":
+    if len(shards) == 1 or kind in ("replicated", "expert_bias"):
         return shards[0]
     if kind in ("row", "expert_row", "shared_row"):
         return torch.cat(list(shards), dim=1)

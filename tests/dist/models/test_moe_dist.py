@@ -27,6 +27,12 @@ LAYOUTS = ((1, 1, 1, 1, False), (1, 1, 2, 1, False), (2, 1, 1, 2, False), (1, 2,
 _SAVE_AT = LAYOUTS[-1] if _SP_NORM else (2, 1, 1, 2, False)  # the live checkpoint + export layout
 
 
+def _run_as(layout, model_type):
+    """The layout a model runs a LAYOUTS entry at: gpt-oss's biased experts take expert-TP 1 only
+    (models/gpt_oss.py), so its ETP 2 layouts run at ETP 1 (the same TP / EP / SP)."""
+    return (*layout[:3], 1, layout[4]) if model_type == "gpt_oss" else layout
+
+
 def _batch():
     torch.manual_seed(1)
     ids = torch.randint(0, VOCAB, (4, SEQ))  # (B, S)
@@ -208,8 +214,8 @@ def _moe_job(rank, world_size, hf_dir, work):
         _reduce_like_ddp(model, sp)
         return _full_grads(model, args)
 
-    for tp, pp, ep, etp, sp in LAYOUTS:
-        key = (tp, pp, ep, etp, sp)
+    for key in LAYOUTS:
+        tp, pp, ep, etp, sp = _run_as(key, config["model_type"])
         init_parallel_state(tp, pp, ep=ep, etp=etp)
         model = build_gpt_model(args, sequence_parallel=sp).eval()
         load_hf_checkpoint(model, hf_dir, args)
@@ -217,13 +223,13 @@ def _moe_job(rank, world_size, hf_dir, work):
         if ps.is_pipeline_last_stage():
             res[("logits", key)] = logits
         if pp == 1:  # what a colocated vLLM engine is fed: full tensors, every expert from every EP rank
-            from safetensors.torch import load_file
-
-            from mindspeed_rl.models.hf_bridge.names import canonical_name
+            from mindspeed_rl.models.hf_bridge.checkpoint_io import SafetensorsReader
             from mindspeed_rl.rollout.weight_buckets import gathered_hf_tensors
 
-            # the sync speaks the bridge's canonical names (vLLM's engine renames Mixtral's on load)
-            ref = {canonical_name(k, config["model_type"]): v for k, v in load_file(f"{hf_dir}/model.safetensors").items()}
+            # the sync speaks the bridge's canonical names (vLLM's engine renames Mixtral's on load), the
+            # checkpoint read as the bridge reads it (gpt-oss's stacked experts per expert)
+            reader = SafetensorsReader(hf_dir)
+            ref = {n: reader.read(n) for n in reader.weight_map}
             got = dict(gathered_hf_tensors(model, args))
             res[("gathered", key)] = (sorted(got), sorted(ref), max(
                 (got[n][:ref[n].shape[0]] - ref[n]).abs().max().item() for n in ref if n in got))
@@ -239,7 +245,8 @@ def _moe_job(rank, world_size, hf_dir, work):
         if pp == 1 and ep == 2:  # routing replay (last: it changes the routers)
             res[("replay", key)] = _replay_checks(model, ids, mask)
     # moe_grouped_gemm at the last layout (TP2/EP2/ETP2+SP): grouped GEMMs over each rank's expert shards
-    tp, pp, ep, etp, sp = key = LAYOUTS[-1]
+    key = LAYOUTS[-1]
+    tp, pp, ep, etp, sp = _run_as(key, config["model_type"])
     init_parallel_state(tp, pp, ep=ep, etp=etp)
     model = build_gpt_model(dict(args, moe_grouped_gemm=True), sequence_parallel=sp).eval()
     load_hf_checkpoint(model, hf_dir, args)
@@ -260,13 +267,15 @@ def _moe_layers(moe) -> int:
 
 
 @pytest.fixture(scope="module", params=["qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3",
-                                                 "deepseek_v2"])
+                                                 "deepseek_v2", "gpt_oss"])
 def moe(request, tmp_path_factory):
     """Every test below runs on Qwen3-MoE, on Qwen2-MoE (qkv biases, top-k not renormalised, and
     a shared expert with its sigmoid gate: megatron's SharedExpertMLP, split over TP), on Mixtral
     (no q/k norms, experts stored under its own names: hf_bridge/names.py) and on GLM-4.5 (a dense
     first layer, sigmoid routing with the checkpoint's expert bias, expert groups, a routed scale, a
-    shared expert without gate)."""
+    shared expert without gate), on DeepSeek-V3 / V2-Lite (multi-latent attention) and on gpt-oss (attention
+    sinks, biases on the attention, router and experts, the clamped SwiGLU, experts stored stacked and
+    interleaved; its ETP 2 layouts run at ETP 1: _run_as)."""
     from mindspeed_rl.models.forward import position_ids_from_mask
     from mindspeed_rl.models.hf_bridge.names import canonical_name
 
@@ -278,7 +287,8 @@ def moe(request, tmp_path_factory):
     lp = torch.log_softmax(logits[:, :-1].float(), dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
     _loss(lp, ids, mask).backward()
     # under the bridge's canonical names (GLM-4.5's shared_experts: hf_bridge/names.py)
-    grads = per_expert({canonical_name(n, hf.config.model_type): p.grad.detach().clone() for n, p in hf.named_parameters()})
+    grads = per_expert({canonical_name(n, hf.config.model_type): p.grad.detach().clone() for n, p in hf.named_parameters()},
+                       hf.config.model_type)
     per_rank = run_gloo(_moe_job, 4, hf_dir, work, timeout_s=600, name="MoE parity job")
     return per_rank, logits.detach(), grads, hf, hf_dir, work
 
@@ -302,7 +312,8 @@ def test_moe_grouped_gemm_experts_match_transformers_and_the_sequential_experts(
     _, mask = _batch()
     seen = {}
     for r in per_rank:
-        assert r[("grouped_modules", layout)] == ["GroupedExperts"]
+        assert r[("grouped_modules", layout)] == ["GptOssExperts" if moe[3].config.model_type == "gpt_oss"
+                                                  else "GroupedExperts"]
         assert (r[("grouped_logits", layout)][..., :VOCAB] - ref_logits)[mask.bool()].abs().max().item() <= 1e-4
         torch.testing.assert_close(r[("grouped_logits", layout)], r[("logits", layout)], rtol=0, atol=1e-6)
         seen.update(r[("grouped_grads", layout)])

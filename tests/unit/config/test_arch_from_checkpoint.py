@@ -61,6 +61,12 @@ ARCHS = {"llama": dict(rotary_base=5000.0, rope_scaling_type="llama3", untie_emb
          "deepseek_v2": dict(multi_latent_attention=True, q_lora_rank=None, kv_lora_rank=16, qk_pos_emb_head_dim=8,
                              num_experts=4, moe_router_score_function="softmax", norm_topk_prob=False,
                              moe_router_topk_scaling_factor=2.0, moe_shared_expert_intermediate_size=32),
+         # gpt-oss: sinks, biases everywhere, the clamped SwiGLU, sliding / full layers, YaRN without rounding
+         "gpt_oss": dict(num_experts=4, moe_router_topk=2, moe_ffn_hidden_size=128, norm_topk_prob=True,
+                         disable_bias_linear=False, add_qkv_bias=True, softmax_type="learnable", quick_geglu=True,
+                         glu_linear_offset=1.0, activation_func_clamp_value=0.5, window_attn_skip_freq=[1, 0],
+                         sliding_window=12, rope_scaling_type="yarn", rope_scaling_truncate=False, kv_channels=16,
+                         rotary_base=1.5e5, untie_embeddings_and_output_weights=True),
          "arcee": dict(swiglu=False, squared_relu=True, rope_scaling_type="yarn", rope_scaling_factor=4.0,
                        untie_embeddings_and_output_weights=True),
          "seed_oss": dict(add_qkv_bias=True, kv_channels=32, untie_embeddings_and_output_weights=True,

@@ -56,10 +56,21 @@ def test_ep2_dry_runs_and_both_roles_get_the_experts(capsys):
     (["training.moe_router_num_groups=3", "training.moe_router_group_topk=1"],
      "moe_router_num_groups 3 must divide num_experts 4"),
     (["training.moe_router_score_function=softplus"], "moe_router_score_function: softplus` is not supported"),
+    # gpt-oss's switches (models/gpt_oss.py)
+    (["training.quick_geglu=true", "training.disable_bias_linear=false", f"{A}.tensor_model_parallel_size=2",
+      f"{A}.sequence_parallel=true", "resource_pool.actor_rollout=[2]"],
+     "expert_tensor_parallel_size: 2` with gpt-oss's expert biases is not supported"),
+    (["training.softmax_type=off-by-one"], "softmax_type 'off-by-one' is not supported; use vanilla or learnable"),
+    (["training.softmax_type=learnable", "training.platform=npu"],
+     "softmax_type learnable (gpt-oss's attention sinks) is not supported on npu"),
+    (["training.glu_linear_offset=1.0"], "activation_func_clamp_value / glu_linear_offset apply to quick_geglu"),
+    (["training.quick_geglu=true", "training.activation_func_clamp_value=5.0", f"{A}.rollout_engine=vllm"],
+     "vLLM's gpt-oss clamps its experts at 7.0 whatever config.json says"),
 ], ids=["ep-divides-experts", "etp-divides-ffn", "devices-hold-expert-groups", "tp-needs-sp", "cpu-dispatcher",
         "unknown-dispatcher", "top1-renormalised", "topk-over-experts", "split-native-tp2", "split-replay",
         "replay-vllm", "vllm-needs-qk-norm", "shared-expert-tp", "vllm-shared-expert-gate", "replay-sinkhorn", "replay-full-recompute",
-        "moe-layer-pattern", "expert-bias-needs-sigmoid", "groups-together", "groups-divide", "score-function"])
+        "moe-layer-pattern", "expert-bias-needs-sigmoid", "groups-together", "groups-divide", "score-function",
+        "gpt-oss-etp", "softmax-type", "sinks-on-npu", "offset-needs-quick-geglu", "vllm-gpt-oss-limit"])
 def test_moe_rules(overrides, fragment, capsys):
     assert ray_gpt.main(["--config-name", TINY, *MOE, *overrides, "dry_run=true"]) == 2
     err = capsys.readouterr().err

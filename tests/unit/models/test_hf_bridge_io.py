@@ -175,3 +175,93 @@ def test_phi3_fused_tensors_are_read_as_row_ranges_and_named_with_them(tmp_path)
     del canonical["model.layers.0.mlp.up_proj.weight"]
     with pytest.raises(ValueError, match="model.layers.0.mlp.gate_up_proj.weight needs model.layers.0.mlp.up_proj.weight"):
         fuse(canonical, "phi3")
+
+
+def test_gpt_oss_stacked_experts_read_per_expert_and_mxfp4_as_transformers_dequantizes(tmp_path, gloo_world1):
+    """gpt-oss stores each layer's experts stacked ((E, h, 2f) gate_up_proj with gate / up interleaved, (E, f, h)
+    down_proj, their biases) and its release in MXFP4 (`_blocks` + `_scales`): the reader serves them per expert
+    under the canonical names, the MXFP4 ones dequantized exactly as transformers dequantizes them when it loads
+    the checkpoint, and a model loaded from the MXFP4 directory computes transformers' logits; the scales
+    are no tensors of their own, and a missing one is named."""
+    import transformers
+
+    from testing_utils import mxfp4_gpt_oss
+
+    from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state
+    from mindspeed_rl.models.forward import attention_mask_4d, position_ids_from_mask
+    from mindspeed_rl.models.hf_bridge import load_hf_checkpoint
+
+    hf = make_tiny_hf("gpt_oss", str(tmp_path / "bf"))
+    plain = SafetensorsReader(str(tmp_path / "bf"))
+    experts = hf.model.layers[1].mlp.experts
+    assert torch.equal(plain.read("model.layers.1.mlp.experts.2.up_proj.weight"), experts.gate_up_proj[2][:, 1::2].t())
+    assert torch.equal(plain.read("model.layers.1.mlp.experts.2.gate_proj.bias"), experts.gate_up_proj_bias[2][0::2])
+    assert torch.equal(plain.read("model.layers.1.mlp.experts.2.down_proj.weight"), experts.down_proj[2].t())
+    assert plain.read("model.layers.1.mlp.gate.bias").shape == (4,)  # the router, stored as mlp.router
+    assert "model.layers.1.mlp.experts.gate_up_proj" not in plain.weight_map
+    values = mxfp4_gpt_oss(str(tmp_path / "bf"), str(tmp_path / "q"))
+    reader = SafetensorsReader(str(tmp_path / "q"))
+    assert not [n for n in reader.weight_map if n.endswith(("_scales", "_blocks"))]
+    ref = transformers.GptOssForCausalLM.from_pretrained(str(tmp_path / "q"), dtype=torch.float32).eval()
+    for i in range(2):
+        gate_up = ref.model.layers[i].mlp.experts.gate_up_proj.detach()
+        assert torch.equal(gate_up, values[f"model.layers.{i}.mlp.experts.gate_up_proj"])  # the encoder's values
+        for e in range(4):
+            got = reader.read(f"model.layers.{i}.mlp.experts.{e}.gate_proj.weight")
+            assert torch.equal(got, gate_up[e][:, 0::2].t()) and reader.quantized(f"model.layers.{i}.mlp.experts.{e}.gate_proj.weight")
+            down = reader.read(f"model.layers.{i}.mlp.experts.{e}.down_proj.weight", cols=slice(32, 96))
+            assert torch.equal(down, ref.model.layers[i].mlp.experts.down_proj.detach()[e].t()[:, 32:96])
+    assert (plain.read("model.layers.0.mlp.experts.1.gate_proj.weight")
+            - reader.read("model.layers.0.mlp.experts.1.gate_proj.weight")).abs().max() > 1e-2  # quantized for real
+    args = dict(model_config_from_hf(read_hf_config(str(tmp_path / "q"))), padded_vocab_size=128)
+    init_parallel_state(1, 1)
+    model = build_gpt_model(args).eval()
+    load_hf_checkpoint(model, str(tmp_path / "q"), args)
+    ids, mask = torch.randint(0, 120, (2, 20)), torch.ones(2, 20, dtype=torch.long)
+    pos = position_ids_from_mask(mask)
+    with torch.no_grad():
+        diff = (model(ids, pos, attention_mask_4d(mask))[..., :120] - ref(input_ids=ids, position_ids=pos).logits).abs().max()
+    assert diff <= 1e-4
+    tensors = load_file(str(tmp_path / "q" / "model.safetensors"))
+    del tensors["model.layers.1.mlp.experts.down_proj_scales"]
+    save_file(tensors, str(tmp_path / "q" / "model.safetensors"))
+    with pytest.raises(UserInputError, match=r"tensor model.layers.1.mlp.experts.down_proj_scales \(the quantization "
+                                             r"scales of model.layers.1.mlp.experts.down_proj_blocks\) is not in the checkpoint"):
+        SafetensorsReader(str(tmp_path / "q")).read("model.layers.1.mlp.experts.0.down_proj.weight")
+
+
+def test_block_fp8_weights_are_read_dequantized_by_their_blocks(tmp_path, gloo_world1):
+    """DeepSeek-V3's release format (every linear weight float8_e4m3fn with one float32 scale per 128 x 128
+    tile in `<name>_scale_inv`): read dequantized (weight x its tile's scale), any row / column range as
+    the TP shards read it, so a model loaded from it equals one loaded from the dequantized weights bit for
+    bit; the scales are no tensors of their own, and other quantizations are refused in one sentence."""
+    from testing_utils import fp8_blockwise
+
+    from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state
+
+    make_tiny_hf("qwen2", str(tmp_path / "bf"), intermediate_size=300)  # gate / up 300 rows, down 300 columns: 3 tiles
+    values = fp8_blockwise(str(tmp_path / "bf"), str(tmp_path / "q"))
+    reader = SafetensorsReader(str(tmp_path / "q"))
+    name = "model.layers.1.mlp.gate_proj.weight"
+    assert reader.quantized(name) and not [n for n in reader.weight_map if n.endswith("_scale_inv")]
+    assert torch.equal(reader.read(name), values[name])
+    assert torch.equal(reader.read(name, rows=slice(100, 290)), values[name][100:290])
+    down = "model.layers.0.mlp.down_proj.weight"
+    assert torch.equal(reader.read(down, cols=slice(120, 260)), values[down][:, 120:260])
+    assert (values[name] - SafetensorsReader(str(tmp_path / "bf")).read(name)).abs().max() > 0  # quantized for real
+    tensors = load_file(str(tmp_path / "bf" / "model.safetensors"))
+    save_file({**tensors, **values}, str(tmp_path / "bf" / "model.safetensors"))  # the dequantized weights
+    args = dict(model_config_from_hf(read_hf_config(str(tmp_path / "q"))), padded_vocab_size=128)
+    init_parallel_state(1, 1)
+    from mindspeed_rl.models.hf_bridge import load_hf_checkpoint
+    a, b = build_gpt_model(args), build_gpt_model(args)
+    load_hf_checkpoint(a, str(tmp_path / "q"), args)
+    load_hf_checkpoint(b, str(tmp_path / "bf"), args)
+    for (n, x), y in zip(a.state_dict().items(), b.state_dict().values()):
+        assert n.endswith("_extra_state") or torch.equal(x, y), n
+    config = json.load(open(tmp_path / "q" / "config.json"))
+    for quant, match in (({"quant_method": "fp8", "weight_block_size": [64, 64]}, r"quant_method 'fp8', weight_block_size \[64, 64\]"),
+                         ({"quant_method": "awq", "bits": 4}, "quant_method 'awq'"),
+                         ({"quant_method": "mxfp4"}, "quant_method 'mxfp4'")):
+        with pytest.raises(ValueError, match=match + r"\) is a quantization load: does not read"):
+            model_config_from_hf(dict(config, quantization_config=quant))

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from mindspeed_rl.models.builder import llama3_inv_freq, model_config_from_hf, transformer_config
-from testing_utils import DEEPSEEK_V2_LITE, DEEPSEEK_V3
+from testing_utils import DEEPSEEK_V2_LITE, DEEPSEEK_V3, GPT_OSS_20B
 
 LLAMA32_1B = {  # transformers 4.x spelling (rope_theta + rope_scaling)
     "model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
@@ -598,6 +598,33 @@ def test_deepseek_v2_config_json_round_trip():
     assert hf_config_from_args(grouped, vocab_size=102400)["topk_method"] == "group_limited_greedy"
     with pytest.raises(ValueError, match="norm_topk_prob true for deepseek_v2"):
         model_config_from_hf(dict(DEEPSEEK_V2_LITE, norm_topk_prob=True))
+
+
+def test_gpt_oss_config_json_round_trip():
+    """gpt-oss-20b's config.json (24 layers alternating a 128-token window and full attention, 32 experts
+    of which 4 per token, attention sinks, biases, YaRN x 32 without rounding): the args in megatron-core
+    0.16's gpt-oss names, exported as gpt-oss again and read back the same; what config.json cannot say,
+    and a swiglu_alpha other than 1.702, are one sentence each."""
+    from transformers import GptOssConfig
+
+    from mindspeed_rl.models.hf_export import hf_config_from_args
+
+    args = model_config_from_hf(GPT_OSS_20B)
+    assert (args["num_experts"], args["moe_router_topk"], args["moe_ffn_hidden_size"], args["norm_topk_prob"],
+            args["kv_channels"], args["num_query_groups"]) == (32, 4, 2880, True, 64, 8)
+    assert (args["softmax_type"], args["quick_geglu"], args["glu_linear_offset"], args["activation_func_clamp_value"],
+            args["disable_bias_linear"], args["add_qkv_bias"]) == ("learnable", True, 1.0, 7.0, False, True)
+    assert (args["sliding_window"], args["window_attn_skip_freq"]) == (128, [1, 0] * 12)
+    assert (args["rope_scaling_type"], args["rope_scaling_factor"], args["rope_scaling_truncate"],
+            args["original_max_position_embeddings"], args["rotary_base"]) == ("yarn", 32.0, False, 4096, 150000.0)
+    written = hf_config_from_args(args, vocab_size=201088)
+    assert (written["model_type"], written["architectures"]) == ("gpt_oss", ["GptOssForCausalLM"])
+    assert model_config_from_hf(written) == args
+    assert GptOssConfig(**written).layer_types == GPT_OSS_20B["layer_types"]
+    with pytest.raises(ValueError, match="swiglu_alpha 1.5 is not supported"):
+        model_config_from_hf(dict(GPT_OSS_20B, swiglu_alpha=1.5))
+    with pytest.raises(ValueError, match="a config.json form only as gpt-oss, which needs biases on every linear layer"):
+        hf_config_from_args(dict(args, disable_bias_linear=True), vocab_size=201088)
 
 
 def test_glm4_moe_config_json_round_trip():
