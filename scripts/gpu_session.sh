@@ -66,6 +66,7 @@ stage1)
     run_smoke "${SMOKE_S:-300}" smoke_dense.json
     run_smoke "${MOE_S:-150}" smoke_moe.json --shape qwen3-moe-small --only build,parity,greedy,update,decode,speed
     run_smoke "${MLA_S:-60}" smoke_mla.json --shape deepseek-v3-small --only build,parity,greedy,update
+    run_smoke "${OSS_S:-60}" smoke_gpt_oss.json --shape gpt-oss-small --only build,parity,greedy,update
     wait
     ;;
 stage2)

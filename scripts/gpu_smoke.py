@@ -53,7 +53,8 @@ Checks, in order (each PASS / FAIL with its figures; the exit code is 0 only whe
 
 Shapes (--shape; random weights): smollm2-135m (default), qwen25-05b, qwen3-moe-small and
 qwen2-moe-small (16 experts, top-4, 8 layers; the latter with a gated shared expert), deepseek-v3-small
-(multi-latent attention with DeepSeek's 512 + 64 latent, YaRN, grouped sigmoid routing, 6 layers), tiny
+(multi-latent attention with DeepSeek's 512 + 64 latent, YaRN, grouped sigmoid routing, 6 layers),
+gpt-oss-small (attention sinks, biased router and experts, the clamped SwiGLU, 16 experts, 6 layers), tiny
 and tiny-moe (the CPU self-test). For MoE shapes the TFLOP/s count the routed experts at topk / num_experts.
 
 Exit codes: 0 all checks passed, 1 a check failed, 2 bad arguments, 3 no accelerator (nothing ran).
@@ -114,6 +115,15 @@ SHAPES = {
                                               rope_scaling={"type": "yarn", "factor": 4.0, "mscale": 1.0,
                                                             "mscale_all_dim": 1.0, "beta_fast": 32, "beta_slow": 1,
                                                             "original_max_position_embeddings": 512})),
+    # gpt-oss's layout (random): attention sinks, biases on the attention, router and experts, the clamped
+    # SwiGLU, a 128-token window on every second layer, YaRN without rounding
+    "gpt-oss-small": ("gpt_oss", dict(hidden_size=512, intermediate_size=512, num_local_experts=16,
+                                      num_experts_per_tok=4, num_hidden_layers=6, num_attention_heads=8,
+                                      num_key_value_heads=4, head_dim=64, sliding_window=128, vocab_size=32000,
+                                      max_position_embeddings=2048, tie_word_embeddings=False,
+                                      rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0,
+                                                       "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+                                                       "original_max_position_embeddings": 512})),
     "tiny-moe": ("qwen3_moe", dict(hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_experts=4,
                                    num_experts_per_tok=2, norm_topk_prob=True, num_hidden_layers=2,
                                    num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=256,
@@ -210,12 +220,14 @@ def save_random_hf(shape: str, out_dir: str, seed: int = 0):
 
     arch, fields = SHAPES[shape]
     cfg_cls = {"llama": tf.LlamaConfig, "qwen2": tf.Qwen2Config, "qwen3_moe": tf.Qwen3MoeConfig,
-               "qwen2_moe": tf.Qwen2MoeConfig, "deepseek_v3": getattr(tf, "DeepseekV3Config", None)}[arch]
+               "qwen2_moe": tf.Qwen2MoeConfig, "deepseek_v3": getattr(tf, "DeepseekV3Config", None),
+               "gpt_oss": getattr(tf, "GptOssConfig", None)}[arch]
     model_cls = {"llama": tf.LlamaForCausalLM, "qwen2": tf.Qwen2ForCausalLM, "qwen3_moe": tf.Qwen3MoeForCausalLM,
-                 "qwen2_moe": tf.Qwen2MoeForCausalLM, "deepseek_v3": getattr(tf, "DeepseekV3ForCausalLM", None)}[arch]
+                 "qwen2_moe": tf.Qwen2MoeForCausalLM, "deepseek_v3": getattr(tf, "DeepseekV3ForCausalLM", None),
+                 "gpt_oss": getattr(tf, "GptOssForCausalLM", None)}[arch]
     if cfg_cls is None:
         raise SystemExit(f"gpu_smoke: transformers {tf.__version__} has no {arch} model; --shape {shape} needs one "
-                         f"that does (4.51 or later).")
+                         f"that does (4.51 or later; gpt-oss: 4.55).")
     torch.manual_seed(seed)
     model = model_cls(cfg_cls(**fields)).eval()
     hidden = fields["hidden_size"]
@@ -225,6 +237,10 @@ def save_random_hf(shape: str, out_dir: str, seed: int = 0):
                 p.copy_(1.0 + 0.1 * torch.randn_like(p))
             elif "embed" in name or "lm_head" in name:
                 p.normal_(0.0, hidden ** -0.5)
+            elif name.endswith("self_attn.sinks"):  # gpt-oss: sink logits that take a share of each softmax
+                p.normal_(0.0, 1.0)
+            elif arch == "gpt_oss" and name.endswith(("experts.gate_up_proj", "experts.down_proj")):  # (E, in, out)
+                p.normal_(0.0, 0.5 * p.shape[-2] ** -0.5)
             elif p.dim() >= 2:  # (out, in), or transformers 5's stacked experts (E, out, in)
                 p.normal_(0.0, 0.5 * p.shape[-1] ** -0.5)
             else:

@@ -36,6 +36,7 @@ RANGES = {
     "ModelArch.rope_local_base_freq": "(0, inf)",
     "ModelArch.attn_logit_softcapping": "(0, inf)",
     "ModelArch.output_logit_softcapping": "(0, inf)",
+    "ModelArch.activation_func_clamp_value": "(0, inf)",  # gpt-oss's swiglu_limit (7)
     "ModelArch.rotary_percent": "(0, 1]",
     "ModelArch.softmax_scale": "(0, inf)",
     "ModelArch.rope_scaling_factor": "(0, inf)",
@@ -127,6 +128,7 @@ CHECKED_ELSEWHERE = {
 NO_RANGE = {
     "RunConfig.seed",  # any integer seeds the generators
     "AlgorithmConfig.reward_model_weight",  # a negative weight turns a reward model into a penalty on purpose
+    "ModelArch.glu_linear_offset",  # added to the up projection (gpt-oss: 1); any value is a valid MLP
 }
 
 # fields the loader fills from another key when unset (loader._derive)

@@ -17,7 +17,8 @@ embedding_multiplier_scale / residual_multiplier / output_multiplier_scale, add_
 disable_bias_linear, untie_embeddings_and_output_weights, normalization, norm_epsilon, swiglu,
 qk_layernorm, attention_dropout, hidden_dropout, init_method_std; MoE (every layer): num_experts,
 moe_router_topk, moe_ffn_hidden_size, norm_topk_prob / moe_router_pre_softmax,
-moe_router_load_balancing_type, moe_aux_loss_coeff, moe_token_dispatcher_type, moe_grouped_gemm. Keys this module does not use
+moe_router_load_balancing_type, moe_aux_loss_coeff, moe_token_dispatcher_type, moe_grouped_gemm; gpt-oss's
+softmax_type, quick_geglu, glu_linear_offset, activation_func_clamp_value (gpt_oss_fields). Keys this module does not use
 (MindSpeed switches, tokenizer settings, ...) are ignored here: validating the vocabulary is the
 config package's job. TP/PP/EP/ETP sizes come from megatron's parallel_state.
 

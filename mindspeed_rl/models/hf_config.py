@@ -69,6 +69,9 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     are not read.
     DeepSeek-V3 (deepseek_v3; Kimi K2 as it) is GLM-4.5's MoE layout and routing with multi-latent attention
     (mla_args); DeepSeek-V2 / V2-Lite (deepseek_v2) the same attention with softmax routing (deepseek_v2_moe_args).
+    gpt-oss (gpt_oss) is Mixtral's routing with attention sinks, biases, a clamped SwiGLU and alternating
+    sliding layers (gpt_oss_args). A quantized checkpoint is read dequantized where its format is one
+    the reader knows (check_quantization).
     Arcee (arcee: AFM-4.5B base / instruct) is Llama's attention with an MLP without a gate,
     down(relu(up(x))^2) (hidden_act relu2: squared_relu), YaRN beyond its 4096 original positions.
     Seed-OSS (seed_oss: Seed-OSS-36B base / instruct) is Qwen2's layout (q / k / v biases, on by default,

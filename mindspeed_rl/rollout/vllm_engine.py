@@ -139,6 +139,8 @@ def stacked_chunks(chunks: Iterable[Sequence[tuple[str, torch.Tensor]]], model_t
 def copy_sinks(model: torch.nn.Module, sinks: Mapping[int, torch.Tensor]) -> None:
     """gpt-oss's attention sinks (all heads of each layer) into vLLM's model after a reload: this rank's
     heads (inference TP), as vLLM's loader narrows them."""
+    if not sinks:
+        return
     from vllm.distributed import get_tensor_model_parallel_rank
 
     params = dict(model.named_parameters())

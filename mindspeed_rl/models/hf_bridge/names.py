@@ -10,6 +10,9 @@ layer names, Qwen-MoE expert names). Two kinds of difference exist:
 - several canonical tensors stored as one, concatenated along the rows: Phi-3's `qkv_proj` is
   [q_proj; k_proj; v_proj] and its `gate_up_proj` is [gate_proj; up_proj] (`fused_parts`,
   `fuse`); the row counts come from config.json.
+- every expert of a layer stored as one stacked tensor per projection (gpt-oss: `_STACKED`,
+  `stacked_parts` / `stacked_expert` to read one expert, `stack_experts` to write them), its release
+  in MXFP4.
 
 The places where names meet the outside apply them: reading a HF directory
 (checkpoint_io.SafetensorsReader serves the canonical names, a fused tensor's parts as row ranges

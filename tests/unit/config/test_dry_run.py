@@ -132,3 +132,28 @@ def test_the_deepseek2_lite_model_yaml_agrees_with_its_config_json(tmp_path, mon
             "moe_layer_freq", "original_max_position_embeddings"} <= set(a.arch_set)  # from the MindSpeed-LLM names
     assert (a.arch.moe_layer_freq, a.arch.moe_shared_expert_intermediate_size) == ([0] + [1] * 26, 2816)
     check_arch_against_hf(dataclasses.asdict(a.arch), a.load, a.model_name, a.arch_set)
+
+
+def test_the_gpt_oss_20b_model_yaml_agrees_with_its_config_json(tmp_path, monkeypatch, capsys):
+    """model/gpt-oss-20b.yaml, in megatron-core 0.16's gpt-oss names (softmax_type, quick_geglu, ...) and
+    MindSpeed-LLM's YaRN names, against gpt-oss-20b's published config.json (its MXFP4 quantization
+    included): every key it sets means what config.json says; on NPU the attention sinks are refused in
+    one sentence."""
+    import dataclasses
+    import json
+
+    from mindspeed_rl.models.arch_check import check_arch_against_hf
+    from testing_utils import GPT_OSS_20B
+
+    name = "grpo_trainer_gpt_oss_20b"
+    monkeypatch.chdir(tmp_path)
+    cfg = build_config(compose_yaml(name), name)
+    (tmp_path / cfg.actor.load).mkdir(parents=True)
+    (tmp_path / cfg.actor.load / "config.json").write_text(json.dumps(GPT_OSS_20B))
+    cfg = build_config(compose_yaml(name), name)  # now resolved against config.json
+    a = cfg.actor
+    assert {"softmax_type", "quick_geglu", "activation_func_clamp_value", "window_attn_skip_freq",
+            "rope_scaling_truncate", "original_max_position_embeddings"} <= set(a.arch_set)
+    check_arch_against_hf(dataclasses.asdict(a.arch), a.load, a.model_name, a.arch_set)
+    assert ray_gpt.main(["--config-name", name, "training.platform=npu", "dry_run=true"]) == 2
+    assert "softmax_type learnable (gpt-oss's attention sinks) is not supported on npu" in capsys.readouterr().err
