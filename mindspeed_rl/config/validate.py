@@ -341,6 +341,9 @@ def _check_gpt_oss(role: RoleConfig, platform: str, problems: list[str]) -> None
     if a.quick_geglu and (a.num_experts or 0) <= 1:
         problems.append(f"{m}: quick_geglu (gpt-oss's clamped SwiGLU) is supported in MoE experts only; set "
                         f"num_experts or drop quick_geglu.")
+    if (a.num_experts or 0) > 1 and not a.disable_bias_linear and not a.quick_geglu:
+        problems.append(f"{m}: disable_bias_linear: false in an MoE model is supported with gpt-oss's experts only "
+                        f"(quick_geglu: true); megatron's experts and dispatchers take no bias.")
     etp = role.parallel.expert_tensor_parallel_size or role.parallel.tensor_model_parallel_size
     if a.quick_geglu and not a.disable_bias_linear and etp > 1:
         problems.append(f"`{path}.expert_tensor_parallel_size: {etp}` with gpt-oss's expert biases is not supported "

@@ -233,6 +233,9 @@ def gpt_oss_fields(config: TransformerConfig, args: Mapping[str, Any]) -> None:
     if config.quick_geglu and config.num_moe_experts and not all(config.moe_layer_freq or [1]):
         raise ValueError("quick_geglu (gpt-oss's clamped SwiGLU) needs every layer to be an MoE layer (moe_layer_freq "
                          "1), as gpt-oss has; dense layers would not apply it.")
+    if config.num_moe_experts and config.add_bias_linear and not config.quick_geglu:
+        raise ValueError("disable_bias_linear: false in an MoE model is supported with gpt-oss's experts only "
+                         "(quick_geglu: true); megatron's experts and dispatchers take no bias.")
     if config.quick_geglu and config.add_bias_linear and (config.expert_tensor_parallel_size or 1) > 1:
         raise ValueError(f"expert_tensor_parallel_size {config.expert_tensor_parallel_size} with gpt-oss's expert "
                          f"biases is not supported: an expert's output bias would be summed once per expert-TP "

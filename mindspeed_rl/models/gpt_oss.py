@@ -114,14 +114,14 @@ class BiasedRouter(TopKRouter):
 
 
 def install(model, grouped_gemm: bool = False) -> int:
-    """gpt-oss's experts, router bias and attention sinks on `model` (a GPTModel chunk): every
-    SequentialMLP (or grouped one) becomes GptOssExperts, a router without a bias (megatron-core
-    0.12) gets one, every core attention without a `softmax_offset` (0.12) gets it. Returns how many
-    MoE layers were turned."""
+    """gpt-oss's pieces on `model` (a GPTModel chunk), as its config asks: with quick_geglu every
+    SequentialMLP becomes GptOssExperts, and with add_bias_linear a router without a bias (megatron-core
+    0.12) gets one; with attention sinks every core attention without a `softmax_offset` (0.12) gets
+    it. Returns how many MoE layers were turned."""
     config = model.config
     config.own_grouped_gemm = bool(grouped_gemm)
     count = 0
-    for module in model.modules():
+    for module in model.modules() if config.quick_geglu else ():
         if isinstance(module, SequentialMLP):
             module.__class__ = GptOssExperts
             count += 1
@@ -132,7 +132,7 @@ def install(model, grouped_gemm: bool = False) -> int:
                 for linear in (expert.linear_fc1, expert.linear_fc2):
                     if linear.bias is not None:
                         linear.bias.sequence_parallel = False
-        elif isinstance(module, TopKRouter) and getattr(module, "bias", None) is None:
+        elif isinstance(module, TopKRouter) and config.add_bias_linear and getattr(module, "bias", None) is None:
             weight = module.weight
             module.bias = torch.nn.Parameter(torch.zeros(weight.shape[0], device=weight.device, dtype=weight.dtype))
             setattr(module.bias, "sequence_parallel", config.sequence_parallel)

@@ -1,6 +1,7 @@
 """NativeEngine at TP=2 on 2 gloo processes: greedy generation equals transformers generate token
-for token on tiny Llama, Qwen2 and DeepSeek-V3 (multi-latent attention: its latent cache with the up
-projection absorbed, each rank its heads; mixed prompt lengths), both TP ranks return the same seeded
+for token on tiny Llama, Qwen2, DeepSeek-V3 (multi-latent attention: its latent cache with the up
+projection absorbed, each rank its heads; mixed prompt lengths) and gpt-oss (each rank its heads' sinks),
+both TP ranks return the same seeded
 samples, rollout log-probs match the TP=2 training forward. PP: test_native_pp2.py."""
 
 import pytest
@@ -24,7 +25,7 @@ def _tp2_job(rank, world_size, hf_dirs):
     results = {}
     for arch, hf_dir in hf_dirs.items():
         args = dict(model_config_from_hf(read_hf_config(hf_dir)), padded_vocab_size=PADDED)
-        init_parallel_state(tp=2, pp=1, seed=1)
+        init_parallel_state(tp=2, pp=1, seed=1, etp=1 if arch == "gpt_oss" else None)  # gpt-oss: experts whole
         model = build_gpt_model(args).eval()
         load_hf_checkpoint(model, hf_dir, args)
         engine = NativeEngine(model, vocab_size=VOCAB, max_length=128)
@@ -42,7 +43,7 @@ def _tp2_job(rank, world_size, hf_dirs):
 
 def test_tp2_greedy_parity_and_rank_agreement(tmp_path):
     hf_models, hf_dirs = {}, {}
-    for arch in ("llama", "qwen2", "deepseek_v3"):
+    for arch in ("llama", "qwen2", "deepseek_v3", "gpt_oss"):
         hf_dirs[arch] = str(tmp_path / arch)
         hf_models[arch] = make_tiny_hf(arch, hf_dirs[arch])
     r0, r1 = run_gloo(_tp2_job, 2, hf_dirs, timeout_s=120)

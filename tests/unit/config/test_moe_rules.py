@@ -64,13 +64,14 @@ def test_ep2_dry_runs_and_both_roles_get_the_experts(capsys):
     (["training.softmax_type=learnable", "training.platform=npu"],
      "softmax_type learnable (gpt-oss's attention sinks) is not supported on npu"),
     (["training.glu_linear_offset=1.0"], "activation_func_clamp_value / glu_linear_offset apply to quick_geglu"),
+    (["training.disable_bias_linear=false"], "disable_bias_linear: false in an MoE model is supported with gpt-oss's"),
     (["training.quick_geglu=true", "training.activation_func_clamp_value=5.0", f"{A}.rollout_engine=vllm"],
      "vLLM's gpt-oss clamps its experts at 7.0 whatever config.json says"),
 ], ids=["ep-divides-experts", "etp-divides-ffn", "devices-hold-expert-groups", "tp-needs-sp", "cpu-dispatcher",
         "unknown-dispatcher", "top1-renormalised", "topk-over-experts", "split-native-tp2", "split-replay",
         "replay-vllm", "vllm-needs-qk-norm", "shared-expert-tp", "vllm-shared-expert-gate", "replay-sinkhorn", "replay-full-recompute",
         "moe-layer-pattern", "expert-bias-needs-sigmoid", "groups-together", "groups-divide", "score-function",
-        "gpt-oss-etp", "softmax-type", "sinks-on-npu", "offset-needs-quick-geglu", "vllm-gpt-oss-limit"])
+        "gpt-oss-etp", "softmax-type", "sinks-on-npu", "offset-needs-quick-geglu", "moe-bias-needs-gpt-oss", "vllm-gpt-oss-limit"])
 def test_moe_rules(overrides, fragment, capsys):
     assert ray_gpt.main(["--config-name", TINY, *MOE, *overrides, "dry_run=true"]) == 2
     err = capsys.readouterr().err
