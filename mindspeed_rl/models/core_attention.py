@@ -15,8 +15,8 @@ With no mask and a causal layer, SDPA's own causal mask (`is_causal`) is megatro
 
 Not handled here (megatron's own forward runs instead): attention dropout while training (megatron
 draws it from its TP-aware RNG tracker), attention bias, packed sequences, sliding windows and
-megatron 0.16's softmax offsets other than gpt-oss's attention sinks (models/gpt_oss.sink_attention
-computes those, explicitly: SDPA has no sink column). Whether the platform uses this module is `platform.sdpa_core_attention`
+megatron 0.16's softmax offsets other than gpt-oss's attention sinks (explicit_attention computes
+those, and Gemma 2's soft caps: SDPA has neither). Whether the platform uses this module is `platform.sdpa_core_attention`
 (NPU: MindSpeed's fused attention, switched by its own keys). On CPU, bf16 query/key/value attend in
 fp32 and the context is rounded back to bf16 (`platform.base.sdpa_in_fp32_for_bf16`: torch's CPU
 flash kernel is slower in bf16 there, and fp32 is the more precise). GQA: on CPU the groups' K/V go
@@ -38,7 +38,7 @@ get_platform().patch()  # megatron must be imported after the platform patch (no
 from megatron.core.transformer.dot_product_attention import DotProductAttention  # noqa: E402
 from megatron.core.transformer.enums import AttnMaskType  # noqa: E402
 
-from mindspeed_rl.models.gpt_oss import sink_attention, sinks_of  # noqa: E402
+from mindspeed_rl.models.gpt_oss import sinks_of  # noqa: E402
 from mindspeed_rl.models.spec_tree import swap_in_spec  # noqa: E402
 
 MASKED_SCORE = -10000.0  # megatron's attention_mask_func fill value
@@ -80,12 +80,12 @@ class SDPACoreAttention(MLACoreAttention):
         dtype = query.dtype
         sinks = sinks_of(self)
         if sinks is not None:  # gpt-oss: SDPA has no sink column
-            return sink_attention(query, key, value, attention_mask, self.softmax_scale * self._layer_coeff(), sinks,
-                                  causal=(attn_mask_type or self.attn_mask_type) == AttnMaskType.causal)
+            return explicit_attention(query, key, value, attention_mask, self.softmax_scale * self._layer_coeff(),
+                                      (attn_mask_type or self.attn_mask_type) == AttnMaskType.causal, sinks=sinks)
         cap = getattr(self.config, "attn_logit_softcapping", None)
         if cap:  # Gemma 2: SDPA has no soft cap
-            return softcapped_attention(query, key, value, attention_mask, self.softmax_scale * self._layer_coeff(),
-                                        cap, causal=(attn_mask_type or self.attn_mask_type) == AttnMaskType.causal)
+            return explicit_attention(query, key, value, attention_mask, self.softmax_scale * self._layer_coeff(),
+                                      (attn_mask_type or self.attn_mask_type) == AttnMaskType.causal, cap=cap)
         bf16_in_fp32 = dtype == torch.bfloat16 and sdpa_in_fp32_for_bf16(get_platform().name)  # CPU
         compute = torch.float32 if bf16_in_fp32 else dtype
         q, k, v = (t.permute(1, 2, 0, 3).to(compute) for t in (query, key, value))  # (b, heads | groups, s, hn)
@@ -114,12 +114,14 @@ class SDPACoreAttention(MLACoreAttention):
         return float(coeff) if coeff is not None else 1.0
 
 
-def softcapped_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask, scale: float,
-                         cap: float, causal: bool = True) -> torch.Tensor:
-    """softmax(cap x tanh(Q K^T * scale / cap) + mask) V, as transformers' eager Gemma 2 attention:
-    the scores in fp32, masked after the cap (megatron's bool mask, True = may not attend; None =
-    causal when `causal`), GQA groups repeated for their heads. query (sq, b, np, hn), key / value
-    (sk, b, ng, hn) -> context (sq, b, np * hn) in query's dtype."""
+def explicit_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask, scale: float,
+                       causal: bool = True, cap: float | None = None, sinks: torch.Tensor | None = None) -> torch.Tensor:
+    """softmax(Q K^T * scale + mask) V computed step by step where SDPA cannot: with `cap` the scores are
+    soft-capped first, cap x tanh(score / cap) (transformers' eager Gemma 2); with `sinks` (np,) each
+    head's sink logit joins its softmax and its column is dropped after (transformers' eager gpt-oss).
+    Scores and softmax in fp32, megatron's bool mask (True = may not attend; None = causal when
+    `causal`) applied after the cap, GQA groups repeated for their heads. query (sq, b, np, hn), key /
+    value (sk, b, ng, hn) -> context (sq, b, np * hn) in value's dtype."""
     sq, b, heads, _ = query.shape
     sk = key.shape[0]
     q = query.permute(1, 2, 0, 3).float()  # (b, np, sq, hn)
@@ -128,12 +130,17 @@ def softcapped_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Te
     if per_group > 1:
         k, v = k.repeat_interleave(per_group, dim=1), v.repeat_interleave(per_group, dim=1)
     scores = torch.matmul(q, k.float().transpose(-1, -2)) * scale
-    scores = torch.tanh(scores / cap) * cap
+    if cap:
+        scores = torch.tanh(scores / cap) * cap
     if mask is None and causal and sq > 1:
         mask = torch.ones(sq, sk, dtype=torch.bool, device=q.device).triu(sk - sq + 1)[None, None]
     if mask is not None:
         scores = scores.masked_fill(mask, MASKED_SCORE)
-    probs = torch.softmax(scores, dim=-1).to(value.dtype)
+    if sinks is not None:
+        sink = sinks.float().view(1, heads, 1, 1).expand(b, heads, sq, 1)
+        probs = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1].to(value.dtype)
+    else:
+        probs = torch.softmax(scores, dim=-1).to(value.dtype)
     context = torch.matmul(probs, v)  # (b, np, sq, hn)
     return context.permute(2, 0, 1, 3).reshape(sq, b, -1)
 

@@ -5,7 +5,7 @@ What gpt-oss adds to a Mixtral-style MoE model (transformers' modeling_gpt_oss):
 - attention sinks: one learnable logit per head joins every query's softmax and takes its share of
   the probability without contributing a value (megatron-core 0.16: `softmax_type: learnable`,
   the core attention's `softmax_offset`, split over TP with the heads). `install_sinks` gives 0.12's
-  core attention the same parameter; `sink_attention` computes it (models/core_attention.py) and
+  core attention the same parameter; core_attention.explicit_attention computes it in training and
   the native engine's cached attention adds it (rollout/kv_cache.grouped_attention);
 - biases on q / k / v, o_proj, the router and both expert projections (`add_bias_linear`);
 - the experts' clamped SwiGLU: gate clamped above at L, up at +-L, then
@@ -159,27 +159,3 @@ def install_sinks(model) -> None:
 def sinks_of(core_attention) -> torch.Tensor | None:
     """The sink logits (this rank's heads) of a core attention, or None (no sinks)."""
     return getattr(core_attention, "softmax_offset", None) if getattr(core_attention.config, "attention_sinks", False) else None
-
-
-def sink_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask, scale: float,
-                   sinks: torch.Tensor, causal: bool = True) -> torch.Tensor:
-    """softmax([Q K^T * scale + mask, sink]) V without the sink's column, as transformers' eager
-    gpt-oss attention: scores and softmax in fp32, megatron's bool mask (True = may not attend; None
-    = causal when `causal`), GQA groups repeated for their heads. query (sq, b, np, hn), key / value
-    (sk, b, ng, hn), sinks (np,) -> context (sq, b, np * hn) in query's dtype."""
-    sq, b, heads, _ = query.shape
-    sk = key.shape[0]
-    q = query.permute(1, 2, 0, 3).float()  # (b, np, sq, hn)
-    k, v = key.permute(1, 2, 0, 3), value.permute(1, 2, 0, 3)  # (b, ng, sk, hn)
-    per_group = heads // k.shape[1]
-    if per_group > 1:
-        k, v = k.repeat_interleave(per_group, dim=1), v.repeat_interleave(per_group, dim=1)
-    scores = torch.matmul(q, k.float().transpose(-1, -2)) * scale
-    if mask is None and causal and sq > 1:
-        mask = torch.ones(sq, sk, dtype=torch.bool, device=q.device).triu(sk - sq + 1)[None, None]
-    if mask is not None:
-        scores = scores.masked_fill(mask, torch.finfo(torch.float32).min)
-    sink = sinks.float().view(1, heads, 1, 1).expand(b, heads, sq, 1)
-    probs = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1].to(value.dtype)
-    context = torch.matmul(probs, v)  # (b, np, sq, hn)
-    return context.permute(2, 0, 1, 3).reshape(sq, b, -1)

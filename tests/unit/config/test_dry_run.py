@@ -110,24 +110,29 @@ def test_model_yaml_disagreeing_with_hf_checkpoint(tmp_path, capsys):
     assert code == 2 and "ffn_hidden_size" in err and "config.json" in err and "Traceback" not in err
 
 
+def _resolved_against(name, config_json, tmp_path, monkeypatch):
+    """The shipped experiment `name` with its actor's `load:` directory holding `config_json` (the
+    published config.json of its model), resolved against it."""
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    cfg = build_config(compose_yaml(name), name)
+    (tmp_path / cfg.actor.load).mkdir(parents=True)
+    (tmp_path / cfg.actor.load / "config.json").write_text(json.dumps(config_json))
+    return build_config(compose_yaml(name), name)  # now resolved against config.json
+
+
 def test_the_deepseek2_lite_model_yaml_agrees_with_its_config_json(tmp_path, monkeypatch):
     """model/deepseek2-lite.yaml, written in MindSpeed-LLM's DeepSeek2-Lite script names (Megatron's MLA
     keys, MindSpeed-LLM's YaRN and MoE keys: first_k_dense_replace, n_shared_experts, beta_fast, ...),
     against DeepSeek-V2-Lite's published config.json: every key it sets means what config.json says, so
     `load:` of the real checkpoint passes the check (a key that disagreed would stop the run naming it)."""
     import dataclasses
-    import json
 
     from mindspeed_rl.models.arch_check import check_arch_against_hf
     from testing_utils import DEEPSEEK_V2_LITE
 
-    name = "grpo_trainer_deepseek2_lite"
-    monkeypatch.chdir(tmp_path)
-    cfg = build_config(compose_yaml(name), name)
-    (tmp_path / cfg.actor.load).mkdir(parents=True)
-    (tmp_path / cfg.actor.load / "config.json").write_text(json.dumps(DEEPSEEK_V2_LITE))
-    cfg = build_config(compose_yaml(name), name)  # now resolved against config.json
-    a = cfg.actor
+    a = _resolved_against("grpo_trainer_deepseek2_lite", DEEPSEEK_V2_LITE, tmp_path, monkeypatch).actor
     assert {"multi_latent_attention", "qk_pos_emb_head_dim", "moe_shared_expert_intermediate_size",
             "moe_layer_freq", "original_max_position_embeddings"} <= set(a.arch_set)  # from the MindSpeed-LLM names
     assert (a.arch.moe_layer_freq, a.arch.moe_shared_expert_intermediate_size) == ([0] + [1] * 26, 2816)
@@ -140,18 +145,12 @@ def test_the_gpt_oss_20b_model_yaml_agrees_with_its_config_json(tmp_path, monkey
     included): every key it sets means what config.json says; on NPU the attention sinks are refused in
     one sentence."""
     import dataclasses
-    import json
 
     from mindspeed_rl.models.arch_check import check_arch_against_hf
     from testing_utils import GPT_OSS_20B
 
     name = "grpo_trainer_gpt_oss_20b"
-    monkeypatch.chdir(tmp_path)
-    cfg = build_config(compose_yaml(name), name)
-    (tmp_path / cfg.actor.load).mkdir(parents=True)
-    (tmp_path / cfg.actor.load / "config.json").write_text(json.dumps(GPT_OSS_20B))
-    cfg = build_config(compose_yaml(name), name)  # now resolved against config.json
-    a = cfg.actor
+    a = _resolved_against(name, GPT_OSS_20B, tmp_path, monkeypatch).actor
     assert {"softmax_type", "quick_geglu", "activation_func_clamp_value", "window_attn_skip_freq",
             "rope_scaling_truncate", "original_max_position_embeddings"} <= set(a.arch_set)
     check_arch_against_hf(dataclasses.asdict(a.arch), a.load, a.model_name, a.arch_set)
