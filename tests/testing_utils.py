@@ -244,6 +244,16 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
             image_token_id=119, video_token_id=118, vision_start_token_id=117, vision_end_token_id=116,
             tie_word_embeddings=True, vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
                                                          out_hidden_size=tiny["hidden_size"], deepstack_visual_indexes=[0])),
+        # Qwen3-VL-30B-A3B's image-text layout around a tiny Qwen3-MoE text model (4 experts of width 48, top-2,
+        # renormalised; its checkpoint stores each layer's experts stacked, gate and up as halves of gate_up_proj)
+        "qwen3_vl_moe": lambda: tf.Qwen3VLMoeConfig(
+            text_config=dict({"head_dim": 16, **tiny}, tie_word_embeddings=False, moe_intermediate_size=48,
+                             num_experts=4, num_experts_per_tok=2, decoder_sparse_step=1, rope_parameters={
+                                 "rope_type": "default", "rope_theta": 5e6, "mrope_section": [3, 3, 2],
+                                 "mrope_interleaved": True}),
+            image_token_id=119, video_token_id=118, vision_start_token_id=117, vision_end_token_id=116,
+            tie_word_embeddings=False, vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
+                                                          out_hidden_size=tiny["hidden_size"], deepstack_visual_indexes=[0])),
         # Ministral 3's (3B / 8B / 14B, 2512) image-text layout around a tiny Ministral 3 text model: YaRN x 4 over 64
         # positions (mscale = mscale_all_dim: attention factor 1) and Llama 4's query scaling past 64
         "ministral3": lambda: tf.Mistral3Config(
@@ -270,7 +280,8 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
            "olmo2": tf.Olmo2ForCausalLM, "olmo3": tf.Olmo3ForCausalLM, "exaone4": tf.Exaone4ForCausalLM, "seed_oss": tf.SeedOssForCausalLM, "glm4": tf.Glm4ForCausalLM, "ernie4_5": tf.Ernie4_5ForCausalLM,
            "arcee": tf.ArceeForCausalLM, "glm4_moe": tf.Glm4MoeForCausalLM, "deepseek_v3": tf.DeepseekV3ForCausalLM,
            "deepseek_v2": tf.DeepseekV2ForCausalLM, "gpt_oss": tf.GptOssForCausalLM,
-           "ministral3": tf.Mistral3ForConditionalGeneration, "qwen2_5_vl": tf.Qwen2_5_VLForConditionalGeneration, "qwen3_vl": tf.Qwen3VLForConditionalGeneration}[arch]
+           "ministral3": tf.Mistral3ForConditionalGeneration, "qwen2_5_vl": tf.Qwen2_5_VLForConditionalGeneration, "qwen3_vl": tf.Qwen3VLForConditionalGeneration,
+           "qwen3_vl_moe": tf.Qwen3VLMoeForConditionalGeneration}[arch]
     torch.manual_seed(seed)
     model = cls(config).eval()
     with torch.no_grad():

@@ -204,8 +204,8 @@ SAME_AS = {"kimi_k2": "deepseek_v3"}
 # image-text model_type -> its text model's model_type and class (text_model_config)
 IMAGE_TEXT_ARCHS = {"gemma3": ("gemma3_text", "Gemma3ForCausalLM"), "mistral3": ("mistral", "MistralForCausalLM"),
                     "qwen2_vl": ("qwen2", "Qwen2ForCausalLM"), "qwen2_5_vl": ("qwen2", "Qwen2ForCausalLM"),
-                    "qwen3_vl": ("qwen3", "Qwen3ForCausalLM")}
-MROPE_ARCHS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")  # multimodal RoPE, the 1-D RoPE on text (text_model_config)
+                    "qwen3_vl": ("qwen3", "Qwen3ForCausalLM"), "qwen3_vl_moe": ("qwen3_moe", "Qwen3MoeForCausalLM")}
+MROPE_ARCHS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")  # multimodal RoPE, the 1-D RoPE on text (text_model_config)
 # a text_config model_type that names its own text model (else IMAGE_TEXT_ARCHS' default): Ministral 3's
 TEXT_MODELS = {"ministral3": "Ministral3ForCausalLM"}
 
@@ -225,7 +225,8 @@ def text_model_config(config: Mapping[str, Any]) -> dict[str, Any]:
     is the text model's config.json (gemma3_text / Gemma3ForCausalLM, mistral / MistralForCausalLM),
     which is what GRPO trains, vLLM serves and the export writes. Likewise Qwen2-VL / Qwen2.5-VL
     (qwen2_vl, qwen2_5_vl: a Qwen2, their 4.x files with the text keys at the top level) and Qwen3-VL
-    (qwen3_vl: a Qwen3), whose multimodal RoPE is the 1-D one on text (without_mrope). Ministral 3
+    (qwen3_vl: a Qwen3) and Qwen3-VL-MoE (qwen3_vl_moe: a Qwen3-MoE whose router always renormalises, its
+    experts stored stacked: hf_bridge/names.py), whose multimodal RoPE is the 1-D one on text (without_mrope). Ministral 3
     (mistral3 whose text_config is a ministral3) keeps its own text model type (TEXT_MODELS), whose
     defaults differ from Mistral's (no window). The vision tower's weights stay in
     the checkpoint unread (hf_bridge/names.py maps the language model's prefixed names). Tied
@@ -247,6 +248,8 @@ def text_model_config(config: Mapping[str, Any]) -> dict[str, Any]:
     text = {k: v for k, v in text.items() if k != "model_type"}
     if config.get("model_type") in MROPE_ARCHS:
         text = without_mrope(text)
+    if config.get("model_type") == "qwen3_vl_moe":  # its router always renormalises the top-k (no key for it)
+        text["norm_topk_prob"] = True
     out = AutoConfig.for_model(text_type, **text).to_dict()
     out.update(model_type=text_type, architectures=[cls],
                tie_word_embeddings=bool(config.get("tie_word_embeddings", out.get("tie_word_embeddings", False))))

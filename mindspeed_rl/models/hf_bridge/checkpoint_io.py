@@ -25,7 +25,7 @@ import torch
 from safetensors import safe_open
 
 from mindspeed_rl.models.hf_bridge.names import (canonical_name, fused_name, fused_parts, own_names, stacked_expert,
-                                                 stacked_parts, stored_name)
+                                                 stacked_layout, stacked_parts, stored_name)
 from mindspeed_rl.utils.errors import UserInputError
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -94,11 +94,14 @@ class SafetensorsReader:
         # canonical expert tensor -> (stacked stored name, expert, part) (gpt-oss: names.stacked_parts)
         self._stacked: dict[str, tuple[str, int, str]] = {}
         self._decoded: tuple = (None, None)  # ((stored name, expert), its dequantized MXFP4 slice)
+        self._module_layout = False  # stacked experts as transformers' modules hold them (_stacked_in_module_layout)
         if config:  # canonical name -> file; the stored name is stored_name(canonical) or a fused tensor
             canonical = {}
-            experts = int(config.get("num_local_experts") or config.get("num_experts") or 0)
+            text = config.get("text_config") or config  # an image-text model's experts are its text model's
+            experts = int(text.get("num_local_experts") or text.get("num_experts") or 0)
+            self._stored_files = dict(self.weight_map)
             for name, file in self.weight_map.items():
-                stacked = stacked_parts(name, self.model_type, experts)
+                stacked = stacked_parts(canonical_name(name, self.model_type), self.model_type, experts)
                 for part, expert, what in stacked or ():
                     canonical[part] = file
                     self._stacked[part] = (name, expert, what)
@@ -112,6 +115,23 @@ class SafetensorsReader:
                     canonical[part] = file
                     self._parts[part] = (name, start, rows)
             self.weight_map = canonical
+            self._module_layout = self._stacked_in_module_layout(text) if self._stacked else False
+
+    def _stacked_in_module_layout(self, text: dict) -> bool:
+        """Whether the stacked experts are stored as transformers 5's modules hold them ((E, 2f, h) gate_up,
+        (E, h, f) down: its save_pretrained of Qwen3-VL-MoE) rather than as the releases ((E, h, 2f),
+        (E, f, h): x @ W), told by the shapes (down_proj's where gate_up is square)."""
+        h, f = int(text["hidden_size"]), int(text.get("moe_intermediate_size") or text["intermediate_size"])
+        shapes = {}
+        for name, expert, part in self._stacked.values():
+            if part in ("gate", "down") and part not in shapes and not name.endswith("_blocks"):
+                file = self._stored_files[name]
+                if file not in self._handles:
+                    self._handles[file] = open_safetensors(os.path.join(self.directory, file))
+                shapes[part] = tuple(self._handles[file].get_slice(name).get_shape())[1:]
+        if "gate" in shapes and 2 * f != h:
+            return shapes["gate"] == (2 * f, h)
+        return shapes.get("down") == (h, f) and h != f
 
     def where(self, name: str) -> str:
         return os.path.join(self.directory, self.weight_map.get(name, "?"))
@@ -146,14 +166,15 @@ class SafetensorsReader:
         file = self.weight_map[name]
         if file not in self._handles:
             self._handles[file] = open_safetensors(os.path.join(self.directory, file))
+        layout, module = stacked_layout(self.model_type), self._module_layout
         if not stored.endswith("_blocks"):
-            return stacked_expert(self._handles[file].get_slice(stored)[expert], part)
+            return stacked_expert(self._handles[file].get_slice(stored)[expert], part, layout=layout, module_layout=module)
         key = (stored, expert)
         if self._decoded[0] != key:
             scales = stored[: -len("_blocks")] + "_scales"
             blocks = self._handles[file].get_slice(stored)[expert]
             self._decoded = (key, stacked_expert(blocks, "raw", self._aux_slice(scales, stored)[expert]))
-        return stacked_expert(self._decoded[1], part)
+        return stacked_expert(self._decoded[1], part, layout=layout, module_layout=module)
 
     def quantized(self, name: str) -> bool:
         """Whether the checkpoint stores canonical `name` quantized (MXFP4 or block FP8; read dequantized)."""
@@ -199,6 +220,8 @@ class SafetensorsReader:
                 shape = (shape[1] * shape[2] * 2, shape[0])
             if part.endswith("_bias"):
                 return (shape[0] // 2,) if part != "down_bias" else shape
+            if self._module_layout:  # (2f, h) / (h, f) already
+                return (shape[0] // 2, shape[1]) if part in ("gate", "up") else shape
             return (shape[1] // 2, shape[0]) if part in ("gate", "up") else (shape[1], shape[0])
         sl, _, rows = self._slice(name)
         shape = tuple(sl.get_shape())

@@ -93,7 +93,9 @@ _LAYER = re.compile(r"^(model\.layers\.\d+\.)(.+)$")
 # gate_up_proj_bias (E, 2f), down_proj_bias (E, h). gpt-oss's own release stores the two weights in
 # MXFP4 (`<name>_blocks` uint8 (E, rows, cols / 32, 16) + `<name>_scales` (E, rows, cols / 32)),
 # dequantized on reading with transformers' convert_moe_packed_tensors (stacked_expert).
-_STACKED = {"gpt_oss": ("gate_up_proj", "down_proj")}
+# Qwen3-VL-MoE's text model stores them the same way with gate and up as the two halves of the last dim
+# (gate = [..., :f], up = [..., f:]) and no biases. model_type -> how gate and up share gate_up_proj.
+_STACKED = {"gpt_oss": "interleaved", "qwen3_vl_moe": "halves"}
 STACKED_TYPES = tuple(_STACKED)
 _STACKED_NAME = re.compile(r"^(model\.layers\.\d+\.)mlp\.experts\.(gate_up_proj|down_proj)(_bias|_blocks)?$")
 
@@ -103,10 +105,17 @@ def own_names(model_type: str | None) -> bool:
     return model_type in _STORED_AS or model_type in _FUSED or model_type in _PREFIXED or model_type in _STACKED
 
 
+def stacked_layout(model_type: str | None) -> str | None:
+    """How a `model_type` checkpoint keeps gate and up in its stacked gate_up_proj ("interleaved",
+    "halves"), or None where its experts are stored one by one."""
+    return _STACKED.get(model_type or "")
+
+
 def stacked_parts(name: str, model_type: str | None, experts: int) -> list[tuple[str, int, str]] | None:
-    """(canonical name, expert, part) of each expert tensor the stored stacked tensor `name` holds
-    (part: gate / up / down, + "_bias"), or None when `name` is not one (_STACKED). An MXFP4
-    checkpoint's `_blocks` tensor stands for the weight (its `_scales` are read with it)."""
+    """(canonical name, expert, part) of each expert tensor the stacked tensor `name` (canonical: an
+    image-text model's prefix already stripped) holds (part: gate / up / down, + "_bias"), or None when
+    `name` is not one (_STACKED). An MXFP4 checkpoint's `_blocks` tensor stands for the weight (its
+    `_scales` are read with it)."""
     m = _STACKED_NAME.match(name) if model_type in _STACKED else None
     if m is None:
         return None
@@ -117,20 +126,31 @@ def stacked_parts(name: str, model_type: str | None, experts: int) -> list[tuple
             for e in range(experts) for p in parts]
 
 
-def stacked_expert(stored: torch.Tensor, part: str, scales: torch.Tensor | None = None) -> torch.Tensor:
+def _half(t: torch.Tensor, up: bool, layout: str) -> torch.Tensor:
+    """gate's or up's rows of a (2f, ...) stacked gate_up slice (_STACKED's layouts)."""
+    if layout == "interleaved":
+        return t[(1 if up else 0)::2]
+    f = t.shape[0] // 2
+    return t[f:] if up else t[:f]
+
+
+def stacked_expert(stored: torch.Tensor, part: str, scales: torch.Tensor | None = None,
+                   layout: str = "interleaved", module_layout: bool = False) -> torch.Tensor:
     """One expert's canonical tensor (HF Linear layout: (out, in), or a bias) from its slice of a
-    stacked gpt-oss tensor (stacked_parts): `stored` (h, 2f) / (f, h) / (2f,) / (h,), or with
-    `scales` the MXFP4 blocks (rows, cols / 32, 16) of one expert, dequantized to fp32 first."""
+    stacked tensor (stacked_parts): `stored` (h, 2f) / (f, h) / (2f,) / (h,) as the releases store them
+    (used as x @ W), or (2f, h) / (h, f) with `module_layout` (transformers 5 saves Qwen3-VL-MoE's so);
+    with `scales` the MXFP4 blocks (rows, cols / 32, 16) of one expert, dequantized to fp32 first;
+    `layout`: how gate and up share gate_up (_STACKED)."""
     if scales is not None:
         from transformers.integrations.mxfp4 import convert_moe_packed_tensors
 
         stored = convert_moe_packed_tensors(stored[None], scales[None], dtype=torch.float32)[0]
-    if part in ("gate", "up"):  # (h, 2f), x @ W with gate / up interleaved -> (f, h)
-        return stored[:, (0 if part == "gate" else 1)::2].t().contiguous()
+    if part in ("gate", "up"):  # -> (f, h)
+        return _half(stored if module_layout else stored.t(), part == "up", layout).contiguous()
     if part in ("gate_bias", "up_bias"):
-        return stored[(0 if part == "gate_bias" else 1)::2].contiguous()
-    if part == "down":  # (f, h) -> (h, f)
-        return stored.t().contiguous()
+        return _half(stored, part == "up_bias", layout).contiguous()
+    if part == "down":  # -> (h, f)
+        return (stored if module_layout else stored.t()).contiguous()
     return stored  # down_bias (h,)
 
 
@@ -158,12 +178,15 @@ def stack_experts(tensors: dict, model_type: str | None) -> dict:
         gate = torch.stack([parts["gate"][e] for e in range(count)])
         up = torch.stack([parts["up"][e] for e in range(count)])
         down = torch.stack([parts["down"][e] for e in range(count)])
-        if kind == "weight":  # (E, f, h) x 2 -> (E, h, 2f) interleaved; (E, h, f) -> (E, f, h)
-            gate_up = torch.stack([gate, up], dim=2).flatten(1, 2).transpose(1, 2)
+        if kind == "weight":  # (E, f, h) x 2 -> (E, h, 2f) interleaved or halves; (E, h, f) -> (E, f, h)
+            gate_up = (torch.stack([gate, up], dim=2).flatten(1, 2) if _STACKED[model_type] == "interleaved"
+                       else torch.cat([gate, up], dim=1)).transpose(1, 2)
             out[f"{prefix}mlp.experts.gate_up_proj"] = gate_up.contiguous()
             out[f"{prefix}mlp.experts.down_proj"] = down.transpose(1, 2).contiguous()
         else:
-            out[f"{prefix}mlp.experts.gate_up_proj_bias"] = torch.stack([gate, up], dim=-1).flatten(-2).contiguous()
+            out[f"{prefix}mlp.experts.gate_up_proj_bias"] = (torch.stack([gate, up], dim=-1).flatten(-2)
+                                                              if _STACKED[model_type] == "interleaved"
+                                                              else torch.cat([gate, up], dim=-1)).contiguous()
             out[f"{prefix}mlp.experts.down_proj_bias"] = down.contiguous()
     return out
 

@@ -211,7 +211,7 @@ def test_image_text_checkpoint_trains_its_text_model(arch, prefix, tmp_path, glo
     assert (out[..., :120] - ref)[mask.bool()].abs().max() <= 1e-4
 
 
-@pytest.mark.parametrize("arch", ["qwen2_5_vl", "qwen3_vl", "ministral3"])
+@pytest.mark.parametrize("arch", ["qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "ministral3"])
 def test_vl_and_ministral3_checkpoints_train_their_text_model(arch, tmp_path, gloo_world1):
     """Qwen2.5-VL (qwen2_5_vl; its hub files' layout: model.layers.*, visual.*, lm_head, untied) and
     Qwen3-VL (qwen3_vl: model.language_model.*, model.visual.*, tied, q / k norms, interleaved
@@ -219,8 +219,11 @@ def test_vl_and_ministral3_checkpoints_train_their_text_model(arch, tmp_path, gl
     position on text, so the 1-D RoPE gives the image-text model's logits within 1e-4, with left
     padding (transformers computes its 3-D positions from the mask itself). Ministral 3 (mistral3
     around a ministral3, completed with Ministral 3's defaults: no window) likewise, YaRN included,
-    its length limit the 64 positions below which Llama 4's query scaling is 1."""
-    from safetensors.torch import load_file
+    its length limit the 64 positions below which Llama 4's query scaling is 1. Qwen3-VL-MoE
+    (qwen3_vl_moe) trains its Qwen3-MoE text model, read from its stacked experts (gate and up as the
+    halves of gate_up_proj), stored as transformers 5 saves them and as the releases do (transposed):
+    the same logits either way."""
+    from safetensors.torch import load_file, save_file
 
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
@@ -236,12 +239,15 @@ def test_vl_and_ministral3_checkpoints_train_their_text_model(arch, tmp_path, gl
     else:
         assert raw["model_type"] == arch and "mrope_section" in raw["text_config"]["rope_parameters"]
         assert any("visual." in n for n in tensors)
-        text_type = {"qwen2_5_vl": "qwen2", "qwen3_vl": "qwen3"}[arch]
+        text_type = {"qwen2_5_vl": "qwen2", "qwen3_vl": "qwen3", "qwen3_vl_moe": "qwen3_moe"}[arch]
         assert (config["model_type"], config["tie_word_embeddings"]) == (text_type, arch == "qwen3_vl")
         assert "mrope" not in json.dumps(config)
     assert any(n.endswith("lm_head.weight") for n in tensors) == (arch != "qwen3_vl")
     args = dict(model_config_from_hf(config), padded_vocab_size=128)
-    assert args["add_qkv_bias"] == (arch == "qwen2_5_vl") and args["qk_layernorm"] == (arch == "qwen3_vl")
+    assert args["add_qkv_bias"] == (arch == "qwen2_5_vl") and args["qk_layernorm"] == arch.startswith("qwen3_vl")
+    if arch == "qwen3_vl_moe":  # the router always renormalises; the experts stacked in the checkpoint
+        assert (args["num_experts"], args["moe_ffn_hidden_size"], args["norm_topk_prob"]) == (4, 48, True)
+        assert tensors["model.language_model.layers.0.mlp.experts.gate_up_proj"].shape == (4, 96, 64)
     if arch == "ministral3":
         assert (args["max_position_embeddings"], args["rope_scaling_type"], args["rope_scaling_factor"]) == (64, "yarn", 4)
     init_parallel_state(1, 1)
@@ -256,6 +262,13 @@ def test_vl_and_ministral3_checkpoints_train_their_text_model(arch, tmp_path, gl
         ref = hf(input_ids=ids, attention_mask=mask).logits
         out = model(ids, pos, attention_mask_4d(mask))
     assert (out[..., :120] - ref)[mask.bool()].abs().max() <= 1e-4
+    if arch == "qwen3_vl_moe":  # the releases' layout, (E, h, 2f) / (E, f, h): the same weights read
+        save_file({n: t.transpose(1, 2).contiguous() if n.endswith(("experts.gate_up_proj", "experts.down_proj")) else t
+                   for n, t in tensors.items()}, str(tmp_path / "model.safetensors"))
+        again = build_gpt_model(args).eval()
+        load_hf_checkpoint(again, str(tmp_path), args)
+        for (n, a), b in zip(model.state_dict().items(), again.state_dict().values()):
+            assert n.endswith("_extra_state") or torch.equal(a, b), n
 
 
 @pytest.mark.parametrize("arch", ["olmo2", "olmo3", "gemma3_text"])
