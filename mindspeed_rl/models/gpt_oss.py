@@ -4,8 +4,9 @@
 What gpt-oss adds to a Mixtral-style MoE model (transformers' modeling_gpt_oss):
 - attention sinks: one learnable logit per head joins every query's softmax and takes its share of
   the probability without contributing a value (megatron-core 0.16: `softmax_type: learnable`,
-  the core attention's `softmax_offset`, split over TP with the heads). `install_sinks` gives 0.12's
-  core attention the same parameter; core_attention.explicit_attention computes it in training and
+  the core attention's `softmax_offset`, split over TP with the heads). `install_sinks` gives the core
+  attention that parameter on both versions (the TransformerConfig never gets softmax_type, so
+  megatron's own softmax never sees it); core_attention.explicit_attention computes it in training and
   the native engine's cached attention adds it (rollout/kv_cache.grouped_attention);
 - biases on q / k / v, o_proj, the router and both expert projections (`add_bias_linear`);
 - the experts' clamped SwiGLU: gate clamped above at L, up at +-L, then
@@ -116,8 +117,8 @@ class BiasedRouter(TopKRouter):
 def install(model, grouped_gemm: bool = False) -> int:
     """gpt-oss's pieces on `model` (a GPTModel chunk), as its config asks: with quick_geglu every
     SequentialMLP becomes GptOssExperts, and with add_bias_linear a router without a bias (megatron-core
-    0.12) gets one; with attention sinks every core attention without a `softmax_offset` (0.12) gets
-    it. Returns how many MoE layers were turned."""
+    0.12; 0.16 builds it) gets one; with attention sinks every core attention gets its sink logits
+    (install_sinks). Returns how many MoE layers were turned."""
     config = model.config
     config.own_grouped_gemm = bool(grouped_gemm)
     count = 0
@@ -143,9 +144,8 @@ def install(model, grouped_gemm: bool = False) -> int:
 
 
 def install_sinks(model) -> None:
-    """A learnable sink logit per head on each core attention that has none (megatron-core 0.12; 0.16
-    makes it itself with softmax_type: learnable), split over TP with the heads: `softmax_offset`
-    (this rank's heads), megatron 0.16's name."""
+    """A learnable sink logit per head on each core attention, split over TP with the heads:
+    `softmax_offset` (this rank's heads), megatron 0.16's name for it."""
     for layer in model.decoder.layers:
         core = layer.self_attention.core_attention
         if getattr(core, "softmax_offset", None) is not None:
