@@ -57,7 +57,7 @@ from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 import torch
 
 from mindspeed_rl.models.hf_config import expert_count
-from mindspeed_rl.models.hf_bridge.names import STACKED_TYPES, stored_name
+from mindspeed_rl.models.hf_bridge.names import stored_name
 from mindspeed_rl.platform import get_platform
 from mindspeed_rl.platform import vllm_env
 from mindspeed_rl.rollout.interface import check_prompts, FINISH_EOS, FINISH_LENGTH, RolloutOutput, SamplingParams
@@ -97,14 +97,14 @@ _SINKS = re.compile(r"^model\.layers\.(\d+)\.self_attn\.sinks$")
 
 def stacked_chunks(chunks: Iterable[Sequence[tuple[str, torch.Tensor]]], model_type: Optional[str],
                    sinks: dict) -> Iterator[list[tuple[str, torch.Tensor]]]:
-    """The chunks as vLLM's loader of a stacked-experts model (gpt-oss: hf_bridge/names.py's _STACKED) takes
-    them through its weight loaders, which the layer-wise reload needs (its direct copies of a whole stack
-    land on the reload's placeholders and are lost): each expert's canonical tensors, once all six
+    """The chunks as vLLM's gpt-oss loader takes them through its weight loaders, which the layer-wise
+    reload needs (its direct copies of a whole expert stack land on the reload's placeholders and are
+    lost): each expert's canonical tensors, once all six
     arrived, as vLLM's per-expert `experts.<e>.w13_weight` (h, 2f: gate / up interleaved, the checkpoint's
     slice), `w13_bias`, `w2_weight` (f, h), `w2_bias`. The attention sinks, which vLLM also copies
     directly, are kept out into `sinks` (layer -> tensor) for copy_sinks after the reload. Other models'
     chunks pass through."""
-    if model_type not in STACKED_TYPES:
+    if model_type != "gpt_oss":  # (vLLM serves Qwen3-VL-MoE's text model as a Qwen3-MoE, experts one by one)
         yield from chunks
         return
     pending: dict[tuple[str, str], dict[str, torch.Tensor]] = {}

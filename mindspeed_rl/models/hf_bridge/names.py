@@ -96,7 +96,6 @@ _LAYER = re.compile(r"^(model\.layers\.\d+\.)(.+)$")
 # Qwen3-VL-MoE's text model stores them the same way with gate and up as the two halves of the last dim
 # (gate = [..., :f], up = [..., f:]) and no biases. model_type -> how gate and up share gate_up_proj.
 _STACKED = {"gpt_oss": "interleaved", "qwen3_vl_moe": "halves"}
-STACKED_TYPES = tuple(_STACKED)
 _STACKED_NAME = re.compile(r"^(model\.layers\.\d+\.)mlp\.experts\.(gate_up_proj|down_proj)(_bias|_blocks)?$")
 
 
