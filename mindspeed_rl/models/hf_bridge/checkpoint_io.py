@@ -24,8 +24,8 @@ from typing import Mapping, Optional, Protocol
 import torch
 from safetensors import safe_open
 
-from mindspeed_rl.models.hf_bridge.names import (canonical_name, fused_name, fused_parts, own_names, stacked_expert,
-                                                 stacked_layout, stacked_parts, stored_name)
+from mindspeed_rl.models.hf_bridge.names import (canonical_name, dequantize_mxfp4, fused_name, fused_parts, own_names,
+                                                 stacked_expert, stacked_layout, stacked_parts, stored_name)
 from mindspeed_rl.utils.errors import UserInputError
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -84,7 +84,7 @@ class SafetensorsReader:
                 "Face checkpoint directory with safetensors weights.")
         # quantization scales are read with their weights, never as tensors of their own: gpt-oss's MXFP4
         # `<proj>_scales` (names.stacked_expert), block-FP8 `<weight>_scale_inv` (DeepSeek-V3 / R1, Kimi K2,
-        # Qwen3-FP8: read_fp8)
+        # Qwen3-FP8: _fp8)
         self._aux = {n: f for n, f in self.weight_map.items() if _AUX.search(n)}
         self.weight_map = {n: f for n, f in self.weight_map.items() if n not in self._aux}
         config = _own_names_config(directory)
@@ -99,7 +99,6 @@ class SafetensorsReader:
             canonical = {}
             text = config.get("text_config") or config  # an image-text model's experts are its text model's
             experts = int(text.get("num_local_experts") or text.get("num_experts") or 0)
-            self._stored_files = dict(self.weight_map)
             for name, file in self.weight_map.items():
                 stacked = stacked_parts(canonical_name(name, self.model_type), self.model_type, experts)
                 for part, expert, what in stacked or ():
@@ -117,18 +116,21 @@ class SafetensorsReader:
             self.weight_map = canonical
             self._module_layout = self._stacked_in_module_layout(text) if self._stacked else False
 
+    def _slice_of(self, file: str, stored: str):
+        """The safetensors slice of tensor `stored` in `file` (the file opened once, lazily)."""
+        if file not in self._handles:
+            self._handles[file] = open_safetensors(os.path.join(self.directory, file))
+        return self._handles[file].get_slice(stored)
+
     def _stacked_in_module_layout(self, text: dict) -> bool:
         """Whether the stacked experts are stored as transformers 5's modules hold them ((E, 2f, h) gate_up,
         (E, h, f) down: its save_pretrained of Qwen3-VL-MoE) rather than as the releases ((E, h, 2f),
         (E, f, h): x @ W), told by the shapes (down_proj's where gate_up is square)."""
         h, f = int(text["hidden_size"]), int(text.get("moe_intermediate_size") or text["intermediate_size"])
         shapes = {}
-        for name, expert, part in self._stacked.values():
+        for canonical, (name, _, part) in self._stacked.items():
             if part in ("gate", "down") and part not in shapes and not name.endswith("_blocks"):
-                file = self._stored_files[name]
-                if file not in self._handles:
-                    self._handles[file] = open_safetensors(os.path.join(self.directory, file))
-                shapes[part] = tuple(self._handles[file].get_slice(name).get_shape())[1:]
+                shapes[part] = tuple(self._slice_of(self.weight_map[canonical], name).get_shape())[1:]
         if "gate" in shapes and 2 * f != h:
             return shapes["gate"] == (2 * f, h)
         return shapes.get("down") == (h, f) and h != f
@@ -155,26 +157,21 @@ class SafetensorsReader:
             raise UserInputError(
                 f"tensor {stored} is not in the checkpoint {self.directory}; the checkpoint does not "
                 "match its config.json (or the architecture is not supported).")
-        if file not in self._handles:
-            self._handles[file] = open_safetensors(os.path.join(self.directory, file))
-        return self._handles[file].get_slice(stored), start, rows
+        return self._slice_of(file, stored), start, rows
 
     def _expert(self, name: str) -> torch.Tensor:
         """The canonical tensor of one expert from its stacked tensor (names.stacked_expert); an MXFP4
         weight is dequantized once per (tensor, expert) and kept for its other part."""
         stored, expert, part = self._stacked[name]
-        file = self.weight_map[name]
-        if file not in self._handles:
-            self._handles[file] = open_safetensors(os.path.join(self.directory, file))
         layout, module = stacked_layout(self.model_type), self._module_layout
         if not stored.endswith("_blocks"):
-            return stacked_expert(self._handles[file].get_slice(stored)[expert], part, layout=layout, module_layout=module)
+            return stacked_expert(self._slice_of(self.weight_map[name], stored)[expert], part, layout, module)
         key = (stored, expert)
         if self._decoded[0] != key:
-            scales = stored[: -len("_blocks")] + "_scales"
-            blocks = self._handles[file].get_slice(stored)[expert]
-            self._decoded = (key, stacked_expert(blocks, "raw", self._aux_slice(scales, stored)[expert]))
-        return stacked_expert(self._decoded[1], part, layout=layout, module_layout=module)
+            blocks = self._slice_of(self.weight_map[name], stored)[expert]
+            scales = self._aux_slice(stored[: -len("_blocks")] + "_scales", stored)[expert]
+            self._decoded = (key, dequantize_mxfp4(blocks, scales))
+        return stacked_expert(self._decoded[1], part, layout, module)
 
     def quantized(self, name: str) -> bool:
         """Whether the checkpoint stores canonical `name` quantized (MXFP4 or block FP8; read dequantized)."""
@@ -189,9 +186,7 @@ class SafetensorsReader:
         if file is None:
             raise UserInputError(f"tensor {scales} (the quantization scales of {of}) is not in the checkpoint "
                                  f"{self.directory}; download the complete checkpoint.")
-        if file not in self._handles:
-            self._handles[file] = open_safetensors(os.path.join(self.directory, file))
-        return self._handles[file].get_slice(scales)
+        return self._slice_of(file, scales)
 
     def _fp8(self, sl, stored: str, rows: slice, cols: Optional[slice]) -> torch.Tensor:
         """Rows `rows` (absolute) and columns `cols` of a block-FP8 weight (float8_e4m3fn), dequantized to
@@ -212,10 +207,7 @@ class SafetensorsReader:
     def shape(self, name: str) -> tuple[int, ...]:
         if name in self._stacked:  # from the stacked tensor's header (names.stacked_expert's layouts)
             stored, _, part = self._stacked[name]
-            file = self.weight_map[name]
-            if file not in self._handles:
-                self._handles[file] = open_safetensors(os.path.join(self.directory, file))
-            shape = tuple(self._handles[file].get_slice(stored).get_shape())[1:]
+            shape = tuple(self._slice_of(self.weight_map[name], stored).get_shape())[1:]
             if stored.endswith("_blocks"):  # (rows, cols / 32, 16) -> the dequantized (cols, rows)
                 shape = (shape[1] * shape[2] * 2, shape[0])
             if part.endswith("_bias"):

@@ -92,7 +92,7 @@ _LAYER = re.compile(r"^(model\.layers\.\d+\.)(.+)$")
 # (gate = [..., 0::2], up = [..., 1::2]) and used as x @ W; down_proj (E, f, h); their biases
 # gate_up_proj_bias (E, 2f), down_proj_bias (E, h). gpt-oss's own release stores the two weights in
 # MXFP4 (`<name>_blocks` uint8 (E, rows, cols / 32, 16) + `<name>_scales` (E, rows, cols / 32)),
-# dequantized on reading with transformers' convert_moe_packed_tensors (stacked_expert).
+# dequantized on reading with transformers' convert_moe_packed_tensors (dequantize_mxfp4).
 # Qwen3-VL-MoE's text model stores them the same way with gate and up as the two halves of the last dim
 # (gate = [..., :f], up = [..., f:]) and no biases. model_type -> how gate and up share gate_up_proj.
 _STACKED = {"gpt_oss": "interleaved", "qwen3_vl_moe": "halves"}
@@ -133,17 +133,21 @@ def _half(t: torch.Tensor, up: bool, layout: str) -> torch.Tensor:
     return t[f:] if up else t[:f]
 
 
-def stacked_expert(stored: torch.Tensor, part: str, scales: torch.Tensor | None = None,
-                   layout: str = "interleaved", module_layout: bool = False) -> torch.Tensor:
+def dequantize_mxfp4(blocks: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """One expert's MXFP4 weight in fp32: its blocks (rows, cols / 32, 16) and scales (rows, cols / 32),
+    dequantized with transformers' convert_moe_packed_tensors (as transformers loads gpt-oss's release)
+    into the release's unquantized layout (cols, rows)."""
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+
+    return convert_moe_packed_tensors(blocks[None], scales[None], dtype=torch.float32)[0]
+
+
+def stacked_expert(stored: torch.Tensor, part: str, layout: str = "interleaved",
+                   module_layout: bool = False) -> torch.Tensor:
     """One expert's canonical tensor (HF Linear layout: (out, in), or a bias) from its slice of a
     stacked tensor (stacked_parts): `stored` (h, 2f) / (f, h) / (2f,) / (h,) as the releases store them
-    (used as x @ W), or (2f, h) / (h, f) with `module_layout` (transformers 5 saves Qwen3-VL-MoE's so);
-    with `scales` the MXFP4 blocks (rows, cols / 32, 16) of one expert, dequantized to fp32 first;
-    `layout`: how gate and up share gate_up (_STACKED)."""
-    if scales is not None:
-        from transformers.integrations.mxfp4 import convert_moe_packed_tensors
-
-        stored = convert_moe_packed_tensors(stored[None], scales[None], dtype=torch.float32)[0]
+    (used as x @ W; an MXFP4 one after dequantize_mxfp4), or (2f, h) / (h, f) with `module_layout`
+    (transformers 5 saves Qwen3-VL-MoE's so); `layout`: how gate and up share gate_up (_STACKED)."""
     if part in ("gate", "up"):  # -> (f, h)
         return _half(stored if module_layout else stored.t(), part == "up", layout).contiguous()
     if part in ("gate_bias", "up_bias"):
