@@ -25,12 +25,9 @@ so checkpoints, the HF bridge and routing replay see the usual names.
 """
 from __future__ import annotations
 
-import logging
-
 import torch
 
 from mindspeed_rl.platform import get_platform
-from mindspeed_rl.platform.base import compile_error_summary
 
 get_platform().patch()  # megatron must be imported after the platform patch (no-op when done)
 
@@ -38,10 +35,9 @@ from megatron.core.tensor_parallel.layers import set_tensor_model_parallel_attri
 from megatron.core.transformer.moe.experts import SequentialMLP  # noqa: E402
 from megatron.core.transformer.moe.router import TopKRouter  # noqa: E402
 
-log = logging.getLogger(__name__)
+from mindspeed_rl.models import grouped_experts  # noqa: E402  (the grouped GEMM's on / off state)
 
 QUICK_GELU_ALPHA = 1.702  # megatron's quick_gelu, transformers' swiglu_alpha default (its releases)
-_STATE = {"failed": None}  # the error that turned the grouped GEMM off in this process
 
 
 def clamped_glu(x: torch.Tensor, limit: float | None, offset: float) -> torch.Tensor:
@@ -70,15 +66,13 @@ class GptOssExperts(SequentialMLP):
                 permuted_probs: torch.Tensor):
         hidden = permuted_local_hidden_states
         experts = self.local_experts
-        grouped = getattr(self.config, "own_grouped_gemm", False) and _STATE["failed"] is None and len(experts) > 1
-        if grouped and hidden.dim() == 2 and hidden.shape[0]:
+        grouped = getattr(self.config, "own_grouped_gemm", False) and grouped_experts.failed() is None
+        if grouped and len(experts) > 1 and hidden.dim() == 2 and hidden.shape[0]:
             try:
                 out = self._grouped(hidden, tokens_per_expert)
                 return (out * permuted_probs.unsqueeze(-1)).to(hidden.dtype), None
-            except (RuntimeError, NotImplementedError, ImportError) as err:  # no kernel for this device / dtype
-                _STATE["failed"] = err
-                log.warning("moe_grouped_gemm: the grouped matmul failed (%s); the experts run one by one from "
-                            "here on (set moe_grouped_gemm: false to skip the attempt).", compile_error_summary(err))
+            except grouped_experts.GROUPED_GEMM_ERRORS as err:  # no kernel for this device / dtype
+                grouped_experts.turn_off(err)
         counts = torch.as_tensor(tokens_per_expert).tolist()
         parts = torch.split(hidden, counts)
         outs = [self._rows(x, e.linear_fc1.weight, e.linear_fc2.weight, e.linear_fc1.bias, e.linear_fc2.bias)

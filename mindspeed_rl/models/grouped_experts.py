@@ -96,10 +96,8 @@ class GroupedExperts(SequentialMLP):
             fc1 = grouped_mm(hidden.contiguous(), _stacked([e.linear_fc1.weight for e in self.local_experts]), counts)
             out = grouped_mm(self._activation(fc1, permuted_probs).contiguous(),
                              _stacked([e.linear_fc2.weight for e in self.local_experts]), counts)
-        except (RuntimeError, NotImplementedError, ImportError) as err:  # no kernel for this device / dtype
-            _STATE["failed"] = err
-            log.warning("moe_grouped_gemm: the grouped matmul failed (%s); the experts run one by one from "
-                        "here on (set moe_grouped_gemm: false to skip the attempt).", compile_error_summary(err))
+        except GROUPED_GEMM_ERRORS as err:  # no kernel for this device / dtype
+            turn_off(err)
             return super().forward(hidden, tokens_per_expert, permuted_probs)
         return out, None
 
@@ -114,6 +112,16 @@ def install(model) -> int:
                 module.__class__ = GroupedExperts
                 count += 1
     return count
+
+
+GROUPED_GEMM_ERRORS = (RuntimeError, NotImplementedError, ImportError)  # what a missing kernel raises
+
+
+def turn_off(err: Exception) -> None:
+    """The grouped GEMM failed (`err`): off for every MoE layer of this process, said once."""
+    _STATE["failed"] = err
+    log.warning("moe_grouped_gemm: the grouped matmul failed (%s); the experts run one by one from "
+                "here on (set moe_grouped_gemm: false to skip the attempt).", compile_error_summary(err))
 
 
 def failed() -> Exception | None:
