@@ -11,14 +11,18 @@ installs them from the keys hf_config.olmo2_args sets):
   over its heads, all-reduces that sum over the TP group (an autograd all-reduce: the gradient of
   every rank's loss reaches the other ranks' shares) and scales by its own slice of the weight.
   The weight is split over TP like the heads (mapping kind "column"), marked tensor-parallel so the
-  gradient norm counts each slice once.
+  gradient norm counts each slice once. megatron's finalize_model_grads sums over TP the gradient of
+  every parameter named q_layernorm / k_layernorm (Qwen3's per-head norms are whole on every rank);
+  for these slices that would add the other ranks' slices' gradients, so `kept_from_tp_sum` hides them
+  from that rule (models/train_step.finalize_grads).
 
 RMSNorm here is OLMo 2's: x / sqrt(mean(x^2) + eps) in fp32, times the weight, cast back.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 import torch
 
@@ -59,6 +63,24 @@ class AcrossHeadsRMSNorm(torch.nn.Module):
                 square_sum, group=parallel_state.get_tensor_model_parallel_group())
         h = h * torch.rsqrt(square_sum / self.full_width + self.eps)
         return (self.sharded_weight.float() * h).to(x.dtype).reshape(shape)
+
+
+@contextlib.contextmanager
+def kept_from_tp_sum(chunks: Iterable[torch.nn.Module]) -> Iterator[None]:
+    """Around megatron's finalize_model_grads: AcrossHeadsRMSNorm weights out of its TP all-reduce of
+    q_layernorm / k_layernorm gradients. That rule picks parameters by name, requires_grad ones only, so
+    they have requires_grad off for the call (restored after); DDP's data-parallel reduction, which
+    works on its gradient buckets, still covers them. Without this, at TP 2 each slice's gradient came
+    out as the sum of both slices' (100 % off, MiniMax-M2 and OLMo 2 alike)."""
+    weights = [m.sharded_weight for chunk in chunks for m in chunk.modules()
+               if isinstance(m, AcrossHeadsRMSNorm) and m.sharded_weight.requires_grad]
+    for w in weights:
+        w.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for w in weights:
+            w.requires_grad_(True)
 
 
 def without_pre_norms(spec: Any, across_heads: bool, pre_norm: bool) -> Any:

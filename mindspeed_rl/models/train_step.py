@@ -33,6 +33,7 @@ from megatron.core.distributed import finalize_model_grads  # noqa: E402
 from megatron.core.pipeline_parallel import get_forward_backward_func  # noqa: E402
 from megatron.core.utils import get_model_config  # noqa: E402
 
+from mindspeed_rl.models import olmo  # noqa: E402
 from mindspeed_rl.models.chunks import as_chunks  # noqa: E402
 from mindspeed_rl.models.moe_replay import columns, replay_routing  # noqa: E402
 from mindspeed_rl.models.forward import (  # noqa: E402
@@ -113,6 +114,14 @@ def rows_to_run(batch: dict, s: PolicyLossSettings, chunks: list, micro_batch_si
     if n == b:
         return None
     return torch.cat([matters.nonzero()[:, 0], (~matters).nonzero()[:, 0]])[:n]
+
+
+def finalize_grads(chunks: list) -> None:
+    """megatron's finalize_model_grads (DP reduction, the TP sums of SP and q / k norm gradients, tied
+    embeddings) with OLMo 2's / MiniMax-M2's TP-split q / k norm weights kept out of the TP sum
+    (models/olmo.kept_from_tp_sum)."""
+    with olmo.kept_from_tp_sum(chunks):
+        finalize_model_grads(chunks)
 
 
 def policy_update_step(model, optimizer, scheduler, batch: dict, prompt_width: int, micro_batch_size: int,
@@ -204,7 +213,7 @@ def policy_update_step(model, optimizer, scheduler, batch: dict, prompt_width: i
     outputs = get_forward_backward_func()(
         forward_step_func=step, data_iterator=data, model=chunks, num_microbatches=len(micro),
         seq_length=seq + (-seq % multiple), micro_batch_size=micro_batch_size, forward_only=False)
-    finalize_model_grads(chunks)
+    finalize_grads(chunks)
     lr = float(optimizer.param_groups[0]["lr"])  # the rate this step uses (the scheduler moves it after)
     if _all_finite(chunks, outputs):
         ok, grad_norm, _ = optimizer.step()

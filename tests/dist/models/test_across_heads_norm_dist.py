@@ -1,7 +1,10 @@
 """OLMo 2's q / k norms over all heads at TP 2 (models/olmo.py): each rank holds half of the heads and
 half of each norm weight, sums its squares and all-reduces the sum. The logits equal transformers',
 and the gradients of every weight (the norm slices included) equal transformers' autograd ones: the
-all-reduce's backward carries each rank's loss to the other rank's heads. Also with SP."""
+all-reduce's backward carries each rank's loss to the other rank's heads. Also with SP. The gradients
+are the ones training steps with: megatron's DDP and finalize_model_grads as train_step.finalize_grads
+calls it, whose by-name TP sum of q / k norm gradients would add the other slice's (checked: without
+olmo.kept_from_tp_sum the norm slices fail)."""
 
 import pytest
 import torch
@@ -29,7 +32,9 @@ def _job(rank, world_size, hf_dir):
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.forward import attention_mask_4d, position_ids_from_mask
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
+    from mindspeed_rl.models.optimizer import wrap_ddp
     from mindspeed_rl.models.parallel import pad_for_sequence_parallel, parallel_config_kwargs
+    from mindspeed_rl.models.train_step import finalize_grads
 
     args = dict(model_config_from_hf(read_hf_config(hf_dir)), padded_vocab_size=PADDED)
     ids, mask, weights = _batch()
@@ -38,6 +43,7 @@ def _job(rank, world_size, hf_dir):
         init_parallel_state(tp=2, pp=1, seed=1)
         model = build_gpt_model(args, config_overrides=parallel_config_kwargs(sequence_parallel=sp))
         load_hf_checkpoint(model, hf_dir, args)
+        ddp = wrap_ddp(model, use_distributed_optimizer=False)
         model.train()
         pids, pmask = ids, mask
         if sp:
@@ -45,11 +51,10 @@ def _job(rank, world_size, hf_dir):
         logits = model(pids, position_ids_from_mask(pmask), attention_mask_4d(pmask))  # (b, s, V/TP)
         logits = gather_from_tensor_model_parallel_region(logits)[:, :ids.shape[1], :VOCAB]
         loss = (logits * weights * mask[..., None]).sum()
+        ddp.zero_grad_buffer()
         loss.backward()
-        for p in model.parameters():  # finalize_model_grads' SP all-reduce (each rank saw half the tokens)
-            if sp and getattr(p, "sequence_parallel", False) and p.grad is not None:
-                torch.distributed.all_reduce(p.grad, group=ps.get_tensor_model_parallel_group())
-        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        finalize_grads([ddp])  # DP (1 here), SP and q / k norm sums over TP, as a training step does
+        grads = {n: p.main_grad.clone() for n, p in model.named_parameters()}
         out[sp] = (logits.detach(), grads, ps.get_tensor_model_parallel_rank())
     ps.destroy_model_parallel()
     return out
