@@ -122,7 +122,8 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
     ministral3: Ministral 3's image-text model (mistral3 around a ministral3 text model: YaRN x 4 over 64
     positions, Llama 4's query scaling past them); deepseek_v3: DeepSeek-V3 (multi-latent attention with YaRN x 4 over
     32 positions and two different mscales, GLM-4.5's MoE layout); deepseek_v2: DeepSeek-V2-Lite (MLA without a query
-    rank, softmax routing not renormalised, weights x 2). `overrides` change TINY_HF (num_hidden_layers=4)."""
+    rank, softmax routing not renormalised, weights x 2); minimax_m2: MiniMax-M2 (q / k norms across heads, RoPE on half of
+    each head (rotary_dim), sigmoid routing with a random expert bias over 4 experts, Mixtral's names). `overrides` change TINY_HF (num_hidden_layers=4)."""
     import transformers as tf
 
     tiny = dict(TINY_HF, **overrides)
@@ -200,6 +201,13 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
             "sliding_window": 12, "swiglu_limit": 0.5, "pad_token_id": None, "eos_token_id": 2,
             "rope_parameters": {"rope_type": "yarn", "rope_theta": 1.5e5, "factor": 4.0, "beta_fast": 32.0,
                                 "beta_slow": 1.0, "truncate": False, "original_max_position_embeddings": 32}, **tiny}),
+        # MiniMax-M2's layout scaled down: q / k norms across all heads (GQA: k_norm over 2 heads), RoPE on the first
+        # 8 of 16 dimensions per head (the releases' rotary_dim), head_dim 16 x 4 heads, 4 experts of width 128
+        # (top-2, sigmoid routing with a random expert bias, renormalised), Mixtral's names
+        "minimax_m2": lambda: tf.MiniMaxM2Config(**{
+            "head_dim": 16, "rotary_dim": 8, "num_local_experts": 4, "num_experts_per_tok": 2, "scoring_func": "sigmoid",
+            "use_routing_bias": True, "rope_theta": 5e6, "pad_token_id": None, "bos_token_id": 1, "eos_token_id": 2,
+            **tiny}),
         # AFM-4.5B's layout: an MLP without a gate (relu2), YaRN past its original positions (here 32)
         "arcee": lambda: tf.ArceeConfig(**{"rope_theta": 1e4, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
                                            "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
@@ -280,7 +288,7 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
            "olmo2": tf.Olmo2ForCausalLM, "olmo3": tf.Olmo3ForCausalLM, "exaone4": tf.Exaone4ForCausalLM, "seed_oss": tf.SeedOssForCausalLM, "glm4": tf.Glm4ForCausalLM, "ernie4_5": tf.Ernie4_5ForCausalLM,
            "arcee": tf.ArceeForCausalLM, "glm4_moe": tf.Glm4MoeForCausalLM, "deepseek_v3": tf.DeepseekV3ForCausalLM,
            "deepseek_v2": tf.DeepseekV2ForCausalLM, "gpt_oss": tf.GptOssForCausalLM,
-           "ministral3": tf.Mistral3ForConditionalGeneration, "qwen2_5_vl": tf.Qwen2_5_VLForConditionalGeneration, "qwen3_vl": tf.Qwen3VLForConditionalGeneration,
+           "minimax_m2": tf.MiniMaxM2ForCausalLM, "ministral3": tf.Mistral3ForConditionalGeneration, "qwen2_5_vl": tf.Qwen2_5_VLForConditionalGeneration, "qwen3_vl": tf.Qwen3VLForConditionalGeneration,
            "qwen3_vl_moe": tf.Qwen3VLMoeForConditionalGeneration}[arch]
     torch.manual_seed(seed)
     model = cls(config).eval()
@@ -342,6 +350,21 @@ GPT_OSS_20B = {"architectures": ["GptOssForCausalLM"], "attention_bias": True, "
                "rope_theta": 150000, "router_aux_loss_coef": 0.9, "sliding_window": 128, "swiglu_limit": 7.0,
                "tie_word_embeddings": False, "transformers_version": "4.55.0.dev0", "use_cache": True,
                "vocab_size": 201088}
+
+# MiniMax-M2's config.json as MiniMaxAI/MiniMax-M2 publishes it (its architecture keys; MiniMax-M2.1 / M2.5 the same):
+# RoPE on rotary_dim 64 of 128 written the legacy way, three MTP modules after layer 61, block FP8 weights
+MINIMAX_M2 = {"architectures": ["MiniMaxM2ForCausalLM"], "attn_type_list": [1] * 62, "head_dim": 128,
+              "hidden_act": "silu", "hidden_size": 3072, "intermediate_size": 1536, "layernorm_full_attention_beta": 1.0,
+              "layernorm_linear_attention_beta": 1.0, "layernorm_mlp_beta": 1.0, "max_position_embeddings": 196608,
+              "model_type": "minimax_m2", "mtp_transformer_layers": 1, "num_attention_heads": 48,
+              "num_experts_per_tok": 8, "num_hidden_layers": 62, "num_key_value_heads": 8, "num_local_experts": 256,
+              "num_mtp_modules": 3, "qk_norm_type": "per_layer", "rms_norm_eps": 1e-06, "rope_theta": 5000000,
+              "rotary_dim": 64, "router_jitter_noise": 0.0, "scoring_func": "sigmoid", "shared_intermediate_size": 0,
+              "sliding_window": None, "tie_word_embeddings": False, "use_mtp": True, "use_qk_norm": True,
+              "use_routing_bias": True, "vocab_size": 200064,
+              "quantization_config": {"activation_scheme": "dynamic", "fmt": "float8_e4m3fn", "quant_method": "fp8",
+                                      "weight_block_size": [128, 128],
+                                      "modules_to_not_convert": ["gate", "e_score_correction_bias", "lm_head"]}}
 
 
 def add_mtp_layer(hf_dir):

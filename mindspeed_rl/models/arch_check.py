@@ -28,7 +28,7 @@ from typing import Any, Mapping, Optional
 from mindspeed_rl.models.hf_bridge.loader import read_hf_config
 from mindspeed_rl.models.hf_bridge.mapping import gated_mlp
 from mindspeed_rl.models.hf_bridge.sharding import moe_layers
-from mindspeed_rl.models.hf_config import kv_channels
+from mindspeed_rl.models.hf_config import kv_channels, mtp_layer_count
 from mindspeed_rl.utils.errors import UserInputError
 
 # Megatron key -> config.json key, for the message
@@ -323,7 +323,7 @@ def check_shapes_against_safetensors(args: Mapping[str, Any], hf_dir: str) -> No
             raise UserInputError(f"tensor {name} in {reader.where(name)} has shape {list(got)}, but the "
                                  f"architecture implies [<= padded_vocab_size {padded}, hidden_size {h}]; {fix}.")
     layers = {int(m.group(1)) for k in reader.weight_map if (m := re.match(r"model\.layers\.(\d+)\.", k))}
-    mtp = int(read_hf_config(hf_dir).get("num_nextn_predict_layers") or 0)  # GLM-4.5's, after the last layer: unread
+    mtp = mtp_layer_count(read_hf_config(hf_dir))[1]  # GLM-4.5's, MiniMax-M2's, after the last layer: unread
     if layers and max(layers) + 1 not in (int(args["num_layers"]), int(args["num_layers"]) + mtp):
         raise UserInputError(f"{hf_dir} holds {max(layers) + 1} layers but the architecture has num_layers "
                              f"{args['num_layers']}; {fix}.")

@@ -14,9 +14,9 @@ from typing import Any, Mapping, Optional
 
 HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "smollm3", "granite",
             "gemma3_text", "gemma2", "gemma", "olmo2", "olmo3", "ministral3", "exaone4", "seed_oss", "glm4",
-            "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2", "gpt_oss")
+            "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2", "gpt_oss", "minimax_m2")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
-MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3", "deepseek_v2", "gpt_oss")
+MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3", "deepseek_v2", "gpt_oss", "minimax_m2")
 MLA_ARCHS = ("deepseek_v3", "deepseek_v2")  # multi-latent attention (mla_args)
 WINDOW_ARCHS = ("mistral", "mixtral", "phi3", "ministral3")  # a config.json sliding_window applies to every layer
 ROPE_TYPES = ("default", "linear", "llama3", "longrope", "yarn")  # config.json rope types computed exactly
@@ -37,6 +37,8 @@ HF_DEFAULTS = {
                  "first_k_dense_replace": 1, "norm_topk_prob": True, "routed_scaling_factor": 1.0, "n_group": 1,
                  "topk_group": 1, "num_experts_per_tok": 8, "moe_intermediate_size": 1408},
     # q_lora_rank is not here: null in a config.json means one full-rank query projection (mla_args)
+    "minimax_m2": {"head_dim": 128, "rope_theta": 5000000.0, "num_local_experts": 256, "num_experts_per_tok": 8,
+                   "intermediate_size": 1536},
     "gpt_oss": {"head_dim": 64, "attention_bias": True, "rope_theta": 150000.0, "sliding_window": 128,
                 "swiglu_limit": 7.0},
     "deepseek_v3": {"kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
@@ -70,8 +72,12 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     DeepSeek-V3 (deepseek_v3; Kimi K2 as it) is GLM-4.5's MoE layout and routing with multi-latent attention
     (mla_args); DeepSeek-V2 / V2-Lite (deepseek_v2) the same attention with softmax routing (deepseek_v2_moe_args).
     gpt-oss (gpt_oss) is Mixtral's routing with attention sinks, biases, a clamped SwiGLU and alternating
-    sliding layers (gpt_oss_args). A quantized checkpoint is read dequantized where its format is one
-    the reader knows (check_quantization).
+    sliding layers (gpt_oss_args).
+    MiniMax-M2 (minimax_m2: MiniMax-M2, M2.1, M2.5) is Mixtral's names and expert width with GLM-4.5's sigmoid
+    routing (an expert bias, every layer MoE, no shared expert; minimax_m2_moe_args), OLMo 2's q / k norms
+    across all heads before RoPE on the first rotary_dim of each head (Llama's pairs); its multi-token-prediction
+    modules (num_mtp_modules, stored after the last layer) are not read.
+    A quantized checkpoint is read dequantized where its format is one the reader knows (check_quantization).
     Arcee (arcee: AFM-4.5B base / instruct) is Llama's attention with an MLP without a gate,
     down(relu(up(x))^2) (hidden_act relu2: squared_relu), YaRN beyond its 4096 original positions.
     Seed-OSS (seed_oss: Seed-OSS-36B base / instruct) is Qwen2's layout (q / k / v biases, on by default,
@@ -100,6 +106,9 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(rope.get("full_attention"), Mapping):  # Gemma 3, OLMo 3 in transformers 5: one per layer type
         rope = dict(rope["full_attention"])
     rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if model_type == "minimax_m2" and hf.get("rotary_dim") and not (rope.get("partial_rotary_factor")
+                                                                    or hf.get("partial_rotary_factor")):
+        rope["partial_rotary_factor"] = int(hf["rotary_dim"]) / head_dim  # the releases' spelling (transformers reads it)
     if model_type == "ernie4_5" and hf.get("use_bias"):
         raise ValueError("config.json use_bias=true (biases on every linear layer) is not supported; ERNIE 4.5's "
                          "releases have none.")
@@ -113,9 +122,9 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     # transformers 5 keeps it in rope_parameters, 4.x at the top level
     partial = float(rope.get("partial_rotary_factor") or hf.get("partial_rotary_factor") or 1.0)
     rotary_percent = partial if partial != 1.0 else None
-    if rotary_percent is not None and model_type not in ("phi3", "glm4", "glm4_moe"):
-        raise ValueError(f"config.json partial_rotary_factor {partial} is supported for phi3, glm4 and glm4_moe models "
-                         f"only, not {model_type}.")
+    if rotary_percent is not None and model_type not in ("phi3", "glm4", "glm4_moe", "minimax_m2"):
+        raise ValueError(f"config.json partial_rotary_factor {partial} is supported for phi3, glm4, glm4_moe and "
+                         f"minimax_m2 models only, not {model_type}.")
     if hf.get("use_sliding_window"):
         raise ValueError("config.json use_sliding_window=true is not supported; set it to false.")
     activation = gemma_activation(hf) if model_type in GEMMA_ARCHS else hf.get("hidden_act", "silu")
@@ -181,6 +190,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         args.update(gemma_args(hf, args["num_layers"], head_dim))
     if model_type in ("olmo2", "olmo3"):
         args.update(pre_norm=False, post_norm=True, qk_layernorm=True, qk_layernorm_across_heads=True)
+    if model_type == "minimax_m2":  # OLMo 2's q / k norms over all heads, before the usual pre-norms' layers
+        args.update(qk_layernorm=True, qk_layernorm_across_heads=True)
     if model_type == "olmo3":
         args.update(olmo3_args(hf, args["num_layers"], rope_type, args["rotary_base"]))
     if model_type == "exaone4":
@@ -541,6 +552,8 @@ def moe_args_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         return glm4_moe_args(hf)
     if hf.get("model_type") == "deepseek_v2":
         return deepseek_v2_moe_args(hf)
+    if hf.get("model_type") == "minimax_m2":
+        return minimax_m2_moe_args(hf)
     if hf.get("mlp_only_layers") or int(hf.get("decoder_sparse_step", 1)) != 1:
         raise ValueError("config.json mlp_only_layers / decoder_sparse_step != 1 (dense layers between MoE "
                          "layers) is not supported for this model type; every layer must be an MoE layer.")
@@ -575,7 +588,7 @@ def check_quantization(hf: Mapping[str, Any]) -> None:
     if method == "mxfp4" and hf.get("model_type") == "gpt_oss":
         return
     block = list(quant.get("weight_block_size") or []) if isinstance(quant, Mapping) else []
-    if method == "fp8" and block == [128, 128] and quant.get("fmt", "e4m3") == "e4m3":
+    if method == "fp8" and block == [128, 128] and quant.get("fmt", "e4m3") in ("e4m3", "float8_e4m3fn"):
         return
     raise ValueError(f"config.json quantization_config (quant_method {method!r}"
                      f"{f', weight_block_size {block}' if block else ''}) is a quantization load: does not read; "
@@ -643,6 +656,46 @@ def glm4_moe_args(hf: Mapping[str, Any]) -> dict[str, Any]:
                              f"{experts} experts).")
         args.update(moe_router_num_groups=groups, moe_router_group_topk=group_topk)
     return _scale_and_shared_experts(hf, args)
+
+
+def minimax_m2_moe_args(hf: Mapping[str, Any]) -> dict[str, Any]:
+    """Megatron MoE args of a MiniMax-M2 config.json (minimax_m2), as transformers routes it: every layer
+    MoE with num_local_experts experts intermediate_size wide (Mixtral's), sigmoid scores, the top-k chosen
+    by score + the checkpoint's e_score_correction_bias (megatron's expert_bias, kept fixed) and weighted
+    by their scores renormalised; no groups, no routed scale, no shared expert. What transformers does
+    not compute is refused: MiniMax-Text-01's linear-attention layers (attn_type_list 0), a shared
+    expert (shared_intermediate_size), other scoring functions, no routing bias (vLLM would then route
+    without the bias transformers always adds), no q / k norms (transformers always has them)."""
+    attention = [int(x) for x in hf.get("attn_type_list") or []]
+    if 0 in attention:
+        raise ValueError(f"config.json attn_type_list has linear-attention layers (0 at layers "
+                         f"{[i for i, x in enumerate(attention) if x == 0]}): MiniMax-Text-01's lightning attention is "
+                         f"not supported; MiniMax-M2's releases have full attention (1) in every layer.")
+    problems = [f"{key} {hf[key]!r} ({why})" for key, bad, why in (
+        ("scoring_func", hf.get("scoring_func", "sigmoid") != "sigmoid", "transformers routes by sigmoid"),
+        ("use_routing_bias", hf.get("use_routing_bias", True) is not True,
+         "transformers always adds e_score_correction_bias, vLLM only with true"),
+        ("shared_intermediate_size", int(hf.get("shared_intermediate_size") or 0) > 0, "a shared expert"),
+        ("qk_norm_type", hf.get("qk_norm_type", "per_layer") != "per_layer",
+         "transformers normalises each token's whole query and key"),
+        ("use_qk_norm", hf.get("use_qk_norm", True) is not True, "transformers always has q / k norms"),
+        ("router_jitter_noise", float(hf.get("router_jitter_noise") or 0.0) > 0, "noise on the router logits"),
+    ) if bad]
+    if problems:
+        raise ValueError(f"config.json of a minimax_m2 model: {'; '.join(problems)} is not supported; MiniMax-M2's "
+                         f"releases have sigmoid routing with the bias, no shared expert and per_layer q / k norms.")
+    return {"num_experts": expert_count(hf), "moe_router_topk": int(hf["num_experts_per_tok"]),
+            "moe_ffn_hidden_size": int(hf["intermediate_size"]), "norm_topk_prob": True,
+            "moe_router_score_function": "sigmoid", "moe_router_enable_expert_bias": True,
+            "moe_router_bias_update_rate": 0.0}
+
+
+def mtp_layer_count(hf: Mapping[str, Any]) -> tuple[str, int]:
+    """(config.json key, count) of the multi-token-prediction layers a checkpoint stores after its last
+    layer: num_nextn_predict_layers (DeepSeek-V3, GLM-4.5), num_mtp_modules (MiniMax-M2); not trained here."""
+    if hf.get("model_type") == "minimax_m2":
+        return "num_mtp_modules", int(hf.get("num_mtp_modules") or 0) if hf.get("use_mtp", True) else 0
+    return "num_nextn_predict_layers", int(hf.get("num_nextn_predict_layers") or 0)
 
 
 def _scale_and_shared_experts(hf: Mapping[str, Any], args: dict[str, Any]) -> dict[str, Any]:

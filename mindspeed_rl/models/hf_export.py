@@ -34,7 +34,7 @@ from safetensors.torch import save_file
 from mindspeed_rl.models.hf_bridge.checkpoint_io import INDEX_FILE, SINGLE_FILE, SafetensorsReader
 from mindspeed_rl.models.hf_bridge.mapping import EXPERT_KINDS, gated_mlp
 from mindspeed_rl.models.hf_bridge.names import fuse
-from mindspeed_rl.models.hf_config import kv_channels, no_rope_pattern, window_pattern
+from mindspeed_rl.models.hf_config import kv_channels, mtp_layer_count, no_rope_pattern, window_pattern
 from mindspeed_rl.models.hf_bridge.sharding import kind_of, mcore_to_hf, merge_tp, moe_layers
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
@@ -51,6 +51,8 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
     combination config.json cannot say is refused in one sentence."""
     if args.get("quick_geglu") or args.get("softmax_type") == "learnable":
         return gpt_oss_config(args, vocab_size, dtype)
+    if args.get("qk_layernorm_across_heads") and args.get("pre_norm", True) and int(args.get("num_experts") or 0) > 1:
+        return minimax_m2_config(args, vocab_size, dtype)
     if args.get("qk_layernorm_across_heads") or args.get("pre_norm") is False:
         return olmo_config(args, vocab_size, dtype)
     gemma = [k for k in GEMMA_KEYS if args.get(k)]
@@ -257,6 +259,38 @@ def glm4_moe_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype
     return config
 
 
+def minimax_m2_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
+    """MiniMax-M2's config.json (minimax_m2, MiniMaxM2ForCausalLM) for an MoE model with q / k norms across
+    heads (models/hf_config.minimax_m2_moe_args, read back the same): every layer MoE, sigmoid routing with
+    an expert bias, renormalised, Llama's RoPE pairs on the first rotary_dim of each head, no biases, shared
+    experts, groups, routed scale or other norms. vLLM reads rotary_dim, scoring_func and use_routing_bias."""
+    experts, topk = int(args.get("num_experts") or 0), int(args.get("moe_router_topk") or 2)
+    problems = [what for what, bad in (
+        ("every layer an MoE layer (moe_layer_freq)", not all(moe_layers(args))),
+        ("sigmoid routing with an expert bias (moe_router_score_function, moe_router_enable_expert_bias)",
+         args.get("moe_router_score_function") != "sigmoid" or not args.get("moe_router_enable_expert_bias")),
+        ("no shared expert, expert groups or routed scale", args.get("moe_shared_expert_intermediate_size")
+         or int(args.get("moe_router_num_groups") or 1) > 1 or float(args.get("moe_router_topk_scaling_factor") or 1.0) != 1.0),
+        ("no biases (add_qkv_bias, disable_bias_linear: true)", args.get("add_qkv_bias")
+         or args.get("disable_bias_linear") is False),
+        ("Llama's RoPE pairs, qk_layernorm, RMSNorm before attention and MLP only, full attention",
+         not args.get("qk_layernorm") or args.get("rotary_interleaved") or args.get("post_norm")
+         or args.get("sliding_window") or args.get("no_rope_freq") or args.get("multi_latent_attention")),
+    ) if bad]
+    if problems:
+        raise ValueError(f"an MoE model with q / k norms across heads has a config.json form only as MiniMax-M2 "
+                         f"(minimax_m2), which needs {'; '.join(problems)}.")
+    partial = float(args.get("rotary_percent") or 1.0)
+    config = base_config(args, vocab_size, dtype, "minimax_m2", "MiniMaxM2ForCausalLM",
+                         dict(rope_parameters(args), partial_rotary_factor=partial), eps=1e-6)
+    config.update(hidden_act="silu", intermediate_size=int(args.get("moe_ffn_hidden_size") or args["ffn_hidden_size"]),
+                  num_local_experts=experts, num_experts_per_tok=topk, rotary_dim=int(config["head_dim"] * partial),
+                  scoring_func="sigmoid", use_routing_bias=True, use_qk_norm=True, qk_norm_type="per_layer",
+                  shared_intermediate_size=0, router_jitter_noise=0.0, attention_bias=False,
+                  attn_type_list=[1] * config["num_hidden_layers"], use_mtp=False, num_mtp_modules=0)
+    return config
+
+
 def base_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype, model_type: str, cls: str,
                 rope: Mapping[str, Any], eps: float) -> dict[str, Any]:
     """The config.json keys every architecture here shares: sizes, heads, vocabulary, length, norm
@@ -421,13 +455,13 @@ _LAYER_NAME = re.compile(r"^model\.layers\.(\d+)\.")
 def mtp_layers(config: Mapping[str, Any], source: Optional[str],
                written: Iterable[str] = ()) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """config.json's multi-token-prediction layers for an export (num_nextn_predict_layers: DeepSeek-V3's,
-    GLM-4.5's, stored after the last of num_hidden_layers). RL trains the main layers only, so they are
-    copied unchanged, under their stored names, from `source` (the HF checkpoint the run started
+    GLM-4.5's; num_mtp_modules: MiniMax-M2's; stored after the last of num_hidden_layers). RL trains the
+    main layers only, so they are copied unchanged, under their stored names, from `source` (the HF checkpoint the run started
     from): a speculative-decoding draft head of the model it was trained from. Where `source` holds
     none, config.json's count becomes 0 so the export does not announce layers it lacks. Returns
     (config, {stored name: tensor}); (config, {}) when config.json has no such layers or the
     `written` tensor names hold them already (convert_ckpt HF -> HF)."""
-    count = int(config.get("num_nextn_predict_layers") or 0)
+    key, count = mtp_layer_count(config)
     layers = int(config.get("num_hidden_layers") or 0)
     if not count or any((m := _LAYER_NAME.match(n)) and int(m.group(1)) >= layers for n in written):
         return dict(config), {}
@@ -440,8 +474,8 @@ def mtp_layers(config: Mapping[str, Any], source: Optional[str],
                 tensor = reader.read(name)
                 tensors[reader.stored(name)] = (tensor.to(torch.bfloat16) if reader.quantized(name) else tensor).contiguous()
     if not tensors:
-        return dict(config, num_nextn_predict_layers=0), {}
-    return dict(config), tensors
+        return dict(config, **{key: 0}), {}
+    return dict(config, use_mtp=True) if key == "num_mtp_modules" else dict(config), tensors
 
 
 def write_hf_dir(out_dir: str, shards: Iterable[dict[str, torch.Tensor]], config: Mapping[str, Any],

@@ -46,9 +46,10 @@ puts the real function back and restores the caller's thread count, so training 
 from __future__ import annotations
 
 import contextlib
-import re
+import functools
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -162,6 +163,37 @@ def _keep_torch_threads():
         torch.set_num_threads(threads)
 
 
+def _name_partial_loaders(model: torch.nn.Module) -> None:
+    """Give each parameter's functools.partial weight loader the `__name__` of the function it binds.
+    vLLM's layer-wise reload (vLLM 0.32: reload/layerwise.py) reads every loader's `__name__`, which a
+    partial has not: MiniMax-M2's q / k norms (MiniMaxText01RMSNormTP) set one, and the first sync
+    failed with "'functools.partial' object has no attribute '__name__'"."""
+    for param in model.parameters():
+        loader = getattr(param, "weight_loader", None)
+        if isinstance(loader, functools.partial) and not hasattr(loader, "__name__"):
+            loader.__name__ = getattr(loader.func, "__name__", "weight_loader")
+
+
+def _group_cpu_sigmoid_routers(model: torch.nn.Module) -> int:
+    """vLLM 0.32 on CPU: sigmoid routing with an expert bias as one group of all experts. Its CPU router
+    computes sigmoid scores only in its grouped top-k, and a model that routes by sigmoid + bias without
+    groups (MiniMax-M2) failed its first generate ("assert self.scoring_func == 'softmax'"). One group of
+    which one is kept is the same top-k by score + bias, the weights the renormalised scores (as vLLM's
+    GLM-4.5 with n_group 1 routes, and transformers' MiniMax-M2). Returns the routers changed."""
+    try:
+        from vllm.model_executor.layers.fused_moe.router.cpu_router import CPURouter
+    except ImportError:  # a vLLM without the CPU router: its own routing stands
+        return 0
+    done = 0
+    for module in model.modules():
+        router = getattr(module, "router", None)
+        if (isinstance(router, CPURouter) and router.scoring_func == "sigmoid" and not router.use_grouped_topk
+                and router.custom_routing_function is None):
+            router.use_grouped_topk, router.num_expert_group, router.topk_group = True, 1, 1
+            done += 1
+    return done
+
+
 def _retie_embeddings(model: torch.nn.Module) -> None:
     """A tied lm_head gets no tensor of its own: the layer-wise reload puts the embedding's new
     tensor in place but leaves lm_head on the old one (and, on CPU, on a GEMM handle prepacked
@@ -188,8 +220,6 @@ def _prepack_cpu_experts(model: torch.nn.Module) -> int:
         from vllm.model_executor.layers.fused_moe.experts import cpu_moe
     except ImportError:  # a vLLM without the CPU experts kernel: nothing to redo
         return 0
-    import functools
-
     done = 0
     for module in model.modules():
         kernel = getattr(getattr(module, "quant_method", None), "moe_kernel", None)
@@ -355,6 +385,8 @@ class VLLMEngine:
             shutil.rmtree(self._dir, ignore_errors=True)
         if shm_token is not None:
             _unlink_cpu_shm(shm_token)
+        if self.platform_name == "cpu" and self._moe:
+            self.llm.apply_model(_group_cpu_sigmoid_routers)
         self.start_s = time.perf_counter() - t0
         log.info("vLLM engine up in %.1f s (%s, TP %d, dtype %s)", self.start_s, self.platform_name,
                  tensor_parallel_size, dtype)
@@ -422,6 +454,7 @@ class VLLMEngine:
         t0 = time.perf_counter()
 
         def load(model):
+            _name_partial_loaders(model)
             initialize_layerwise_reload(model)
             sinks: dict[int, torch.Tensor] = {}
             for chunk in stacked_chunks(chunks, model_type, sinks):

@@ -50,6 +50,9 @@ _STORED_AS["glm4_moe"] = tuple((f"mlp.shared_expert.{n}_proj.weight", f"mlp.shar
 _STORED_AS["deepseek_v3"] = (*_STORED_AS["glm4_moe"], ("self_attn.q_norm.weight", "self_attn.q_a_layernorm.weight"))
 _STORED_AS["deepseek_v2"] = _STORED_AS["deepseek_v3"]  # DeepSeek-V2's names are V3's
 _STORED_AS["kimi_k2"] = _STORED_AS["deepseek_v3"]  # Kimi K2's checkpoints are DeepSeek-V3's (hf_config.SAME_AS)
+# MiniMax-M2: Mixtral's names, its expert bias beside the router (GLM-4.5's is the router's own)
+_STORED_AS["minimax_m2"] = (*_STORED_AS["mixtral"],
+                            ("mlp.gate.e_score_correction_bias", "block_sparse_moe.e_score_correction_bias"))
 # gpt-oss calls the router `router` (its experts are stacked: _STACKED)
 _STORED_AS["gpt_oss"] = (("mlp.gate.weight", "mlp.router.weight"), ("mlp.gate.bias", "mlp.router.bias"))
 # GLM-4 names its norm on the attention output as the canonical name does, the one on the MLP output its own way

@@ -66,8 +66,11 @@ def _reduce_like_ddp(model, sp):
 
     for name, p in model.named_parameters():
         expert = not getattr(p, "allreduce", True)  # megatron marks expert parameters allreduce=False
-        # finalize_model_grads: SP norms and q/k norms (each TP rank saw a part) are summed over TP
-        partial = (sp and getattr(p, "sequence_parallel", False)) or "q_layernorm" in name or "k_layernorm" in name
+        # finalize_model_grads: SP norms and q/k norms (each TP rank saw a part) are summed over TP, except
+        # the TP-split q / k norms across heads (MiniMax-M2's), which train_step.finalize_grads keeps out
+        # (models/olmo.kept_from_tp_sum; the real call is tested in test_across_heads_norm_dist.py)
+        partial = (sp and getattr(p, "sequence_parallel", False)) or (
+            ("q_layernorm" in name or "k_layernorm" in name) and not name.endswith("sharded_weight"))
         if partial and ps.get_tensor_model_parallel_world_size() > 1:
             torch.distributed.all_reduce(p.grad, group=ps.get_tensor_model_parallel_group())
         group = ps.get_expert_data_parallel_group() if expert else ps.get_data_parallel_group()
@@ -267,7 +270,7 @@ def _moe_layers(moe) -> int:
 
 
 @pytest.fixture(scope="module", params=["qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3",
-                                                 "deepseek_v2", "gpt_oss"])
+                                                 "deepseek_v2", "gpt_oss", "minimax_m2"])
 def moe(request, tmp_path_factory):
     """Every test below runs on Qwen3-MoE, on Qwen2-MoE (qkv biases, top-k not renormalised, and
     a shared expert with its sigmoid gate: megatron's SharedExpertMLP, split over TP), on Mixtral
@@ -275,7 +278,8 @@ def moe(request, tmp_path_factory):
     first layer, sigmoid routing with the checkpoint's expert bias, expert groups, a routed scale, a
     shared expert without gate), on DeepSeek-V3 / V2-Lite (multi-latent attention) and on gpt-oss (attention
     sinks, biases on the attention, router and experts, the clamped SwiGLU, experts stored stacked and
-    interleaved; its ETP 2 layouts run at ETP 1: _run_as)."""
+    interleaved; its ETP 2 layouts run at ETP 1: _run_as) and on MiniMax-M2 (q / k norms across heads, split
+    over TP with the heads, sigmoid routing with the expert bias under Mixtral's names)."""
     from mindspeed_rl.models.forward import position_ids_from_mask
     from mindspeed_rl.models.hf_bridge.names import canonical_name
 

@@ -1,7 +1,7 @@
 """`load:` a HF directory with an empty model yaml: the architecture comes from config.json.
 
 Table over every architecture the model builder supports (Llama with llama3 rope scaling, Mistral,
-Phi-3, Qwen2 / Qwen2.5, Qwen3, Qwen3-MoE, Qwen2-MoE, Mixtral, SmolLM3, Granite, Gemma 3, Gemma 2, Gemma 1, OLMo 2, OLMo 3, Ministral 3, EXAONE 4.0, Seed-OSS, GLM-4, ERNIE 4.5, Arcee, GLM-4.5, DeepSeek-V3, DeepSeek-V2): an empty model entry (or none at all) dry-runs; a key the user did set that
+Phi-3, Qwen2 / Qwen2.5, Qwen3, Qwen3-MoE, Qwen2-MoE, Mixtral, SmolLM3, Granite, Gemma 3, Gemma 2, Gemma 1, OLMo 2, OLMo 3, Ministral 3, EXAONE 4.0, Seed-OSS, GLM-4, ERNIE 4.5, Arcee, GLM-4.5, DeepSeek-V3, DeepSeek-V2, gpt-oss, MiniMax-M2): an empty model entry (or none at all) dry-runs; a key the user did set that
 disagrees fails in dry_run with one sentence naming both values; weights whose safetensors
 headers do not fit config.json fail in dry_run too (headers only).
 """
@@ -67,6 +67,12 @@ ARCHS = {"llama": dict(rotary_base=5000.0, rope_scaling_type="llama3", untie_emb
                          glu_linear_offset=1.0, activation_func_clamp_value=0.5, window_attn_skip_freq=[1, 0],
                          sliding_window=12, rope_scaling_type="yarn", rope_scaling_truncate=False, kv_channels=16,
                          rotary_base=1.5e5, untie_embeddings_and_output_weights=True),
+         # MiniMax-M2: q / k norms across heads under the usual pre-norms, RoPE on half of each head, sigmoid routing
+         # with the expert bias, every layer MoE, experts as wide as intermediate_size
+         "minimax_m2": dict(qk_layernorm=True, qk_layernorm_across_heads=True, pre_norm=True, rotary_percent=0.5,
+                            num_experts=4, moe_router_topk=2, moe_ffn_hidden_size=128, moe_router_score_function="sigmoid",
+                            moe_router_enable_expert_bias=True, kv_channels=16, rotary_base=5e6,
+                            untie_embeddings_and_output_weights=True),
          "arcee": dict(swiglu=False, squared_relu=True, rope_scaling_type="yarn", rope_scaling_factor=4.0,
                        untie_embeddings_and_output_weights=True),
          "seed_oss": dict(add_qkv_bias=True, kv_channels=32, untie_embeddings_and_output_weights=True,
@@ -145,6 +151,8 @@ def test_user_set_key_that_agrees_is_kept_and_recorded(hf_dirs):
     ("glm4_moe", "training.moe_layer_freq=1",
      r"training.moe_layer_freq is \[1, 1\] but config.json in \S+ says \[0, 1\] \(first_k_dense_replace\)"),
     ("arcee", "training.swiglu=true", r"training.swiglu is True but config.json in \S+ says False \(hidden_act\)"),
+    ("minimax_m2", "training.qk_layernorm_across_heads=false",
+     r"training.qk_layernorm_across_heads is False but config.json in \S+ says True \(model_type\)"),
     ("deepseek_v3", "training.qk_rope_head_dim=16",
      r"training.qk_rope_head_dim is 16 but config.json in \S+ says 8 \(qk_rope_head_dim\)"),
 ])

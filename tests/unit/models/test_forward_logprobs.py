@@ -54,7 +54,7 @@ def _batches():
                                   "phi3-partiallongrope", "qwen2-yarn", "qwen3-yarnmscale", "mistral-linear",
                                   "smollm3", "smollm3-yarn", "granite", "gemma3_text", "gemma2", "gemma", "olmo2",
                                   "olmo3", "exaone4", "seed_oss", "glm4", "ernie4_5", "arcee", "glm4_moe",
-                                  "deepseek_v3", "deepseek_v3-moonlight", "deepseek_v2", "gpt_oss"])
+                                  "deepseek_v3", "deepseek_v3-moonlight", "deepseek_v2", "gpt_oss", "minimax_m2"])
 def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     """phi3: q/k/v and gate/up read as row ranges of its fused tensors; phi3-partial: half of each
     head rotated (partial_rotary_factor 0.5 = megatron's rotary_percent); phi3-longrope: LongRoPE's
@@ -81,7 +81,9 @@ def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     YaRN with mscale 1 / mscale_all_dim 0.8: cos / sin and the scores scaled apart) on GLM-4.5's MoE layout;
     deepseek_v3-moonlight: one full-rank query projection, plain RoPE; gpt_oss: attention sinks, biases on the
     attention, the router and the experts (read from its stacked, interleaved expert tensors), the clamped
-    SwiGLU, sliding and full layers, YaRN without rounding (models/gpt_oss.py)."""
+    SwiGLU, sliding and full layers, YaRN without rounding (models/gpt_oss.py); minimax_m2: OLMo 2's q / k norms
+    across all heads (GQA) under pre-norms, RoPE on the first rotary_dim of each head, sigmoid routing with the
+    expert bias read from beside the router under Mixtral's expert names."""
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
 

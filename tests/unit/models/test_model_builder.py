@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from mindspeed_rl.models.builder import llama3_inv_freq, model_config_from_hf, transformer_config
-from testing_utils import DEEPSEEK_V2_LITE, DEEPSEEK_V3, GPT_OSS_20B
+from testing_utils import DEEPSEEK_V2_LITE, DEEPSEEK_V3, GPT_OSS_20B, MINIMAX_M2
 
 LLAMA32_1B = {  # transformers 4.x spelling (rope_theta + rope_scaling)
     "model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
@@ -52,7 +52,7 @@ def test_qwen2_and_qwen3_in_transformers5_spelling():
     ({"hidden_act": "gelu"}, "hidden_act"),
     ({"rope_scaling": {"rope_type": "dynamic", "factor": 4.0}}, "rope type 'dynamic' .* would disagree"),
     ({"rope_scaling": {"rope_type": "su", "factor": 4.0}}, "rope type 'su' is not supported; use one of"),
-    ({"partial_rotary_factor": 0.5}, "partial_rotary_factor 0.5 is supported for phi3, glm4 and glm4_moe models only, not llama"),
+    ({"partial_rotary_factor": 0.5}, "partial_rotary_factor 0.5 is supported for phi3, glm4, glm4_moe and minimax_m2 models only, not llama"),
 ])
 def test_unsupported_hf_features_raise(change, match):
     with pytest.raises(ValueError, match=match):
@@ -625,6 +625,43 @@ def test_gpt_oss_config_json_round_trip():
         model_config_from_hf(dict(GPT_OSS_20B, swiglu_alpha=1.5))
     with pytest.raises(ValueError, match="a config.json form only as gpt-oss, which needs biases on every linear layer"):
         hf_config_from_args(dict(args, disable_bias_linear=True), vocab_size=201088)
+
+
+def test_minimax_m2_config_json_round_trip():
+    """MiniMax-M2's config.json (62 MoE layers of 256 experts, 8 per token, sigmoid routing with the expert
+    bias; q / k norms across the 48 query and 8 key heads; RoPE on rotary_dim 64 of 128; its FP8 release;
+    three MTP modules): the args, exported as MiniMax-M2 again (with the keys vLLM reads) and read back the
+    same; what transformers does not compute and what config.json cannot say are one sentence each."""
+    from transformers import MiniMaxM2Config
+
+    from mindspeed_rl.models.hf_export import hf_config_from_args
+
+    args = model_config_from_hf(MINIMAX_M2)
+    assert (args["num_experts"], args["moe_router_topk"], args["moe_ffn_hidden_size"], args["norm_topk_prob"],
+            args["kv_channels"], args["num_query_groups"]) == (256, 8, 1536, True, 128, 8)
+    assert (args["moe_router_score_function"], args["moe_router_enable_expert_bias"], args["qk_layernorm"],
+            args["qk_layernorm_across_heads"], args["rotary_percent"], args["rotary_base"]) == (
+                "sigmoid", True, True, True, 0.5, 5e6)
+    assert "pre_norm" not in args and "moe_layer_freq" not in args and "sliding_window" not in args
+    written = hf_config_from_args(args, vocab_size=200064)
+    assert (written["model_type"], written["architectures"], written["rotary_dim"], written["scoring_func"],
+            written["use_routing_bias"], written["num_mtp_modules"]) == (
+                "minimax_m2", ["MiniMaxM2ForCausalLM"], 64, "sigmoid", True, 0)
+    assert model_config_from_hf(written) == args
+    assert MiniMaxM2Config(**written).rope_parameters["partial_rotary_factor"] == 0.5
+    for change, match in ((dict(attn_type_list=[0] + [1] * 61), r"linear-attention layers \(0 at layers \[0\]\)"),
+                          (dict(scoring_func="softmax"), "scoring_func 'softmax'"),
+                          (dict(use_routing_bias=False), "use_routing_bias False"),
+                          (dict(use_qk_norm=False), "use_qk_norm False .transformers always has q / k norms."),
+                          (dict(shared_intermediate_size=512), "shared_intermediate_size 512"),
+                          (dict(quantization_config={"quant_method": "fp8", "weight_block_size": [64, 64]}),
+                           "weight_block_size \\[64, 64\\]")):
+        with pytest.raises(ValueError, match=match):
+            model_config_from_hf(dict(MINIMAX_M2, **change))
+    with pytest.raises(ValueError, match="only as MiniMax-M2 .minimax_m2., which needs sigmoid routing"):
+        hf_config_from_args(dict(args, moe_router_score_function="softmax"), vocab_size=200064)
+    with pytest.raises(ValueError, match="only as MiniMax-M2 .minimax_m2., which needs every layer an MoE layer"):
+        hf_config_from_args(dict(args, moe_layer_freq=[0] + [1] * 61), vocab_size=200064)
 
 
 def test_glm4_moe_config_json_round_trip():
