@@ -123,7 +123,8 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
     positions, Llama 4's query scaling past them); deepseek_v3: DeepSeek-V3 (multi-latent attention with YaRN x 4 over
     32 positions and two different mscales, GLM-4.5's MoE layout); deepseek_v2: DeepSeek-V2-Lite (MLA without a query
     rank, softmax routing not renormalised, weights x 2); minimax_m2: MiniMax-M2 (q / k norms across heads, RoPE on half of
-    each head (rotary_dim), sigmoid routing with a random expert bias over 4 experts, Mixtral's names). `overrides` change TINY_HF (num_hidden_layers=4)."""
+    each head (rotary_dim), sigmoid routing with a random expert bias over 4 experts, Mixtral's names); glm4_moe_lite:
+    GLM-4.7-Flash (DeepSeek-V3's attention and MoE, its dense first layer in mlp_layer_types). `overrides` change TINY_HF (num_hidden_layers=4)."""
     import transformers as tf
 
     tiny = dict(TINY_HF, **overrides)
@@ -191,6 +192,15 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
             "pad_token_id": None, "eos_token_id": 2,
             "rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0,
                                 "original_max_position_embeddings": 32, "mscale": 0.707, "mscale_all_dim": 0.707},
+            **tiny, "num_key_value_heads": tiny["num_attention_heads"]}),
+        # GLM-4.7-Flash's layout scaled down: DeepSeek-V3's multi-latent attention (query rank 24, key / value rank 16,
+        # 16 + 8 RoPE dimensions per head, values 24) without rope scaling, its dense first layer listed in
+        # mlp_layer_types, sigmoid routing with a random expert bias over 4 experts (top-2, weights x 1.8), a shared expert
+        "glm4_moe_lite": lambda: tf.Glm4MoeLiteConfig(**{
+            "q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 24,
+            "moe_intermediate_size": 32, "n_routed_experts": 4, "num_experts_per_tok": 2, "n_shared_experts": 1,
+            "routed_scaling_factor": 1.8, "pad_token_id": None, "eos_token_id": 2, "rope_theta": 1e6,
+            "mlp_layer_types": ["dense"] + ["sparse"] * (tiny["num_hidden_layers"] - 1),
             **tiny, "num_key_value_heads": tiny["num_attention_heads"]}),
         # gpt-oss's layout scaled down: attention sinks, biases on q / k / v / o, the router and the experts, 4
         # experts of width 128 (top-2, softmax over the top-2), the clamped SwiGLU with its limit lowered to 0.5 so
@@ -288,7 +298,7 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
            "olmo2": tf.Olmo2ForCausalLM, "olmo3": tf.Olmo3ForCausalLM, "exaone4": tf.Exaone4ForCausalLM, "seed_oss": tf.SeedOssForCausalLM, "glm4": tf.Glm4ForCausalLM, "ernie4_5": tf.Ernie4_5ForCausalLM,
            "arcee": tf.ArceeForCausalLM, "glm4_moe": tf.Glm4MoeForCausalLM, "deepseek_v3": tf.DeepseekV3ForCausalLM,
            "deepseek_v2": tf.DeepseekV2ForCausalLM, "gpt_oss": tf.GptOssForCausalLM,
-           "minimax_m2": tf.MiniMaxM2ForCausalLM, "ministral3": tf.Mistral3ForConditionalGeneration, "qwen2_5_vl": tf.Qwen2_5_VLForConditionalGeneration, "qwen3_vl": tf.Qwen3VLForConditionalGeneration,
+           "minimax_m2": tf.MiniMaxM2ForCausalLM, "glm4_moe_lite": tf.Glm4MoeLiteForCausalLM, "ministral3": tf.Mistral3ForConditionalGeneration, "qwen2_5_vl": tf.Qwen2_5_VLForConditionalGeneration, "qwen3_vl": tf.Qwen3VLForConditionalGeneration,
            "qwen3_vl_moe": tf.Qwen3VLMoeForConditionalGeneration}[arch]
     torch.manual_seed(seed)
     model = cls(config).eval()

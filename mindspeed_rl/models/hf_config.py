@@ -14,10 +14,13 @@ from typing import Any, Mapping, Optional
 
 HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "smollm3", "granite",
             "gemma3_text", "gemma2", "gemma", "olmo2", "olmo3", "ministral3", "exaone4", "seed_oss", "glm4",
-            "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2", "gpt_oss", "minimax_m2")
+            "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss", "minimax_m2")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
-MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3", "deepseek_v2", "gpt_oss", "minimax_m2")
-MLA_ARCHS = ("deepseek_v3", "deepseek_v2")  # multi-latent attention (mla_args)
+MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss",
+             "minimax_m2")
+MLA_ARCHS = ("deepseek_v3", "deepseek_v2", "glm4_moe_lite")  # multi-latent attention (mla_args)
+# DeepSeek-V3's MoE routing (glm4_moe_args): sigmoid scores + expert bias, groups, routed scale, shared experts
+V3_ROUTING = ("glm4_moe", "deepseek_v3", "glm4_moe_lite")
 WINDOW_ARCHS = ("mistral", "mixtral", "phi3", "ministral3")  # a config.json sliding_window applies to every layer
 ROPE_TYPES = ("default", "linear", "llama3", "longrope", "yarn")  # config.json rope types computed exactly
 ROPE_SCALINGS = (None, "linear", "llama3", "longrope", "yarn")  # their rope_scaling_type (models/builder.py)
@@ -45,6 +48,11 @@ HF_DEFAULTS = {
                     "n_shared_experts": 1, "n_routed_experts": 256, "routed_scaling_factor": 2.5, "n_group": 8,
                     "topk_group": 4, "num_experts_per_tok": 8, "first_k_dense_replace": 3, "norm_topk_prob": True,
                     "moe_intermediate_size": 2048},
+    # GLM-4.7-Flash's (transformers' Glm4MoeLiteConfig); its q_lora_rank default (768) is mla_args'
+    "glm4_moe_lite": {"kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 192, "v_head_dim": 256,
+                      "n_shared_experts": 1, "n_routed_experts": 64, "routed_scaling_factor": 1.8, "n_group": 1,
+                      "topk_group": 1, "num_experts_per_tok": 4, "norm_topk_prob": True, "moe_intermediate_size": 1536,
+                      "rms_norm_eps": 1e-5},
     "deepseek_v2": {"kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
                     "n_shared_experts": 2, "n_routed_experts": 64, "routed_scaling_factor": 1.0, "topk_method": "greedy",
                     "first_k_dense_replace": 0, "norm_topk_prob": False, "moe_intermediate_size": 1407},
@@ -70,7 +78,9 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     as Llama's; its multi-token-prediction layers (num_nextn_predict_layers, stored after the last layer)
     are not read.
     DeepSeek-V3 (deepseek_v3; Kimi K2 as it) is GLM-4.5's MoE layout and routing with multi-latent attention
-    (mla_args); DeepSeek-V2 / V2-Lite (deepseek_v2) the same attention with softmax routing (deepseek_v2_moe_args).
+    (mla_args); DeepSeek-V2 / V2-Lite (deepseek_v2) the same attention with softmax routing (deepseek_v2_moe_args);
+    GLM-4.7-Flash (glm4_moe_lite) is DeepSeek-V3's layout under its own model type, its dense layers listed
+    in mlp_layer_types.
     gpt-oss (gpt_oss) is Mixtral's routing with attention sinks, biases, a clamped SwiGLU and alternating
     sliding layers (gpt_oss_args).
     MiniMax-M2 (minimax_m2: MiniMax-M2, M2.1, M2.5) is Mixtral's names and expert width with GLM-4.5's sigmoid
@@ -548,7 +558,7 @@ def moe_args_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     moe_router_pre_softmax = not norm_topk_prob. Qwen2-MoE adds a shared expert with a sigmoid gate
     (megatron's SharedExpertMLP with gate). Mixtral always renormalises, and its experts are
     `intermediate_size` wide. GLM-4.5: glm4_moe_args."""
-    if hf.get("model_type") in ("glm4_moe", "deepseek_v3"):
+    if hf.get("model_type") in V3_ROUTING:
         return glm4_moe_args(hf)
     if hf.get("model_type") == "deepseek_v2":
         return deepseek_v2_moe_args(hf)
@@ -633,7 +643,7 @@ def glm4_moe_args(hf: Mapping[str, Any]) -> dict[str, Any]:
       megatron sums the best topk / topk_group of a group, so that must be 2 (refused otherwise);
     - n_shared_experts x moe_intermediate_size wide shared experts without a gate."""
     experts, topk = expert_count(hf), int(hf["num_experts_per_tok"])
-    layers, dense = int(hf["num_hidden_layers"]), int(hf.get("first_k_dense_replace") or 0)
+    layers, dense = int(hf["num_hidden_layers"]), first_dense_layers(hf)
     if not hf.get("norm_topk_prob"):
         raise ValueError(f"config.json norm_topk_prob false with sigmoid routing ({hf.get('model_type')}) is not "
                          "supported: megatron renormalises the top-k sigmoid scores; GLM-4.5's and DeepSeek-V3's "
@@ -698,6 +708,26 @@ def mtp_layer_count(hf: Mapping[str, Any]) -> tuple[str, int]:
     return "num_nextn_predict_layers", int(hf.get("num_nextn_predict_layers") or 0)
 
 
+def first_dense_layers(hf: Mapping[str, Any]) -> int:
+    """How many dense layers come before the MoE ones: config.json's first_k_dense_replace, or for
+    GLM-4.7-Flash (glm4_moe_lite) its mlp_layer_types, which transformers reads (default: the first layer
+    dense) while vLLM reads first_k_dense_replace; a pattern other than dense layers first, or the two
+    keys disagreeing, is refused."""
+    if hf.get("model_type") != "glm4_moe_lite":
+        return int(hf.get("first_k_dense_replace") or 0)
+    layers = int(hf["num_hidden_layers"])
+    types = list(hf.get("mlp_layer_types") or ["dense"] + ["sparse"] * (layers - 1))
+    dense = next((i for i, t in enumerate(types) if t != "dense"), len(types))
+    if len(types) != layers or types != ["dense"] * dense + ["sparse"] * (layers - dense):
+        raise ValueError(f"config.json mlp_layer_types {types} must name one layer type per layer ({layers}), "
+                         f"'dense' ones first and 'sparse' (MoE) after them, as GLM-4.7-Flash's releases do.")
+    if hf.get("first_k_dense_replace") is not None and int(hf["first_k_dense_replace"]) != dense:
+        raise ValueError(f"config.json first_k_dense_replace {hf['first_k_dense_replace']} disagrees with "
+                         f"mlp_layer_types ({dense} dense layers first): transformers reads the one and vLLM the "
+                         f"other; make them agree.")
+    return dense
+
+
 def _scale_and_shared_experts(hf: Mapping[str, Any], args: dict[str, Any]) -> dict[str, Any]:
     """`args` with GLM-4.5's / DeepSeek's routed_scaling_factor (when not 1) and its n_shared_experts
     x moe_intermediate_size wide shared experts (when any)."""
@@ -737,12 +767,14 @@ def mla_args(hf: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError("config.json attention_bias=true (biases on the MLA projections) is not supported; "
                          "DeepSeek's releases have none.")
     routing = (hf.get("scoring_func", "sigmoid"), hf.get("topk_method", "noaux_tc"))
-    if hf.get("model_type") == "deepseek_v3" and routing != ("sigmoid", "noaux_tc"):
+    kind = hf.get("model_type")
+    if kind in ("deepseek_v3", "glm4_moe_lite") and routing != ("sigmoid", "noaux_tc"):
         # transformers always routes so; vLLM follows these keys
         raise ValueError(f"config.json scoring_func {routing[0]!r} / topk_method {routing[1]!r} is not DeepSeek-V3's "
-                         f"routing (sigmoid / noaux_tc, which transformers always uses for deepseek_v3): fix "
+                         f"routing (sigmoid / noaux_tc, which transformers always uses for {kind}): fix "
                          f"config.json or remove the keys.")
-    q_lora = hf["q_lora_rank"] if "q_lora_rank" in hf else 1536  # transformers' default when the key is absent
+    # transformers' default when the key is absent (null: one full-rank query projection)
+    q_lora = hf["q_lora_rank"] if "q_lora_rank" in hf else 768 if kind == "glm4_moe_lite" else 1536
     v_dim = int(hf["v_head_dim"])
     return {"multi_latent_attention": True, "q_lora_rank": int(q_lora) if q_lora else None,
             "kv_lora_rank": int(hf["kv_lora_rank"]), "qk_head_dim": int(hf["qk_nope_head_dim"]),

@@ -57,7 +57,7 @@ from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
 import torch
 
-from mindspeed_rl.models.hf_config import expert_count
+from mindspeed_rl.models.hf_config import expert_count, first_dense_layers
 from mindspeed_rl.models.hf_bridge.names import stored_name
 from mindspeed_rl.platform import get_platform
 from mindspeed_rl.platform import vllm_env
@@ -190,6 +190,24 @@ def _group_cpu_sigmoid_routers(model: torch.nn.Module) -> int:
         if (isinstance(router, CPURouter) and router.scoring_func == "sigmoid" and not router.use_grouped_topk
                 and router.custom_routing_function is None):
             router.use_grouped_topk, router.num_expert_group, router.topk_group = True, 1, 1
+            done += 1
+    return done
+
+
+def _native_cpu_mla_rope(model: torch.nn.Module) -> int:
+    """vLLM 0.32 on CPU, multi-latent attention: plain RoPE in torch instead of vLLM's CPU rotary kernel.
+    That kernel, given MLA's query / key rotary parts (views into the wider query heads and the
+    compressed key / value), rotates them wrongly: a GLM-4.7-Flash (or Moonlight, plain RoPE) served
+    this way was 0.34 in log-prob from transformers, and 5.7e-6 with the rotation in torch. DeepSeek's
+    YaRN rotation is vLLM's own torch code already. Returns the rotary modules changed."""
+    try:
+        from vllm.model_executor.layers.rotary_embedding.base import RotaryEmbedding
+    except ImportError:
+        return 0
+    done = 0
+    for module in model.modules():
+        if isinstance(module, RotaryEmbedding) and type(module).forward_cpu is RotaryEmbedding.forward_cpu:
+            module._forward_method = module.forward_native
             done += 1
     return done
 
@@ -343,12 +361,15 @@ class VLLMEngine:
         self._dir = tempfile.mkdtemp(prefix="mindspeed_rl_vllm_")
         config = dict(hf_config, vocab_size=self.vocab_size)
         config.pop("quantization_config", None)
-        if config.get("model_type") == "deepseek_v3":  # transformers' routing; vLLM reads these keys (softmax without)
+        kind = config.get("model_type")
+        if kind in ("deepseek_v3", "glm4_moe_lite"):  # transformers' routing; vLLM reads these keys (softmax without)
             config.setdefault("scoring_func", "sigmoid")
             config.setdefault("topk_method", "noaux_tc")
-        if config.get("model_type") in ("deepseek_v2", "deepseek_v3"):  # vLLM routes in n_group groups always
+        if kind in ("deepseek_v2", "deepseek_v3", "glm4_moe_lite"):  # vLLM routes in n_group groups always
             for key in ("n_group", "topk_group"):
                 config[key] = config.get(key) or 1
+        if kind == "glm4_moe_lite":  # vLLM reads first_k_dense_replace, transformers mlp_layer_types
+            config["first_k_dense_replace"] = first_dense_layers(config)
         with open(os.path.join(self._dir, "config.json"), "w", encoding="utf-8") as f:
             json.dump(config, f)
         kwargs = dict(
@@ -387,6 +408,8 @@ class VLLMEngine:
             _unlink_cpu_shm(shm_token)
         if self.platform_name == "cpu" and self._moe:
             self.llm.apply_model(_group_cpu_sigmoid_routers)
+        if self.platform_name == "cpu" and latent:
+            self.llm.apply_model(_native_cpu_mla_rope)
         self.start_s = time.perf_counter() - t0
         log.info("vLLM engine up in %.1f s (%s, TP %d, dtype %s)", self.start_s, self.platform_name,
                  tensor_parallel_size, dtype)

@@ -1,7 +1,7 @@
 """`load:` a HF directory with an empty model yaml: the architecture comes from config.json.
 
 Table over every architecture the model builder supports (Llama with llama3 rope scaling, Mistral,
-Phi-3, Qwen2 / Qwen2.5, Qwen3, Qwen3-MoE, Qwen2-MoE, Mixtral, SmolLM3, Granite, Gemma 3, Gemma 2, Gemma 1, OLMo 2, OLMo 3, Ministral 3, EXAONE 4.0, Seed-OSS, GLM-4, ERNIE 4.5, Arcee, GLM-4.5, DeepSeek-V3, DeepSeek-V2, gpt-oss, MiniMax-M2): an empty model entry (or none at all) dry-runs; a key the user did set that
+Phi-3, Qwen2 / Qwen2.5, Qwen3, Qwen3-MoE, Qwen2-MoE, Mixtral, SmolLM3, Granite, Gemma 3, Gemma 2, Gemma 1, OLMo 2, OLMo 3, Ministral 3, EXAONE 4.0, Seed-OSS, GLM-4, ERNIE 4.5, Arcee, GLM-4.5, DeepSeek-V3, DeepSeek-V2, GLM-4.7-Flash, gpt-oss, MiniMax-M2): an empty model entry (or none at all) dry-runs; a key the user did set that
 disagrees fails in dry_run with one sentence naming both values; weights whose safetensors
 headers do not fit config.json fail in dry_run too (headers only).
 """
@@ -61,6 +61,11 @@ ARCHS = {"llama": dict(rotary_base=5000.0, rope_scaling_type="llama3", untie_emb
          "deepseek_v2": dict(multi_latent_attention=True, q_lora_rank=None, kv_lora_rank=16, qk_pos_emb_head_dim=8,
                              num_experts=4, moe_router_score_function="softmax", norm_topk_prob=False,
                              moe_router_topk_scaling_factor=2.0, moe_shared_expert_intermediate_size=32),
+         # GLM-4.7-Flash: DeepSeek-V3's layout, its dense first layer from mlp_layer_types
+         "glm4_moe_lite": dict(multi_latent_attention=True, q_lora_rank=24, kv_lora_rank=16, qk_head_dim=16,
+                               qk_pos_emb_head_dim=8, v_head_dim=24, kv_channels=24, num_experts=4, moe_layer_freq=[0, 1],
+                               moe_router_score_function="sigmoid", moe_router_topk_scaling_factor=1.8,
+                               moe_shared_expert_intermediate_size=32, rotary_base=1e6),
          # gpt-oss: sinks, biases everywhere, the clamped SwiGLU, sliding / full layers, YaRN without rounding
          "gpt_oss": dict(num_experts=4, moe_router_topk=2, moe_ffn_hidden_size=128, norm_topk_prob=True,
                          disable_bias_linear=False, add_qkv_bias=True, softmax_type="learnable", quick_geglu=True,
@@ -106,7 +111,7 @@ def test_empty_model_yaml_takes_config_json(arch, hf_dirs, capsys):
         assert role.arch_set == {}
         # config.json's 2 KV heads, not the schema default group_query_attention=false (MLA: one per head)
         assert (a.num_layers, a.hidden_size, a.ffn_hidden_size, a.num_attention_heads) == (2, 64, 128, 4)
-        if not arch.startswith("deepseek"):
+        if not arch.startswith("deepseek") and arch != "glm4_moe_lite":
             assert a.group_query_attention is True and a.num_query_groups == 2
         assert a.padded_vocab_size == 120
         for key, value in ARCHS[arch].items():

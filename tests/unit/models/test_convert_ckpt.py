@@ -36,7 +36,7 @@ def _run(*argv):
                                                ("exaone4", (1, 2), (2, 1)), ("glm4", (2, 2), (1, 1)),
                                                ("arcee", (2, 1), (1, 2)), ("glm4_moe", (2, 2), (1, 1)),
                                                ("deepseek_v3", (2, 2), (1, 1)), ("deepseek_v2", (2, 1), (1, 2)),
-                                               ("minimax_m2", (2, 1), (1, 2))])
+                                               ("minimax_m2", (2, 1), (1, 2)), ("glm4_moe_lite", (2, 1), (1, 2))])
 def test_round_trip_is_bit_exact(tmp_path, arch, first, second):
     """HF -> mg -> mg -> HF: every tensor back bit for bit under its stored name and layout (Mixtral's
     names, Phi-3's fused q/k/v and gate/up, Gemma 3's norm names, DeepSeek-V3's multi-latent attention,

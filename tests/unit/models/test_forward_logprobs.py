@@ -54,7 +54,8 @@ def _batches():
                                   "phi3-partiallongrope", "qwen2-yarn", "qwen3-yarnmscale", "mistral-linear",
                                   "smollm3", "smollm3-yarn", "granite", "gemma3_text", "gemma2", "gemma", "olmo2",
                                   "olmo3", "exaone4", "seed_oss", "glm4", "ernie4_5", "arcee", "glm4_moe",
-                                  "deepseek_v3", "deepseek_v3-moonlight", "deepseek_v2", "gpt_oss", "minimax_m2"])
+                                  "deepseek_v3", "deepseek_v3-moonlight", "deepseek_v2", "glm4_moe_lite", "gpt_oss",
+                                  "minimax_m2"])
 def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     """phi3: q/k/v and gate/up read as row ranges of its fused tensors; phi3-partial: half of each
     head rotated (partial_rotary_factor 0.5 = megatron's rotary_percent); phi3-longrope: LongRoPE's
@@ -83,7 +84,8 @@ def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     attention, the router and the experts (read from its stacked, interleaved expert tensors), the clamped
     SwiGLU, sliding and full layers, YaRN without rounding (models/gpt_oss.py); minimax_m2: OLMo 2's q / k norms
     across all heads (GQA) under pre-norms, RoPE on the first rotary_dim of each head, sigmoid routing with the
-    expert bias read from beside the router under Mixtral's expert names."""
+    expert bias read from beside the router under Mixtral's expert names; glm4_moe_lite: GLM-4.7-Flash, DeepSeek-V3's
+    layout under its own model type (values wider than the query / key heads' nope part)."""
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
 

@@ -664,6 +664,32 @@ def test_minimax_m2_config_json_round_trip():
         hf_config_from_args(dict(args, moe_layer_freq=[0] + [1] * 61), vocab_size=200064)
 
 
+def test_glm4_moe_lite_config_json():
+    """GLM-4.7-Flash's config.json (transformers' Glm4MoeLiteConfig defaults are the release's: 47 layers, the
+    first dense, 64 experts of which 4 per token plus one shared, sigmoid routing with the expert bias, weights
+    x 1.8, multi-latent attention with query rank 768 and 256-wide values): DeepSeek-V3's args; exported from
+    args as DeepSeek-V3 (the same model) and read back the same; mlp_layer_types that are not dense layers first,
+    or that disagree with first_k_dense_replace (vLLM reads that one), are one sentence each."""
+    from transformers import Glm4MoeLiteConfig
+
+    from mindspeed_rl.models.hf_export import hf_config_from_args
+
+    flash = Glm4MoeLiteConfig().to_dict()
+    args = model_config_from_hf(flash)
+    assert (args["num_layers"], args["num_experts"], args["moe_router_topk"], args["moe_ffn_hidden_size"],
+            args["moe_router_topk_scaling_factor"], args["moe_shared_expert_intermediate_size"]) == (47, 64, 4, 1536, 1.8, 1536)
+    assert args["moe_layer_freq"] == [0] + [1] * 46 and args["moe_router_score_function"] == "sigmoid"
+    assert (args["multi_latent_attention"], args["q_lora_rank"], args["kv_lora_rank"], args["qk_head_dim"],
+            args["qk_pos_emb_head_dim"], args["v_head_dim"]) == (True, 768, 512, 192, 64, 256)
+    assert model_config_from_hf({k: v for k, v in flash.items() if k != "q_lora_rank"})["q_lora_rank"] == 768
+    written = hf_config_from_args(args, vocab_size=154880)
+    assert written["model_type"] == "deepseek_v3" and model_config_from_hf(written) == args
+    with pytest.raises(ValueError, match="mlp_layer_types .* 'dense' ones first"):
+        model_config_from_hf(dict(flash, mlp_layer_types=["sparse", "dense"] + ["sparse"] * 45))
+    with pytest.raises(ValueError, match="first_k_dense_replace 3 disagrees with mlp_layer_types .1 dense layers first."):
+        model_config_from_hf(dict(flash, first_k_dense_replace=3))
+
+
 def test_glm4_moe_config_json_round_trip():
     """GLM-4.5-Air's config.json (46 layers, the first dense, 128 experts of which 8 per token plus
     one shared, sigmoid routing with the expert bias, partial rotary 0.5, q / k / v biases, an MTP
