@@ -254,7 +254,7 @@ def _hf_config_of(merged: dict) -> dict:
 def _derived_aliases(merged: dict, origin: dict) -> None:
     """MindSpeed-LLM keys that set a schema key from other keys too (compat.DERIVED), as MindSpeed-LLM
     2.3.0 resolves them; num_layers and the widths come from config.json when the yaml leaves them out."""
-    from mindspeed_rl.models.hf_config import expert_count
+    from mindspeed_rl.models.hf_moe_config import expert_count
 
     given = {k: (merged.pop(k), origin.pop(k)) for k in compat.DERIVED if k in merged}
     hf = _hf_config_of(merged) if given else {}

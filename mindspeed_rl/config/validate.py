@@ -521,7 +521,7 @@ MOE_BALANCING = ("aux_loss", "seq_aux_loss", "sinkhorn", "none")
 
 def _moe_routing_problems(role, experts: int, problems: list[str]) -> None:
     """GLM-4.5 / DeepSeek-V3 routing keys: the layer pattern, sigmoid with the expert bias, groups."""
-    from mindspeed_rl.models.hf_config import moe_layer_pattern
+    from mindspeed_rl.models.hf_moe_config import moe_layer_pattern
 
     a, name = role.arch, role.model_name
     if a.num_layers:

@@ -28,7 +28,8 @@ from typing import Any, Mapping, Optional
 from mindspeed_rl.models.hf_bridge.loader import read_hf_config
 from mindspeed_rl.models.hf_bridge.mapping import gated_mlp
 from mindspeed_rl.models.hf_bridge.sharding import moe_layers
-from mindspeed_rl.models.hf_config import kv_channels, mtp_layer_count
+from mindspeed_rl.models.hf_config import kv_channels
+from mindspeed_rl.models.hf_moe_config import mtp_layer_count
 from mindspeed_rl.utils.errors import UserInputError
 
 # Megatron key -> config.json key, for the message
@@ -96,7 +97,8 @@ def _effective(args: Mapping[str, Any], key: str, user_set=None) -> Any:
     """The value a key means, with the builder's defaults (num_query_groups without GQA = heads).
     A num_query_groups the user set without saying group_query_attention means the KV heads."""
     if key in ("no_rope_freq", "window_attn_skip_freq", "moe_layer_freq"):  # an int N and its list of 0 / 1 per layer mean the same
-        from mindspeed_rl.models.hf_config import moe_layer_pattern, no_rope_pattern, window_pattern
+        from mindspeed_rl.models.hf_config import no_rope_pattern, window_pattern
+        from mindspeed_rl.models.hf_moe_config import moe_layer_pattern
         layers = int(args.get("num_layers") or 0)
         try:
             pattern = {"no_rope_freq": no_rope_pattern, "window_attn_skip_freq": window_pattern,

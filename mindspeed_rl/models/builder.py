@@ -41,7 +41,8 @@ import torch
 import torch.distributed.distributed_c10d as c10d
 import torch.nn.functional as F
 
-from mindspeed_rl.models.hf_config import ROPE_SCALINGS, kv_channels, moe_layer_pattern, no_rope_pattern, window_pattern
+from mindspeed_rl.models.hf_config import ROPE_SCALINGS, kv_channels, no_rope_pattern, window_pattern
+from mindspeed_rl.models.hf_moe_config import moe_layer_pattern
 from mindspeed_rl.platform import get_platform, place_model
 from mindspeed_rl.platform.base import own_rotary, own_swiglu, sdpa_core_attention
 

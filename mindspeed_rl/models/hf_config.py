@@ -4,13 +4,17 @@ classes only to complete an image-text model's sparse text_config: text_model_co
     args = model_config_from_hf(json.load(open(f"{hf_dir}/config.json")))
 
 Kept apart from builder.py because it needs no megatron: the driver resolves and checks a model's
-architecture from config.json while validating the config, before any worker starts.
+architecture from config.json while validating the config, before any worker starts. The MoE models'
+routing, shared experts and dense layers are read in models/hf_moe_config.py (moe_args_from_hf and the
+*_moe_args named below).
 """
 
 from __future__ import annotations
 
 import math
 from typing import Any, Mapping, Optional
+
+from mindspeed_rl.models.hf_moe_config import moe_args_from_hf
 
 HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "smollm3", "granite",
             "gemma3_text", "gemma2", "gemma", "olmo2", "olmo3", "ministral3", "exaone4", "seed_oss", "glm4",
@@ -19,8 +23,6 @@ GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss",
              "minimax_m2")
 MLA_ARCHS = ("deepseek_v3", "deepseek_v2", "glm4_moe_lite")  # multi-latent attention (mla_args)
-# DeepSeek-V3's MoE routing (glm4_moe_args): sigmoid scores + expert bias, groups, routed scale, shared experts
-V3_ROUTING = ("glm4_moe", "deepseek_v3", "glm4_moe_lite")
 WINDOW_ARCHS = ("mistral", "mixtral", "phi3", "ministral3")  # a config.json sliding_window applies to every layer
 ROPE_TYPES = ("default", "linear", "llama3", "longrope", "yarn")  # config.json rope types computed exactly
 ROPE_SCALINGS = (None, "linear", "llama3", "longrope", "yarn")  # their rope_scaling_type (models/builder.py)
@@ -546,46 +548,6 @@ def sliding_window(hf: Mapping[str, Any]) -> Optional[int]:
     return int(window) if window and int(window) < longest else None
 
 
-def expert_count(hf: Mapping[str, Any]) -> int:
-    """Routed experts per MoE layer as config.json names them: num_experts (Qwen-MoE),
-    num_local_experts (Mixtral), n_routed_experts (GLM-4.5, DeepSeek); 0 for a dense model."""
-    return int(hf.get("num_experts") or hf.get("num_local_experts") or hf.get("n_routed_experts") or 0)
-
-
-def moe_args_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
-    """Megatron MoE args of a Qwen3-MoE / Qwen2-MoE / Mixtral / GLM-4.5 config.json. HF's norm_topk_prob
-    (renormalise the top-k softmax probabilities) is megatron's softmax over the top-k logits, i.e.
-    moe_router_pre_softmax = not norm_topk_prob. Qwen2-MoE adds a shared expert with a sigmoid gate
-    (megatron's SharedExpertMLP with gate). Mixtral always renormalises, and its experts are
-    `intermediate_size` wide. GLM-4.5: glm4_moe_args."""
-    if hf.get("model_type") in V3_ROUTING:
-        return glm4_moe_args(hf)
-    if hf.get("model_type") == "deepseek_v2":
-        return deepseek_v2_moe_args(hf)
-    if hf.get("model_type") == "minimax_m2":
-        return minimax_m2_moe_args(hf)
-    if hf.get("mlp_only_layers") or int(hf.get("decoder_sparse_step", 1)) != 1:
-        raise ValueError("config.json mlp_only_layers / decoder_sparse_step != 1 (dense layers between MoE "
-                         "layers) is not supported for this model type; every layer must be an MoE layer.")
-    experts = expert_count(hf)
-    if not experts:
-        raise ValueError(f"config.json of a {hf.get('model_type')} model has no num_experts (or num_local_experts).")
-    mixtral = hf.get("model_type") in ("mixtral", "gpt_oss")  # gpt-oss routes as Mixtral: softmax over the top-k
-    if mixtral and float(hf.get("router_jitter_noise") or 0.0) > 0:
-        raise ValueError(f"config.json router_jitter_noise {hf['router_jitter_noise']} (noise on the router logits "
-                         "in training) is not supported; set it to 0.")
-    shared = {}
-    if hf.get("model_type") == "qwen2_moe" and int(hf.get("shared_expert_intermediate_size") or 0) > 0:
-        shared = {"moe_shared_expert_intermediate_size": int(hf["shared_expert_intermediate_size"]),
-                  "shared_expert_gate": True}
-    return {**shared,
-        "num_experts": int(experts),
-        "moe_router_topk": int(hf["num_experts_per_tok"]),
-        "moe_ffn_hidden_size": int(hf["intermediate_size"] if mixtral else hf["moe_intermediate_size"]),
-        "norm_topk_prob": True if mixtral else bool(hf.get("norm_topk_prob", False)),
-    }
-
-
 def check_quantization(hf: Mapping[str, Any]) -> None:
     """A quantized checkpoint is read dequantized (hf_bridge/checkpoint_io.py) when its format is one
     the reader knows: gpt-oss's MXFP4 experts (quant_method mxfp4) and block-wise FP8 with 128 x 128
@@ -631,115 +593,6 @@ def gpt_oss_args(hf: Mapping[str, Any], num_layers: int) -> dict[str, Any]:
     return args
 
 
-def glm4_moe_args(hf: Mapping[str, Any]) -> dict[str, Any]:
-    """Megatron MoE args of a GLM-4.5 / 4.6 (glm4_moe) or DeepSeek-V3 (deepseek_v3) config.json, DeepSeek-V3's routing:
-    - the first first_k_dense_replace layers dense (intermediate_size wide), the rest MoE
-      (moe_layer_freq, one 0 / 1 per layer);
-    - sigmoid scores; the top-k chosen by score + a per-expert bias (e_score_correction_bias:
-      megatron's expert_bias, loaded and kept fixed, moe_router_bias_update_rate 0), weighted by
-      their scores renormalised (norm_topk_prob, megatron always renormalises sigmoid top-k > 1)
-      times routed_scaling_factor (moe_router_topk_scaling_factor);
-    - with n_group > 1, only the topk_group groups whose two best scores sum highest are eligible:
-      megatron sums the best topk / topk_group of a group, so that must be 2 (refused otherwise);
-    - n_shared_experts x moe_intermediate_size wide shared experts without a gate."""
-    experts, topk = expert_count(hf), int(hf["num_experts_per_tok"])
-    layers, dense = int(hf["num_hidden_layers"]), first_dense_layers(hf)
-    if not hf.get("norm_topk_prob"):
-        raise ValueError(f"config.json norm_topk_prob false with sigmoid routing ({hf.get('model_type')}) is not "
-                         "supported: megatron renormalises the top-k sigmoid scores; GLM-4.5's and DeepSeek-V3's "
-                         "releases set it true.")
-    if dense >= layers:
-        raise ValueError(f"config.json first_k_dense_replace {dense} leaves no MoE layer of {layers}; a dense "
-                         f"model is not a {hf.get('model_type')} config.json.")
-    groups, group_topk = int(hf.get("n_group") or 1), int(hf.get("topk_group") or 1)
-    args: dict[str, Any] = {
-        "num_experts": experts, "moe_router_topk": topk, "moe_ffn_hidden_size": int(hf["moe_intermediate_size"]),
-        "norm_topk_prob": True, "moe_router_score_function": "sigmoid", "moe_router_enable_expert_bias": True,
-        "moe_router_bias_update_rate": 0.0,
-        "moe_layer_freq": [0] * dense + [1] * (layers - dense),
-    }
-    if groups > 1:
-        if experts % groups or topk % group_topk or topk // group_topk != 2:
-            raise ValueError(f"config.json n_group {groups} / topk_group {group_topk} with num_experts_per_tok {topk} "
-                             f"is not supported: groups are ranked by the sum of their two best scores, which megatron "
-                             f"computes only when num_experts_per_tok / topk_group is 2 (and n_group divides the "
-                             f"{experts} experts).")
-        args.update(moe_router_num_groups=groups, moe_router_group_topk=group_topk)
-    return _scale_and_shared_experts(hf, args)
-
-
-def minimax_m2_moe_args(hf: Mapping[str, Any]) -> dict[str, Any]:
-    """Megatron MoE args of a MiniMax-M2 config.json (minimax_m2), as transformers routes it: every layer
-    MoE with num_local_experts experts intermediate_size wide (Mixtral's), sigmoid scores, the top-k chosen
-    by score + the checkpoint's e_score_correction_bias (megatron's expert_bias, kept fixed) and weighted
-    by their scores renormalised; no groups, no routed scale, no shared expert. What transformers does
-    not compute is refused: MiniMax-Text-01's linear-attention layers (attn_type_list 0), a shared
-    expert (shared_intermediate_size), other scoring functions, no routing bias (vLLM would then route
-    without the bias transformers always adds), no q / k norms (transformers always has them)."""
-    attention = [int(x) for x in hf.get("attn_type_list") or []]
-    if 0 in attention:
-        raise ValueError(f"config.json attn_type_list has linear-attention layers (0 at layers "
-                         f"{[i for i, x in enumerate(attention) if x == 0]}): MiniMax-Text-01's lightning attention is "
-                         f"not supported; MiniMax-M2's releases have full attention (1) in every layer.")
-    problems = [f"{key} {hf[key]!r} ({why})" for key, bad, why in (
-        ("scoring_func", hf.get("scoring_func", "sigmoid") != "sigmoid", "transformers routes by sigmoid"),
-        ("use_routing_bias", hf.get("use_routing_bias", True) is not True,
-         "transformers always adds e_score_correction_bias, vLLM only with true"),
-        ("shared_intermediate_size", int(hf.get("shared_intermediate_size") or 0) > 0, "a shared expert"),
-        ("qk_norm_type", hf.get("qk_norm_type", "per_layer") != "per_layer",
-         "transformers normalises each token's whole query and key"),
-        ("use_qk_norm", hf.get("use_qk_norm", True) is not True, "transformers always has q / k norms"),
-        ("router_jitter_noise", float(hf.get("router_jitter_noise") or 0.0) > 0, "noise on the router logits"),
-    ) if bad]
-    if problems:
-        raise ValueError(f"config.json of a minimax_m2 model: {'; '.join(problems)} is not supported; MiniMax-M2's "
-                         f"releases have sigmoid routing with the bias, no shared expert and per_layer q / k norms.")
-    return {"num_experts": expert_count(hf), "moe_router_topk": int(hf["num_experts_per_tok"]),
-            "moe_ffn_hidden_size": int(hf["intermediate_size"]), "norm_topk_prob": True,
-            "moe_router_score_function": "sigmoid", "moe_router_enable_expert_bias": True,
-            "moe_router_bias_update_rate": 0.0}
-
-
-def mtp_layer_count(hf: Mapping[str, Any]) -> tuple[str, int]:
-    """(config.json key, count) of the multi-token-prediction layers a checkpoint stores after its last
-    layer: num_nextn_predict_layers (DeepSeek-V3, GLM-4.5), num_mtp_modules (MiniMax-M2); not trained here."""
-    if hf.get("model_type") == "minimax_m2":
-        return "num_mtp_modules", int(hf.get("num_mtp_modules") or 0) if hf.get("use_mtp", True) else 0
-    return "num_nextn_predict_layers", int(hf.get("num_nextn_predict_layers") or 0)
-
-
-def first_dense_layers(hf: Mapping[str, Any]) -> int:
-    """How many dense layers come before the MoE ones: config.json's first_k_dense_replace, or for
-    GLM-4.7-Flash (glm4_moe_lite) its mlp_layer_types, which transformers reads (default: the first layer
-    dense) while vLLM reads first_k_dense_replace; a pattern other than dense layers first, or the two
-    keys disagreeing, is refused."""
-    if hf.get("model_type") != "glm4_moe_lite":
-        return int(hf.get("first_k_dense_replace") or 0)
-    layers = int(hf["num_hidden_layers"])
-    types = list(hf.get("mlp_layer_types") or ["dense"] + ["sparse"] * (layers - 1))
-    dense = next((i for i, t in enumerate(types) if t != "dense"), len(types))
-    if len(types) != layers or types != ["dense"] * dense + ["sparse"] * (layers - dense):
-        raise ValueError(f"config.json mlp_layer_types {types} must name one layer type per layer ({layers}), "
-                         f"'dense' ones first and 'sparse' (MoE) after them, as GLM-4.7-Flash's releases do.")
-    if hf.get("first_k_dense_replace") is not None and int(hf["first_k_dense_replace"]) != dense:
-        raise ValueError(f"config.json first_k_dense_replace {hf['first_k_dense_replace']} disagrees with "
-                         f"mlp_layer_types ({dense} dense layers first): transformers reads the one and vLLM the "
-                         f"other; make them agree.")
-    return dense
-
-
-def _scale_and_shared_experts(hf: Mapping[str, Any], args: dict[str, Any]) -> dict[str, Any]:
-    """`args` with GLM-4.5's / DeepSeek's routed_scaling_factor (when not 1) and its n_shared_experts
-    x moe_intermediate_size wide shared experts (when any)."""
-    scale = float(hf.get("routed_scaling_factor") or 1.0)
-    if scale != 1.0:
-        args["moe_router_topk_scaling_factor"] = scale
-    shared = int(hf.get("n_shared_experts") or 0) * int(hf["moe_intermediate_size"])
-    if shared:
-        args["moe_shared_expert_intermediate_size"] = shared
-    return args
-
-
 def kv_channels(args: Mapping[str, Any]) -> int:
     """The attention head dimension of Megatron-named args: kv_channels, else multi-latent attention's
     v_head_dim (the width megatron sizes its attention output by), else hidden_size / heads."""
@@ -782,51 +635,3 @@ def mla_args(hf: Mapping[str, Any]) -> dict[str, Any]:
             "group_query_attention": False, "num_query_groups": int(hf["num_attention_heads"]),
             "qk_layernorm": True}  # megatron's MLA norms (q_a_layernorm, kv_a_layernorm), as MindSpeed-LLM spells them
 
-
-def deepseek_v2_moe_args(hf: Mapping[str, Any]) -> dict[str, Any]:
-    """Megatron MoE args of a DeepSeek-V2 / V2-Lite config.json (deepseek_v2), as transformers routes:
-    softmax over all experts, the top-k taken without renormalising (megatron's pre-softmax routing)
-    and times routed_scaling_factor; with topk_method group_limited_greedy only the topk_group groups
-    with the highest single score are eligible, which megatron computes when num_experts_per_tok equals
-    topk_group (it ranks a group by its best topk / topk_group scores); the first first_k_dense_replace
-    layers dense; n_shared_experts x moe_intermediate_size wide shared experts without a gate."""
-    experts, topk = expert_count(hf), int(hf["num_experts_per_tok"])
-    layers, dense = int(hf["num_hidden_layers"]), int(hf.get("first_k_dense_replace") or 0)
-    method, scoring = hf.get("topk_method") or "greedy", hf.get("scoring_func") or "softmax"
-    if scoring != "softmax" or method not in ("greedy", "group_limited_greedy"):
-        raise ValueError(f"config.json scoring_func {scoring!r} / topk_method {method!r} is not DeepSeek-V2's routing "
-                         f"(softmax, greedy or group_limited_greedy), which transformers computes for deepseek_v2.")
-    if hf.get("norm_topk_prob"):
-        raise ValueError("config.json norm_topk_prob true for deepseek_v2: transformers never renormalises its top-k "
-                         "weights and vLLM would, so the engines would disagree; DeepSeek-V2's releases set it false.")
-    if dense >= layers:
-        raise ValueError(f"config.json first_k_dense_replace {dense} leaves no MoE layer of {layers}; a dense model "
-                         f"is not a deepseek_v2 config.json.")
-    args: dict[str, Any] = {
-        "num_experts": experts, "moe_router_topk": topk, "moe_ffn_hidden_size": int(hf["moe_intermediate_size"]),
-        "norm_topk_prob": False, "moe_layer_freq": [0] * dense + [1] * (layers - dense)}
-    groups, group_topk = int(hf.get("n_group") or 1), int(hf.get("topk_group") or 1)
-    if method == "group_limited_greedy" and groups > 1:
-        if experts % groups or topk != group_topk:
-            raise ValueError(f"config.json topk_method group_limited_greedy with n_group {groups} / topk_group "
-                             f"{group_topk} and num_experts_per_tok {topk} is not supported: groups are ranked by "
-                             f"their best score, which megatron computes only when num_experts_per_tok equals "
-                             f"topk_group (and n_group divides the {experts} experts).")
-        args.update(moe_router_num_groups=groups, moe_router_group_topk=group_topk)
-    return _scale_and_shared_experts(hf, args)
-
-
-def moe_layer_pattern(moe_layer_freq: Any, num_layers: int) -> list[int]:
-    """megatron-core's moe_layer_freq as one 0 / 1 per layer (1 = MoE): an integer N makes every N-th
-    layer from the first an MoE layer, a list is taken as it is (its length must be num_layers)."""
-    if isinstance(moe_layer_freq, bool) or not isinstance(moe_layer_freq, (int, list, tuple)):
-        raise ValueError(f"moe_layer_freq {moe_layer_freq!r} must be an integer N or a list of 0 / 1 per layer.")
-    if isinstance(moe_layer_freq, int):
-        if moe_layer_freq < 1:
-            raise ValueError(f"moe_layer_freq {moe_layer_freq} must be at least 1 (1 = every layer is an MoE layer).")
-        return [1 if i % moe_layer_freq == 0 else 0 for i in range(num_layers)]
-    pattern = [int(x) for x in moe_layer_freq]
-    if len(pattern) != num_layers or set(pattern) - {0, 1} or not any(pattern):
-        raise ValueError(f"moe_layer_freq {list(moe_layer_freq)} must hold one 0 or 1 per layer ({num_layers}), at "
-                         "least one 1 (1 = MoE layer).")
-    return pattern

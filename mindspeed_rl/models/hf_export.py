@@ -34,7 +34,8 @@ from safetensors.torch import save_file
 from mindspeed_rl.models.hf_bridge.checkpoint_io import INDEX_FILE, SINGLE_FILE, SafetensorsReader
 from mindspeed_rl.models.hf_bridge.mapping import EXPERT_KINDS, gated_mlp
 from mindspeed_rl.models.hf_bridge.names import fuse
-from mindspeed_rl.models.hf_config import kv_channels, mtp_layer_count, no_rope_pattern, window_pattern
+from mindspeed_rl.models.hf_config import kv_channels, no_rope_pattern, window_pattern
+from mindspeed_rl.models.hf_moe_config import mtp_layer_count
 from mindspeed_rl.models.hf_bridge.sharding import kind_of, mcore_to_hf, merge_tp, moe_layers
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
@@ -197,7 +198,7 @@ def glm4_moe_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype
     """GLM-4.5's config.json (glm4_moe) for an MoE model with sigmoid routing or dense layers among
     the MoE ones, or DeepSeek-V3's (deepseek_v3: the same MoE with multi-latent attention), or
     DeepSeek-V2's (deepseek_v2: multi-latent attention, softmax routing without renormalising)
-    (models/hf_config.glm4_moe_args / deepseek_v2_moe_args / mla_args, read back the same); what it
+    (models/hf_moe_config.glm4_moe_args / deepseek_v2_moe_args, hf_config.mla_args, read back the same); what it
     cannot say is refused."""
     mla, v2 = model_type in ("deepseek_v3", "deepseek_v2"), model_type == "deepseek_v2"
     if int(args.get("num_experts") or 0) <= 1:
@@ -261,7 +262,7 @@ def glm4_moe_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype
 
 def minimax_m2_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
     """MiniMax-M2's config.json (minimax_m2, MiniMaxM2ForCausalLM) for an MoE model with q / k norms across
-    heads (models/hf_config.minimax_m2_moe_args, read back the same): every layer MoE, sigmoid routing with
+    heads (models/hf_moe_config.minimax_m2_moe_args, read back the same): every layer MoE, sigmoid routing with
     an expert bias, renormalised, Llama's RoPE pairs on the first rotary_dim of each head, no biases, shared
     experts, groups, routed scale or other norms. vLLM reads rotary_dim, scoring_func and use_routing_bias."""
     experts, topk = int(args.get("num_experts") or 0), int(args.get("moe_router_topk") or 2)

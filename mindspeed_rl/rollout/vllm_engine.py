@@ -57,7 +57,7 @@ from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
 import torch
 
-from mindspeed_rl.models.hf_config import expert_count, first_dense_layers
+from mindspeed_rl.models.hf_moe_config import expert_count, first_dense_layers
 from mindspeed_rl.models.hf_bridge.names import stored_name
 from mindspeed_rl.platform import get_platform
 from mindspeed_rl.platform import vllm_env

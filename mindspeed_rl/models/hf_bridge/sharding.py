@@ -120,7 +120,7 @@ def is_moe(args: Mapping[str, Any]) -> bool:
 
 def moe_layers(args: Mapping[str, Any]) -> list[int]:
     """One 0 / 1 per layer, 1 = an MoE layer (moe_layer_freq; all 0 for a dense model)."""
-    from mindspeed_rl.models.hf_config import moe_layer_pattern
+    from mindspeed_rl.models.hf_moe_config import moe_layer_pattern
 
     layers = int(args["num_layers"])
     return moe_layer_pattern(args.get("moe_layer_freq") or 1, layers) if is_moe(args) else [0] * layers
