@@ -120,7 +120,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     rope_type = rope.get("rope_type", rope.get("type", "default"))
     if model_type == "minimax_m2" and hf.get("rotary_dim") and not (rope.get("partial_rotary_factor")
                                                                     or hf.get("partial_rotary_factor")):
-        rope["partial_rotary_factor"] = int(hf["rotary_dim"]) / head_dim  # the releases' spelling (transformers reads it)
+        # the releases' legacy spelling, which transformers reads as this factor
+        rope["partial_rotary_factor"] = int(hf["rotary_dim"]) / head_dim
     if model_type == "ernie4_5" and hf.get("use_bias"):
         raise ValueError("config.json use_bias=true (biases on every linear layer) is not supported; ERNIE 4.5's "
                          "releases have none.")

@@ -271,7 +271,8 @@ def minimax_m2_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dty
         ("sigmoid routing with an expert bias (moe_router_score_function, moe_router_enable_expert_bias)",
          args.get("moe_router_score_function") != "sigmoid" or not args.get("moe_router_enable_expert_bias")),
         ("no shared expert, expert groups or routed scale", args.get("moe_shared_expert_intermediate_size")
-         or int(args.get("moe_router_num_groups") or 1) > 1 or float(args.get("moe_router_topk_scaling_factor") or 1.0) != 1.0),
+         or int(args.get("moe_router_num_groups") or 1) > 1
+         or float(args.get("moe_router_topk_scaling_factor") or 1.0) != 1.0),
         ("no biases (add_qkv_bias, disable_bias_linear: true)", args.get("add_qkv_bias")
          or args.get("disable_bias_linear") is False),
         ("Llama's RoPE pairs, qk_layernorm, RMSNorm before attention and MLP only, full attention",
@@ -457,9 +458,10 @@ def mtp_layers(config: Mapping[str, Any], source: Optional[str],
                written: Iterable[str] = ()) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """config.json's multi-token-prediction layers for an export (num_nextn_predict_layers: DeepSeek-V3's,
     GLM-4.5's; num_mtp_modules: MiniMax-M2's; stored after the last of num_hidden_layers). RL trains the
-    main layers only, so they are copied unchanged, under their stored names, from `source` (the HF checkpoint the run started
-    from): a speculative-decoding draft head of the model it was trained from. Where `source` holds
-    none, config.json's count becomes 0 so the export does not announce layers it lacks. Returns
+    main layers only, so they are copied unchanged, under their stored names, from `source` (the HF
+    checkpoint the run started from): a speculative-decoding draft head of the model it was trained
+    from. Where `source` holds none, config.json's count becomes 0 so the export does not announce
+    layers it lacks. Returns
     (config, {stored name: tensor}); (config, {}) when config.json has no such layers or the
     `written` tensor names hold them already (convert_ckpt HF -> HF)."""
     key, count = mtp_layer_count(config)
