@@ -90,6 +90,9 @@ def main() -> int:
         cpu, wall = [c for _, c in t], [w for w, _ in t]
         print(f"{name:<22} {1e3 * min(cpu):11.2f} {1e3 * statistics.median(cpu):13.2f} {1e3 * min(wall):12.2f} "
               f"{1e3 * statistics.median(wall):14.2f}")
+    from mindspeed_rl.distributed.worker_env import destroy_world
+
+    destroy_world()  # a process group left to the interpreter's exit can abort it
     return 0
 
 

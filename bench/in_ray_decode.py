@@ -126,6 +126,9 @@ def main() -> None:
     args = p.parse_args()
     if args.child:
         print("RESULT " + json.dumps(_child(args.child, args.size, args.repeats, args.threads)), flush=True)
+        from mindspeed_rl.distributed.worker_env import destroy_world
+
+        destroy_world()  # a process group left to the interpreter's exit can abort it
         return
     variants = tuple(args.variants.split(","))
     bad = [v for v in variants if v not in VARIANTS]

@@ -25,6 +25,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from mindspeed_rl.distributed.worker_env import destroy_world  # noqa: E402
 from mindspeed_rl.platform import get_platform  # noqa: E402
 
 PLATFORM = get_platform()
@@ -266,8 +267,7 @@ def main() -> None:
             toks = r.num_response_tokens
             print(f"{label:<22}{toks / r.stats['rollout/decode_s']:>14.0f}{r.stats['rollout/decode_s']:>9.2f}"
                   f"{toks / args.batch:>13.1f}{r.stats['rollout/decode_steps']:>7}")
-    if args.engine != "vllm":  # vLLM's shutdown destroys the process's groups itself
-        torch.distributed.destroy_process_group()
+    destroy_world()  # vLLM's shutdown destroys the process's groups itself; otherwise they are left
 
 
 if __name__ == "__main__":

@@ -364,6 +364,9 @@ def main() -> int:
     if len(results) == 2:
         print(f"\nours/transformers update: {results['ours'] / results['transformers']:.2f}x "
               f"({results['ours']:.3f} s vs {results['transformers']:.3f} s)")
+    from mindspeed_rl.distributed.worker_env import destroy_world
+
+    destroy_world()  # a process group left to the interpreter's exit can abort it
     return 0
 
 

@@ -147,6 +147,9 @@ def main() -> None:
         print(f"  {mode:<10}{min(walls):>8.3f}{statistics.median(walls):>8.3f}   "
               + " ".join(f"{t:.3f}" for t in walls))
     print(f"load average {os.getloadavg()[0]:.1f}")
+    from mindspeed_rl.distributed.worker_env import destroy_world
+
+    destroy_world()  # the native engine's world; a process group left to the interpreter's exit can abort it
 
 
 def native_times(hf, config, sp, repeats: int) -> list[float]:

@@ -21,6 +21,16 @@ def pytest_configure(config):
     get_platform().patch()
 
 
+def pytest_sessionfinish(session, exitstatus):
+    """The process groups the tests made in this process (gloo_world1's world, megatron's groups,
+    vLLM's) shut down while the interpreter is whole: left to the interpreter's exit, their gloo
+    threads can abort the process after every test passed (exit 134: most likely how stop 44's
+    CI run ended, at the end of its main stage)."""
+    from mindspeed_rl.distributed.worker_env import destroy_world
+
+    destroy_world()
+
+
 @pytest.fixture(scope="session")
 def gloo_world1():
     """A world-size-1 gloo process group in the test process (for megatron parallel_state)."""

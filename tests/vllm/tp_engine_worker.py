@@ -43,6 +43,9 @@ def main() -> None:
         json.dump({name: {"tokens": o.responses.tolist(), "log_probs": o.log_probs.tolist()}
                    for name, o in (("greedy", greedy), ("sampled", sampled))}, f)
     engine.close()
+    from mindspeed_rl.distributed.worker_env import destroy_world
+
+    destroy_world()  # left to the interpreter's exit, a gloo group can abort the process (exit 134)
 
 
 if __name__ == "__main__":
