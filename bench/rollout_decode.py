@@ -267,7 +267,7 @@ def main() -> None:
             toks = r.num_response_tokens
             print(f"{label:<22}{toks / r.stats['rollout/decode_s']:>14.0f}{r.stats['rollout/decode_s']:>9.2f}"
                   f"{toks / args.batch:>13.1f}{r.stats['rollout/decode_steps']:>7}")
-    destroy_world()  # vLLM's shutdown destroys the process's groups itself; otherwise they are left
+    destroy_world()  # the native engine's world (vLLM's shutdown destroys its own)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ def test_local_world_is_made_once(gloo_world1):
 
 
 DESTROY_WORLD = r"""
-import sys, torch
+import torch
 from mindspeed_rl.platform import get_platform
 get_platform("cpu").patch()
 from mindspeed_rl.distributed.worker_env import destroy_world, init_local_world
