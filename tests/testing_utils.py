@@ -124,7 +124,8 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
     32 positions and two different mscales, GLM-4.5's MoE layout); deepseek_v2: DeepSeek-V2-Lite (MLA without a query
     rank, softmax routing not renormalised, weights x 2); minimax_m2: MiniMax-M2 (q / k norms across heads, RoPE on half of
     each head (rotary_dim), sigmoid routing with a random expert bias over 4 experts, Mixtral's names); glm4_moe_lite:
-    GLM-4.7-Flash (DeepSeek-V3's attention and MoE, its dense first layer in mlp_layer_types). `overrides` change TINY_HF (num_hidden_layers=4)."""
+    GLM-4.7-Flash (DeepSeek-V3's attention and MoE, its dense first layer in mlp_layer_types); ernie4_5_moe: ERNIE 4.5
+    MoE (ERNIE's attention; the first layer dense, then softmax routing with a random expert bias, a shared expert). `overrides` change TINY_HF (num_hidden_layers=4)."""
     import transformers as tf
 
     tiny = dict(TINY_HF, **overrides)
@@ -224,6 +225,12 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
                                                             "original_max_position_embeddings": 32}, **tiny}),
         # ERNIE 4.5 0.3B: Llama with RoPE on interleaved pairs, tied (its config's default)
         "ernie4_5": lambda: tf.Ernie4_5Config(**{"head_dim": 16, **tiny}),
+        # ERNIE-4.5-21B-A3B's layout scaled down: the first layer dense, the others MoE (moe_layer_start_index 1),
+        # 4 experts of width 32, top-2 by softmax + a random expert bias, one shared expert, tied
+        "ernie4_5_moe": lambda: tf.Ernie4_5_MoeConfig(**{
+            "head_dim": 16, "moe_num_experts": 4, "moe_k": 2, "moe_intermediate_size": 32, "moe_num_shared_experts": 1,
+            "moe_layer_start_index": 1, "moe_layer_interval": 1, "pad_token_id": None, "bos_token_id": 1,
+            "eos_token_id": 2, **tiny}),  # no pad id: transformers' padding_idx would zero token 0's input gradient
         # Seed-OSS: Qwen2's biases on q / k / v (its config's default), head_dim 32 != 64 / 4, untied
         "seed_oss": lambda: tf.SeedOssConfig(**{"head_dim": 32, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
                                                "attention_dropout": 0.1, "residual_dropout": 0.1, **tiny}),
@@ -295,7 +302,7 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
            "granite": tf.GraniteForCausalLM, "gemma3_text": tf.Gemma3ForCausalLM,
            "gemma3": tf.Gemma3ForConditionalGeneration, "gemma2": tf.Gemma2ForCausalLM,
            "mistral3": tf.Mistral3ForConditionalGeneration, "gemma": tf.GemmaForCausalLM,
-           "olmo2": tf.Olmo2ForCausalLM, "olmo3": tf.Olmo3ForCausalLM, "exaone4": tf.Exaone4ForCausalLM, "seed_oss": tf.SeedOssForCausalLM, "glm4": tf.Glm4ForCausalLM, "ernie4_5": tf.Ernie4_5ForCausalLM,
+           "olmo2": tf.Olmo2ForCausalLM, "olmo3": tf.Olmo3ForCausalLM, "exaone4": tf.Exaone4ForCausalLM, "seed_oss": tf.SeedOssForCausalLM, "glm4": tf.Glm4ForCausalLM, "ernie4_5": tf.Ernie4_5ForCausalLM, "ernie4_5_moe": tf.Ernie4_5_MoeForCausalLM,
            "arcee": tf.ArceeForCausalLM, "glm4_moe": tf.Glm4MoeForCausalLM, "deepseek_v3": tf.DeepseekV3ForCausalLM,
            "deepseek_v2": tf.DeepseekV2ForCausalLM, "gpt_oss": tf.GptOssForCausalLM,
            "minimax_m2": tf.MiniMaxM2ForCausalLM, "glm4_moe_lite": tf.Glm4MoeLiteForCausalLM, "ministral3": tf.Mistral3ForConditionalGeneration, "qwen2_5_vl": tf.Qwen2_5_VLForConditionalGeneration, "qwen3_vl": tf.Qwen3VLForConditionalGeneration,

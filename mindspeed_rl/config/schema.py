@@ -104,7 +104,7 @@ class ModelArch:
     moe_shared_expert_intermediate_size: Optional[int] = doc(None, "MoE: width of the shared expert every token also goes through (HF shared_expert_intermediate_size, Qwen2-MoE; n_shared_experts x moe_intermediate_size, GLM-4.5); null = none")
     moe_layer_freq: Any = doc(1, "MoE: which layers are MoE layers (megatron-core's key): an integer N (every N-th, from the first; 1 = all) or a list of 0 / 1 per layer, 1 = MoE, 0 = a dense MLP ffn_hidden_size wide (GLM-4.5's first_k_dense_replace dense layers)")
     moe_router_score_function: str = doc("softmax", "MoE: softmax or sigmoid (DeepSeek-V3 / GLM-4.5 routing: sigmoid scores, the top-k renormalised)")
-    moe_router_enable_expert_bias: bool = doc(False, "MoE: a per-expert bias added to the scores for choosing the top-k only (HF e_score_correction_bias, read from and written to the checkpoint); needs sigmoid")
+    moe_router_enable_expert_bias: bool = doc(False, "MoE: a per-expert bias added to the scores for choosing the top-k only (HF e_score_correction_bias, read from and written to the checkpoint); with sigmoid (GLM-4.5, DeepSeek-V3) or with softmax and the top-k renormalised (ERNIE 4.5 MoE: softmax probabilities + bias choose)")
     moe_router_bias_update_rate: float = doc(0.0, "MoE: how much each step moves the expert bias toward balanced loads (DeepSeek-V3's aux-loss-free balancing; megatron's default is 1e-3); 0 keeps the checkpoint's bias, as RL on a pretrained model wants")
     moe_router_num_groups: Optional[int] = doc(None, "MoE: expert groups for group-limited routing (HF n_group); null = no groups")
     moe_router_group_topk: Optional[int] = doc(None, "MoE: groups each token may use (HF topk_group); with moe_router_num_groups")

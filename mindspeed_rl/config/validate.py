@@ -532,9 +532,10 @@ def _moe_routing_problems(role, experts: int, problems: list[str]) -> None:
     if a.moe_router_score_function not in ("softmax", "sigmoid"):
         problems.append(f"`model.{name}.moe_router_score_function: {a.moe_router_score_function}` is not supported; use "
                         f"softmax or sigmoid.")
-    if a.moe_router_enable_expert_bias and a.moe_router_score_function != "sigmoid":
-        problems.append(f"model {name}: moe_router_enable_expert_bias needs moe_router_score_function: sigmoid (the bias "
-                        f"shifts sigmoid scores for the top-k choice).")
+    renormalised = a.norm_topk_prob if a.norm_topk_prob is not None else not a.moe_router_pre_softmax
+    if a.moe_router_enable_expert_bias and a.moe_router_score_function == "softmax" and not renormalised:
+        problems.append(f"model {name}: moe_router_enable_expert_bias with softmax routing (ERNIE 4.5 MoE's) needs the "
+                        f"top-k renormalised (norm_topk_prob: true, moe_router_pre_softmax: false), as ERNIE routes.")
     if bool(a.moe_router_num_groups) != bool(a.moe_router_group_topk):
         problems.append(f"model {name}: moe_router_num_groups and moe_router_group_topk go together (HF n_group / "
                         f"topk_group); set both or neither.")
@@ -602,9 +603,10 @@ def _check_moe(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
         problems.append(f"`{path}.tensor_model_parallel_size: {tp}` does not divide moe_shared_expert_intermediate_size "
                         f"{shared} of model {role.model_name} (the shared expert is split over TP); pick a TP that divides it.")
     # sigmoid routing or dense layers among the MoE ones: vLLM's GLM-4.5 (hf_export.glm4_moe_config), any attention
-    # (and multi-latent attention: vLLM's DeepSeek-V2 / V3)
+    # (and multi-latent attention: vLLM's DeepSeek-V2 / V3); softmax routing with an expert bias: vLLM's ERNIE 4.5
+    # MoE (hf_export.ernie4_5_moe_config)
     glm4_moe = (a.moe_router_score_function == "sigmoid" or _hf_config(role).get("model_type") == "glm4_moe"
-                or a.multi_latent_attention)
+                or a.multi_latent_attention or bool(a.moe_router_enable_expert_bias))
     if role.role == "actor_rollout" and role.rollout.rollout_engine == "vllm" and not glm4_moe:
         if not shared and not a.qk_layernorm and _hf_config(role).get("model_type") != "mixtral":
             problems.append(f"`{path}.rollout_engine: vllm` runs an MoE model as vLLM's Qwen3-MoE, which has q/k norms, "

@@ -381,7 +381,10 @@ def moe_config_fields(args: Mapping[str, Any]) -> dict[str, Any]:
         # GLM-4.5's dense first layers, sigmoid routing with a fixed expert bias, groups, a weight scale
         moe_layer_freq=moe_layer_pattern(_get(args, "moe_layer_freq", 1), int(args["num_layers"])),
         moe_router_score_function=_get(args, "moe_router_score_function", "softmax"),
-        moe_router_enable_expert_bias=bool(_get(args, "moe_router_enable_expert_bias", False)),
+        # megatron routes softmax without an expert bias (0.12 and 0.16 refuse the pair): ERNIE 4.5 MoE's is
+        # added after the build (moe_replay.install_softmax_bias)
+        moe_router_enable_expert_bias=(bool(_get(args, "moe_router_enable_expert_bias", False))
+                                       and _get(args, "moe_router_score_function", "softmax") == "sigmoid"),
         moe_router_bias_update_rate=float(_get(args, "moe_router_bias_update_rate", 0.0)),
         moe_router_num_groups=int(_get(args, "moe_router_num_groups")) if _get(args, "moe_router_num_groups") else None,
         moe_router_group_topk=int(_get(args, "moe_router_group_topk")) if _get(args, "moe_router_group_topk") else None,
@@ -393,6 +396,13 @@ def moe_config_fields(args: Mapping[str, Any]) -> dict[str, Any]:
         expert_model_parallel_size=parallel_state.get_expert_model_parallel_world_size(),
         expert_tensor_parallel_size=parallel_state.get_expert_tensor_parallel_world_size(),
     )
+
+
+def softmax_expert_bias(args: Mapping[str, Any]) -> bool:
+    """Whether `args` route by softmax with an expert bias for the top-k choice (ERNIE 4.5 MoE), which
+    megatron-core does not compute: models/moe_replay.install_softmax_bias does."""
+    return (bool(_get(args, "moe_router_enable_expert_bias", False))
+            and _get(args, "moe_router_score_function", "softmax") == "softmax")
 
 
 def llama3_inv_freq(dim: int, base: float, factor: float, low_freq_factor: float,
@@ -532,6 +542,10 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
         from mindspeed_rl.models import moe_dispatch
 
         moe_dispatch.install(model)  # no host sync in the permutation where every expert is local
+    if config.num_moe_experts and softmax_expert_bias(args):  # ERNIE 4.5 MoE's routing (models/moe_replay.py)
+        from mindspeed_rl.models import moe_replay
+
+        moe_replay.install_softmax_bias(model)
     if config.quick_geglu or config.attention_sinks:  # gpt-oss's experts, router bias, sinks (models/gpt_oss.py)
         from mindspeed_rl.models import gpt_oss
 

@@ -18,10 +18,10 @@ from mindspeed_rl.models.hf_moe_config import moe_args_from_hf
 
 HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "smollm3", "granite",
             "gemma3_text", "gemma2", "gemma", "olmo2", "olmo3", "ministral3", "exaone4", "seed_oss", "glm4",
-            "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss", "minimax_m2")
+            "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss",
-             "minimax_m2")
+             "minimax_m2", "ernie4_5_moe")
 MLA_ARCHS = ("deepseek_v3", "deepseek_v2", "glm4_moe_lite")  # multi-latent attention (mla_args)
 WINDOW_ARCHS = ("mistral", "mixtral", "phi3", "ministral3")  # a config.json sliding_window applies to every layer
 ROPE_TYPES = ("default", "linear", "llama3", "longrope", "yarn")  # config.json rope types computed exactly
@@ -35,6 +35,10 @@ HF_DEFAULTS = {
     "gemma": {"tie_word_embeddings": True},
     "olmo3": {"rope_theta": 500000.0},
     "ernie4_5": {"tie_word_embeddings": True, "head_dim": 128},
+    # ERNIE-4.5-21B-A3B's (transformers' Ernie4_5_MoeConfig); head_dim: hidden_size / heads
+    "ernie4_5_moe": {"tie_word_embeddings": True, "rope_theta": 500000.0, "moe_k": 6, "moe_num_experts": 64,
+                     "moe_num_shared_experts": 2, "moe_layer_start_index": 1, "moe_layer_end_index": -1,
+                     "moe_layer_interval": 1, "moe_intermediate_size": 1536},
     "glm4": {"head_dim": 128, "partial_rotary_factor": 0.5, "attention_bias": True},
     "seed_oss": {"attention_bias": True},
     "arcee": {"hidden_act": "relu2"},
@@ -73,7 +77,9 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     gate / up stored fused (gate_up_proj), and RoPE on the first half of each head (partial_rotary_factor
     0.5 by default) over interleaved pairs (2i, 2i + 1): megatron-core's rotary_interleaved.
     ERNIE 4.5 (ernie4_5: ERNIE-4.5-0.3B base / PT) is Llama's layout with RoPE over interleaved pairs
-    (rotary_interleaved), tied by default, no biases (use_bias true is refused).
+    (rotary_interleaved), tied by default, no biases (use_bias true is refused); ERNIE 4.5 MoE
+    (ernie4_5_moe: ERNIE-4.5-21B-A3B, -300B-A47B) is that attention with softmax routing, an expert
+    bias for the choice, shared experts and dense layers where moe_layer_* place none (ernie4_5_moe_args).
     GLM-4.5 / 4.6 (glm4_moe: GLM-4.5, GLM-4.5-Air, GLM-4.6 and their base models) is an MoE model whose
     first first_k_dense_replace layers are dense (moe_args_from_hf), with q / k / v biases (attention_bias),
     optional per-head q / k norms (use_qk_norm) and RoPE on the first half of each head, pairs (i, i + d/2)
@@ -122,7 +128,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
                                                                     or hf.get("partial_rotary_factor")):
         # the releases' legacy spelling, which transformers reads as this factor
         rope["partial_rotary_factor"] = int(hf["rotary_dim"]) / head_dim
-    if model_type == "ernie4_5" and hf.get("use_bias"):
+    if model_type in ("ernie4_5", "ernie4_5_moe") and hf.get("use_bias"):
         raise ValueError("config.json use_bias=true (biases on every linear layer) is not supported; ERNIE 4.5's "
                          "releases have none.")
     if model_type == "seed_oss" and hf.get("attention_out_bias"):
@@ -211,7 +217,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         args.update(exaone4_args(hf, args["num_layers"]))
     if model_type == "glm4":  # GLM-4-0414 / GLM-Z1: norms after attention and MLP too, RoPE on interleaved pairs
         args.update(post_norm=True, rotary_interleaved=True)
-    if model_type == "ernie4_5":  # ERNIE 4.5 (dense): Llama with RoPE on interleaved pairs
+    if model_type in ("ernie4_5", "ernie4_5_moe"):  # ERNIE 4.5: Llama with RoPE on interleaved pairs
         args["rotary_interleaved"] = True
     if model_type == "arcee":  # Arcee: up_proj alone, relu(x)^2
         args.update(swiglu=False, squared_relu=True)

@@ -63,6 +63,9 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
         raise ValueError("window_attn_skip_freq / rope_local_base_freq have a config.json form only in a Gemma 3 "
                          "model (add_rmsnorm_offset, post_norm, input_embeds_norm, geglu, qk_layernorm) or an OLMo 3 "
                          "(pre_norm: false, post_norm, qk_layernorm_across_heads).")
+    if int(args.get("num_experts") or 0) > 1 and args.get("moe_router_enable_expert_bias") and \
+            (args.get("moe_router_score_function") or "softmax") == "softmax":  # softmax + bias: ERNIE 4.5's routing
+        return ernie4_5_moe_config(args, vocab_size, dtype)
     if args.get("multi_latent_attention"):  # DeepSeek-V2's softmax routing, else V3's sigmoid
         v2 = (args.get("moe_router_score_function") or "softmax") == "softmax"
         return glm4_moe_config(args, vocab_size, dtype, "deepseek_v2" if v2 else "deepseek_v3")
@@ -291,6 +294,54 @@ def minimax_m2_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dty
                   shared_intermediate_size=0, router_jitter_noise=0.0, attention_bias=False,
                   attn_type_list=[1] * config["num_hidden_layers"], use_mtp=False, num_mtp_modules=0)
     return config
+
+
+def ernie4_5_moe_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
+    """ERNIE 4.5 MoE's config.json (ernie4_5_moe, Ernie4_5_MoeForCausalLM) for an MoE model routed by softmax
+    with an expert bias (models/hf_moe_config.ernie4_5_moe_args, read back the same): the top-k
+    renormalised, shared experts a multiple of moe_ffn_hidden_size wide without a gate, MoE layers every
+    moe_layer_interval-th from moe_layer_start_index to moe_layer_end_index, RoPE on interleaved pairs of
+    every dimension, no biases, q / k norms, post norms, window, groups or routed scale."""
+    pattern = moe_layers(args)
+    f = int(args.get("moe_ffn_hidden_size") or args["ffn_hidden_size"])
+    shared = int(args.get("moe_shared_expert_intermediate_size") or 0)
+    placed = ernie_moe_placement(pattern)
+    renormalised = args.get("norm_topk_prob", not args.get("moe_router_pre_softmax", False))
+    problems = [what for what, bad in (
+        ("MoE layers every N-th between a first and a last one (moe_layer_freq)", placed is None),
+        ("the top-k renormalised (norm_topk_prob: true)", not renormalised),
+        ("shared experts as wide as a multiple of moe_ffn_hidden_size, without a gate", shared % f or args.get("shared_expert_gate")),
+        ("no expert groups or routed scale", int(args.get("moe_router_num_groups") or 1) > 1
+         or float(args.get("moe_router_topk_scaling_factor") or 1.0) != 1.0),
+        ("no biases (add_qkv_bias, disable_bias_linear: true)", args.get("add_qkv_bias")
+         or args.get("disable_bias_linear") is False),
+        ("RoPE on interleaved pairs of every dimension (rotary_interleaved, rotary_percent 1), no q / k norms, "
+         "RMSNorm before attention and MLP only, full attention",
+         not args.get("rotary_interleaved") or float(args.get("rotary_percent") or 1.0) != 1.0
+         or args.get("qk_layernorm") or args.get("post_norm") or args.get("pre_norm") is False
+         or args.get("sliding_window") or args.get("no_rope_freq") or args.get("multi_latent_attention")),
+    ) if bad]
+    if problems:
+        raise ValueError(f"an MoE model routed by softmax with an expert bias has a config.json form only as ERNIE 4.5 "
+                         f"MoE (ernie4_5_moe), which needs {'; '.join(problems)}.")
+    start, interval, end = placed
+    config = base_config(args, vocab_size, dtype, "ernie4_5_moe", "Ernie4_5_MoeForCausalLM", rope_parameters(args),
+                         eps=1e-5)
+    config.update(hidden_act="silu", use_bias=False, moe_num_experts=int(args["num_experts"]),
+                  moe_k=int(args.get("moe_router_topk") or 2), moe_intermediate_size=f,
+                  moe_num_shared_experts=shared // f, moe_layer_start_index=start, moe_layer_interval=interval,
+                  moe_layer_end_index=end, moe_norm_min=1e-12)
+    return config
+
+
+def ernie_moe_placement(pattern: list[int]) -> Optional[tuple[int, int, int]]:
+    """(moe_layer_start_index, moe_layer_interval, moe_layer_end_index) that place the MoE layers of
+    `pattern` (one 0 / 1 per layer) as ERNIE 4.5 does (hf_moe_config.ernie_moe_layers), or None."""
+    ones = [i for i, x in enumerate(pattern) if x]
+    for interval in range(1, len(pattern) + 1):
+        if [1 if (i + 1) % interval == 0 and ones[0] <= i <= ones[-1] else 0 for i in range(len(pattern))] == pattern:
+            return ones[0], interval, ones[-1]
+    return None
 
 
 def base_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype, model_type: str, cls: str,

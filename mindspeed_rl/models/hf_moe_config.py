@@ -14,8 +14,10 @@ V3_ROUTING = ("glm4_moe", "deepseek_v3", "glm4_moe_lite")
 
 def expert_count(hf: Mapping[str, Any]) -> int:
     """Routed experts per MoE layer as config.json names them: num_experts (Qwen-MoE),
-    num_local_experts (Mixtral), n_routed_experts (GLM-4.5, DeepSeek); 0 for a dense model."""
-    return int(hf.get("num_experts") or hf.get("num_local_experts") or hf.get("n_routed_experts") or 0)
+    num_local_experts (Mixtral), n_routed_experts (GLM-4.5, DeepSeek), moe_num_experts (ERNIE 4.5); 0 for a
+    dense model."""
+    return int(hf.get("num_experts") or hf.get("num_local_experts") or hf.get("n_routed_experts")
+               or hf.get("moe_num_experts") or 0)
 
 
 def moe_args_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
@@ -30,6 +32,8 @@ def moe_args_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         return deepseek_v2_moe_args(hf)
     if hf.get("model_type") == "minimax_m2":
         return minimax_m2_moe_args(hf)
+    if hf.get("model_type") == "ernie4_5_moe":
+        return ernie4_5_moe_args(hf)
     if hf.get("mlp_only_layers") or int(hf.get("decoder_sparse_step", 1)) != 1:
         raise ValueError("config.json mlp_only_layers / decoder_sparse_step != 1 (dense layers between MoE "
                          "layers) is not supported for this model type; every layer must be an MoE layer.")
@@ -119,6 +123,49 @@ def minimax_m2_moe_args(hf: Mapping[str, Any]) -> dict[str, Any]:
             "moe_ffn_hidden_size": int(hf["intermediate_size"]), "norm_topk_prob": True,
             "moe_router_score_function": "sigmoid", "moe_router_enable_expert_bias": True,
             "moe_router_bias_update_rate": 0.0}
+
+
+def ernie_moe_layers(hf: Mapping[str, Any]) -> list[int]:
+    """ERNIE 4.5's MoE layers as one 0 / 1 per layer (1 = MoE), as transformers places them: layer i (from
+    0) is an MoE layer when (i + 1) % moe_layer_interval == 0 and moe_layer_start_index <= i <=
+    moe_layer_end_index (-1: the last layer)."""
+    layers = int(hf["num_hidden_layers"])
+    start, interval = int(hf.get("moe_layer_start_index", 1)), int(hf.get("moe_layer_interval", 1))
+    end = int(hf.get("moe_layer_end_index", -1))
+    end = layers - 1 if end < 0 else end
+    if interval < 1:
+        raise ValueError(f"config.json moe_layer_interval {interval} must be at least 1.")
+    return [1 if (i + 1) % interval == 0 and start <= i <= end else 0 for i in range(layers)]
+
+
+def ernie4_5_moe_args(hf: Mapping[str, Any]) -> dict[str, Any]:
+    """Megatron MoE args of an ERNIE 4.5 MoE config.json (ernie4_5_moe: ERNIE-4.5-21B-A3B, -300B-A47B and
+    their -Base / -Thinking models), as transformers routes it: softmax over all moe_num_experts experts,
+    the moe_k best of softmax + e_score_correction_bias chosen (the bias for the choice only: megatron's
+    expert_bias, loaded and kept fixed), weighted by their softmax probabilities renormalised (which
+    is megatron's softmax over the chosen logits: norm_topk_prob); moe_num_shared_experts x
+    moe_intermediate_size wide shared experts without a gate; the MoE layers placed by
+    moe_layer_start_index / interval / end_index (ernie_moe_layers), the others dense (intermediate_size).
+    Megatron-core routes softmax without an expert bias, so models/moe_replay.py adds it (install_softmax_bias).
+    The experts' statistics the releases keep beside the router (moe_statics) hold the bias alone."""
+    experts, topk = expert_count(hf), int(hf["moe_k"] if hf.get("moe_k") is not None else hf["num_experts_per_tok"])
+    pattern = ernie_moe_layers(hf)
+    if not any(pattern):
+        raise ValueError(f"config.json moe_layer_start_index {hf.get('moe_layer_start_index')} / moe_layer_interval "
+                         f"{hf.get('moe_layer_interval')} / moe_layer_end_index {hf.get('moe_layer_end_index')} leave no "
+                         f"MoE layer of {hf['num_hidden_layers']}; a dense ERNIE 4.5 is model_type ernie4_5.")
+    if not experts or topk > experts:
+        raise ValueError(f"config.json moe_num_experts {experts} / moe_k {topk}: an ERNIE 4.5 MoE model needs "
+                         f"moe_k <= moe_num_experts, both at least 1.")
+    f = int(hf["moe_intermediate_size"])
+    args: dict[str, Any] = {
+        "num_experts": experts, "moe_router_topk": topk, "moe_ffn_hidden_size": f, "norm_topk_prob": True,
+        "moe_router_score_function": "softmax", "moe_router_enable_expert_bias": True,
+        "moe_router_bias_update_rate": 0.0, "moe_layer_freq": pattern}
+    shared = int(hf.get("moe_num_shared_experts") or 0)
+    if shared:
+        args["moe_shared_expert_intermediate_size"] = shared * f
+    return args
 
 
 def mtp_layer_count(hf: Mapping[str, Any]) -> tuple[str, int]:

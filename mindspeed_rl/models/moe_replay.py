@@ -33,6 +33,9 @@ aux loss, expert bias, dispatch) runs unchanged. Under sequence parallelism each
 sees its slice of the sequence; the wrapper takes the same slice of the (b, S) indices. Sinkhorn
 routing and capacity factors are refused with routing replay (validate.py); group-limited top-k
 (GLM-4.5, DeepSeek-V3) decides only the rows without recorded experts.
+
+The same wrapper routes ERNIE 4.5 MoE (install_softmax_bias): softmax routing with an expert bias for the
+top-k choice, which megatron-core lacks, is replayed_routing with every row choosing its own experts.
 """
 from __future__ import annotations
 
@@ -221,6 +224,8 @@ def replayed_routing(logits: torch.Tensor, experts: torch.Tensor, topk: int, use
     if score_function == "softmax":
         scores = torch.softmax(logits, dim=-1, dtype=torch.float32).type_as(logits) if use_pre_softmax else logits
         select = scores
+        if expert_bias is not None:  # ERNIE 4.5 MoE: fp32 softmax probabilities + the bias choose (install_softmax_bias)
+            select = torch.softmax(logits, dim=-1, dtype=torch.float32) + expert_bias
     elif score_function == "sigmoid":
         scores = torch.sigmoid(logits.float()).type_as(logits)
         select = scores + expert_bias if expert_bias is not None else scores
@@ -249,7 +254,9 @@ def _wrap(original, with_counts: bool):
     def routing(logits, topk, *args, **kwargs):
         router = _current
         experts = getattr(router, "_replay_experts", None) if router is not None else None
-        if experts is None:
+        own = experts is None and kwargs.get("expert_bias") is not None and \
+            kwargs.get("score_function", "softmax") == "softmax"  # ERNIE 4.5 MoE's routing (install_softmax_bias)
+        if experts is None and not own:
             return original(logits, topk, *args, **kwargs)
         if args:  # megatron passes everything after topk by keyword; a positional call is not ours to guess
             raise RuntimeError("routing replay: megatron's routing function was called with positional options; "
@@ -257,13 +264,38 @@ def _wrap(original, with_counts: bool):
         if kwargs.get("capacity_factor") is not None:
             raise ValueError("routing replay does not support expert capacity; turn moe_enable_routing_replay off "
                              "for this model.")
+        target = logits.new_full((logits.shape[0], topk), -1, dtype=torch.long) if own else \
+            _target(router, logits.shape[0])  # own: every row chooses its experts
         gates, routing_map = replayed_routing(
-            logits, _target(router, logits.shape[0]), topk, bool(kwargs.get("use_pre_softmax", False)),
+            logits, target, topk, bool(kwargs.get("use_pre_softmax", False)),
             kwargs.get("scaling_factor"), kwargs.get("score_function", "softmax"), kwargs.get("expert_bias"),
             kwargs.get("num_groups"), kwargs.get("group_topk"))
         return (gates, routing_map, routing_map.sum(dim=0)) if with_counts else (gates, routing_map)
     routing._mindspeed_replay = True
     return routing
+
+
+def install_softmax_bias(model) -> int:
+    """ERNIE 4.5 MoE's routing on `model` (a GPTModel chunk): softmax over all experts, the top-k chosen by
+    those probabilities + a fixed per-expert bias (the checkpoint's e_score_correction_bias), weighted by
+    their probabilities renormalised. megatron-core routes softmax without an expert bias (its config
+    refuses the pair), so every router gets the fp32 `expert_bias` buffer megatron's sigmoid routing has
+    (same name: checkpoints, the HF bridge and the placement see it as theirs; never updated, as
+    megatron's bias_update_rate 0) and the wrapped routing function (install) routes a softmax router
+    that has one with replayed_routing, each row choosing its own experts. Routing replay works on it
+    unchanged. Returns how many routers got the bias."""
+    from megatron.core.transformer.moe.router import TopKRouter
+
+    install()
+    count = 0
+    for module in model.modules():
+        if isinstance(module, TopKRouter) and getattr(module, "expert_bias", None) is None:
+            if hasattr(module, "expert_bias"):  # megatron sets the attribute to None without a bias
+                delattr(module, "expert_bias")
+            weight = module.weight
+            module.register_buffer("expert_bias", torch.zeros(weight.shape[0], dtype=torch.float32, device=weight.device))
+            count += 1
+    return count
 
 
 def install() -> None:

@@ -175,11 +175,13 @@ def _name_partial_loaders(model: torch.nn.Module) -> None:
 
 
 def _group_cpu_sigmoid_routers(model: torch.nn.Module) -> int:
-    """vLLM 0.32 on CPU: sigmoid routing with an expert bias as one group of all experts. Its CPU router
-    computes sigmoid scores only in its grouped top-k, and a model that routes by sigmoid + bias without
-    groups (MiniMax-M2) failed its first generate ("assert self.scoring_func == 'softmax'"). One group of
-    which one is kept is the same top-k by score + bias, the weights the renormalised scores (as vLLM's
-    GLM-4.5 with n_group 1 routes, and transformers' MiniMax-M2). Returns the routers changed."""
+    """vLLM 0.32 on CPU: sigmoid routing, or softmax routing with an expert bias, as one group of all
+    experts. Its CPU router computes sigmoid scores and the expert bias only in its grouped top-k: a
+    model that routes by sigmoid + bias without groups (MiniMax-M2) failed its first generate ("assert
+    self.scoring_func == 'softmax'"), and one that routes by softmax + bias (ERNIE 4.5 MoE) was served
+    without its bias (its greedy tokens left the training model's after a few). One group of which one is
+    kept is the same top-k by score + bias, the weights the renormalised scores (as vLLM's GLM-4.5 with
+    n_group 1 routes, and transformers' MiniMax-M2 and ERNIE 4.5 MoE). Returns the routers changed."""
     try:
         from vllm.model_executor.layers.fused_moe.router.cpu_router import CPURouter
     except ImportError:  # a vLLM without the CPU router: its own routing stands
@@ -187,8 +189,9 @@ def _group_cpu_sigmoid_routers(model: torch.nn.Module) -> int:
     done = 0
     for module in model.modules():
         router = getattr(module, "router", None)
-        if (isinstance(router, CPURouter) and router.scoring_func == "sigmoid" and not router.use_grouped_topk
-                and router.custom_routing_function is None):
+        if (isinstance(router, CPURouter) and not router.use_grouped_topk and router.custom_routing_function is None
+                and (router.scoring_func == "sigmoid"
+                     or (router.scoring_func == "softmax" and router.e_score_correction_bias is not None))):
             router.use_grouped_topk, router.num_expert_group, router.topk_group = True, 1, 1
             done += 1
     return done

@@ -24,8 +24,9 @@ from typing import Mapping, Optional, Protocol
 import torch
 from safetensors import safe_open
 
-from mindspeed_rl.models.hf_bridge.names import (canonical_name, dequantize_mxfp4, fused_name, fused_parts, own_names,
-                                                 stacked_expert, stacked_layout, stacked_parts, stored_name)
+from mindspeed_rl.models.hf_bridge.names import (canonical_name, dequantize_mxfp4, fused_name, fused_parts,
+                                                 leading_one, own_names, stacked_expert, stacked_layout,
+                                                 stacked_parts, stored_name)
 from mindspeed_rl.utils.errors import UserInputError
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -217,6 +218,8 @@ class SafetensorsReader:
             return (shape[1] // 2, shape[0]) if part in ("gate", "up") else (shape[1], shape[0])
         sl, _, rows = self._slice(name)
         shape = tuple(sl.get_shape())
+        if leading_one(name, self.model_type) and shape[:1] == (1,):  # ERNIE 4.5 MoE's (1, E) expert bias
+            return shape[1:]
         return shape if rows is None else (rows, *shape[1:])
 
     def read(self, name: str, rows: Optional[slice] = None, cols: Optional[slice] = None) -> torch.Tensor:
@@ -226,6 +229,9 @@ class SafetensorsReader:
                 return t[rows or slice(None), cols]
             return t[rows] if rows is not None else t
         sl, start, count = self._slice(name)
+        if leading_one(name, self.model_type) and tuple(sl.get_shape())[:1] == (1,):  # stored (1, n): read as (n,)
+            t = sl[:][0]
+            return t[rows] if rows is not None else t
         if count is not None:  # a part of a fused tensor: its rows, shifted
             lo, hi, _ = (rows or slice(None)).indices(count)
             rows = slice(start + lo, start + max(lo, hi))

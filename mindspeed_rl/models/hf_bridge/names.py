@@ -54,6 +54,10 @@ _STORED_AS["glm4_moe_lite"] = _STORED_AS["deepseek_v3"]  # GLM-4.7-Flash's names
 # MiniMax-M2: Mixtral's names, its expert bias beside the router (GLM-4.5's is the router's own)
 _STORED_AS["minimax_m2"] = (*_STORED_AS["mixtral"],
                             ("mlp.gate.e_score_correction_bias", "block_sparse_moe.e_score_correction_bias"))
+# ERNIE 4.5 MoE: GLM-4.5's shared_experts, its expert bias in the experts' statistics beside the router (stored
+# (1, E): _LEADING_ONE)
+_STORED_AS["ernie4_5_moe"] = (*_STORED_AS["glm4_moe"],
+                              ("mlp.gate.e_score_correction_bias", "mlp.moe_statics.e_score_correction_bias"))
 # gpt-oss calls the router `router` (its experts are stacked: _STACKED)
 _STORED_AS["gpt_oss"] = (("mlp.gate.weight", "mlp.router.weight"), ("mlp.gate.bias", "mlp.router.bias"))
 # GLM-4 names its norm on the attention output as the canonical name does, the one on the MLP output its own way
@@ -101,6 +105,17 @@ _LAYER = re.compile(r"^(model\.layers\.\d+\.)(.+)$")
 # (gate = [..., :f], up = [..., f:]) and no biases. model_type -> how gate and up share gate_up_proj.
 _STACKED = {"gpt_oss": "interleaved", "qwen3_vl_moe": "halves"}
 _STACKED_NAME = re.compile(r"^(model\.layers\.\d+\.)mlp\.experts\.(gate_up_proj|down_proj)(_bias|_blocks)?$")
+
+
+# config.json model_type -> canonical layer-relative names it stores with a leading dimension of 1 (ERNIE 4.5
+# MoE's expert bias, (1, E): one group of experts); read as the canonical (E,), written back as stored
+_LEADING_ONE = {"ernie4_5_moe": ("mlp.gate.e_score_correction_bias",)}
+
+
+def leading_one(name: str, model_type: str | None) -> bool:
+    """Whether a `model_type` checkpoint stores the canonical tensor `name` with a leading dimension of 1."""
+    m = _LAYER.match(name)
+    return bool(m) and m.group(2) in _LEADING_ONE.get(model_type or "", ())
 
 
 def own_names(model_type: str | None) -> bool:
@@ -252,7 +267,7 @@ def fuse(tensors: dict, model_type: str | None) -> dict:
                 taken.update(names)
     for name, tensor in tensors.items():
         if name not in taken:
-            out[stored_name(name, model_type)] = tensor
+            out[stored_name(name, model_type)] = tensor.unsqueeze(0) if leading_one(name, model_type) else tensor
     return stack_experts(out, model_type)
 
 

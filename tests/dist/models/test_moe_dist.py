@@ -270,7 +270,7 @@ def _moe_layers(moe) -> int:
 
 
 @pytest.fixture(scope="module", params=["qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3",
-                                                 "deepseek_v2", "gpt_oss", "minimax_m2"])
+                                                 "deepseek_v2", "gpt_oss", "minimax_m2", "ernie4_5_moe"])
 def moe(request, tmp_path_factory):
     """Every test below runs on Qwen3-MoE, on Qwen2-MoE (qkv biases, top-k not renormalised, and
     a shared expert with its sigmoid gate: megatron's SharedExpertMLP, split over TP), on Mixtral
@@ -279,7 +279,8 @@ def moe(request, tmp_path_factory):
     shared expert without gate), on DeepSeek-V3 / V2-Lite (multi-latent attention) and on gpt-oss (attention
     sinks, biases on the attention, router and experts, the clamped SwiGLU, experts stored stacked and
     interleaved; its ETP 2 layouts run at ETP 1: _run_as) and on MiniMax-M2 (q / k norms across heads, split
-    over TP with the heads, sigmoid routing with the expert bias under Mixtral's names)."""
+    over TP with the heads, sigmoid routing with the expert bias under Mixtral's names) and on ERNIE 4.5 MoE (a dense
+    first layer, softmax routing with the expert bias: models/moe_replay.install_softmax_bias, a shared expert)."""
     from mindspeed_rl.models.forward import position_ids_from_mask
     from mindspeed_rl.models.hf_bridge.names import canonical_name
 
@@ -291,7 +292,8 @@ def moe(request, tmp_path_factory):
     lp = torch.log_softmax(logits[:, :-1].float(), dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
     _loss(lp, ids, mask).backward()
     # under the bridge's canonical names (GLM-4.5's shared_experts: hf_bridge/names.py)
-    grads = per_expert({canonical_name(n, hf.config.model_type): p.grad.detach().clone() for n, p in hf.named_parameters()},
+    grads = per_expert({canonical_name(n, hf.config.model_type): p.grad.detach().clone() for n, p in hf.named_parameters()
+                      if p.grad is not None},  # (ERNIE's expert bias: a parameter without a gradient)
                        hf.config.model_type)
     per_rank = run_gloo(_moe_job, 4, hf_dir, work, timeout_s=600, name="MoE parity job")
     return per_rank, logits.detach(), grads, hf, hf_dir, work

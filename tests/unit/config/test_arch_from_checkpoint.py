@@ -78,6 +78,11 @@ ARCHS = {"llama": dict(rotary_base=5000.0, rope_scaling_type="llama3", untie_emb
                             num_experts=4, moe_router_topk=2, moe_ffn_hidden_size=128, moe_router_score_function="sigmoid",
                             moe_router_enable_expert_bias=True, kv_channels=16, rotary_base=5e6,
                             untie_embeddings_and_output_weights=True),
+         # ERNIE 4.5 MoE: ERNIE's attention, a dense first layer, softmax routing with the expert bias, a shared expert
+         "ernie4_5_moe": dict(rotary_interleaved=True, untie_embeddings_and_output_weights=False, kv_channels=16,
+                              num_experts=4, moe_router_topk=2, moe_ffn_hidden_size=32, moe_layer_freq=[0, 1],
+                              moe_router_score_function="softmax", moe_router_enable_expert_bias=True,
+                              norm_topk_prob=True, moe_shared_expert_intermediate_size=32),
          "arcee": dict(swiglu=False, squared_relu=True, rope_scaling_type="yarn", rope_scaling_factor=4.0,
                        untie_embeddings_and_output_weights=True),
          "seed_oss": dict(add_qkv_bias=True, kv_channels=32, untie_embeddings_and_output_weights=True,

@@ -1,6 +1,7 @@
 """Mixture-of-experts placement rules: one sentence per problem, in dry_run, before anything starts;
 a valid EP layout dry-runs and the Megatron MoE keys reach the builder's TransformerConfig."""
 import pytest
+import torch
 
 import ray_gpt
 from mindspeed_rl.config import build_config, compose_yaml
@@ -51,7 +52,8 @@ def test_ep2_dry_runs_and_both_roles_get_the_experts(capsys):
     ([f"{A}.moe_enable_routing_replay=true", f"{A}.recompute_granularity=full"],
      "moe_enable_routing_replay: true` with recompute_granularity: full"),
     (["training.moe_layer_freq=[0,1,1]"], "moe_layer_freq [0, 1, 1] must hold one 0 or 1 per layer (2)"),
-    (["training.moe_router_enable_expert_bias=true"], "moe_router_enable_expert_bias needs moe_router_score_function: sigmoid"),
+    (["training.moe_router_enable_expert_bias=true", "training.moe_router_pre_softmax=true"],
+     "moe_router_enable_expert_bias with softmax routing (ERNIE 4.5 MoE's) needs the top-k renormalised"),
     (["training.moe_router_num_groups=2"], "moe_router_num_groups and moe_router_group_topk go together"),
     (["training.moe_router_num_groups=3", "training.moe_router_group_topk=1"],
      "moe_router_num_groups 3 must divide num_experts 4"),
@@ -70,7 +72,7 @@ def test_ep2_dry_runs_and_both_roles_get_the_experts(capsys):
 ], ids=["ep-divides-experts", "etp-divides-ffn", "devices-hold-expert-groups", "tp-needs-sp", "cpu-dispatcher",
         "unknown-dispatcher", "top1-renormalised", "topk-over-experts", "split-native-tp2", "split-replay",
         "replay-vllm", "vllm-needs-qk-norm", "shared-expert-tp", "vllm-shared-expert-gate", "replay-sinkhorn", "replay-full-recompute",
-        "moe-layer-pattern", "expert-bias-needs-sigmoid", "groups-together", "groups-divide", "score-function",
+        "moe-layer-pattern", "softmax-expert-bias-renormalised", "groups-together", "groups-divide", "score-function",
         "gpt-oss-etp", "softmax-type", "sinks-on-npu", "offset-needs-quick-geglu", "moe-bias-needs-gpt-oss", "vllm-gpt-oss-limit"])
 def test_moe_rules(overrides, fragment, capsys):
     assert ray_gpt.main(["--config-name", TINY, *MOE, *overrides, "dry_run=true"]) == 2
@@ -158,3 +160,28 @@ def test_glm4_style_routing_dry_runs_and_reaches_the_builder(capsys):
     assert (fields["moe_layer_freq"], fields["moe_router_score_function"], fields["moe_router_enable_expert_bias"],
             fields["moe_router_bias_update_rate"], fields["moe_router_num_groups"], fields["moe_router_group_topk"],
             fields["moe_router_topk_scaling_factor"]) == ([0, 1], "sigmoid", True, 0.0, 2, 1, 2.5)
+
+
+def test_ernie_style_routing_dry_runs_and_reaches_the_builder(capsys, gloo_world1):
+    """Softmax routing with the expert bias (ERNIE 4.5 MoE's, megatron's keys) dry-runs, vLLM included (its
+    ERNIE 4.5 MoE), exports as ernie4_5_moe, and builds: megatron's config never sees the bias (it refuses
+    it with softmax), every router gets it from models/moe_replay.install_softmax_bias."""
+    from mindspeed_rl.models.arch_check import model_args
+    from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, moe_config_fields
+    from mindspeed_rl.models.hf_export import hf_config_from_args
+
+    over = MOE + ["training.moe_layer_freq=[0,1]", "training.moe_router_enable_expert_bias=true",
+                  "training.rotary_interleaved=true", "training.add_qkv_bias=false", f"{A}.rollout_engine=vllm",
+                  "training.moe_shared_expert_intermediate_size=128"]
+    assert ray_gpt.main(["--config-name", TINY, *over, "dry_run=true"]) == 0, capsys.readouterr().err
+    init_parallel_state(1, 1)
+    args = model_args(build_config(compose_yaml(TINY, over)).actor, 100)
+    fields = moe_config_fields(args)
+    assert (fields["moe_router_score_function"], fields["moe_router_enable_expert_bias"]) == ("softmax", False)
+    config = hf_config_from_args(args, 100)
+    assert (config["model_type"], config["moe_layer_start_index"], config["moe_layer_interval"],
+            config["moe_layer_end_index"], config["moe_num_shared_experts"]) == ("ernie4_5_moe", 1, 1, 1, 2)
+    model = build_gpt_model(args)
+    routers = [layer.mlp.router for layer in model.decoder.layers if hasattr(layer.mlp, "router")]
+    assert len(routers) == 1 and routers[0].expert_bias.dtype == torch.float32
+    assert "decoder.layers.1.mlp.router.expert_bias" in model.state_dict()

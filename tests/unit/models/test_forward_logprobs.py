@@ -55,7 +55,7 @@ def _batches():
                                   "smollm3", "smollm3-yarn", "granite", "gemma3_text", "gemma2", "gemma", "olmo2",
                                   "olmo3", "exaone4", "seed_oss", "glm4", "ernie4_5", "arcee", "glm4_moe",
                                   "deepseek_v3", "deepseek_v3-moonlight", "deepseek_v2", "glm4_moe_lite", "gpt_oss",
-                                  "minimax_m2"])
+                                  "minimax_m2", "ernie4_5_moe"])
 def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     """phi3: q/k/v and gate/up read as row ranges of its fused tensors; phi3-partial: half of each
     head rotated (partial_rotary_factor 0.5 = megatron's rotary_percent); phi3-longrope: LongRoPE's
@@ -85,7 +85,9 @@ def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     SwiGLU, sliding and full layers, YaRN without rounding (models/gpt_oss.py); minimax_m2: OLMo 2's q / k norms
     across all heads (GQA) under pre-norms, RoPE on the first rotary_dim of each head, sigmoid routing with the
     expert bias read from beside the router under Mixtral's expert names; glm4_moe_lite: GLM-4.7-Flash, DeepSeek-V3's
-    layout under its own model type (values wider than the query / key heads' nope part)."""
+    layout under its own model type (values wider than the query / key heads' nope part); ernie4_5_moe: ERNIE 4.5
+    MoE, a dense first layer, then softmax routing whose top-2 is chosen by the probabilities + the checkpoint's
+    expert bias (read from its (1, E) moe_statics tensor; models/moe_replay.install_softmax_bias), a shared expert."""
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
 
@@ -105,6 +107,9 @@ def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
         sliding, full = (layer.self_attention for layer in model.decoder.layers)
         assert (model.config.rope_mscale, sliding.config.rope_mscale, full.config.rope_mscale) == (1.2, 1.0, 1.2)
     load_hf_checkpoint(model, str(tmp_path), args)
+    if arch == "ernie4_5_moe":  # the bias decides some choices here: without it the logits differ (checked)
+        router = model.decoder.layers[1].mlp.router
+        assert router.expert_bias.abs().min() > 0 and not router.config.moe_router_enable_expert_bias
     for padding, (ids, mask) in _batches().items():
         pos = position_ids_from_mask(mask)
         with torch.no_grad():

@@ -725,3 +725,45 @@ def test_glm4_moe_config_json_round_trip():
         model_config_from_hf(dict(air, norm_topk_prob=False))
     with pytest.raises(ValueError, match="has a config.json form only as GLM-4.5 .* MoE layers after the first dense"):
         hf_config_from_args(dict(args, moe_layer_freq=[1, 0] * 23), vocab_size=151552)
+
+
+def test_ernie4_5_moe_config_json_round_trip():
+    """ERNIE 4.5 MoE's config.json (transformers' Ernie4_5_MoeConfig defaults are ERNIE-4.5-21B-A3B's: 28 layers,
+    the first dense, 64 experts of which 6 per token plus 2 shared of width 1536, 20 query and 4 key heads of 128,
+    tied): the args, with the releases' moe_layer_end_index left out (-1: the last layer) and as transformers
+    writes it (27); exported as ERNIE 4.5 MoE again and read back the same; other placements (every second layer
+    from the third, an end before the last) read and written back; what config.json cannot say refused."""
+    from transformers import Ernie4_5_MoeConfig
+
+    from mindspeed_rl.models.hf_export import ernie_moe_placement, hf_config_from_args
+
+    release = Ernie4_5_MoeConfig().to_dict()
+    assert release["moe_layer_end_index"] == 27  # transformers resolves the default -1
+    bare = {k: v for k, v in release.items() if k != "moe_layer_end_index"}
+    args = model_config_from_hf(bare)
+    assert model_config_from_hf(release) == args
+    assert (args["num_experts"], args["moe_router_topk"], args["moe_ffn_hidden_size"], args["norm_topk_prob"],
+            args["moe_shared_expert_intermediate_size"], args["kv_channels"], args["num_query_groups"]) == (
+                64, 6, 1536, True, 3072, 128, 4)
+    assert (args["moe_router_score_function"], args["moe_router_enable_expert_bias"], args["rotary_interleaved"],
+            args["moe_layer_freq"], args["untie_embeddings_and_output_weights"], args["rotary_base"]) == (
+                "softmax", True, True, [0] + [1] * 27, False, 500000.0)
+    written = hf_config_from_args(args, vocab_size=103424)
+    assert (written["model_type"], written["architectures"], written["moe_layer_start_index"],
+            written["moe_layer_interval"], written["moe_layer_end_index"], written["moe_num_shared_experts"]) == (
+                "ernie4_5_moe", ["Ernie4_5_MoeForCausalLM"], 1, 1, 27, 2)
+    assert model_config_from_hf(written) == args
+    Ernie4_5_MoeConfig(**written)  # transformers takes it
+    other = model_config_from_hf(dict(bare, moe_layer_start_index=2, moe_layer_interval=2, moe_layer_end_index=20))
+    assert other["moe_layer_freq"] == [1 if i % 2 and 2 <= i <= 20 else 0 for i in range(28)]
+    assert model_config_from_hf(hf_config_from_args(other, vocab_size=103424)) == other
+    assert ernie_moe_placement([0, 1, 1, 0, 1]) is None
+    with pytest.raises(ValueError, match="config.json form only as ERNIE 4.5 MoE .ernie4_5_moe., which needs MoE layers "
+                                         "every N-th between a first and a last one"):
+        hf_config_from_args(dict(args, moe_layer_freq=[0, 1, 1, 0] + [1] * 24), vocab_size=103424)
+    with pytest.raises(ValueError, match="which needs the top-k renormalised"):
+        hf_config_from_args(dict(args, norm_topk_prob=False), vocab_size=103424)
+    with pytest.raises(ValueError, match="leave no MoE layer of 28"):
+        model_config_from_hf(dict(bare, moe_layer_start_index=30))
+    with pytest.raises(ValueError, match="use_bias=true"):
+        model_config_from_hf(dict(bare, use_bias=True))
