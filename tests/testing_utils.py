@@ -125,7 +125,9 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
     rank, softmax routing not renormalised, weights x 2); minimax_m2: MiniMax-M2 (q / k norms across heads, RoPE on half of
     each head (rotary_dim), sigmoid routing with a random expert bias over 4 experts, Mixtral's names); glm4_moe_lite:
     GLM-4.7-Flash (DeepSeek-V3's attention and MoE, its dense first layer in mlp_layer_types); ernie4_5_moe: ERNIE 4.5
-    MoE (ERNIE's attention; the first layer dense, then softmax routing with a random expert bias, a shared expert). `overrides` change TINY_HF (num_hidden_layers=4)."""
+    MoE (ERNIE's attention; the first layer dense, then softmax routing with a random expert bias, a shared expert);
+    apertus: Apertus (per-head q / k norms, llama3 rope x 8 over 32 positions, an xIELU MLP without a gate, its scalars
+    random). `overrides` change TINY_HF (num_hidden_layers=4)."""
     import transformers as tf
 
     tiny = dict(TINY_HF, **overrides)
@@ -223,6 +225,11 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
         "arcee": lambda: tf.ArceeConfig(**{"rope_theta": 1e4, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
                                            "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
                                                             "original_max_position_embeddings": 32}, **tiny}),
+        # Apertus-8B's layout: per-head q / k norms, llama3 rope x 8 over 32 positions, an xIELU MLP without a gate
+        "apertus": lambda: tf.ApertusConfig(**{
+            "head_dim": 16, "pad_token_id": None, "bos_token_id": 1, "eos_token_id": 2,
+            "rope_parameters": {"rope_type": "llama3", "rope_theta": 1.2e7, "factor": 8.0, "low_freq_factor": 1.0,
+                                "high_freq_factor": 4.0, "original_max_position_embeddings": 32}, **tiny}),
         # ERNIE 4.5 0.3B: Llama with RoPE on interleaved pairs, tied (its config's default)
         "ernie4_5": lambda: tf.Ernie4_5Config(**{"head_dim": 16, **tiny}),
         # ERNIE-4.5-21B-A3B's layout scaled down: the first layer dense, the others MoE (moe_layer_start_index 1),
@@ -302,7 +309,7 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
            "granite": tf.GraniteForCausalLM, "gemma3_text": tf.Gemma3ForCausalLM,
            "gemma3": tf.Gemma3ForConditionalGeneration, "gemma2": tf.Gemma2ForCausalLM,
            "mistral3": tf.Mistral3ForConditionalGeneration, "gemma": tf.GemmaForCausalLM,
-           "olmo2": tf.Olmo2ForCausalLM, "olmo3": tf.Olmo3ForCausalLM, "exaone4": tf.Exaone4ForCausalLM, "seed_oss": tf.SeedOssForCausalLM, "glm4": tf.Glm4ForCausalLM, "ernie4_5": tf.Ernie4_5ForCausalLM, "ernie4_5_moe": tf.Ernie4_5_MoeForCausalLM,
+           "olmo2": tf.Olmo2ForCausalLM, "olmo3": tf.Olmo3ForCausalLM, "exaone4": tf.Exaone4ForCausalLM, "seed_oss": tf.SeedOssForCausalLM, "glm4": tf.Glm4ForCausalLM, "ernie4_5": tf.Ernie4_5ForCausalLM, "ernie4_5_moe": tf.Ernie4_5_MoeForCausalLM, "apertus": tf.ApertusForCausalLM,
            "arcee": tf.ArceeForCausalLM, "glm4_moe": tf.Glm4MoeForCausalLM, "deepseek_v3": tf.DeepseekV3ForCausalLM,
            "deepseek_v2": tf.DeepseekV2ForCausalLM, "gpt_oss": tf.GptOssForCausalLM,
            "minimax_m2": tf.MiniMaxM2ForCausalLM, "glm4_moe_lite": tf.Glm4MoeLiteForCausalLM, "ministral3": tf.Mistral3ForConditionalGeneration, "qwen2_5_vl": tf.Qwen2_5_VLForConditionalGeneration, "qwen3_vl": tf.Qwen3VLForConditionalGeneration,

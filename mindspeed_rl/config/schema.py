@@ -73,6 +73,7 @@ class ModelArch:
     norm_epsilon: float = doc(1e-5, "normalization epsilon")
     swiglu: bool = doc(True, "gated SiLU MLP (Llama/Qwen)")
     squared_relu: bool = doc(False, "MLP without a gate, relu(x)^2 (Megatron's --squared-relu; Arcee's relu2); needs swiglu: false")
+    xielu: bool = doc(False, "MLP without a gate, xIELU with two learnable scalars per layer (Apertus's hidden_act xielu; models/xielu.py); needs swiglu: false")
     quick_geglu: bool = doc(False, "MoE experts with gpt-oss's clamped SwiGLU: gate x sigmoid(1.702 gate) x (up + glu_linear_offset), gate clamped above and up on both sides at activation_func_clamp_value (megatron-core 0.16's key; models/gpt_oss.py); every layer an MoE layer")
     glu_linear_offset: float = doc(0.0, "quick_geglu: added to the up projection before the product (gpt-oss: 1; megatron-core 0.16's key)")
     activation_func_clamp_value: Optional[float] = doc(None, "quick_geglu: the clamp of gate (above) and up (both sides) (gpt-oss's swiglu_limit 7; megatron-core 0.16's key); null = none")

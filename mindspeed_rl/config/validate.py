@@ -237,6 +237,10 @@ def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
     if a.geglu and a.swiglu:
         problems.append(f"model {role.model_name}: geglu and swiglu are both true; set swiglu: false for a GeGLU "
                         f"MLP (Gemma).")
+    if a.xielu and (a.swiglu or a.geglu or a.squared_relu):
+        other = "swiglu" if a.swiglu else "geglu" if a.geglu else "squared_relu"
+        problems.append(f"model {role.model_name}: xielu is true together with {other}; set {other}: false for an "
+                        f"xIELU MLP without a gate (Apertus).")
     if a.squared_relu and (a.swiglu or a.geglu):
         problems.append(f"model {role.model_name}: squared_relu is true together with {'swiglu' if a.swiglu else 'geglu'}; "
                         f"set {'swiglu' if a.swiglu else 'geglu'}: false for a plain squared-ReLU MLP (Arcee).")

@@ -109,6 +109,14 @@ def _get(args: Mapping[str, Any], key: str, default: Any = None) -> Any:
     return default if value is None else value
 
 
+def xielu_default(x: torch.Tensor) -> torch.Tensor:
+    """The config's activation of an xIELU model before models/xielu.install gives each layer its own
+    module (with the scalars' initial values); never called after the build."""
+    from mindspeed_rl.models.xielu import XIELU
+
+    return XIELU(dtype=x.dtype).to(x.device)(x)
+
+
 def relu_squared(x: torch.Tensor) -> torch.Tensor:
     """relu(x)^2: Arcee's MLP activation (transformers' relu2, vLLM's ReLUSquaredActivation,
     megatron-core 0.16's squared_relu; 0.12 has none)."""
@@ -127,6 +135,7 @@ def transformer_config(args: Mapping[str, Any], params_dtype: torch.dtype = torc
     geglu = bool(_get(args, "geglu", False))  # Gemma: gelu(gate, tanh approximation) * up
     swiglu = bool(_get(args, "swiglu", True)) and not geglu
     squared_relu = bool(_get(args, "squared_relu", False)) and not (swiglu or geglu)  # Arcee: relu(up)^2, no gate
+    xielu = bool(_get(args, "xielu", False)) and not (swiglu or geglu)  # Apertus: per-layer modules (models/xielu.py)
     own_glu = swiglu and own_swiglu(get_platform().name)
     if own_glu:  # megatron's MLP calls its fused-activation names, which now are models/swiglu.py's
         install_swiglu()
@@ -142,7 +151,7 @@ def transformer_config(args: Mapping[str, Any], params_dtype: torch.dtype = torc
         layernorm_epsilon=float(_get(args, "norm_epsilon", 1e-5)),
         gated_linear_unit=swiglu or geglu,
         activation_func=(F.silu if swiglu else functools.partial(F.gelu, approximate="tanh") if geglu
-                         else relu_squared if squared_relu else F.gelu),
+                         else relu_squared if squared_relu else xielu_default if xielu else F.gelu),
         # megatron-core 0.12 refuses biases with MoE at construction; gpt-oss's (models/gpt_oss.py) are set below
         add_bias_linear=not _get(args, "disable_bias_linear", True) and not _get(args, "num_experts"),
         add_qkv_bias=bool(_get(args, "add_qkv_bias", False)),
@@ -533,6 +542,10 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
             from mindspeed_rl.models import gemma
 
             gemma.install_post_norms(model)
+        if _get(args, "xielu", False):  # Apertus: an xIELU with its own scalars on every MLP (models/xielu.py)
+            from mindspeed_rl.models import xielu
+
+            xielu.install(model)
     if config.output_logit_softcapping and getattr(model, "post_process", False):
         from mindspeed_rl.models import gemma
 

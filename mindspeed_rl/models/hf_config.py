@@ -18,7 +18,7 @@ from mindspeed_rl.models.hf_moe_config import moe_args_from_hf
 
 HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "smollm3", "granite",
             "gemma3_text", "gemma2", "gemma", "olmo2", "olmo3", "ministral3", "exaone4", "seed_oss", "glm4",
-            "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe")
+            "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss",
              "minimax_m2", "ernie4_5_moe")
@@ -42,6 +42,7 @@ HF_DEFAULTS = {
     "glm4": {"head_dim": 128, "partial_rotary_factor": 0.5, "attention_bias": True},
     "seed_oss": {"attention_bias": True},
     "arcee": {"hidden_act": "relu2"},
+    "apertus": {"hidden_act": "xielu", "rope_theta": 12000000.0},
     "glm4_moe": {"partial_rotary_factor": 0.5, "n_shared_experts": 1, "n_routed_experts": 128,
                  "first_k_dense_replace": 1, "norm_topk_prob": True, "routed_scaling_factor": 1.0, "n_group": 1,
                  "topk_group": 1, "num_experts_per_tok": 8, "moe_intermediate_size": 1408},
@@ -96,6 +97,9 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     across all heads before RoPE on the first rotary_dim of each head (Llama's pairs); its multi-token-prediction
     modules (num_mtp_modules, stored after the last layer) are not read.
     A quantized checkpoint is read dequantized where its format is one the reader knows (check_quantization).
+    Apertus (apertus: Apertus-8B / 70B base / instruct) is Llama's attention with Qwen3's per-head q / k
+    norms, llama3 rope scaling and an MLP without a gate, down(xIELU(up(x))) with two learnable scalars per
+    layer (models/xielu.py); its norms are named for what they precede (hf_bridge/names.py).
     Arcee (arcee: AFM-4.5B base / instruct) is Llama's attention with an MLP without a gate,
     down(relu(up(x))^2) (hidden_act relu2: squared_relu), YaRN beyond its 4096 original positions.
     Seed-OSS (seed_oss: Seed-OSS-36B base / instruct) is Qwen2's layout (q / k / v biases, on by default,
@@ -121,6 +125,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     kv_heads = int(hf.get("num_key_value_heads") or heads)
     head_dim = int(hf.get("head_dim") or hf["hidden_size"] // heads)
     rope = dict(hf.get("rope_parameters") or hf.get("rope_scaling") or {})
+    if model_type == "apertus" and not rope:  # transformers' ApertusConfig without any: Apertus's llama3 scaling
+        rope = dict(APERTUS_ROPE)
     if isinstance(rope.get("full_attention"), Mapping):  # Gemma 3, OLMo 3 in transformers 5: one per layer type
         rope = dict(rope["full_attention"])
     rope_type = rope.get("rope_type", rope.get("type", "default"))
@@ -136,7 +142,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
                          "releases have none.")
     if hf.get("mlp_bias"):
         raise ValueError("config.json mlp_bias=true is not supported (Megatron has no MLP-only bias).")
-    if model_type in ("llama", "granite", "olmo2", "olmo3", "exaone4", "arcee", *GEMMA_ARCHS) and hf.get("attention_bias"):
+    if model_type in ("llama", "granite", "olmo2", "olmo3", "exaone4", "arcee", "apertus", *GEMMA_ARCHS) and \
+            hf.get("attention_bias"):
         raise ValueError(f"config.json attention_bias=true for {model_type} (bias on o_proj) is not supported.")
     # transformers 5 keeps it in rope_parameters, 4.x at the top level
     partial = float(rope.get("partial_rotary_factor") or hf.get("partial_rotary_factor") or 1.0)
@@ -148,7 +155,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError("config.json use_sliding_window=true is not supported; set it to false.")
     activation = gemma_activation(hf) if model_type in GEMMA_ARCHS else hf.get("hidden_act", "silu")
     wanted, mlp = (("gelu_pytorch_tanh", "GeGLU") if model_type in GEMMA_ARCHS else ("relu2", "squared ReLU")
-                   if model_type == "arcee" else ("silu", "SwiGLU"))
+                   if model_type == "arcee" else ("xielu", "xIELU") if model_type == "apertus" else ("silu", "SwiGLU"))
     if activation != wanted:
         raise ValueError(f"config.json hidden_act {activation!r} is not supported for {model_type}; only {wanted} "
                          f"({mlp}).")
@@ -221,11 +228,18 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         args["rotary_interleaved"] = True
     if model_type == "arcee":  # Arcee: up_proj alone, relu(x)^2
         args.update(swiglu=False, squared_relu=True)
+    if model_type == "apertus":  # Apertus: up_proj alone, xIELU (models/xielu.py), Qwen3's per-head q / k norms
+        args.update(swiglu=False, xielu=True, qk_layernorm=True)
     if model_type == "gpt_oss":
         args.update(gpt_oss_args(hf, args["num_layers"]))
     if model_type == "ministral3" and float(rope.get("llama_4_scaling_beta") or 0.0):
         args["max_position_embeddings"] = min(args["max_position_embeddings"], llama4_scaling_limit(hf, rope))
     return args
+
+
+# transformers' ApertusConfig's rope when config.json has none (its releases write the same)
+APERTUS_ROPE = {"rope_type": "llama3", "rope_theta": 12000000.0, "factor": 8.0, "original_max_position_embeddings": 8192,
+                "low_freq_factor": 1.0, "high_freq_factor": 4.0}
 
 
 # model types that are another's layout and math under their own name -> that one (text_model_config):

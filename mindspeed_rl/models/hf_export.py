@@ -45,7 +45,7 @@ DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float
 
 
 def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype = torch.float32) -> dict[str, Any]:
-    """A config.json for a Llama / Arcee (squared_relu) / Mistral (sliding_window) / Phi-3 (rotary_percent < 1) / SmolLM3
+    """A config.json for a Llama / Arcee (squared_relu) / Apertus (xielu) / Mistral (sliding_window) / Phi-3 (rotary_percent < 1) / SmolLM3
     (no_rope_freq) / Granite (multipliers) / Gemma 1 / 2 / 3 (Gemma's keys) / OLMo 2 / 3 / Qwen2 / Qwen3 / Qwen3-MoE
     (q/k norms) / Qwen2-MoE (shared expert) / Mixtral (other MoE, with or without a sliding_window)
     CausalLM with these Megatron-named args, its rotary embedding included (rope_parameters); a
@@ -104,7 +104,15 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
                          f"alone on a Llama-style model ({', '.join(kind for kind, _ in chosen)}).")
     model_type = chosen[0][0] if chosen else model_type
     partial = float(args.get("rotary_percent") or 1.0)
-    if not gated_mlp(args):  # config.json says an MLP without a gate for Arcee (relu2) only
+    if not gated_mlp(args) and args.get("xielu"):  # xIELU: Apertus, which always has per-head q / k norms
+        if model_type != "qwen3" or args.get("add_qkv_bias") or partial != 1.0:
+            raise ValueError(f"an xIELU MLP has a config.json form only in an Apertus model (per-head q / k norms: "
+                             f"qk_layernorm, no q/k/v biases, full rotary); this one is a "
+                             f"{'model without q / k norms' if model_type != 'qwen3' else model_type}"
+                             f"{' with q/k/v biases' if args.get('add_qkv_bias') else ''}"
+                             f"{'' if partial == 1.0 else f' with rotary_percent {partial}'}.")
+        model_type = "apertus"
+    elif not gated_mlp(args):  # config.json says an MLP without a gate for Arcee (relu2) only
         if not args.get("squared_relu") or model_type != "llama" or partial != 1.0:
             raise ValueError(f"an MLP without a gate has a config.json form only in an Arcee model (squared_relu, a "
                              f"Llama-style model with full rotary); this one is a {model_type}"
@@ -123,9 +131,9 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
            "qwen3_moe": "Qwen3MoeForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
            "smollm3": "SmolLM3ForCausalLM", "mistral": "MistralForCausalLM",
            "granite": "GraniteForCausalLM", "mixtral": "MixtralForCausalLM", "phi3": "Phi3ForCausalLM",
-           "arcee": "ArceeForCausalLM"}[model_type]
+           "arcee": "ArceeForCausalLM", "apertus": "ApertusForCausalLM"}[model_type]
     config = base_config(args, vocab_size, dtype, model_type, cls, rope, eps=1e-5)
-    config.update(hidden_act="relu2" if model_type == "arcee" else "silu",
+    config.update(hidden_act={"arcee": "relu2", "apertus": "xielu"}.get(model_type, "silu"),
                   attention_bias=bool(args.get("add_qkv_bias")) and model_type not in ("qwen2", "qwen2_moe"))
     if window or model_type == "mixtral":  # Mixtral's config.json says null for none
         config["sliding_window"] = int(args["sliding_window"]) if args.get("sliding_window") else None

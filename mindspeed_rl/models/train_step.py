@@ -33,7 +33,7 @@ from megatron.core.distributed import finalize_model_grads  # noqa: E402
 from megatron.core.pipeline_parallel import get_forward_backward_func  # noqa: E402
 from megatron.core.utils import get_model_config  # noqa: E402
 
-from mindspeed_rl.models import olmo  # noqa: E402
+from mindspeed_rl.models import olmo, xielu  # noqa: E402
 from mindspeed_rl.models.chunks import as_chunks  # noqa: E402
 from mindspeed_rl.models.moe_replay import columns, replay_routing  # noqa: E402
 from mindspeed_rl.models.forward import (  # noqa: E402
@@ -119,9 +119,15 @@ def rows_to_run(batch: dict, s: PolicyLossSettings, chunks: list, micro_batch_si
 def finalize_grads(chunks: list) -> None:
     """megatron's finalize_model_grads (DP reduction, the TP sums of SP and q / k norm gradients, tied
     embeddings) with OLMo 2's / MiniMax-M2's TP-split q / k norm weights kept out of the TP sum
-    (models/olmo.kept_from_tp_sum)."""
+    (models/olmo.kept_from_tp_sum), and the gradients each TP rank holds a part of summed over TP (Apertus's
+    xIELU scalars: models/xielu.py)."""
     with olmo.kept_from_tp_sum(chunks):
         finalize_model_grads(chunks)
+    if parallel_state.get_tensor_model_parallel_world_size() > 1:
+        for p in xielu.tp_partial_grads(chunks):
+            grad = getattr(p, "main_grad", None)
+            torch.distributed.all_reduce(grad if grad is not None else p.grad,
+                                         group=parallel_state.get_tensor_model_parallel_group())
 
 
 def policy_update_step(model, optimizer, scheduler, batch: dict, prompt_width: int, micro_batch_size: int,

@@ -456,8 +456,8 @@ def _lean_layer(layer: torch.nn.Module, hidden: torch.Tensor, attend, packed: bo
     if c.gated_linear_unit:
         gate, up = torch.chunk(h1, 2, dim=-1)
         h1 = c.activation_func(gate) * up
-    else:
-        h1 = c.activation_func(h1)
+    else:  # the MLP's own: Apertus's per-layer xIELU module (models/xielu.py), else the config's
+        h1 = layer.mlp.activation_func(h1)
     return hidden + scaled(post_norm(layer, "post_mlp_layernorm", _linear(h1, layer.mlp.linear_fc2, packed)), residual)
 
 

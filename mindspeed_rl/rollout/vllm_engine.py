@@ -197,6 +197,32 @@ def _group_cpu_sigmoid_routers(model: torch.nn.Module) -> int:
     return done
 
 
+def _xielu_in_model_dtype(model: torch.nn.Module, dtype: str) -> int:
+    """vLLM 0.32's Apertus: its xIELU (vllm XIELU) keeps alpha_p / alpha_n, beta and eps in bf16 whatever the
+    model's dtype (its constructor's default), so an fp32 engine computed the activation with bf16-rounded
+    scalars: log-probs 4.2e-3 from the fp32 training forward. Here they take the model's dtype, and the
+    layer-wise reload's record of them is taken again (it rebuilds a layer from what it recorded at load
+    time, and rounded each sync to bf16 again: 1.9e-4). Returns the modules changed."""
+    try:
+        from vllm.model_executor.layers.activation import XIELU
+    except ImportError:
+        return 0
+    try:
+        from vllm.model_executor.model_loader.reload import record_metadata_for_reloading
+    except ImportError:  # a vLLM without the layer-wise reload: nothing recorded to take again
+        record_metadata_for_reloading = None
+    target = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(dtype, torch.float32)
+    done = 0
+    for module in model.modules():
+        if isinstance(module, XIELU):
+            for t in (*module.parameters(recurse=False), *module.buffers(recurse=False)):
+                t.data = t.data.to(target)
+            if record_metadata_for_reloading is not None:
+                record_metadata_for_reloading(module)
+            done += 1
+    return done
+
+
 def _native_cpu_mla_rope(model: torch.nn.Module) -> int:
     """vLLM 0.32 on CPU, multi-latent attention: plain RoPE in torch instead of vLLM's CPU rotary kernel.
     That kernel, given MLA's query / key rotary parts (views into the wider query heads and the
@@ -413,6 +439,8 @@ class VLLMEngine:
             self.llm.apply_model(_group_cpu_sigmoid_routers)
         if self.platform_name == "cpu" and latent:
             self.llm.apply_model(_native_cpu_mla_rope)
+        if kind == "apertus":
+            self.llm.apply_model(functools.partial(_xielu_in_model_dtype, dtype=dtype))
         self.start_s = time.perf_counter() - t0
         log.info("vLLM engine up in %.1f s (%s, TP %d, dtype %s)", self.start_s, self.platform_name,
                  tensor_parallel_size, dtype)

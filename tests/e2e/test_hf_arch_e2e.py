@@ -28,7 +28,7 @@ OVERRIDES = {"gemma3": {"seed": 1}}
 # SmolLM2 run, a Qwen2 is qwen2_5_vl's text model, Gemma 3's text model (gemma3_text) is gemma3's, OLMo 2's
 # layers are olmo3's; the forward of Qwen3, SmolLM3, Granite and Gemma 2 is their parity and decode tests'
 @pytest.mark.parametrize("arch", ["phi3", "mixtral", "gemma3", "mistral3", "olmo3", "qwen2_5_vl", "glm4_moe",
-                                  "deepseek_v3", "gpt_oss", "minimax_m2", "ernie4_5_moe"])
+                                  "deepseek_v3", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus"])
 def test_empty_model_yaml_runs(arch, tmp_path):
     """phi3 (q/k/v and gate/up stored fused), mixtral (its own expert names) and gemma3 (its text
     model's own norm names) also export at the end (save_hf): the HF checkpoint has the original's tensor names
@@ -44,7 +44,8 @@ def test_empty_model_yaml_runs(arch, tmp_path):
     them unquantized, the quantization_config dropped: transformers loads the export. minimax_m2 (MiniMax-M2:
     q / k norms across heads, sigmoid routing with the expert bias beside the router, Mixtral's expert names)
     exports under its own names, the bias as it was read; ernie4_5_moe (ERNIE 4.5 MoE: softmax routing with the
-    expert bias, which megatron lacks) exports its (1, E) bias as it was read."""
+    expert bias, which megatron lacks) exports its (1, E) bias as it was read; apertus (Apertus: xIELU with per-layer
+    scalars, norms named for what they precede) trains its scalars and exports them and its 0-d buffers."""
     hf = tmp_path / "hf"
     if arch == "gpt_oss":
         from testing_utils import mxfp4_gpt_oss
@@ -56,7 +57,7 @@ def test_empty_model_yaml_runs(arch, tmp_path):
     from mindspeed_rl.data import tiny_task
     tok = tiny_task.TOKENIZER_DIR  # the tiny task's 13-token tokenizer fits the 120-row embedding
     own_names = arch in ("phi3", "mixtral", "gemma3", "mistral3", "olmo3", "qwen2_5_vl", "glm4_moe", "deepseek_v3",
-                         "gpt_oss", "minimax_m2", "ernie4_5_moe")
+                         "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus")
     proc = subprocess.run(
         [sys.executable, str(ROOT / "ray_gpt.py"), "--config-dir", str(CONFIGS), "--config-name", "grpo_trainer_hf_any",
          f"actor_rollout_ref.actor_rollout.load={hf}", f"actor_rollout_ref.ref.load={hf}",
@@ -98,3 +99,11 @@ def test_empty_model_yaml_runs(arch, tmp_path):
             before, after = load_file(str(hf / "model.safetensors")), load_file(str(exported / "model.safetensors"))
             bias = [n for n in before if n.endswith("e_score_correction_bias")]
             assert bias and all(torch.equal(before[n], after[n]) for n in bias)
+        if arch == "apertus":  # xIELU's scalars trained (alpha_p / alpha_n moved), its buffers written back as read
+            from safetensors.torch import load_file
+
+            before, after = load_file(str(hf / "model.safetensors")), load_file(str(exported / "model.safetensors"))
+            scalars = [n for n in before if ".mlp.act_fn." in n]
+            assert len(scalars) == 4 * 2 and all(after[n].shape == before[n].shape for n in scalars)
+            assert any(not torch.equal(before[n], after[n]) for n in scalars if n.endswith(("alpha_p", "alpha_n")))
+            assert all(torch.equal(before[n], after[n]) for n in scalars if n.endswith(("beta", "eps")))

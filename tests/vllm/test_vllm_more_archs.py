@@ -63,6 +63,7 @@ VARIANTS = {
     "ernie4_5": dict(head_dim=32),
     "glm4_moe": dict(head_dim=32),
     "ernie4_5_moe": dict(head_dim=32),
+    "apertus": dict(head_dim=32),
     # DeepSeek-V3's MLA: vLLM's CPU MLA kernel is built for DeepSeek's latent cache only, kv_lora_rank 512 + RoPE 64
     "deepseek_v3": dict(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=32, v_head_dim=32),
     "deepseek_v2": dict(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=32, v_head_dim=32),
@@ -97,7 +98,7 @@ def _make_in_child(arch, out, overrides):
                                   "smollm3-yarn", "granite", "gemma3", "gemma2", "mistral3", "gemma", "olmo3",
                                   "qwen3_vl", "ministral3", "exaone4", "seed_oss", "glm4",
                                   "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2", "gpt_oss",
-                                  "minimax_m2", "glm4_moe_lite", "ernie4_5_moe"])
+                                  "minimax_m2", "glm4_moe_lite", "ernie4_5_moe", "apertus"])
 def test_synced_engine_equals_the_training_model(arch, tmp_path, gloo_world1):
     from mindspeed_rl.rollout.native import NativeEngine
     from mindspeed_rl.rollout.vllm_engine import VLLMEngine

@@ -240,7 +240,9 @@ class SafetensorsReader:
             return self._fp8(sl, stored, rows or slice(None), cols)
         if cols is not None:
             return sl[rows or slice(None), cols]
-        return sl[rows] if rows is not None else sl[:]
+        if rows is None:  # the whole tensor; `...` also reads a 0-d one (Apertus's xIELU beta / eps)
+            return sl[...]
+        return sl[rows]
 
 
 def _own_names_config(directory: str) -> dict:

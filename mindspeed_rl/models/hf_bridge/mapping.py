@@ -105,6 +105,9 @@ _LAYER_MAP = {
     "mlp.linear_fc1.weight": ("fc1", ("model.layers.{i}.mlp.gate_proj.weight",
                                       "model.layers.{i}.mlp.up_proj.weight")),
     "mlp.linear_fc2.weight": ("row", ("model.layers.{i}.mlp.down_proj.weight",)),
+    # Apertus's xIELU scalars, one set per layer (models/xielu.py)
+    **{f"mlp.activation_func.{n}": ("replicated", (f"model.layers.{{i}}.mlp.act_fn.{n}",))
+       for n in ("alpha_p", "alpha_n", "beta", "eps")},
     # Gemma's norms on the attention / MLP outputs (models/gemma.py; stored names: hf_bridge/names.py)
     "post_self_attn_layernorm.weight": ("replicated", ("model.layers.{i}.post_self_attn_layernorm.weight",)),
     "post_mlp_layernorm.weight": ("replicated", ("model.layers.{i}.post_feedforward_layernorm.weight",)),

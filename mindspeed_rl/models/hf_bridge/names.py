@@ -60,6 +60,9 @@ _STORED_AS["ernie4_5_moe"] = (*_STORED_AS["glm4_moe"],
                               ("mlp.gate.e_score_correction_bias", "mlp.moe_statics.e_score_correction_bias"))
 # gpt-oss calls the router `router` (its experts are stacked: _STACKED)
 _STORED_AS["gpt_oss"] = (("mlp.gate.weight", "mlp.router.weight"), ("mlp.gate.bias", "mlp.router.bias"))
+# Apertus names its pre-attention and pre-MLP norms after what they precede
+_STORED_AS["apertus"] = (("input_layernorm.weight", "attention_layernorm.weight"),
+                         ("post_attention_layernorm.weight", "feedforward_layernorm.weight"))
 # GLM-4 names its norm on the attention output as the canonical name does, the one on the MLP output its own way
 _STORED_AS["glm4"] = (("post_feedforward_layernorm.weight", "post_mlp_layernorm.weight"),)
 

@@ -95,6 +95,9 @@ def stage_param_names(args: Mapping[str, Any], pp_size: int, pp_rank: int, vpp_s
         moe_layer += (["mlp.shared_experts.gate_weight"] if args.get("shared_expert_gate") else []) + \
             ["mlp.shared_experts.linear_fc1.weight", "mlp.shared_experts.linear_fc2.weight"]
     per_layer += ["mlp.linear_fc1.weight", "mlp.linear_fc2.weight"]
+    if args.get("xielu"):  # Apertus's activation module, set on the MLP after megatron built it (models/xielu.py)
+        from mindspeed_rl.models.xielu import PARAMS
+        per_layer += [f"mlp.activation_func.{n}" for n in PARAMS]
     if args.get("post_norm"):  # Gemma's, added to each layer after megatron built it (models/gemma.py)
         per_layer += ["post_self_attn_layernorm.weight", "post_mlp_layernorm.weight"]
         moe_layer += ["post_self_attn_layernorm.weight", "post_mlp_layernorm.weight"]

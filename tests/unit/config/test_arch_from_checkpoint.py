@@ -83,6 +83,10 @@ ARCHS = {"llama": dict(rotary_base=5000.0, rope_scaling_type="llama3", untie_emb
                               num_experts=4, moe_router_topk=2, moe_ffn_hidden_size=32, moe_layer_freq=[0, 1],
                               moe_router_score_function="softmax", moe_router_enable_expert_bias=True,
                               norm_topk_prob=True, moe_shared_expert_intermediate_size=32),
+         # Apertus: per-head q / k norms, llama3 rope, an xIELU MLP without a gate
+         "apertus": dict(swiglu=False, xielu=True, squared_relu=False, qk_layernorm=True, rope_scaling_type="llama3",
+                         rope_scaling_factor=8.0, rotary_base=1.2e7, kv_channels=16,
+                         untie_embeddings_and_output_weights=True),
          "arcee": dict(swiglu=False, squared_relu=True, rope_scaling_type="yarn", rope_scaling_factor=4.0,
                        untie_embeddings_and_output_weights=True),
          "seed_oss": dict(add_qkv_bias=True, kv_channels=32, untie_embeddings_and_output_weights=True,

@@ -767,3 +767,30 @@ def test_ernie4_5_moe_config_json_round_trip():
         model_config_from_hf(dict(bare, moe_layer_start_index=30))
     with pytest.raises(ValueError, match="use_bias=true"):
         model_config_from_hf(dict(bare, use_bias=True))
+
+
+def test_apertus_config_json_round_trip():
+    """Apertus's config.json (transformers' ApertusConfig defaults are Apertus-8B's: xIELU, llama3 rope x 8 at
+    theta 1.2e7 over 8192 original positions, 32 heads): an MLP without a gate with xIELU, per-head q / k norms;
+    without rope keys at all, the llama3 scaling transformers assumes; exported as Apertus again (from megatron's
+    args alone) and read back the same; what config.json cannot say refused."""
+    from transformers import ApertusConfig
+
+    from mindspeed_rl.models.hf_export import hf_config_from_args
+
+    release = ApertusConfig().to_dict()
+    args = model_config_from_hf(release)
+    assert (args["swiglu"], args["xielu"], args["qk_layernorm"], args["rope_scaling_type"], args["rope_scaling_factor"],
+            args["rotary_base"], args["original_max_position_embeddings"]) == (
+                False, True, True, "llama3", 8.0, 1.2e7, 8192)
+    bare = {k: v for k, v in release.items() if k not in ("rope_parameters", "rope_scaling", "rope_theta")}
+    assert model_config_from_hf(bare) == args
+    written = hf_config_from_args(args, vocab_size=131072)
+    assert (written["model_type"], written["architectures"], written["hidden_act"]) == (
+        "apertus", ["ApertusForCausalLM"], "xielu")
+    assert model_config_from_hf(written) == args
+    ApertusConfig(**written)  # transformers takes it
+    with pytest.raises(ValueError, match="an xIELU MLP has a config.json form only in an Apertus model"):
+        hf_config_from_args(dict(args, qk_layernorm=False), vocab_size=131072)
+    with pytest.raises(ValueError, match="hidden_act 'silu' is not supported for apertus; only xielu"):
+        model_config_from_hf(dict(release, hidden_act="silu"))

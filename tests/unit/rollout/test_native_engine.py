@@ -565,7 +565,7 @@ def test_no_packing_when_host_memory_is_short(tiny, monkeypatch, caplog):
                                      "smollm3-yarn", "mistral-window", "phi3-window", "granite", "gemma3_text",
                                      "gemma2", "gemma", "olmo2", "olmo3", "exaone4", "glm4", "arcee",
                                      "glm4_moe", "deepseek_v3", "deepseek_v3-moonlight", "deepseek_v2", "gpt_oss",
-                                     "minimax_m2", "glm4_moe_lite", "ernie4_5_moe"])
+                                     "minimax_m2", "glm4_moe_lite", "ernie4_5_moe", "apertus"])
 def test_greedy_equals_transformers_generate_on_more_architectures(variant, tmp_path, gloo_world1):
     """Phi-3 (fused q/k/v and gate/up in the checkpoint), Phi-3 with LongRoPE (short factors and the
     attention factor as softmax_scale, up to its original length 32), Mixtral, Phi-4-mini's partial
@@ -584,7 +584,8 @@ def test_greedy_equals_transformers_generate_on_more_architectures(variant, tmp_
     checkpoint's expert bias), DeepSeek-V3 (multi-latent attention: MLA rotates its own queries and keys, at
     the cache's positions, and the cache holds keys and values of different widths), gpt-oss (attention sinks in the
     cached attention too, its sliding layers' window, biased router and experts), ERNIE 4.5 MoE (softmax routing
-    with the expert bias: our routing function): the native engine's greedy tokens, with and
+    with the expert bias: our routing function), Apertus (xIELU with each layer's scalars in the lean and compiled
+    steps too): the native engine's greedy tokens, with and
     without the KV cache, are transformers', and its sampled log-probs the training forward's."""
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.forward import compute_log_probs
@@ -602,7 +603,8 @@ def test_greedy_equals_transformers_generate_on_more_architectures(variant, tmp_
     # norms / window / local table, soft caps, OLMo's post and across-heads norms with an unscaled local table,
     # megatron's interleaved rotation, an MLP without a gate; Mistral's every-layer window, OLMo 2 and EXAONE 4.0
     # have no feature of their own
-    if variant in ("phi3-partiallongrope", "smollm3", "granite", "gemma3_text", "gemma2", "olmo3", "glm4", "arcee"):
+    if variant in ("phi3-partiallongrope", "smollm3", "granite", "gemma3_text", "gemma2", "olmo3", "glm4", "arcee",
+                   "apertus"):
         engines.append(dict(compile_decode=True))
     for kw in engines:
         engine = _engine(model, **kw)
