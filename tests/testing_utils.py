@@ -57,6 +57,65 @@ def run_gloo(fn, world_size, *args, timeout_s=120, name=None):
                 for r in range(world_size)]
 
 
+# ---- a training step's gradients at TP 2, against transformers' autograd (tests/dist/models)
+def tp2_batch(vocab: int = 120):
+    """(ids, mask, weights): two rows of 24 tokens, the first left-padded by 5; loss = sum(logits x weights)
+    over the real positions."""
+    torch.manual_seed(3)
+    ids = torch.randint(0, vocab, (2, 24))
+    mask = torch.ones_like(ids)
+    mask[0, :5] = 0
+    return ids, mask, torch.randn(2, 24, vocab)
+
+
+def hf_tp2_reference(hf, vocab: int = 120) -> torch.Tensor:
+    """transformers' logits on tp2_batch, its gradients left in `hf`'s parameters (.grad)."""
+    from mindspeed_rl.models.forward import position_ids_from_mask
+
+    ids, mask, weights = tp2_batch(vocab)
+    logits = hf(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask)).logits
+    (logits * weights * mask[..., None]).sum().backward()
+    return logits.detach()
+
+
+def tp2_grads_job(rank, world_size, hf_dir, vocab: int = 120, padded: int = 128):
+    """run_gloo job on 2 ranks: the HF checkpoint built at TP 2 without and with SP, one forward-backward of
+    tp2_batch's loss, and the gradients a training step steps with (megatron's DDP, then
+    train_step.finalize_grads). {sp: (gathered logits (b, s, vocab), {name: main_grad}, TP rank)}."""
+    from megatron.core import parallel_state as ps
+    from megatron.core.tensor_parallel.mappings import gather_from_tensor_model_parallel_region
+
+    from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
+    from mindspeed_rl.models.forward import attention_mask_4d, position_ids_from_mask
+    from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
+    from mindspeed_rl.models.optimizer import wrap_ddp
+    from mindspeed_rl.models.parallel import pad_for_sequence_parallel, parallel_config_kwargs
+    from mindspeed_rl.models.train_step import finalize_grads
+
+    args = dict(model_config_from_hf(read_hf_config(hf_dir)), padded_vocab_size=padded)
+    ids, mask, weights = tp2_batch(vocab)
+    out = {}
+    for sp in (False, True):
+        init_parallel_state(tp=2, pp=1, seed=1)
+        model = build_gpt_model(args, config_overrides=parallel_config_kwargs(sequence_parallel=sp))
+        load_hf_checkpoint(model, hf_dir, args)
+        ddp = wrap_ddp(model, use_distributed_optimizer=False)
+        model.train()
+        pids, pmask = ids, mask
+        if sp:
+            pids, pmask = pad_for_sequence_parallel(ids, mask, 2)
+        logits = model(pids, position_ids_from_mask(pmask), attention_mask_4d(pmask))  # (b, s, V/TP)
+        logits = gather_from_tensor_model_parallel_region(logits)[:, :ids.shape[1], :vocab]
+        loss = (logits * weights * mask[..., None]).sum()
+        ddp.zero_grad_buffer()
+        loss.backward()
+        finalize_grads([ddp])  # DP (1 here), SP and q / k norm sums over TP, as a training step does
+        grads = {n: p.main_grad.clone() for n, p in model.named_parameters()}
+        out[sp] = (logits.detach(), grads, ps.get_tensor_model_parallel_rank())
+    ps.destroy_model_parallel()
+    return out
+
+
 # ---- tiny random Hugging Face checkpoints (no downloads)
 TINY_HF = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                num_key_value_heads=2, vocab_size=120, max_position_embeddings=128)

@@ -8,69 +8,19 @@ q / k norms' and the other weights' that are whole on every rank."""
 import pytest
 import torch
 
-from testing_utils import make_tiny_hf, run_gloo
+from testing_utils import hf_tp2_reference, make_tiny_hf, run_gloo, tp2_batch, tp2_grads_job
 
 pytestmark = pytest.mark.dist
 
-VOCAB, PADDED = 120, 128
-
-
-def _batch():
-    torch.manual_seed(3)
-    ids = torch.randint(0, VOCAB, (2, 24))
-    mask = torch.ones_like(ids)
-    mask[0, :5] = 0
-    weights = torch.randn(2, 24, VOCAB)  # loss = sum(logits x weights) over real positions
-    return ids, mask, weights
-
-
-def _job(rank, world_size, hf_dir):
-    from megatron.core import parallel_state as ps
-    from megatron.core.tensor_parallel.mappings import gather_from_tensor_model_parallel_region
-
-    from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
-    from mindspeed_rl.models.forward import attention_mask_4d, position_ids_from_mask
-    from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
-    from mindspeed_rl.models.optimizer import wrap_ddp
-    from mindspeed_rl.models.parallel import pad_for_sequence_parallel, parallel_config_kwargs
-    from mindspeed_rl.models.train_step import finalize_grads
-
-    args = dict(model_config_from_hf(read_hf_config(hf_dir)), padded_vocab_size=PADDED)
-    ids, mask, weights = _batch()
-    out = {}
-    for sp in (False, True):
-        init_parallel_state(tp=2, pp=1, seed=1)
-        model = build_gpt_model(args, config_overrides=parallel_config_kwargs(sequence_parallel=sp))
-        load_hf_checkpoint(model, hf_dir, args)
-        ddp = wrap_ddp(model, use_distributed_optimizer=False)
-        model.train()
-        pids, pmask = ids, mask
-        if sp:
-            pids, pmask = pad_for_sequence_parallel(ids, mask, 2)
-        logits = model(pids, position_ids_from_mask(pmask), attention_mask_4d(pmask))  # (b, s, V/TP)
-        logits = gather_from_tensor_model_parallel_region(logits)[:, :ids.shape[1], :VOCAB]
-        loss = (logits * weights * mask[..., None]).sum()
-        ddp.zero_grad_buffer()
-        loss.backward()
-        finalize_grads([ddp])
-        grads = {n: p.main_grad.clone() for n, p in model.named_parameters()}
-        out[sp] = (logits.detach(), grads)
-    ps.destroy_model_parallel()
-    return out
-
 
 def test_xielu_at_tp2_equals_transformers(tmp_path):
-    from mindspeed_rl.models.forward import position_ids_from_mask
-
     hf = make_tiny_hf("apertus", str(tmp_path))
-    ids, mask, weights = _batch()
-    logits = hf(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask)).logits
-    (logits * weights * mask[..., None]).sum().backward()
-    per_rank = run_gloo(_job, 2, str(tmp_path), timeout_s=240, name="Apertus TP 2 job")
-    real = mask.bool()
+    logits = hf_tp2_reference(hf)
+    per_rank = run_gloo(tp2_grads_job, 2, str(tmp_path), timeout_s=240, name="Apertus TP 2 job")
+    real = tp2_batch()[1].bool()
     for result in per_rank:
-        for sp, (got, grads) in result.items():
-            assert (got - logits.detach())[real].abs().max() <= 1e-4, f"SP {sp}"
+        for sp, (got, grads, _) in result.items():
+            assert (got - logits)[real].abs().max() <= 1e-4, f"SP {sp}"
             for i, layer in enumerate(hf.model.layers):
                 for name in ("alpha_p", "alpha_n"):
                     torch.testing.assert_close(grads[f"decoder.layers.{i}.mlp.activation_func.{name}"],
