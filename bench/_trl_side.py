@@ -32,8 +32,19 @@ def ensure_venv(root: str, log=print) -> str:
     """Python of a venv with trl==TRL_VERSION and our torch/transformers versions; created once.
 
     A venv whose recorded versions differ is rebuilt. torch comes from the same wheel source as ours
-    (on this project's machines a local wheel, so creation takes about a minute).
+    (on this project's machines a local wheel, so creation takes about a minute). Two processes asking
+    at once (CI builds it in the background while its tests run: .ci/run) take turns on a lock file
+    beside it, so the second finds the first one's venv instead of clearing it mid-install.
     """
+    import fcntl
+
+    os.makedirs(root, exist_ok=True)
+    with open(os.path.join(root, f"trl-{TRL_VERSION}.lock"), "w", encoding="utf-8") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this process dies
+        return _ensure_venv_locked(root, log)
+
+
+def _ensure_venv_locked(root: str, log) -> str:
     pins = {"trl": TRL_VERSION, "torch": metadata.version("torch").split("+")[0],
             "transformers": metadata.version("transformers")}
     venv = os.path.join(root, f"trl-{TRL_VERSION}")
