@@ -19,7 +19,6 @@ import datetime
 import json
 import os
 import resource
-import socket
 import sys
 import tempfile
 import time
@@ -99,9 +98,9 @@ def _worker(rank, world, port, hf_dir, out_dir):
 
 
 def run(tp: int, hf_dir: str) -> list[dict]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from mindspeed_rl.distributed.worker_env import free_port
+
+    port = free_port("127.0.0.1")
     with tempfile.TemporaryDirectory() as out:
         torch.multiprocessing.start_processes(_worker, args=(tp, port, hf_dir, out), nprocs=tp, start_method="spawn")
         return [torch.load(os.path.join(out, f"rank{r}.pt")) for r in range(tp)]

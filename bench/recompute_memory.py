@@ -21,7 +21,6 @@ import datetime
 import json
 import os
 import resource
-import socket
 import subprocess
 import sys
 import time
@@ -50,10 +49,9 @@ def child(setting: str, layers: int, hidden: int, seq: int, batch: int) -> dict:
     from mindspeed_rl.platform import get_platform
 
     get_platform("cpu").patch()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    from mindspeed_rl.distributed.worker_env import free_port
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port("127.0.0.1")))
     torch.distributed.init_process_group("gloo", rank=0, world_size=1, timeout=datetime.timedelta(seconds=120))
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state
     from mindspeed_rl.models.optimizer import build_optimizer, wrap_ddp

@@ -8,7 +8,6 @@ run_gloo runs a function on N gloo processes with a free port and a hard timeout
 import datetime
 import json
 import os
-import socket
 import tempfile
 
 import torch
@@ -17,9 +16,10 @@ from mindspeed_rl.platform import get_platform
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A rendezvous port for a gloo job, chosen as the product chooses them (worker_env.free_port)."""
+    from mindspeed_rl.distributed.worker_env import free_port as product_free_port
+
+    return product_free_port("127.0.0.1")
 
 
 def _gloo_entry(rank, fn, world_size, port, out_dir, timeout_s, args):

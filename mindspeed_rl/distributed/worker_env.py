@@ -21,12 +21,46 @@ from __future__ import annotations
 
 import datetime
 import os
+import random
 import socket
 import sys
 from dataclasses import dataclass
 
 ROLE_ENV = "MINDSPEED_RL_ROLE"
 HOST_CPUS_ENV = "MINDSPEED_RL_HOST_CPUS"  # CPU units of this worker's device bundle (WorkerGroup sets it)
+
+
+RENDEZVOUS_PORTS = (20000, 32768)  # above Ray's worker ports (10002-19999), below the usual ephemeral range
+
+
+def free_port(host: str = "") -> int:
+    """A TCP port free on `host` now, for a process group's rendezvous (MASTER_PORT), chosen at random
+    between Ray's worker ports and the kernel's ephemeral range (/proc/sys/net/ipv4/ip_local_port_range).
+
+    The port is only free when chosen: the process group binds it later (seconds later for a Ray actor).
+    A port the kernel picked (bind to 0) is an ephemeral one, which it hands to the next connection or
+    bind(0) of any process on the host in the meantime: with two test stages side by side, a rank's
+    rendezvous failed with EADDRINUSE (CI, 2026-11-28). Ports outside the ephemeral range are taken
+    only by whoever names them; the kernel's choice is the fallback when none of 64 random tries binds
+    (or the ranges leave no room)."""
+    low, high = RENDEZVOUS_PORTS
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="utf-8") as f:
+            high = min(high, int(f.read().split()[0]))
+    except (OSError, ValueError, IndexError):
+        pass
+    pick = random.SystemRandom()
+    for _ in range(64 if high - low >= 1000 else 0):
+        port = pick.randrange(low, high)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
 
 
 @dataclass
@@ -109,9 +143,7 @@ def init_local_world(backend: str, timeout: datetime.timedelta = datetime.timede
 
     if dist.is_initialized():
         return False
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port("127.0.0.1")
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group(backend, rank=0, world_size=1, timeout=timeout)

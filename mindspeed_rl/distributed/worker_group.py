@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -44,7 +43,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from mindspeed_rl.distributed.cluster import logs_dir, node_ips
 from mindspeed_rl.distributed.plan import RolePlacement
 from mindspeed_rl.distributed.pools import ResourcePool
-from mindspeed_rl.distributed.worker_env import HOST_CPUS_ENV, ROLE_ENV
+from mindspeed_rl.distributed.worker_env import HOST_CPUS_ENV, ROLE_ENV, free_port
 from mindspeed_rl.utils.logging import get_logger, python_warnings_env
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -349,9 +348,7 @@ def _whoami(self, resource: str) -> tuple[int, list]:
 
 @ray.remote
 def _ip_and_free_port() -> tuple[str, int]:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("", 0))
-        return ray.util.get_node_ip_address(), sock.getsockname()[1]
+    return ray.util.get_node_ip_address(), free_port()
 
 
 # ---- messages -------------------------------------------------------------------------------

@@ -41,3 +41,24 @@ def test_destroy_world_shuts_down_every_group():
     proc = subprocess.run([sys.executable, "-c", DESTROY_WORLD], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert int(proc.stdout.split("groups")[1]) > 5  # megatron's groups were there to shut down
+
+
+def test_rendezvous_ports_stay_out_of_the_ephemeral_range(monkeypatch):
+    """free_port picks rendezvous ports between Ray's worker ports and the kernel's ephemeral range (where a
+    port the kernel picked can be handed to another process before the group binds it: EADDRINUSE in CI),
+    each one bindable when picked; with no room there it falls back to the kernel's choice."""
+    import socket
+
+    from mindspeed_rl.distributed import worker_env
+
+    with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="utf-8") as f:
+        ephemeral = int(f.read().split()[0])
+    low, high = worker_env.RENDEZVOUS_PORTS[0], min(worker_env.RENDEZVOUS_PORTS[1], ephemeral)
+    ports = {worker_env.free_port("127.0.0.1") for _ in range(20)}
+    if high - low >= 1000:  # this host leaves room below its ephemeral range (Linux's default starts at 32768)
+        assert all(low <= p < high for p in ports)
+    assert len(ports) > 1  # random, not one fixed port
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", ports.pop()))  # free when picked (nothing holds it since)
+    monkeypatch.setattr(worker_env, "RENDEZVOUS_PORTS", (40000, 40000))  # no room: the kernel picks
+    assert worker_env.free_port("127.0.0.1") >= 1024
