@@ -28,7 +28,7 @@ OVERRIDES = {"gemma3": {"seed": 1}}
 # SmolLM2 run, a Qwen2 is qwen2_5_vl's text model, Gemma 3's text model (gemma3_text) is gemma3's, OLMo 2's
 # layers are olmo3's; the forward of Qwen3, SmolLM3, Granite and Gemma 2 is their parity and decode tests'
 @pytest.mark.parametrize("arch", ["phi3", "mixtral", "gemma3", "mistral3", "olmo3", "qwen2_5_vl", "glm4_moe",
-                                  "deepseek_v3", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus"])
+                                  "deepseek_v3", "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus"])
 def test_empty_model_yaml_runs(arch, tmp_path):
     """phi3 (q/k/v and gate/up stored fused), mixtral (its own expert names) and gemma3 (its text
     model's own norm names) also export at the end (save_hf): the HF checkpoint has the original's tensor names
@@ -39,7 +39,8 @@ def test_empty_model_yaml_runs(arch, tmp_path):
     the checkpoint's expert bias, shared_experts) exports its tensors under GLM-4.5's names, the expert
     bias unchanged (moe_router_bias_update_rate 0). deepseek_v3 (DeepSeek-V3: multi-latent attention on
     GLM-4.5's MoE layout) trains, generates with the native engine's MLA cache and exports under DeepSeek's
-    names (q_a_layernorm, kv_a_proj_with_mqa, ...). gpt_oss starts from its release format (MXFP4 experts,
+    names (q_a_layernorm, kv_a_proj_with_mqa, ...); glm4_moe_lite (GLM-4.7-Flash) does the same under its own
+    model_type. gpt_oss starts from its release format (MXFP4 experts,
     read dequantized), trains with its sinks and biased experts and exports them stacked as gpt-oss stores
     them unquantized, the quantization_config dropped: transformers loads the export. minimax_m2 (MiniMax-M2:
     q / k norms across heads, sigmoid routing with the expert bias beside the router, Mixtral's expert names)
@@ -57,7 +58,7 @@ def test_empty_model_yaml_runs(arch, tmp_path):
     from mindspeed_rl.data import tiny_task
     tok = tiny_task.TOKENIZER_DIR  # the tiny task's 13-token tokenizer fits the 120-row embedding
     own_names = arch in ("phi3", "mixtral", "gemma3", "mistral3", "olmo3", "qwen2_5_vl", "glm4_moe", "deepseek_v3",
-                         "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus")
+                         "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus")
     proc = subprocess.run(
         [sys.executable, str(ROOT / "ray_gpt.py"), "--config-dir", str(CONFIGS), "--config-name", "grpo_trainer_hf_any",
          f"actor_rollout_ref.actor_rollout.load={hf}", f"actor_rollout_ref.ref.load={hf}",
@@ -93,7 +94,7 @@ def test_empty_model_yaml_runs(arch, tmp_path):
             assert json.loads((exported / "config.json").read_text())["architectures"] == [text_cls]
         assert shapes(exported) == want
         transformers.AutoModelForCausalLM.from_pretrained(str(exported))
-        if arch in ("glm4_moe", "deepseek_v3", "minimax_m2", "ernie4_5_moe"):  # the expert bias chose experts in training and is written back as it was read
+        if arch in ("glm4_moe", "deepseek_v3", "glm4_moe_lite", "minimax_m2", "ernie4_5_moe"):  # the expert bias chose experts in training and is written back as it was read
             from safetensors.torch import load_file
 
             before, after = load_file(str(hf / "model.safetensors")), load_file(str(exported / "model.safetensors"))

@@ -270,13 +270,14 @@ def _moe_layers(moe) -> int:
 
 
 @pytest.fixture(scope="module", params=["qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3",
-                                                 "deepseek_v2", "gpt_oss", "minimax_m2", "ernie4_5_moe"])
+                                                 "deepseek_v2", "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe"])
 def moe(request, tmp_path_factory):
     """Every test below runs on Qwen3-MoE, on Qwen2-MoE (qkv biases, top-k not renormalised, and
     a shared expert with its sigmoid gate: megatron's SharedExpertMLP, split over TP), on Mixtral
     (no q/k norms, experts stored under its own names: hf_bridge/names.py) and on GLM-4.5 (a dense
     first layer, sigmoid routing with the checkpoint's expert bias, expert groups, a routed scale, a
-    shared expert without gate), on DeepSeek-V3 / V2-Lite (multi-latent attention) and on gpt-oss (attention
+    shared expert without gate), on DeepSeek-V3 / V2-Lite (multi-latent attention), on GLM-4.7-Flash (DeepSeek-V3's
+    layout with a query LoRA and value heads wider than the query / key heads) and on gpt-oss (attention
     sinks, biases on the attention, router and experts, the clamped SwiGLU, experts stored stacked and
     interleaved; its ETP 2 layouts run at ETP 1: _run_as) and on MiniMax-M2 (q / k norms across heads, split
     over TP with the heads, sigmoid routing with the expert bias under Mixtral's names) and on ERNIE 4.5 MoE (a dense
