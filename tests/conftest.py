@@ -13,19 +13,20 @@ from pathlib import Path
 import pytest
 import torch
 
+from mindspeed_rl.distributed.cluster import GCS_WAIT_ENV, GCS_WAIT_S
 from mindspeed_rl.platform import get_platform
 from testing_utils import free_port
 
 
 # Every Ray instance the tests start (ray_session, the e2e runs' drivers, Ray's Cluster) gives its GCS
-# 120 s to come up on a busy machine, as mindspeed_rl.distributed.cluster does for the product's.
-os.environ.setdefault("RAY_gcs_server_port_wait_time_s", "120")
+# as long to come up on a busy machine as the product's local starts do.
+os.environ.setdefault(GCS_WAIT_ENV, GCS_WAIT_S)
 
 
 def pytest_configure(config):
     get_platform().patch()
     if hasattr(config.option, "loadscopereorder"):
-        config.option.loadscopereorder = False  # xdist keeps plan_for_workers' order (its default sorts by size)
+        config.option.loadscopereorder = False  # xdist keeps order_for_workers' order (its default sorts by size)
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -80,44 +81,31 @@ def pytest_addoption(parser):
                           "pytest-random-order's `-p random_order --random-order-bucket=global` shuffles)")
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks set here
 def pytest_collection_modifyitems(config, items):
     if config.getoption("--reverse-order"):
         items.reverse()
-    if hasattr(config, "workerinput"):  # a pytest-xdist worker (`-n 2 --dist loadgroup`, the README's command)
-        plan_for_workers(items)
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker (`-n 2 --dist loadfile`, the README's command)
+        order_for_workers(items)
 
 
-# The order units of work are handed to the workers in, heaviest first: xdist hands out the next unit
-# when a worker frees up, so long units go first and the run ends with short ones on both workers.
+# The order test files are handed to the workers in, heaviest first: xdist hands out the next file when
+# a worker frees up, so long files go first and the run ends with short ones on both workers.
 _WEIGHT = {"e2e": 0, "real_model": 0, "dist": 1}  # anything else: 2 (unit, data: seconds each)
-_SHARED_SCOPES = ("module", "class", "package")
 
 
-def plan_for_workers(items):
-    """Under xdist, the units of work and their order (README: Tests).
-
-    A test whose module's tests share a module- or class-scoped fixture (a Ray instance, a built
-    model) stays with them on one worker: the module is one unit (an `xdist_group` mark named after
-    it), so the fixture is set up once, as in a serial run. Every other test is a unit of its own, so
-    one long file (the e2e runs) spreads over both workers. Units are ordered by their directory's
-    weight, `slow`-marked first within it, then as collected; a unit's tests stay together and in order.
-    """
-    units: dict[str, list] = {}
+def order_for_workers(items):
+    """Under xdist (`--dist loadfile`: a file is one unit of work, so its module- and class-scoped
+    fixtures, a Ray instance or a built model, are set up once, as in a serial run), the files in the
+    order of their directory's weight, `slow`-marked first within it, then as collected; a file's tests
+    stay together and in order. (`--dist loadgroup` with per-test e2e units was tried: xdist 3.8 names a
+    group by rewriting `item._nodeid`, which pytest 9.2 no longer reads, so its groups are ignored.)"""
+    files: dict[str, list] = {}
     for item in items:
-        fixtures = getattr(item, "_fixtureinfo", None)
-        shared = fixtures is not None and any(
-            d.scope in _SHARED_SCOPES and d.argname != "_no_ray_left_behind"
-            for defs in fixtures.name2fixturedefs.values() for d in defs)
-        module = item.nodeid.split("::")[0]
-        if shared:
-            item.add_marker(pytest.mark.xdist_group(module))
-        units.setdefault(module if shared else item.nodeid, []).append(item)
+        files.setdefault(item.nodeid.split("::")[0], []).append(item)
 
-    def weight(unit):
-        first = unit[0]
-        top = first.nodeid.split("/")[1] if first.nodeid.startswith("tests/") else ""
-        return _WEIGHT.get(top, 2), first.get_closest_marker("slow") is None
+    def weight(tests):
+        path = tests[0].nodeid
+        top = path.split("/")[1] if path.startswith("tests/") else ""
+        return _WEIGHT.get(top, 2), tests[0].get_closest_marker("slow") is None
 
-    ordered = sorted(units.values(), key=weight)  # stable: collection order within a weight
-    items[:] = [item for unit in ordered for item in unit]
+    items[:] = [item for tests in sorted(files.values(), key=weight) for item in tests]  # stable sort
