@@ -24,6 +24,7 @@ import sys
 import time
 from importlib import metadata
 
+VENV_LOCK_TIMEOUT_S = 1800  # another process's venv build (about a minute here; pip on a slow index far longer)
 TRL_VERSION = "1.16.0"  # pinned: the knob names below are this version's (trl/trainer/grpo_config.py)
 
 
@@ -36,12 +37,16 @@ def ensure_venv(root: str, log=print) -> str:
     at once (CI builds it in the background while its tests run: .ci/run) take turns on a lock file
     beside it, so the second finds the first one's venv instead of clearing it mid-install.
     """
-    import fcntl
+    from filelock import FileLock, Timeout  # released also if this process dies (flock)
 
     os.makedirs(root, exist_ok=True)
-    with open(os.path.join(root, f"trl-{TRL_VERSION}.lock"), "w", encoding="utf-8") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this process dies
-        return _ensure_venv_locked(root, log)
+    lock = os.path.join(root, f"trl-{TRL_VERSION}.lock")
+    try:
+        with FileLock(lock, timeout=VENV_LOCK_TIMEOUT_S):
+            return _ensure_venv_locked(root, log)
+    except Timeout:
+        raise RuntimeError(f"waited {VENV_LOCK_TIMEOUT_S} s for another process building the TRL venv in {root} "
+                           f"(it holds {lock}); let it finish or stop it, then retry.") from None
 
 
 def _ensure_venv_locked(root: str, log) -> str:

