@@ -598,3 +598,74 @@ def fp8_blockwise(src_dir, dst_dir, block=128):
                                      "weight_block_size": [block, block]}
     json.dump(config, open(os.path.join(dst_dir, "config.json"), "w"))
     return values
+
+
+# ---- the Gated DeltaNet mixer against transformers' Qwen3.5 layer (tests/unit/models, tests/dist/models)
+def hf_delta_net(key_heads=2, value_heads=4, key_dim=8, value_dim=6, hidden=32, seed=0):
+    """transformers' Qwen3_5GatedDeltaNet with every parameter random (norm weight, A_log, dt_bias too)."""
+    from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5TextConfig
+    from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5GatedDeltaNet
+
+    torch.manual_seed(seed)
+    config = Qwen3_5TextConfig(hidden_size=hidden, num_hidden_layers=1, layer_types=["linear_attention"],
+                               linear_num_key_heads=key_heads, linear_num_value_heads=value_heads,
+                               linear_key_head_dim=key_dim, linear_value_head_dim=value_dim,
+                               linear_conv_kernel_dim=4, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                               vocab_size=64)
+    layer = Qwen3_5GatedDeltaNet(config, 0).float()
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.copy_(torch.randn_like(p) * 0.3)
+        layer.A_log.copy_(torch.empty_like(layer.A_log).uniform_(0, 1.5))
+        layer.norm.weight.add_(1.0)
+    return layer, config
+
+
+def shape_of(config):
+    from mindspeed_rl.models.gated_delta_net import DeltaNetShape
+
+    return DeltaNetShape(config.linear_num_key_heads, config.linear_num_value_heads, config.linear_key_head_dim,
+                         config.linear_value_head_dim, config.linear_conv_kernel_dim, config.rms_norm_eps)
+
+
+def ours_delta_net(hf, config, tp=1, rank=0, sequence_parallel=False):
+    """Our mixer at TP `tp` (this process's megatron groups), holding rank `rank`'s share of hf's weights."""
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    from mindspeed_rl.models.gated_delta_net import GatedDeltaNet, conv_from_hf, in_proj_from_parts
+
+    shape = shape_of(config)
+    mcfg = TransformerConfig(num_layers=1, hidden_size=config.hidden_size, num_attention_heads=4,
+                             tensor_model_parallel_size=tp, sequence_parallel=sequence_parallel,
+                             use_cpu_initialization=True, params_dtype=torch.float32)
+    ours = GatedDeltaNet(mcfg, shape=shape)
+    with torch.no_grad():
+        in_proj = in_proj_from_parts(hf.in_proj_qkv.weight, hf.in_proj_z.weight, hf.in_proj_b.weight,
+                                     hf.in_proj_a.weight, shape, tp)
+        ours.in_proj.weight.copy_(in_proj.chunk(tp)[rank])
+        ours.conv1d.weight.copy_(conv_from_hf(hf.conv1d.weight, shape, tp).chunk(tp)[rank])
+        ours.A_log.copy_(hf.A_log.chunk(tp)[rank])
+        ours.dt_bias.copy_(hf.dt_bias.chunk(tp)[rank])
+        ours.norm.weight.copy_(hf.norm.weight)
+        ours.out_proj.weight.copy_(hf.out_proj.weight.chunk(tp, dim=1)[rank])
+    return ours
+
+
+def assert_near(got, want, rel=1e-5, what=""):
+    """max |got - want| <= rel x max |want|: fp32 round-off relative to the tensor's scale."""
+    diff, scale = (got - want).abs().max().item(), want.abs().max().item()
+    assert diff <= rel * scale, f"{what}: max difference {diff:.3g} against a scale of {scale:.3g}"
+
+
+def mask_4d(mask2d):
+    from mindspeed_rl.models.forward import attention_mask_4d
+
+    return attention_mask_4d(mask2d)
+
+
+def delta_batch(hidden=32, seq=70, pad=9, seed=1):
+    torch.manual_seed(seed)
+    x = torch.randn(2, seq, hidden)
+    mask = torch.ones(2, seq, dtype=torch.long)
+    mask[0, :pad] = 0
+    return x, mask, torch.randn(2, seq, hidden)

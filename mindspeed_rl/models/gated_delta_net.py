@@ -1,0 +1,267 @@
+"""Gated DeltaNet: the linear-attention mixer of Qwen3-Next and Qwen3.5 (three of every four layers),
+as a megatron module in the self-attention slot of a TransformerLayer, split over TP by heads.
+
+Per token x (hidden) the mixer projects q, k (key_heads x key_head_dim), v and the output gate z
+(value_heads x value_head_dim), and two scalars per value head, b and a. q, k, v go through a causal
+depthwise conv1d (kernel conv_kernel, no bias) and SiLU; q and k are L2-normalised; beta = sigmoid(b)
+and the decay g = -exp(A_log) * softplus(a + dt_bias). Each value head keeps a (key_head_dim x
+value_head_dim) state S, decayed and corrected once per token by the delta rule
+    S <- exp(g) S + k beta (v - exp(g) S^T k)^T,   out = S^T q / sqrt(key_head_dim),
+computed chunk-wise (platform/delta_rule.py). A value head reads key head h // (value_heads /
+key_heads). The output is RMSNorm(out) * weight * SiLU(z) per value head, then out_proj.
+
+Tensor parallelism: rank r holds key heads and value heads r*n/TP .. (r+1)*n/TP - 1 (TP divides both
+counts), so a rank's value heads read only its own key heads and nothing is communicated inside the
+mixer. `in_proj` is column-parallel: this rank's rows are [q | k | v | z | b | a] of its heads, so the
+full (megatron) weight is those blocks rank after rank (`in_proj_from_parts` builds it from HF's
+in_proj_qkv / in_proj_z / in_proj_b / in_proj_a; `in_proj_to_parts` inverts). The conv1d channels
+(this rank's q | k | v), A_log and dt_bias are split the same way; `out_proj` is row-parallel. The
+gated norm's weight (value_head_dim) is whole on every rank and normalises different heads on each:
+its gradient is summed over TP (an identity forward whose backward all-reduces), so every rank holds
+the full gradient, as for any replicated weight.
+
+Padding: the training forward passes megatron's (B, 1, S, S) mask. Padded tokens' projections are
+zeroed (as HF zeroes their hidden states; the projections have no bias), so with left padding the
+real tokens see a zero conv history and a zero state: the same as the unpadded sequence. Right
+padding comes after the real tokens and cannot reach them.
+
+Incremental use (generation): `forward(..., delta_state=DeltaState)` starts from the state's conv
+history (the last conv_kernel - 1 pre-conv q/k/v inputs) and recurrent state and leaves the new ones in
+it; one-token steps use the recurrent kernel, longer ones the chunked one.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Mapping, Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from mindspeed_rl.platform import get_platform
+
+get_platform().patch()  # megatron must be imported after the platform patch (no-op when done)
+
+from megatron.core import parallel_state  # noqa: E402
+from megatron.core.tensor_parallel import ColumnParallelLinear, RowParallelLinear  # noqa: E402
+from megatron.core.tensor_parallel.layers import set_tensor_model_parallel_attributes  # noqa: E402
+from megatron.core.tensor_parallel.mappings import copy_to_tensor_model_parallel_region  # noqa: E402
+from megatron.core.transformer.module import MegatronModule  # noqa: E402
+from megatron.core.transformer.spec_utils import ModuleSpec, build_module  # noqa: E402
+
+from mindspeed_rl.platform.delta_rule import kernels  # noqa: E402
+
+
+@dataclasses.dataclass(frozen=True)
+class DeltaNetShape:
+    key_heads: int
+    value_heads: int
+    key_head_dim: int
+    value_head_dim: int
+    conv_kernel: int = 4
+    norm_eps: float = 1e-6
+
+    @classmethod
+    def from_args(cls, args: Mapping[str, Any]) -> "DeltaNetShape":
+        """From the model keys (hf_config's names for HF's linear_num_key_heads, ...)."""
+        return cls(int(args["linear_num_key_heads"]), int(args["linear_num_value_heads"]),
+                   int(args["linear_key_head_dim"]), int(args["linear_value_head_dim"]),
+                   int(args.get("linear_conv_kernel_dim", 4)), float(args.get("norm_epsilon", 1e-6)))
+
+    def problem(self, tp: int) -> Optional[str]:
+        """One sentence on why this shape cannot run at TP `tp`, or None."""
+        if self.value_heads % self.key_heads:
+            return (f"linear_num_value_heads {self.value_heads} is not a multiple of linear_num_key_heads "
+                    f"{self.key_heads}: each value head reads one key head.")
+        if self.key_heads % tp:
+            return (f"tensor_model_parallel_size {tp} does not divide linear_num_key_heads {self.key_heads} "
+                    f"(the linear-attention layers are split over TP by heads): use a TP size that divides it.")
+        return None
+
+    def part_rows(self) -> list[int]:
+        """Rows of in_proj's parts over all heads: q, k, v, z, b, a."""
+        qk, v = self.key_heads * self.key_head_dim, self.value_heads * self.value_head_dim
+        return [qk, qk, v, v, self.value_heads, self.value_heads]
+
+    def conv_rows(self) -> list[int]:
+        return self.part_rows()[:3]
+
+
+def _interleave_ranks(parts: Sequence[torch.Tensor], tp: int) -> torch.Tensor:
+    """Each part split in tp row blocks; the result is rank 0's blocks of every part, then rank 1's..."""
+    return torch.cat([torch.cat([p.chunk(tp, dim=0)[r] for p in parts]) for r in range(tp)])
+
+
+def _split_ranks(full: torch.Tensor, rows: Sequence[int], tp: int) -> list[torch.Tensor]:
+    """The inverse of _interleave_ranks: the parts (whole, rows[i] rows each) of a rank-ordered tensor."""
+    local = [n // tp for n in rows]
+    blocks = [b.split(local) for b in full.chunk(tp, dim=0)]
+    return [torch.cat([blocks[r][i] for r in range(tp)]) for i in range(len(rows))]
+
+
+def in_proj_from_parts(qkv: torch.Tensor, z: torch.Tensor, b: torch.Tensor, a: torch.Tensor,
+                       shape: DeltaNetShape, tp: int) -> torch.Tensor:
+    """megatron's in_proj weight (all ranks, rank-ordered) from HF's in_proj_qkv / _z / _b / _a."""
+    q, k, v = qkv.split(shape.conv_rows())
+    return _interleave_ranks([q, k, v, z, b, a], tp)
+
+
+def in_proj_to_parts(weight: torch.Tensor, shape: DeltaNetShape, tp: int) -> tuple[torch.Tensor, ...]:
+    """(in_proj_qkv, in_proj_z, in_proj_b, in_proj_a) from megatron's rank-ordered in_proj weight."""
+    q, k, v, z, b, a = _split_ranks(weight, shape.part_rows(), tp)
+    return torch.cat([q, k, v]), z, b, a
+
+
+def conv_from_hf(weight: torch.Tensor, shape: DeltaNetShape, tp: int) -> torch.Tensor:
+    """The conv1d weight (channels q | k | v over all heads, HF's order) in rank order."""
+    return _interleave_ranks(weight.split(shape.conv_rows()), tp)
+
+
+def conv_to_hf(weight: torch.Tensor, shape: DeltaNetShape, tp: int) -> torch.Tensor:
+    return torch.cat(_split_ranks(weight, shape.conv_rows(), tp))
+
+
+@dataclasses.dataclass
+class DeltaState:
+    """One layer's generation state for a batch: conv (B, local q|k|v channels, conv_kernel - 1), the
+    pre-conv inputs of the last tokens, and recurrent (B, local value heads, key_head_dim,
+    value_head_dim) in fp32. None before the first call."""
+    conv: Optional[torch.Tensor] = None
+    recurrent: Optional[torch.Tensor] = None
+
+    def keep(self, rows: torch.Tensor) -> None:
+        """Keep only these batch rows (finished sequences leave the batch)."""
+        self.conv = None if self.conv is None else self.conv[rows]
+        self.recurrent = None if self.recurrent is None else self.recurrent[rows]
+
+
+class GatedRMSNorm(torch.nn.Module):
+    """RMSNorm(x) * weight * SiLU(gate) over the last dim (value_head_dim), x normalised in fp32 and
+    cast back before the weight (HF's Qwen3_5RMSNormGated / Qwen3NextRMSNormGated)."""
+
+    def __init__(self, size: int, eps: float, tp: int):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(size))
+        self.eps, self.tp = eps, tp
+
+    def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        weight = copy_to_tensor_model_parallel_region(self.weight) if self.tp > 1 else self.weight
+        return (weight * h.to(dtype) * F.silu(gate.float())).to(dtype)
+
+
+@dataclasses.dataclass
+class GatedDeltaNetSubmodules:
+    in_proj: Any = ColumnParallelLinear
+    out_proj: Any = RowParallelLinear
+
+
+def token_keep(attention_mask: Optional[torch.Tensor], batch: int, seq: int) -> Optional[torch.Tensor]:
+    """(B, S) 1.0 on real tokens from megatron's (B, 1, S, S) True-is-masked mask (a token is padding
+    iff it cannot see itself), or None when nothing is padded."""
+    if attention_mask is None or attention_mask.dim() != 4 or attention_mask.shape[-1] != seq:
+        return None
+    masked_self = attention_mask[:, 0].diagonal(dim1=-2, dim2=-1)  # (B or 1, S)
+    if not bool(masked_self.any()):
+        return None
+    return (~masked_self).expand(batch, seq)
+
+
+class GatedDeltaNet(MegatronModule):
+    def __init__(self, config, submodules: Optional[GatedDeltaNetSubmodules] = None, layer_number: int = 1,
+                 shape: Optional[DeltaNetShape] = None, **kwargs):
+        super().__init__(config=config)
+        if shape is None:
+            raise ValueError("GatedDeltaNet needs its shape (DeltaNetShape) in the layer spec's params.")
+        submodules = submodules or GatedDeltaNetSubmodules()
+        self.tp = tp = parallel_state.get_tensor_model_parallel_world_size()
+        problem = shape.problem(tp)
+        if problem:
+            raise ValueError(problem)
+        self.shape, self.layer_number = shape, layer_number
+        self.sp = bool(config.sequence_parallel)
+        rows = shape.part_rows()
+        self.local_rows = [n // tp for n in rows]
+        self.in_proj = build_module(submodules.in_proj, config.hidden_size, sum(rows), config=config,
+                                    init_method=config.init_method, gather_output=False, bias=False,
+                                    skip_bias_add=False, is_expert=False)
+        conv_local = sum(self.local_rows[:3])
+        self.conv1d = torch.nn.Conv1d(conv_local, conv_local, shape.conv_kernel, groups=conv_local, bias=False,
+                                      padding=shape.conv_kernel - 1, dtype=config.params_dtype)
+        heads = shape.value_heads // tp
+        self.dt_bias = torch.nn.Parameter(torch.ones(heads, dtype=config.params_dtype))
+        self.A_log = torch.nn.Parameter(torch.zeros(heads, dtype=config.params_dtype))
+        for p in (self.conv1d.weight, self.dt_bias, self.A_log):
+            set_tensor_model_parallel_attributes(p, True, 0, 1)
+        self.norm = GatedRMSNorm(shape.value_head_dim, shape.norm_eps, tp)
+        self.out_proj = build_module(submodules.out_proj, shape.value_heads * shape.value_head_dim,
+                                     config.hidden_size, config=config, init_method=config.output_layer_init_method,
+                                     bias=False, input_is_parallel=True, skip_bias_add=True, is_expert=False)
+        if config.perform_initialization:
+            self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """HF's initialisation of the mixer's own parameters: A uniform in [1, 16], the step
+        dt = softplus(dt_bias) log-uniform in [1e-3, 1e-1]."""
+        heads = self.A_log.numel()
+        self.A_log.copy_(torch.empty(heads).uniform_(1, 16).log())
+        dt = torch.exp(torch.rand(heads) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3)).clamp(min=1e-4)
+        self.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # softplus^-1(dt)
+
+    def _conv(self, qkv: torch.Tensor, state: Optional[DeltaState]) -> torch.Tensor:
+        """Causal depthwise conv + SiLU on (B, channels, S); with a state, from its history."""
+        seq, history = qkv.shape[-1], self.shape.conv_kernel - 1
+        weight = self.conv1d.weight
+        if state is None:
+            return F.silu(F.conv1d(qkv, weight, padding=history, groups=qkv.shape[1])[..., :seq])
+        if state.conv is None:
+            state.conv = qkv.new_zeros(qkv.shape[0], qkv.shape[1], history)
+        full = torch.cat([state.conv.to(qkv.dtype), qkv], dim=-1)
+        state.conv = full[..., -history:].detach().clone() if history else full[..., :0]
+        return F.silu(F.conv1d(full, weight, groups=qkv.shape[1]))
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
+                delta_state: Optional[DeltaState] = None, **kwargs) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """hidden_states (S, B, hidden) [S / TP under sequence parallelism] -> (output, bias None)."""
+        mixed, _ = self.in_proj(hidden_states)  # (S, B, this rank's rows)
+        mixed = mixed.transpose(0, 1)  # (B, S, .)
+        batch, seq = mixed.shape[:2]
+        keep = token_keep(attention_mask, batch, seq)
+        if keep is not None:
+            mixed = mixed * keep.unsqueeze(-1).to(mixed.dtype)
+        q_rows, k_rows, v_rows, z_rows, b_rows, a_rows = self.local_rows
+        qkv, z, b, a = mixed.split([q_rows + k_rows + v_rows, z_rows, b_rows, a_rows], dim=-1)
+        qkv = self._conv(qkv.transpose(1, 2), delta_state).transpose(1, 2)
+        q, k, v = qkv.split([q_rows, k_rows, v_rows], dim=-1)
+        shape = self.shape
+        q = q.reshape(batch, seq, -1, shape.key_head_dim)
+        k = k.reshape(batch, seq, -1, shape.key_head_dim)
+        v = v.reshape(batch, seq, -1, shape.value_head_dim)
+        repeat = shape.value_heads // shape.key_heads
+        if repeat > 1:
+            q, k = q.repeat_interleave(repeat, dim=2), k.repeat_interleave(repeat, dim=2)
+        beta = b.sigmoid()
+        g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())
+        rule = kernels(mixed.device.type)
+        initial = None if delta_state is None else delta_state.recurrent
+        kernel = rule.recurrent if (delta_state is not None and initial is not None and seq == 1) else rule.chunk
+        out, final = kernel(q.contiguous(), k.contiguous(), v.contiguous(), g=g, beta=beta,
+                            initial_state=initial, output_final_state=delta_state is not None,
+                            use_qk_l2norm_in_kernel=True)
+        if delta_state is not None:
+            delta_state.recurrent = final.detach()
+        out = self.norm(out, z.reshape(batch, seq, -1, shape.value_head_dim))
+        out = out.reshape(batch, seq, -1).transpose(0, 1).contiguous()
+        return self.out_proj(out)
+
+
+def gated_delta_net_spec(attention_spec: ModuleSpec, shape: DeltaNetShape) -> ModuleSpec:
+    """The mixer's spec for a layer's self_attention slot (attention_spec: the spec it replaces; its
+    linear classes are reused, so a platform's linear layers apply here too)."""
+    sub = attention_spec.submodules
+    linears = GatedDeltaNetSubmodules(in_proj=getattr(sub, "linear_qkv", ColumnParallelLinear),
+                                      out_proj=getattr(sub, "linear_proj", RowParallelLinear))
+    return ModuleSpec(module=GatedDeltaNet, submodules=linears, params={"shape": shape})
