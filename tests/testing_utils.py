@@ -121,6 +121,15 @@ TINY_HF = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_a
                num_key_value_heads=2, vocab_size=120, max_position_embeddings=128)
 
 
+def QWEN3_5_TEXT(tiny):  # noqa: N802 (a table as a function of TINY_HF's sizes)
+    return dict({"head_dim": 32, "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 16,
+                 "linear_value_head_dim": 8, "linear_conv_kernel_dim": 4, "pad_token_id": None, "eos_token_id": 2,
+                 "layer_types": ["linear_attention", "full_attention"] * (tiny["num_hidden_layers"] // 2),
+                 "rope_parameters": {"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25,
+                                     "mrope_section": [2, 1, 1], "mrope_interleaved": True}},
+                **tiny, tie_word_embeddings=True)
+
+
 # config.json variants (make_tiny_hf overrides) of the parity tests: arch-variant -> overrides
 HF_VARIANTS = {
     "mistral-window": {"sliding_window": 12},  # Mistral 7B v0.1's every-layer window, scaled down
@@ -355,6 +364,16 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
             image_token_index=119, tie_word_embeddings=False,
             vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
                                image_size=28, patch_size=14, head_dim=16)),
+        # Qwen3.5's text model scaled down: Gated DeltaNet (2 key heads of 16, 4 value heads of 8, conv 4) in the first
+        # of every two layers, gated attention (head_dim 32, RoPE on its first quarter, (1 + w) q / k norms) in
+        # the second; the M-RoPE sections its releases carry (scaled to 4 rotary pairs); tied, as the small ones are
+        "qwen3_5_text": lambda: tf.Qwen3_5TextConfig(**QWEN3_5_TEXT(tiny)),
+        # Qwen3.5's image-text checkpoint (Qwen3_5ForConditionalGeneration) around that text model, a tiny vision tower
+        "qwen3_5": lambda: tf.Qwen3_5Config(
+            text_config=QWEN3_5_TEXT(tiny), image_token_id=119, video_token_id=118, vision_start_token_id=117,
+            vision_end_token_id=116, tie_word_embeddings=True,
+            vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
+                               out_hidden_size=tiny["hidden_size"])),
         # Mistral Small 3.1's image-text layout around a tiny Mistral (a tiny Pixtral tower; untied)
         "mistral3": lambda: tf.Mistral3Config(
             text_config=tf.MistralConfig(**{"sliding_window": None, "rope_theta": 1e6, **tiny}).to_dict(),
@@ -372,7 +391,8 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
            "arcee": tf.ArceeForCausalLM, "glm4_moe": tf.Glm4MoeForCausalLM, "deepseek_v3": tf.DeepseekV3ForCausalLM,
            "deepseek_v2": tf.DeepseekV2ForCausalLM, "gpt_oss": tf.GptOssForCausalLM,
            "minimax_m2": tf.MiniMaxM2ForCausalLM, "glm4_moe_lite": tf.Glm4MoeLiteForCausalLM, "ministral3": tf.Mistral3ForConditionalGeneration, "qwen2_5_vl": tf.Qwen2_5_VLForConditionalGeneration, "qwen3_vl": tf.Qwen3VLForConditionalGeneration,
-           "qwen3_vl_moe": tf.Qwen3VLMoeForConditionalGeneration}[arch]
+           "qwen3_vl_moe": tf.Qwen3VLMoeForConditionalGeneration, "qwen3_5_text": tf.Qwen3_5ForCausalLM,
+           "qwen3_5": tf.Qwen3_5ForConditionalGeneration}[arch]
     torch.manual_seed(seed)
     model = cls(config).eval()
     with torch.no_grad():
@@ -622,7 +642,7 @@ def hf_delta_net(key_heads=2, value_heads=4, key_dim=8, value_dim=6, hidden=32, 
 
 
 def shape_of(config):
-    from mindspeed_rl.models.gated_delta_net import DeltaNetShape
+    from mindspeed_rl.models.delta_layout import DeltaNetShape
 
     return DeltaNetShape(config.linear_num_key_heads, config.linear_num_value_heads, config.linear_key_head_dim,
                          config.linear_value_head_dim, config.linear_conv_kernel_dim, config.rms_norm_eps)
@@ -632,7 +652,8 @@ def ours_delta_net(hf, config, tp=1, rank=0, sequence_parallel=False):
     """Our mixer at TP `tp` (this process's megatron groups), holding rank `rank`'s share of hf's weights."""
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    from mindspeed_rl.models.gated_delta_net import GatedDeltaNet, conv_from_hf, in_proj_from_parts
+    from mindspeed_rl.models.delta_layout import conv_from_hf, in_proj_from_parts
+    from mindspeed_rl.models.gated_delta_net import GatedDeltaNet
 
     shape = shape_of(config)
     mcfg = TransformerConfig(num_layers=1, hidden_size=config.hidden_size, num_attention_heads=4,
@@ -641,9 +662,9 @@ def ours_delta_net(hf, config, tp=1, rank=0, sequence_parallel=False):
     ours = GatedDeltaNet(mcfg, shape=shape)
     with torch.no_grad():
         in_proj = in_proj_from_parts(hf.in_proj_qkv.weight, hf.in_proj_z.weight, hf.in_proj_b.weight,
-                                     hf.in_proj_a.weight, shape, tp)
-        ours.in_proj.weight.copy_(in_proj.chunk(tp)[rank])
-        ours.conv1d.weight.copy_(conv_from_hf(hf.conv1d.weight, shape, tp).chunk(tp)[rank])
+                                     hf.in_proj_a.weight, shape)
+        ours.in_proj.weight.copy_(in_proj.chunk(tp)[rank])  # whole key heads per rank
+        ours.conv1d.weight.copy_(conv_from_hf(hf.conv1d.weight, shape).chunk(tp)[rank])
         ours.A_log.copy_(hf.A_log.chunk(tp)[rank])
         ours.dt_bias.copy_(hf.dt_bias.chunk(tp)[rank])
         ours.norm.weight.copy_(hf.norm.weight)

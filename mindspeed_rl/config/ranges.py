@@ -28,6 +28,11 @@ RANGES = {
     "ModelArch.qk_head_dim": "[1, inf)",
     "ModelArch.qk_pos_emb_head_dim": "[1, inf)",
     "ModelArch.v_head_dim": "[1, inf)",
+    "ModelArch.linear_num_key_heads": "[1, inf)",  # Qwen3.5's Gated DeltaNet sizes
+    "ModelArch.linear_num_value_heads": "[1, inf)",
+    "ModelArch.linear_key_head_dim": "[1, inf)",
+    "ModelArch.linear_value_head_dim": "[1, inf)",
+    "ModelArch.linear_conv_kernel_dim": "[1, inf)",
     "ModelArch.kv_channels": "[1, inf)",
     "ModelArch.padded_vocab_size": "[1, inf)",
     "ModelArch.make_vocab_size_divisible_by": "[1, inf)",

@@ -199,6 +199,33 @@ def _check_batches(cfg: Config, problems: list[str]) -> None:
 
 
 # ---------------------------------------------------------------------------- model and rollout
+def _check_linear_attention(role: RoleConfig, path: str, tp: int, problems: list[str]) -> None:
+    """Qwen3.5's Gated DeltaNet layers: one 0 / 1 per layer, their sizes set, TP dividing the key heads."""
+    from mindspeed_rl.models.delta_layout import DeltaNetShape
+
+    a = role.arch
+    marks = a.linear_attention_layers
+    if not isinstance(marks, (list, tuple)) or any(m not in (0, 1) for m in marks) or \
+            (a.num_layers and len(marks) != a.num_layers):
+        problems.append(f"model {role.model_name}: linear_attention_layers must list one 0 or 1 per layer "
+                        f"({a.num_layers} layers); it is {marks!r}.")
+        return
+    if not any(marks):
+        return
+    missing = [k for k in ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                           "linear_value_head_dim") if getattr(a, k) is None]
+    if missing:
+        problems.append(f"model {role.model_name}: linear_attention_layers marks Gated DeltaNet layers but "
+                        f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set; set them or load a "
+                        f"Hugging Face checkpoint whose config.json has them.")
+        return
+    shape = DeltaNetShape(a.linear_num_key_heads, a.linear_num_value_heads, a.linear_key_head_dim,
+                          a.linear_value_head_dim, a.linear_conv_kernel_dim)
+    problem = shape.problem(tp)
+    if problem:
+        problems.append(f"`{path}`: model {role.model_name}: {problem}")
+
+
 def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
     from mindspeed_rl.platform.base import attention_takes_masks, expected_platform, own_rotary, sdpa_core_attention
 
@@ -273,6 +300,8 @@ def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
                         f"{a.num_attention_heads}; set kv_channels explicitly.")
     if a.multi_latent_attention:
         _check_mla(role, path, tp, hf_load, problems)
+    if a.linear_attention_layers is not None:
+        _check_linear_attention(role, path, tp, problems)
     if a.group_query_attention and not a.num_query_groups:
         problems.append(f"`model.{role.model_name}.group_query_attention` is true but num_query_groups is not set.")
     from mindspeed_rl.config.parallel_rules import parallel_problems
@@ -437,6 +466,14 @@ def _check_vllm(role: RoleConfig, problems: list[str], platform: str) -> None:
         problems.append(f"`{A}.rollout_engine: vllm` with multi-latent attention of kv_lora_rank + qk_pos_emb_head_dim "
                         f"{latent}: vLLM's CPU MLA kernels are built for DeepSeek's 576 (512 + 64) only; use "
                         f"rollout_engine: megatron on CPU.")
+    if any(a.linear_attention_layers or ()) and platform == "cpu":
+        problems.append(f"`{A}.rollout_engine: vllm` with Gated DeltaNet layers (Qwen3.5): vLLM serves them from its "
+                        f"image-text Qwen3.5 module, which imports torchvision, and the CPU vLLM environment has none "
+                        f"(its PyPI builds for torch 2.13 are CUDA builds that break `import vllm`); use "
+                        f"rollout_engine: megatron on CPU.")
+    if a.linear_num_key_heads and any(a.linear_attention_layers or ()) and a.linear_num_key_heads % itp:
+        problems.append(f"`{A}.infer_tensor_parallel_size: {itp}` does not divide linear_num_key_heads "
+                        f"{a.linear_num_key_heads} of model {role.model_name}; pick one that divides it.")
     if a.quick_geglu and a.activation_func_clamp_value != VLLM_GPT_OSS_LIMIT:
         problems.append(f"`{A}.rollout_engine: vllm` with activation_func_clamp_value {a.activation_func_clamp_value} "
                         f"(config.json's swiglu_limit): vLLM's gpt-oss clamps its experts at {VLLM_GPT_OSS_LIMIT} "

@@ -197,17 +197,23 @@ def expected_hf_shapes(args: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ..
     why_kv = f"num_query_groups {groups} x kv_channels {d}"
     shapes = {"model.norm.weight": ((h,), f"hidden_size {h}")}
     moe = moe_layers(args)
+    linear = list(args.get("linear_attention_layers") or ())
+    gate = 2 if args.get("attention_output_gate") else 1  # Qwen3.5: q_proj holds each head's query and gate
     for i in range(int(args["num_layers"])):
         p = f"model.layers.{i}."
-        if args.get("multi_latent_attention"):
+        if i < len(linear) and linear[i]:
+            shapes.update(_delta_net_shapes(args, p, h))
+        elif args.get("multi_latent_attention"):
             shapes.update(_mla_shapes(args, p, h, heads))
         else:
             shapes.update({
-                p + "self_attn.q_proj.weight": ((q, h), f"{why_q}, hidden_size {h}"),
+                p + "self_attn.q_proj.weight": ((gate * q, h), ("attention_output_gate: 2 x " if gate == 2 else "")
+                                                + f"{why_q}, hidden_size {h}"),
                 p + "self_attn.k_proj.weight": ((kv, h), f"{why_kv}, hidden_size {h}"),
                 p + "self_attn.v_proj.weight": ((kv, h), f"{why_kv}, hidden_size {h}"),
             })
-        shapes[p + "self_attn.o_proj.weight"] = ((h, q), f"hidden_size {h}, {why_q}")
+        if not (i < len(linear) and linear[i]):
+            shapes[p + "self_attn.o_proj.weight"] = ((h, q), f"hidden_size {h}, {why_q}")
         if args.get("pre_norm", True) is not False:  # OLMo 2 has none
             shapes.update({p + "input_layernorm.weight": ((h,), f"hidden_size {h}"),
                            p + "post_attention_layernorm.weight": ((h,), f"hidden_size {h}")})
@@ -215,7 +221,9 @@ def expected_hf_shapes(args: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ..
         if args.get("add_qkv_bias"):
             for name, n, why in (("q", q, why_q), ("k", kv, why_kv), ("v", kv, why_kv)):
                 shapes[p + f"self_attn.{name}_proj.bias"] = ((n,), f"add_qkv_bias, {why}")
-        if args.get("qk_layernorm") and args.get("qk_layernorm_across_heads"):  # OLMo 2: all heads
+        if i < len(linear) and linear[i]:  # no q / k norms, sinks or attention biases in a Gated DeltaNet layer
+            pass
+        elif args.get("qk_layernorm") and args.get("qk_layernorm_across_heads"):  # OLMo 2: all heads
             shapes[p + "self_attn.q_norm.weight"] = ((q,), f"qk_layernorm_across_heads, {why_q}")
             shapes[p + "self_attn.k_norm.weight"] = ((kv,), f"qk_layernorm_across_heads, {why_kv}")
         elif args.get("qk_layernorm") and not args.get("multi_latent_attention"):
@@ -229,6 +237,27 @@ def expected_hf_shapes(args: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ..
         if args.get("disable_bias_linear", True) is False:  # gpt-oss: o_proj's bias, the router's, the experts'
             shapes.update(_bias_shapes(args, p, h, ffn, moe[i]))
     return shapes
+
+
+def _delta_net_shapes(args: Mapping[str, Any], p: str, h: int) -> dict[str, tuple[tuple[int, ...], str]]:
+    """One Gated DeltaNet layer's tensors (Qwen3.5's linear_attn; models/delta_layout.py)."""
+    from mindspeed_rl.models.delta_layout import DeltaNetShape
+
+    s = DeltaNetShape.from_args(args)
+    qk, v = s.key_heads * s.key_head_dim, s.value_heads * s.value_head_dim
+    why_qk = f"linear_num_key_heads {s.key_heads} x linear_key_head_dim {s.key_head_dim}"
+    why_v = f"linear_num_value_heads {s.value_heads} x linear_value_head_dim {s.value_head_dim}"
+    a = p + "linear_attn."
+    return {a + "in_proj_qkv.weight": ((2 * qk + v, h), f"2 x {why_qk} + {why_v}, hidden_size {h}"),
+            a + "in_proj_z.weight": ((v, h), f"{why_v}, hidden_size {h}"),
+            a + "in_proj_b.weight": ((s.value_heads, h), f"linear_num_value_heads {s.value_heads}, hidden_size {h}"),
+            a + "in_proj_a.weight": ((s.value_heads, h), f"linear_num_value_heads {s.value_heads}, hidden_size {h}"),
+            a + "conv1d.weight": ((2 * qk + v, 1, s.conv_kernel), f"2 x {why_qk} + {why_v}, linear_conv_kernel_dim "
+                                                                  f"{s.conv_kernel}"),
+            a + "A_log": ((s.value_heads,), f"linear_num_value_heads {s.value_heads}"),
+            a + "dt_bias": ((s.value_heads,), f"linear_num_value_heads {s.value_heads}"),
+            a + "norm.weight": ((s.value_head_dim,), f"linear_value_head_dim {s.value_head_dim}"),
+            a + "out_proj.weight": ((h, v), f"hidden_size {h}, {why_v}")}
 
 
 def _bias_shapes(args: Mapping[str, Any], p: str, h: int, ffn: int, moe: int) -> dict[str, tuple[tuple[int, ...], str]]:

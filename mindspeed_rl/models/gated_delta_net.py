@@ -10,15 +10,13 @@ value_head_dim) state S, decayed and corrected once per token by the delta rule
 computed chunk-wise (platform/delta_rule.py). A value head reads key head h // (value_heads /
 key_heads). The output is RMSNorm(out) * weight * SiLU(z) per value head, then out_proj.
 
-Tensor parallelism: rank r holds key heads and value heads r*n/TP .. (r+1)*n/TP - 1 (TP divides both
-counts), so a rank's value heads read only its own key heads and nothing is communicated inside the
-mixer. `in_proj` is column-parallel: this rank's rows are [q | k | v | z | b | a] of its heads, so the
-full (megatron) weight is those blocks rank after rank (`in_proj_from_parts` builds it from HF's
-in_proj_qkv / in_proj_z / in_proj_b / in_proj_a; `in_proj_to_parts` inverts). The conv1d channels
-(this rank's q | k | v), A_log and dt_bias are split the same way; `out_proj` is row-parallel. The
-gated norm's weight (value_head_dim) is whole on every rank and normalises different heads on each:
-its gradient is summed over TP (an identity forward whose backward all-reduces), so every rank holds
-the full gradient, as for any replicated weight.
+Tensor parallelism: rank r holds key heads r*G/TP .. (r+1)*G/TP - 1 and their value heads (TP divides
+the key heads), so nothing is communicated inside the mixer. `in_proj` is column-parallel and grouped
+by key head (models/delta_layout.py: per key head [q | k | v | z | b | a] of it and its value heads), so
+a TP shard is whole key heads; the conv1d's channels (per key head [q | k | v]), A_log and dt_bias are
+split the same way; `out_proj` is row-parallel. The gated norm's weight (value_head_dim) is whole on
+every rank and normalises different heads on each: its gradient is summed over TP (an identity forward
+whose backward all-reduces), so every rank holds the full gradient, as for any replicated weight.
 
 Padding: the training forward passes megatron's (B, 1, S, S) mask. Padded tokens' projections are
 zeroed (as HF zeroes their hidden states; the projections have no bias), so with left padding the
@@ -33,7 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Optional
 
 import torch
 import torch.nn.functional as F
@@ -49,76 +47,8 @@ from megatron.core.tensor_parallel.mappings import copy_to_tensor_model_parallel
 from megatron.core.transformer.module import MegatronModule  # noqa: E402
 from megatron.core.transformer.spec_utils import ModuleSpec, build_module  # noqa: E402
 
+from mindspeed_rl.models.delta_layout import DeltaNetShape  # noqa: E402,F401 (re-exported)
 from mindspeed_rl.platform.delta_rule import kernels  # noqa: E402
-
-
-@dataclasses.dataclass(frozen=True)
-class DeltaNetShape:
-    key_heads: int
-    value_heads: int
-    key_head_dim: int
-    value_head_dim: int
-    conv_kernel: int = 4
-    norm_eps: float = 1e-6
-
-    @classmethod
-    def from_args(cls, args: Mapping[str, Any]) -> "DeltaNetShape":
-        """From the model keys (hf_config's names for HF's linear_num_key_heads, ...)."""
-        return cls(int(args["linear_num_key_heads"]), int(args["linear_num_value_heads"]),
-                   int(args["linear_key_head_dim"]), int(args["linear_value_head_dim"]),
-                   int(args.get("linear_conv_kernel_dim", 4)), float(args.get("norm_epsilon", 1e-6)))
-
-    def problem(self, tp: int) -> Optional[str]:
-        """One sentence on why this shape cannot run at TP `tp`, or None."""
-        if self.value_heads % self.key_heads:
-            return (f"linear_num_value_heads {self.value_heads} is not a multiple of linear_num_key_heads "
-                    f"{self.key_heads}: each value head reads one key head.")
-        if self.key_heads % tp:
-            return (f"tensor_model_parallel_size {tp} does not divide linear_num_key_heads {self.key_heads} "
-                    f"(the linear-attention layers are split over TP by heads): use a TP size that divides it.")
-        return None
-
-    def part_rows(self) -> list[int]:
-        """Rows of in_proj's parts over all heads: q, k, v, z, b, a."""
-        qk, v = self.key_heads * self.key_head_dim, self.value_heads * self.value_head_dim
-        return [qk, qk, v, v, self.value_heads, self.value_heads]
-
-    def conv_rows(self) -> list[int]:
-        return self.part_rows()[:3]
-
-
-def _interleave_ranks(parts: Sequence[torch.Tensor], tp: int) -> torch.Tensor:
-    """Each part split in tp row blocks; the result is rank 0's blocks of every part, then rank 1's..."""
-    return torch.cat([torch.cat([p.chunk(tp, dim=0)[r] for p in parts]) for r in range(tp)])
-
-
-def _split_ranks(full: torch.Tensor, rows: Sequence[int], tp: int) -> list[torch.Tensor]:
-    """The inverse of _interleave_ranks: the parts (whole, rows[i] rows each) of a rank-ordered tensor."""
-    local = [n // tp for n in rows]
-    blocks = [b.split(local) for b in full.chunk(tp, dim=0)]
-    return [torch.cat([blocks[r][i] for r in range(tp)]) for i in range(len(rows))]
-
-
-def in_proj_from_parts(qkv: torch.Tensor, z: torch.Tensor, b: torch.Tensor, a: torch.Tensor,
-                       shape: DeltaNetShape, tp: int) -> torch.Tensor:
-    """megatron's in_proj weight (all ranks, rank-ordered) from HF's in_proj_qkv / _z / _b / _a."""
-    q, k, v = qkv.split(shape.conv_rows())
-    return _interleave_ranks([q, k, v, z, b, a], tp)
-
-
-def in_proj_to_parts(weight: torch.Tensor, shape: DeltaNetShape, tp: int) -> tuple[torch.Tensor, ...]:
-    """(in_proj_qkv, in_proj_z, in_proj_b, in_proj_a) from megatron's rank-ordered in_proj weight."""
-    q, k, v, z, b, a = _split_ranks(weight, shape.part_rows(), tp)
-    return torch.cat([q, k, v]), z, b, a
-
-
-def conv_from_hf(weight: torch.Tensor, shape: DeltaNetShape, tp: int) -> torch.Tensor:
-    """The conv1d weight (channels q | k | v over all heads, HF's order) in rank order."""
-    return _interleave_ranks(weight.split(shape.conv_rows()), tp)
-
-
-def conv_to_hf(weight: torch.Tensor, shape: DeltaNetShape, tp: int) -> torch.Tensor:
-    return torch.cat(_split_ranks(weight, shape.conv_rows(), tp))
 
 
 @dataclasses.dataclass
@@ -159,11 +89,12 @@ class GatedDeltaNetSubmodules:
 
 
 def token_keep(attention_mask: Optional[torch.Tensor], batch: int, seq: int) -> Optional[torch.Tensor]:
-    """(B, S) 1.0 on real tokens from megatron's (B, 1, S, S) True-is-masked mask (a token is padding
-    iff it cannot see itself), or None when nothing is padded."""
-    if attention_mask is None or attention_mask.dim() != 4 or attention_mask.shape[-1] != seq:
+    """(B, S) True on real tokens from megatron's (B, 1, S, K) True-is-masked mask, K >= S the keys (the
+    native engine's cached steps: the S new tokens are the last keys): a token is padding iff it
+    cannot see itself. None when nothing is padded."""
+    if attention_mask is None or attention_mask.dim() != 4 or attention_mask.shape[-1] < seq:
         return None
-    masked_self = attention_mask[:, 0].diagonal(dim1=-2, dim2=-1)  # (B or 1, S)
+    masked_self = attention_mask[:, 0, -seq:, -seq:].diagonal(dim1=-2, dim2=-1)  # (B or 1, S)
     if not bool(masked_self.any()):
         return None
     return (~masked_self).expand(batch, seq)
@@ -181,13 +112,11 @@ class GatedDeltaNet(MegatronModule):
         if problem:
             raise ValueError(problem)
         self.shape, self.layer_number = shape, layer_number
-        self.sp = bool(config.sequence_parallel)
-        rows = shape.part_rows()
-        self.local_rows = [n // tp for n in rows]
-        self.in_proj = build_module(submodules.in_proj, config.hidden_size, sum(rows), config=config,
-                                    init_method=config.init_method, gather_output=False, bias=False,
+        self.groups = shape.key_heads // tp  # key heads of this rank
+        self.in_proj = build_module(submodules.in_proj, config.hidden_size, shape.key_heads * sum(shape.group_widths()),
+                                    config=config, init_method=config.init_method, gather_output=False, bias=False,
                                     skip_bias_add=False, is_expert=False)
-        conv_local = sum(self.local_rows[:3])
+        conv_local = self.groups * shape.conv_group_width()
         self.conv1d = torch.nn.Conv1d(conv_local, conv_local, shape.conv_kernel, groups=conv_local, bias=False,
                                       padding=shape.conv_kernel - 1, dtype=config.params_dtype)
         heads = shape.value_heads // tp
@@ -201,6 +130,14 @@ class GatedDeltaNet(MegatronModule):
                                      bias=False, input_is_parallel=True, skip_bias_add=True, is_expert=False)
         if config.perform_initialization:
             self.reset_parameters()
+
+    def delta_state(self, batch: int) -> DeltaState:
+        """A zero generation state for `batch` rows (as a sequence starts: no history), on this mixer's
+        device: conv (batch, channels, conv_kernel - 1) in the weights' dtype, recurrent in fp32."""
+        weight, s = self.conv1d.weight, self.shape
+        return DeltaState(weight.new_zeros(batch, weight.shape[0], s.conv_kernel - 1),
+                          torch.zeros(batch, s.value_heads // self.tp, s.key_head_dim, s.value_head_dim,
+                                      dtype=torch.float32, device=weight.device))
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
@@ -232,17 +169,17 @@ class GatedDeltaNet(MegatronModule):
         keep = token_keep(attention_mask, batch, seq)
         if keep is not None:
             mixed = mixed * keep.unsqueeze(-1).to(mixed.dtype)
-        q_rows, k_rows, v_rows, z_rows, b_rows, a_rows = self.local_rows
-        qkv, z, b, a = mixed.split([q_rows + k_rows + v_rows, z_rows, b_rows, a_rows], dim=-1)
+        shape, groups = self.shape, self.groups
+        dv = shape.value_head_dim
+        q, k, v, z, b, a = mixed.reshape(batch, seq, groups, -1).split(shape.group_widths(), dim=-1)
+        qkv = torch.cat([q, k, v], dim=-1).reshape(batch, seq, -1)  # conv channels per key head [q | k | v]
         qkv = self._conv(qkv.transpose(1, 2), delta_state).transpose(1, 2)
-        q, k, v = qkv.split([q_rows, k_rows, v_rows], dim=-1)
-        shape = self.shape
-        q = q.reshape(batch, seq, -1, shape.key_head_dim)
-        k = k.reshape(batch, seq, -1, shape.key_head_dim)
-        v = v.reshape(batch, seq, -1, shape.value_head_dim)
-        repeat = shape.value_heads // shape.key_heads
-        if repeat > 1:
-            q, k = q.repeat_interleave(repeat, dim=2), k.repeat_interleave(repeat, dim=2)
+        q, k, v = qkv.reshape(batch, seq, groups, -1).split(shape.group_widths()[:3], dim=-1)
+        v = v.reshape(batch, seq, -1, dv)  # value head g * r + j reads key head g
+        z = z.reshape(batch, seq, -1, dv)
+        b, a = b.reshape(batch, seq, -1), a.reshape(batch, seq, -1)
+        if shape.ratio > 1:
+            q, k = q.repeat_interleave(shape.ratio, dim=2), k.repeat_interleave(shape.ratio, dim=2)
         beta = b.sigmoid()
         g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())
         rule = kernels(mixed.device.type)
@@ -253,7 +190,7 @@ class GatedDeltaNet(MegatronModule):
                             use_qk_l2norm_in_kernel=True)
         if delta_state is not None:
             delta_state.recurrent = final.detach()
-        out = self.norm(out, z.reshape(batch, seq, -1, shape.value_head_dim))
+        out = self.norm(out, z)
         out = out.reshape(batch, seq, -1).transpose(0, 1).contiguous()
         return self.out_proj(out)
 

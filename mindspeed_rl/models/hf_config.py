@@ -18,7 +18,8 @@ from mindspeed_rl.models.hf_moe_config import moe_args_from_hf
 
 HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "smollm3", "granite",
             "gemma3_text", "gemma2", "gemma", "olmo2", "olmo3", "ministral3", "exaone4", "seed_oss", "glm4",
-            "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus")
+            "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus",
+            "qwen3_5_text")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss",
              "minimax_m2", "ernie4_5_moe")
@@ -43,6 +44,10 @@ HF_DEFAULTS = {
     "seed_oss": {"attention_bias": True},
     "arcee": {"hidden_act": "relu2"},
     "apertus": {"hidden_act": "xielu", "rope_theta": 12000000.0},
+    # transformers' Qwen3_5TextConfig (Qwen3.5-9B's sizes); every fourth layer attends (layer_types)
+    "qwen3_5_text": {"head_dim": 256, "partial_rotary_factor": 0.25, "linear_conv_kernel_dim": 4,
+                     "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_num_key_heads": 16,
+                     "linear_num_value_heads": 32, "full_attention_interval": 4},
     "glm4_moe": {"partial_rotary_factor": 0.5, "n_shared_experts": 1, "n_routed_experts": 128,
                  "first_k_dense_replace": 1, "norm_topk_prob": True, "routed_scaling_factor": 1.0, "n_group": 1,
                  "topk_group": 1, "num_experts_per_tok": 8, "moe_intermediate_size": 1408},
@@ -117,6 +122,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     length past the original, vLLM once for the longest: the engines would disagree)."""
     hf = text_model_config(hf)
     model_type = hf.get("model_type")
+    if model_type == "qwen3_5_text":  # its own config.json keeps M-RoPE's sections: the 1-D RoPE on text
+        hf = without_mrope(hf)
     if model_type not in HF_ARCHS:
         raise ValueError(f"config.json model_type {model_type!r} is not supported; supported: {supported_types()}.")
     hf = {**hf, **{k: v for k, v in HF_DEFAULTS.get(model_type, {}).items() if hf.get(k) is None}}
@@ -148,9 +155,9 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     # transformers 5 keeps it in rope_parameters, 4.x at the top level
     partial = float(rope.get("partial_rotary_factor") or hf.get("partial_rotary_factor") or 1.0)
     rotary_percent = partial if partial != 1.0 else None
-    if rotary_percent is not None and model_type not in ("phi3", "glm4", "glm4_moe", "minimax_m2"):
-        raise ValueError(f"config.json partial_rotary_factor {partial} is supported for phi3, glm4, glm4_moe and "
-                         f"minimax_m2 models only, not {model_type}.")
+    if rotary_percent is not None and model_type not in ("phi3", "glm4", "glm4_moe", "minimax_m2", "qwen3_5_text"):
+        raise ValueError(f"config.json partial_rotary_factor {partial} is supported for phi3, glm4, glm4_moe, "
+                         f"minimax_m2 and qwen3_5_text models only, not {model_type}.")
     if hf.get("use_sliding_window"):
         raise ValueError("config.json use_sliding_window=true is not supported; set it to false.")
     activation = gemma_activation(hf) if model_type in GEMMA_ARCHS else hf.get("hidden_act", "silu")
@@ -232,6 +239,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         args.update(swiglu=False, xielu=True, qk_layernorm=True)
     if model_type == "gpt_oss":
         args.update(gpt_oss_args(hf, args["num_layers"]))
+    if model_type == "qwen3_5_text":
+        args.update(qwen3_5_args(hf, args["num_layers"]))
     if model_type == "ministral3" and float(rope.get("llama_4_scaling_beta") or 0.0):
         args["max_position_embeddings"] = min(args["max_position_embeddings"], llama4_scaling_limit(hf, rope))
     return args
@@ -248,8 +257,9 @@ SAME_AS = {"kimi_k2": "deepseek_v3"}
 # image-text model_type -> its text model's model_type and class (text_model_config)
 IMAGE_TEXT_ARCHS = {"gemma3": ("gemma3_text", "Gemma3ForCausalLM"), "mistral3": ("mistral", "MistralForCausalLM"),
                     "qwen2_vl": ("qwen2", "Qwen2ForCausalLM"), "qwen2_5_vl": ("qwen2", "Qwen2ForCausalLM"),
-                    "qwen3_vl": ("qwen3", "Qwen3ForCausalLM"), "qwen3_vl_moe": ("qwen3_moe", "Qwen3MoeForCausalLM")}
-MROPE_ARCHS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")  # multimodal RoPE, the 1-D RoPE on text (text_model_config)
+                    "qwen3_vl": ("qwen3", "Qwen3ForCausalLM"), "qwen3_vl_moe": ("qwen3_moe", "Qwen3MoeForCausalLM"),
+                    "qwen3_5": ("qwen3_5_text", "Qwen3_5ForCausalLM")}
+MROPE_ARCHS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5")  # multimodal RoPE, the 1-D RoPE on text (text_model_config)
 # a text_config model_type that names its own text model (else IMAGE_TEXT_ARCHS' default): Ministral 3's
 TEXT_MODELS = {"ministral3": "Ministral3ForCausalLM"}
 
@@ -400,6 +410,30 @@ def local_rope_parameters(hf: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError(f"config.json rope_parameters.sliding_attention rope_type {local['rope_type']!r} is not "
                          f"supported; the sliding layers of {hf.get('model_type')} rotate with the default rope.")
     return local
+
+
+def qwen3_5_args(hf: Mapping[str, Any], num_layers: int) -> dict[str, Any]:
+    """Qwen3.5 (qwen3_5_text: the text model of Qwen3.5-0.8B ... 27B, `qwen3_5` checkpoints) mixes tokens
+    with Gated DeltaNet in three of every four layers (layer_types "linear_attention": models/gated_delta_net.py,
+    its sizes the linear_* keys) and attention in the others, whose output is gated by sigmoid of a second
+    query-sized projection (models/qwen3_5.py; transformers always gates it, whatever attn_output_gate says),
+    with per-head q / k norms and RoPE on the first quarter of each head (partial_rotary_factor). Every norm
+    but the mixer's own scales by (1 + weight) (add_rmsnorm_offset). Its multi-token-prediction layers
+    (mtp_num_hidden_layers, stored as mtp.*) are not read."""
+    types = hf.get("layer_types")
+    if types is None:
+        every = int(hf.get("full_attention_interval") or 4)
+        types = ["full_attention" if (i + 1) % every == 0 else "linear_attention" for i in range(num_layers)]
+    unknown = sorted(set(types) - {"linear_attention", "full_attention"})
+    if unknown or len(types) < num_layers:
+        raise ValueError(f"config.json layer_types must name linear_attention or full_attention for each of "
+                         f"{num_layers} layers; it has {len(types)} entries{', and ' + ', '.join(unknown) if unknown else ''}.")
+    args = {"linear_attention_layers": [int(t == "linear_attention") for t in types[:num_layers]],
+            "attention_output_gate": True, "add_rmsnorm_offset": True, "qk_layernorm": True}
+    for key in ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+                "linear_conv_kernel_dim"):
+        args[key] = int(hf[key])
+    return args
 
 
 def olmo3_args(hf: Mapping[str, Any], num_layers: int, rope_type: str, theta: float) -> dict[str, Any]:

@@ -52,6 +52,8 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
     combination config.json cannot say is refused in one sentence."""
     if args.get("quick_geglu") or args.get("softmax_type") == "learnable":
         return gpt_oss_config(args, vocab_size, dtype)
+    if args.get("linear_attention_layers") is not None or args.get("attention_output_gate"):
+        return qwen3_5_config(args, vocab_size, dtype)
     if args.get("qk_layernorm_across_heads") and args.get("pre_norm", True) and int(args.get("num_experts") or 0) > 1:
         return minimax_m2_config(args, vocab_size, dtype)
     if args.get("qk_layernorm_across_heads") or args.get("pre_norm") is False:
@@ -375,6 +377,36 @@ def base_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype, mo
 
 
 GEMMA_KEYS = ("add_rmsnorm_offset", "post_norm", "input_embeds_norm", "geglu")
+
+
+def qwen3_5_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
+    """Qwen3.5's text config.json (qwen3_5_text, Qwen3_5ForCausalLM): Gated DeltaNet layers where
+    linear_attention_layers marks them, output-gated attention with per-head q / k norms in the others,
+    (1 + w) norms, a SwiGLU MLP, the default rope on part of each head. Other combinations have no form."""
+    want = {"attention_output_gate": True, "add_rmsnorm_offset": True, "qk_layernorm": True, "swiglu": True}
+    wrong = [f"{k}: {str(bool(args.get(k))).lower()}" for k, v in want.items() if bool(args.get(k, k == "swiglu")) != v]
+    extra = [k for k in ("add_qkv_bias", "num_experts", "no_rope_freq", "softmax_scale", "post_norm",
+                         "input_embeds_norm", "geglu", "qk_layernorm_across_heads", "sliding_window",
+                         "window_attn_skip_freq", "multi_latent_attention") if args.get(k)]
+    rope = rope_parameters(args)
+    if rope["rope_type"] != "default":
+        extra.append(f"rope_scaling_type {args.get('rope_scaling_type')}")
+    marks = list(args.get("linear_attention_layers") or [0] * int(args["num_layers"]))
+    if wrong or extra:
+        raise ValueError(f"Gated DeltaNet layers / attention_output_gate have a config.json form only as Qwen3.5 "
+                         f"({', '.join(f'{k}: {str(v).lower()}' for k, v in want.items())}, the default rope); this "
+                         f"model has {', '.join(wrong + [f'{k} set' for k in extra])}.")
+    config = base_config(args, vocab_size, dtype, "qwen3_5_text", "Qwen3_5ForCausalLM", rope, eps=1e-6)
+    partial = float(args.get("rotary_percent") or 1.0)
+    config["rope_parameters"]["partial_rotary_factor"] = partial
+    config.pop("rope_theta", None)  # transformers 5 reads rope_parameters; Qwen3_5TextConfig takes no rope_theta
+    config.update(hidden_act="silu", attention_bias=False, partial_rotary_factor=partial,
+                  layer_types=["linear_attention" if m else "full_attention" for m in marks])
+    if any(marks):
+        config.update({k: int(args[k]) for k in ("linear_num_key_heads", "linear_num_value_heads",
+                                                 "linear_key_head_dim", "linear_value_head_dim")},
+                      linear_conv_kernel_dim=int(args.get("linear_conv_kernel_dim") or 4))
+    return config
 
 
 def olmo_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:

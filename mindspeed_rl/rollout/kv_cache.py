@@ -80,14 +80,15 @@ class KVCache:
     def __init__(self, num_layers: int, batch: int, groups: int, max_len: int, head_dim: int,
                  dtype: torch.dtype, device: torch.device, rotary_freqs: Optional[torch.Tensor], zeroed: bool = False,
                  mscale: float = 1.0, window: Optional[int] = None, local_freqs: Optional[torch.Tensor] = None,
-                 v_head_dim: Optional[int] = None):
+                 v_head_dim: Optional[int] = None, no_kv: frozenset = frozenset()):
         # zeroed: positions not written yet hold 0, not garbage (static_decode_step attends over
         # them, masked: 0 x NaN would poison the context)
         self.zeroed = zeroed
         new = torch.zeros if zeroed else torch.empty
         k_shape, v_shape = (batch, groups, max_len, head_dim), (batch, groups, max_len, v_head_dim or head_dim)
-        self.k = [_static_dims(new(k_shape, dtype=dtype, device=device), zeroed) for _ in range(num_layers)]
-        self.v = [_static_dims(new(v_shape, dtype=dtype, device=device), zeroed) for _ in range(num_layers)]
+        kept = lambda shape, i: shape if i not in no_kv else (*shape[:2], 0, shape[3])  # noqa: E731  (no_kv: none)
+        self.k = [_static_dims(new(kept(k_shape, i), dtype=dtype, device=device), zeroed) for i in range(num_layers)]
+        self.v = [_static_dims(new(kept(v_shape, i), dtype=dtype, device=device), zeroed) for i in range(num_layers)]
         self.length = 0
         # (max_len, 1, 1, rot_dim) megatron RotaryEmbedding output; None for multi-latent attention, whose
         # layers rotate with their own table (mla_cached_attention)
@@ -103,6 +104,7 @@ class KVCache:
         self._rope: dict = {}  # local? -> ((start, end, dtype), (cos, sin)) of the current step
         self.window = window  # sliding-window attention (models/sliding_window.py)
         self._band: tuple = (None, None)  # ((start, end), window mask) of the current step
+        self.delta: dict = {}  # layer index (a no_kv one) -> DeltaState of a Gated DeltaNet layer (Qwen3.5; new_cache)
 
     def rope(self, start: int, end: int, dtype: torch.dtype, local: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin (s, 1, 1, rot) of positions start..end-1 in `dtype` of the model's table (times
@@ -129,7 +131,8 @@ class KVCache:
 
     @property
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.k + self.v)
+        states = [t for d in self.delta.values() for t in (d.conv, d.recurrent) if t is not None]
+        return sum(t.numel() * t.element_size() for t in self.k + self.v + states)
 
     def keep(self, rows: torch.Tensor) -> None:
         """Drop finished rows: keep `rows` (indices into the current batch) of every layer. Copies
@@ -142,6 +145,8 @@ class KVCache:
 
         self.k = [_static_dims(shrink(t), self.zeroed) for t in self.k]
         self.v = [_static_dims(shrink(t), self.zeroed) for t in self.v]
+        for state in self.delta.values():
+            state.keep(rows)
 
 
 def _static_dims(t: torch.Tensor, static: bool, dims: tuple = (1, 3)) -> torch.Tensor:
@@ -310,11 +315,14 @@ def cached_attention(model: torch.nn.Module, cache: KVCache) -> Iterator[None]:
     layer's whole forward for mla_cached_attention); restore on exit."""
     layers = list(model.decoder.layers)
     attentions = [layer.self_attention for layer in layers]
-    originals = [a.core_attention for a in attentions]
+    originals = [getattr(a, "core_attention", None) for a in attentions]
     mla = getattr(model.config, "multi_latent_attention", False)
     try:
         for i, (layer, a, orig) in enumerate(zip(layers, attentions, originals)):
             n = layer.layer_number
+            if i in cache.delta:  # a Gated DeltaNet layer (Qwen3.5): its own forward, from and into its state
+                a.forward = functools.partial(type(a).forward, a, delta_state=cache.delta[i])
+                continue
             if mla:
                 a.forward = _mla_forward(a, i, cache)
                 continue
@@ -324,8 +332,9 @@ def cached_attention(model: torch.nn.Module, cache: KVCache) -> Iterator[None]:
         yield
     finally:
         for a, orig in zip(attentions, originals):
-            a.core_attention = orig
-            a.__dict__.pop("forward", None)  # MLA: the class's forward again
+            if orig is not None:
+                a.core_attention = orig
+            a.__dict__.pop("forward", None)  # MLA, Gated DeltaNet: the class's forward again
 
 
 def new_cache(model: torch.nn.Module, batch: int, max_len: int, zeroed: bool = False) -> KVCache:
@@ -339,8 +348,14 @@ def new_cache(model: torch.nn.Module, batch: int, max_len: int, zeroed: bool = F
         return KVCache(len(model.decoder.layers), batch, 1, max_len, config.kv_lora_rank, param.dtype, param.device,
                        None, zeroed, v_head_dim=config.qk_pos_emb_head_dim)
     freqs = model.rotary_pos_emb(max_len)  # (max_len, 1, 1, rot); megatron lru-caches it
-    return KVCache(len(model.decoder.layers), batch, groups, max_len, config.kv_channels, param.dtype,
-                   param.device, freqs, zeroed, rope_mscale(config), getattr(config, "attention_window", None), local)
+    # Gated DeltaNet layers (Qwen3.5) keep a conv history and a state per row instead of keys and values
+    delta = {i: layer.self_attention for i, layer in enumerate(model.decoder.layers)
+             if getattr(layer.self_attention, "delta_state", None) is not None}
+    cache = KVCache(len(model.decoder.layers), batch, groups, max_len, config.kv_channels, param.dtype,
+                    param.device, freqs, zeroed, rope_mscale(config), getattr(config, "attention_window", None), local,
+                    no_kv=frozenset(delta))
+    cache.delta = {i: mixer.delta_state(batch) for i, mixer in delta.items()}
+    return cache
 
 
 def forward_stage(model: torch.nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor,
@@ -377,6 +392,7 @@ def lean_supported(model: torch.nn.Module) -> bool:
     """True when `lean_forward` computes exactly what megatron's modules compute for this model:
     the whole model on this rank (TP 1, PP 1), dense local-spec layers (TransformerLayer + MLP, no
     cross attention, no MoE / MLA), pre-norm residuals, unfused bias/activation (or models/swiglu.py's)."""
+    from megatron.core.transformer.attention import SelfAttention
     from megatron.core.transformer.identity_op import IdentityOp
     from megatron.core.transformer.mlp import MLP
     from megatron.core.transformer.transformer_layer import TransformerLayer
@@ -395,6 +411,8 @@ def lean_supported(model: torch.nn.Module) -> bool:
     for layer in model.decoder.layers:
         a = layer.self_attention
         if type(layer) is not TransformerLayer or type(layer.mlp) is not MLP:
+            return False
+        if type(a) is not SelfAttention:  # Qwen3.5's Gated DeltaNet and output-gated attention: megatron's path
             return False
         if not isinstance(layer.cross_attention, IdentityOp) or not isinstance(layer.pre_cross_attn_layernorm, IdentityOp):
             return False
@@ -502,10 +520,14 @@ def compile_unsupported(model: torch.nn.Module, platform_name: str) -> Optional[
                 f"torchair); rollout_engine: vllm compiles there")
     if not lean_supported(model):
         c = model.config
-        return (f"only dense models on one rank are compiled (TP 1, PP 1, no MoE, no multi-latent attention); this one has TP "
+        hybrid = any(type(layer.self_attention).__name__ in ("GatedDeltaNet", "OutputGatedSelfAttention")
+                     for layer in model.decoder.layers)
+        return (f"only dense models on one rank are compiled (TP 1, PP 1, no MoE, no multi-latent attention, no "
+                f"linear or gated attention); this one has TP "
                 f"{c.tensor_model_parallel_size}, {'all stages' if model.pre_process and model.post_process else 'one pipeline stage'}"
                 f"{', MoE' if getattr(c, 'num_moe_experts', None) else ''}"
-                f"{', multi-latent attention' if getattr(c, 'multi_latent_attention', False) else ''}")
+                f"{', multi-latent attention' if getattr(c, 'multi_latent_attention', False) else ''}"
+                f"{', Gated DeltaNet / output-gated attention' if hybrid else ''}")
     return None
 
 

@@ -368,7 +368,7 @@ class VLLMEngine:
                  max_num_seqs: int = 256, seed: int = 0, platform_name: Optional[str] = None,
                  bucket_bytes: int = BUCKET_BYTES, enforce_eager: bool = True):
         self.platform_name = platform_name or get_platform().name
-        problems = vllm_env.version_problems(self.platform_name)
+        problems = vllm_env.version_problems(self.platform_name) + vllm_env.model_problems(hf_config)
         if problems:
             raise UserInputError("\n".join(problems))
         shm_token = None

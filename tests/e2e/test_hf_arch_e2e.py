@@ -28,7 +28,8 @@ OVERRIDES = {"gemma3": {"seed": 1}}
 # SmolLM2 run, a Qwen2 is qwen2_5_vl's text model, Gemma 3's text model (gemma3_text) is gemma3's, OLMo 2's
 # layers are olmo3's; the forward of Qwen3, SmolLM3, Granite and Gemma 2 is their parity and decode tests'
 @pytest.mark.parametrize("arch", ["phi3", "mixtral", "gemma3", "mistral3", "olmo3", "qwen2_5_vl", "glm4_moe",
-                                  "deepseek_v3", "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus"])
+                                  "deepseek_v3", "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus",
+                                  "qwen3_5"])
 def test_empty_model_yaml_runs(arch, tmp_path):
     """phi3 (q/k/v and gate/up stored fused), mixtral (its own expert names) and gemma3 (its text
     model's own norm names) also export at the end (save_hf): the HF checkpoint has the original's tensor names
@@ -46,7 +47,9 @@ def test_empty_model_yaml_runs(arch, tmp_path):
     q / k norms across heads, sigmoid routing with the expert bias beside the router, Mixtral's expert names)
     exports under its own names, the bias as it was read; ernie4_5_moe (ERNIE 4.5 MoE: softmax routing with the
     expert bias, which megatron lacks) exports its (1, E) bias as it was read; apertus (Apertus: xIELU with per-layer
-    scalars, norms named for what they precede) trains its scalars and exports them and its 0-d buffers."""
+    scalars, norms named for what they precede) trains its scalars and exports them and its 0-d buffers; qwen3_5
+    (Qwen3.5's image-text checkpoint: Gated DeltaNet and output-gated attention) trains its text model, generates
+    with the native engine carrying the DeltaNet state, and exports Qwen3_5ForCausalLM."""
     hf = tmp_path / "hf"
     if arch == "gpt_oss":
         from testing_utils import mxfp4_gpt_oss
@@ -58,7 +61,7 @@ def test_empty_model_yaml_runs(arch, tmp_path):
     from mindspeed_rl.data import tiny_task
     tok = tiny_task.TOKENIZER_DIR  # the tiny task's 13-token tokenizer fits the 120-row embedding
     own_names = arch in ("phi3", "mixtral", "gemma3", "mistral3", "olmo3", "qwen2_5_vl", "glm4_moe", "deepseek_v3",
-                         "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus")
+                         "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus", "qwen3_5")
     proc = subprocess.run(
         [sys.executable, str(ROOT / "ray_gpt.py"), "--config-dir", str(CONFIGS), "--config-name", "grpo_trainer_hf_any",
          f"actor_rollout_ref.actor_rollout.load={hf}", f"actor_rollout_ref.ref.load={hf}",
@@ -88,9 +91,12 @@ def test_empty_model_yaml_runs(arch, tmp_path):
             want = {n[len("language_model."):]: s for n, s in want.items() if n.startswith("language_model.")}
         if arch == "qwen2_5_vl":  # its hub layout names the text model's tensors as a Qwen2 does
             want = {n: s for n, s in want.items() if not n.startswith("visual.")}
-        if arch in ("gemma3", "mistral3", "qwen2_5_vl"):
+        if arch == "qwen3_5":  # transformers 5's layout: the text model under model.language_model.
+            want = {"model." + n[len("model.language_model."):]: s for n, s in want.items()
+                    if n.startswith("model.language_model.")}
+        if arch in ("gemma3", "mistral3", "qwen2_5_vl", "qwen3_5"):
             text_cls = {"gemma3": "Gemma3ForCausalLM", "mistral3": "MistralForCausalLM",
-                        "qwen2_5_vl": "Qwen2ForCausalLM"}[arch]
+                        "qwen2_5_vl": "Qwen2ForCausalLM", "qwen3_5": "Qwen3_5ForCausalLM"}[arch]
             assert json.loads((exported / "config.json").read_text())["architectures"] == [text_cls]
         assert shapes(exported) == want
         transformers.AutoModelForCausalLM.from_pretrained(str(exported))

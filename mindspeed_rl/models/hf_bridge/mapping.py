@@ -43,6 +43,7 @@ from typing import Any, Mapping
 
 import torch
 
+from mindspeed_rl.models.delta_layout import DeltaNetShape, conv_from_hf, conv_to_hf, in_proj_from_parts, in_proj_to_parts
 from mindspeed_rl.models.hf_bridge.checkpoint_io import TensorReader, check_shape
 from mindspeed_rl.models.hf_config import HF_ARCHS, kv_channels
 from mindspeed_rl.utils.errors import UserInputError
@@ -63,6 +64,8 @@ class Dims:
     vocab_padded: int
     moe_ffn: int = 0  # expert MLP width (MoE models), else unused
     shared_ffn: int = 0  # shared expert MLP width (Qwen2-MoE), else unused
+    attention_gate: bool = False  # Qwen3.5: q_proj holds each head's query and output-gate rows (models/qwen3_5.py)
+    delta: DeltaNetShape | None = None  # Qwen3.5's Gated DeltaNet layers (models/delta_layout.py)
 
     @classmethod
     def from_args(cls, args: Mapping[str, Any]) -> "Dims":
@@ -71,7 +74,9 @@ class Dims:
         ffn = int(args.get("ffn_hidden_size") or 4 * hidden)
         return cls(hidden, ffn, heads, groups, kv_channels(args),
                    int(args["padded_vocab_size"]), int(args.get("moe_ffn_hidden_size") or ffn),
-                   int(args.get("moe_shared_expert_intermediate_size") or 0))
+                   int(args.get("moe_shared_expert_intermediate_size") or 0),
+                   bool(args.get("attention_output_gate")),
+                   DeltaNetShape.from_args(args) if any(args.get("linear_attention_layers") or ()) else None)
 
 
 # megatron name (layer-relative for "decoder.layers.N.*") -> (kind, HF names with {i} = layer)
@@ -101,6 +106,16 @@ _LAYER_MAP = {
     "self_attention.linear_kv_down_proj.weight": ("column", ("model.layers.{i}.self_attn.kv_a_proj_with_mqa.weight",)),
     "self_attention.linear_kv_up_proj.weight": ("column", ("model.layers.{i}.self_attn.kv_b_proj.weight",)),
     "self_attention.kv_layernorm.weight": ("replicated", ("model.layers.{i}.self_attn.kv_a_layernorm.weight",)),
+    # Qwen3.5's Gated DeltaNet in the self-attention slot (models/gated_delta_net.py; layouts: models/delta_layout.py)
+    "self_attention.in_proj.weight": ("delta_in", ("model.layers.{i}.linear_attn.in_proj_qkv.weight",
+                                                   "model.layers.{i}.linear_attn.in_proj_z.weight",
+                                                   "model.layers.{i}.linear_attn.in_proj_b.weight",
+                                                   "model.layers.{i}.linear_attn.in_proj_a.weight")),
+    "self_attention.conv1d.weight": ("delta_conv", ("model.layers.{i}.linear_attn.conv1d.weight",)),
+    "self_attention.A_log": ("column", ("model.layers.{i}.linear_attn.A_log",)),
+    "self_attention.dt_bias": ("column", ("model.layers.{i}.linear_attn.dt_bias",)),
+    "self_attention.norm.weight": ("replicated", ("model.layers.{i}.linear_attn.norm.weight",)),
+    "self_attention.out_proj.weight": ("delta_row", ("model.layers.{i}.linear_attn.out_proj.weight",)),
     "pre_mlp_layernorm.weight": ("replicated", ("model.layers.{i}.post_attention_layernorm.weight",)),
     "mlp.linear_fc1.weight": ("fc1", ("model.layers.{i}.mlp.gate_proj.weight",
                                       "model.layers.{i}.mlp.up_proj.weight")),
@@ -235,17 +250,39 @@ def read_shard(reader: TensorReader, kind: str, names: tuple[str, ...], dims: Di
         per_group = d.heads // d.groups
         g = _chunk(d.groups, tp, rank, "num_query_groups")
         tail = () if names[0].endswith(".bias") else (d.hidden,)
-        check_shape(reader, names[0], (d.heads * d.head_dim, *tail))
+        q_rows = 2 if d.attention_gate else 1  # Qwen3.5: each head's query rows, then its gate rows
+        check_shape(reader, names[0], (q_rows * d.heads * d.head_dim, *tail))
         check_shape(reader, names[1], (d.groups * d.head_dim, *tail))
         check_shape(reader, names[2], (d.groups * d.head_dim, *tail))
-        q = reader.read(names[0], rows=slice(g.start * per_group * d.head_dim, g.stop * per_group * d.head_dim))
+        q = reader.read(names[0], rows=slice(q_rows * g.start * per_group * d.head_dim,
+                                             q_rows * g.stop * per_group * d.head_dim))
         k = reader.read(names[1], rows=slice(g.start * d.head_dim, g.stop * d.head_dim))
         v = reader.read(names[2], rows=slice(g.start * d.head_dim, g.stop * d.head_dim))
         n_local = g.stop - g.start
-        qkv = torch.cat([q.reshape(n_local, per_group * d.head_dim, *tail),
+        if d.attention_gate:  # (heads, [query | gate], hn) -> per group [its queries | their gates]
+            q = q.reshape(n_local, per_group, 2, d.head_dim, *tail).transpose(1, 2)
+        qkv = torch.cat([q.reshape(n_local, q_rows * per_group * d.head_dim, *tail),
                          k.reshape(n_local, d.head_dim, *tail),
                          v.reshape(n_local, d.head_dim, *tail)], dim=1)
-        return qkv.reshape(n_local * (per_group + 2) * d.head_dim, *tail)
+        return qkv.reshape(n_local * (q_rows * per_group + 2) * d.head_dim, *tail)
+    if kind in ("delta_in", "delta_conv"):  # Gated DeltaNet: this rank's key heads, grouped (delta_layout)
+        s, groups = d.delta, _chunk(d.delta.key_heads, tp, rank, "linear_num_key_heads")
+        n, dk, dv = groups.stop - groups.start, s.key_head_dim, s.ratio * s.value_head_dim
+        heads = lambda width, offset=0: slice(offset + groups.start * width, offset + groups.stop * width)  # noqa: E731
+        conv_rows, tail = s.key_heads * (2 * dk + dv), ((1, s.conv_kernel) if kind == "delta_conv" else (d.hidden,))
+        check_shape(reader, names[0], (conv_rows, *tail))
+        qkv = torch.cat([reader.read(names[0], rows=heads(dk)), reader.read(names[0], rows=heads(dk, s.key_heads * dk)),
+                         reader.read(names[0], rows=heads(dv, 2 * s.key_heads * dk))])
+        if kind == "delta_conv":
+            return conv_from_hf(qkv, s, groups=n)
+        for name, width in zip(names[1:], (dv, s.ratio, s.ratio)):
+            check_shape(reader, name, (s.key_heads * width, d.hidden))
+        z, b, a = (reader.read(name, rows=heads(width)) for name, width in zip(names[1:], (dv, s.ratio, s.ratio)))
+        return in_proj_from_parts(qkv, z, b, a, s, groups=n)
+    if kind == "delta_row":  # Gated DeltaNet's out_proj (h, value heads * dv): split the input dim
+        expected = (d.hidden, d.delta.value_heads * d.delta.value_head_dim)
+        check_shape(reader, names[0], expected)
+        return reader.read(names[0], cols=_chunk(expected[1], tp, rank, names[0] + " columns"))
     raise ValueError(f"unknown layout kind {kind!r}")
 
 
@@ -266,16 +303,22 @@ def to_hf(mcore: Mapping[str, torch.Tensor], args: Mapping[str, Any], vocab_size
         if name.endswith("_extra_state"):
             continue
         kind, names = hf_names(name, None, tied=False, gated=gated_mlp(args))
-        if kind in ("replicated", "row", "expert_row", "shared_row", "column", "expert_bias"):
+        if kind in ("replicated", "row", "expert_row", "shared_row", "column", "expert_bias", "delta_row"):
             out[names[0]] = tensor
+        elif kind == "delta_in":
+            out.update(zip(names, in_proj_to_parts(tensor, d.delta)))
+        elif kind == "delta_conv":
+            out[names[0]] = conv_to_hf(tensor, d.delta)
         elif kind == "vocab":
             out[names[0]] = tensor[:vocab_size]
         elif kind in ("fc1", "expert_fc1", "shared_fc1"):
             out[names[0]], out[names[1]] = tensor.chunk(2, dim=0)
         elif kind == "qkv":
-            per_group = d.heads // d.groups
-            grouped = tensor.reshape(d.groups, (per_group + 2) * d.head_dim, *tensor.shape[1:])
-            q, k, v = grouped.split([per_group * d.head_dim, d.head_dim, d.head_dim], dim=1)
+            per_group, q_rows = d.heads // d.groups, 2 if d.attention_gate else 1
+            grouped = tensor.reshape(d.groups, (q_rows * per_group + 2) * d.head_dim, *tensor.shape[1:])
+            q, k, v = grouped.split([q_rows * per_group * d.head_dim, d.head_dim, d.head_dim], dim=1)
+            if d.attention_gate:  # per group [queries | gates] -> per head [query | gate] (HF's q_proj)
+                q = q.reshape(d.groups, 2, per_group, d.head_dim, *tensor.shape[1:]).transpose(1, 2)
             for n, t in zip(names, (q, k, v)):
                 out[n] = t.reshape(-1, *tensor.shape[1:])
     return out

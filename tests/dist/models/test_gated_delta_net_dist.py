@@ -45,7 +45,7 @@ def delta_net_tp2_job(rank, world_size):
 
 
 def test_delta_net_at_tp2_equals_transformers():
-    from mindspeed_rl.models.gated_delta_net import conv_from_hf, in_proj_from_parts
+    from mindspeed_rl.models.delta_layout import conv_from_hf, in_proj_from_parts
 
     hf, config = hf_delta_net(seed=5)
     x, mask, w = delta_batch(seq=70, pad=9, seed=6)
@@ -54,8 +54,8 @@ def test_delta_net_at_tp2_equals_transformers():
     (ref * w)[mask.bool()].sum().backward()
     shape, tp = shape_of(config), 2
     in_proj_grad = in_proj_from_parts(hf.in_proj_qkv.weight.grad, hf.in_proj_z.weight.grad, hf.in_proj_b.weight.grad,
-                                      hf.in_proj_a.weight.grad, shape, tp)
-    conv_grad = conv_from_hf(hf.conv1d.weight.grad, shape, tp)
+                                      hf.in_proj_a.weight.grad, shape)
+    conv_grad = conv_from_hf(hf.conv1d.weight.grad, shape)
     ref_t, x_grad_t = ref.detach().transpose(0, 1), x.grad.transpose(0, 1)
     keep = mask.bool().t()
     per_rank = run_gloo(delta_net_tp2_job, tp, timeout_s=240, name="Gated DeltaNet TP 2 job")

@@ -107,8 +107,9 @@ def _check(results, hf_models, last_ranks):
 
 def test_pp2_matches_pp1_and_transformers(tmp_path):
     hf_models, hf_dirs = {}, {}
-    # untied output layer / tied embeddings on the last stage; DeepSeek-V3: each stage's MLA latent cache
-    for arch in ("llama", "qwen2", "deepseek_v3"):
+    # untied output layer / tied embeddings on the last stage; DeepSeek-V3: each stage's MLA latent cache;
+    # Qwen3.5: its Gated DeltaNet layer's state on the first stage, its attention's K / V on the second
+    for arch in ("llama", "qwen2", "deepseek_v3", "qwen3_5_text"):
         hf_dirs[arch] = str(tmp_path / arch)
         hf_models[arch] = make_tiny_hf(arch, hf_dirs[arch])
     results = run_gloo(_pp_job, 2, hf_dirs, 1, timeout_s=240)

@@ -1,6 +1,7 @@
 """NativeEngine at TP=2 on 2 gloo processes: greedy generation equals transformers generate token
 for token on tiny Llama, Qwen2, DeepSeek-V3 (multi-latent attention: its latent cache with the up
-projection absorbed, each rank its heads; mixed prompt lengths) and gpt-oss (each rank its heads' sinks),
+projection absorbed, each rank its heads; mixed prompt lengths), gpt-oss (each rank its heads' sinks) and
+Qwen3.5 (each rank its Gated DeltaNet key heads' conv history and state, its gated attention heads),
 both TP ranks return the same seeded
 samples, rollout log-probs match the TP=2 training forward. PP: test_native_pp2.py."""
 
@@ -43,7 +44,7 @@ def _tp2_job(rank, world_size, hf_dirs):
 
 def test_tp2_greedy_parity_and_rank_agreement(tmp_path):
     hf_models, hf_dirs = {}, {}
-    for arch in ("llama", "qwen2", "deepseek_v3", "gpt_oss"):
+    for arch in ("llama", "qwen2", "deepseek_v3", "gpt_oss", "qwen3_5_text"):
         hf_dirs[arch] = str(tmp_path / arch)
         hf_models[arch] = make_tiny_hf(arch, hf_dirs[arch])
     r0, r1 = run_gloo(_tp2_job, 2, hf_dirs, timeout_s=120)

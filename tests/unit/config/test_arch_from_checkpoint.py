@@ -87,6 +87,11 @@ ARCHS = {"llama": dict(rotary_base=5000.0, rope_scaling_type="llama3", untie_emb
          "apertus": dict(swiglu=False, xielu=True, squared_relu=False, qk_layernorm=True, rope_scaling_type="llama3",
                          rope_scaling_factor=8.0, rotary_base=1.2e7, kv_channels=16,
                          untie_embeddings_and_output_weights=True),
+         # Qwen3.5: Gated DeltaNet in the first of every two layers, output-gated attention with (1 + w) norms
+         "qwen3_5_text": dict(linear_attention_layers=[1, 0], attention_output_gate=True, add_rmsnorm_offset=True,
+                              qk_layernorm=True, rotary_percent=0.25, kv_channels=32, linear_num_key_heads=2,
+                              linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=8,
+                              linear_conv_kernel_dim=4, rotary_base=1e7, untie_embeddings_and_output_weights=False),
          "arcee": dict(swiglu=False, squared_relu=True, rope_scaling_type="yarn", rope_scaling_factor=4.0,
                        untie_embeddings_and_output_weights=True),
          "seed_oss": dict(add_qkv_bias=True, kv_channels=32, untie_embeddings_and_output_weights=True,

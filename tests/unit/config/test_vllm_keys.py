@@ -27,13 +27,27 @@ VLLM = [f"{A}.rollout_engine=vllm", "training.hidden_size=128", "training.kv_cha
     (["training.hidden_size=64", "training.kv_channels=32"], ["vLLM's Qwen2 takes the head dimension as hidden_size / "
                                                              "num_attention_heads = 16, but model tiny sets kv_channels 32"]),
     ([f"{A}.tis_mode=row", f"{A}.tis_cap=0"], ["tis_mode: row` is not supported", "tis_cap: 0.0` must be > 0"]),
-], ids=["heads", "colocated-tp", "split-tp", "colocated-pp", "memory-and-tolerance", "qwen2-head-dim", "tis"])
+    (["training.linear_attention_layers=[1,0]", "training.linear_num_key_heads=2", "training.linear_num_value_heads=4",
+      "training.linear_key_head_dim=16", "training.linear_value_head_dim=8", "training.platform=cpu"],
+     ["with Gated DeltaNet layers (Qwen3.5): vLLM serves them from its image-text Qwen3.5 module, which imports "
+      "torchvision"]),
+], ids=["heads", "colocated-tp", "split-tp", "colocated-pp", "memory-and-tolerance", "qwen2-head-dim", "tis",
+        "qwen3_5-cpu"])
 def test_vllm_rules(overrides, fragments, capsys):
     assert ray_gpt.main(["--config-name", TINY, *VLLM, *overrides, "dry_run=true"]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err
     for frag in fragments:
         assert frag in err, f"{frag!r} not in {err!r}"
+
+
+def test_a_model_whose_vllm_module_needs_torchvision():
+    """vLLM's Qwen3.5 (Qwen3_5ForCausalLM) imports torchvision: without it the engine stops at start with one
+    sentence (not vLLM's pydantic error from its registry's subprocess); other models do not need it."""
+    said = vllm_env.model_problems({"architectures": ["Qwen3_5ForCausalLM"]}, have_torchvision=False)
+    assert len(said) == 1 and "imports torchvision, which is not installed here" in said[0]
+    assert vllm_env.model_problems({"architectures": ["Qwen3_5ForCausalLM"]}, have_torchvision=True) == []
+    assert vllm_env.model_problems({"architectures": ["Qwen3ForCausalLM"]}, have_torchvision=False) == []
 
 
 def test_valid_vllm_layouts_and_the_on_policy_switch():

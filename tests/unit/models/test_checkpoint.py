@@ -99,7 +99,7 @@ def test_load_weights_takes_either_format(gloo_world1, tmp_path):
         assert torch.equal(a, b), name
 
 
-@pytest.mark.parametrize("arch", ["qwen2", "qwen3", "gemma3_text", "olmo2"])
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3", "gemma3_text", "olmo2", "qwen3_5_text"])
 def test_stage_param_names_match_the_model(gloo_world1, tmp_path, arch):
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.checkpoint import chunk_state_dict

@@ -35,13 +35,13 @@ def test_equals_transformers_with_gradients(tp1):
     (out * w)[real].sum().backward()
     assert_near(out[real], ref[real], what="output")
     assert_near(x_ours.grad.transpose(0, 1)[real], x_hf.grad[real], what="input gradient")
-    from mindspeed_rl.models.gated_delta_net import conv_to_hf, in_proj_to_parts
+    from mindspeed_rl.models.delta_layout import conv_to_hf, in_proj_to_parts
 
     shape = shape_of(config)
-    qkv, z, b, a = in_proj_to_parts(ours.in_proj.weight.grad, shape, 1)
+    qkv, z, b, a = in_proj_to_parts(ours.in_proj.weight.grad, shape)
     for name, mine, theirs in (("in_proj_qkv", qkv, hf.in_proj_qkv.weight), ("in_proj_z", z, hf.in_proj_z.weight),
                                ("in_proj_b", b, hf.in_proj_b.weight), ("in_proj_a", a, hf.in_proj_a.weight),
-                               ("conv1d", conv_to_hf(ours.conv1d.weight.grad, shape, 1), hf.conv1d.weight),
+                               ("conv1d", conv_to_hf(ours.conv1d.weight.grad, shape), hf.conv1d.weight),
                                ("norm", ours.norm.weight.grad, hf.norm.weight),
                                ("out_proj", ours.out_proj.weight.grad, hf.out_proj.weight),
                                ("A_log", ours.A_log.grad, hf.A_log), ("dt_bias", ours.dt_bias.grad, hf.dt_bias)):
@@ -84,24 +84,31 @@ def test_incremental_steps_equal_the_whole_sequence(tp1):
 
 
 @pytest.mark.parametrize("tp", [1, 2, 4])
-def test_rank_order_layouts_round_trip(tp):
-    from mindspeed_rl.models.gated_delta_net import (DeltaNetShape, conv_from_hf, conv_to_hf, in_proj_from_parts,
-                                                     in_proj_to_parts)
+def test_layouts_round_trip_and_shard_by_whole_key_heads(tp):
+    """HF -> grouped -> HF is exact; a TP shard (a contiguous block of the grouped tensor) is the grouped
+    layout of its key heads' HF rows alone, so shards concatenate into the whole at any TP."""
+    from mindspeed_rl.models.delta_layout import (DeltaNetShape, conv_from_hf, conv_to_hf, in_proj_from_parts,
+                                                  in_proj_to_parts)
 
-    shape = DeltaNetShape(4, 8, 3, 2)
+    shape = DeltaNetShape(4, 8, 3, 2)  # G 4, r 2, dk 3, dv 2
     qkv, z, b, a = torch.randn(4 * 3 * 2 + 8 * 2, 5), torch.randn(16, 5), torch.randn(8, 5), torch.randn(8, 5)
-    full = in_proj_from_parts(qkv, z, b, a, shape, tp)
-    back = in_proj_to_parts(full, shape, tp)
-    for got, want in zip(back, (qkv, z, b, a)):
+    full = in_proj_from_parts(qkv, z, b, a, shape)
+    for got, want in zip(in_proj_to_parts(full, shape), (qkv, z, b, a)):
         assert torch.equal(got, want)
-    # rank 0's block holds the first key heads' q rows first
-    assert torch.equal(full[: 4 * 3 // tp], qkv[: 4 * 3 // tp])
+    g = 4 // tp
+    for r in range(tp):
+        q, k, v = qkv.split([12, 12, 16])
+        rows = lambda t, n: t[r * g * n:(r + 1) * g * n]  # noqa: E731  (key heads r*g.. of t, n rows each)
+        mine = in_proj_from_parts(torch.cat([rows(q, 3), rows(k, 3), rows(v, 4)]), rows(z, 4), rows(b, 2),
+                                  rows(a, 2), shape, groups=g)
+        assert torch.equal(full.chunk(tp)[r], mine)
+    assert torch.equal(full[:3], qkv[:3]) and torch.equal(full[3:6], qkv[12:15])  # key head 0: its q, then its k
     conv = torch.randn(40, 1, 4)
-    assert torch.equal(conv_to_hf(conv_from_hf(conv, shape, tp), shape, tp), conv)
+    assert torch.equal(conv_to_hf(conv_from_hf(conv, shape), shape), conv)
 
 
 def test_shape_problems_are_one_sentence():
-    from mindspeed_rl.models.gated_delta_net import DeltaNetShape
+    from mindspeed_rl.models.delta_layout import DeltaNetShape
 
     assert DeltaNetShape(16, 32, 128, 128).problem(8) is None
     said = DeltaNetShape(2, 4, 8, 8).problem(4)

@@ -52,7 +52,7 @@ def test_qwen2_and_qwen3_in_transformers5_spelling():
     ({"hidden_act": "gelu"}, "hidden_act"),
     ({"rope_scaling": {"rope_type": "dynamic", "factor": 4.0}}, "rope type 'dynamic' .* would disagree"),
     ({"rope_scaling": {"rope_type": "su", "factor": 4.0}}, "rope type 'su' is not supported; use one of"),
-    ({"partial_rotary_factor": 0.5}, "partial_rotary_factor 0.5 is supported for phi3, glm4, glm4_moe and minimax_m2 models only, not llama"),
+    ({"partial_rotary_factor": 0.5}, "partial_rotary_factor 0.5 is supported for phi3, glm4, glm4_moe, minimax_m2 and qwen3_5_text models only, not llama"),
 ])
 def test_unsupported_hf_features_raise(change, match):
     with pytest.raises(ValueError, match=match):
@@ -794,3 +794,37 @@ def test_apertus_config_json_round_trip():
         hf_config_from_args(dict(args, qk_layernorm=False), vocab_size=131072)
     with pytest.raises(ValueError, match="hidden_act 'silu' is not supported for apertus; only xielu"):
         model_config_from_hf(dict(release, hidden_act="silu"))
+
+
+def test_qwen3_5_config_json_round_trip():
+    """Qwen3.5's config.json (transformers' Qwen3_5TextConfig defaults are Qwen3.5-9B's sizes: every fourth
+    layer attention, Gated DeltaNet 16 key / 32 value heads of 128, RoPE on a quarter of 256): read from the
+    text config and from the image-text one (its M-RoPE sections dropped: the 1-D RoPE on text), exported as
+    qwen3_5_text from megatron's args alone and read back the same; what config.json cannot say refused."""
+    from transformers import Qwen3_5Config, Qwen3_5TextConfig
+
+    from mindspeed_rl.models.hf_export import hf_config_from_args
+
+    text = Qwen3_5TextConfig().to_dict()
+    args = model_config_from_hf(text)
+    assert args["linear_attention_layers"] == [1, 1, 1, 0] * 8
+    assert (args["attention_output_gate"], args["add_rmsnorm_offset"], args["qk_layernorm"], args["rotary_percent"],
+            args["kv_channels"], args["linear_num_key_heads"], args["linear_num_value_heads"],
+            args["linear_key_head_dim"], args["linear_value_head_dim"], args["linear_conv_kernel_dim"]) == (
+                True, True, True, 0.25, 256, 16, 32, 128, 128, 4)
+    image_text = Qwen3_5Config(text_config={"rope_parameters": {"rope_type": "default", "rope_theta": 1e7,
+                                                                "partial_rotary_factor": 0.25,
+                                                                "mrope_section": [11, 11, 10],
+                                                                "mrope_interleaved": True}}).to_dict()
+    from_image_text = model_config_from_hf(image_text)
+    assert from_image_text == dict(args, rotary_base=1e7)
+    no_types = {k: v for k, v in text.items() if k != "layer_types"}
+    assert model_config_from_hf(dict(no_types, full_attention_interval=2))["linear_attention_layers"] == [1, 0] * 16
+    written = hf_config_from_args(args, vocab_size=248320)
+    assert (written["model_type"], written["architectures"]) == ("qwen3_5_text", ["Qwen3_5ForCausalLM"])
+    assert model_config_from_hf(written) == args
+    Qwen3_5TextConfig(**written)  # transformers takes it
+    with pytest.raises(ValueError, match="a config.json form only as Qwen3.5 .* this model has add_qkv_bias set"):
+        hf_config_from_args(dict(args, add_qkv_bias=True), vocab_size=248320)
+    with pytest.raises(ValueError, match="layer_types must name linear_attention or full_attention for each of 32"):
+        model_config_from_hf(dict(text, layer_types=["linear_attention"] * 31 + ["sliding_attention"]))

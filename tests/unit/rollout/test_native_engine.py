@@ -20,16 +20,19 @@ PROMPT_LENS = (3, 9, 5, 1, 12)
 @pytest.fixture(scope="module", params=["llama", "qwen2"])
 def tiny(request, tmp_path_factory, gloo_world1):
     """(arch, HF model, megatron model, Megatron args, hf_dir) with the same weights."""
+    return _tiny(request.param, str(tmp_path_factory.mktemp(request.param)))
+
+
+def _tiny(arch, hf_dir):
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
 
-    hf_dir = str(tmp_path_factory.mktemp(request.param))
-    hf = make_tiny_hf(request.param, hf_dir)
+    hf = make_tiny_hf(arch, hf_dir)
     args = dict(model_config_from_hf(read_hf_config(hf_dir)), padded_vocab_size=PADDED)
     init_parallel_state(1, 1)
     model = build_gpt_model(args).eval()
     load_hf_checkpoint(model, hf_dir, args)
-    return request.param, hf, model, args, hf_dir
+    return arch, hf, model, args, hf_dir
 
 
 def _engine(model, **kw):
@@ -168,6 +171,21 @@ def test_samples_do_not_depend_on_compaction(tiny):
     for out in outs[1:]:
         assert torch.equal(out.responses, outs[0].responses) and out.finish_reason == outs[0].finish_reason
         torch.testing.assert_close(out.log_probs, outs[0].log_probs, atol=1e-5, rtol=0)
+
+
+def test_gated_delta_net_state_follows_finished_rows(tmp_path, gloo_world1, monkeypatch):
+    """Qwen3.5: rows finishing at different steps are compacted out of the Gated DeltaNet layer's conv
+    history and state as out of the K / V cache (at once, never, or without a cache: the same tokens
+    and log-probs, and transformers' tokens up to each row's EOS)."""
+    from mindspeed_rl.models import gated_delta_net
+
+    tiny = _tiny("qwen3_5_text", str(tmp_path))
+    kept, original = [], gated_delta_net.DeltaState.keep
+    monkeypatch.setattr(gated_delta_net.DeltaState, "keep",
+                        lambda self, rows: (kept.append(len(rows)), original(self, rows))[1])
+    test_eos_and_length_finish_reasons_and_masks(tiny)
+    test_samples_do_not_depend_on_compaction(tiny)
+    assert kept  # the states were compacted
 
 
 def _chi2_critical(df: int, z: float) -> float:
@@ -565,7 +583,7 @@ def test_no_packing_when_host_memory_is_short(tiny, monkeypatch, caplog):
                                      "smollm3-yarn", "mistral-window", "phi3-window", "granite", "gemma3_text",
                                      "gemma2", "gemma", "olmo2", "olmo3", "exaone4", "glm4", "arcee",
                                      "glm4_moe", "deepseek_v3", "deepseek_v3-moonlight", "deepseek_v2", "gpt_oss",
-                                     "minimax_m2", "glm4_moe_lite", "ernie4_5_moe", "apertus"])
+                                     "minimax_m2", "glm4_moe_lite", "ernie4_5_moe", "apertus", "qwen3_5_text"])
 def test_greedy_equals_transformers_generate_on_more_architectures(variant, tmp_path, gloo_world1):
     """Phi-3 (fused q/k/v and gate/up in the checkpoint), Phi-3 with LongRoPE (short factors and the
     attention factor as softmax_scale, up to its original length 32), Mixtral, Phi-4-mini's partial
@@ -585,7 +603,8 @@ def test_greedy_equals_transformers_generate_on_more_architectures(variant, tmp_
     the cache's positions, and the cache holds keys and values of different widths), gpt-oss (attention sinks in the
     cached attention too, its sliding layers' window, biased router and experts), ERNIE 4.5 MoE (softmax routing
     with the expert bias: our routing function), Apertus (xIELU with each layer's scalars in the lean and compiled
-    steps too): the native engine's greedy tokens, with and
+    steps too), Qwen3.5 (a Gated DeltaNet layer whose conv history and state the cache carries from the prefill
+    through the one-token steps and compaction, and output-gated attention): the native engine's greedy tokens, with and
     without the KV cache, are transformers', and its sampled log-probs the training forward's."""
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.forward import compute_log_probs
