@@ -130,6 +130,12 @@ def QWEN3_5_TEXT(tiny):  # noqa: N802 (a table as a function of TINY_HF's sizes)
                 **tiny, tie_word_embeddings=True)
 
 
+def QWEN3_5_MOE_TEXT(tiny):  # noqa: N802
+    text = {k: v for k, v in QWEN3_5_TEXT(tiny).items() if k != "intermediate_size"}
+    return dict(text, tie_word_embeddings=False, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                shared_expert_intermediate_size=48)
+
+
 # config.json variants (make_tiny_hf overrides) of the parity tests: arch-variant -> overrides
 HF_VARIANTS = {
     "mistral-window": {"sliding_window": 12},  # Mistral 7B v0.1's every-layer window, scaled down
@@ -374,6 +380,14 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
             vision_end_token_id=116, tie_word_embeddings=True,
             vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
                                out_hidden_size=tiny["hidden_size"])),
+        # Qwen3.5-MoE's text model scaled down: the layers above with Qwen2-MoE's experts in every layer (4 of width
+        # 32, top-2 renormalised, a gated shared expert of width 48); untied, as its releases are
+        "qwen3_5_moe_text": lambda: tf.Qwen3_5MoeTextConfig(**QWEN3_5_MOE_TEXT(tiny)),
+        "qwen3_5_moe": lambda: tf.Qwen3_5MoeConfig(
+            text_config=QWEN3_5_MOE_TEXT(tiny), image_token_id=119, video_token_id=118, vision_start_token_id=117,
+            vision_end_token_id=116, tie_word_embeddings=False,
+            vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
+                               out_hidden_size=tiny["hidden_size"])),
         # Mistral Small 3.1's image-text layout around a tiny Mistral (a tiny Pixtral tower; untied)
         "mistral3": lambda: tf.Mistral3Config(
             text_config=tf.MistralConfig(**{"sliding_window": None, "rope_theta": 1e6, **tiny}).to_dict(),
@@ -392,7 +406,8 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
            "deepseek_v2": tf.DeepseekV2ForCausalLM, "gpt_oss": tf.GptOssForCausalLM,
            "minimax_m2": tf.MiniMaxM2ForCausalLM, "glm4_moe_lite": tf.Glm4MoeLiteForCausalLM, "ministral3": tf.Mistral3ForConditionalGeneration, "qwen2_5_vl": tf.Qwen2_5_VLForConditionalGeneration, "qwen3_vl": tf.Qwen3VLForConditionalGeneration,
            "qwen3_vl_moe": tf.Qwen3VLMoeForConditionalGeneration, "qwen3_5_text": tf.Qwen3_5ForCausalLM,
-           "qwen3_5": tf.Qwen3_5ForConditionalGeneration}[arch]
+           "qwen3_5": tf.Qwen3_5ForConditionalGeneration, "qwen3_5_moe_text": tf.Qwen3_5MoeForCausalLM,
+           "qwen3_5_moe": tf.Qwen3_5MoeForConditionalGeneration}[arch]
     torch.manual_seed(seed)
     model = cls(config).eval()
     with torch.no_grad():

@@ -87,7 +87,11 @@ def step_dir(save_dir: str, step: int) -> str:
 
 
 def _jsonable(args: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in dict(args).items() if isinstance(v, (str, int, float, bool, type(None)))}
+    """The args JSON keeps: scalars, and lists of scalars (per-layer patterns such as Qwen3.5's
+    linear_attention_layers, which the layouts of a checkpoint's tensors depend on)."""
+    scalar = (str, int, float, bool, type(None))
+    return {k: (list(v) if isinstance(v, (list, tuple)) else v) for k, v in dict(args).items()
+            if isinstance(v, scalar) or (isinstance(v, (list, tuple)) and all(isinstance(x, scalar) for x in v))}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -19,10 +19,11 @@ from mindspeed_rl.models.hf_moe_config import moe_args_from_hf
 HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "smollm3", "granite",
             "gemma3_text", "gemma2", "gemma", "olmo2", "olmo3", "ministral3", "exaone4", "seed_oss", "glm4",
             "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus",
-            "qwen3_5_text")
+            "qwen3_5_text", "qwen3_5_moe_text")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss",
-             "minimax_m2", "ernie4_5_moe")
+             "minimax_m2", "ernie4_5_moe", "qwen3_5_moe_text")
+QWEN3_5_ARCHS = ("qwen3_5_text", "qwen3_5_moe_text")  # Gated DeltaNet and gated attention (qwen3_5_args)
 MLA_ARCHS = ("deepseek_v3", "deepseek_v2", "glm4_moe_lite")  # multi-latent attention (mla_args)
 WINDOW_ARCHS = ("mistral", "mixtral", "phi3", "ministral3")  # a config.json sliding_window applies to every layer
 ROPE_TYPES = ("default", "linear", "llama3", "longrope", "yarn")  # config.json rope types computed exactly
@@ -48,6 +49,12 @@ HF_DEFAULTS = {
     "qwen3_5_text": {"head_dim": 256, "partial_rotary_factor": 0.25, "linear_conv_kernel_dim": 4,
                      "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_num_key_heads": 16,
                      "linear_num_value_heads": 32, "full_attention_interval": 4},
+    # transformers' Qwen3_5MoeTextConfig (Qwen3.5-35B-A3B's sizes); every layer MoE, so no dense MLP width:
+    # intermediate_size is the experts' (megatron's ffn_hidden_size, unused)
+    "qwen3_5_moe_text": {"head_dim": 256, "partial_rotary_factor": 0.25, "linear_conv_kernel_dim": 4,
+                         "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_num_key_heads": 16,
+                         "linear_num_value_heads": 32, "full_attention_interval": 4, "num_experts": 256,
+                         "num_experts_per_tok": 8, "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512},
     "glm4_moe": {"partial_rotary_factor": 0.5, "n_shared_experts": 1, "n_routed_experts": 128,
                  "first_k_dense_replace": 1, "norm_topk_prob": True, "routed_scaling_factor": 1.0, "n_group": 1,
                  "topk_group": 1, "num_experts_per_tok": 8, "moe_intermediate_size": 1408},
@@ -122,7 +129,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     length past the original, vLLM once for the longest: the engines would disagree)."""
     hf = text_model_config(hf)
     model_type = hf.get("model_type")
-    if model_type == "qwen3_5_text":  # its own config.json keeps M-RoPE's sections: the 1-D RoPE on text
+    if model_type in QWEN3_5_ARCHS:  # its own config.json keeps M-RoPE's sections: the 1-D RoPE on text
         hf = without_mrope(hf)
     if model_type not in HF_ARCHS:
         raise ValueError(f"config.json model_type {model_type!r} is not supported; supported: {supported_types()}.")
@@ -155,7 +162,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     # transformers 5 keeps it in rope_parameters, 4.x at the top level
     partial = float(rope.get("partial_rotary_factor") or hf.get("partial_rotary_factor") or 1.0)
     rotary_percent = partial if partial != 1.0 else None
-    if rotary_percent is not None and model_type not in ("phi3", "glm4", "glm4_moe", "minimax_m2", "qwen3_5_text"):
+    if rotary_percent is not None and model_type not in ("phi3", "glm4", "glm4_moe", "minimax_m2", *QWEN3_5_ARCHS):
         raise ValueError(f"config.json partial_rotary_factor {partial} is supported for phi3, glm4, glm4_moe, "
                          f"minimax_m2 and qwen3_5_text models only, not {model_type}.")
     if hf.get("use_sliding_window"):
@@ -176,7 +183,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     args: dict[str, Any] = {
         "num_layers": int(hf["num_hidden_layers"]),
         "hidden_size": int(hf["hidden_size"]),
-        "ffn_hidden_size": int(hf["intermediate_size"]),
+        "ffn_hidden_size": int(hf.get("intermediate_size") or hf["moe_intermediate_size"]),  # Qwen3.5-MoE: none
         "num_attention_heads": heads,
         "group_query_attention": kv_heads != heads,
         "num_query_groups": kv_heads,
@@ -239,7 +246,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         args.update(swiglu=False, xielu=True, qk_layernorm=True)
     if model_type == "gpt_oss":
         args.update(gpt_oss_args(hf, args["num_layers"]))
-    if model_type == "qwen3_5_text":
+    if model_type in QWEN3_5_ARCHS:
         args.update(qwen3_5_args(hf, args["num_layers"]))
     if model_type == "ministral3" and float(rope.get("llama_4_scaling_beta") or 0.0):
         args["max_position_embeddings"] = min(args["max_position_embeddings"], llama4_scaling_limit(hf, rope))
@@ -258,8 +265,9 @@ SAME_AS = {"kimi_k2": "deepseek_v3"}
 IMAGE_TEXT_ARCHS = {"gemma3": ("gemma3_text", "Gemma3ForCausalLM"), "mistral3": ("mistral", "MistralForCausalLM"),
                     "qwen2_vl": ("qwen2", "Qwen2ForCausalLM"), "qwen2_5_vl": ("qwen2", "Qwen2ForCausalLM"),
                     "qwen3_vl": ("qwen3", "Qwen3ForCausalLM"), "qwen3_vl_moe": ("qwen3_moe", "Qwen3MoeForCausalLM"),
-                    "qwen3_5": ("qwen3_5_text", "Qwen3_5ForCausalLM")}
-MROPE_ARCHS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5")  # multimodal RoPE, the 1-D RoPE on text (text_model_config)
+                    "qwen3_5": ("qwen3_5_text", "Qwen3_5ForCausalLM"),
+                    "qwen3_5_moe": ("qwen3_5_moe_text", "Qwen3_5MoeForCausalLM")}
+MROPE_ARCHS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe")  # multimodal RoPE, the 1-D RoPE on text (text_model_config)
 # a text_config model_type that names its own text model (else IMAGE_TEXT_ARCHS' default): Ministral 3's
 TEXT_MODELS = {"ministral3": "Ministral3ForCausalLM"}
 
@@ -419,7 +427,9 @@ def qwen3_5_args(hf: Mapping[str, Any], num_layers: int) -> dict[str, Any]:
     query-sized projection (models/qwen3_5.py; transformers always gates it, whatever attn_output_gate says),
     with per-head q / k norms and RoPE on the first quarter of each head (partial_rotary_factor). Every norm
     but the mixer's own scales by (1 + weight) (add_rmsnorm_offset). Its multi-token-prediction layers
-    (mtp_num_hidden_layers, stored as mtp.*) are not read."""
+    (mtp_num_hidden_layers, stored as mtp.*) are not read. Qwen3.5-MoE (qwen3_5_moe_text: Qwen3.5-35B-A3B,
+    122B-A10B, 397B-A17B) is the same with every MLP Qwen2-MoE's (moe_args_from_hf: softmax routing, the top-k
+    always renormalised, a shared expert with a sigmoid gate)."""
     types = hf.get("layer_types")
     if types is None:
         every = int(hf.get("full_attention_interval") or 4)

@@ -382,12 +382,23 @@ GEMMA_KEYS = ("add_rmsnorm_offset", "post_norm", "input_embeds_norm", "geglu")
 def qwen3_5_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
     """Qwen3.5's text config.json (qwen3_5_text, Qwen3_5ForCausalLM): Gated DeltaNet layers where
     linear_attention_layers marks them, output-gated attention with per-head q / k norms in the others,
-    (1 + w) norms, a SwiGLU MLP, the default rope on part of each head. Other combinations have no form."""
+    (1 + w) norms, a SwiGLU MLP, the default rope on part of each head; Qwen3.5-MoE's (qwen3_5_moe_text,
+    Qwen3_5MoeForCausalLM) with Qwen2-MoE's experts in every layer (softmax routing renormalised, a gated
+    shared expert). Other combinations have no form."""
     want = {"attention_output_gate": True, "add_rmsnorm_offset": True, "qk_layernorm": True, "swiglu": True}
     wrong = [f"{k}: {str(bool(args.get(k))).lower()}" for k, v in want.items() if bool(args.get(k, k == "swiglu")) != v]
-    extra = [k for k in ("add_qkv_bias", "num_experts", "no_rope_freq", "softmax_scale", "post_norm",
+    extra = [k for k in ("add_qkv_bias", "no_rope_freq", "softmax_scale", "post_norm",
                          "input_embeds_norm", "geglu", "qk_layernorm_across_heads", "sliding_window",
                          "window_attn_skip_freq", "multi_latent_attention") if args.get(k)]
+    moe = int(args.get("num_experts") or 0) > 1  # Qwen3.5-MoE: Qwen2-MoE's experts in every layer, renormalised
+    if moe:
+        renormalised = args.get("norm_topk_prob", not args.get("moe_router_pre_softmax", False))
+        extra += [what for what, bad in (
+            ("top-k routing not renormalised", not renormalised),
+            ("no gated shared expert", not (args.get("moe_shared_expert_intermediate_size") and args.get("shared_expert_gate"))),
+            ("dense layers among the MoE ones", not all(moe_layers(args))),
+            (f"{args.get('moe_router_score_function')} routing", (args.get("moe_router_score_function") or "softmax") != "softmax"),
+            ("an expert bias", bool(args.get("moe_router_enable_expert_bias")))) if bad]
     rope = rope_parameters(args)
     if rope["rope_type"] != "default":
         extra.append(f"rope_scaling_type {args.get('rope_scaling_type')}")
@@ -396,7 +407,13 @@ def qwen3_5_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype)
         raise ValueError(f"Gated DeltaNet layers / attention_output_gate have a config.json form only as Qwen3.5 "
                          f"({', '.join(f'{k}: {str(v).lower()}' for k, v in want.items())}, the default rope); this "
                          f"model has {', '.join(wrong + [f'{k} set' for k in extra])}.")
-    config = base_config(args, vocab_size, dtype, "qwen3_5_text", "Qwen3_5ForCausalLM", rope, eps=1e-6)
+    config = base_config(args, vocab_size, dtype, "qwen3_5_moe_text" if moe else "qwen3_5_text",
+                         "Qwen3_5MoeForCausalLM" if moe else "Qwen3_5ForCausalLM", rope, eps=1e-6)
+    if moe:  # every MLP an MoE: no dense width
+        del config["intermediate_size"]
+        config.update(num_experts=int(args["num_experts"]), num_experts_per_tok=int(args["moe_router_topk"]),
+                      moe_intermediate_size=int(args.get("moe_ffn_hidden_size") or args["ffn_hidden_size"]),
+                      shared_expert_intermediate_size=int(args["moe_shared_expert_intermediate_size"]))
     partial = float(args.get("rotary_percent") or 1.0)
     config["rope_parameters"]["partial_rotary_factor"] = partial
     config.pop("rope_theta", None)  # transformers 5 reads rope_parameters; Qwen3_5TextConfig takes no rope_theta

@@ -45,14 +45,15 @@ def moe_args_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError(f"config.json router_jitter_noise {hf['router_jitter_noise']} (noise on the router logits "
                          "in training) is not supported; set it to 0.")
     shared = {}
-    if hf.get("model_type") == "qwen2_moe" and int(hf.get("shared_expert_intermediate_size") or 0) > 0:
+    qwen3_5 = hf.get("model_type") == "qwen3_5_moe_text"  # Qwen3.5-MoE: Qwen2-MoE's experts, always renormalised
+    if hf.get("model_type") in ("qwen2_moe", "qwen3_5_moe_text") and int(hf.get("shared_expert_intermediate_size") or 0) > 0:
         shared = {"moe_shared_expert_intermediate_size": int(hf["shared_expert_intermediate_size"]),
                   "shared_expert_gate": True}
     return {**shared,
         "num_experts": int(experts),
         "moe_router_topk": int(hf["num_experts_per_tok"]),
         "moe_ffn_hidden_size": int(hf["intermediate_size"] if mixtral else hf["moe_intermediate_size"]),
-        "norm_topk_prob": True if mixtral else bool(hf.get("norm_topk_prob", False)),
+        "norm_topk_prob": True if mixtral or qwen3_5 else bool(hf.get("norm_topk_prob", False)),
     }
 
 

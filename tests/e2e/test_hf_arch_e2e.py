@@ -29,7 +29,7 @@ OVERRIDES = {"gemma3": {"seed": 1}}
 # layers are olmo3's; the forward of Qwen3, SmolLM3, Granite and Gemma 2 is their parity and decode tests'
 @pytest.mark.parametrize("arch", ["phi3", "mixtral", "gemma3", "mistral3", "olmo3", "qwen2_5_vl", "glm4_moe",
                                   "deepseek_v3", "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus",
-                                  "qwen3_5"])
+                                  "qwen3_5", "qwen3_5_moe"])
 def test_empty_model_yaml_runs(arch, tmp_path):
     """phi3 (q/k/v and gate/up stored fused), mixtral (its own expert names) and gemma3 (its text
     model's own norm names) also export at the end (save_hf): the HF checkpoint has the original's tensor names
@@ -49,7 +49,8 @@ def test_empty_model_yaml_runs(arch, tmp_path):
     expert bias, which megatron lacks) exports its (1, E) bias as it was read; apertus (Apertus: xIELU with per-layer
     scalars, norms named for what they precede) trains its scalars and exports them and its 0-d buffers; qwen3_5
     (Qwen3.5's image-text checkpoint: Gated DeltaNet and output-gated attention) trains its text model, generates
-    with the native engine carrying the DeltaNet state, and exports Qwen3_5ForCausalLM."""
+    with the native engine carrying the DeltaNet state, and exports Qwen3_5ForCausalLM; qwen3_5_moe (Qwen3.5-MoE's:
+    the same with Qwen2-MoE's experts) exports Qwen3_5MoeForCausalLM with its per-expert tensors."""
     hf = tmp_path / "hf"
     if arch == "gpt_oss":
         from testing_utils import mxfp4_gpt_oss
@@ -61,7 +62,7 @@ def test_empty_model_yaml_runs(arch, tmp_path):
     from mindspeed_rl.data import tiny_task
     tok = tiny_task.TOKENIZER_DIR  # the tiny task's 13-token tokenizer fits the 120-row embedding
     own_names = arch in ("phi3", "mixtral", "gemma3", "mistral3", "olmo3", "qwen2_5_vl", "glm4_moe", "deepseek_v3",
-                         "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus", "qwen3_5")
+                         "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus", "qwen3_5", "qwen3_5_moe")
     proc = subprocess.run(
         [sys.executable, str(ROOT / "ray_gpt.py"), "--config-dir", str(CONFIGS), "--config-name", "grpo_trainer_hf_any",
          f"actor_rollout_ref.actor_rollout.load={hf}", f"actor_rollout_ref.ref.load={hf}",
@@ -91,12 +92,13 @@ def test_empty_model_yaml_runs(arch, tmp_path):
             want = {n[len("language_model."):]: s for n, s in want.items() if n.startswith("language_model.")}
         if arch == "qwen2_5_vl":  # its hub layout names the text model's tensors as a Qwen2 does
             want = {n: s for n, s in want.items() if not n.startswith("visual.")}
-        if arch == "qwen3_5":  # transformers 5's layout: the text model under model.language_model.
-            want = {"model." + n[len("model.language_model."):]: s for n, s in want.items()
-                    if n.startswith("model.language_model.")}
-        if arch in ("gemma3", "mistral3", "qwen2_5_vl", "qwen3_5"):
+        if arch in ("qwen3_5", "qwen3_5_moe"):  # transformers 5's layout: the text model under model.language_model.
+            want = {n.replace("model.language_model.", "model.", 1): s for n, s in want.items()
+                    if n.startswith(("model.language_model.", "lm_head."))}
+        if arch in ("gemma3", "mistral3", "qwen2_5_vl", "qwen3_5", "qwen3_5_moe"):
             text_cls = {"gemma3": "Gemma3ForCausalLM", "mistral3": "MistralForCausalLM",
-                        "qwen2_5_vl": "Qwen2ForCausalLM", "qwen3_5": "Qwen3_5ForCausalLM"}[arch]
+                        "qwen2_5_vl": "Qwen2ForCausalLM", "qwen3_5": "Qwen3_5ForCausalLM",
+                        "qwen3_5_moe": "Qwen3_5MoeForCausalLM"}[arch]
             assert json.loads((exported / "config.json").read_text())["architectures"] == [text_cls]
         assert shapes(exported) == want
         transformers.AutoModelForCausalLM.from_pretrained(str(exported))

@@ -110,10 +110,12 @@ _MASK = _batch()["attention_mask"].bool()
 REAL = _MASK[:, 1:] & _MASK[:, :-1]  # log-prob positions whose token and context are real
 
 
-@pytest.fixture(scope="module", params=["qwen3", "gemma3_text"])
+@pytest.fixture(scope="module", params=["qwen3", "gemma3_text", "qwen3_5_text"])
 def results(tmp_path_factory, request):
     """gemma3_text: its post norms' gradients under SP (all-reduced over TP like the other norms'),
-    sliding and full layers spread over the virtual pipeline chunks."""
+    sliding and full layers spread over the virtual pipeline chunks; qwen3_5_text: Gated DeltaNet layers
+    (the gated norm's weight, whole on both TP ranks, its gradient summed over TP in the graph) and
+    output-gated attention under SP, the DeltaNet layers on one rank's chunks, the attention on the other's."""
     from mindspeed_rl.models.forward import position_ids_from_mask
 
     tmp = tmp_path_factory.mktemp("parallel")
@@ -148,7 +150,8 @@ def test_sequence_parallel_equals_tp_without_it(results):
         _close(on["lp"][4][0], ref, 1e-4, f"rank {rank} TP=2 + SP log-probs vs transformers", REAL)
         assert on["stepped"].keys() == off["stepped"].keys()
         for name, w in on["stepped"].items():  # lr 1 SGD: the weight difference is the gradient difference
-            _close(w, off["stepped"][name], 1e-5, f"rank {rank} SP gradient of {name}")
+            ref_w = off["stepped"][name]  # relative past 1: Qwen3.5's DeltaNet steps move weights up to ~25
+            _close(w, ref_w, 1e-5 * max(1.0, ref_w.abs().max().item()), f"rank {rank} SP gradient of {name}")
         assert abs(on["stats"]["actor/pg_loss"] - off["stats"]["actor/pg_loss"]) < 1e-6
 
 

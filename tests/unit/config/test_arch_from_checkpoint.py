@@ -92,6 +92,11 @@ ARCHS = {"llama": dict(rotary_base=5000.0, rope_scaling_type="llama3", untie_emb
                               qk_layernorm=True, rotary_percent=0.25, kv_channels=32, linear_num_key_heads=2,
                               linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=8,
                               linear_conv_kernel_dim=4, rotary_base=1e7, untie_embeddings_and_output_weights=False),
+         # Qwen3.5-MoE: the same layers, Qwen2-MoE's experts (always renormalised) and gated shared expert, untied
+         "qwen3_5_moe_text": dict(linear_attention_layers=[1, 0], attention_output_gate=True, qk_layernorm=True,
+                                  rotary_percent=0.25, num_experts=4, moe_router_topk=2, moe_ffn_hidden_size=32,
+                                  norm_topk_prob=True, moe_shared_expert_intermediate_size=48, shared_expert_gate=True,
+                                  untie_embeddings_and_output_weights=True),
          "arcee": dict(swiglu=False, squared_relu=True, rope_scaling_type="yarn", rope_scaling_factor=4.0,
                        untie_embeddings_and_output_weights=True),
          "seed_oss": dict(add_qkv_bias=True, kv_channels=32, untie_embeddings_and_output_weights=True,
@@ -124,7 +129,8 @@ def test_empty_model_yaml_takes_config_json(arch, hf_dirs, capsys):
         a = role.arch
         assert role.arch_set == {}
         # config.json's 2 KV heads, not the schema default group_query_attention=false (MLA: one per head)
-        assert (a.num_layers, a.hidden_size, a.ffn_hidden_size, a.num_attention_heads) == (2, 64, 128, 4)
+        ffn = 32 if arch == "qwen3_5_moe_text" else 128  # Qwen3.5-MoE has no dense width: its experts'
+        assert (a.num_layers, a.hidden_size, a.ffn_hidden_size, a.num_attention_heads) == (2, 64, ffn, 4)
         if not arch.startswith("deepseek") and arch != "glm4_moe_lite":
             assert a.group_query_attention is True and a.num_query_groups == 2
         assert a.padded_vocab_size == 120

@@ -38,7 +38,7 @@ def _run(*argv):
                                                ("deepseek_v3", (2, 2), (1, 1)), ("deepseek_v2", (2, 1), (1, 2)),
                                                ("minimax_m2", (2, 1), (1, 2)), ("glm4_moe_lite", (2, 1), (1, 2)),
                                                ("ernie4_5_moe", (2, 1), (1, 2)), ("apertus", (2, 2), (1, 1)),
-                                               ("qwen3_5_text", (2, 2), (1, 1))])
+                                               ("qwen3_5_text", (2, 2), (1, 1)), ("qwen3_5_moe_text", (2, 1), (1, 2))])
 def test_round_trip_is_bit_exact(tmp_path, arch, first, second):
     """HF -> mg -> mg -> HF: every tensor back bit for bit under its stored name and layout (Mixtral's
     names, Phi-3's fused q/k/v and gate/up, Gemma 3's norm names, DeepSeek-V3's multi-latent attention,
@@ -49,7 +49,7 @@ def test_round_trip_is_bit_exact(tmp_path, arch, first, second):
     a, b, back = tmp_path / "mg_a", tmp_path / "mg_b", tmp_path / "hf_back"
     assert _run("--load-model-type", "hf", "--save-model-type", "mg", "--load-dir", tmp_path / "hf",
                 "--save-dir", a, "--target-tensor-parallel-size", first[0],
-                "--target-pipeline-parallel-size", first[1], "--model-type-hf", {"llama": "llama3", "gemma3_text": "gemma3", "deepseek_v3": "deepseek3", "deepseek_v2": "deepseek2", "qwen3_5_text": "qwen3_5"}.get(arch, arch),
+                "--target-pipeline-parallel-size", first[1], "--model-type-hf", {"llama": "llama3", "gemma3_text": "gemma3", "deepseek_v3": "deepseek3", "deepseek_v2": "deepseek2", "qwen3_5_text": "qwen3_5", "qwen3_5_moe_text": "qwen3_5_moe"}.get(arch, arch),
                 "--make-vocab-size-divisible-by", 16) == 0
     manifest = json.loads((a / "iter_0000000" / "manifest.json").read_text())
     assert (manifest["tp"], manifest["pp"], manifest["step"], manifest["vocab_size"]) == (*first, 0, 120)

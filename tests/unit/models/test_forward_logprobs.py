@@ -55,7 +55,8 @@ def _batches():
                                   "smollm3", "smollm3-yarn", "granite", "gemma3_text", "gemma2", "gemma", "olmo2",
                                   "olmo3", "exaone4", "seed_oss", "glm4", "ernie4_5", "arcee", "glm4_moe",
                                   "deepseek_v3", "deepseek_v3-moonlight", "deepseek_v2", "glm4_moe_lite", "gpt_oss",
-                                  "minimax_m2", "ernie4_5_moe", "apertus", "qwen3_5_text", "qwen3_5"])
+                                  "minimax_m2", "ernie4_5_moe", "apertus", "qwen3_5_text", "qwen3_5",
+                                  "qwen3_5_moe_text", "qwen3_5_moe"])
 def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     """phi3: q/k/v and gate/up read as row ranges of its fused tensors; phi3-partial: half of each
     head rotated (partial_rotary_factor 0.5 = megatron's rotary_percent); phi3-longrope: LongRoPE's
@@ -92,7 +93,8 @@ def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     checkpoint (models/xielu.py), per-head q / k norms, llama3 rope x 8, its norms under their own names;
     qwen3_5_text: Qwen3.5's Gated DeltaNet layer (models/gated_delta_net.py, left padding included) and its
     output-gated attention (models/qwen3_5.py) with (1 + w) norms and RoPE on a quarter of each head;
-    qwen3_5: the same text model read from Qwen3.5's image-text checkpoint (M-RoPE on text = RoPE)."""
+    qwen3_5: the same text model read from Qwen3.5's image-text checkpoint (M-RoPE on text = RoPE); qwen3_5_moe_text /
+    qwen3_5_moe: Qwen3.5-MoE, those layers with Qwen2-MoE's experts (renormalised top-2, a gated shared expert)."""
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
 

@@ -828,3 +828,25 @@ def test_qwen3_5_config_json_round_trip():
         hf_config_from_args(dict(args, add_qkv_bias=True), vocab_size=248320)
     with pytest.raises(ValueError, match="layer_types must name linear_attention or full_attention for each of 32"):
         model_config_from_hf(dict(text, layer_types=["linear_attention"] * 31 + ["sliding_attention"]))
+
+
+def test_qwen3_5_moe_config_json_round_trip():
+    """Qwen3.5-MoE's config.json (transformers' Qwen3_5MoeTextConfig defaults are Qwen3.5-35B-A3B's: 256 experts
+    of 512, top-8, a gated shared expert of 512, no dense MLP width): Qwen2-MoE's experts, the top-k always
+    renormalised (config.json has no key for it); exported as qwen3_5_moe_text and read back the same."""
+    from transformers import Qwen3_5MoeTextConfig
+
+    from mindspeed_rl.models.hf_export import hf_config_from_args
+
+    args = model_config_from_hf(Qwen3_5MoeTextConfig().to_dict())
+    assert (args["num_experts"], args["moe_router_topk"], args["moe_ffn_hidden_size"], args["norm_topk_prob"],
+            args["moe_shared_expert_intermediate_size"], args["shared_expert_gate"], args["num_layers"]) == (
+                256, 8, 512, True, 512, True, 40)
+    assert args["linear_attention_layers"] == [1, 1, 1, 0] * 10 and args["attention_output_gate"]
+    written = hf_config_from_args(args, vocab_size=248320)
+    assert (written["model_type"], written["architectures"]) == ("qwen3_5_moe_text", ["Qwen3_5MoeForCausalLM"])
+    assert "intermediate_size" not in written
+    assert model_config_from_hf(written) == args
+    Qwen3_5MoeTextConfig(**written)
+    with pytest.raises(ValueError, match="this model has top-k routing not renormalised"):
+        hf_config_from_args(dict(args, norm_topk_prob=False), vocab_size=248320)
