@@ -130,6 +130,12 @@ def QWEN3_5_TEXT(tiny):  # noqa: N802 (a table as a function of TINY_HF's sizes)
                 **tiny, tie_word_embeddings=True)
 
 
+def QWEN3_5_VISION(tiny):  # noqa: N802 (Qwen3.5's image-text checkpoints: a tiny vision tower, image tokens on top)
+    return dict(image_token_id=119, video_token_id=118, vision_start_token_id=117, vision_end_token_id=116,
+                vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
+                                   out_hidden_size=tiny["hidden_size"]))
+
+
 def QWEN3_5_MOE_TEXT(tiny):  # noqa: N802
     text = {k: v for k, v in QWEN3_5_TEXT(tiny).items() if k != "intermediate_size"}
     return dict(text, tie_word_embeddings=False, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
@@ -375,19 +381,13 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
         # the second; the M-RoPE sections its releases carry (scaled to 4 rotary pairs); tied, as the small ones are
         "qwen3_5_text": lambda: tf.Qwen3_5TextConfig(**QWEN3_5_TEXT(tiny)),
         # Qwen3.5's image-text checkpoint (Qwen3_5ForConditionalGeneration) around that text model, a tiny vision tower
-        "qwen3_5": lambda: tf.Qwen3_5Config(
-            text_config=QWEN3_5_TEXT(tiny), image_token_id=119, video_token_id=118, vision_start_token_id=117,
-            vision_end_token_id=116, tie_word_embeddings=True,
-            vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
-                               out_hidden_size=tiny["hidden_size"])),
+        "qwen3_5": lambda: tf.Qwen3_5Config(text_config=QWEN3_5_TEXT(tiny), tie_word_embeddings=True,
+                                            **QWEN3_5_VISION(tiny)),
         # Qwen3.5-MoE's text model scaled down: the layers above with Qwen2-MoE's experts in every layer (4 of width
         # 32, top-2 renormalised, a gated shared expert of width 48); untied, as its releases are
         "qwen3_5_moe_text": lambda: tf.Qwen3_5MoeTextConfig(**QWEN3_5_MOE_TEXT(tiny)),
-        "qwen3_5_moe": lambda: tf.Qwen3_5MoeConfig(
-            text_config=QWEN3_5_MOE_TEXT(tiny), image_token_id=119, video_token_id=118, vision_start_token_id=117,
-            vision_end_token_id=116, tie_word_embeddings=False,
-            vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
-                               out_hidden_size=tiny["hidden_size"])),
+        "qwen3_5_moe": lambda: tf.Qwen3_5MoeConfig(text_config=QWEN3_5_MOE_TEXT(tiny), tie_word_embeddings=False,
+                                                   **QWEN3_5_VISION(tiny)),
         # Mistral Small 3.1's image-text layout around a tiny Mistral (a tiny Pixtral tower; untied)
         "mistral3": lambda: tf.Mistral3Config(
             text_config=tf.MistralConfig(**{"sliding_window": None, "rope_theta": 1e6, **tiny}).to_dict(),
