@@ -13,6 +13,7 @@ The model repeats q / k to the value heads before the call, so both kernels see 
 """
 from __future__ import annotations
 
+import functools
 import importlib
 from typing import Callable, NamedTuple
 
@@ -34,8 +35,10 @@ def _torch_kernels() -> DeltaRuleKernels:
         ) from err
 
 
+@functools.lru_cache(maxsize=None)
 def kernels(device_type: str) -> DeltaRuleKernels:
-    """The kernels for tensors on `device_type` ("cpu", "cuda", "npu")."""
+    """The kernels for tensors on `device_type` ("cpu", "cuda", "npu"); resolved once per device type (every
+    Gated DeltaNet layer asks at every forward: a missing fla would be searched for on disk each time)."""
     if device_type == "cuda":
         try:
             from fla.ops.gated_delta_rule import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
