@@ -91,12 +91,11 @@ class GatedDeltaNetSubmodules:
 def token_keep(attention_mask: Optional[torch.Tensor], batch: int, seq: int) -> Optional[torch.Tensor]:
     """(B, S) True on real tokens from megatron's (B, 1, S, K) True-is-masked mask, K >= S the keys (the
     native engine's cached steps: the S new tokens are the last keys): a token is padding iff it
-    cannot see itself. None when nothing is padded."""
+    cannot see itself. None without a mask. Not asked whether anything is padded: that would be a host
+    sync in every DeltaNet layer of every decode step, and multiplying by ones is exact."""
     if attention_mask is None or attention_mask.dim() != 4 or attention_mask.shape[-1] < seq:
         return None
     masked_self = attention_mask[:, 0, -seq:, -seq:].diagonal(dim1=-2, dim2=-1)  # (B or 1, S)
-    if not bool(masked_self.any()):
-        return None
     return (~masked_self).expand(batch, seq)
 
 
@@ -118,7 +117,7 @@ class GatedDeltaNet(MegatronModule):
                                     skip_bias_add=False, is_expert=False)
         conv_local = self.groups * shape.conv_group_width()
         self.conv1d = torch.nn.Conv1d(conv_local, conv_local, shape.conv_kernel, groups=conv_local, bias=False,
-                                      padding=shape.conv_kernel - 1, dtype=config.params_dtype)
+                                      dtype=config.params_dtype)  # its weight only: _conv pads causally itself
         heads = shape.value_heads // tp
         self.dt_bias = torch.nn.Parameter(torch.ones(heads, dtype=config.params_dtype))
         self.A_log = torch.nn.Parameter(torch.zeros(heads, dtype=config.params_dtype))
