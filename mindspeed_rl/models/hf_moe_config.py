@@ -34,7 +34,8 @@ def moe_args_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         return minimax_m2_moe_args(hf)
     if hf.get("model_type") == "ernie4_5_moe":
         return ernie4_5_moe_args(hf)
-    if hf.get("mlp_only_layers") or int(hf.get("decoder_sparse_step", 1)) != 1:
+    dense_between = bool(hf.get("mlp_only_layers")) or int(hf.get("decoder_sparse_step") or 1) != 1
+    if dense_between and hf.get("model_type") not in QWEN_DENSE_LAYERS:
         raise ValueError("config.json mlp_only_layers / decoder_sparse_step != 1 (dense layers between MoE "
                          "layers) is not supported for this model type; every layer must be an MoE layer.")
     experts = expert_count(hf)
@@ -46,15 +47,38 @@ def moe_args_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
                          "in training) is not supported; set it to 0.")
     shared = {}
     qwen3_5 = hf.get("model_type") == "qwen3_5_moe_text"  # Qwen3.5-MoE: Qwen2-MoE's experts, always renormalised
-    if hf.get("model_type") in ("qwen2_moe", "qwen3_5_moe_text") and int(hf.get("shared_expert_intermediate_size") or 0) > 0:
+    if hf.get("model_type") in ("qwen2_moe", "qwen3_5_moe_text", "qwen3_next") and \
+            int(hf.get("shared_expert_intermediate_size") or 0) > 0:
         shared = {"moe_shared_expert_intermediate_size": int(hf["shared_expert_intermediate_size"]),
                   "shared_expert_gate": True}
+    if dense_between:
+        shared["moe_layer_freq"] = qwen_moe_layers(hf)
     return {**shared,
         "num_experts": int(experts),
         "moe_router_topk": int(hf["num_experts_per_tok"]),
         "moe_ffn_hidden_size": int(hf["intermediate_size"] if mixtral else hf["moe_intermediate_size"]),
         "norm_topk_prob": True if mixtral or qwen3_5 else bool(hf.get("norm_topk_prob", False)),
     }
+
+
+# model types whose dense layers among the MoE ones config.json places with mlp_only_layers / decoder_sparse_step
+QWEN_DENSE_LAYERS = ("qwen2_moe", "qwen3_moe", "qwen3_next")
+
+
+def qwen_moe_layers(hf: Mapping[str, Any]) -> list[int]:
+    """Qwen2-MoE's / Qwen3-MoE's / Qwen3-Next's MoE layers as one 0 / 1 per layer (1 = MoE), as transformers
+    places them: layer i (from 0) is an MoE layer when it is not in mlp_only_layers and (i + 1) %
+    decoder_sparse_step == 0; the others are dense MLPs intermediate_size wide."""
+    layers, step = int(hf["num_hidden_layers"]), int(hf.get("decoder_sparse_step") or 1)
+    dense = {int(i) for i in hf.get("mlp_only_layers") or ()}
+    if step < 1 or not all(0 <= i < layers for i in dense):
+        raise ValueError(f"config.json decoder_sparse_step {step} must be at least 1 and mlp_only_layers "
+                         f"{sorted(dense)} must name layers 0 ... {layers - 1}.")
+    pattern = [0 if i in dense or (i + 1) % step else 1 for i in range(layers)]
+    if not any(pattern):
+        raise ValueError(f"config.json mlp_only_layers / decoder_sparse_step {step} leave no MoE layer of {layers}; "
+                         f"a dense model is not a {hf.get('model_type')} config.json.")
+    return pattern
 
 
 def glm4_moe_args(hf: Mapping[str, Any]) -> dict[str, Any]:

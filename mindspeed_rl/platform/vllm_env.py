@@ -61,7 +61,7 @@ def version_problems(platform_name: str, versions: Mapping[str, str | None] | No
 
 
 # vLLM's modules for these text architectures import torchvision (they live beside their image-text models)
-NEEDS_TORCHVISION = ("Qwen3_5ForCausalLM",)
+NEEDS_TORCHVISION = ("Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM")  # vLLM's qwen3_5 module (both)
 
 
 def model_problems(hf_config: Mapping, have_torchvision: bool | None = None) -> list[str]:

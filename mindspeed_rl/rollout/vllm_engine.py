@@ -58,7 +58,7 @@ from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 import torch
 
 from mindspeed_rl.models.hf_moe_config import expert_count, first_dense_layers
-from mindspeed_rl.models.hf_bridge.names import stored_name
+from mindspeed_rl.models.hf_bridge.names import group, group_members, stored_name
 from mindspeed_rl.platform import get_platform
 from mindspeed_rl.platform import vllm_env
 from mindspeed_rl.rollout.interface import check_prompts, FINISH_EOS, FINISH_LENGTH, RolloutOutput, SamplingParams
@@ -94,6 +94,29 @@ def chunked(named: Iterable[tuple[str, torch.Tensor]], max_bytes: int) -> Iterat
 
 _EXPERT_TENSOR = re.compile(r"^(model\.layers\.\d+\.)mlp\.experts\.(\d+)\.(gate|up|down)_proj\.(weight|bias)$")
 _SINKS = re.compile(r"^model\.layers\.(\d+)\.self_attn\.sinks$")
+
+
+def grouped_chunks(chunks: Iterable[Sequence[tuple[str, torch.Tensor]]], model_type: Optional[str],
+                   hf_config: Optional[Mapping[str, Any]]) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """The chunks with the canonical tensors a `model_type` checkpoint keeps in one grouped tensor (Qwen3-Next's
+    in_proj_qkvz / in_proj_ba, names.group: vLLM's Qwen3-Next loads only those) held back until all of them
+    arrived, then passed on as that tensor; other tensors pass through."""
+    pending: dict[str, dict[str, torch.Tensor]] = {}
+    for chunk in chunks:
+        out = []
+        for name, tensor in chunk:
+            members = group_members(name, model_type)
+            if members is None:
+                out.append((name, tensor))
+                continue
+            parts = pending.setdefault(members[0], {})
+            parts[name] = tensor
+            if len(parts) == len(members[1]):
+                out.extend(group(pending.pop(members[0]), model_type, dict(hf_config or {})).items())
+        if out:
+            yield out
+    if pending:
+        raise RuntimeError(f"vLLM weight sync: {', '.join(sorted(pending))} arrived incomplete.")
 
 
 def stacked_chunks(chunks: Iterable[Sequence[tuple[str, torch.Tensor]]], model_type: Optional[str],
@@ -367,7 +390,10 @@ class VLLMEngine:
                  tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.3, kv_cache_gb: int = 1,
                  max_num_seqs: int = 256, seed: int = 0, platform_name: Optional[str] = None,
                  bucket_bytes: int = BUCKET_BYTES, enforce_eager: bool = True):
+        from mindspeed_rl.models.hf_export import qwen3_next_form
+
         self.platform_name = platform_name or get_platform().name
+        hf_config = qwen3_next_form(hf_config)  # Qwen3.5-MoE served as the Qwen3-Next it is (no torchvision needed)
         problems = vllm_env.version_problems(self.platform_name) + vllm_env.model_problems(hf_config)
         if problems:
             raise UserInputError("\n".join(problems))
@@ -511,7 +537,8 @@ class VLLMEngine:
             _name_partial_loaders(model)
             initialize_layerwise_reload(model)
             sinks: dict[int, torch.Tensor] = {}
-            for chunk in stacked_chunks(chunks, model_type, sinks):
+            hf_config = model_config.hf_config.to_dict()  # Qwen3-Next's grouped tensors' sizes
+            for chunk in stacked_chunks(grouped_chunks(chunks, model_type, hf_config), model_type, sinks):
                 chunk = [(stored_name(n, model_type), self._fit_vocab(n, t)) for n, t in chunk]
                 stats["peak_bytes"] = max(stats["peak_bytes"], sum(t.numel() * t.element_size() for _, t in chunk))
                 stats["tensors"] += len(chunk)

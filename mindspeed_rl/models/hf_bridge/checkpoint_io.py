@@ -25,8 +25,8 @@ import torch
 from safetensors import safe_open
 
 from mindspeed_rl.models.hf_bridge.names import (canonical_name, dequantize_mxfp4, fused_name, fused_parts,
-                                                 leading_one, own_names, stacked_expert, stacked_layout,
-                                                 stacked_parts, stored_name)
+                                                 grouped_name, grouped_parts, leading_one, own_names,
+                                                 stacked_expert, stacked_layout, stacked_parts, stored_name)
 from mindspeed_rl.utils.errors import UserInputError
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -91,6 +91,8 @@ class SafetensorsReader:
         config = _own_names_config(directory)
         self.model_type = config.get("model_type")
         self._parts: dict[str, tuple[str, int, int]] = {}  # canonical -> (fused stored name, first row, rows)
+        # canonical -> (grouped stored name, its rows there, the rows config.json implies the stored tensor has)
+        self._grouped: dict[str, tuple[str, torch.Tensor, int]] = {}
         self._stored: dict[str, str] = {}  # canonical -> the name the checkpoint stores it under
         # canonical expert tensor -> (stacked stored name, expert, part) (gpt-oss: names.stacked_parts)
         self._stacked: dict[str, tuple[str, int, str]] = {}
@@ -106,6 +108,12 @@ class SafetensorsReader:
                     canonical[part] = file
                     self._stacked[part] = (name, expert, what)
                 if stacked is not None:
+                    continue
+                grouped = grouped_parts(name, config)
+                for part, rows in grouped or ():  # Qwen3-Next's per-key-head in_proj_qkvz / in_proj_ba
+                    canonical[part] = file
+                    self._grouped[part] = (name, rows, sum(len(r) for _, r in grouped))
+                if grouped is not None:
                     continue
                 parts = fused_parts(name, config)
                 if parts is None:
@@ -148,12 +156,17 @@ class SafetensorsReader:
         if name in self._parts:
             fused, start, rows = self._parts[name]
             return f"{fused} (rows {start}-{start + rows - 1}, its {name.rsplit('.', 2)[-2]})"
-        return self._stored.get(name) or fused_name(name, self.model_type) or stored_name(name, self.model_type)
+        if name in self._grouped:
+            return f"{self._grouped[name][0]} (its {name.rsplit('.', 2)[-2]} rows of every key head)"
+        return (self._stored.get(name) or fused_name(name, self.model_type) or grouped_name(name, self.model_type)
+                or stored_name(name, self.model_type))
 
     def _slice(self, name: str):
         """(safetensors slice, first row, rows or None for the whole tensor) of canonical `name`."""
         file = self.weight_map.get(name)
         stored, start, rows = self._parts.get(name, (self.stored(name), 0, None))
+        if name in self._grouped:
+            stored = self._grouped[name][0]
         if file is None:
             raise UserInputError(
                 f"tensor {stored} is not in the checkpoint {self.directory}; the checkpoint does not "
@@ -218,6 +231,13 @@ class SafetensorsReader:
             return (shape[1] // 2, shape[0]) if part in ("gate", "up") else (shape[1], shape[0])
         sl, _, rows = self._slice(name)
         shape = tuple(sl.get_shape())
+        if name in self._grouped:
+            stored, rows, total = self._grouped[name]
+            if shape[0] != total:
+                raise UserInputError(f"tensor {stored} in {self.where(name)} has {shape[0]} rows, but config.json's "
+                                     f"linear_num_* / linear_*_head_dim imply {total}; the weights do not belong to "
+                                     f"this config.")
+            return (len(rows), *shape[1:])
         if leading_one(name, self.model_type) and shape[:1] == (1,):  # ERNIE 4.5 MoE's (1, E) expert bias
             return shape[1:]
         return shape if rows is None else (rows, *shape[1:])
@@ -229,14 +249,25 @@ class SafetensorsReader:
                 return t[rows or slice(None), cols]
             return t[rows] if rows is not None else t
         sl, start, count = self._slice(name)
+        if name in self._grouped:  # the part's rows of a grouped tensor: the span holding them, then picked
+            self.shape(name)  # the stored rows checked against config.json
+            stored, index, _ = self._grouped[name]
+            index = index[rows] if rows is not None else index
+            if not len(index):
+                return self._rows(sl, stored, slice(0, 0), cols)
+            lo, hi = int(index.min()), int(index.max()) + 1
+            return self._rows(sl, stored, slice(lo, hi), cols)[index - lo]
         if leading_one(name, self.model_type) and tuple(sl.get_shape())[:1] == (1,):  # stored (1, n): read as (n,)
             t = sl[:][0]
             return t[rows] if rows is not None else t
         if count is not None:  # a part of a fused tensor: its rows, shifted
             lo, hi, _ = (rows or slice(None)).indices(count)
             rows = slice(start + lo, start + max(lo, hi))
+        return self._rows(sl, self._parts[name][0] if name in self._parts else self.stored(name), rows, cols)
+
+    def _rows(self, sl, stored: str, rows: Optional[slice], cols: Optional[slice]) -> torch.Tensor:
+        """Rows `rows` (absolute; None: all) and columns `cols` of the stored tensor `stored` (its slice `sl`)."""
         if sl.get_dtype() == "F8_E4M3":  # block-wise FP8 (DeepSeek-V3's release): dequantized here
-            stored = self._parts[name][0] if name in self._parts else self.stored(name)
             return self._fp8(sl, stored, rows or slice(None), cols)
         if cols is not None:
             return sl[rows or slice(None), cols]

@@ -10,6 +10,8 @@ layer names, Qwen-MoE expert names). Two kinds of difference exist:
 - several canonical tensors stored as one, concatenated along the rows: Phi-3's `qkv_proj` is
   [q_proj; k_proj; v_proj] and its `gate_up_proj` is [gate_proj; up_proj] (`fused_parts`,
   `fuse`); the row counts come from config.json.
+- several canonical tensors stored as one whose rows are grouped per head group: Qwen3-Next's Gated
+  DeltaNet projections in_proj_qkvz / in_proj_ba, per key head (`grouped_parts`, `group`);
 - every expert of a layer stored as one stacked tensor per projection (gpt-oss: `_STACKED`,
   `stacked_parts` / `stacked_expert` to read one expert, `stack_experts` to write them), its release
   in MXFP4.
@@ -26,7 +28,7 @@ import re
 
 import torch
 
-from mindspeed_rl.models.hf_config import IMAGE_TEXT_ARCHS
+from mindspeed_rl.models.hf_config import HF_DEFAULTS, IMAGE_TEXT_ARCHS
 
 # config.json model_type -> (canonical layer-relative name, that architecture's), {e} = expert number
 _STORED_AS = {
@@ -98,6 +100,97 @@ _FUSED = {
 _LAYER = re.compile(r"^(model\.layers\.\d+\.)(.+)$")
 
 
+# config.json model_type -> {stored layer-relative name: (what its rows are made of, the canonical parts)}:
+# several canonical tensors stored as one whose rows are grouped per head group rather than one part after
+# another. Qwen3-Next keeps Gated DeltaNet's projections per key head: in_proj_qkvz holds, per key head,
+# [q (dk) | k (dk) | v (r dv) | z (r dv)] (r value heads per key head), in_proj_ba [b (r) | a (r)]; the
+# canonical (Qwen3.5's) in_proj_qkv is [every head's q | every head's k | every head's v], in_proj_z / _b /
+# _a their own. A part names the slots of each group it holds, in order: in_proj_qkv = slots (0, 1, 2), so
+# its rows are slot 0 of every group, then slot 1 of every group, then slot 2 (vLLM's qwen3_5 mapping says
+# the same). `_group_widths` gives (groups, slot widths) from config.json.
+_GROUPED = {
+    "qwen3_next": {
+        "linear_attn.in_proj_qkvz.weight": ("delta_qkvz", (("linear_attn.in_proj_qkv.weight", (0, 1, 2)),
+                                                           ("linear_attn.in_proj_z.weight", (3,)))),
+        "linear_attn.in_proj_ba.weight": ("delta_ba", (("linear_attn.in_proj_b.weight", (0,)),
+                                                       ("linear_attn.in_proj_a.weight", (1,)))),
+    },
+}
+
+
+def _group_widths(what: str, hf_config: dict) -> tuple[int, list[int]]:
+    """(groups, width of each slot of a group) of a grouped tensor (_GROUPED), from config.json."""
+    hf_config = {**HF_DEFAULTS.get(hf_config.get("model_type") or "", {}),
+                 **{k: v for k, v in hf_config.items() if v is not None}}
+    groups = int(hf_config["linear_num_key_heads"])
+    r = int(hf_config["linear_num_value_heads"]) // groups
+    dk, dv = int(hf_config["linear_key_head_dim"]), r * int(hf_config["linear_value_head_dim"])
+    return (groups, [dk, dk, dv, dv]) if what == "delta_qkvz" else (groups, [r, r])
+
+
+def _grouped_rows(groups: int, widths: list[int], slots: tuple[int, ...]) -> torch.Tensor:
+    """The stored rows of a part (its `slots` of every group, slot by slot), as a LongTensor."""
+    width, offsets = sum(widths), [sum(widths[:i]) for i in range(len(widths))]
+    return torch.cat([torch.arange(widths[s]) + offsets[s] + g * width for s in slots for g in range(groups)])
+
+
+def grouped_parts(name: str, hf_config: dict) -> list[tuple[str, torch.Tensor]] | None:
+    """(canonical name, its stored rows) of each part of the stored tensor `name`, or None when it is not a
+    grouped tensor of config.json's model_type (_GROUPED)."""
+    m = _LAYER.match(name)
+    entry = _GROUPED.get(hf_config.get("model_type") or "", {}).get(m.group(2)) if m else None
+    if entry is None:
+        return None
+    what, parts = entry
+    groups, widths = _group_widths(what, hf_config)
+    return [(m.group(1) + canonical, _grouped_rows(groups, widths, slots)) for canonical, slots in parts]
+
+
+def group_members(canonical: str, model_type: str | None) -> tuple[str, list[str]] | None:
+    """(the grouped tensor holding the canonical tensor, all the canonical tensors it holds), or None."""
+    m = _LAYER.match(canonical)
+    for stored, (_, parts) in _GROUPED.get(model_type or "", {}).items() if m else ():
+        names = [m.group(1) + p for p, _ in parts]
+        if canonical in names:
+            return m.group(1) + stored, names
+    return None
+
+
+def grouped_name(canonical: str, model_type: str | None) -> str | None:
+    """The grouped tensor a `model_type` checkpoint keeps the canonical tensor in, or None."""
+    members = group_members(canonical, model_type)
+    return members[0] if members else None
+
+
+def group(tensors: dict, model_type: str | None, hf_config: dict | None) -> dict:
+    """Canonical tensors -> `model_type`'s grouped ones (_GROUPED; all parts of one must be in `tensors`);
+    other tensors pass through."""
+    grouped = _GROUPED.get(model_type or "", {})
+    if not grouped:
+        return tensors
+    out, taken = {}, set()
+    for name in tensors:
+        m = _LAYER.match(name)
+        for stored, (what, parts) in grouped.items() if m else ():
+            names = [m.group(1) + p for p, _ in parts]
+            if name not in names or m.group(1) + stored in out:
+                continue
+            missing = [n for n in names if n not in tensors]
+            if missing:
+                raise ValueError(f"{m.group(1) + stored} needs {', '.join(missing)} in the same shard")
+            if hf_config is None:
+                raise ValueError(f"{m.group(1) + stored}: writing a {model_type} checkpoint needs its config.json")
+            groups, widths = _group_widths(what, hf_config)
+            first = tensors[names[0]]
+            whole = first.new_empty(groups * sum(widths), *first.shape[1:])
+            for n, (_, slots) in zip(names, parts):
+                whole[_grouped_rows(groups, widths, slots)] = tensors[n]
+            out[m.group(1) + stored] = whole
+            taken.update(names)
+    out.update((n, t) for n, t in tensors.items() if n not in taken)
+    return out
+
+
 # config.json model_type -> its experts stored stacked, one tensor per layer and projection:
 # gpt-oss's mlp.experts.gate_up_proj (E, h, 2f) with gate and up interleaved along the last dim
 # (gate = [..., 0::2], up = [..., 1::2]) and used as x @ W; down_proj (E, f, h); their biases
@@ -123,7 +216,8 @@ def leading_one(name: str, model_type: str | None) -> bool:
 
 def own_names(model_type: str | None) -> bool:
     """Whether `model_type` checkpoints store some tensors under names or layouts of their own."""
-    return model_type in _STORED_AS or model_type in _FUSED or model_type in _PREFIXED or model_type in _STACKED
+    return (model_type in _STORED_AS or model_type in _FUSED or model_type in _PREFIXED or model_type in _STACKED
+            or model_type in _GROUPED)
 
 
 def stacked_layout(model_type: str | None) -> str | None:
@@ -252,9 +346,11 @@ def fused_name(canonical: str, model_type: str | None) -> str | None:
     return None
 
 
-def fuse(tensors: dict, model_type: str | None) -> dict:
+def fuse(tensors: dict, model_type: str | None, hf_config: dict | None = None) -> dict:
     """Canonical tensors -> the `model_type` checkpoint's: parts concatenated into their fused
-    tensor (all parts of one must be in `tensors`), other names as stored_name gives them."""
+    tensor (all parts of one must be in `tensors`), or grouped (`group`, which needs config.json:
+    `hf_config`), other names as stored_name gives them."""
+    tensors = group(tensors, model_type, hf_config)
     fused = _FUSED.get(model_type or "", {})
     out, taken = {}, set()
     for name in tensors:

@@ -97,6 +97,11 @@ ARCHS = {"llama": dict(rotary_base=5000.0, rope_scaling_type="llama3", untie_emb
                                   rotary_percent=0.25, num_experts=4, moe_router_topk=2, moe_ffn_hidden_size=32,
                                   norm_topk_prob=True, moe_shared_expert_intermediate_size=48, shared_expert_gate=True,
                                   untie_embeddings_and_output_weights=True),
+         # Qwen3-Next: Qwen3.5-MoE's layers from its own names (in_proj_qkvz / in_proj_ba), a dense MLP width of its own
+         "qwen3_next": dict(linear_attention_layers=[1, 0], attention_output_gate=True, qk_layernorm=True,
+                            add_rmsnorm_offset=True, rotary_percent=0.25, num_experts=4, moe_router_topk=2,
+                            moe_ffn_hidden_size=32, norm_topk_prob=True, moe_shared_expert_intermediate_size=48,
+                            shared_expert_gate=True, linear_num_key_heads=2, untie_embeddings_and_output_weights=True),
          "arcee": dict(swiglu=False, squared_relu=True, rope_scaling_type="yarn", rope_scaling_factor=4.0,
                        untie_embeddings_and_output_weights=True),
          "seed_oss": dict(add_qkv_bias=True, kv_channels=32, untie_embeddings_and_output_weights=True,

@@ -1,5 +1,7 @@
 """Config rules of rollout_engine: vllm (inference TP, memory, sync tolerance, TIS), the vLLM
 version pairs, and the on-policy switch for renormalised log-probs: one sentence each, no vLLM needed."""
+from pathlib import Path
+
 import pytest
 
 import ray_gpt
@@ -29,8 +31,9 @@ VLLM = [f"{A}.rollout_engine=vllm", "training.hidden_size=128", "training.kv_cha
     ([f"{A}.tis_mode=row", f"{A}.tis_cap=0"], ["tis_mode: row` is not supported", "tis_cap: 0.0` must be > 0"]),
     (["training.linear_attention_layers=[1,0]", "training.linear_num_key_heads=2", "training.linear_num_value_heads=4",
       "training.linear_key_head_dim=16", "training.linear_value_head_dim=8", "training.platform=cpu"],
-     ["with Gated DeltaNet layers (Qwen3.5): vLLM serves them from its image-text Qwen3.5 module, which imports "
-      "torchvision"]),
+     ["with Gated DeltaNet layers on CPU: vLLM's CPU kernel for them runs in bf16 only, and model",
+      "runs in fp32; set bf16: true", "vLLM's CPU kernel takes key and value heads of one size, 64 or 128; model",
+      "has linear_key_head_dim 16 and linear_value_head_dim 8"]),
 ], ids=["heads", "colocated-tp", "split-tp", "colocated-pp", "memory-and-tolerance", "qwen2-head-dim", "tis",
         "qwen3_5-cpu"])
 def test_vllm_rules(overrides, fragments, capsys):
@@ -39,6 +42,29 @@ def test_vllm_rules(overrides, fragments, capsys):
     assert "Traceback" not in err
     for frag in fragments:
         assert frag in err, f"{frag!r} not in {err!r}"
+
+
+@pytest.mark.parametrize("arch", ["qwen3_next", "qwen3_5_moe_text", "qwen3_5_text"])
+def test_vllm_with_gated_delta_net_on_cpu(arch, tmp_path, capsys, monkeypatch):
+    """On CPU, a Qwen3-Next checkpoint in bf16 with heads of 64 passes validation for vLLM (its CPU Gated DeltaNet
+    kernel: tests/vllm/test_vllm_delta_net.py), and so does Qwen3.5-MoE (served as the Qwen3-Next it is); a dense
+    Qwen3.5 is refused where torchvision is missing (vLLM's Qwen3.5 module imports it), in one sentence before any
+    worker starts."""
+    from testing_utils import make_tiny_hf
+
+    import functools
+
+    monkeypatch.setattr(vllm_env, "model_problems", functools.partial(vllm_env.model_problems, have_torchvision=False))
+    make_tiny_hf(arch, str(tmp_path), linear_key_head_dim=64, linear_value_head_dim=64)
+    load = [f"actor_rollout_ref.actor_rollout.load={tmp_path}", f"actor_rollout_ref.ref.load={tmp_path}"]
+    configs = Path(__file__).resolve().parents[2] / "data" / "ray_gpt_configs"
+    code = ray_gpt.main(["--config-dir", str(configs), "--config-name", "grpo_trainer_hf_any", f"{A}.rollout_engine=vllm", "training.bf16=true",
+                         "training.platform=cpu", *load, "dry_run=true"])
+    err = capsys.readouterr().err
+    if arch != "qwen3_5_text":
+        assert code == 0, err
+    else:
+        assert code == 2 and "vLLM's Qwen3_5ForCausalLM (Qwen3.5) module imports torchvision, which is not installed" in err
 
 
 def test_a_model_whose_vllm_module_needs_torchvision():

@@ -56,7 +56,8 @@ def _batches():
                                   "olmo3", "exaone4", "seed_oss", "glm4", "ernie4_5", "arcee", "glm4_moe",
                                   "deepseek_v3", "deepseek_v3-moonlight", "deepseek_v2", "glm4_moe_lite", "gpt_oss",
                                   "minimax_m2", "ernie4_5_moe", "apertus", "qwen3_5_text", "qwen3_5",
-                                  "qwen3_5_moe_text", "qwen3_5_moe"])
+                                  "qwen3_5_moe_text", "qwen3_5_moe", "qwen3_next", "qwen3_next-mlponly",
+                                  "qwen3_moe-mlponly"])
 def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     """phi3: q/k/v and gate/up read as row ranges of its fused tensors; phi3-partial: half of each
     head rotated (partial_rotary_factor 0.5 = megatron's rotary_percent); phi3-longrope: LongRoPE's
@@ -94,7 +95,10 @@ def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     qwen3_5_text: Qwen3.5's Gated DeltaNet layer (models/gated_delta_net.py, left padding included) and its
     output-gated attention (models/qwen3_5.py) with (1 + w) norms and RoPE on a quarter of each head;
     qwen3_5: the same text model read from Qwen3.5's image-text checkpoint (M-RoPE on text = RoPE); qwen3_5_moe_text /
-    qwen3_5_moe: Qwen3.5-MoE, those layers with Qwen2-MoE's experts (renormalised top-2, a gated shared expert)."""
+    qwen3_5_moe: Qwen3.5-MoE, those layers with Qwen2-MoE's experts (renormalised top-2, a gated shared expert);
+    qwen3_next: Qwen3-Next, Qwen3.5-MoE's layers with the DeltaNet projections read from in_proj_qkvz / in_proj_ba
+    (fused per key head); qwen3_next-mlponly: its second layer dense (mlp_only_layers), the top-2 not renormalised;
+    qwen3_moe-mlponly: Qwen3-MoE's second layer dense by the same key."""
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
 
@@ -108,6 +112,8 @@ def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
         assert model.config.rope_mscale == pytest.approx(1.4 ** 0.5) and model.config.softmax_scale is None
     if arch == "qwen2-yarn":
         assert model.config.softmax_scale == pytest.approx((0.1 * math.log(4) + 1) ** 2 / 16 ** 0.5)
+    if arch.endswith("-mlponly"):  # the second layer a dense MLP, as transformers built it
+        assert args["moe_layer_freq"] == [1, 0] and not hasattr(hf.model.layers[1].mlp, "experts")
     if arch == "arcee":  # no gate: fc1 as wide as the MLP
         assert model.decoder.layers[0].mlp.linear_fc1.weight.shape[0] == args["ffn_hidden_size"]
     if arch == "olmo3":  # the attention factor on the full layer's rotation; the sliding one's config at 1

@@ -177,6 +177,54 @@ def test_phi3_fused_tensors_are_read_as_row_ranges_and_named_with_them(tmp_path)
         fuse(canonical, "phi3")
 
 
+def test_qwen3_next_grouped_delta_projections_read_as_transformers_splits_them(tmp_path):
+    """Qwen3-Next keeps Gated DeltaNet's projections fused per key head (in_proj_qkvz: [q|k|v|z] of each key head,
+    in_proj_ba: [b|a]): the reader serves the canonical in_proj_qkv / _z / _b / _a exactly as transformers' own
+    fix_query_key_value_ordering splits them (and row ranges of them: a TP shard's key heads), a stored tensor
+    whose rows config.json does not imply is refused naming it, and the writer (and the vLLM weight feed, with
+    a layer's parts split over chunks in any order) groups them back bit for bit."""
+    import random
+
+    from mindspeed_rl.models.hf_bridge.names import fuse
+    from mindspeed_rl.rollout.vllm_engine import grouped_chunks
+
+    hf = make_tiny_hf("qwen3_next", str(tmp_path / "hf"), num_hidden_layers=4)
+    reader, config = SafetensorsReader(str(tmp_path / "hf")), read_hf_config(str(tmp_path / "hf"))
+    stored = load_file(str(tmp_path / "hf" / "model.safetensors"))
+    attn, p = hf.model.layers[2].linear_attn, "model.layers.2.linear_attn."
+    assert p + "in_proj_qkvz.weight" not in reader.weight_map
+    with torch.no_grad():  # transformers' split of the projected rows = the weight's rows (x = identity)
+        eye = torch.eye(64)[None]
+        q, k, v, z, b, a = attn.fix_query_key_value_ordering(attn.in_proj_qkvz(eye), attn.in_proj_ba(eye))
+    rows = lambda t: t.reshape(64, -1).t()  # noqa: E731 (the 64 "tokens" are the weight's columns)
+    want = {"in_proj_qkv": torch.cat([rows(q), rows(k), rows(v)]), "in_proj_z": rows(z), "in_proj_b": rows(b),
+            "in_proj_a": rows(a)}
+    for name, tensor in want.items():
+        assert reader.shape(p + name + ".weight") == tuple(tensor.shape)
+        torch.testing.assert_close(reader.read(p + name + ".weight"), tensor, rtol=0, atol=1e-6)
+    qkv = reader.read(p + "in_proj_qkv.weight")
+    assert torch.equal(reader.read(p + "in_proj_qkv.weight", rows=slice(16, 40), cols=slice(3, 9)), qkv[16:40, 3:9])
+    assert reader.stored(p + "in_proj_b.weight") == p + "in_proj_ba.weight (its in_proj_b rows of every key head)"
+    canonical = {n: reader.read(n) for n in reader.weight_map}
+    back = fuse(canonical, "qwen3_next", config)
+    assert set(back) == set(stored) and all(torch.equal(back[n], t) for n, t in stored.items())
+    items = list(canonical.items())
+    random.Random(0).shuffle(items)
+    fed = dict(kv for chunk in grouped_chunks([items[i:i + 5] for i in range(0, len(items), 5)], "qwen3_next", config)
+               for kv in chunk)
+    assert set(fed) == set(stored) and all(torch.equal(fed[n], t) for n, t in stored.items())
+    with pytest.raises(RuntimeError, match="model.layers.0.linear_attn.in_proj_ba.weight arrived incomplete"):
+        list(grouped_chunks([[(n, t) for n, t in items if not n.endswith("layers.0.linear_attn.in_proj_a.weight")]],
+                            "qwen3_next", config))
+    with pytest.raises(ValueError, match="in_proj_qkvz.weight needs model.layers.2.linear_attn.in_proj_z.weight"):
+        fuse({n: t for n, t in canonical.items() if n != p + "in_proj_z.weight"}, "qwen3_next", config)
+    config["linear_key_head_dim"] = 8  # not the checkpoint's
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(UserInputError, match=r"tensor model.layers.0.linear_attn.in_proj_qkvz.weight in \S+ has 128 "
+                                             r"rows, but config.json's linear_num_\* / linear_\*_head_dim imply 96"):
+        SafetensorsReader(str(tmp_path / "hf")).read("model.layers.0.linear_attn.in_proj_z.weight")
+
+
 def test_gpt_oss_stacked_experts_read_per_expert_and_mxfp4_as_transformers_dequantizes(tmp_path, gloo_world1):
     """gpt-oss stores each layer's experts stacked ((E, h, 2f) gate_up_proj with gate / up interleaved, (E, f, h)
     down_proj, their biases) and its release in MXFP4 (`_blocks` + `_scales`): the reader serves them per expert

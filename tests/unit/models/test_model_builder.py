@@ -52,7 +52,7 @@ def test_qwen2_and_qwen3_in_transformers5_spelling():
     ({"hidden_act": "gelu"}, "hidden_act"),
     ({"rope_scaling": {"rope_type": "dynamic", "factor": 4.0}}, "rope type 'dynamic' .* would disagree"),
     ({"rope_scaling": {"rope_type": "su", "factor": 4.0}}, "rope type 'su' is not supported; use one of"),
-    ({"partial_rotary_factor": 0.5}, "partial_rotary_factor 0.5 is supported for phi3, glm4, glm4_moe, minimax_m2 and qwen3_5_text models only, not llama"),
+    ({"partial_rotary_factor": 0.5}, "partial_rotary_factor 0.5 is supported for phi3, glm4, glm4_moe, minimax_m2, qwen3_5_text and qwen3_next models only, not llama"),
 ])
 def test_unsupported_hf_features_raise(change, match):
     with pytest.raises(ValueError, match=match):
@@ -848,5 +848,44 @@ def test_qwen3_5_moe_config_json_round_trip():
     assert "intermediate_size" not in written
     assert model_config_from_hf(written) == args
     Qwen3_5MoeTextConfig(**written)
-    with pytest.raises(ValueError, match="this model has top-k routing not renormalised"):
-        hf_config_from_args(dict(args, norm_topk_prob=False), vocab_size=248320)
+    # the top-k not renormalised, or dense layers: Qwen3-Next's form (below)
+    assert hf_config_from_args(dict(args, norm_topk_prob=False), vocab_size=248320)["model_type"] == "qwen3_next"
+    with pytest.raises(ValueError, match="this model has no gated shared expert"):
+        hf_config_from_args(dict(args, shared_expert_gate=False), vocab_size=248320)
+
+
+def test_qwen3_next_config_json_round_trip():
+    """Qwen3-Next's config.json (transformers' Qwen3NextConfig defaults are Qwen3-Next-80B-A3B's: 48 layers, every
+    fourth attention, 512 experts of 512, top-10 renormalised, a gated shared expert): Qwen3.5-MoE's layers; dense
+    layers where mlp_only_layers / decoder_sparse_step put them (as transformers builds them), intermediate_size
+    wide; exported as qwen3_next from megatron's args alone where Qwen3.5-MoE cannot say it, and read back the same."""
+    from transformers import Qwen3MoeConfig, Qwen3NextConfig, Qwen3NextForCausalLM
+
+    from mindspeed_rl.models.hf_export import hf_config_from_args
+
+    args = model_config_from_hf(Qwen3NextConfig().to_dict())
+    assert (args["num_experts"], args["moe_router_topk"], args["moe_ffn_hidden_size"], args["norm_topk_prob"],
+            args["moe_shared_expert_intermediate_size"], args["shared_expert_gate"], args["num_layers"]) == (
+                512, 10, 512, True, 512, True, 48)
+    assert args["linear_attention_layers"] == [1, 1, 1, 0] * 12 and "moe_layer_freq" not in args
+    sparse = Qwen3NextConfig(num_hidden_layers=8, mlp_only_layers=[0], decoder_sparse_step=2, norm_topk_prob=False)
+    args = model_config_from_hf(sparse.to_dict())
+    model = Qwen3NextForCausalLM(Qwen3NextConfig(**dict(sparse.to_dict(), hidden_size=16, num_attention_heads=2,
+                                                        num_key_value_heads=1, head_dim=8, linear_num_key_heads=1,
+                                                        linear_num_value_heads=1, num_experts=2, vocab_size=8)))
+    assert args["moe_layer_freq"] == [int(type(layer.mlp).__name__.endswith("SparseMoeBlock"))
+                                      for layer in model.model.layers] == [0, 1, 0, 1, 0, 1, 0, 1]
+    assert (args["ffn_hidden_size"], args["norm_topk_prob"]) == (5632, False)
+    written = hf_config_from_args(args, vocab_size=151936)
+    assert (written["model_type"], written["architectures"]) == ("qwen3_next", ["Qwen3NextForCausalLM"])
+    assert written["mlp_only_layers"] == [0, 2, 4, 6] and model_config_from_hf(written) == args
+    Qwen3NextConfig(**written)
+    qwen3_moe = model_config_from_hf(Qwen3MoeConfig(num_hidden_layers=4, mlp_only_layers=[1]).to_dict())
+    assert qwen3_moe["moe_layer_freq"] == [1, 0, 1, 1]  # Qwen3-MoE / Qwen2-MoE place dense layers the same way
+    written = hf_config_from_args(qwen3_moe, vocab_size=151936)
+    assert (written["model_type"], written["mlp_only_layers"]) == ("qwen3_moe", [1])
+    assert model_config_from_hf(written) == qwen3_moe
+    with pytest.raises(ValueError, match="mlp_only_layers .* must name layers 0 ... 7"):
+        model_config_from_hf(dict(sparse.to_dict(), mlp_only_layers=[8]))
+    with pytest.raises(ValueError, match="leave no MoE layer of 8"):
+        model_config_from_hf(dict(sparse.to_dict(), decoder_sparse_step=9))
