@@ -138,8 +138,8 @@ def QWEN3_5_VISION(tiny):  # noqa: N802 (Qwen3.5's image-text checkpoints: a tin
 
 def QWEN3_5_MOE_TEXT(tiny):  # noqa: N802
     text = {k: v for k, v in QWEN3_5_TEXT(tiny).items() if k != "intermediate_size"}
-    return dict(text, tie_word_embeddings=False, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
-                shared_expert_intermediate_size=48)
+    moe = {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 48}
+    return dict(text, tie_word_embeddings=False, **{k: tiny.get(k, v) for k, v in moe.items()})  # overrides win
 
 
 def QWEN3_NEXT(tiny):  # noqa: N802 (Qwen3-Next: Qwen3.5-MoE's text model, no M-RoPE, its own names)

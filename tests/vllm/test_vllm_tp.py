@@ -18,7 +18,7 @@ WORKER = HERE / "tp_engine_worker.py"
 pytestmark = pytest.mark.timeout(1200)
 
 
-def run_world(hf_dir: str, world: int, tp: int, out: Path) -> list[dict]:
+def run_world(hf_dir: str, world: int, tp: int, out: Path, dtype: str = "float32") -> list[dict]:
     """Launch `world` ranks of tp_engine_worker.py (torchrun's environment) and read their outputs."""
     out.mkdir()
     port = testing_utils.free_port()
@@ -28,7 +28,7 @@ def run_world(hf_dir: str, world: int, tp: int, out: Path) -> list[dict]:
                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}
         log = open(out / f"log{rank}.txt", "w")
         procs.append((subprocess.Popen([sys.executable, str(WORKER), "--hf-dir", hf_dir, "--tp", str(tp),
-                                        "--out", str(out)], env=env, stdout=log, stderr=subprocess.STDOUT), log))
+                                        "--out", str(out), "--dtype", dtype], env=env, stdout=log, stderr=subprocess.STDOUT), log))
     try:
         for rank, (proc, _) in enumerate(procs):
             try:

@@ -21,6 +21,7 @@ def main() -> None:
     p.add_argument("--hf-dir", required=True)
     p.add_argument("--tp", type=int, required=True)
     p.add_argument("--out", required=True)
+    p.add_argument("--dtype", default="float32")
     a = p.parse_args()
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.distributed.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=300))
@@ -31,7 +32,7 @@ def main() -> None:
     with open(os.path.join(a.hf_dir, "config.json"), encoding="utf-8") as f:
         hf_config = json.load(f)
     engine = VLLMEngine(hf_config, vocab_size=hf_config["vocab_size"], max_length=128, eos_token_ids=[0],
-                        pad_token_id=0, seed=0, tensor_parallel_size=a.tp, platform_name="cpu")
+                        pad_token_id=0, seed=0, tensor_parallel_size=a.tp, platform_name="cpu", dtype=a.dtype)
     reader = SafetensorsReader(a.hf_dir)
     named = [(n, reader.read(n)) for n in sorted(reader.weight_map)]
     random.Random(3).shuffle(named)  # shuffled, chunks of 3 tensors: chunk boundaries inside layers

@@ -182,7 +182,8 @@ def test_qwen3_next_grouped_delta_projections_read_as_transformers_splits_them(t
     in_proj_ba: [b|a]): the reader serves the canonical in_proj_qkv / _z / _b / _a exactly as transformers' own
     fix_query_key_value_ordering splits them (and row ranges of them: a TP shard's key heads), a stored tensor
     whose rows config.json does not imply is refused naming it, and the writer (and the vLLM weight feed, with
-    a layer's parts split over chunks in any order) groups them back bit for bit."""
+    a layer's parts split over chunks in any order) groups them back bit for bit; in block FP8 (the -FP8
+    releases) each part's rows are its tiles' dequantized values."""
     import random
 
     from mindspeed_rl.models.hf_bridge.names import fuse
@@ -218,6 +219,18 @@ def test_qwen3_next_grouped_delta_projections_read_as_transformers_splits_them(t
                             "qwen3_next", config))
     with pytest.raises(ValueError, match="in_proj_qkvz.weight needs model.layers.2.linear_attn.in_proj_z.weight"):
         fuse({n: t for n, t in canonical.items() if n != p + "in_proj_z.weight"}, "qwen3_next", config)
+    from testing_utils import fp8_blockwise  # Qwen3-Next-80B-A3B-*-FP8's format: the rows picked after dequantizing
+
+    from mindspeed_rl.models.hf_bridge.names import grouped_parts
+
+    make_tiny_hf("qwen3_next", str(tmp_path / "wide"), linear_key_head_dim=48)  # in_proj_qkvz: 2 x 128 rows, 2 tiles
+    values = fp8_blockwise(str(tmp_path / "wide"), str(tmp_path / "fp8"))
+    quantized = SafetensorsReader(str(tmp_path / "fp8"))
+    qkvz = "model.layers.0.linear_attn.in_proj_qkvz.weight"
+    for part, rows in grouped_parts(qkvz, read_hf_config(str(tmp_path / "fp8"))):
+        assert quantized.quantized(part) and torch.equal(quantized.read(part), values[qkvz][rows])
+        assert torch.equal(quantized.read(part, rows=slice(40, 90)), values[qkvz][rows[40:90]])
+    assert values[qkvz].shape[0] == 256
     config["linear_key_head_dim"] = 8  # not the checkpoint's
     (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
     with pytest.raises(UserInputError, match=r"tensor model.layers.0.linear_attn.in_proj_qkvz.weight in \S+ has 128 "
