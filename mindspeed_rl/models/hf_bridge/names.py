@@ -170,23 +170,22 @@ def group(tensors: dict, model_type: str | None, hf_config: dict | None) -> dict
         return tensors
     out, taken = {}, set()
     for name in tensors:
-        m = _LAYER.match(name)
-        for stored, (what, parts) in grouped.items() if m else ():
-            names = [m.group(1) + p for p, _ in parts]
-            if name not in names or m.group(1) + stored in out:
-                continue
-            missing = [n for n in names if n not in tensors]
-            if missing:
-                raise ValueError(f"{m.group(1) + stored} needs {', '.join(missing)} in the same shard")
-            if hf_config is None:
-                raise ValueError(f"{m.group(1) + stored}: writing a {model_type} checkpoint needs its config.json")
-            groups, widths = _group_widths(what, hf_config)
-            first = tensors[names[0]]
-            whole = first.new_empty(groups * sum(widths), *first.shape[1:])
-            for n, (_, slots) in zip(names, parts):
-                whole[_grouped_rows(groups, widths, slots)] = tensors[n]
-            out[m.group(1) + stored] = whole
-            taken.update(names)
+        members = group_members(name, model_type)
+        if members is None or members[0] in out:
+            continue
+        stored, names = members
+        missing = [n for n in names if n not in tensors]
+        if missing:
+            raise ValueError(f"{stored} needs {', '.join(missing)} in the same shard")
+        if hf_config is None:
+            raise ValueError(f"{stored}: writing a {model_type} checkpoint needs its config.json")
+        what, parts = grouped[_LAYER.match(stored).group(2)]
+        groups, widths = _group_widths(what, hf_config)
+        whole = tensors[names[0]].new_empty(groups * sum(widths), *tensors[names[0]].shape[1:])
+        for n, (_, slots) in zip(names, parts):
+            whole[_grouped_rows(groups, widths, slots)] = tensors[n]
+        out[stored] = whole
+        taken.update(names)
     out.update((n, t) for n, t in tensors.items() if n not in taken)
     return out
 
