@@ -630,7 +630,7 @@ def write_hf_dir(out_dir: str, shards: Iterable[dict[str, torch.Tensor]], config
     shards = list(shards) if not isinstance(shards, list) else shards
     weight_map = {}
     for i, shard in enumerate(shards):
-        weight_map.update(write_shard(tmp, i, len(shards), shard, config.get("model_type"), config))
+        weight_map.update(write_shard(tmp, i, len(shards), shard, config))
     config, mtp = mtp_layers(config, mtp_source, weight_map)
     finish_hf_dir(tmp, out_dir, weight_map, len(shards), config, tokenizer_dir, mtp)
     return out_dir
@@ -641,13 +641,13 @@ def shard_file(index: int, count: int) -> str:
 
 
 def write_shard(tmp: str, index: int, count: int, tensors: Mapping[str, torch.Tensor],
-                model_type: Optional[str] = None, hf_config: Optional[Mapping[str, Any]] = None) -> dict[str, str]:
-    """Save one shard of canonical-named HF tensors, under the names and layouts `model_type`
-    checkpoints use (hf_bridge/names.py: Mixtral's names, Phi-3's fused q/k/v and gate/up, Qwen3-Next's
-    DeltaNet projections grouped per key head, whose sizes come from config.json: `hf_config`); returns
-    its part of the index's weight_map."""
+                hf_config: Mapping[str, Any]) -> dict[str, str]:
+    """Save one shard of canonical-named HF tensors, under the names and layouts checkpoints of config.json's
+    model_type use (hf_bridge/names.py: Mixtral's names, Phi-3's fused q/k/v and gate/up, Qwen3-Next's
+    DeltaNet projections grouped per key head, whose sizes config.json gives); returns its part of the
+    index's weight_map."""
     name = shard_file(index, count)
-    stored = {k: v.contiguous() for k, v in fuse(dict(tensors), model_type, hf_config).items()}
+    stored = {k: v.contiguous() for k, v in fuse(dict(tensors), hf_config.get("model_type"), hf_config).items()}
     save_file(stored, os.path.join(tmp, name), metadata={"format": "pt"})
     return {k: name for k in stored}
 
@@ -749,7 +749,7 @@ def export_hf(model: torch.nn.Module, args: Mapping[str, Any], out_dir: str, voc
         experts = {k: v for p in parts_ep for k, v in p.items()}
     if writer:
         out.update(experts)
-    part = write_shard(tmp, pp_rank, pp, out, config.get("model_type"), config) if writer else {}
+    part = write_shard(tmp, pp_rank, pp, out, config) if writer else {}
     parts = [None] * torch.distributed.get_world_size() if rank0 else None
     torch.distributed.gather_object(part, parts, dst=0)
     if rank0:
