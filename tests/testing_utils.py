@@ -217,7 +217,9 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
     GLM-4.7-Flash (DeepSeek-V3's attention and MoE, its dense first layer in mlp_layer_types); ernie4_5_moe: ERNIE 4.5
     MoE (ERNIE's attention; the first layer dense, then softmax routing with a random expert bias, a shared expert);
     apertus: Apertus (per-head q / k norms, llama3 rope x 8 over 32 positions, an xIELU MLP without a gate, its scalars
-    random). `overrides` change TINY_HF (num_hidden_layers=4)."""
+    random); olmoe: OLMoE (q / k norms across heads under pre-norms, 4 experts intermediate_size wide, top-2 not
+    renormalised); flex_olmo: FlexOlmo (OLMo 2's post norms with OLMoE's experts). `overrides` change TINY_HF
+    (num_hidden_layers=4)."""
     import transformers as tf
 
     tiny = dict(TINY_HF, **overrides)
@@ -252,6 +254,13 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
         "gemma3_text": gemma3_text,
         "gemma": lambda: tf.GemmaConfig(**{"head_dim": 16, **tiny}),
         "olmo2": lambda: tf.Olmo2Config(**{"rope_theta": 5e5, "pad_token_id": 0, **tiny}),
+        # OLMoE's layout scaled down: q / k norms across all heads (GQA: k_norm over 2 heads) under pre-norms, 4
+        # experts intermediate_size (128) wide, top-2 softmax routing not renormalised, Qwen-MoE's names
+        "olmoe": lambda: tf.OlmoeConfig(**{"num_experts": 4, "num_experts_per_tok": 2, "norm_topk_prob": False,
+                                           "pad_token_id": None, "eos_token_id": 2, **tiny}),
+        # FlexOlmo's: OLMo 2's layers (post norms only) with OLMoE's experts, here renormalised
+        "flex_olmo": lambda: tf.FlexOlmoConfig(**{"num_experts": 4, "num_experts_per_tok": 2, "norm_topk_prob": True,
+                                                  "rope_theta": 5e5, "pad_token_id": None, "eos_token_id": 2, **tiny}),
         # GLM-4-0414: q / k / v biases, sandwich norms, gate_up_proj, RoPE on interleaved pairs of half of each head
         "glm4": lambda: tf.Glm4Config(**{"head_dim": 16, "pad_token_id": 0, "eos_token_id": 2, **tiny}),
         # GLM-4.5's layout scaled down: the first layer dense, then MoE layers with sigmoid routing, a per-expert
@@ -420,7 +429,8 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
            "minimax_m2": tf.MiniMaxM2ForCausalLM, "glm4_moe_lite": tf.Glm4MoeLiteForCausalLM, "ministral3": tf.Mistral3ForConditionalGeneration, "qwen2_5_vl": tf.Qwen2_5_VLForConditionalGeneration, "qwen3_vl": tf.Qwen3VLForConditionalGeneration,
            "qwen3_vl_moe": tf.Qwen3VLMoeForConditionalGeneration, "qwen3_5_text": tf.Qwen3_5ForCausalLM,
            "qwen3_5": tf.Qwen3_5ForConditionalGeneration, "qwen3_5_moe_text": tf.Qwen3_5MoeForCausalLM,
-           "qwen3_5_moe": tf.Qwen3_5MoeForConditionalGeneration, "qwen3_next": tf.Qwen3NextForCausalLM}[arch]
+           "qwen3_5_moe": tf.Qwen3_5MoeForConditionalGeneration, "qwen3_next": tf.Qwen3NextForCausalLM,
+           "olmoe": tf.OlmoeForCausalLM, "flex_olmo": tf.FlexOlmoForCausalLM}[arch]
     torch.manual_seed(seed)
     model = cls(config).eval()
     with torch.no_grad():
@@ -496,6 +506,16 @@ MINIMAX_M2 = {"architectures": ["MiniMaxM2ForCausalLM"], "attn_type_list": [1] *
               "quantization_config": {"activation_scheme": "dynamic", "fmt": "float8_e4m3fn", "quant_method": "fp8",
                                       "weight_block_size": [128, 128],
                                       "modules_to_not_convert": ["gate", "e_score_correction_bias", "lm_head"]}}
+
+# OLMoE's config.json as allenai/OLMoE-1B-7B-0125-Instruct publishes it (0924, base, SFT and DPO alike)
+OLMOE_1B_7B = {"architectures": ["OlmoeForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+               "clip_qkv": None, "eos_token_id": 50279, "hidden_act": "silu", "hidden_size": 2048,
+               "initializer_range": 0.02, "intermediate_size": 1024, "max_position_embeddings": 4096,
+               "model_type": "olmoe", "norm_topk_prob": False, "num_attention_heads": 16, "num_experts": 64,
+               "num_experts_per_tok": 8, "num_hidden_layers": 16, "num_key_value_heads": 16,
+               "output_router_logits": False, "pad_token_id": 1, "rms_norm_eps": 1e-05, "rope_scaling": None,
+               "rope_theta": 10000.0, "router_aux_loss_coef": 0.01, "tie_word_embeddings": False,
+               "torch_dtype": "bfloat16", "use_cache": True, "vocab_size": 50304}
 
 
 def add_mtp_layer(hf_dir):

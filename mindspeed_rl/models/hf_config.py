@@ -19,10 +19,10 @@ from mindspeed_rl.models.hf_moe_config import moe_args_from_hf
 HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "smollm3", "granite",
             "gemma3_text", "gemma2", "gemma", "olmo2", "olmo3", "ministral3", "exaone4", "seed_oss", "glm4",
             "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus",
-            "qwen3_5_text", "qwen3_5_moe_text", "qwen3_next")
+            "qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss",
-             "minimax_m2", "ernie4_5_moe", "qwen3_5_moe_text", "qwen3_next")
+             "minimax_m2", "ernie4_5_moe", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo")
 # Gated DeltaNet and gated attention (qwen3_5_args): Qwen3.5, Qwen3.5-MoE, Qwen3-Next
 QWEN3_5_ARCHS = ("qwen3_5_text", "qwen3_5_moe_text", "qwen3_next")
 MLA_ARCHS = ("deepseek_v3", "deepseek_v2", "glm4_moe_lite")  # multi-latent attention (mla_args)
@@ -67,6 +67,12 @@ HF_DEFAULTS = {
                  "first_k_dense_replace": 1, "norm_topk_prob": True, "routed_scaling_factor": 1.0, "n_group": 1,
                  "topk_group": 1, "num_experts_per_tok": 8, "moe_intermediate_size": 1408},
     # q_lora_rank is not here: null in a config.json means one full-rank query projection (mla_args)
+    # OLMoE-1B-7B's (transformers' OlmoeConfig): experts intermediate_size wide, top-k not renormalised
+    "olmoe": {"rms_norm_eps": 1e-5, "num_experts": 64, "num_experts_per_tok": 8, "intermediate_size": 2048,
+              "norm_topk_prob": False},
+    # transformers' FlexOlmoConfig (FlexOlmo-7x7B-1T's layout)
+    "flex_olmo": {"rope_theta": 500000.0, "num_experts": 7, "num_experts_per_tok": 5, "intermediate_size": 11008,
+                  "norm_topk_prob": False},
     "minimax_m2": {"head_dim": 128, "rope_theta": 5000000.0, "num_local_experts": 256, "num_experts_per_tok": 8,
                    "intermediate_size": 1536},
     "gpt_oss": {"head_dim": 64, "attention_bias": True, "rope_theta": 150000.0, "sliding_window": 128,
@@ -116,6 +122,10 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     routing (an expert bias, every layer MoE, no shared expert; minimax_m2_moe_args), OLMo 2's q / k norms
     across all heads before RoPE on the first rotary_dim of each head (Llama's pairs); its multi-token-prediction
     modules (num_mtp_modules, stored after the last layer) are not read.
+    OLMoE (olmoe: OLMoE-1B-7B-0924 / -0125, base, -SFT, -DPO, -Instruct) is Llama's attention with OLMo 2's q / k
+    norms across all heads under the usual pre-norms, and Qwen2-MoE's experts (their names, softmax routing, the
+    top-k not renormalised by default) intermediate_size wide, no shared expert; clip_qkv is refused. FlexOlmo
+    (flex_olmo: FlexOlmo-7x7B-1T, -RT) is OLMo 2's layers (norms after attention and MLP only) with OLMoE's experts.
     A quantized checkpoint is read dequantized where its format is one the reader knows (check_quantization).
     Apertus (apertus: Apertus-8B / 70B base / instruct) is Llama's attention with Qwen3's per-head q / k
     norms, llama3 rope scaling and an MLP without a gate, down(xIELU(up(x))) with two learnable scalars per
@@ -164,8 +174,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
                          "releases have none.")
     if hf.get("mlp_bias"):
         raise ValueError("config.json mlp_bias=true is not supported (Megatron has no MLP-only bias).")
-    if model_type in ("llama", "granite", "olmo2", "olmo3", "exaone4", "arcee", "apertus", *GEMMA_ARCHS) and \
-            hf.get("attention_bias"):
+    if model_type in ("llama", "granite", "olmo2", "olmo3", "exaone4", "arcee", "apertus", "olmoe", "flex_olmo",
+                      *GEMMA_ARCHS) and hf.get("attention_bias"):
         raise ValueError(f"config.json attention_bias=true for {model_type} (bias on o_proj) is not supported.")
     # transformers 5 keeps it in rope_parameters, 4.x at the top level
     partial = float(rope.get("partial_rotary_factor") or hf.get("partial_rotary_factor") or 1.0)
@@ -173,6 +183,9 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     if rotary_percent is not None and model_type not in ("phi3", "glm4", "glm4_moe", "minimax_m2", *QWEN3_5_ARCHS):
         raise ValueError(f"config.json partial_rotary_factor {partial} is supported for phi3, glm4, glm4_moe, "
                          f"minimax_m2, qwen3_5_text and qwen3_next models only, not {model_type}.")
+    if hf.get("clip_qkv") is not None:
+        raise ValueError(f"config.json clip_qkv {hf['clip_qkv']} (queries, keys and values clamped to +-clip_qkv) is "
+                         f"not supported; OLMoE's releases set it null.")
     if hf.get("use_sliding_window"):
         raise ValueError("config.json use_sliding_window=true is not supported; set it to false.")
     activation = gemma_activation(hf) if model_type in GEMMA_ARCHS else hf.get("hidden_act", "silu")
@@ -238,8 +251,10 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         args.update(gemma_args(hf, args["num_layers"], head_dim))
     if model_type in ("olmo2", "olmo3"):
         args.update(pre_norm=False, post_norm=True, qk_layernorm=True, qk_layernorm_across_heads=True)
-    if model_type == "minimax_m2":  # OLMo 2's q / k norms over all heads, before the usual pre-norms' layers
+    if model_type in ("minimax_m2", "olmoe"):  # OLMo 2's q / k norms over all heads, before the usual pre-norms' layers
         args.update(qk_layernorm=True, qk_layernorm_across_heads=True)
+    if model_type == "flex_olmo":  # FlexOlmo: OLMo 2's layers (post norms only) with OLMoE's experts
+        args.update(pre_norm=False, post_norm=True, qk_layernorm=True, qk_layernorm_across_heads=True)
     if model_type == "olmo3":
         args.update(olmo3_args(hf, args["num_layers"], rope_type, args["rotary_base"]))
     if model_type == "exaone4":

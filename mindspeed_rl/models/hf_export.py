@@ -54,8 +54,9 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
         return gpt_oss_config(args, vocab_size, dtype)
     if args.get("linear_attention_layers") is not None or args.get("attention_output_gate"):
         return qwen3_5_config(args, vocab_size, dtype)
-    if args.get("qk_layernorm_across_heads") and args.get("pre_norm", True) and int(args.get("num_experts") or 0) > 1:
-        return minimax_m2_config(args, vocab_size, dtype)
+    if args.get("qk_layernorm_across_heads") and int(args.get("num_experts") or 0) > 1:
+        minimax = args.get("moe_router_score_function") == "sigmoid" or args.get("moe_router_enable_expert_bias")
+        return (minimax_m2_config if minimax else olmoe_config)(args, vocab_size, dtype)
     if args.get("qk_layernorm_across_heads") or args.get("pre_norm") is False:
         return olmo_config(args, vocab_size, dtype)
     gemma = [k for k in GEMMA_KEYS if args.get(k)]
@@ -307,6 +308,44 @@ def minimax_m2_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dty
                   scoring_func="sigmoid", use_routing_bias=True, use_qk_norm=True, qk_norm_type="per_layer",
                   shared_intermediate_size=0, router_jitter_noise=0.0, attention_bias=False,
                   attn_type_list=[1] * config["num_hidden_layers"], use_mtp=False, num_mtp_modules=0)
+    return config
+
+
+def olmoe_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
+    """OLMoE's config.json (olmoe, OlmoeForCausalLM) for an MoE model with q / k norms across heads under the usual
+    pre-norms and softmax routing, or FlexOlmo's (flex_olmo, FlexOlmoForCausalLM) for one with OLMo 2's norms after
+    attention and MLP only (pre_norm: false, post_norm), both read back the same (models/hf_config.py): every layer
+    MoE, experts intermediate_size wide, the top-k renormalised or not (norm_topk_prob), no shared expert, expert
+    bias, groups or routed scale, no biases, Llama's RoPE on whole heads of hidden_size / num_attention_heads."""
+    flex = args.get("pre_norm", True) is False
+    heads = int(args["num_attention_heads"])
+    problems = [what for what, bad in (
+        ("every layer an MoE layer (moe_layer_freq)", not all(moe_layers(args))),
+        ("softmax routing without an expert bias, shared expert, groups or routed scale",
+         (args.get("moe_router_score_function") or "softmax") != "softmax" or args.get("moe_router_enable_expert_bias")
+         or args.get("moe_shared_expert_intermediate_size") or int(args.get("moe_router_num_groups") or 1) > 1
+         or float(args.get("moe_router_topk_scaling_factor") or 1.0) != 1.0),
+        ("no biases (add_qkv_bias, disable_bias_linear: true)", args.get("add_qkv_bias")
+         or args.get("disable_bias_linear") is False),
+        ("full rotary on Llama's pairs, full attention, head dimension hidden_size / num_attention_heads",
+         float(args.get("rotary_percent") or 1.0) != 1.0 or args.get("rotary_interleaved") or args.get("sliding_window")
+         or args.get("no_rope_freq") or args.get("multi_latent_attention")
+         or int(args.get("kv_channels") or args["hidden_size"] // heads) * heads != int(args["hidden_size"])),
+        ("qk_layernorm, and post_norm exactly when pre_norm is false (FlexOlmo's layers)",
+         not args.get("qk_layernorm") or bool(args.get("post_norm")) != flex),
+    ) if bad]
+    if problems:
+        raise ValueError(f"an MoE model with q / k norms across heads and softmax routing has a config.json form only "
+                         f"as OLMoE (olmoe) or FlexOlmo (flex_olmo), which need {'; '.join(problems)}.")
+    config = base_config(args, vocab_size, dtype, "flex_olmo" if flex else "olmoe",
+                         "FlexOlmoForCausalLM" if flex else "OlmoeForCausalLM", rope_parameters(args),
+                         eps=1e-6 if flex else 1e-5)
+    config.update(hidden_act="silu", intermediate_size=int(args.get("moe_ffn_hidden_size") or args["ffn_hidden_size"]),
+                  num_experts=int(args["num_experts"]), num_experts_per_tok=int(args.get("moe_router_topk") or 2),
+                  norm_topk_prob=bool(args.get("norm_topk_prob", not args.get("moe_router_pre_softmax", False))),
+                  attention_bias=False, pad_token_id=None)
+    if not flex:
+        config["clip_qkv"] = None
     return config
 
 

@@ -25,7 +25,7 @@ def moe_args_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     (renormalise the top-k softmax probabilities) is megatron's softmax over the top-k logits, i.e.
     moe_router_pre_softmax = not norm_topk_prob. Qwen2-MoE adds a shared expert with a sigmoid gate
     (megatron's SharedExpertMLP with gate). Mixtral always renormalises, and its experts are
-    `intermediate_size` wide. GLM-4.5: glm4_moe_args."""
+    `intermediate_size` wide, as OLMoE's and FlexOlmo's (which route as Qwen2-MoE). GLM-4.5: glm4_moe_args."""
     if hf.get("model_type") in V3_ROUTING:
         return glm4_moe_args(hf)
     if hf.get("model_type") == "deepseek_v2":
@@ -42,6 +42,7 @@ def moe_args_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     if not experts:
         raise ValueError(f"config.json of a {hf.get('model_type')} model has no num_experts (or num_local_experts).")
     mixtral = hf.get("model_type") in ("mixtral", "gpt_oss")  # gpt-oss routes as Mixtral: softmax over the top-k
+    wide = mixtral or hf.get("model_type") in ("olmoe", "flex_olmo")  # experts intermediate_size wide
     if mixtral and float(hf.get("router_jitter_noise") or 0.0) > 0:
         raise ValueError(f"config.json router_jitter_noise {hf['router_jitter_noise']} (noise on the router logits "
                          "in training) is not supported; set it to 0.")
@@ -56,7 +57,7 @@ def moe_args_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     return {**shared,
         "num_experts": int(experts),
         "moe_router_topk": int(hf["num_experts_per_tok"]),
-        "moe_ffn_hidden_size": int(hf["intermediate_size"] if mixtral else hf["moe_intermediate_size"]),
+        "moe_ffn_hidden_size": int(hf["intermediate_size"] if wide else hf["moe_intermediate_size"]),
         "norm_topk_prob": True if mixtral or qwen3_5 else bool(hf.get("norm_topk_prob", False)),
     }
 

@@ -26,10 +26,10 @@ OVERRIDES = {"gemma3": {"seed": 1}}
 
 # one run per distinct checkpoint layout, to keep CI's time: Llama from config.json is tests/real_model's
 # SmolLM2 run, a Qwen2 is qwen2_5_vl's text model, Gemma 3's text model (gemma3_text) is gemma3's, OLMo 2's
-# layers are olmo3's; the forward of Qwen3, SmolLM3, Granite and Gemma 2 is their parity and decode tests'
+# layers are olmo3's, OLMoE's flex_olmo's; the forward of Qwen3, SmolLM3, Granite and Gemma 2 is their parity and decode tests'
 @pytest.mark.parametrize("arch", ["phi3", "mixtral", "gemma3", "mistral3", "olmo3", "qwen2_5_vl", "glm4_moe",
                                   "deepseek_v3", "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus",
-                                  "qwen3_5", "qwen3_5_moe", "qwen3_next"])
+                                  "qwen3_5", "qwen3_5_moe", "qwen3_next", "flex_olmo"])
 def test_empty_model_yaml_runs(arch, tmp_path):
     """phi3 (q/k/v and gate/up stored fused), mixtral (its own expert names) and gemma3 (its text
     model's own norm names) also export at the end (save_hf): the HF checkpoint has the original's tensor names
@@ -51,7 +51,9 @@ def test_empty_model_yaml_runs(arch, tmp_path):
     (Qwen3.5's image-text checkpoint: Gated DeltaNet and output-gated attention) trains its text model, generates
     with the native engine carrying the DeltaNet state, and exports Qwen3_5ForCausalLM; qwen3_5_moe (Qwen3.5-MoE's:
     the same with Qwen2-MoE's experts) exports Qwen3_5MoeForCausalLM with its per-expert tensors; qwen3_next
-    (Qwen3-Next: those layers with the DeltaNet projections fused per key head) exports in_proj_qkvz / in_proj_ba."""
+    (Qwen3-Next: those layers with the DeltaNet projections fused per key head) exports in_proj_qkvz / in_proj_ba;
+    flex_olmo (FlexOlmo: OLMoE's experts and q / k norms across heads under OLMo 2's post norms, which OLMoE's own
+    layout adds nothing to here) exports under OLMo 2's norm names."""
     hf = tmp_path / "hf"
     if arch == "gpt_oss":
         from testing_utils import mxfp4_gpt_oss
@@ -64,7 +66,7 @@ def test_empty_model_yaml_runs(arch, tmp_path):
     tok = tiny_task.TOKENIZER_DIR  # the tiny task's 13-token tokenizer fits the 120-row embedding
     own_names = arch in ("phi3", "mixtral", "gemma3", "mistral3", "olmo3", "qwen2_5_vl", "glm4_moe", "deepseek_v3",
                          "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus", "qwen3_5", "qwen3_5_moe",
-                         "qwen3_next")
+                         "qwen3_next", "flex_olmo")
     proc = subprocess.run(
         [sys.executable, str(ROOT / "ray_gpt.py"), "--config-dir", str(CONFIGS), "--config-name", "grpo_trainer_hf_any",
          f"actor_rollout_ref.actor_rollout.load={hf}", f"actor_rollout_ref.ref.load={hf}",

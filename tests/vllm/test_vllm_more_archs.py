@@ -17,7 +17,8 @@ MistralForCausalLM serves Ministral3ForCausalLM) and an EXAONE 4.0 (vLLM's Exaon
 norms, per-head q / k norms, a 16-position window with RoPE in its sliding layers, neither in its
 full ones) and a Seed-OSS (q / k / v biases, its own head_dim; vLLM's Transformers backend) and a GLM-4
 (vLLM's Glm4ForCausalLM: RoPE on interleaved pairs of half of each head, sandwich norms) and an ERNIE 4.5 (vLLM's Ernie4_5ForCausalLM: RoPE on
-interleaved pairs of the whole head):
+interleaved pairs of the whole head) and an OLMoE (vLLM's OlmoeForCausalLM: q / k norms across heads, top-k
+not renormalised) and a FlexOlmo (those under OLMo 2's post norms; vLLM's Transformers backend):
 synced from the training model, their
 greedy tokens equal the native engine's and their sampled log-probs the training forward's. Mistral,
 Mixtral and Phi-3 attend through a 16-position sliding window (sequences up to 31 positions):
@@ -76,7 +77,7 @@ VARIANTS = {
 }
 
 
-TRANSFORMERS_BACKEND = ("smollm3", "arcee")  # architectures vLLM 0.32 serves with its Transformers backend
+TRANSFORMERS_BACKEND = ("smollm3", "arcee", "flex_olmo")  # architectures vLLM 0.32 serves with its Transformers backend
 
 
 def _make_in_child(arch, out, overrides):
@@ -98,7 +99,7 @@ def _make_in_child(arch, out, overrides):
                                   "smollm3-yarn", "granite", "gemma3", "gemma2", "mistral3", "gemma", "olmo3",
                                   "qwen3_vl", "ministral3", "exaone4", "seed_oss", "glm4",
                                   "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2", "gpt_oss",
-                                  "minimax_m2", "glm4_moe_lite", "ernie4_5_moe", "apertus"])
+                                  "minimax_m2", "glm4_moe_lite", "ernie4_5_moe", "apertus", "olmoe", "flex_olmo"])
 def test_synced_engine_equals_the_training_model(arch, tmp_path, gloo_world1):
     from mindspeed_rl.rollout.native import NativeEngine
     from mindspeed_rl.rollout.vllm_engine import VLLMEngine

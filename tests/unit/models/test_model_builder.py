@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from mindspeed_rl.models.builder import llama3_inv_freq, model_config_from_hf, transformer_config
-from testing_utils import DEEPSEEK_V2_LITE, DEEPSEEK_V3, GPT_OSS_20B, MINIMAX_M2
+from testing_utils import DEEPSEEK_V2_LITE, DEEPSEEK_V3, GPT_OSS_20B, MINIMAX_M2, OLMOE_1B_7B
 
 LLAMA32_1B = {  # transformers 4.x spelling (rope_theta + rope_scaling)
     "model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
@@ -663,6 +663,40 @@ def test_minimax_m2_config_json_round_trip():
     with pytest.raises(ValueError, match="only as MiniMax-M2 .minimax_m2., which needs every layer an MoE layer"):
         hf_config_from_args(dict(args, moe_layer_freq=[0] + [1] * 61), vocab_size=200064)
 
+
+
+def test_olmoe_and_flex_olmo_config_json_round_trip():
+    """OLMoE-1B-7B's config.json (16 layers of 64 experts 1024 wide, 8 per token, softmax routing not
+    renormalised; q / k norms across the 16 heads under pre-norms; eps 1e-5) and FlexOlmo's (transformers'
+    defaults: OLMo 2's layers with 7 experts): the args, exported as the same model type and read back the same;
+    clip_qkv and attention_bias, which the layers do not compute, are refused in one sentence."""
+    from transformers import FlexOlmoConfig, OlmoeConfig
+
+    from mindspeed_rl.models.hf_export import hf_config_from_args
+
+    args = model_config_from_hf(OLMOE_1B_7B)
+    assert (args["num_experts"], args["moe_router_topk"], args["moe_ffn_hidden_size"], args["norm_topk_prob"],
+            args["qk_layernorm"], args["qk_layernorm_across_heads"], args["norm_epsilon"]) == (
+                64, 8, 1024, False, True, True, 1e-5)
+    assert "pre_norm" not in args and "moe_router_score_function" not in args and "moe_layer_freq" not in args
+    written = hf_config_from_args(args, vocab_size=50304)
+    assert (written["model_type"], written["architectures"], written["clip_qkv"]) == ("olmoe", ["OlmoeForCausalLM"], None)
+    assert model_config_from_hf(written) == args
+    assert OlmoeConfig(**written).intermediate_size == 1024
+    flex = model_config_from_hf(FlexOlmoConfig().to_dict())
+    assert (flex["pre_norm"], flex["post_norm"], flex["num_experts"], flex["moe_router_topk"], flex["rotary_base"]) == (
+        False, True, 7, 5, 5e5)
+    written = hf_config_from_args(flex, vocab_size=100352)
+    assert (written["model_type"], written["architectures"]) == ("flex_olmo", ["FlexOlmoForCausalLM"])
+    assert model_config_from_hf(written) == flex
+    for change, match in ((dict(clip_qkv=8.0), "clip_qkv 8.0 .queries, keys and values clamped"),
+                          (dict(attention_bias=True), "attention_bias=true for olmoe")):
+        with pytest.raises(ValueError, match=match):
+            model_config_from_hf(dict(OLMOE_1B_7B, **change))
+    with pytest.raises(ValueError, match="only as OLMoE .olmoe. or FlexOlmo .flex_olmo., which need every layer an MoE"):
+        hf_config_from_args(dict(args, moe_layer_freq=[0] + [1] * 15), vocab_size=50304)
+    with pytest.raises(ValueError, match="which need qk_layernorm, and post_norm exactly when pre_norm is false"):
+        hf_config_from_args(dict(args, post_norm=True), vocab_size=50304)
 
 def test_glm4_moe_lite_config_json():
     """GLM-4.7-Flash's config.json (transformers' Glm4MoeLiteConfig defaults are the release's: 47 layers, the
