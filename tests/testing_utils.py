@@ -218,7 +218,8 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
     MoE (ERNIE's attention; the first layer dense, then softmax routing with a random expert bias, a shared expert);
     apertus: Apertus (per-head q / k norms, llama3 rope x 8 over 32 positions, an xIELU MLP without a gate, its scalars
     random); olmoe: OLMoE (q / k norms across heads under pre-norms, 4 experts intermediate_size wide, top-2 not
-    renormalised); flex_olmo: FlexOlmo (OLMo 2's post norms with OLMoE's experts). `overrides` change TINY_HF
+    renormalised); flex_olmo: FlexOlmo (OLMo 2's post norms with OLMoE's experts); hunyuan_v1_dense: HunYuan (per-head
+    q / k norms after RoPE, NTK alpha 1000). `overrides` change TINY_HF
     (num_hidden_layers=4)."""
     import transformers as tf
 
@@ -261,6 +262,12 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
         # FlexOlmo's: OLMo 2's layers (post norms only) with OLMoE's experts, here renormalised
         "flex_olmo": lambda: tf.FlexOlmoConfig(**{"num_experts": 4, "num_experts_per_tok": 2, "norm_topk_prob": True,
                                                   "rope_theta": 5e5, "pad_token_id": None, "eos_token_id": 2, **tiny}),
+        # HunYuan's layout: per-head q / k norms after RoPE, its NTK alpha RoPE (labelled dynamic, fixed: theta x
+        # alpha^(d / (d - 2))) as the releases write it (alpha 1000 and an unused factor 1), untied
+        "hunyuan_v1_dense": lambda: tf.HunYuanDenseV1Config(**{
+            "head_dim": 16, "pad_token_id": None, "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": False,
+            "rope_parameters": {"rope_type": "dynamic", "rope_theta": 10000.0, "alpha": 1000.0, "factor": 1.0},
+            **tiny}),
         # GLM-4-0414: q / k / v biases, sandwich norms, gate_up_proj, RoPE on interleaved pairs of half of each head
         "glm4": lambda: tf.Glm4Config(**{"head_dim": 16, "pad_token_id": 0, "eos_token_id": 2, **tiny}),
         # GLM-4.5's layout scaled down: the first layer dense, then MoE layers with sigmoid routing, a per-expert
@@ -430,7 +437,8 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
            "qwen3_vl_moe": tf.Qwen3VLMoeForConditionalGeneration, "qwen3_5_text": tf.Qwen3_5ForCausalLM,
            "qwen3_5": tf.Qwen3_5ForConditionalGeneration, "qwen3_5_moe_text": tf.Qwen3_5MoeForCausalLM,
            "qwen3_5_moe": tf.Qwen3_5MoeForConditionalGeneration, "qwen3_next": tf.Qwen3NextForCausalLM,
-           "olmoe": tf.OlmoeForCausalLM, "flex_olmo": tf.FlexOlmoForCausalLM}[arch]
+           "olmoe": tf.OlmoeForCausalLM, "flex_olmo": tf.FlexOlmoForCausalLM,
+           "hunyuan_v1_dense": tf.HunYuanDenseV1ForCausalLM}[arch]
     torch.manual_seed(seed)
     model = cls(config).eval()
     with torch.no_grad():
@@ -506,6 +514,19 @@ MINIMAX_M2 = {"architectures": ["MiniMaxM2ForCausalLM"], "attn_type_list": [1] *
               "quantization_config": {"activation_scheme": "dynamic", "fmt": "float8_e4m3fn", "quant_method": "fp8",
                                       "weight_block_size": [128, 128],
                                       "modules_to_not_convert": ["gate", "e_score_correction_bias", "lm_head"]}}
+
+# HunYuan's config.json in the form tencent/Hunyuan-7B-Instruct publishes it (it cannot be downloaded here: the keys
+# and the RoPE are the release's form, the sizes as documented for the 7B): NTK alpha 1000 labelled dynamic, with
+# YaRN-style keys transformers does not read for it
+HUNYUAN_7B = {"architectures": ["HunYuanDenseV1ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+              "bos_token_id": 1, "eos_token_id": 127960, "head_dim": 128, "hidden_act": "silu", "hidden_size": 4096,
+              "initializer_range": 0.02, "intermediate_size": 14336, "max_position_embeddings": 32768,
+              "mlp_bias": False, "model_type": "hunyuan_v1_dense", "num_attention_heads": 32, "num_hidden_layers": 32,
+              "num_key_value_heads": 8, "pad_token_id": 127961, "rms_norm_eps": 1e-05,
+              "rope_scaling": {"alpha": 1000.0, "beta_fast": 32, "beta_slow": 1, "factor": 1.0, "mscale": 1.0,
+                               "mscale_all_dim": 1.0, "type": "dynamic"},
+              "rope_theta": 10000.0, "tie_word_embeddings": True, "torch_dtype": "bfloat16", "use_cache": True,
+              "vocab_size": 128167}
 
 # OLMoE's config.json as allenai/OLMoE-1B-7B-0125-Instruct publishes it (0924, base, SFT and DPO alike)
 OLMOE_1B_7B = {"architectures": ["OlmoeForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,

@@ -67,6 +67,7 @@ class ModelArch:
     output_logit_softcapping: Optional[float] = doc(None, "logits soft-capped to cap x tanh(logit / cap) (Gemma 2's final_logit_softcapping: 30); null = none")
     pre_norm: bool = doc(True, "a norm before attention and before the MLP (input_layernorm / pre_mlp_layernorm); false with post_norm: true for OLMo 2's norms after them only")
     qk_layernorm_across_heads: bool = doc(False, "qk_layernorm over each token's whole query / key (all heads), as OLMo 2's, OLMoE's and MiniMax-M2's q_norm / k_norm, not per head (Qwen3)")
+    qk_layernorm_after_rope: bool = doc(False, "qk_layernorm applied to each head of the query / key after RoPE, as HunYuan's query_layernorm / key_layernorm, not before it (Qwen3)")
     input_embeds_norm: bool = doc(False, "the embeddings times sqrt(hidden_size), rounded to the model's dtype (Gemma)")
     rope_scaling_truncate: bool = doc(True, "yarn: round the ramp's ends outward to whole dimensions (config.json truncate; false for gpt-oss style)")
     normalization: str = doc("RMSNorm", "RMSNorm or LayerNorm")

@@ -261,6 +261,15 @@ def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
                         f"true (OLMo 2's layout) or pre_norm: true.")
     if a.qk_layernorm_across_heads and not a.qk_layernorm:
         problems.append(f"model {role.model_name}: qk_layernorm_across_heads needs qk_layernorm: true.")
+    if a.qk_layernorm_after_rope and (not a.qk_layernorm or a.qk_layernorm_across_heads or a.multi_latent_attention):
+        problems.append(f"model {role.model_name}: qk_layernorm_after_rope (HunYuan's q / k norms on the rotated heads) "
+                        f"needs qk_layernorm: true, per-head norms (qk_layernorm_across_heads: false) and no "
+                        f"multi_latent_attention.")
+    if a.qk_layernorm_after_rope and (a.rope_scaling_type or a.rotary_percent != 1.0 or a.rotary_interleaved):
+        problems.append(f"model {role.model_name}: qk_layernorm_after_rope takes plain RoPE only (each left-padded row is "
+                        f"turned to its position ids with the model's frequencies); rope_scaling_type "
+                        f"{a.rope_scaling_type} / rotary_percent {a.rotary_percent} / rotary_interleaved "
+                        f"{a.rotary_interleaved} is not supported with it.")
     if a.geglu and a.swiglu:
         problems.append(f"model {role.model_name}: geglu and swiglu are both true; set swiglu: false for a GeGLU "
                         f"MLP (Gemma).")

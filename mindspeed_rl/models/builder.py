@@ -204,6 +204,10 @@ def transformer_config(args: Mapping[str, Any], params_dtype: torch.dtype = torc
                          "a model config.json describes.")
     if config.qk_layernorm_across_heads and not config.qk_layernorm:
         raise ValueError("qk_layernorm_across_heads needs qk_layernorm: true.")
+    config.qk_layernorm_after_rope = bool(_get(args, "qk_layernorm_after_rope", False))  # HunYuan's q/k norms
+    if config.qk_layernorm_after_rope and (not config.qk_layernorm or config.qk_layernorm_across_heads or mla):
+        raise ValueError("qk_layernorm_after_rope needs qk_layernorm: true, per-head norms (not "
+                         "qk_layernorm_across_heads) and no multi_latent_attention.")
     # Gemma 2's soft caps, cap x tanh(x / cap): of the attention scores (models/core_attention.py), the logits (models/gemma.py)
     config.attn_logit_softcapping = float(_get(args, "attn_logit_softcapping")) if _get(args, "attn_logit_softcapping") else None
     config.output_logit_softcapping = (float(_get(args, "output_logit_softcapping"))
@@ -550,6 +554,10 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
             from mindspeed_rl.models import gemma
 
             gemma.install_post_norms(model)
+        if config.qk_layernorm_after_rope:  # HunYuan (models/qk_norm_after_rope.py)
+            from mindspeed_rl.models import qk_norm_after_rope
+
+            qk_norm_after_rope.install(model)
         if _get(args, "xielu", False):  # Apertus: an xIELU with its own scalars on every MLP (models/xielu.py)
             from mindspeed_rl.models import xielu
 

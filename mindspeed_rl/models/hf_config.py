@@ -19,7 +19,7 @@ from mindspeed_rl.models.hf_moe_config import moe_args_from_hf
 HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "smollm3", "granite",
             "gemma3_text", "gemma2", "gemma", "olmo2", "olmo3", "ministral3", "exaone4", "seed_oss", "glm4",
             "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus",
-            "qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo")
+            "qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_dense")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss",
              "minimax_m2", "ernie4_5_moe", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo")
@@ -73,6 +73,7 @@ HF_DEFAULTS = {
     # transformers' FlexOlmoConfig (FlexOlmo-7x7B-1T's layout)
     "flex_olmo": {"rope_theta": 500000.0, "num_experts": 7, "num_experts_per_tok": 5, "intermediate_size": 11008,
                   "norm_topk_prob": False},
+    "hunyuan_v1_dense": {"rms_norm_eps": 1e-5},  # transformers' HunYuanDenseV1Config
     "minimax_m2": {"head_dim": 128, "rope_theta": 5000000.0, "num_local_experts": 256, "num_experts_per_tok": 8,
                    "intermediate_size": 1536},
     "gpt_oss": {"head_dim": 64, "attention_bias": True, "rope_theta": 150000.0, "sliding_window": 128,
@@ -126,6 +127,9 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     norms across all heads under the usual pre-norms, and Qwen2-MoE's experts (their names, softmax routing, the
     top-k not renormalised by default) intermediate_size wide, no shared expert; clip_qkv is refused. FlexOlmo
     (flex_olmo: FlexOlmo-7x7B-1T, -RT) is OLMo 2's layers (norms after attention and MLP only) with OLMoE's experts.
+    HunYuan (hunyuan_v1_dense: Hunyuan-0.5B / 1.8B / 4B / 7B, -Pretrain / -Instruct) is Llama's layout with per-head q /
+    k norms (query_layernorm / key_layernorm) applied after RoPE (qk_layernorm_after_rope) and its NTK alpha RoPE
+    (rope type dynamic with an alpha: theta x alpha^(d / (d - 2)), fixed) read as the default RoPE at that theta.
     A quantized checkpoint is read dequantized where its format is one the reader knows (check_quantization).
     Apertus (apertus: Apertus-8B / 70B base / instruct) is Llama's attention with Qwen3's per-head q / k
     norms, llama3 rope scaling and an MLP without a gate, down(xIELU(up(x))) with two learnable scalars per
@@ -175,7 +179,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     if hf.get("mlp_bias"):
         raise ValueError("config.json mlp_bias=true is not supported (Megatron has no MLP-only bias).")
     if model_type in ("llama", "granite", "olmo2", "olmo3", "exaone4", "arcee", "apertus", "olmoe", "flex_olmo",
-                      *GEMMA_ARCHS) and hf.get("attention_bias"):
+                      "hunyuan_v1_dense", *GEMMA_ARCHS) and hf.get("attention_bias"):
         raise ValueError(f"config.json attention_bias=true for {model_type} (bias on o_proj) is not supported.")
     # transformers 5 keeps it in rope_parameters, 4.x at the top level
     partial = float(rope.get("partial_rotary_factor") or hf.get("partial_rotary_factor") or 1.0)
@@ -194,6 +198,12 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     if activation != wanted:
         raise ValueError(f"config.json hidden_act {activation!r} is not supported for {model_type}; only {wanted} "
                          f"({mlp}).")
+    if model_type == "hunyuan_v1_dense" and rope_type == "dynamic" and rope.get("alpha"):
+        # HunYuan's NTK alpha: a fixed stretch of the base, theta x alpha^(d / (d - 2)) (transformers' ntk_alpha; its
+        # releases label it dynamic), so the default RoPE at that theta
+        theta = float(rope.get("rope_theta", hf.get("rope_theta", 10000.0)))
+        rope = {"rope_type": "default", "rope_theta": theta * float(rope["alpha"]) ** (head_dim / (head_dim - 2))}
+        rope_type = "default"
     if rope_type == "dynamic":
         raise ValueError("config.json rope type 'dynamic' (dynamic NTK) is not supported: transformers rescales "
                          "it with the sequence length and vLLM once for the longest, so rollout and training would "
@@ -253,6 +263,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         args.update(pre_norm=False, post_norm=True, qk_layernorm=True, qk_layernorm_across_heads=True)
     if model_type in ("minimax_m2", "olmoe"):  # OLMo 2's q / k norms over all heads, before the usual pre-norms' layers
         args.update(qk_layernorm=True, qk_layernorm_across_heads=True)
+    if model_type == "hunyuan_v1_dense":  # HunYuan: Qwen3's per-head q / k norms, applied to the rotated heads
+        args.update(qk_layernorm=True, qk_layernorm_after_rope=True)
     if model_type == "flex_olmo":  # FlexOlmo: OLMo 2's layers (post norms only) with OLMoE's experts
         args.update(pre_norm=False, post_norm=True, qk_layernorm=True, qk_layernorm_across_heads=True)
     if model_type == "olmo3":

@@ -54,6 +54,8 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
         return gpt_oss_config(args, vocab_size, dtype)
     if args.get("linear_attention_layers") is not None or args.get("attention_output_gate"):
         return qwen3_5_config(args, vocab_size, dtype)
+    if args.get("qk_layernorm_after_rope"):
+        return hunyuan_config(args, vocab_size, dtype)
     if args.get("qk_layernorm_across_heads") and int(args.get("num_experts") or 0) > 1:
         minimax = args.get("moe_router_score_function") == "sigmoid" or args.get("moe_router_enable_expert_bias")
         return (minimax_m2_config if minimax else olmoe_config)(args, vocab_size, dtype)
@@ -308,6 +310,31 @@ def minimax_m2_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dty
                   scoring_func="sigmoid", use_routing_bias=True, use_qk_norm=True, qk_norm_type="per_layer",
                   shared_intermediate_size=0, router_jitter_noise=0.0, attention_bias=False,
                   attn_type_list=[1] * config["num_hidden_layers"], use_mtp=False, num_mtp_modules=0)
+    return config
+
+
+def hunyuan_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
+    """HunYuan's config.json (hunyuan_v1_dense, HunYuanDenseV1ForCausalLM) for a model whose per-head q / k norms
+    apply after RoPE (qk_layernorm_after_rope), otherwise Llama's layout: a SwiGLU MLP, no biases, MoE, window,
+    partial or interleaved rotary, NoPE layers, post norms or multipliers. The RoPE is written as it is in args
+    (HunYuan's NTK alpha was read as the default RoPE at its stretched theta, and is written so)."""
+    extra = [k for k in ("add_qkv_bias", "num_experts", "sliding_window", "no_rope_freq", "rotary_interleaved",
+                         "post_norm", "qk_layernorm_across_heads", "multi_latent_attention", "add_rmsnorm_offset",
+                         "input_embeds_norm", "geglu", "squared_relu", "xielu", "softmax_scale", "window_attn_skip_freq")
+             if args.get(k) and not (k == "num_experts" and int(args[k]) <= 1)]
+    extra += [k for k in ("embedding_multiplier_scale", "residual_multiplier", "output_multiplier_scale")
+              if float(args.get(k) or 1.0) != 1.0]
+    if float(args.get("rotary_percent") or 1.0) != 1.0:
+        extra.append("rotary_percent")
+    if not args.get("qk_layernorm") or args.get("pre_norm") is False or args.get("disable_bias_linear") is False \
+            or not gated_mlp(args):
+        extra.append("not qk_layernorm, pre_norm, no biases and a gated MLP")
+    if extra:
+        raise ValueError(f"qk_layernorm_after_rope has a config.json form only as HunYuan (hunyuan_v1_dense: per-head "
+                         f"q / k norms after RoPE on a Llama-style model), which has no {', '.join(extra)}.")
+    config = base_config(args, vocab_size, dtype, "hunyuan_v1_dense", "HunYuanDenseV1ForCausalLM",
+                         rope_parameters(args), eps=1e-5)
+    config.update(hidden_act="silu", attention_bias=False, mlp_bias=False)
     return config
 
 

@@ -64,6 +64,7 @@ from megatron.core.models.common.embeddings.rope_utils import apply_rotary_pos_e
 
 from mindspeed_rl.models import swiglu  # noqa: E402
 from mindspeed_rl.models.gemma import post_norm, softcap  # noqa: E402
+from mindspeed_rl.models.qk_norm_after_rope import AfterRope, cached_norms, rotated_norms, set_position_ids  # noqa: E402
 from mindspeed_rl.models.rotary import layer_uses_local_rope, layer_uses_rope, rope_mscale, rotate_half  # noqa: E402
 from mindspeed_rl.models.multipliers import multiplier, scaled  # noqa: E402
 from mindspeed_rl.models.gpt_oss import sinks_of  # noqa: E402
@@ -169,7 +170,7 @@ class CachedCoreAttention(torch.nn.Module):
     """
 
     def __init__(self, index: int, original: torch.nn.Module, cache: KVCache, rope: bool = True,
-                 windowed: bool = True, local: bool = False):
+                 windowed: bool = True, local: bool = False, norms=None):
         super().__init__()
         config = original.config
         self.index, self.cache, self.config = index, cache, config
@@ -181,6 +182,8 @@ class CachedCoreAttention(torch.nn.Module):
         self.windowed = windowed  # the cache's sliding window applies to this layer (sliding_window.layer_window)
         self.local = local  # rotates with the cache's local table (rotary.layer_uses_local_rope)
         self.sinks = sinks_of(original)  # gpt-oss's attention sinks (this rank's heads), or None
+        # (q, k, start) -> (q, k): HunYuan's q / k norms after RoPE (models/qk_norm_after_rope.cached_norms), or None
+        self.norms = norms
 
     def _rotate(self, t: torch.Tensor, start: int, end: int) -> torch.Tensor:
         """megatron's _apply_rotary_pos_emb_bshd: t (s, b, heads, hn) at positions start..end-1."""
@@ -201,6 +204,8 @@ class CachedCoreAttention(torch.nn.Module):
         start, end = cache.length, cache.length + s
         query = self._rotate(query, start, end)
         key = self._rotate(key, start, end)
+        if self.norms is not None:
+            query, key = self.norms(query, key, start)
         cache.k[i][:, :, start:end] = key.permute(1, 2, 0, 3)  # (b, ng, s, hn)
         cache.v[i][:, :, start:end] = value.permute(1, 2, 0, 3)
         k, v = cache.k[i][:, :, :end], cache.v[i][:, :, :end]  # (b, ng, end, hn) views
@@ -328,7 +333,8 @@ def cached_attention(model: torch.nn.Module, cache: KVCache) -> Iterator[None]:
                 continue
             a.core_attention = CachedCoreAttention(i, orig, cache, layer_uses_rope(model.config, n),
                                                    layer_window(model.config, n) is not None,
-                                                   layer_uses_local_rope(model.config, n))
+                                                   layer_uses_local_rope(model.config, n),
+                                                   cached_norms(model, a))
         yield
     finally:
         for a, orig in zip(attentions, originals):
@@ -372,6 +378,7 @@ def forward_stage(model: torch.nn.Module, input_ids: torch.Tensor, position_ids:
         last stage: (b, V/TP) logits of the last position (vocab-parallel);
         other stages: (s, b, h) hidden states for the next stage.
     """
+    set_position_ids(model, position_ids)  # HunYuan's norms after RoPE turn each row to them (models/qk_norm_after_rope.py)
     if cache is not None and getattr(cache, "lean", False):
         return lean_forward(model, input_ids, position_ids, attention_mask, cache)
     hidden = model.embedding(input_ids=input_ids, position_ids=position_ids) if model.pre_process else None
@@ -572,6 +579,8 @@ def static_decode_step(model: torch.nn.Module, input_ids: torch.Tensor, key_mask
         return f, (torch.cos(f) * m).to(hidden.dtype), (torch.sin(f) * m).to(hidden.dtype)
 
     rope = table(freqs, m)
+    if getattr(model, "after_rope_positions", None) is not None:
+        rope = (freqs[1:2], *rope[1:])  # HunYuan: the frequencies themselves, for _static_layer's rotation by row
     local = table(local_freqs, 1.0) if local_freqs is not None else None  # the default rope, unscaled
     # a NoPE layer (SmolLM3) rotates by angle 0 exactly (t * 1 + rotate_half(t) * 0 = t): every layer
     # keeps one graph, where a branch on the layer would make the shared region differ per layer
@@ -598,10 +607,21 @@ def _static_layer(layer: torch.nn.Module, hidden: torch.Tensor, cache_k: torch.T
     c = layer.config
 
     def attend(a, q, k, v):
+        if isinstance(a.q_layernorm, AfterRope):  # HunYuan's norms after RoPE: each row rotated at its position id
+            # (its real keys so far - 1; models/qk_norm_after_rope.py), f being the frequencies (position 1's row).
+            # Computed here from inputs every layer has: a new input of shape (1, b, 1, rot) made torch.compile's
+            # region stamping fail (KeyError)
+            angles = ((~mask).sum(-1) - 1).reshape(1, -1, 1, 1).float() * f  # (1, b, 1, rot)
+            return _attend_static(a, rotate_half(q, torch.cos(angles).to(q.dtype), torch.sin(angles).to(q.dtype)),
+                                  rotate_half(k, torch.cos(angles).to(k.dtype), torch.sin(angles).to(k.dtype)), v)
         if _own_rope(c):
             q, k = rotate_half(q, cos, sin), rotate_half(k, cos, sin)
         else:
             q, k = apply_rotary_pos_emb(q, f, c, mscale=rope_mscale(c)), apply_rotary_pos_emb(k, f, c, mscale=rope_mscale(c))
+        return _attend_static(a, q, k, v)
+
+    def _attend_static(a, q, k, v):  # the rotated q, k
+        q, k = rotated_norms(a, q, k)  # HunYuan's q / k norms after RoPE; nothing otherwise
         cache_k.index_copy_(2, at, k.permute(1, 2, 0, 3))  # (b, ng, 1, hn) at `position`
         cache_v.index_copy_(2, at, v.permute(1, 2, 0, 3))
         return grouped_attention(q, cache_k, cache_v, mask, a.num_query_groups_per_partition, _attention_scale(c),

@@ -45,6 +45,9 @@ _STORED_AS["gemma2"] = _STORED_AS["gemma3_text"]  # Gemma 2's names are Gemma 3'
 _STORED_AS["olmo2"] = _STORED_AS["gemma3_text"][1:]  # OLMo 2: the post norms alone, Gemma's names
 _STORED_AS["olmo3"] = _STORED_AS["olmo2"]  # OLMo 3's names are OLMo 2's
 _STORED_AS["exaone4"] = _STORED_AS["olmo2"]  # EXAONE 4.0's post norms: OLMo 2's names
+# HunYuan: Qwen3's per-head q / k norms (applied after RoPE) named for what they normalise
+_STORED_AS["hunyuan_v1_dense"] = (("self_attn.q_norm.weight", "self_attn.query_layernorm.weight"),
+                                  ("self_attn.k_norm.weight", "self_attn.key_layernorm.weight"))
 _STORED_AS["flex_olmo"] = _STORED_AS["olmo2"]  # FlexOlmo: OLMo 2's layers, Qwen-MoE's (canonical) expert names
 # GLM-4.5 calls the shared expert shared_experts (Qwen2-MoE: shared_expert)
 _STORED_AS["glm4_moe"] = tuple((f"mlp.shared_expert.{n}_proj.weight", f"mlp.shared_experts.{n}_proj.weight")

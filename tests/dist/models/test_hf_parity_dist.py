@@ -18,9 +18,11 @@ pytestmark = pytest.mark.dist
 # across heads (TP 2: half the heads per rank, the squares' sum all-reduced) and its YaRN full layer beside
 # a sliding one with the default rope (PP 2: one of each per stage), Qwen3.5's Gated DeltaNet layer and gated
 # attention (TP 2: half the key heads and query groups, with their gates, per rank; PP 2: one of each per stage),
-# Qwen3-Next's (TP 2: each rank's key heads read from in_proj_qkvz / in_proj_ba, fused per key head; its experts)
+# Qwen3-Next's (TP 2: each rank's key heads read from in_proj_qkvz / in_proj_ba, fused per key head; its experts),
+# HunYuan's q / k norms after RoPE (PP 2: the second stage turns each left-padded row to its position ids from the
+# position ids it receives too; TP 2: per-head norms whole on each rank)
 ARCHS = ("llama", "qwen2", "qwen3", "smollm3-yarn", "mistral-window", "phi3-partiallongrope", "granite", "gemma3_text",
-         "gemma2", "olmo3", "qwen3_5_text", "qwen3_next")
+         "gemma2", "olmo3", "qwen3_5_text", "qwen3_next", "hunyuan_v1_dense")
 PARALLEL = ((2, 1), (1, 2))  # TP 1 / PP 1: tests/unit/models/test_forward_logprobs.py
 VOCAB, PADDED, SEQ, TEMP = 120, 128, 32, 0.7
 

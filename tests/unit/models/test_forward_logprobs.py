@@ -57,7 +57,7 @@ def _batches():
                                   "deepseek_v3", "deepseek_v3-moonlight", "deepseek_v2", "glm4_moe_lite", "gpt_oss",
                                   "minimax_m2", "ernie4_5_moe", "apertus", "qwen3_5_text", "qwen3_5",
                                   "qwen3_5_moe_text", "qwen3_5_moe", "qwen3_next", "qwen3_next-mlponly",
-                                  "qwen3_moe-mlponly", "olmoe", "flex_olmo"])
+                                  "qwen3_moe-mlponly", "olmoe", "flex_olmo", "hunyuan_v1_dense"])
 def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     """phi3: q/k/v and gate/up read as row ranges of its fused tensors; phi3-partial: half of each
     head rotated (partial_rotary_factor 0.5 = megatron's rotary_percent); phi3-longrope: LongRoPE's
@@ -100,7 +100,8 @@ def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     (fused per key head); qwen3_next-mlponly: its second layer dense (mlp_only_layers), the top-2 not renormalised;
     qwen3_moe-mlponly: Qwen3-MoE's second layer dense by the same key; olmoe: q / k norms across heads (GQA)
     under pre-norms with Qwen2-MoE's experts intermediate_size wide, top-k not renormalised; flex_olmo: those
-    under OLMo 2's post norms only."""
+    under OLMo 2's post norms only; hunyuan_v1_dense: per-head q / k norms after RoPE (left padding exact: each
+    row turned to its position ids), its NTK alpha RoPE."""
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
 

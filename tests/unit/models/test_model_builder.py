@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from mindspeed_rl.models.builder import llama3_inv_freq, model_config_from_hf, transformer_config
-from testing_utils import DEEPSEEK_V2_LITE, DEEPSEEK_V3, GPT_OSS_20B, MINIMAX_M2, OLMOE_1B_7B
+from testing_utils import DEEPSEEK_V2_LITE, DEEPSEEK_V3, GPT_OSS_20B, HUNYUAN_7B, MINIMAX_M2, OLMOE_1B_7B
 
 LLAMA32_1B = {  # transformers 4.x spelling (rope_theta + rope_scaling)
     "model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
@@ -697,6 +697,29 @@ def test_olmoe_and_flex_olmo_config_json_round_trip():
         hf_config_from_args(dict(args, moe_layer_freq=[0] + [1] * 15), vocab_size=50304)
     with pytest.raises(ValueError, match="which need qk_layernorm, and post_norm exactly when pre_norm is false"):
         hf_config_from_args(dict(args, post_norm=True), vocab_size=50304)
+
+
+def test_hunyuan_config_json_round_trip():
+    """Hunyuan-7B-Instruct's config.json (its keys as published: per-head q / k norms after RoPE, head_dim 128,
+    NTK alpha 1000 labelled dynamic, with its unused YaRN-style keys): the default RoPE at theta x alpha^(128 / 126),
+    as transformers' HunYuan computes it; exported as HunYuan with that theta and read back the same; dynamic NTK
+    without an alpha stays refused, and so do the RoPE variants the position turn does not take."""
+    from transformers import HunYuanDenseV1Config
+
+    from mindspeed_rl.models.hf_export import hf_config_from_args
+
+    args = model_config_from_hf(HUNYUAN_7B)
+    assert (args["qk_layernorm"], args["qk_layernorm_after_rope"], args["kv_channels"], args["num_query_groups"]) == (
+        True, True, 128, 8)
+    assert args["rotary_base"] == pytest.approx(10000.0 * 1000.0 ** (128 / 126)) and "rope_scaling_type" not in args
+    written = hf_config_from_args(args, vocab_size=128167)
+    assert (written["model_type"], written["architectures"]) == ("hunyuan_v1_dense", ["HunYuanDenseV1ForCausalLM"])
+    assert model_config_from_hf(written) == args
+    assert HunYuanDenseV1Config(**written).rope_parameters["rope_type"] == "default"
+    with pytest.raises(ValueError, match="rope type 'dynamic' .dynamic NTK. is not supported"):
+        model_config_from_hf(dict(HUNYUAN_7B, rope_scaling={"type": "dynamic", "factor": 2.0}))
+    with pytest.raises(ValueError, match="only as HunYuan .hunyuan_v1_dense.*which has no sliding_window"):
+        hf_config_from_args(dict(args, sliding_window=16), vocab_size=128167)
 
 def test_glm4_moe_lite_config_json():
     """GLM-4.7-Flash's config.json (transformers' Glm4MoeLiteConfig defaults are the release's: 47 layers, the

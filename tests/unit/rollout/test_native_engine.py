@@ -584,7 +584,8 @@ def test_no_packing_when_host_memory_is_short(tiny, monkeypatch, caplog):
                                      "gemma2", "gemma", "olmo2", "olmo3", "exaone4", "glm4", "arcee",
                                      "glm4_moe", "deepseek_v3", "deepseek_v3-moonlight", "deepseek_v2", "gpt_oss",
                                      "minimax_m2", "glm4_moe_lite", "ernie4_5_moe", "apertus", "qwen3_5_text",
-                                     "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo"])
+                                     "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo",
+                                     "hunyuan_v1_dense"])
 def test_greedy_equals_transformers_generate_on_more_architectures(variant, tmp_path, gloo_world1):
     """Phi-3 (fused q/k/v and gate/up in the checkpoint), Phi-3 with LongRoPE (short factors and the
     attention factor as softmax_scale, up to its original length 32), Mixtral, Phi-4-mini's partial
@@ -606,7 +607,8 @@ def test_greedy_equals_transformers_generate_on_more_architectures(variant, tmp_
     with the expert bias: our routing function), Apertus (xIELU with each layer's scalars in the lean and compiled
     steps too), Qwen3.5 (a Gated DeltaNet layer whose conv history and state the cache carries from the prefill
     through the one-token steps and compaction, and output-gated attention), OLMoE and FlexOlmo (q / k norms across
-    heads in the cached steps, MoE layers under pre- or post norms): the native engine's greedy tokens, with and
+    heads in the cached steps, MoE layers under pre- or post norms), HunYuan (per-head q / k norms after RoPE, each
+    left-padded row turned to its position ids first, in the cached, lean and compiled steps): the native engine's greedy tokens, with and
     without the KV cache, are transformers', and its sampled log-probs the training forward's."""
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.forward import compute_log_probs
@@ -622,10 +624,10 @@ def test_greedy_equals_transformers_generate_on_more_architectures(variant, tmp_
     engines = [dict(use_kv_cache=True), dict(use_kv_cache=False)]
     # compiled once per distinct decode feature (CI time): partial rotary with mscale, NoPE, multipliers, Gemma's
     # norms / window / local table, soft caps, OLMo's post and across-heads norms with an unscaled local table,
-    # megatron's interleaved rotation, an MLP without a gate; Mistral's every-layer window, OLMo 2 and EXAONE 4.0
-    # have no feature of their own
+    # megatron's interleaved rotation, an MLP without a gate, q / k norms after RoPE at each row's positions;
+    # Mistral's every-layer window, OLMo 2 and EXAONE 4.0 have no feature of their own
     if variant in ("phi3-partiallongrope", "smollm3", "granite", "gemma3_text", "gemma2", "olmo3", "glm4", "arcee",
-                   "apertus"):
+                   "apertus", "hunyuan_v1_dense"):
         engines.append(dict(compile_decode=True))
     for kw in engines:
         engine = _engine(model, **kw)
