@@ -219,7 +219,8 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
     apertus: Apertus (per-head q / k norms, llama3 rope x 8 over 32 positions, an xIELU MLP without a gate, its scalars
     random); olmoe: OLMoE (q / k norms across heads under pre-norms, 4 experts intermediate_size wide, top-2 not
     renormalised); flex_olmo: FlexOlmo (OLMo 2's post norms with OLMoE's experts); hunyuan_v1_dense: HunYuan (per-head
-    q / k norms after RoPE, NTK alpha 1000). `overrides` change TINY_HF
+    q / k norms after RoPE, NTK alpha 1000); hunyuan_v1_moe: HunYuan-MoE (that attention, 4 experts and a shared MLP
+    without a gate). `overrides` change TINY_HF
     (num_hidden_layers=4)."""
     import transformers as tf
 
@@ -266,6 +267,13 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
         # alpha^(d / (d - 2))) as the releases write it (alpha 1000 and an unused factor 1), untied
         "hunyuan_v1_dense": lambda: tf.HunYuanDenseV1Config(**{
             "head_dim": 16, "pad_token_id": None, "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": False,
+            "rope_parameters": {"rope_type": "dynamic", "rope_theta": 10000.0, "alpha": 1000.0, "factor": 1.0},
+            **tiny}),
+        # HunYuan-MoE's: that attention with 4 experts and one shared MLP, all intermediate_size (128) wide, top-2
+        # renormalised, the router as gate.wg
+        "hunyuan_v1_moe": lambda: tf.HunYuanMoEV1Config(**{
+            "head_dim": 16, "num_experts": 4, "moe_topk": 2, "pad_token_id": None, "bos_token_id": 1,
+            "eos_token_id": 2, "tie_word_embeddings": False,
             "rope_parameters": {"rope_type": "dynamic", "rope_theta": 10000.0, "alpha": 1000.0, "factor": 1.0},
             **tiny}),
         # GLM-4-0414: q / k / v biases, sandwich norms, gate_up_proj, RoPE on interleaved pairs of half of each head
@@ -438,7 +446,7 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
            "qwen3_5": tf.Qwen3_5ForConditionalGeneration, "qwen3_5_moe_text": tf.Qwen3_5MoeForCausalLM,
            "qwen3_5_moe": tf.Qwen3_5MoeForConditionalGeneration, "qwen3_next": tf.Qwen3NextForCausalLM,
            "olmoe": tf.OlmoeForCausalLM, "flex_olmo": tf.FlexOlmoForCausalLM,
-           "hunyuan_v1_dense": tf.HunYuanDenseV1ForCausalLM}[arch]
+           "hunyuan_v1_dense": tf.HunYuanDenseV1ForCausalLM, "hunyuan_v1_moe": tf.HunYuanMoEV1ForCausalLM}[arch]
     torch.manual_seed(seed)
     model = cls(config).eval()
     with torch.no_grad():
@@ -527,6 +535,13 @@ HUNYUAN_7B = {"architectures": ["HunYuanDenseV1ForCausalLM"], "attention_bias": 
                                "mscale_all_dim": 1.0, "type": "dynamic"},
               "rope_theta": 10000.0, "tie_word_embeddings": True, "torch_dtype": "bfloat16", "use_cache": True,
               "vocab_size": 128167}
+
+# HunYuan-MoE's config.json in the form tencent/Hunyuan-A13B-Instruct publishes it (the same caveat): per-layer lists
+# of moe_topk / moe_intermediate_size / num_shared_expert, 64 experts, no cross-layer attention
+HUNYUAN_A13B = dict(HUNYUAN_7B, architectures=["HunYuanMoEV1ForCausalLM"], model_type="hunyuan_v1_moe",
+                    intermediate_size=3072, num_experts=64, moe_topk=[8] * 32, moe_intermediate_size=[3072] * 32,
+                    num_shared_expert=[1] * 32, use_mixed_mlp_moe=True, moe_layer_num_skipped=0, use_cla=False,
+                    cla_share_factor=2, use_qk_norm=True, tie_word_embeddings=True)
 
 # OLMoE's config.json as allenai/OLMoE-1B-7B-0125-Instruct publishes it (0924, base, SFT and DPO alike)
 OLMOE_1B_7B = {"architectures": ["OlmoeForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,

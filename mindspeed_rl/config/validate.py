@@ -689,7 +689,9 @@ def _check_moe(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
                 or a.multi_latent_attention or bool(a.moe_router_enable_expert_bias))
     # Gated DeltaNet / gated attention: vLLM's Qwen3-Next or Qwen3.5-MoE (q / k norms and a gated shared expert)
     hybrid = any(a.linear_attention_layers or ()) or bool(a.attention_output_gate)
-    if role.role == "actor_rollout" and role.rollout.rollout_engine == "vllm" and not glm4_moe and not hybrid:
+    # q / k norms after RoPE: HunYuan-MoE, which vLLM serves as itself (its Transformers backend), shared MLP included
+    hunyuan = bool(a.qk_layernorm_after_rope)
+    if role.role == "actor_rollout" and role.rollout.rollout_engine == "vllm" and not (glm4_moe or hybrid or hunyuan):
         if not shared and not a.qk_layernorm and _hf_config(role).get("model_type") != "mixtral":
             problems.append(f"`{path}.rollout_engine: vllm` runs an MoE model as vLLM's Qwen3-MoE, which has q/k norms, "
                             f"but model {role.model_name} has none (qk_layernorm); set qk_layernorm: true, load a "

@@ -19,12 +19,13 @@ from mindspeed_rl.models.hf_moe_config import moe_args_from_hf
 HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "smollm3", "granite",
             "gemma3_text", "gemma2", "gemma", "olmo2", "olmo3", "ministral3", "exaone4", "seed_oss", "glm4",
             "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus",
-            "qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_dense")
+            "qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_dense", "hunyuan_v1_moe")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss",
-             "minimax_m2", "ernie4_5_moe", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo")
+             "minimax_m2", "ernie4_5_moe", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_moe")
 # Gated DeltaNet and gated attention (qwen3_5_args): Qwen3.5, Qwen3.5-MoE, Qwen3-Next
 QWEN3_5_ARCHS = ("qwen3_5_text", "qwen3_5_moe_text", "qwen3_next")
+HUNYUAN_ARCHS = ("hunyuan_v1_dense", "hunyuan_v1_moe")  # q / k norms after RoPE, NTK alpha RoPE
 MLA_ARCHS = ("deepseek_v3", "deepseek_v2", "glm4_moe_lite")  # multi-latent attention (mla_args)
 WINDOW_ARCHS = ("mistral", "mixtral", "phi3", "ministral3")  # a config.json sliding_window applies to every layer
 ROPE_TYPES = ("default", "linear", "llama3", "longrope", "yarn")  # config.json rope types computed exactly
@@ -74,6 +75,7 @@ HF_DEFAULTS = {
     "flex_olmo": {"rope_theta": 500000.0, "num_experts": 7, "num_experts_per_tok": 5, "intermediate_size": 11008,
                   "norm_topk_prob": False},
     "hunyuan_v1_dense": {"rms_norm_eps": 1e-5},  # transformers' HunYuanDenseV1Config
+    "hunyuan_v1_moe": {"rms_norm_eps": 1e-5, "num_experts": 1, "moe_topk": 1},  # its HunYuanMoEV1Config
     "minimax_m2": {"head_dim": 128, "rope_theta": 5000000.0, "num_local_experts": 256, "num_experts_per_tok": 8,
                    "intermediate_size": 1536},
     "gpt_oss": {"head_dim": 64, "attention_bias": True, "rope_theta": 150000.0, "sliding_window": 128,
@@ -129,7 +131,9 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     (flex_olmo: FlexOlmo-7x7B-1T, -RT) is OLMo 2's layers (norms after attention and MLP only) with OLMoE's experts.
     HunYuan (hunyuan_v1_dense: Hunyuan-0.5B / 1.8B / 4B / 7B, -Pretrain / -Instruct) is Llama's layout with per-head q /
     k norms (query_layernorm / key_layernorm) applied after RoPE (qk_layernorm_after_rope) and its NTK alpha RoPE
-    (rope type dynamic with an alpha: theta x alpha^(d / (d - 2)), fixed) read as the default RoPE at that theta.
+    (rope type dynamic with an alpha: theta x alpha^(d / (d - 2)), fixed) read as the default RoPE at that theta;
+    HunYuan-MoE (hunyuan_v1_moe: Hunyuan-A13B, -Pretrain / -Instruct) is that attention with every layer MoE
+    (hunyuan_moe_args).
     A quantized checkpoint is read dequantized where its format is one the reader knows (check_quantization).
     Apertus (apertus: Apertus-8B / 70B base / instruct) is Llama's attention with Qwen3's per-head q / k
     norms, llama3 rope scaling and an MLP without a gate, down(xIELU(up(x))) with two learnable scalars per
@@ -179,7 +183,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     if hf.get("mlp_bias"):
         raise ValueError("config.json mlp_bias=true is not supported (Megatron has no MLP-only bias).")
     if model_type in ("llama", "granite", "olmo2", "olmo3", "exaone4", "arcee", "apertus", "olmoe", "flex_olmo",
-                      "hunyuan_v1_dense", *GEMMA_ARCHS) and hf.get("attention_bias"):
+                      *HUNYUAN_ARCHS, *GEMMA_ARCHS) and hf.get("attention_bias"):
         raise ValueError(f"config.json attention_bias=true for {model_type} (bias on o_proj) is not supported.")
     # transformers 5 keeps it in rope_parameters, 4.x at the top level
     partial = float(rope.get("partial_rotary_factor") or hf.get("partial_rotary_factor") or 1.0)
@@ -198,7 +202,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     if activation != wanted:
         raise ValueError(f"config.json hidden_act {activation!r} is not supported for {model_type}; only {wanted} "
                          f"({mlp}).")
-    if model_type == "hunyuan_v1_dense" and rope_type == "dynamic" and rope.get("alpha"):
+    if model_type in HUNYUAN_ARCHS and rope_type == "dynamic" and rope.get("alpha"):
         # HunYuan's NTK alpha: a fixed stretch of the base, theta x alpha^(d / (d - 2)) (transformers' ntk_alpha; its
         # releases label it dynamic), so the default RoPE at that theta
         theta = float(rope.get("rope_theta", hf.get("rope_theta", 10000.0)))
@@ -263,7 +267,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         args.update(pre_norm=False, post_norm=True, qk_layernorm=True, qk_layernorm_across_heads=True)
     if model_type in ("minimax_m2", "olmoe"):  # OLMo 2's q / k norms over all heads, before the usual pre-norms' layers
         args.update(qk_layernorm=True, qk_layernorm_across_heads=True)
-    if model_type == "hunyuan_v1_dense":  # HunYuan: Qwen3's per-head q / k norms, applied to the rotated heads
+    if model_type in HUNYUAN_ARCHS:  # HunYuan: Qwen3's per-head q / k norms, applied to the rotated heads
         args.update(qk_layernorm=True, qk_layernorm_after_rope=True)
     if model_type == "flex_olmo":  # FlexOlmo: OLMo 2's layers (post norms only) with OLMoE's experts
         args.update(pre_norm=False, post_norm=True, qk_layernorm=True, qk_layernorm_across_heads=True)

@@ -315,13 +315,23 @@ def minimax_m2_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dty
 
 def hunyuan_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
     """HunYuan's config.json (hunyuan_v1_dense, HunYuanDenseV1ForCausalLM) for a model whose per-head q / k norms
-    apply after RoPE (qk_layernorm_after_rope), otherwise Llama's layout: a SwiGLU MLP, no biases, MoE, window,
+    apply after RoPE (qk_layernorm_after_rope), HunYuan-MoE's (hunyuan_v1_moe) where it has experts (read back the
+    same: models/hf_moe_config.hunyuan_moe_args), otherwise Llama's layout: a SwiGLU MLP, no biases, window,
     partial or interleaved rotary, NoPE layers, post norms or multipliers. The RoPE is written as it is in args
     (HunYuan's NTK alpha was read as the default RoPE at its stretched theta, and is written so)."""
-    extra = [k for k in ("add_qkv_bias", "num_experts", "sliding_window", "no_rope_freq", "rotary_interleaved",
+    extra = [k for k in ("add_qkv_bias", "sliding_window", "no_rope_freq", "rotary_interleaved",
                          "post_norm", "qk_layernorm_across_heads", "multi_latent_attention", "add_rmsnorm_offset",
                          "input_embeds_norm", "geglu", "squared_relu", "xielu", "softmax_scale", "window_attn_skip_freq")
-             if args.get(k) and not (k == "num_experts" and int(args[k]) <= 1)]
+             if args.get(k)]
+    moe = int(args.get("num_experts") or 0) > 1
+    width = int(args.get("moe_ffn_hidden_size") or args["ffn_hidden_size"])
+    if moe and (not all(moe_layers(args)) or (args.get("moe_router_score_function") or "softmax") != "softmax"
+                or args.get("moe_router_enable_expert_bias") or int(args.get("moe_router_num_groups") or 1) > 1
+                or float(args.get("moe_router_topk_scaling_factor") or 1.0) != 1.0
+                or not args.get("norm_topk_prob", not args.get("moe_router_pre_softmax", False))
+                or int(args.get("moe_shared_expert_intermediate_size") or 0) != width or args.get("shared_expert_gate")):
+        extra.append("MoE other than HunYuan-MoE's (every layer MoE, softmax routing renormalised, one shared expert "
+                     "without a gate as wide as the experts)")
     extra += [k for k in ("embedding_multiplier_scale", "residual_multiplier", "output_multiplier_scale")
               if float(args.get(k) or 1.0) != 1.0]
     if float(args.get("rotary_percent") or 1.0) != 1.0:
@@ -332,9 +342,13 @@ def hunyuan_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype)
     if extra:
         raise ValueError(f"qk_layernorm_after_rope has a config.json form only as HunYuan (hunyuan_v1_dense: per-head "
                          f"q / k norms after RoPE on a Llama-style model), which has no {', '.join(extra)}.")
-    config = base_config(args, vocab_size, dtype, "hunyuan_v1_dense", "HunYuanDenseV1ForCausalLM",
-                         rope_parameters(args), eps=1e-5)
+    config = base_config(args, vocab_size, dtype, "hunyuan_v1_moe" if moe else "hunyuan_v1_dense",
+                         "HunYuanMoEV1ForCausalLM" if moe else "HunYuanDenseV1ForCausalLM", rope_parameters(args), eps=1e-5)
     config.update(hidden_act="silu", attention_bias=False, mlp_bias=False)
+    if moe:  # HunYuan-MoE: the experts and the shared MLP intermediate_size wide (models/hf_moe_config.hunyuan_moe_args)
+        config.update(intermediate_size=width, num_experts=int(args["num_experts"]),
+                      moe_topk=int(args.get("moe_router_topk") or 1), num_shared_expert=1, use_mixed_mlp_moe=True,
+                      moe_intermediate_size=width, use_cla=False, moe_layer_num_skipped=0)
     return config
 
 

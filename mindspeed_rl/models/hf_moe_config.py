@@ -12,6 +12,43 @@ from typing import Any, Mapping
 V3_ROUTING = ("glm4_moe", "deepseek_v3", "glm4_moe_lite")
 
 
+def hunyuan_moe_args(hf: Mapping[str, Any]) -> dict[str, Any]:
+    """Megatron MoE args of a HunYuan-MoE config.json (hunyuan_v1_moe: Hunyuan-A13B), as transformers computes it:
+    every layer MoE, softmax over num_experts routed experts, the top moe_topk renormalised, experts and one shared
+    MLP without a gate all intermediate_size wide, added. The releases list moe_topk, moe_intermediate_size and
+    num_shared_expert per layer; transformers reads one value for all, so lists must be uniform, and what it
+    does not build (another expert width, several shared MLPs or none, dense layers, cross-layer attention) is
+    refused in one sentence."""
+    def one(key: str, default: Any) -> Any:
+        value = hf.get(key, default)
+        values = list(value) if isinstance(value, (list, tuple)) else [value]
+        if not values or len(set(values)) > 1:
+            raise ValueError(f"config.json {key} {value} differs between layers; HunYuan-MoE as transformers builds it "
+                             f"takes one value for every layer.")
+        return values[0]
+
+    width = int(hf["intermediate_size"])
+    problems = [f"{what} (transformers builds {wanted})" for what, bad, wanted in (
+        (f"moe_intermediate_size {hf.get('moe_intermediate_size')}",
+         hf.get("moe_intermediate_size") is not None and int(one("moe_intermediate_size", width)) != width,
+         f"experts intermediate_size {width} wide"),
+        (f"num_shared_expert {hf.get('num_shared_expert')}", int(one("num_shared_expert", 1)) != 1,
+         "one shared MLP"),
+        ("use_mixed_mlp_moe false", hf.get("use_mixed_mlp_moe") is False, "the shared MLP in every layer"),
+        (f"moe_layer_num_skipped {hf.get('moe_layer_num_skipped')}", int(hf.get("moe_layer_num_skipped") or 0),
+         "every layer MoE"),
+        ("use_cla true", bool(hf.get("use_cla")), "no cross-layer attention"),
+    ) if bad]
+    if problems:
+        raise ValueError(f"config.json of a hunyuan_v1_moe model: {'; '.join(problems)} is not supported.")
+    experts, topk = int(one("num_experts", 1)), int(one("moe_topk", 1))
+    if experts < 2 or not 1 <= topk <= experts:
+        raise ValueError(f"config.json num_experts {experts} / moe_topk {topk}: a HunYuan-MoE model needs at least 2 "
+                         f"experts and 1 <= moe_topk <= num_experts.")
+    return {"num_experts": experts, "moe_router_topk": topk, "moe_ffn_hidden_size": width, "norm_topk_prob": True,
+            "moe_shared_expert_intermediate_size": width}
+
+
 def expert_count(hf: Mapping[str, Any]) -> int:
     """Routed experts per MoE layer as config.json names them: num_experts (Qwen-MoE),
     num_local_experts (Mixtral), n_routed_experts (GLM-4.5, DeepSeek), moe_num_experts (ERNIE 4.5); 0 for a
@@ -34,6 +71,8 @@ def moe_args_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         return minimax_m2_moe_args(hf)
     if hf.get("model_type") == "ernie4_5_moe":
         return ernie4_5_moe_args(hf)
+    if hf.get("model_type") == "hunyuan_v1_moe":
+        return hunyuan_moe_args(hf)
     dense_between = bool(hf.get("mlp_only_layers")) or int(hf.get("decoder_sparse_step") or 1) != 1
     if dense_between and hf.get("model_type") not in QWEN_DENSE_LAYERS:
         raise ValueError("config.json mlp_only_layers / decoder_sparse_step != 1 (dense layers between MoE "

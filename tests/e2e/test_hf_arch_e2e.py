@@ -30,7 +30,7 @@ OVERRIDES = {"gemma3": {"seed": 1}}
 @pytest.mark.parametrize("arch", ["phi3", "mixtral", "gemma3", "mistral3", "olmo3", "qwen2_5_vl", "glm4_moe",
                                   "deepseek_v3", "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus",
                                   "qwen3_5", "qwen3_5_moe", "qwen3_next", "flex_olmo",
-                                  "hunyuan_v1_dense"])
+                                  "hunyuan_v1_dense", "hunyuan_v1_moe"])
 def test_empty_model_yaml_runs(arch, tmp_path):
     """phi3 (q/k/v and gate/up stored fused), mixtral (its own expert names) and gemma3 (its text
     model's own norm names) also export at the end (save_hf): the HF checkpoint has the original's tensor names
@@ -56,7 +56,8 @@ def test_empty_model_yaml_runs(arch, tmp_path):
     flex_olmo (FlexOlmo: OLMoE's experts and q / k norms across heads under OLMo 2's post norms, which OLMoE's own
     layout adds nothing to here) exports under OLMo 2's norm names; hunyuan_v1_dense (HunYuan: q / k norms after RoPE,
     NTK alpha) trains, generates with the native engine and exports query_layernorm / key_layernorm under the config.json
-    it started from, which transformers loads."""
+    it started from, which transformers loads; hunyuan_v1_moe (HunYuan-MoE) also its router as gate.wg and its shared
+    MLP."""
     hf = tmp_path / "hf"
     if arch == "gpt_oss":
         from testing_utils import mxfp4_gpt_oss
@@ -69,7 +70,7 @@ def test_empty_model_yaml_runs(arch, tmp_path):
     tok = tiny_task.TOKENIZER_DIR  # the tiny task's 13-token tokenizer fits the 120-row embedding
     own_names = arch in ("phi3", "mixtral", "gemma3", "mistral3", "olmo3", "qwen2_5_vl", "glm4_moe", "deepseek_v3",
                          "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus", "qwen3_5", "qwen3_5_moe",
-                         "qwen3_next", "flex_olmo", "hunyuan_v1_dense")
+                         "qwen3_next", "flex_olmo", "hunyuan_v1_dense", "hunyuan_v1_moe")
     proc = subprocess.run(
         [sys.executable, str(ROOT / "ray_gpt.py"), "--config-dir", str(CONFIGS), "--config-name", "grpo_trainer_hf_any",
          f"actor_rollout_ref.actor_rollout.load={hf}", f"actor_rollout_ref.ref.load={hf}",

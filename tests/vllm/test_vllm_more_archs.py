@@ -18,7 +18,8 @@ norms, per-head q / k norms, a 16-position window with RoPE in its sliding layer
 full ones) and a Seed-OSS (q / k / v biases, its own head_dim; vLLM's Transformers backend) and a GLM-4
 (vLLM's Glm4ForCausalLM: RoPE on interleaved pairs of half of each head, sandwich norms) and an ERNIE 4.5 (vLLM's Ernie4_5ForCausalLM: RoPE on
 interleaved pairs of the whole head) and an OLMoE (vLLM's OlmoeForCausalLM: q / k norms across heads, top-k
-not renormalised) and a FlexOlmo (those under OLMo 2's post norms; vLLM's Transformers backend):
+not renormalised) and a FlexOlmo (those under OLMo 2's post norms; vLLM's Transformers backend) and a HunYuan and a HunYuan-MoE (q / k
+norms after RoPE, NTK alpha RoPE; vLLM's Transformers backend):
 synced from the training model, their
 greedy tokens equal the native engine's and their sampled log-probs the training forward's. Mistral,
 Mixtral and Phi-3 attend through a 16-position sliding window (sequences up to 31 positions):
@@ -66,6 +67,7 @@ VARIANTS = {
     "ernie4_5_moe": dict(head_dim=32),
     "apertus": dict(head_dim=32),
     "hunyuan_v1_dense": dict(head_dim=32),
+    "hunyuan_v1_moe": dict(head_dim=32),
     # DeepSeek-V3's MLA: vLLM's CPU MLA kernel is built for DeepSeek's latent cache only, kv_lora_rank 512 + RoPE 64
     "deepseek_v3": dict(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=32, v_head_dim=32),
     "deepseek_v2": dict(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=32, v_head_dim=32),
@@ -78,7 +80,7 @@ VARIANTS = {
 }
 
 
-TRANSFORMERS_BACKEND = ("smollm3", "arcee", "flex_olmo", "hunyuan_v1_dense")  # architectures vLLM 0.32 serves with its Transformers backend
+TRANSFORMERS_BACKEND = ("smollm3", "arcee", "flex_olmo", "hunyuan_v1_dense", "hunyuan_v1_moe")  # architectures vLLM 0.32 serves with its Transformers backend
 
 
 def _make_in_child(arch, out, overrides):
@@ -101,7 +103,7 @@ def _make_in_child(arch, out, overrides):
                                   "qwen3_vl", "ministral3", "exaone4", "seed_oss", "glm4",
                                   "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2", "gpt_oss",
                                   "minimax_m2", "glm4_moe_lite", "ernie4_5_moe", "apertus", "olmoe", "flex_olmo",
-                                  "hunyuan_v1_dense"])
+                                  "hunyuan_v1_dense", "hunyuan_v1_moe"])
 def test_synced_engine_equals_the_training_model(arch, tmp_path, gloo_world1):
     from mindspeed_rl.rollout.native import NativeEngine
     from mindspeed_rl.rollout.vllm_engine import VLLMEngine

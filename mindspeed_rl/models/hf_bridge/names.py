@@ -48,6 +48,10 @@ _STORED_AS["exaone4"] = _STORED_AS["olmo2"]  # EXAONE 4.0's post norms: OLMo 2's
 # HunYuan: Qwen3's per-head q / k norms (applied after RoPE) named for what they normalise
 _STORED_AS["hunyuan_v1_dense"] = (("self_attn.q_norm.weight", "self_attn.query_layernorm.weight"),
                                   ("self_attn.k_norm.weight", "self_attn.key_layernorm.weight"))
+# HunYuan-MoE: those norms, the router as gate.wg, the shared expert (without a gate) as shared_mlp
+_STORED_AS["hunyuan_v1_moe"] = (*_STORED_AS["hunyuan_v1_dense"], ("mlp.gate.weight", "mlp.gate.wg.weight"),
+                                *((f"mlp.shared_expert.{n}_proj.weight", f"mlp.shared_mlp.{n}_proj.weight")
+                                  for n in ("gate", "up", "down")))
 _STORED_AS["flex_olmo"] = _STORED_AS["olmo2"]  # FlexOlmo: OLMo 2's layers, Qwen-MoE's (canonical) expert names
 # GLM-4.5 calls the shared expert shared_experts (Qwen2-MoE: shared_expert)
 _STORED_AS["glm4_moe"] = tuple((f"mlp.shared_expert.{n}_proj.weight", f"mlp.shared_experts.{n}_proj.weight")

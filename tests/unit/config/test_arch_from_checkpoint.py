@@ -1,7 +1,7 @@
 """`load:` a HF directory with an empty model yaml: the architecture comes from config.json.
 
 Table over every architecture the model builder supports (Llama with llama3 rope scaling, Mistral,
-Phi-3, Qwen2 / Qwen2.5, Qwen3, Qwen3-MoE, Qwen2-MoE, Mixtral, SmolLM3, Granite, Gemma 3, Gemma 2, Gemma 1, OLMo 2, OLMo 3, Ministral 3, EXAONE 4.0, Seed-OSS, GLM-4, ERNIE 4.5, Arcee, GLM-4.5, DeepSeek-V3, DeepSeek-V2, GLM-4.7-Flash, gpt-oss, MiniMax-M2, Qwen3.5, Qwen3-Next, OLMoE, FlexOlmo, HunYuan): an empty model entry (or none at all) dry-runs; a key the user did set that
+Phi-3, Qwen2 / Qwen2.5, Qwen3, Qwen3-MoE, Qwen2-MoE, Mixtral, SmolLM3, Granite, Gemma 3, Gemma 2, Gemma 1, OLMo 2, OLMo 3, Ministral 3, EXAONE 4.0, Seed-OSS, GLM-4, ERNIE 4.5, Arcee, GLM-4.5, DeepSeek-V3, DeepSeek-V2, GLM-4.7-Flash, gpt-oss, MiniMax-M2, Qwen3.5, Qwen3-Next, OLMoE, FlexOlmo, HunYuan, HunYuan-MoE): an empty model entry (or none at all) dry-runs; a key the user did set that
 disagrees fails in dry_run with one sentence naming both values; weights whose safetensors
 headers do not fit config.json fail in dry_run too (headers only).
 """
@@ -90,6 +90,9 @@ ARCHS = {"llama": dict(rotary_base=5000.0, rope_scaling_type="llama3", untie_emb
          "hunyuan_v1_dense": dict(qk_layernorm=True, qk_layernorm_after_rope=True, kv_channels=16,
                                   rotary_base=10000.0 * 1000.0 ** (16 / 14), norm_epsilon=1e-5,
                                   untie_embeddings_and_output_weights=True),
+         # HunYuan-MoE: that attention, every layer MoE with a shared expert as wide as the experts
+         "hunyuan_v1_moe": dict(qk_layernorm_after_rope=True, num_experts=4, moe_router_topk=2, moe_ffn_hidden_size=128,
+                                moe_shared_expert_intermediate_size=128, norm_topk_prob=True),
          # ERNIE 4.5 MoE: ERNIE's attention, a dense first layer, softmax routing with the expert bias, a shared expert
          "ernie4_5_moe": dict(rotary_interleaved=True, untie_embeddings_and_output_weights=False, kv_channels=16,
                               num_experts=4, moe_router_topk=2, moe_ffn_hidden_size=32, moe_layer_freq=[0, 1],

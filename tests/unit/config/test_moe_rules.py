@@ -96,6 +96,17 @@ def test_moe_with_the_vllm_engine_colocated_dry_runs(capsys):
     assert ray_gpt.main(["--config-name", TINY, *over, "dry_run=true"]) == 0, capsys.readouterr().err
 
 
+
+def test_hunyuan_moe_with_the_vllm_engine_dry_runs(capsys):
+    """HunYuan-MoE's ungated shared expert with per-head q / k norms is not vLLM's Qwen2-MoE, but vLLM serves it as
+    itself (HunYuanMoEV1ForCausalLM, its Transformers backend): no Qwen-MoE rule applies (ran end to end in the vLLM
+    environment: README, HunYuan-MoE)."""
+    over = MOE + ["training.moe_shared_expert_intermediate_size=64", "training.qk_layernorm=true",
+                  "training.qk_layernorm_after_rope=true", f"{A}.rollout_engine=vllm"]
+    assert ray_gpt.main(["--config-name", TINY, *over, "dry_run=true"]) == 0, capsys.readouterr().err
+    code = ray_gpt.main(["--config-name", TINY, *over, "training.rotary_percent=0.5", "dry_run=true"])
+    assert code == 2 and "qk_layernorm_after_rope takes plain RoPE only" in capsys.readouterr().err
+
 def test_expert_parallel_without_experts_is_named(capsys):
     code = ray_gpt.main(["--config-name", TINY, f"{A}.expert_model_parallel_size=2", "resource_pool.actor_rollout=[2]",
                          "dry_run=true"])

@@ -57,7 +57,8 @@ def _batches():
                                   "deepseek_v3", "deepseek_v3-moonlight", "deepseek_v2", "glm4_moe_lite", "gpt_oss",
                                   "minimax_m2", "ernie4_5_moe", "apertus", "qwen3_5_text", "qwen3_5",
                                   "qwen3_5_moe_text", "qwen3_5_moe", "qwen3_next", "qwen3_next-mlponly",
-                                  "qwen3_moe-mlponly", "olmoe", "flex_olmo", "hunyuan_v1_dense"])
+                                  "qwen3_moe-mlponly", "olmoe", "flex_olmo", "hunyuan_v1_dense",
+                                  "hunyuan_v1_moe"])
 def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     """phi3: q/k/v and gate/up read as row ranges of its fused tensors; phi3-partial: half of each
     head rotated (partial_rotary_factor 0.5 = megatron's rotary_percent); phi3-longrope: LongRoPE's

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from mindspeed_rl.models.builder import llama3_inv_freq, model_config_from_hf, transformer_config
-from testing_utils import DEEPSEEK_V2_LITE, DEEPSEEK_V3, GPT_OSS_20B, HUNYUAN_7B, MINIMAX_M2, OLMOE_1B_7B
+from testing_utils import DEEPSEEK_V2_LITE, DEEPSEEK_V3, GPT_OSS_20B, HUNYUAN_7B, HUNYUAN_A13B, MINIMAX_M2, OLMOE_1B_7B
 
 LLAMA32_1B = {  # transformers 4.x spelling (rope_theta + rope_scaling)
     "model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
@@ -720,6 +720,35 @@ def test_hunyuan_config_json_round_trip():
         model_config_from_hf(dict(HUNYUAN_7B, rope_scaling={"type": "dynamic", "factor": 2.0}))
     with pytest.raises(ValueError, match="only as HunYuan .hunyuan_v1_dense.*which has no sliding_window"):
         hf_config_from_args(dict(args, sliding_window=16), vocab_size=128167)
+
+
+def test_hunyuan_moe_config_json_round_trip():
+    """Hunyuan-A13B's config.json (64 experts, 8 per token, one shared MLP, all 3072 wide, listed per layer): every
+    layer MoE with a shared expert as wide as the experts, renormalised softmax routing; exported as HunYuan-MoE
+    and read back the same; what transformers does not build is one sentence each."""
+    from transformers import HunYuanMoEV1Config
+
+    from mindspeed_rl.models.hf_export import hf_config_from_args
+
+    args = model_config_from_hf(HUNYUAN_A13B)
+    assert (args["num_experts"], args["moe_router_topk"], args["moe_ffn_hidden_size"],
+            args["moe_shared_expert_intermediate_size"], args["norm_topk_prob"], args["qk_layernorm_after_rope"]) == (
+                64, 8, 3072, 3072, True, True)
+    assert "shared_expert_gate" not in args and "moe_layer_freq" not in args
+    written = hf_config_from_args(args, vocab_size=128167)
+    assert (written["model_type"], written["architectures"], written["moe_topk"]) == (
+        "hunyuan_v1_moe", ["HunYuanMoEV1ForCausalLM"], 8)
+    assert model_config_from_hf(written) == args
+    assert HunYuanMoEV1Config(**written).num_local_experts == 64
+    for change, match in ((dict(moe_topk=[8] * 31 + [4]), "moe_topk .* differs between layers"),
+                          (dict(moe_intermediate_size=[1536] * 32), "moe_intermediate_size .* experts intermediate_size"),
+                          (dict(num_shared_expert=[2] * 32), "num_shared_expert .* one shared MLP"),
+                          (dict(use_mixed_mlp_moe=False), "use_mixed_mlp_moe false"),
+                          (dict(use_cla=True), "use_cla true .transformers builds no cross-layer attention")):
+        with pytest.raises(ValueError, match=match):
+            model_config_from_hf(dict(HUNYUAN_A13B, **change))
+    with pytest.raises(ValueError, match="MoE other than HunYuan-MoE's"):
+        hf_config_from_args(dict(args, moe_shared_expert_intermediate_size=1024), vocab_size=128167)
 
 def test_glm4_moe_lite_config_json():
     """GLM-4.7-Flash's config.json (transformers' Glm4MoeLiteConfig defaults are the release's: 47 layers, the
