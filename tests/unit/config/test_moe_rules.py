@@ -179,7 +179,7 @@ def test_ernie_style_routing_dry_runs_and_reaches_the_builder(capsys, gloo_world
     it with softmax), every router gets it from models/moe_replay.install_softmax_bias."""
     from mindspeed_rl.models.arch_check import model_args
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, moe_config_fields
-    from mindspeed_rl.models.hf_export import hf_config_from_args
+    from mindspeed_rl.models.hf_export_config import hf_config_from_args
 
     over = MOE + ["training.moe_layer_freq=[0,1]", "training.moe_router_enable_expert_bias=true",
                   "training.rotary_interleaved=true", "training.add_qkv_bias=false", f"{A}.rollout_engine=vllm",

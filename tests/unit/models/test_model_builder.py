@@ -84,7 +84,7 @@ def test_yarn_frequencies_and_attention_factor_match_transformers(rope):
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
     from mindspeed_rl.models.builder import rope_attention_factor, rotary_inv_freq
-    from mindspeed_rl.models.hf_export import rope_parameters
+    from mindspeed_rl.models.hf_export_config import rope_parameters
 
     params = {"rope_type": "yarn", "rope_theta": 1e6, **rope}
     cfg = Qwen2Config(hidden_size=256, num_attention_heads=2, max_position_embeddings=131072, rope_parameters=params)
@@ -102,7 +102,7 @@ def test_yarn_frequencies_and_attention_factor_match_transformers(rope):
 def test_linear_and_longrope_survive_an_export_round_trip():
     """config.json written from Megatron args (yaml-built models) keeps linear and LongRoPE scaling;
     LongRoPE's original length is written as the length limit, so readers keep its short factors."""
-    from mindspeed_rl.models.hf_export import hf_config_from_args
+    from mindspeed_rl.models.hf_export_config import hf_config_from_args
 
     linear = model_config_from_hf(dict(LLAMA32_1B, rope_scaling={"rope_type": "linear", "factor": 2.5}))
     assert (linear["rope_scaling_type"], linear["rope_scaling_factor"]) == ("linear", 2.5)
@@ -182,7 +182,7 @@ def test_smollm3_nope_layers_and_no_rope_freq():
     from transformers import SmolLM3Config
 
     from mindspeed_rl.models.hf_config import no_rope_pattern
-    from mindspeed_rl.models.hf_export import hf_config_from_args
+    from mindspeed_rl.models.hf_export_config import hf_config_from_args
 
     smol = dict(LLAMA32_1B, model_type="smollm3", num_hidden_layers=8, rope_scaling=None)
     del smol["tie_word_embeddings"], smol["rope_theta"]  # transformers' defaults: tied, theta 2e6
@@ -207,7 +207,7 @@ def test_granite_multipliers_round_trip_through_config_json():
     models export them under Granite's names) -> the same args; transformers reads the export."""
     from transformers import GraniteConfig
 
-    from mindspeed_rl.models.hf_export import hf_config_from_args
+    from mindspeed_rl.models.hf_export_config import hf_config_from_args
 
     granite = dict(LLAMA32_1B, model_type="granite", embedding_multiplier=12.0, residual_multiplier=0.22,
                    attention_multiplier=0.015625, logits_scaling=8.0, rope_scaling=None)
@@ -243,7 +243,7 @@ def test_gemma3_config_json_round_trip_and_refusals():
     are refused in one sentence."""
     from transformers import Gemma3TextConfig
 
-    from mindspeed_rl.models.hf_export import hf_config_from_args
+    from mindspeed_rl.models.hf_export_config import hf_config_from_args
 
     args = model_config_from_hf(GEMMA3_1B)
     assert args["window_attn_skip_freq"] == ([1] * 5 + [0]) * 4 + [1, 1]
@@ -375,7 +375,7 @@ def test_gemma1_config_json_round_trip():
     norms, embedding scale and GeGLU on a pre-norm model, MQA, tied; exported as Gemma 1 and read back."""
     from transformers import GemmaConfig
 
-    from mindspeed_rl.models.hf_export import hf_config_from_args
+    from mindspeed_rl.models.hf_export_config import hf_config_from_args
 
     gemma = {"architectures": ["GemmaForCausalLM"], "head_dim": 256, "hidden_act": "gelu", "hidden_size": 2048,
              "intermediate_size": 16384, "max_position_embeddings": 8192, "model_type": "gemma",
@@ -397,7 +397,7 @@ def test_olmo2_config_json_round_trip():
     exported as OLMo 2 (transformers reads it) and read back; the keys on another layout are refused."""
     from transformers import Olmo2Config
 
-    from mindspeed_rl.models.hf_export import hf_config_from_args
+    from mindspeed_rl.models.hf_export_config import hf_config_from_args
 
     olmo = {"architectures": ["Olmo2ForCausalLM"], "attention_bias": False, "hidden_act": "silu", "hidden_size": 2048,
             "intermediate_size": 8192, "max_position_embeddings": 4096, "model_type": "olmo2",
@@ -421,7 +421,7 @@ def test_olmo3_config_json_round_trip():
     attention factor; exported as OLMo 3 (transformers reads the same rotary tables) and read back."""
     from transformers import Olmo3Config
 
-    from mindspeed_rl.models.hf_export import hf_config_from_args
+    from mindspeed_rl.models.hf_export_config import hf_config_from_args
 
     types = (["sliding_attention"] * 3 + ["full_attention"]) * 8
     olmo = {"architectures": ["Olmo3ForCausalLM"], "attention_bias": False, "hidden_act": "silu", "hidden_size": 4096,
@@ -465,7 +465,7 @@ def test_gemma2_config_json_round_trip():
     which reads back to the same args."""
     from transformers import Gemma2Config
 
-    from mindspeed_rl.models.hf_export import hf_config_from_args
+    from mindspeed_rl.models.hf_export_config import hf_config_from_args
 
     args = model_config_from_hf(GEMMA2_2B)
     assert args["window_attn_skip_freq"] == [1, 0] * 13 and args["sliding_window"] == 4096
@@ -487,7 +487,7 @@ def test_windowed_moe_exports_as_mixtral_and_variants_do_not_combine():
     rotary outside Phi-3) are refused in one sentence."""
     from transformers import MixtralConfig
 
-    from mindspeed_rl.models.hf_export import hf_config_from_args
+    from mindspeed_rl.models.hf_export_config import hf_config_from_args
 
     mixtral = dict(LLAMA32_1B, model_type="mixtral", num_local_experts=4, num_experts_per_tok=2,
                    sliding_window=4096, rope_scaling=None, tie_word_embeddings=False)
@@ -517,7 +517,7 @@ def test_arcee_config_json_round_trip():
     has no config.json form (one sentence each)."""
     from transformers import ArceeConfig
 
-    from mindspeed_rl.models.hf_export import hf_config_from_args
+    from mindspeed_rl.models.hf_export_config import hf_config_from_args
 
     afm = {"architectures": ["ArceeForCausalLM"], "model_type": "arcee", "hidden_act": "relu2", "hidden_size": 2560,
            "intermediate_size": 18432, "num_hidden_layers": 36, "num_attention_heads": 20, "num_key_value_heads": 4,
@@ -545,7 +545,7 @@ def test_deepseek_v3_config_json_round_trip():
     from transformers import DeepseekV3Config
 
     from mindspeed_rl.models.builder import mla_softmax_scale
-    from mindspeed_rl.models.hf_export import hf_config_from_args
+    from mindspeed_rl.models.hf_export_config import hf_config_from_args
 
     args = model_config_from_hf(DEEPSEEK_V3)
     assert (args["multi_latent_attention"], args["q_lora_rank"], args["kv_lora_rank"], args["qk_head_dim"],
@@ -577,7 +577,7 @@ def test_deepseek_v2_config_json_round_trip():
     ranking (best score per group, 3 of 8 groups for 6 experts) and a renormalising config are refused."""
     from transformers import DeepseekV2Config
 
-    from mindspeed_rl.models.hf_export import hf_config_from_args
+    from mindspeed_rl.models.hf_export_config import hf_config_from_args
 
     args = model_config_from_hf(DEEPSEEK_V2_LITE)
     assert (args["q_lora_rank"], args["norm_topk_prob"], args["moe_layer_freq"][:2], args["num_experts"],
@@ -607,7 +607,7 @@ def test_gpt_oss_config_json_round_trip():
     and a swiglu_alpha other than 1.702, are one sentence each."""
     from transformers import GptOssConfig
 
-    from mindspeed_rl.models.hf_export import hf_config_from_args
+    from mindspeed_rl.models.hf_export_config import hf_config_from_args
 
     args = model_config_from_hf(GPT_OSS_20B)
     assert (args["num_experts"], args["moe_router_topk"], args["moe_ffn_hidden_size"], args["norm_topk_prob"],
@@ -634,7 +634,7 @@ def test_minimax_m2_config_json_round_trip():
     same; what transformers does not compute and what config.json cannot say are one sentence each."""
     from transformers import MiniMaxM2Config
 
-    from mindspeed_rl.models.hf_export import hf_config_from_args
+    from mindspeed_rl.models.hf_export_config import hf_config_from_args
 
     args = model_config_from_hf(MINIMAX_M2)
     assert (args["num_experts"], args["moe_router_topk"], args["moe_ffn_hidden_size"], args["norm_topk_prob"],
@@ -672,7 +672,7 @@ def test_olmoe_and_flex_olmo_config_json_round_trip():
     clip_qkv and attention_bias, which the layers do not compute, are refused in one sentence."""
     from transformers import FlexOlmoConfig, OlmoeConfig
 
-    from mindspeed_rl.models.hf_export import hf_config_from_args
+    from mindspeed_rl.models.hf_export_config import hf_config_from_args
 
     args = model_config_from_hf(OLMOE_1B_7B)
     assert (args["num_experts"], args["moe_router_topk"], args["moe_ffn_hidden_size"], args["norm_topk_prob"],
@@ -706,7 +706,7 @@ def test_hunyuan_config_json_round_trip():
     without an alpha stays refused, and so do the RoPE variants the position turn does not take."""
     from transformers import HunYuanDenseV1Config
 
-    from mindspeed_rl.models.hf_export import hf_config_from_args
+    from mindspeed_rl.models.hf_export_config import hf_config_from_args
 
     args = model_config_from_hf(HUNYUAN_7B)
     assert (args["qk_layernorm"], args["qk_layernorm_after_rope"], args["kv_channels"], args["num_query_groups"]) == (
@@ -728,7 +728,7 @@ def test_hunyuan_moe_config_json_round_trip():
     and read back the same; what transformers does not build is one sentence each."""
     from transformers import HunYuanMoEV1Config
 
-    from mindspeed_rl.models.hf_export import hf_config_from_args
+    from mindspeed_rl.models.hf_export_config import hf_config_from_args
 
     args = model_config_from_hf(HUNYUAN_A13B)
     assert (args["num_experts"], args["moe_router_topk"], args["moe_ffn_hidden_size"],
@@ -758,7 +758,7 @@ def test_glm4_moe_lite_config_json():
     or that disagree with first_k_dense_replace (vLLM reads that one), are one sentence each."""
     from transformers import Glm4MoeLiteConfig
 
-    from mindspeed_rl.models.hf_export import hf_config_from_args
+    from mindspeed_rl.models.hf_export_config import hf_config_from_args
 
     flash = Glm4MoeLiteConfig().to_dict()
     args = model_config_from_hf(flash)
@@ -783,7 +783,7 @@ def test_glm4_moe_config_json_round_trip():
     group ranking cannot reproduce, and what config.json cannot say, are one sentence each."""
     from transformers import Glm4MoeConfig
 
-    from mindspeed_rl.models.hf_export import hf_config_from_args
+    from mindspeed_rl.models.hf_export_config import hf_config_from_args
 
     air = {"architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe", "attention_bias": True,
            "first_k_dense_replace": 1, "head_dim": 128, "hidden_act": "silu", "hidden_size": 4096,
@@ -821,7 +821,7 @@ def test_ernie4_5_moe_config_json_round_trip():
     from the third, an end before the last) read and written back; what config.json cannot say refused."""
     from transformers import Ernie4_5_MoeConfig
 
-    from mindspeed_rl.models.hf_export import ernie_moe_placement, hf_config_from_args
+    from mindspeed_rl.models.hf_export_config import ernie_moe_placement, hf_config_from_args
 
     release = Ernie4_5_MoeConfig().to_dict()
     assert release["moe_layer_end_index"] == 27  # transformers resolves the default -1
@@ -862,7 +862,7 @@ def test_apertus_config_json_round_trip():
     args alone) and read back the same; what config.json cannot say refused."""
     from transformers import ApertusConfig
 
-    from mindspeed_rl.models.hf_export import hf_config_from_args
+    from mindspeed_rl.models.hf_export_config import hf_config_from_args
 
     release = ApertusConfig().to_dict()
     args = model_config_from_hf(release)
@@ -889,7 +889,7 @@ def test_qwen3_5_config_json_round_trip():
     qwen3_5_text from megatron's args alone and read back the same; what config.json cannot say refused."""
     from transformers import Qwen3_5Config, Qwen3_5TextConfig
 
-    from mindspeed_rl.models.hf_export import hf_config_from_args
+    from mindspeed_rl.models.hf_export_config import hf_config_from_args
 
     text = Qwen3_5TextConfig().to_dict()
     args = model_config_from_hf(text)
@@ -922,7 +922,7 @@ def test_qwen3_5_moe_config_json_round_trip():
     renormalised (config.json has no key for it); exported as qwen3_5_moe_text and read back the same."""
     from transformers import Qwen3_5MoeTextConfig
 
-    from mindspeed_rl.models.hf_export import hf_config_from_args
+    from mindspeed_rl.models.hf_export_config import hf_config_from_args
 
     args = model_config_from_hf(Qwen3_5MoeTextConfig().to_dict())
     assert (args["num_experts"], args["moe_router_topk"], args["moe_ffn_hidden_size"], args["norm_topk_prob"],
@@ -947,7 +947,7 @@ def test_qwen3_next_config_json_round_trip():
     wide; exported as qwen3_next from megatron's args alone where Qwen3.5-MoE cannot say it, and read back the same."""
     from transformers import Qwen3MoeConfig, Qwen3NextConfig, Qwen3NextForCausalLM
 
-    from mindspeed_rl.models.hf_export import hf_config_from_args
+    from mindspeed_rl.models.hf_export_config import hf_config_from_args
 
     args = model_config_from_hf(Qwen3NextConfig().to_dict())
     assert (args["num_experts"], args["moe_router_topk"], args["moe_ffn_hidden_size"], args["norm_topk_prob"],
