@@ -612,16 +612,12 @@ def _static_layer(layer: torch.nn.Module, hidden: torch.Tensor, cache_k: torch.T
             # Computed here from inputs every layer has: a new input of shape (1, b, 1, rot) made torch.compile's
             # region stamping fail (KeyError)
             angles = ((~mask).sum(-1) - 1).reshape(1, -1, 1, 1).float() * f  # (1, b, 1, rot)
-            return _attend_static(a, rotate_half(q, torch.cos(angles).to(q.dtype), torch.sin(angles).to(q.dtype)),
-                                  rotate_half(k, torch.cos(angles).to(k.dtype), torch.sin(angles).to(k.dtype)), v)
-        if _own_rope(c):
+            row_cos, row_sin = torch.cos(angles).to(q.dtype), torch.sin(angles).to(q.dtype)
+            q, k = rotated_norms(a, rotate_half(q, row_cos, row_sin), rotate_half(k, row_cos, row_sin))
+        elif _own_rope(c):
             q, k = rotate_half(q, cos, sin), rotate_half(k, cos, sin)
         else:
             q, k = apply_rotary_pos_emb(q, f, c, mscale=rope_mscale(c)), apply_rotary_pos_emb(k, f, c, mscale=rope_mscale(c))
-        return _attend_static(a, q, k, v)
-
-    def _attend_static(a, q, k, v):  # the rotated q, k
-        q, k = rotated_norms(a, q, k)  # HunYuan's q / k norms after RoPE; nothing otherwise
         cache_k.index_copy_(2, at, k.permute(1, 2, 0, 3))  # (b, ng, 1, hn) at `position`
         cache_v.index_copy_(2, at, v.permute(1, 2, 0, 3))
         return grouped_attention(q, cache_k, cache_v, mask, a.num_query_groups_per_partition, _attention_scale(c),
