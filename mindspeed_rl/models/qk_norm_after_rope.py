@@ -35,6 +35,8 @@ import functools
 
 import torch
 
+from mindspeed_rl.models.rotary import rotate_half
+
 
 class AfterRope:
     """Mixin over a norm class: the identity where megatron calls it (before RoPE); `after_rope` is the
@@ -79,24 +81,17 @@ def shift_angles(delta: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
     return (delta.float()[..., None] * torch.cat([inv, inv]))[:, :, None, :]
 
 
-def turn(t: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
-    """t (s, b, heads, rot) turned by angles (s, b, 1, rot): megatron's rotation (t cos + rotate_half(t) sin),
-    computed in fp32."""
-    x1, x2 = t.float().chunk(2, dim=-1)
-    half = torch.cat([-x2, x1], dim=-1)
-    return (t.float() * torch.cos(angles) + half * torch.sin(angles)).to(t.dtype)
-
-
 def rotated_norms(attention: torch.nn.Module, q: torch.Tensor, k: torch.Tensor,
                   angles: "torch.Tensor | None" = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The rotated q (s, b, heads, hn) and k (s, b, groups, hn), turned on by `angles` (s, b, 1, hn) to their
-    position ids when given, normalised by the layer's q / k norms where they come after RoPE; unchanged
-    otherwise."""
+    position ids when given (RoPE's own rotation, models/rotary.rotate_half, in their dtype), normalised by the
+    layer's q / k norms where they come after RoPE; unchanged otherwise."""
     q_norm = getattr(attention, "q_layernorm", None)
     if not isinstance(q_norm, AfterRope):
         return q, k
     if angles is not None:
-        q, k = turn(q, angles), turn(k, angles)
+        cos, sin = torch.cos(angles).to(q.dtype), torch.sin(angles).to(q.dtype)
+        q, k = rotate_half(q, cos, sin), rotate_half(k, cos, sin)
     return q_norm.after_rope(q), attention.k_layernorm.after_rope(k)
 
 

@@ -612,8 +612,7 @@ def _static_layer(layer: torch.nn.Module, hidden: torch.Tensor, cache_k: torch.T
             # Computed here from inputs every layer has: a new input of shape (1, b, 1, rot) made torch.compile's
             # region stamping fail (KeyError)
             angles = ((~mask).sum(-1) - 1).reshape(1, -1, 1, 1).float() * f  # (1, b, 1, rot)
-            row_cos, row_sin = torch.cos(angles).to(q.dtype), torch.sin(angles).to(q.dtype)
-            q, k = rotated_norms(a, rotate_half(q, row_cos, row_sin), rotate_half(k, row_cos, row_sin))
+            q, k = rotated_norms(a, q, k, angles)  # turned from position 0 (unrotated) to the position ids
         elif _own_rope(c):
             q, k = rotate_half(q, cos, sin), rotate_half(k, cos, sin)
         else:
