@@ -149,8 +149,14 @@ def QWEN3_NEXT(tiny):  # noqa: N802 (Qwen3-Next: Qwen3.5-MoE's text model, no M-
                     "rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25})
 
 
+# Granite's four scalars in the tiny models (not 1, so that each is tested)
+GRANITE_SCALARS = {"embedding_multiplier": 2.0, "residual_multiplier": 0.5, "attention_multiplier": 0.2,
+                   "logits_scaling": 0.5}
+
 # config.json variants (make_tiny_hf overrides) of the parity tests: arch-variant -> overrides
 HF_VARIANTS = {
+    # Granite 4.0 with experts: 4 of them (intermediate_size wide, top-2) beside its shared_mlp, every layer attention
+    "granitemoehybrid-moe": {"num_local_experts": 4, "num_experts_per_tok": 2},
     "mistral-window": {"sliding_window": 12},  # Mistral 7B v0.1's every-layer window, scaled down
     "phi3-window": {"sliding_window": 12},  # Phi-3-mini-4k's
     "phi3-partial": {"partial_rotary_factor": 0.5},
@@ -220,7 +226,8 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
     random); olmoe: OLMoE (q / k norms across heads under pre-norms, 4 experts intermediate_size wide, top-2 not
     renormalised); flex_olmo: FlexOlmo (OLMo 2's post norms with OLMoE's experts); hunyuan_v1_dense: HunYuan (per-head
     q / k norms after RoPE, NTK alpha 1000); hunyuan_v1_moe: HunYuan-MoE (that attention, 4 experts and a shared MLP
-    without a gate). `overrides` change TINY_HF
+    without a gate); granitemoe / granitemoeshared / granitemoehybrid: Granite's MoE models and Granite 4.0's dense
+    one (GRANITE_SCALARS; see their entries). `overrides` change TINY_HF
     (num_hidden_layers=4)."""
     import transformers as tf
 
@@ -276,6 +283,21 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
             "eos_token_id": 2, "tie_word_embeddings": False,
             "rope_parameters": {"rope_type": "dynamic", "rope_theta": 10000.0, "alpha": 1000.0, "factor": 1.0},
             **tiny}),
+        # Granite 3.x MoE's layout: Granite's four scalars, 4 experts intermediate_size (128) wide, top-2 (softmax over
+        # the top-k logits), stacked as block_sparse_moe.input_linear / output_linear, the router as router.layer; tied
+        "granitemoe": lambda: tf.GraniteMoeConfig(**{**GRANITE_SCALARS, "num_local_experts": 4, "num_experts_per_tok": 2,
+                                                     "tie_word_embeddings": True, **tiny}),
+        # with a shared MLP (no gate) 48 wide beside the experts, its gate / up fused as shared_mlp.input_linear
+        "granitemoeshared": lambda: tf.GraniteMoeSharedConfig(**{
+            **GRANITE_SCALARS, "num_local_experts": 4, "num_experts_per_tok": 2, "shared_intermediate_size": 48,
+            "tie_word_embeddings": True, **tiny}),
+        # Granite 4.0's dense layout (350M / 1B / Micro): every layer attention, the MLP its shared_mlp (96 wide;
+        # intermediate_size unused), RoPE; the HF_VARIANTS granitemoehybrid-moe adds experts
+        "granitemoehybrid": lambda: tf.GraniteMoeHybridConfig(**{
+            **GRANITE_SCALARS, "num_local_experts": 0, "shared_intermediate_size": 96, "position_embedding_type": "rope",
+            "layer_types": ["attention"] * tiny["num_hidden_layers"], "rope_parameters": {"rope_type": "default",
+                                                                                         "rope_theta": 1e7},
+            "tie_word_embeddings": True, **tiny}),
         # GLM-4-0414: q / k / v biases, sandwich norms, gate_up_proj, RoPE on interleaved pairs of half of each head
         "glm4": lambda: tf.Glm4Config(**{"head_dim": 16, "pad_token_id": 0, "eos_token_id": 2, **tiny}),
         # GLM-4.5's layout scaled down: the first layer dense, then MoE layers with sigmoid routing, a per-expert
@@ -446,7 +468,9 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
            "qwen3_5": tf.Qwen3_5ForConditionalGeneration, "qwen3_5_moe_text": tf.Qwen3_5MoeForCausalLM,
            "qwen3_5_moe": tf.Qwen3_5MoeForConditionalGeneration, "qwen3_next": tf.Qwen3NextForCausalLM,
            "olmoe": tf.OlmoeForCausalLM, "flex_olmo": tf.FlexOlmoForCausalLM,
-           "hunyuan_v1_dense": tf.HunYuanDenseV1ForCausalLM, "hunyuan_v1_moe": tf.HunYuanMoEV1ForCausalLM}[arch]
+           "hunyuan_v1_dense": tf.HunYuanDenseV1ForCausalLM, "hunyuan_v1_moe": tf.HunYuanMoEV1ForCausalLM,
+           "granitemoe": tf.GraniteMoeForCausalLM, "granitemoeshared": tf.GraniteMoeSharedForCausalLM,
+           "granitemoehybrid": tf.GraniteMoeHybridForCausalLM}[arch]
     torch.manual_seed(seed)
     model = cls(config).eval()
     with torch.no_grad():
@@ -544,6 +568,25 @@ HUNYUAN_A13B = dict(HUNYUAN_7B, architectures=["HunYuanMoEV1ForCausalLM"], model
                     cla_share_factor=2, use_qk_norm=True, tie_word_embeddings=True)
 
 # OLMoE's config.json as allenai/OLMoE-1B-7B-0125-Instruct publishes it (0924, base, SFT and DPO alike)
+# Granite 3.1 3B-A800M's (granitemoe: 40 experts 512 wide, 8 per token, Granite's scalars, tied) and Granite 4.0
+# Micro's (granitemoehybrid: 40 attention layers, no experts, its shared_mlp 8192 wide, RoPE at theta 1e7) layouts
+GRANITE_3B_A800M = {"architectures": ["GraniteMoeForCausalLM"], "attention_bias": False, "attention_dropout": 0.1,
+                    "attention_multiplier": 0.015625, "bos_token_id": 0, "embedding_multiplier": 12.0, "eos_token_id": 0,
+                    "hidden_act": "silu", "hidden_size": 1536, "intermediate_size": 512, "logits_scaling": 6.0,
+                    "max_position_embeddings": 131072, "model_type": "granitemoe", "num_attention_heads": 24,
+                    "num_experts_per_tok": 8, "num_hidden_layers": 32, "num_key_value_heads": 8, "num_local_experts": 40,
+                    "pad_token_id": 0, "residual_multiplier": 0.22, "rms_norm_eps": 1e-06, "rope_scaling": None,
+                    "rope_theta": 10000000.0, "tie_word_embeddings": True, "torch_dtype": "bfloat16", "vocab_size": 49155}
+GRANITE_4_MICRO = {"architectures": ["GraniteMoeHybridForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+                   "attention_multiplier": 0.015625, "bos_token_id": 100257, "embedding_multiplier": 12,
+                   "eos_token_id": 100257, "hidden_act": "silu", "hidden_size": 2560, "intermediate_size": 8192,
+                   "layer_types": ["attention"] * 40, "logits_scaling": 10, "mamba_chunk_size": 256, "mamba_d_conv": 4,
+                   "mamba_d_head": 64, "mamba_d_state": 256, "mamba_expand": 2, "mamba_n_groups": 1, "mamba_n_heads": 128,
+                   "max_position_embeddings": 131072, "model_type": "granitemoehybrid", "num_attention_heads": 40,
+                   "num_experts_per_tok": 0, "num_hidden_layers": 40, "num_key_value_heads": 8, "num_local_experts": 0,
+                   "pad_token_id": 100256, "position_embedding_type": "rope", "residual_multiplier": 0.22,
+                   "rms_norm_eps": 1e-05, "rope_scaling": None, "rope_theta": 10000000, "shared_intermediate_size": 8192,
+                   "tie_word_embeddings": True, "torch_dtype": "bfloat16", "vocab_size": 100352}
 OLMOE_1B_7B = {"architectures": ["OlmoeForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
                "clip_qkv": None, "eos_token_id": 50279, "hidden_act": "silu", "hidden_size": 2048,
                "initializer_range": 0.02, "intermediate_size": 1024, "max_position_embeddings": 4096,
@@ -615,13 +658,21 @@ class FakeGroup:
 def per_expert(tensors, model_type=None):
     """transformers 5 keeps MoE experts fused in memory ((E, 2f, h) gate_up_proj, (E, h, f) down_proj);
     the checkpoint, our bridge and vLLM's loader name them per expert. gpt-oss keeps them stacked in its
-    own layout (hf_bridge/names.py's _STACKED), read as the bridge reads them."""
+    own layout (hf_bridge/names.py's _STACKED), read as the bridge reads them. Granite's MoE modules name the
+    experts block_sparse_moe.experts, the router block_sparse_moe.router and keep the shared MLP's gate / up as
+    shared_mlp.input_linear: named here as the bridge names them."""
     from mindspeed_rl.models.hf_bridge.names import stacked_expert, stacked_parts
 
     out = {}
     for name, t in tensors.items():
+        name = name.replace(".block_sparse_moe.experts.", ".mlp.experts.").replace(".block_sparse_moe.router.weight",
+                                                                                   ".mlp.gate.weight")
         parts = stacked_parts(name, model_type, t.shape[0])
-        if parts is not None:
+        if name.endswith("shared_mlp.input_linear.weight"):  # Granite's shared MLP: [gate; up]
+            prefix = name[:-len("shared_mlp.input_linear.weight")]
+            out[f"{prefix}mlp.shared_expert.gate_proj.weight"], out[f"{prefix}mlp.shared_expert.up_proj.weight"] = \
+                t.chunk(2, dim=0)
+        elif parts is not None:
             out.update({canonical: stacked_expert(t[e], part) for canonical, e, part in parts})
         elif name.endswith("mlp.experts.gate_up_proj"):
             for e, w in enumerate(t):

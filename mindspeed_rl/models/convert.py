@@ -48,7 +48,8 @@ HF_TYPES = {"llama2": "llama", "llama3": "llama", "mistral": "mistral", "qwen2":
             "apertus": "apertus", "qwen3_5": "qwen3_5_text",
             "qwen3_5_moe": "qwen3_5_moe_text", "qwen3_next": "qwen3_next",
             "olmoe": "olmoe", "flex_olmo": "flex_olmo", "hunyuan": "hunyuan_v1_dense",
-            "hunyuan_moe": "hunyuan_v1_moe"}  # MindSpeed-LLM's names where it has the model
+            "hunyuan_moe": "hunyuan_v1_moe", "granitemoe": "granitemoe", "granitemoeshared": "granitemoeshared",
+            "granitemoehybrid": "granitemoehybrid"}  # MindSpeed-LLM's names where it has the model
 
 
 def padded_vocab(vocab_size: int, divisible_by: int, tp: int) -> int:

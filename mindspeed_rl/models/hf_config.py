@@ -14,15 +14,20 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Optional
 
-from mindspeed_rl.models.hf_moe_config import moe_args_from_hf
+from mindspeed_rl.models.hf_moe_config import expert_count, moe_args_from_hf
 
 HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "smollm3", "granite",
             "gemma3_text", "gemma2", "gemma", "olmo2", "olmo3", "ministral3", "exaone4", "seed_oss", "glm4",
             "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus",
-            "qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_dense", "hunyuan_v1_moe")
+            "qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_dense", "hunyuan_v1_moe",
+            "granitemoe", "granitemoeshared", "granitemoehybrid")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss",
-             "minimax_m2", "ernie4_5_moe", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_moe")
+             "minimax_m2", "ernie4_5_moe", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_moe",
+             "granitemoe", "granitemoeshared", "granitemoehybrid")
+# Granite's four scalars (granite_args); the MoE ones route as Mixtral, with a shared MLP beside the experts
+# (granitemoeshared, granitemoehybrid) or none (granitemoe); Granite 4.0's granitemoehybrid without experts is dense
+GRANITE_ARCHS = ("granite", "granitemoe", "granitemoeshared", "granitemoehybrid")
 # Gated DeltaNet and gated attention (qwen3_5_args): Qwen3.5, Qwen3.5-MoE, Qwen3-Next
 QWEN3_5_ARCHS = ("qwen3_5_text", "qwen3_5_moe_text", "qwen3_next")
 HUNYUAN_ARCHS = ("hunyuan_v1_dense", "hunyuan_v1_moe")  # q / k norms after RoPE, NTK alpha RoPE
@@ -76,6 +81,10 @@ HF_DEFAULTS = {
                   "norm_topk_prob": False},
     "hunyuan_v1_dense": {"rms_norm_eps": 1e-5},  # transformers' HunYuanDenseV1Config
     "hunyuan_v1_moe": {"rms_norm_eps": 1e-5, "num_experts": 1, "moe_topk": 1},  # its HunYuanMoEV1Config
+    # transformers' GraniteMoeConfig / GraniteMoeSharedConfig / GraniteMoeHybridConfig
+    "granitemoe": {"num_local_experts": 8, "num_experts_per_tok": 2},
+    "granitemoeshared": {"num_local_experts": 8, "num_experts_per_tok": 2, "shared_intermediate_size": 0},
+    "granitemoehybrid": {"num_local_experts": 8, "num_experts_per_tok": 2, "shared_intermediate_size": 1024},
     "minimax_m2": {"head_dim": 128, "rope_theta": 5000000.0, "num_local_experts": 256, "num_experts_per_tok": 8,
                    "intermediate_size": 1536},
     "gpt_oss": {"head_dim": 64, "attention_bias": True, "rope_theta": 150000.0, "sliding_window": 128,
@@ -134,6 +143,10 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     (rope type dynamic with an alpha: theta x alpha^(d / (d - 2)), fixed) read as the default RoPE at that theta;
     HunYuan-MoE (hunyuan_v1_moe: Hunyuan-A13B, -Pretrain / -Instruct) is that attention with every layer MoE
     (hunyuan_moe_args).
+    Granite MoE (granitemoe: granite-3.x-1b-a400m / 3b-a800m; granitemoeshared with a shared MLP without a gate) is
+    Granite's four scalars (granite_args) around Mixtral's routing (granite_moe_args); Granite 4.0 (granitemoehybrid)
+    whose every layer attends is Granite with its shared_mlp as the MLP, or with experts granitemoeshared's layers
+    (granite_hybrid_config; Mamba-2 layers are refused).
     A quantized checkpoint is read dequantized where its format is one the reader knows (check_quantization).
     Apertus (apertus: Apertus-8B / 70B base / instruct) is Llama's attention with Qwen3's per-head q / k
     norms, llama3 rope scaling and an MLP without a gate, down(xIELU(up(x))) with two learnable scalars per
@@ -182,7 +195,9 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
                          "releases have none.")
     if hf.get("mlp_bias"):
         raise ValueError("config.json mlp_bias=true is not supported (Megatron has no MLP-only bias).")
-    if model_type in ("llama", "granite", "olmo2", "olmo3", "exaone4", "arcee", "apertus", "olmoe", "flex_olmo",
+    if model_type == "granitemoehybrid":
+        hf = granite_hybrid_config(hf)
+    if model_type in (*GRANITE_ARCHS, "llama", "olmo2", "olmo3", "exaone4", "arcee", "apertus", "olmoe", "flex_olmo",
                       *HUNYUAN_ARCHS, *GEMMA_ARCHS) and hf.get("attention_bias"):
         raise ValueError(f"config.json attention_bias=true for {model_type} (bias on o_proj) is not supported.")
     # transformers 5 keeps it in rope_parameters, 4.x at the top level
@@ -253,13 +268,13 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
                     low_freq_factor=float(rope["low_freq_factor"]),
                     high_freq_factor=float(rope["high_freq_factor"]),
                     original_max_position_embeddings=int(rope["original_max_position_embeddings"]))
-    if model_type in MOE_ARCHS and (model_type != "qwen3_next" or int(hf.get("num_experts") or 0)):
-        args.update(moe_args_from_hf(hf))  # (a Qwen3-Next config.json with num_experts 0 is dense)
+    if model_type in MOE_ARCHS and (model_type not in ("qwen3_next", "granitemoehybrid") or expert_count(hf)):
+        args.update(moe_args_from_hf(hf))  # (a Qwen3-Next / Granite 4.0 config.json with no experts is dense)
     if model_type in MLA_ARCHS:
         args.update(mla_args(hf))
     if model_type == "smollm3":
         args.update(smollm3_args(hf, args["num_layers"]))
-    if model_type == "granite":
+    if model_type in GRANITE_ARCHS:
         args.update(granite_args(hf))
     if model_type in GEMMA_ARCHS:
         args.update(gemma_args(hf, args["num_layers"], head_dim))
@@ -526,8 +541,30 @@ def window_pattern(window_attn_skip_freq: Any, num_layers: int) -> Optional[list
     return [int(x) for x in pattern]
 
 
+def granite_hybrid_config(hf: Mapping[str, Any]) -> dict[str, Any]:
+    """A Granite 4.0 config.json (granitemoehybrid) as the Granite model it is when every layer attends: Granite
+    4.0-350M / 1B / Micro (dense: the MLP is its shared_mlp, shared_intermediate_size wide, read as
+    intermediate_size) and attention-only MoE ones (granitemoeshared's layers). Its Mamba-2 layers (the -H
+    models) and attention without RoPE are refused in one sentence."""
+    layers = int(hf["num_hidden_layers"])
+    kinds = list(hf.get("layer_types") or hf.get("layers_block_type") or ["mamba"] * layers)
+    mamba = [i for i, kind in enumerate(kinds[:layers]) if kind not in ("attention", "full_attention")]
+    if mamba or len(kinds) < layers:
+        raise ValueError(f"config.json layer_types of a granitemoehybrid model has Mamba-2 layers ({len(mamba)} of "
+                         f"{layers}: the Granite 4.0 -H models), which are not supported; only its models whose every "
+                         f"layer is attention (Granite 4.0-350M / 1B / Micro) are.")
+    if hf.get("position_embedding_type") != "rope":
+        raise ValueError(f"config.json position_embedding_type {hf.get('position_embedding_type')!r} (attention without "
+                         f"RoPE) is not supported for a granitemoehybrid model; its attention-only releases say 'rope'.")
+    shared = int(hf.get("shared_intermediate_size") or 0)
+    if shared <= 0:
+        raise ValueError(f"config.json shared_intermediate_size {hf.get('shared_intermediate_size')} of a "
+                         f"granitemoehybrid model must be positive: it is the width of every layer's shared_mlp.")
+    return {**hf, "intermediate_size": shared} if not expert_count(hf) else dict(hf)
+
+
 def granite_args(hf: Mapping[str, Any]) -> dict[str, Any]:
-    """Granite (3.x dense) is Llama with four scalars: the embeddings times embedding_multiplier,
+    """Granite (3.x dense, and the MoE models: granitemoe, granitemoeshared, granitemoehybrid) is Llama with four scalars: the embeddings times embedding_multiplier,
     each attention / MLP output times residual_multiplier before its residual add, the logits
     divided by logits_scaling, and attention_multiplier in place of 1 / sqrt(head_dim)
     (models/multipliers.py; MindSpeed-LLM's embedding / output multiplier names)."""

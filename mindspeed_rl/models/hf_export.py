@@ -32,7 +32,7 @@ from safetensors.torch import save_file
 
 from mindspeed_rl.models.hf_bridge.checkpoint_io import INDEX_FILE, SINGLE_FILE, SafetensorsReader
 from mindspeed_rl.models.hf_bridge.mapping import EXPERT_KINDS, gated_mlp
-from mindspeed_rl.models.hf_bridge.names import fuse
+from mindspeed_rl.models.hf_bridge.names import fuse, names_type
 from mindspeed_rl.models.hf_export_config import DTYPE_NAMES, hf_config_from_args
 from mindspeed_rl.models.hf_moe_config import mtp_layer_count
 from mindspeed_rl.models.hf_bridge.sharding import kind_of, mcore_to_hf, merge_tp
@@ -101,7 +101,7 @@ def write_shard(tmp: str, index: int, count: int, tensors: Mapping[str, torch.Te
     DeltaNet projections grouped per key head, whose sizes config.json gives); returns its part of the
     index's weight_map."""
     name = shard_file(index, count)
-    stored = {k: v.contiguous() for k, v in fuse(dict(tensors), hf_config.get("model_type"), hf_config).items()}
+    stored = {k: v.contiguous() for k, v in fuse(dict(tensors), names_type(hf_config), hf_config).items()}
     save_file(stored, os.path.join(tmp, name), metadata={"format": "pt"})
     return {k: name for k in stored}
 

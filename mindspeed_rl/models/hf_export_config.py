@@ -33,6 +33,8 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
     if args.get("qk_layernorm_across_heads") and int(args.get("num_experts") or 0) > 1:
         minimax = args.get("moe_router_score_function") == "sigmoid" or args.get("moe_router_enable_expert_bias")
         return (minimax_m2_config if minimax else olmoe_config)(args, vocab_size, dtype)
+    if int(args.get("num_experts") or 0) > 1 and any(float(args.get(k) or 1.0) != 1.0 for k in GRANITE_SCALARS):
+        return granite_moe_config(args, vocab_size, dtype)
     if args.get("qk_layernorm_across_heads") or args.get("pre_norm") is False:
         return olmo_config(args, vocab_size, dtype)
     gemma = [k for k in GEMMA_KEYS if args.get(k)]
@@ -361,6 +363,49 @@ def olmoe_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -
                   attention_bias=False, pad_token_id=None)
     if not flex:
         config["clip_qkv"] = None
+    return config
+
+
+GRANITE_SCALARS = ("embedding_multiplier_scale", "residual_multiplier", "output_multiplier_scale")
+
+
+def granite_moe_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
+    """Granite's MoE config.json for an MoE model with Granite's scalars (models/hf_config.granite_args and
+    hf_moe_config.granite_moe_args, read back the same): granitemoe (GraniteMoeForCausalLM) without a shared expert,
+    granitemoeshared (GraniteMoeSharedForCausalLM) with one without a gate; both need every layer MoE with
+    Mixtral's routing (softmax, the top-k renormalised; no expert bias, groups or routed scale) and a Llama-style
+    attention (no biases or q / k norms, pre-norms only, full rotary on whole heads, full attention)."""
+    heads = int(args["num_attention_heads"])
+    shared = int(args.get("moe_shared_expert_intermediate_size") or 0)
+    problems = [what for what, bad in (
+        ("every layer an MoE layer (moe_layer_freq)", not all(moe_layers(args))),
+        ("softmax routing with the top-k renormalised, without an expert bias, groups or routed scale",
+         (args.get("moe_router_score_function") or "softmax") != "softmax" or args.get("moe_router_enable_expert_bias")
+         or int(args.get("moe_router_num_groups") or 1) > 1 or float(args.get("moe_router_topk_scaling_factor") or 1.0) != 1.0
+         or not args.get("norm_topk_prob", not args.get("moe_router_pre_softmax", False))),
+        ("a shared expert without a gate, or none", shared and args.get("shared_expert_gate")),
+        ("no biases or q / k norms, norms before attention and MLP only (add_qkv_bias, qk_layernorm, post_norm)",
+         args.get("add_qkv_bias") or args.get("disable_bias_linear") is False or args.get("qk_layernorm")
+         or args.get("post_norm") or args.get("pre_norm") is False or not gated_mlp(args)),
+        ("full rotary on Llama's pairs of whole heads, full attention in every layer",
+         float(args.get("rotary_percent") or 1.0) != 1.0 or args.get("rotary_interleaved") or args.get("sliding_window")
+         or args.get("no_rope_freq") or args.get("multi_latent_attention")
+         or int(args.get("kv_channels") or args["hidden_size"] // heads) * heads != int(args["hidden_size"])),
+    ) if bad]
+    if problems:
+        raise ValueError(f"an MoE model with Granite's multipliers has a config.json form only as Granite MoE "
+                         f"(granitemoe / granitemoeshared), which needs {'; '.join(problems)}.")
+    model_type, cls = ("granitemoeshared", "GraniteMoeSharedForCausalLM") if shared else ("granitemoe",
+                                                                                          "GraniteMoeForCausalLM")
+    config = base_config(args, vocab_size, dtype, model_type, cls, rope_parameters(args), eps=1e-6)
+    scale = {k: float(args.get(k) or 1.0) for k in GRANITE_SCALARS}
+    config.update(hidden_act="silu", attention_bias=False, intermediate_size=int(args.get("moe_ffn_hidden_size") or args["ffn_hidden_size"]),
+                  num_local_experts=int(args["num_experts"]), num_experts_per_tok=int(args.get("moe_router_topk") or 2),
+                  embedding_multiplier=scale["embedding_multiplier_scale"], residual_multiplier=scale["residual_multiplier"],
+                  logits_scaling=1.0 / scale["output_multiplier_scale"],
+                  attention_multiplier=float(args.get("softmax_scale") or config["head_dim"] ** -0.5))
+    if shared:
+        config["shared_intermediate_size"] = shared
     return config
 
 

@@ -49,6 +49,20 @@ def hunyuan_moe_args(hf: Mapping[str, Any]) -> dict[str, Any]:
             "moe_shared_expert_intermediate_size": width}
 
 
+def granite_moe_args(hf: Mapping[str, Any]) -> dict[str, Any]:
+    """Megatron MoE args of a Granite MoE config.json (granitemoe: granite-3.x-1b-a400m / 3b-a800m; granitemoeshared;
+    granitemoehybrid with experts), as transformers computes it: every layer MoE, Mixtral's routing (softmax over
+    the top num_experts_per_tok router logits), experts intermediate_size wide, and with shared_intermediate_size >
+    0 a shared MLP of that width without a gate added to them (granitemoehybrid always has one)."""
+    experts, topk = expert_count(hf), int(hf["num_experts_per_tok"])
+    if experts < 2 or not 1 <= topk <= experts:
+        raise ValueError(f"config.json num_local_experts {experts} / num_experts_per_tok {topk}: a {hf.get('model_type')} "
+                         f"model needs at least 2 experts and 1 <= num_experts_per_tok <= num_local_experts.")
+    shared = int(hf.get("shared_intermediate_size") or 0) if hf.get("model_type") != "granitemoe" else 0
+    return {"num_experts": experts, "moe_router_topk": topk, "moe_ffn_hidden_size": int(hf["intermediate_size"]),
+            "norm_topk_prob": True, **({"moe_shared_expert_intermediate_size": shared} if shared else {})}
+
+
 def expert_count(hf: Mapping[str, Any]) -> int:
     """Routed experts per MoE layer as config.json names them: num_experts (Qwen-MoE),
     num_local_experts (Mixtral), n_routed_experts (GLM-4.5, DeepSeek), moe_num_experts (ERNIE 4.5); 0 for a
@@ -73,6 +87,8 @@ def moe_args_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         return ernie4_5_moe_args(hf)
     if hf.get("model_type") == "hunyuan_v1_moe":
         return hunyuan_moe_args(hf)
+    if hf.get("model_type") in ("granitemoe", "granitemoeshared", "granitemoehybrid"):
+        return granite_moe_args(hf)
     dense_between = bool(hf.get("mlp_only_layers")) or int(hf.get("decoder_sparse_step") or 1) != 1
     if dense_between and hf.get("model_type") not in QWEN_DENSE_LAYERS:
         raise ValueError("config.json mlp_only_layers / decoder_sparse_step != 1 (dense layers between MoE "

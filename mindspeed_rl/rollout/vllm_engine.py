@@ -58,7 +58,7 @@ from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 import torch
 
 from mindspeed_rl.models.hf_moe_config import expert_count, first_dense_layers
-from mindspeed_rl.models.hf_bridge.names import group, group_members, stored_name
+from mindspeed_rl.models.hf_bridge.names import fuse, group, group_members, names_type, stored_members, stored_name
 from mindspeed_rl.platform import get_platform
 from mindspeed_rl.platform import vllm_env
 from mindspeed_rl.rollout.interface import check_prompts, FINISH_EOS, FINISH_LENGTH, RolloutOutput, SamplingParams
@@ -92,6 +92,29 @@ def chunked(named: Iterable[tuple[str, torch.Tensor]], max_bytes: int) -> Iterat
         yield chunk
 
 
+# model types whose fused and stacked tensors vLLM's loader takes only in the checkpoints' form (grouped_chunks)
+STORED_FORM = ("granitemoe", "granitemoeshared")
+
+
+def vllm_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """config.json as the engine gives it to vLLM: Granite 4.0 (granitemoehybrid, every layer attention: the config
+    reader refuses Mamba-2 layers) as the model of the same math and names vLLM serves without its Mamba-2
+    machinery: Granite (granite, the shared_mlp as the MLP: names.names_type) or, with experts, Granite MoE with a
+    shared MLP (granitemoeshared). Other config.json pass unchanged."""
+    config = dict(config)
+    if config.get("model_type") != "granitemoehybrid":
+        return config
+    dense = names_type(config) == "granitemoehybrid_dense"
+    config = {k: v for k, v in config.items() if not k.startswith("mamba_") and k not in (
+        "layer_types", "layers_block_type", "position_embedding_type", "time_step_limit")}
+    if dense:
+        config.update(model_type="granite", architectures=["GraniteForCausalLM"],
+                      intermediate_size=int(config["shared_intermediate_size"]))
+    else:
+        config.update(model_type="granitemoeshared", architectures=["GraniteMoeSharedForCausalLM"])
+    return config
+
+
 _EXPERT_TENSOR = re.compile(r"^(model\.layers\.\d+\.)mlp\.experts\.(\d+)\.(gate|up|down)_proj\.(weight|bias)$")
 _SINKS = re.compile(r"^model\.layers\.(\d+)\.self_attn\.sinks$")
 
@@ -100,19 +123,24 @@ def grouped_chunks(chunks: Iterable[Sequence[tuple[str, torch.Tensor]]], model_t
                    hf_config: Optional[Mapping[str, Any]]) -> Iterator[list[tuple[str, torch.Tensor]]]:
     """The chunks with the canonical tensors a `model_type` checkpoint keeps in one grouped tensor (Qwen3-Next's
     in_proj_qkvz / in_proj_ba, names.group: vLLM's Qwen3-Next loads only those) held back until all of them
-    arrived, then passed on as that tensor; other tensors pass through."""
+    arrived, then passed on as that tensor; for the model types vLLM loads in their checkpoints' form only
+    (STORED_FORM: Granite's MoE models, whose shared MLP's gate / up vLLM takes fused and whose experts its
+    loader takes stacked) every fused and stacked tensor so (names.stored_members); other tensors pass through."""
+    config = dict(hf_config or {})
+    stored_form = model_type in STORED_FORM
     pending: dict[str, dict[str, torch.Tensor]] = {}
     for chunk in chunks:
         out = []
         for name, tensor in chunk:
-            members = group_members(name, model_type)
+            members = stored_members(name, model_type, config) if stored_form else group_members(name, model_type)
             if members is None:
                 out.append((name, tensor))
                 continue
             parts = pending.setdefault(members[0], {})
             parts[name] = tensor
             if len(parts) == len(members[1]):
-                out.extend(group(pending.pop(members[0]), model_type, dict(hf_config or {})).items())
+                whole = pending.pop(members[0])
+                out.extend((fuse(whole, model_type, config) if stored_form else group(whole, model_type, config)).items())
         if out:
             yield out
     if pending:
@@ -414,7 +442,7 @@ class VLLMEngine:
         self._asleep = False
         self._said_no_sleep = False
         self._dir = tempfile.mkdtemp(prefix="mindspeed_rl_vllm_")
-        config = dict(hf_config, vocab_size=self.vocab_size)
+        config = dict(vllm_config(hf_config), vocab_size=self.vocab_size)
         config.pop("quantization_config", None)
         kind = config.get("model_type")
         if kind in ("deepseek_v3", "glm4_moe_lite"):  # transformers' routing; vLLM reads these keys (softmax without)

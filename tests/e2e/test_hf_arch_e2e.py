@@ -20,17 +20,19 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 # random weights whose rollouts earn some reward (all-zero rewards give zero advantages and no
-# gradient): the image-text Gemma 3 with seed 0 earns none in its first step
-OVERRIDES = {"gemma3": {"seed": 1}}
+# gradient): the image-text Gemma 3 with seed 0 earns none in its first step, the tiny Granite MoE with seeds 0,
+# 1 and 3 none
+OVERRIDES = {"gemma3": {"seed": 1}, "granitemoeshared": {"seed": 2}}
 
 
 # one run per distinct checkpoint layout, to keep CI's time: Llama from config.json is tests/real_model's
 # SmolLM2 run, a Qwen2 is qwen2_5_vl's text model, Gemma 3's text model (gemma3_text) is gemma3's, OLMo 2's
-# layers are olmo3's, OLMoE's flex_olmo's; the forward of Qwen3, SmolLM3, Granite and Gemma 2 is their parity and decode tests'
+# layers are olmo3's, OLMoE's flex_olmo's, HunYuan's attention hunyuan_v1_moe's; the forward of Qwen3, SmolLM3, Granite,
+# Granite 4.0 and Gemma 2 is their parity and decode tests'
 @pytest.mark.parametrize("arch", ["phi3", "mixtral", "gemma3", "mistral3", "olmo3", "qwen2_5_vl", "glm4_moe",
                                   "deepseek_v3", "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus",
-                                  "qwen3_5", "qwen3_5_moe", "qwen3_next", "flex_olmo",
-                                  "hunyuan_v1_dense", "hunyuan_v1_moe"])
+                                  "qwen3_5", "qwen3_5_moe", "qwen3_next", "flex_olmo", "hunyuan_v1_moe",
+                                  "granitemoeshared"])
 def test_empty_model_yaml_runs(arch, tmp_path):
     """phi3 (q/k/v and gate/up stored fused), mixtral (its own expert names) and gemma3 (its text
     model's own norm names) also export at the end (save_hf): the HF checkpoint has the original's tensor names
@@ -54,10 +56,11 @@ def test_empty_model_yaml_runs(arch, tmp_path):
     the same with Qwen2-MoE's experts) exports Qwen3_5MoeForCausalLM with its per-expert tensors; qwen3_next
     (Qwen3-Next: those layers with the DeltaNet projections fused per key head) exports in_proj_qkvz / in_proj_ba;
     flex_olmo (FlexOlmo: OLMoE's experts and q / k norms across heads under OLMo 2's post norms, which OLMoE's own
-    layout adds nothing to here) exports under OLMo 2's norm names; hunyuan_v1_dense (HunYuan: q / k norms after RoPE,
-    NTK alpha) trains, generates with the native engine and exports query_layernorm / key_layernorm under the config.json
-    it started from, which transformers loads; hunyuan_v1_moe (HunYuan-MoE) also its router as gate.wg and its shared
-    MLP."""
+    layout adds nothing to here) exports under OLMo 2's norm names; hunyuan_v1_moe (HunYuan-MoE: q / k norms after RoPE,
+    NTK alpha) trains, generates with the native engine and exports query_layernorm / key_layernorm, its router as
+    gate.wg and its shared MLP under the config.json it started from, which transformers loads; granitemoeshared
+    (Granite MoE: Granite's multipliers, a shared MLP without a gate) exports its experts stacked as
+    block_sparse_moe.input_linear / output_linear and its shared MLP's gate / up fused, as Granite stores them."""
     hf = tmp_path / "hf"
     if arch == "gpt_oss":
         from testing_utils import mxfp4_gpt_oss
@@ -70,7 +73,7 @@ def test_empty_model_yaml_runs(arch, tmp_path):
     tok = tiny_task.TOKENIZER_DIR  # the tiny task's 13-token tokenizer fits the 120-row embedding
     own_names = arch in ("phi3", "mixtral", "gemma3", "mistral3", "olmo3", "qwen2_5_vl", "glm4_moe", "deepseek_v3",
                          "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus", "qwen3_5", "qwen3_5_moe",
-                         "qwen3_next", "flex_olmo", "hunyuan_v1_dense", "hunyuan_v1_moe")
+                         "qwen3_next", "flex_olmo", "hunyuan_v1_moe", "granitemoeshared")
     proc = subprocess.run(
         [sys.executable, str(ROOT / "ray_gpt.py"), "--config-dir", str(CONFIGS), "--config-name", "grpo_trainer_hf_any",
          f"actor_rollout_ref.actor_rollout.load={hf}", f"actor_rollout_ref.ref.load={hf}",

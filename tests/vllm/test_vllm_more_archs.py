@@ -66,7 +66,6 @@ VARIANTS = {
     "glm4_moe": dict(head_dim=32),
     "ernie4_5_moe": dict(head_dim=32),
     "apertus": dict(head_dim=32),
-    "hunyuan_v1_dense": dict(head_dim=32),
     "hunyuan_v1_moe": dict(head_dim=32),
     # DeepSeek-V3's MLA: vLLM's CPU MLA kernel is built for DeepSeek's latent cache only, kv_lora_rank 512 + RoPE 64
     "deepseek_v3": dict(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=32, v_head_dim=32),
@@ -97,13 +96,15 @@ def _make_in_child(arch, out, overrides):
 
 # one engine per distinct path, to keep CI's time: Mistral's is mistral3's text model (its window included),
 # Gemma 3's text model is gemma3's, SmolLM3's NoPE layers are smollm3-yarn's, OLMo 2's layers olmo3's, vLLM's
-# LongRoPE phi3-partiallongrope's
+# LongRoPE phi3-partiallongrope's, HunYuan's attention hunyuan_v1_moe's, Granite's (dense) granitemoehybrid's (Granite
+# 4.0 served as Granite: vllm_engine.vllm_config), Granite MoE's granitemoeshared's (its experts and shared MLP
+# synced in the checkpoints' stacked and fused form)
 @pytest.mark.parametrize("arch", ["mixtral", "phi3", "phi3-partiallongrope", "qwen2-yarn",
-                                  "smollm3-yarn", "granite", "gemma3", "gemma2", "mistral3", "gemma", "olmo3",
+                                  "smollm3-yarn", "gemma3", "gemma2", "mistral3", "gemma", "olmo3",
                                   "qwen3_vl", "ministral3", "exaone4", "seed_oss", "glm4",
                                   "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2", "gpt_oss",
                                   "minimax_m2", "glm4_moe_lite", "ernie4_5_moe", "apertus", "olmoe", "flex_olmo",
-                                  "hunyuan_v1_dense", "hunyuan_v1_moe"])
+                                  "hunyuan_v1_moe", "granitemoeshared", "granitemoehybrid"])
 def test_synced_engine_equals_the_training_model(arch, tmp_path, gloo_world1):
     from mindspeed_rl.rollout.native import NativeEngine
     from mindspeed_rl.rollout.vllm_engine import VLLMEngine

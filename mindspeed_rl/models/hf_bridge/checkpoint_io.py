@@ -24,9 +24,10 @@ from typing import Mapping, Optional, Protocol
 import torch
 from safetensors import safe_open
 
-from mindspeed_rl.models.hf_bridge.names import (canonical_name, dequantize_mxfp4, fused_name, fused_parts,
+from mindspeed_rl.models.hf_bridge.names import (canonical_name, names_type, dequantize_mxfp4, fused_name, fused_parts,
                                                  grouped_name, grouped_parts, leading_one, own_names,
-                                                 stacked_expert, stacked_layout, stacked_parts, stored_name)
+                                                 stacked_expert, stacked_layout, stacked_module_layout,
+                                                 stacked_parts, stored_name)
 from mindspeed_rl.utils.errors import UserInputError
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -89,7 +90,7 @@ class SafetensorsReader:
         self._aux = {n: f for n, f in self.weight_map.items() if _AUX.search(n)}
         self.weight_map = {n: f for n, f in self.weight_map.items() if n not in self._aux}
         config = _own_names_config(directory)
-        self.model_type = config.get("model_type")
+        self.model_type = names_type(config)
         self._parts: dict[str, tuple[str, int, int]] = {}  # canonical -> (fused stored name, first row, rows)
         # canonical -> (grouped stored name, its rows there, the rows config.json implies the stored tensor has)
         self._grouped: dict[str, tuple[str, torch.Tensor, int]] = {}
@@ -123,7 +124,8 @@ class SafetensorsReader:
                     canonical[part] = file
                     self._parts[part] = (name, start, rows)
             self.weight_map = canonical
-            self._module_layout = self._stacked_in_module_layout(text) if self._stacked else False
+            self._module_layout = (stacked_module_layout(self.model_type) or self._stacked_in_module_layout(text)
+                                   if self._stacked else False)
 
     def _slice_of(self, file: str, stored: str):
         """The safetensors slice of tensor `stored` in `file` (the file opened once, lazily)."""

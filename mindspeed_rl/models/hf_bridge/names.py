@@ -75,6 +75,23 @@ _STORED_AS["apertus"] = (("input_layernorm.weight", "attention_layernorm.weight"
                          ("post_attention_layernorm.weight", "feedforward_layernorm.weight"))
 # GLM-4 names its norm on the attention output as the canonical name does, the one on the MLP output its own way
 _STORED_AS["glm4"] = (("post_feedforward_layernorm.weight", "post_mlp_layernorm.weight"),)
+# Granite's MoE models: the router as block_sparse_moe.router.layer (the experts stacked: _STACKED), the shared MLP
+# (without a gate) as shared_mlp, its gate / up fused as input_linear (_FUSED); Granite 4.0's dense models
+# (granitemoehybrid without experts: names_type) call their only MLP shared_mlp
+_STORED_AS["granitemoe"] = (("mlp.gate.weight", "block_sparse_moe.router.layer.weight"),)
+_STORED_AS["granitemoeshared"] = (*_STORED_AS["granitemoe"],
+                                  ("mlp.shared_expert.down_proj.weight", "shared_mlp.output_linear.weight"))
+_STORED_AS["granitemoehybrid"] = _STORED_AS["granitemoeshared"]
+_STORED_AS["granitemoehybrid_dense"] = (("mlp.down_proj.weight", "shared_mlp.output_linear.weight"),)
+
+
+def names_type(config) -> str | None:
+    """The key of a config.json's tensor names in the tables here: its model_type, except Granite 4.0's dense models
+    (granitemoehybrid without experts: `granitemoehybrid_dense`), whose shared_mlp is their only MLP."""
+    model_type = (config or {}).get("model_type")
+    if model_type == "granitemoehybrid" and not int(config.get("num_local_experts", 8) or 0):
+        return "granitemoehybrid_dense"
+    return model_type
 
 
 def _renames(pairs, reverse: bool):
@@ -104,7 +121,12 @@ _FUSED = {
                                            "self_attn.v_proj.weight"),
              "mlp.gate_up_proj.weight": ("mlp.gate_proj.weight", "mlp.up_proj.weight")},
     "glm4": {"mlp.gate_up_proj.weight": ("mlp.gate_proj.weight", "mlp.up_proj.weight")},  # q / k / v apart
+    # Granite's shared MLP (shared_intermediate_size wide: part_rows); Granite 4.0's dense models' only MLP
+    "granitemoeshared": {"shared_mlp.input_linear.weight": ("mlp.shared_expert.gate_proj.weight",
+                                                            "mlp.shared_expert.up_proj.weight")},
+    "granitemoehybrid_dense": {"shared_mlp.input_linear.weight": ("mlp.gate_proj.weight", "mlp.up_proj.weight")},
 }
+_FUSED["granitemoehybrid"] = _FUSED["granitemoeshared"]
 _LAYER = re.compile(r"^(model\.layers\.\d+\.)(.+)$")
 
 
@@ -164,6 +186,30 @@ def group_members(canonical: str, model_type: str | None) -> tuple[str, list[str
     return None
 
 
+_EXPERT = re.compile(r"^mlp\.experts\.(\d+)\.(gate|up|down)_proj\.(weight|bias)$")
+
+
+def stored_members(canonical: str, model_type: str | None, hf_config: dict) -> tuple[str, list[str]] | None:
+    """(the stored tensor a `model_type` checkpoint keeps the canonical tensor in together with others, all the
+    canonical tensors it holds): a grouped (_GROUPED), fused (_FUSED) or stacked (_STACKED: every expert of the
+    layer, `hf_config`'s count) one; None for a tensor stored alone. `fuse` turns a complete set into it."""
+    members = group_members(canonical, model_type)
+    m = _LAYER.match(canonical)
+    if members is not None or m is None:
+        return members
+    for stored, parts in _FUSED.get(model_type or "", {}).items():
+        if m.group(2) in parts:
+            return m.group(1) + stored, [m.group(1) + p for p in parts]
+    e = _EXPERT.match(m.group(2)) if model_type in _STACKED else None
+    if e is None:
+        return None
+    _, gate_up, down, _ = _STACKED[model_type]
+    projs, stored = (("down",), down) if e.group(2) == "down" else (("gate", "up"), gate_up)
+    experts = int(hf_config.get("num_local_experts") or hf_config.get("num_experts") or 0)
+    return (m.group(1) + stored + ("_bias" if e.group(3) == "bias" else ""),
+            [f"{m.group(1)}mlp.experts.{x}.{p}_proj.{e.group(3)}" for x in range(experts) for p in projs])
+
+
 def grouped_name(canonical: str, model_type: str | None) -> str | None:
     """The grouped tensor a `model_type` checkpoint keeps the canonical tensor in, or None."""
     members = group_members(canonical, model_type)
@@ -205,9 +251,21 @@ def group(tensors: dict, model_type: str | None, hf_config: dict | None) -> dict
 # MXFP4 (`<name>_blocks` uint8 (E, rows, cols / 32, 16) + `<name>_scales` (E, rows, cols / 32)),
 # dequantized on reading with transformers' convert_moe_packed_tensors (dequantize_mxfp4).
 # Qwen3-VL-MoE's text model stores them the same way with gate and up as the two halves of the last dim
-# (gate = [..., :f], up = [..., f:]) and no biases. model_type -> how gate and up share gate_up_proj.
-_STACKED = {"gpt_oss": "interleaved", "qwen3_vl_moe": "halves"}
-_STACKED_NAME = re.compile(r"^(model\.layers\.\d+\.)mlp\.experts\.(gate_up_proj|down_proj)(_bias|_blocks)?$")
+# (gate = [..., :f], up = [..., f:]) and no biases. Granite's MoE models store them as their modules hold
+# them (module layout: block_sparse_moe.input_linear (E, 2f, h), gate then up; output_linear (E, h, f)).
+# model_type -> (how gate and up share gate_up, gate_up's and down's layer-relative names, whether the
+# releases keep the module layout (else x @ W; transformers 5 saves Qwen3-VL-MoE's in the module layout too:
+# the reader tells by the shapes)).
+_STACKED = {"gpt_oss": ("interleaved", "mlp.experts.gate_up_proj", "mlp.experts.down_proj", False),
+            "qwen3_vl_moe": ("halves", "mlp.experts.gate_up_proj", "mlp.experts.down_proj", False)}
+_STACKED.update(dict.fromkeys(("granitemoe", "granitemoeshared", "granitemoehybrid"), (
+    "halves", "block_sparse_moe.input_linear.weight", "block_sparse_moe.output_linear.weight", True)))
+
+
+def _stacked_pattern(model_type: str) -> re.Pattern:
+    """`model_type`'s stacked expert tensors: (layer prefix, gate_up or down, suffix: _bias / _blocks or none)."""
+    _, gate_up, down, _ = _STACKED[model_type]
+    return re.compile(rf"^(model\.layers\.\d+\.)({re.escape(gate_up)}|{re.escape(down)})(_bias|_blocks)?$")
 
 
 # config.json model_type -> canonical layer-relative names it stores with a leading dimension of 1 (ERNIE 4.5
@@ -230,7 +288,12 @@ def own_names(model_type: str | None) -> bool:
 def stacked_layout(model_type: str | None) -> str | None:
     """How a `model_type` checkpoint keeps gate and up in its stacked gate_up_proj ("interleaved",
     "halves"), or None where its experts are stored one by one."""
-    return _STACKED.get(model_type or "")
+    return _STACKED[model_type][0] if model_type in _STACKED else None
+
+
+def stacked_module_layout(model_type: str | None) -> bool:
+    """Whether `model_type`'s releases keep their stacked experts as the modules hold them ((E, 2f, h), (E, h, f))."""
+    return model_type in _STACKED and _STACKED[model_type][3]
 
 
 def stacked_parts(name: str, model_type: str | None, experts: int) -> list[tuple[str, int, str]] | None:
@@ -238,12 +301,12 @@ def stacked_parts(name: str, model_type: str | None, experts: int) -> list[tuple
     image-text model's prefix already stripped) holds (part: gate / up / down, + "_bias"), or None when
     `name` is not one (_STACKED). An MXFP4 checkpoint's `_blocks` tensor stands for the weight (its
     `_scales` are read with it)."""
-    m = _STACKED_NAME.match(name) if model_type in _STACKED else None
+    m = _stacked_pattern(model_type).match(name) if model_type in _STACKED else None
     if m is None:
         return None
     prefix, proj, suffix = m.group(1), m.group(2), m.group(3) or ""
     kind = ".bias" if suffix == "_bias" else ".weight"
-    parts = ("gate", "up") if proj == "gate_up_proj" else ("down",)
+    parts = ("gate", "up") if proj == _STACKED[model_type][1] else ("down",)
     return [(f"{prefix}mlp.experts.{e}.{p}_proj{kind}", e, p + ("_bias" if kind == ".bias" else ""))
             for e in range(experts) for p in parts]
 
@@ -298,28 +361,31 @@ def stack_experts(tensors: dict, model_type: str | None) -> dict:
     layers = {(prefix, kind) for prefix, _, kind in groups}
     for prefix, kind in sorted(layers):
         parts = {p: groups.get((prefix, p, kind), {}) for p in ("gate", "up", "down")}
-        count = len(parts["down"])
-        if sorted(parts["down"]) != list(range(count)) or any(sorted(parts[p]) != list(range(count)) for p in ("gate", "up")):
+        count = max(len(t) for t in parts.values())
+        # gate and up go together (one stacked tensor), down alone (vLLM's feed hands over each when complete)
+        if any(sorted(parts[p]) != list(range(count)) for p in ("gate", "up") if parts["gate"] or parts["up"]) or \
+                (parts["down"] and sorted(parts["down"]) != list(range(count))):
             raise ValueError(f"{prefix}mlp.experts needs every expert's gate / up / down {kind} in the same shard")
-        gate = torch.stack([parts["gate"][e] for e in range(count)])
-        up = torch.stack([parts["up"][e] for e in range(count)])
-        down = torch.stack([parts["down"][e] for e in range(count)])
-        if kind == "weight":  # (E, f, h) x 2 -> (E, h, 2f) interleaved or halves; (E, h, f) -> (E, f, h)
-            gate_up = (torch.stack([gate, up], dim=2).flatten(1, 2) if _STACKED[model_type] == "interleaved"
-                       else torch.cat([gate, up], dim=1)).transpose(1, 2)
-            out[f"{prefix}mlp.experts.gate_up_proj"] = gate_up.contiguous()
-            out[f"{prefix}mlp.experts.down_proj"] = down.transpose(1, 2).contiguous()
-        else:
-            out[f"{prefix}mlp.experts.gate_up_proj_bias"] = (torch.stack([gate, up], dim=-1).flatten(-2)
-                                                              if _STACKED[model_type] == "interleaved"
-                                                              else torch.cat([gate, up], dim=-1)).contiguous()
-            out[f"{prefix}mlp.experts.down_proj_bias"] = down.contiguous()
+        layout, gate_up_name, down_name, module = _STACKED[model_type]
+        suffix = "" if kind == "weight" else "_bias"
+        if parts["gate"]:  # (E, f, h) x 2 -> (E, 2f, h), interleaved or halves; the biases (E, 2f)
+            gate = torch.stack([parts["gate"][e] for e in range(count)])
+            up = torch.stack([parts["up"][e] for e in range(count)])
+            gate_up = (torch.stack([gate, up], dim=2).flatten(1, 2) if layout == "interleaved"
+                       else torch.cat([gate, up], dim=1))
+            out[prefix + gate_up_name + suffix] = (gate_up if module or kind == "bias" else gate_up.transpose(1, 2)).contiguous()
+        if parts["down"]:  # (E, h, f), transposed unless the module layout; the biases (E, h)
+            down = torch.stack([parts["down"][e] for e in range(count)])
+            out[prefix + down_name + suffix] = (down if module or kind == "bias" else down.transpose(1, 2)).contiguous()
     return out
 
 
 def part_rows(hf_config: dict, canonical: str) -> int:
     """Rows of a canonical tensor inside a fused one, from config.json (q: heads x head_dim; k, v:
     kv heads x head_dim; gate, up: intermediate_size)."""
+    if hf_config.get("model_type") in ("granitemoeshared", "granitemoehybrid") and canonical.endswith(
+            ("gate_proj.weight", "up_proj.weight")):  # Granite's shared MLP (Granite 4.0's dense models' only one)
+        return int(hf_config["shared_intermediate_size"])
     heads = int(hf_config["num_attention_heads"])
     head_dim = int(hf_config.get("head_dim") or int(hf_config["hidden_size"]) // heads)
     if canonical.endswith("q_proj.weight"):
@@ -333,7 +399,7 @@ def fused_parts(name: str, hf_config: dict) -> list[tuple[str, int, int]] | None
     """(canonical name, first row, rows) of each part of the stored tensor `name`, or None when it is
     not a fused tensor of config.json's model_type."""
     m = _LAYER.match(name)
-    parts = _FUSED.get(hf_config.get("model_type") or "", {}).get(m.group(2)) if m else None
+    parts = _FUSED.get(names_type(hf_config) or "", {}).get(m.group(2)) if m else None
     if parts is None:
         return None
     out, start = [], 0

@@ -20,9 +20,10 @@ pytestmark = pytest.mark.dist
 # attention (TP 2: half the key heads and query groups, with their gates, per rank; PP 2: one of each per stage),
 # Qwen3-Next's (TP 2: each rank's key heads read from in_proj_qkvz / in_proj_ba, fused per key head; its experts),
 # HunYuan's q / k norms after RoPE (PP 2: the second stage turns each left-padded row to its position ids from the
-# position ids it receives too; TP 2: per-head norms whole on each rank)
+# position ids it receives too; TP 2: per-head norms whole on each rank), Granite 4.0's dense layout (TP 2: each rank's
+# gate / up rows of shared_mlp.input_linear, as wide as shared_intermediate_size)
 ARCHS = ("llama", "qwen2", "qwen3", "smollm3-yarn", "mistral-window", "phi3-partiallongrope", "granite", "gemma3_text",
-         "gemma2", "olmo3", "qwen3_5_text", "qwen3_next", "hunyuan_v1_dense")
+         "gemma2", "olmo3", "qwen3_5_text", "qwen3_next", "hunyuan_v1_dense", "granitemoehybrid")
 PARALLEL = ((2, 1), (1, 2))  # TP 1 / PP 1: tests/unit/models/test_forward_logprobs.py
 VOCAB, PADDED, SEQ, TEMP = 120, 128, 32, 0.7
 

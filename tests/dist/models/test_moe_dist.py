@@ -266,12 +266,12 @@ def _moe_job(rank, world_size, hf_dir, work):
 
 def _moe_layers(moe) -> int:
     """MoE layers of the fixture's model (GLM-4.5's first layer is dense)."""
-    return sum(hasattr(layer.mlp, "experts") for layer in moe[3].model.layers)
+    return sum(hasattr(getattr(layer, "mlp", None) or layer.block_sparse_moe, "experts") for layer in moe[3].model.layers)
 
 
 @pytest.fixture(scope="module", params=["qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3",
                                                  "deepseek_v2", "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe",
-                                                 "olmoe", "flex_olmo", "hunyuan_v1_moe"])
+                                                 "olmoe", "flex_olmo", "hunyuan_v1_moe", "granitemoeshared"])
 def moe(request, tmp_path_factory):
     """Every test below runs on Qwen3-MoE, on Qwen2-MoE (qkv biases, top-k not renormalised, and
     a shared expert with its sigmoid gate: megatron's SharedExpertMLP, split over TP), on Mixtral
@@ -284,7 +284,9 @@ def moe(request, tmp_path_factory):
     over TP with the heads, sigmoid routing with the expert bias under Mixtral's names) and on ERNIE 4.5 MoE (a dense
     first layer, softmax routing with the expert bias: models/moe_replay.install_softmax_bias, a shared expert) and on
     OLMoE (MiniMax-M2's q / k norms with softmax routing, top-k not renormalised) and FlexOlmo (those under OLMo 2's
-    post norms only) and HunYuan-MoE (q / k norms after RoPE, an ungated shared expert, the router stored as gate.wg)."""
+    post norms only) and HunYuan-MoE (q / k norms after RoPE, an ungated shared expert, the router stored as gate.wg) and
+    Granite MoE (Granite's multipliers, experts stored stacked as block_sparse_moe.input_linear / output_linear, a
+    shared MLP without a gate whose gate / up are fused as shared_mlp.input_linear)."""
     from mindspeed_rl.models.forward import position_ids_from_mask
     from mindspeed_rl.models.hf_bridge.names import canonical_name
 

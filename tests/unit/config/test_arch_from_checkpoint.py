@@ -1,7 +1,7 @@
 """`load:` a HF directory with an empty model yaml: the architecture comes from config.json.
 
 Table over every architecture the model builder supports (Llama with llama3 rope scaling, Mistral,
-Phi-3, Qwen2 / Qwen2.5, Qwen3, Qwen3-MoE, Qwen2-MoE, Mixtral, SmolLM3, Granite, Gemma 3, Gemma 2, Gemma 1, OLMo 2, OLMo 3, Ministral 3, EXAONE 4.0, Seed-OSS, GLM-4, ERNIE 4.5, Arcee, GLM-4.5, DeepSeek-V3, DeepSeek-V2, GLM-4.7-Flash, gpt-oss, MiniMax-M2, Qwen3.5, Qwen3-Next, OLMoE, FlexOlmo, HunYuan, HunYuan-MoE): an empty model entry (or none at all) dry-runs; a key the user did set that
+Phi-3, Qwen2 / Qwen2.5, Qwen3, Qwen3-MoE, Qwen2-MoE, Mixtral, SmolLM3, Granite, Gemma 3, Gemma 2, Gemma 1, OLMo 2, OLMo 3, Ministral 3, EXAONE 4.0, Seed-OSS, GLM-4, ERNIE 4.5, Arcee, GLM-4.5, DeepSeek-V3, DeepSeek-V2, GLM-4.7-Flash, gpt-oss, MiniMax-M2, Qwen3.5, Qwen3-Next, OLMoE, FlexOlmo, HunYuan, HunYuan-MoE, Granite MoE, Granite 4.0): an empty model entry (or none at all) dry-runs; a key the user did set that
 disagrees fails in dry_run with one sentence naming both values; weights whose safetensors
 headers do not fit config.json fail in dry_run too (headers only).
 """
@@ -31,6 +31,15 @@ ARCHS = {"llama": dict(rotary_base=5000.0, rope_scaling_type="llama3", untie_emb
          "smollm3": dict(rotary_base=5e5, no_rope_freq=[0, 1], untie_embeddings_and_output_weights=False),
          "granite": dict(embedding_multiplier_scale=2.0, residual_multiplier=0.5, output_multiplier_scale=2.0,
                          softmax_scale=0.2),
+         # Granite's MoE models: those scalars, Mixtral's routing over 4 experts intermediate_size wide, tied; a shared
+         # MLP without a gate (granitemoeshared); Granite 4.0's dense model, its shared_mlp (96 wide) the MLP
+         "granitemoe": dict(embedding_multiplier_scale=2.0, residual_multiplier=0.5, output_multiplier_scale=2.0,
+                            softmax_scale=0.2, num_experts=4, moe_router_topk=2, moe_ffn_hidden_size=128,
+                            norm_topk_prob=True, untie_embeddings_and_output_weights=False),
+         "granitemoeshared": dict(embedding_multiplier_scale=2.0, num_experts=4, moe_ffn_hidden_size=128,
+                                  moe_shared_expert_intermediate_size=48, shared_expert_gate=False),
+         "granitemoehybrid": dict(embedding_multiplier_scale=2.0, softmax_scale=0.2, rotary_base=1e7,
+                                  untie_embeddings_and_output_weights=False),
          "gemma3_text": dict(window_attn_skip_freq=[1, 0], sliding_window=12, rope_local_base_freq=1e4, post_norm=True,
                              add_rmsnorm_offset=True, geglu=True, swiglu=False, input_embeds_norm=True,
                              rope_scaling_type="linear", rotary_base=1e5),
@@ -149,7 +158,8 @@ def test_empty_model_yaml_takes_config_json(arch, hf_dirs, capsys):
         a = role.arch
         assert role.arch_set == {}
         # config.json's 2 KV heads, not the schema default group_query_attention=false (MLA: one per head)
-        ffn = 32 if arch == "qwen3_5_moe_text" else 128  # Qwen3.5-MoE has no dense width: its experts'
+        # Qwen3.5-MoE has no dense width: its experts'; Granite 4.0's dense MLP is its shared_mlp (96 wide)
+        ffn = 32 if arch == "qwen3_5_moe_text" else 96 if arch == "granitemoehybrid" else 128
         assert (a.num_layers, a.hidden_size, a.ffn_hidden_size, a.num_attention_heads) == (2, 64, ffn, 4)
         if not arch.startswith("deepseek") and arch != "glm4_moe_lite":
             assert a.group_query_attention is True and a.num_query_groups == 2

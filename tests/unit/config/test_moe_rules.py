@@ -107,6 +107,22 @@ def test_hunyuan_moe_with_the_vllm_engine_dry_runs(capsys):
     code = ray_gpt.main(["--config-name", TINY, *over, "training.rotary_percent=0.5", "dry_run=true"])
     assert code == 2 and "qk_layernorm_after_rope takes plain RoPE only" in capsys.readouterr().err
 
+
+
+def test_granite_moe_with_the_vllm_engine_dry_runs(capsys):
+    """Granite's multipliers around experts without q / k norms, with a shared MLP without a gate or none, are neither
+    vLLM's Qwen3-MoE nor its Qwen2-MoE, but vLLM serves them as Granite MoE (GraniteMoeSharedForCausalLM /
+    GraniteMoeForCausalLM; hf_export_config.granite_moe_config): no Qwen-MoE rule applies (ran end to end in the vLLM
+    environment: README, Granite). Without the multipliers the rule still names the mismatch."""
+    granite = ["training.embedding_multiplier_scale=2.0", f"{A}.rollout_engine=vllm"]
+    for shared in ([], ["training.moe_shared_expert_intermediate_size=64"]):
+        assert ray_gpt.main(["--config-name", TINY, *MOE, *granite, *shared, "dry_run=true"]) == 0, \
+            capsys.readouterr().err
+    code = ray_gpt.main(["--config-name", TINY, *MOE, f"{A}.rollout_engine=vllm",
+                         "training.moe_shared_expert_intermediate_size=64", "dry_run=true"])
+    assert code == 2 and "runs an MoE model with a shared expert as vLLM's Qwen2-MoE" in capsys.readouterr().err
+
+
 def test_expert_parallel_without_experts_is_named(capsys):
     code = ray_gpt.main(["--config-name", TINY, f"{A}.expert_model_parallel_size=2", "resource_pool.actor_rollout=[2]",
                          "dry_run=true"])

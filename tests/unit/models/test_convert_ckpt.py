@@ -41,7 +41,9 @@ def _run(*argv):
                                                ("qwen3_5_text", (2, 2), (1, 1)), ("qwen3_5_moe_text", (2, 1), (1, 2)),
                                                ("qwen3_next", (2, 2), (1, 1)), ("olmoe", (2, 1), (1, 2)),
                                                ("flex_olmo", (2, 2), (1, 1)), ("hunyuan_v1_dense", (2, 1), (1, 2)),
-                                               ("hunyuan_v1_moe", (2, 2), (1, 1))])
+                                               ("hunyuan_v1_moe", (2, 2), (1, 1)), ("granitemoe", (2, 1), (1, 2)),
+                                               ("granitemoeshared", (2, 2), (1, 1)),
+                                               ("granitemoehybrid", (1, 2), (2, 1))])
 def test_round_trip_is_bit_exact(tmp_path, arch, first, second):
     """HF -> mg -> mg -> HF: every tensor back bit for bit under its stored name and layout (Mixtral's
     names, Phi-3's fused q/k/v and gate/up, Gemma 3's norm names, DeepSeek-V3's multi-latent attention,
@@ -49,7 +51,9 @@ def test_round_trip_is_bit_exact(tmp_path, arch, first, second):
     and its MoE layers' placement, Apertus's norm names and 0-d xIELU buffers, Qwen3.5's Gated DeltaNet tensors
     grouped by key head over TP and its q_proj holding each head's gate, Qwen3-Next's in_proj_qkvz / in_proj_ba
     fused per key head, OLMoE's and FlexOlmo's q / k norms across heads split over TP, HunYuan's query_layernorm /
-    key_layernorm, HunYuan-MoE's gate.wg and shared_mlp)."""
+    key_layernorm, HunYuan-MoE's gate.wg and shared_mlp, Granite MoE's experts stacked as block_sparse_moe.input_linear /
+    output_linear and router.layer, its shared_mlp's gate / up fused as input_linear, Granite 4.0's shared_mlp as its
+    only MLP)."""
     make_tiny_hf(arch, tmp_path / "hf", max_shard_size="100KB" if arch == "qwen2" else None)
     a, b, back = tmp_path / "mg_a", tmp_path / "mg_b", tmp_path / "hf_back"
     assert _run("--load-model-type", "hf", "--save-model-type", "mg", "--load-dir", tmp_path / "hf",

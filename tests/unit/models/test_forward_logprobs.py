@@ -58,7 +58,8 @@ def _batches():
                                   "minimax_m2", "ernie4_5_moe", "apertus", "qwen3_5_text", "qwen3_5",
                                   "qwen3_5_moe_text", "qwen3_5_moe", "qwen3_next", "qwen3_next-mlponly",
                                   "qwen3_moe-mlponly", "olmoe", "flex_olmo", "hunyuan_v1_dense",
-                                  "hunyuan_v1_moe"])
+                                  "hunyuan_v1_moe", "granitemoe", "granitemoeshared", "granitemoehybrid",
+                                  "granitemoehybrid-moe"])
 def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     """phi3: q/k/v and gate/up read as row ranges of its fused tensors; phi3-partial: half of each
     head rotated (partial_rotary_factor 0.5 = megatron's rotary_percent); phi3-longrope: LongRoPE's
@@ -102,7 +103,10 @@ def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     qwen3_moe-mlponly: Qwen3-MoE's second layer dense by the same key; olmoe: q / k norms across heads (GQA)
     under pre-norms with Qwen2-MoE's experts intermediate_size wide, top-k not renormalised; flex_olmo: those
     under OLMo 2's post norms only; hunyuan_v1_dense: per-head q / k norms after RoPE (left padding exact: each
-    row turned to its position ids), its NTK alpha RoPE."""
+    row turned to its position ids), its NTK alpha RoPE; granitemoe: Granite's four scalars with Mixtral's routing over
+    experts read from their stacked block_sparse_moe.input_linear / output_linear; granitemoeshared: a shared MLP
+    without a gate beside them, gate / up read from shared_mlp.input_linear; granitemoehybrid: Granite 4.0's dense
+    model (its shared_mlp the only MLP); granitemoehybrid-moe: with experts beside it."""
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
 

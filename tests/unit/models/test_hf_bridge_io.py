@@ -177,6 +177,60 @@ def test_phi3_fused_tensors_are_read_as_row_ranges_and_named_with_them(tmp_path)
         fuse(canonical, "phi3")
 
 
+def test_granite_stacked_experts_and_fused_shared_mlp_read_and_fed_as_stored(tmp_path):
+    """Granite MoE keeps a layer's experts stacked as its modules hold them (block_sparse_moe.input_linear (E, 2f, h):
+    gate rows then up rows per expert; output_linear (E, h, f)) and the shared MLP's gate / up fused
+    (shared_mlp.input_linear): the reader serves each expert's and the shared MLP's canonical tensors as those
+    modules compute with them, the writer restores every tensor bit for bit, and the vLLM weight feed (STORED_FORM),
+    with the parts split over chunks in any order, hands vLLM the stored tensors once complete. Granite 4.0's dense
+    checkpoint (granitemoehybrid without experts) calls its only MLP shared_mlp, and vLLM is given it as Granite."""
+    import random
+
+    from mindspeed_rl.models.hf_bridge.names import fuse, names_type, stored_name
+    from mindspeed_rl.rollout.vllm_engine import STORED_FORM, grouped_chunks, vllm_config
+
+    hf = make_tiny_hf("granitemoeshared", str(tmp_path / "hf"))
+    reader, config = SafetensorsReader(str(tmp_path / "hf")), read_hf_config(str(tmp_path / "hf"))
+    stored = load_file(str(tmp_path / "hf" / "model.safetensors"))
+    layer, p = hf.model.layers[1], "model.layers.1."
+    gate_up, down = layer.block_sparse_moe.experts.gate_up_proj, layer.block_sparse_moe.experts.down_proj
+    assert reader.stored(p + "mlp.experts.2.up_proj.weight") == p + "block_sparse_moe.input_linear.weight[2] (its up)"
+    assert torch.equal(reader.read(p + "mlp.experts.2.gate_proj.weight"), gate_up[2, :128].detach())
+    assert torch.equal(reader.read(p + "mlp.experts.2.up_proj.weight"), gate_up[2, 128:].detach())
+    assert torch.equal(reader.read(p + "mlp.experts.3.down_proj.weight"), down[3].detach())
+    assert reader.shape(p + "mlp.experts.3.down_proj.weight") == (64, 128)
+    assert torch.equal(reader.read(p + "mlp.gate.weight"), layer.block_sparse_moe.router.weight.detach())
+    shared = layer.shared_mlp.input_linear.weight.detach()
+    assert torch.equal(reader.read(p + "mlp.shared_expert.up_proj.weight"), shared[48:])
+    assert torch.equal(reader.read(p + "mlp.shared_expert.down_proj.weight"), layer.shared_mlp.output_linear.weight.detach())
+    canonical = {n: reader.read(n) for n in reader.weight_map}
+    back = fuse(canonical, "granitemoeshared", config)
+    assert set(back) == set(stored) and all(torch.equal(back[n], t) for n, t in stored.items())
+    assert "granitemoeshared" in STORED_FORM
+    items = list(canonical.items())
+    random.Random(0).shuffle(items)
+    fed = {stored_name(n, "granitemoeshared"): t  # as the engine names what it loads
+           for chunk in grouped_chunks([items[i:i + 5] for i in range(0, len(items), 5)], "granitemoeshared", config)
+           for n, t in chunk}
+    assert set(fed) == set(stored) and all(torch.equal(fed[n], t) for n, t in stored.items())
+    with pytest.raises(RuntimeError, match="model.layers.0.block_sparse_moe.input_linear.weight arrived incomplete"):
+        list(grouped_chunks([[(n, t) for n, t in items if n != "model.layers.0.mlp.experts.3.up_proj.weight"]],
+                            "granitemoeshared", config))
+    dense = make_tiny_hf("granitemoehybrid", str(tmp_path / "dense"))
+    dense_config = read_hf_config(str(tmp_path / "dense"))
+    reader = SafetensorsReader(str(tmp_path / "dense"))
+    assert names_type(dense_config) == "granitemoehybrid_dense"
+    assert torch.equal(reader.read("model.layers.0.mlp.up_proj.weight"),
+                       dense.model.layers[0].shared_mlp.input_linear.weight[96:].detach())
+    assert reader.stored("model.layers.0.mlp.down_proj.weight") == "model.layers.0.shared_mlp.output_linear.weight"
+    served = vllm_config(dense_config)
+    assert (served["model_type"], served["architectures"], served["intermediate_size"]) == (
+        "granite", ["GraniteForCausalLM"], 96)
+    assert not any(k.startswith("mamba_") or k == "layer_types" for k in served)
+    with_experts = vllm_config(dict(dense_config, num_local_experts=4, num_experts_per_tok=2))
+    assert (with_experts["model_type"], with_experts["intermediate_size"]) == ("granitemoeshared", 128)
+
+
 def test_qwen3_next_grouped_delta_projections_read_as_transformers_splits_them(tmp_path):
     """Qwen3-Next keeps Gated DeltaNet's projections fused per key head (in_proj_qkvz: [q|k|v|z] of each key head,
     in_proj_ba: [b|a]): the reader serves the canonical in_proj_qkv / _z / _b / _a exactly as transformers' own

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from mindspeed_rl.models.builder import llama3_inv_freq, model_config_from_hf, transformer_config
-from testing_utils import DEEPSEEK_V2_LITE, DEEPSEEK_V3, GPT_OSS_20B, HUNYUAN_7B, HUNYUAN_A13B, MINIMAX_M2, OLMOE_1B_7B
+from testing_utils import (DEEPSEEK_V2_LITE, DEEPSEEK_V3, GPT_OSS_20B, GRANITE_3B_A800M, GRANITE_4_MICRO, HUNYUAN_7B,
+                           HUNYUAN_A13B, MINIMAX_M2, OLMOE_1B_7B)
 
 LLAMA32_1B = {  # transformers 4.x spelling (rope_theta + rope_scaling)
     "model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
@@ -663,6 +664,54 @@ def test_minimax_m2_config_json_round_trip():
     with pytest.raises(ValueError, match="only as MiniMax-M2 .minimax_m2., which needs every layer an MoE layer"):
         hf_config_from_args(dict(args, moe_layer_freq=[0] + [1] * 61), vocab_size=200064)
 
+
+
+def test_granite_moe_and_granite_4_config_json_round_trip():
+    """Granite 3.1 3B-A800M's config.json (granitemoe: 40 experts 512 wide, 8 per token, Mixtral's routing, Granite's
+    four scalars) and, with a shared MLP, granitemoeshared's: the args, exported as the same model type and read
+    back the same. Granite 4.0 Micro's (granitemoehybrid, every layer attention, no experts) is Granite's dense
+    model with its shared_mlp as the MLP (exported as granite, the same math); its Mamba-2 layers (the -H models)
+    and attention without RoPE are refused in one sentence, as is an export Granite MoE cannot say."""
+    from transformers import GraniteConfig, GraniteMoeSharedConfig
+
+    from mindspeed_rl.models.hf_export_config import hf_config_from_args
+
+    args = model_config_from_hf(GRANITE_3B_A800M)
+    assert (args["num_experts"], args["moe_router_topk"], args["moe_ffn_hidden_size"], args["norm_topk_prob"],
+            args["embedding_multiplier_scale"], args["residual_multiplier"], args["output_multiplier_scale"],
+            args["softmax_scale"]) == (40, 8, 512, True, 12.0, 0.22, 1 / 6.0, 0.015625)
+    assert "moe_shared_expert_intermediate_size" not in args and not args["untie_embeddings_and_output_weights"]
+    written = hf_config_from_args(args, vocab_size=49155)
+    assert (written["model_type"], written["architectures"]) == ("granitemoe", ["GraniteMoeForCausalLM"])
+    assert model_config_from_hf(written) == args
+    shared_hf = dict(GRANITE_3B_A800M, model_type="granitemoeshared", shared_intermediate_size=1024)
+    shared = model_config_from_hf(shared_hf)
+    assert shared == dict(args, moe_shared_expert_intermediate_size=1024) and "shared_expert_gate" not in shared
+    written = hf_config_from_args(shared, vocab_size=49155)
+    assert (written["model_type"], GraniteMoeSharedConfig(**written).shared_intermediate_size) == ("granitemoeshared", 1024)
+    assert model_config_from_hf(written) == shared
+    micro = model_config_from_hf(GRANITE_4_MICRO)
+    assert (micro["ffn_hidden_size"], micro["num_layers"], micro["rotary_base"], micro["embedding_multiplier_scale"],
+            micro["output_multiplier_scale"]) == (8192, 40, 1e7, 12.0, 0.1)
+    assert "num_experts" not in micro
+    written = hf_config_from_args(micro, vocab_size=100352)
+    assert written["model_type"] == "granite" and model_config_from_hf(written) == micro
+    assert GraniteConfig(**written).intermediate_size == 8192
+    with_experts = model_config_from_hf(dict(GRANITE_4_MICRO, num_local_experts=4, num_experts_per_tok=2,
+                                             intermediate_size=256))
+    assert (with_experts["num_experts"], with_experts["moe_ffn_hidden_size"],
+            with_experts["moe_shared_expert_intermediate_size"]) == (4, 256, 8192)
+    for change, match in ((dict(layer_types=["mamba"] * 36 + ["attention"] * 4), "has Mamba-2 layers .36 of 40"),
+                          (dict(layer_types=None), "has Mamba-2 layers .40 of 40"),
+                          (dict(position_embedding_type="nope"), "position_embedding_type 'nope' .attention without"),
+                          (dict(attention_bias=True), "attention_bias=true for granitemoehybrid")):
+        with pytest.raises(ValueError, match=match):
+            model_config_from_hf(dict(GRANITE_4_MICRO, **change))
+    with pytest.raises(ValueError, match="only as Granite MoE .granitemoe / granitemoeshared., which needs a shared "
+                                         "expert without a gate"):
+        hf_config_from_args(dict(shared, shared_expert_gate=True), vocab_size=49155)
+    with pytest.raises(ValueError, match="which needs softmax routing with the top-k renormalised"):
+        hf_config_from_args(dict(args, norm_topk_prob=False), vocab_size=49155)
 
 
 def test_olmoe_and_flex_olmo_config_json_round_trip():

@@ -585,7 +585,7 @@ def test_no_packing_when_host_memory_is_short(tiny, monkeypatch, caplog):
                                      "glm4_moe", "deepseek_v3", "deepseek_v3-moonlight", "deepseek_v2", "gpt_oss",
                                      "minimax_m2", "glm4_moe_lite", "ernie4_5_moe", "apertus", "qwen3_5_text",
                                      "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo",
-                                     "hunyuan_v1_dense", "hunyuan_v1_moe"])
+                                     "hunyuan_v1_dense", "hunyuan_v1_moe", "granitemoeshared", "granitemoehybrid"])
 def test_greedy_equals_transformers_generate_on_more_architectures(variant, tmp_path, gloo_world1):
     """Phi-3 (fused q/k/v and gate/up in the checkpoint), Phi-3 with LongRoPE (short factors and the
     attention factor as softmax_scale, up to its original length 32), Mixtral, Phi-4-mini's partial
@@ -608,7 +608,8 @@ def test_greedy_equals_transformers_generate_on_more_architectures(variant, tmp_
     steps too), Qwen3.5 (a Gated DeltaNet layer whose conv history and state the cache carries from the prefill
     through the one-token steps and compaction, and output-gated attention), OLMoE and FlexOlmo (q / k norms across
     heads in the cached steps, MoE layers under pre- or post norms), HunYuan (per-head q / k norms after RoPE, each
-    left-padded row turned to its position ids first, in the cached, lean and compiled steps): the native engine's greedy tokens, with and
+    left-padded row turned to its position ids first, in the cached, lean and compiled steps), Granite MoE (Granite's
+    multipliers around MoE layers with a shared MLP) and Granite 4.0 (its shared_mlp as the MLP): the native engine's greedy tokens, with and
     without the KV cache, are transformers', and its sampled log-probs the training forward's."""
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.forward import compute_log_probs
