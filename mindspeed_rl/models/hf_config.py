@@ -20,7 +20,7 @@ HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_mo
             "gemma3_text", "gemma2", "gemma", "olmo2", "olmo3", "ministral3", "exaone4", "seed_oss", "glm4",
             "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus",
             "qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_dense", "hunyuan_v1_moe",
-            "granitemoe", "granitemoeshared", "granitemoehybrid")
+            "granitemoe", "granitemoeshared", "granitemoehybrid", "glm")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss",
              "minimax_m2", "ernie4_5_moe", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_moe",
@@ -49,6 +49,7 @@ HF_DEFAULTS = {
                      "moe_num_shared_experts": 2, "moe_layer_start_index": 1, "moe_layer_end_index": -1,
                      "moe_layer_interval": 1, "moe_intermediate_size": 1536},
     "glm4": {"head_dim": 128, "partial_rotary_factor": 0.5, "attention_bias": True},
+    "glm": {"head_dim": 128, "partial_rotary_factor": 0.5, "attention_bias": True},  # transformers' GlmConfig
     "seed_oss": {"attention_bias": True},
     "arcee": {"hidden_act": "relu2"},
     "apertus": {"hidden_act": "xielu", "rope_theta": 12000000.0},
@@ -111,6 +112,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     (transformers 4.x `rope_theta` + `rope_scaling` or 5.x `rope_parameters`). Unsupported features
     raise ValueError.
 
+    GLM-4 (glm: glm-4-9b-hf / glm-4-9b-chat-hf / -1m-hf) is GLM-4-0414's layers below without their norms after
+    attention and MLP.
     GLM-4 (glm4: GLM-4-9B / 32B-0414, GLM-Z1) is Qwen2's q / k / v biases with norms after attention
     and MLP as well as before (post_self_attn_layernorm / post_mlp_layernorm, plain RMSNorms: post_norm),
     gate / up stored fused (gate_up_proj), and RoPE on the first half of each head (partial_rotary_factor
@@ -203,8 +206,9 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     # transformers 5 keeps it in rope_parameters, 4.x at the top level
     partial = float(rope.get("partial_rotary_factor") or hf.get("partial_rotary_factor") or 1.0)
     rotary_percent = partial if partial != 1.0 else None
-    if rotary_percent is not None and model_type not in ("phi3", "glm4", "glm4_moe", "minimax_m2", *QWEN3_5_ARCHS):
-        raise ValueError(f"config.json partial_rotary_factor {partial} is supported for phi3, glm4, glm4_moe, "
+    if rotary_percent is not None and model_type not in ("phi3", "glm", "glm4", "glm4_moe", "minimax_m2",
+                                                         *QWEN3_5_ARCHS):
+        raise ValueError(f"config.json partial_rotary_factor {partial} is supported for phi3, glm, glm4, glm4_moe, "
                          f"minimax_m2, qwen3_5_text and qwen3_next models only, not {model_type}.")
     if hf.get("clip_qkv") is not None:
         raise ValueError(f"config.json clip_qkv {hf['clip_qkv']} (queries, keys and values clamped to +-clip_qkv) is "
@@ -292,6 +296,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         args.update(exaone4_args(hf, args["num_layers"]))
     if model_type == "glm4":  # GLM-4-0414 / GLM-Z1: norms after attention and MLP too, RoPE on interleaved pairs
         args.update(post_norm=True, rotary_interleaved=True)
+    if model_type == "glm":  # GLM-4 (glm-4-9b-hf / -chat-hf): GLM-4-0414's layers without the norms after
+        args["rotary_interleaved"] = True
     if model_type in ("ernie4_5", "ernie4_5_moe"):  # ERNIE 4.5: Llama with RoPE on interleaved pairs
         args["rotary_interleaved"] = True
     if model_type == "arcee":  # Arcee: up_proj alone, relu(x)^2

@@ -19,7 +19,8 @@ DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float
 
 
 def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype = torch.float32) -> dict[str, Any]:
-    """A config.json for a Llama / Arcee (squared_relu) / Apertus (xielu) / Mistral (sliding_window) / Phi-3 (rotary_percent < 1) / SmolLM3
+    """A config.json for a Llama / Arcee (squared_relu) / Apertus (xielu) / Mistral (sliding_window) / Phi-3 (rotary_percent < 1) /
+    GLM-4 / ERNIE 4.5 (rotary_interleaved: interleaved_rope_config) / SmolLM3
     (no_rope_freq) / Granite (multipliers) / Gemma 1 / 2 / 3 (Gemma's keys) / OLMo 2 / 3 / Qwen2 / Qwen3 / Qwen3-MoE
     (q/k norms) / Qwen2-MoE (shared expert) / Mixtral (other MoE, with or without a sliding_window)
     CausalLM with these Megatron-named args, its rotary embedding included (rope_parameters); a
@@ -37,6 +38,8 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
         return granite_moe_config(args, vocab_size, dtype)
     if args.get("qk_layernorm_across_heads") or args.get("pre_norm") is False:
         return olmo_config(args, vocab_size, dtype)
+    if args.get("rotary_interleaved") and int(args.get("num_experts") or 0) <= 1 and not args.get("multi_latent_attention"):
+        return interleaved_rope_config(args, vocab_size, dtype)
     gemma = [k for k in GEMMA_KEYS if args.get(k)]
     if gemma:
         return gemma_config(args, vocab_size, dtype, gemma)
@@ -57,6 +60,9 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
     if int(args.get("num_experts") or 0) > 1 and (args.get("moe_router_score_function") == "sigmoid"
                                                   or not (all(moe_layers(args)) or qwen_dense)):
         return glm4_moe_config(args, vocab_size, dtype)
+    if args.get("rotary_interleaved"):  # (Llama's, Qwen's and Mixtral's RoPE turn pairs (i, i + d/2))
+        raise ValueError("rotary_interleaved in a mixture of experts has a config.json form only as ERNIE 4.5 MoE (softmax "
+                         "routing with an expert bias: moe_router_enable_expert_bias); this one has none.")
     model_type = "qwen3" if args.get("qk_layernorm") else "qwen2" if args.get("add_qkv_bias") else "llama"
     heads = int(args["num_attention_heads"])
     rope = rope_parameters(args)
@@ -363,6 +369,42 @@ def olmoe_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -
                   attention_bias=False, pad_token_id=None)
     if not flex:
         config["clip_qkv"] = None
+    return config
+
+
+def interleaved_rope_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
+    """The config.json of a dense model with RoPE on interleaved pairs (rotary_interleaved; models/hf_config.py reads
+    each back the same): ERNIE 4.5's (ernie4_5) for every dimension rotated without biases or norms after attention
+    and MLP, GLM-4-0414's (glm4) with those norms (post_norm), GLM-4's (glm) otherwise (q / k / v biases or part of
+    each head rotated). All three are Llama-style otherwise: a SwiGLU MLP, plain RMSNorms before attention and MLP, no
+    q / k norms, full attention, no Granite multipliers."""
+    partial = float(args.get("rotary_percent") or 1.0)
+    problems = [what for what, bad in (
+        ("a SwiGLU MLP without biases (swiglu, disable_bias_linear: true)",
+         not gated_mlp(args) or args.get("geglu") or args.get("disable_bias_linear") is False),
+        ("plain RMSNorms before attention and MLP (no add_rmsnorm_offset, pre_norm: false, input_embeds_norm or q / k "
+         "norms)", args.get("add_rmsnorm_offset") or args.get("pre_norm") is False or args.get("input_embeds_norm")
+         or args.get("qk_layernorm") or args.get("normalization", "RMSNorm") != "RMSNorm"),
+        ("full attention with RoPE in every layer, no Granite multipliers",
+         args.get("sliding_window") or args.get("no_rope_freq") or args.get("window_attn_skip_freq") is not None
+         or any(float(args.get(k) or 1.0) != 1.0 for k in GRANITE_SCALARS) or args.get("softmax_scale")),
+    ) if bad]
+    if problems:
+        raise ValueError(f"rotary_interleaved has a config.json form only as GLM-4 (glm / glm4) or ERNIE 4.5 (ernie4_5), "
+                         f"which need {'; '.join(problems)}.")
+    post = bool(args.get("post_norm"))
+    if not post and partial == 1.0 and not args.get("add_qkv_bias"):
+        model_type, cls = "ernie4_5", "Ernie4_5ForCausalLM"
+    else:
+        model_type, cls = ("glm4", "Glm4ForCausalLM") if post else ("glm", "GlmForCausalLM")
+    rope = dict(rope_parameters(args))
+    config = base_config(args, vocab_size, dtype, model_type, cls, rope, eps=1e-5)
+    config.update(hidden_act="silu", pad_token_id=None)  # (GLM's default pad id lies outside other vocabularies)
+    if model_type == "ernie4_5":
+        config["use_bias"] = False
+    else:
+        config.update(attention_bias=bool(args.get("add_qkv_bias")), partial_rotary_factor=partial)
+        config["rope_parameters"]["partial_rotary_factor"] = partial
     return config
 
 

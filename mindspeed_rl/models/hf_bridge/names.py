@@ -127,6 +127,7 @@ _FUSED = {
     "granitemoehybrid_dense": {"shared_mlp.input_linear.weight": ("mlp.gate_proj.weight", "mlp.up_proj.weight")},
 }
 _FUSED["granitemoehybrid"] = _FUSED["granitemoeshared"]
+_FUSED["glm"] = _FUSED["glm4"]  # GLM-4 (glm-4-9b-hf): gate / up fused as GLM-4-0414's
 _LAYER = re.compile(r"^(model\.layers\.\d+\.)(.+)$")
 
 

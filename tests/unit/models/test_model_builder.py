@@ -53,7 +53,7 @@ def test_qwen2_and_qwen3_in_transformers5_spelling():
     ({"hidden_act": "gelu"}, "hidden_act"),
     ({"rope_scaling": {"rope_type": "dynamic", "factor": 4.0}}, "rope type 'dynamic' .* would disagree"),
     ({"rope_scaling": {"rope_type": "su", "factor": 4.0}}, "rope type 'su' is not supported; use one of"),
-    ({"partial_rotary_factor": 0.5}, "partial_rotary_factor 0.5 is supported for phi3, glm4, glm4_moe, minimax_m2, qwen3_5_text and qwen3_next models only, not llama"),
+    ({"partial_rotary_factor": 0.5}, "partial_rotary_factor 0.5 is supported for phi3, glm, glm4, glm4_moe, minimax_m2, qwen3_5_text and qwen3_next models only, not llama"),
 ])
 def test_unsupported_hf_features_raise(change, match):
     with pytest.raises(ValueError, match=match):
@@ -664,6 +664,33 @@ def test_minimax_m2_config_json_round_trip():
     with pytest.raises(ValueError, match="only as MiniMax-M2 .minimax_m2., which needs every layer an MoE layer"):
         hf_config_from_args(dict(args, moe_layer_freq=[0] + [1] * 61), vocab_size=200064)
 
+
+
+def test_interleaved_rope_models_config_json_round_trip():
+    """RoPE on interleaved pairs (rotary_interleaved) in a dense model: ERNIE 4.5's config.json (every dimension, no
+    biases), GLM-4's (glm: glm-4-9b-hf's q / k / v biases and half of each head rotated) and GLM-4-0414's (glm4: with
+    norms after attention and MLP) are written from the args and read back the same, and transformers takes them.
+    The ERNIE 4.5 args were exported as a Llama before (2026-11-29): Llama turns pairs (i, i + d/2), another model.
+    An MoE model with it and no expert bias, and a layout none of the three can say, are refused in one sentence."""
+    from transformers import Ernie4_5Config, Glm4Config, GlmConfig
+
+    from mindspeed_rl.models.hf_export_config import hf_config_from_args
+
+    for config, want in ((Ernie4_5Config(), "ernie4_5"), (GlmConfig(), "glm"), (Glm4Config(), "glm4")):
+        args = model_config_from_hf(config.to_dict())
+        assert args["rotary_interleaved"] and args.get("rotary_percent", 1.0) == (1.0 if want == "ernie4_5" else 0.5)
+        written = hf_config_from_args(args, vocab_size=config.vocab_size)
+        assert written["model_type"] == want and model_config_from_hf(written) == args, want
+        type(config)(**written)
+    glm = model_config_from_hf(GlmConfig().to_dict())
+    assert glm["add_qkv_bias"] and "post_norm" not in glm
+    assert hf_config_from_args(dict(glm, add_qkv_bias=False), vocab_size=151552)["model_type"] == "glm"  # partial
+    with pytest.raises(ValueError, match="rotary_interleaved in a mixture of experts has a config.json form only as "
+                                         "ERNIE 4.5 MoE"):
+        hf_config_from_args(dict(glm, num_experts=4, moe_router_topk=2, moe_ffn_hidden_size=64, norm_topk_prob=True),
+                            vocab_size=151552)
+    with pytest.raises(ValueError, match="only as GLM-4 .glm / glm4. or ERNIE 4.5 .ernie4_5., which need plain RMSNorms"):
+        hf_config_from_args(dict(glm, qk_layernorm=True), vocab_size=151552)
 
 
 def test_granite_moe_and_granite_4_config_json_round_trip():
