@@ -187,7 +187,7 @@ HF_VARIANTS = {
 }
 
 
-def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
+def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, **overrides):
     """Save a random fp32 llama / mistral / qwen2 / qwen3 / qwen3_moe CausalLM (GQA 4q/2kv heads, head_dim
     >= 16) to out_dir and return it in eval mode. llama: llama3 rope scaling, untied; mistral: rope
     theta 1e6, no sliding window unless overridden (sliding_window=N); qwen2: qkv bias, tied;
@@ -228,7 +228,7 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
     q / k norms after RoPE, NTK alpha 1000); hunyuan_v1_moe: HunYuan-MoE (that attention, 4 experts and a shared MLP
     without a gate); granitemoe / granitemoeshared / granitemoehybrid: Granite's MoE models and Granite 4.0's dense
     one (GRANITE_SCALARS; see their entries); glm: GLM-4 (glm4's layers without its post norms). `overrides` change TINY_HF
-    (num_hidden_layers=4)."""
+    (num_hidden_layers=4). `config_only`: return the config.json it would save (as a dict), building nothing."""
     import transformers as tf
 
     tiny = dict(TINY_HF, **overrides)
@@ -456,6 +456,8 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, **overrides):
             vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
                                image_size=28, patch_size=14, head_dim=16)),
     }[arch]()
+    if config_only:
+        return config.to_dict()
     cls = {"llama": tf.LlamaForCausalLM, "mistral": tf.MistralForCausalLM, "qwen2": tf.Qwen2ForCausalLM, "qwen3": tf.Qwen3ForCausalLM,
            "qwen3_moe": tf.Qwen3MoeForCausalLM, "qwen2_moe": tf.Qwen2MoeForCausalLM,
            "mixtral": tf.MixtralForCausalLM, "phi3": tf.Phi3ForCausalLM, "smollm3": tf.SmolLM3ForCausalLM,

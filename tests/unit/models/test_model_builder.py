@@ -666,6 +666,37 @@ def test_minimax_m2_config_json_round_trip():
 
 
 
+# exported from args: read back with these keys changed, which the model does not compute with (Qwen3-Next's dense
+# width where every layer is MoE, written as Qwen3.5-MoE's, which has none), or refused in one sentence (EXAONE 4.0's
+# post norms with per-head q / k norms and its sliding / NoPE layers: a run from its directory keeps its config.json)
+EXPORT_UNUSED = {"qwen3_next": {"ffn_hidden_size"}}
+EXPORT_REFUSED = {"exaone4": "have a config.json form only as OLMo 2 or 3"}
+
+
+def test_every_architecture_exported_from_its_args_reads_back_the_same():
+    """The export from megatron's args (hf_config_from_args: convert_ckpt and save_hf of a model built from a yaml)
+    for every tiny test model and variant: the config.json it writes is read back as the same args, or the export is
+    refused in one sentence. A config.json that read back as other args would be another model; ERNIE 4.5's args were
+    written as a Llama so until 2026-11-29 (its interleaved RoPE lost)."""
+    import testing_utils
+
+    from mindspeed_rl.models.hf_config import HF_ARCHS
+    from mindspeed_rl.models.hf_export_config import hf_config_from_args
+
+    image_text = ("gemma3", "mistral3", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe")  # text models
+    for arch in (*HF_ARCHS, *testing_utils.HF_VARIANTS, *image_text):
+        config = testing_utils.make_tiny_hf(arch.split("-")[0], None, config_only=True,
+                                            **testing_utils.HF_VARIANTS.get(arch, {}))
+        args = model_config_from_hf(config)
+        if arch in EXPORT_REFUSED:
+            with pytest.raises(ValueError, match=EXPORT_REFUSED[arch]):
+                hf_config_from_args(args, vocab_size=120)
+            continue
+        back = model_config_from_hf(hf_config_from_args(args, vocab_size=120))
+        changed = {k for k in set(args) | set(back) if args.get(k) != back.get(k)}
+        assert changed <= EXPORT_UNUSED.get(arch, set()), (arch, {k: (args.get(k), back.get(k)) for k in changed})
+
+
 def test_interleaved_rope_models_config_json_round_trip():
     """RoPE on interleaved pairs (rotary_interleaved) in a dense model: ERNIE 4.5's config.json (every dimension, no
     biases), GLM-4's (glm: glm-4-9b-hf's q / k / v biases and half of each head rotated) and GLM-4-0414's (glm4: with
