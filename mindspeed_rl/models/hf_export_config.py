@@ -36,6 +36,8 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
         return (minimax_m2_config if minimax else olmoe_config)(args, vocab_size, dtype)
     if int(args.get("num_experts") or 0) > 1 and any(float(args.get(k) or 1.0) != 1.0 for k in GRANITE_SCALARS):
         return granite_moe_config(args, vocab_size, dtype)
+    if args.get("pre_norm") is False and args.get("qk_layernorm") and not args.get("qk_layernorm_across_heads"):
+        return exaone4_config(args, vocab_size, dtype)
     if args.get("qk_layernorm_across_heads") or args.get("pre_norm") is False:
         return olmo_config(args, vocab_size, dtype)
     if args.get("rotary_interleaved") and int(args.get("num_experts") or 0) <= 1 and not args.get("multi_latent_attention"):
@@ -624,6 +626,39 @@ def olmo_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) ->
     config.update(hidden_act="silu", attention_bias=False, pad_token_id=None)
     if olmo3:
         config.update(layer_types_config(args, config), rope_parameters=per_type_rope(args, rope))
+    return config
+
+
+def exaone4_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
+    """EXAONE 4.0's config.json (exaone4, Exaone4ForCausalLM; models/hf_config.exaone4_args reads it back the same):
+    OLMo 2's post norms (pre_norm false, post_norm) with per-head q / k norms, a Llama-style model otherwise; every
+    layer full attention with RoPE (1.2B), or sliding layers with RoPE where window_attn_skip_freq marks them and
+    full ones without (32B: no_rope_freq exactly on the full layers). Other combinations have no form."""
+    layers = int(args["num_layers"])
+    pattern = window_pattern(args.get("window_attn_skip_freq"), layers)
+    hybrid = bool(args.get("sliding_window")) or pattern is not None
+    types = (pattern or [1] * layers) if hybrid else None
+    no_rope = no_rope_pattern(args.get("no_rope_freq"), layers) or [0] * layers
+    problems = [what for what, bad in (
+        ("norms after attention and MLP only, per-head q / k norms (pre_norm: false, post_norm, qk_layernorm)",
+         args.get("post_norm") is not True or args.get("add_rmsnorm_offset") or args.get("input_embeds_norm")),
+        ("a dense SwiGLU model without biases",
+         int(args.get("num_experts") or 0) > 1 or not gated_mlp(args) or args.get("geglu") or args.get("add_qkv_bias")
+         or args.get("disable_bias_linear") is False or args.get("multi_latent_attention")),
+        ("RoPE on Llama's pairs of whole heads, no Granite multipliers or softmax_scale",
+         float(args.get("rotary_percent") or 1.0) != 1.0 or args.get("rotary_interleaved") or args.get("softmax_scale")
+         or any(float(args.get(k) or 1.0) != 1.0 for k in GRANITE_SCALARS)),
+        ("RoPE in every layer without windows, or in the sliding layers only (no_rope_freq on the full ones)",
+         no_rope != ([1 - t for t in types] if hybrid else [0] * layers)),
+    ) if bad]
+    if problems:
+        raise ValueError(f"norms after attention and MLP with per-head q / k norms have a config.json form only as EXAONE "
+                         f"4.0 (exaone4), which needs {'; '.join(problems)}.")
+    config = base_config(args, vocab_size, dtype, "exaone4", "Exaone4ForCausalLM", rope_parameters(args), eps=1e-5)
+    config.update(hidden_act="silu", pad_token_id=None, sliding_window=None, sliding_window_pattern=None,
+                  layer_types=["full_attention"] * layers)
+    if hybrid:
+        config.update(layer_types_config(args, config))
     return config
 
 

@@ -667,17 +667,19 @@ def test_minimax_m2_config_json_round_trip():
 
 
 # exported from args: read back with these keys changed, which the model does not compute with (Qwen3-Next's dense
-# width where every layer is MoE, written as Qwen3.5-MoE's, which has none), or refused in one sentence (EXAONE 4.0's
-# post norms with per-head q / k norms and its sliding / NoPE layers: a run from its directory keeps its config.json)
+# width where every layer is MoE, written as Qwen3.5-MoE's, which has none)
 EXPORT_UNUSED = {"qwen3_next": {"ffn_hidden_size"}}
-EXPORT_REFUSED = {"exaone4": "have a config.json form only as OLMo 2 or 3"}
 
 
 def test_every_architecture_exported_from_its_args_reads_back_the_same():
     """The export from megatron's args (hf_config_from_args: convert_ckpt and save_hf of a model built from a yaml)
     for every tiny test model and variant: the config.json it writes is read back as the same args, or the export is
     refused in one sentence. A config.json that read back as other args would be another model; ERNIE 4.5's args were
-    written as a Llama so until 2026-11-29 (its interleaved RoPE lost)."""
+    written as a Llama so until 2026-11-29 (its interleaved RoPE lost), and EXAONE 4.0's refused. EXAONE 4.0 (1.2B's
+    layout too: every layer full with RoPE) as transformers takes it; NoPE on a sliding layer, which it cannot say, is
+    refused in one sentence."""
+    from transformers import Exaone4Config
+
     import testing_utils
 
     from mindspeed_rl.models.hf_config import HF_ARCHS
@@ -688,13 +690,19 @@ def test_every_architecture_exported_from_its_args_reads_back_the_same():
         config = testing_utils.make_tiny_hf(arch.split("-")[0], None, config_only=True,
                                             **testing_utils.HF_VARIANTS.get(arch, {}))
         args = model_config_from_hf(config)
-        if arch in EXPORT_REFUSED:
-            with pytest.raises(ValueError, match=EXPORT_REFUSED[arch]):
-                hf_config_from_args(args, vocab_size=120)
-            continue
         back = model_config_from_hf(hf_config_from_args(args, vocab_size=120))
         changed = {k for k in set(args) | set(back) if args.get(k) != back.get(k)}
         assert changed <= EXPORT_UNUSED.get(arch, set()), (arch, {k: (args.get(k), back.get(k)) for k in changed})
+    full = model_config_from_hf(testing_utils.make_tiny_hf("exaone4", None, config_only=True, sliding_window=None,
+                                                           layer_types=["full_attention"] * 2))
+    assert "window_attn_skip_freq" not in full and "no_rope_freq" not in full
+    written = hf_config_from_args(full, vocab_size=120)
+    assert model_config_from_hf(written) == full and Exaone4Config(**written).sliding_window is None
+    hybrid = model_config_from_hf(testing_utils.make_tiny_hf("exaone4", None, config_only=True))
+    assert hybrid["no_rope_freq"] == [0, 1]
+    with pytest.raises(ValueError, match="only as EXAONE 4.0 .exaone4., which needs RoPE in every layer without windows, "
+                                         "or in the sliding layers only"):
+        hf_config_from_args(dict(hybrid, no_rope_freq=[1, 1]), vocab_size=120)
 
 
 def test_interleaved_rope_models_config_json_round_trip():
