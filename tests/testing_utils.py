@@ -227,7 +227,7 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
     renormalised); flex_olmo: FlexOlmo (OLMo 2's post norms with OLMoE's experts); hunyuan_v1_dense: HunYuan (per-head
     q / k norms after RoPE, NTK alpha 1000); hunyuan_v1_moe: HunYuan-MoE (that attention, 4 experts and a shared MLP
     without a gate); granitemoe / granitemoeshared / granitemoehybrid: Granite's MoE models and Granite 4.0's dense
-    one (GRANITE_SCALARS; see their entries); glm: GLM-4 (glm4's layers without its post norms). `overrides` change TINY_HF
+    one (GRANITE_SCALARS; see their entries); glm: GLM-4 (glm4's layers without its post norms); helium: Helium-1 (ERNIE 4.5's interleaved RoPE). `overrides` change TINY_HF
     (num_hidden_layers=4). `config_only`: return the config.json it would save (as a dict), building nothing."""
     import transformers as tf
 
@@ -302,6 +302,9 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
         "glm4": lambda: tf.Glm4Config(**{"head_dim": 16, "pad_token_id": 0, "eos_token_id": 2, **tiny}),
         # GLM-4 (glm-4-9b-hf): GLM-4-0414's layers without the norms after attention and MLP
         "glm": lambda: tf.GlmConfig(**{"head_dim": 16, "pad_token_id": 0, "eos_token_id": 2, **tiny}),
+        # Helium-1: Llama with RoPE on interleaved pairs of the whole head (ERNIE 4.5's), eps 1e-8
+        "helium": lambda: tf.HeliumConfig(**{"head_dim": 16, "pad_token_id": 0, "eos_token_id": 2, "bos_token_id": 1,
+                                             **tiny}),
         # GLM-4.5's layout scaled down: the first layer dense, then MoE layers with sigmoid routing, a per-expert
         # bias, 2 groups of 2 experts (1 eligible), weights x 1.5, one shared expert; q / k / v biases, q / k
         # norms, RoPE on half of each head (Llama's pairs)
@@ -474,7 +477,8 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
            "olmoe": tf.OlmoeForCausalLM, "flex_olmo": tf.FlexOlmoForCausalLM,
            "hunyuan_v1_dense": tf.HunYuanDenseV1ForCausalLM, "hunyuan_v1_moe": tf.HunYuanMoEV1ForCausalLM,
            "granitemoe": tf.GraniteMoeForCausalLM, "granitemoeshared": tf.GraniteMoeSharedForCausalLM,
-           "granitemoehybrid": tf.GraniteMoeHybridForCausalLM, "glm": tf.GlmForCausalLM}[arch]
+           "granitemoehybrid": tf.GraniteMoeHybridForCausalLM, "glm": tf.GlmForCausalLM,
+           "helium": tf.HeliumForCausalLM}[arch]
     torch.manual_seed(seed)
     model = cls(config).eval()
     with torch.no_grad():

@@ -49,7 +49,8 @@ HF_TYPES = {"llama2": "llama", "llama3": "llama", "mistral": "mistral", "qwen2":
             "qwen3_5_moe": "qwen3_5_moe_text", "qwen3_next": "qwen3_next",
             "olmoe": "olmoe", "flex_olmo": "flex_olmo", "hunyuan": "hunyuan_v1_dense",
             "hunyuan_moe": "hunyuan_v1_moe", "granitemoe": "granitemoe", "granitemoeshared": "granitemoeshared",
-            "granitemoehybrid": "granitemoehybrid", "glm": "glm"}  # MindSpeed-LLM's names where it has the model
+            "granitemoehybrid": "granitemoehybrid", "glm": "glm",
+            "helium": "helium"}  # MindSpeed-LLM's names where it has the model
 
 
 def padded_vocab(vocab_size: int, divisible_by: int, tp: int) -> int:

@@ -20,7 +20,7 @@ HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_mo
             "gemma3_text", "gemma2", "gemma", "olmo2", "olmo3", "ministral3", "exaone4", "seed_oss", "glm4",
             "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus",
             "qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_dense", "hunyuan_v1_moe",
-            "granitemoe", "granitemoeshared", "granitemoehybrid", "glm")
+            "granitemoe", "granitemoeshared", "granitemoehybrid", "glm", "helium")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss",
              "minimax_m2", "ernie4_5_moe", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_moe",
@@ -50,6 +50,7 @@ HF_DEFAULTS = {
                      "moe_layer_interval": 1, "moe_intermediate_size": 1536},
     "glm4": {"head_dim": 128, "partial_rotary_factor": 0.5, "attention_bias": True},
     "glm": {"head_dim": 128, "partial_rotary_factor": 0.5, "attention_bias": True},  # transformers' GlmConfig
+    "helium": {"head_dim": 128, "rms_norm_eps": 1e-8},  # transformers' HeliumConfig
     "seed_oss": {"attention_bias": True},
     "arcee": {"hidden_act": "relu2"},
     "apertus": {"hidden_act": "xielu", "rope_theta": 12000000.0},
@@ -114,6 +115,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
 
     GLM-4 (glm: glm-4-9b-hf / glm-4-9b-chat-hf / -1m-hf) is GLM-4-0414's layers below without their norms after
     attention and MLP.
+    Helium (helium: Kyutai's Helium-1 2B) is ERNIE 4.5's layout below (RoPE on interleaved pairs of the whole head),
+    q / k / v biases where attention_bias says.
     GLM-4 (glm4: GLM-4-9B / 32B-0414, GLM-Z1) is Qwen2's q / k / v biases with norms after attention
     and MLP as well as before (post_self_attn_layernorm / post_mlp_layernorm, plain RMSNorms: post_norm),
     gate / up stored fused (gate_up_proj), and RoPE on the first half of each head (partial_rotary_factor
@@ -298,7 +301,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         args.update(post_norm=True, rotary_interleaved=True)
     if model_type == "glm":  # GLM-4 (glm-4-9b-hf / -chat-hf): GLM-4-0414's layers without the norms after
         args["rotary_interleaved"] = True
-    if model_type in ("ernie4_5", "ernie4_5_moe"):  # ERNIE 4.5: Llama with RoPE on interleaved pairs
+    if model_type in ("ernie4_5", "ernie4_5_moe", "helium"):  # ERNIE 4.5, Helium: Llama with RoPE on interleaved pairs
         args["rotary_interleaved"] = True
     if model_type == "arcee":  # Arcee: up_proj alone, relu(x)^2
         args.update(swiglu=False, squared_relu=True)

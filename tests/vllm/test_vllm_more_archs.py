@@ -63,6 +63,7 @@ VARIANTS = {
     "exaone4": dict(sliding_window=16, max_position_embeddings=64),
     "glm4": dict(head_dim=32),
     "glm": dict(head_dim=32),
+    "helium": dict(head_dim=32),
     "ernie4_5": dict(head_dim=32),
     "glm4_moe": dict(head_dim=32),
     "ernie4_5_moe": dict(head_dim=32),
@@ -80,7 +81,7 @@ VARIANTS = {
 }
 
 
-TRANSFORMERS_BACKEND = ("smollm3", "arcee", "flex_olmo", "hunyuan_v1_dense", "hunyuan_v1_moe", "glm")  # architectures vLLM 0.32 serves with its Transformers backend
+TRANSFORMERS_BACKEND = ("smollm3", "arcee", "flex_olmo", "hunyuan_v1_dense", "hunyuan_v1_moe", "glm", "helium")  # architectures vLLM 0.32 serves with its Transformers backend
 
 
 def _make_in_child(arch, out, overrides):
@@ -105,7 +106,7 @@ def _make_in_child(arch, out, overrides):
                                   "qwen3_vl", "ministral3", "exaone4", "seed_oss", "glm4",
                                   "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2", "gpt_oss",
                                   "minimax_m2", "glm4_moe_lite", "ernie4_5_moe", "apertus", "olmoe", "flex_olmo",
-                                  "hunyuan_v1_moe", "granitemoeshared", "granitemoehybrid", "glm"])
+                                  "hunyuan_v1_moe", "granitemoeshared", "granitemoehybrid", "glm", "helium"])
 def test_synced_engine_equals_the_training_model(arch, tmp_path, gloo_world1):
     from mindspeed_rl.rollout.native import NativeEngine
     from mindspeed_rl.rollout.vllm_engine import VLLMEngine
