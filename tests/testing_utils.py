@@ -227,7 +227,7 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
     renormalised); flex_olmo: FlexOlmo (OLMo 2's post norms with OLMoE's experts); hunyuan_v1_dense: HunYuan (per-head
     q / k norms after RoPE, NTK alpha 1000); hunyuan_v1_moe: HunYuan-MoE (that attention, 4 experts and a shared MLP
     without a gate); granitemoe / granitemoeshared / granitemoehybrid: Granite's MoE models and Granite 4.0's dense
-    one (GRANITE_SCALARS; see their entries); glm: GLM-4 (glm4's layers without its post norms); helium: Helium-1 (ERNIE 4.5's interleaved RoPE). `overrides` change TINY_HF
+    one (GRANITE_SCALARS; see their entries); glm: GLM-4 (glm4's layers without its post norms); helium: Helium-1 (ERNIE 4.5's interleaved RoPE); stablelm: StableLM 2 1.6B (LayerNorms with biases). `overrides` change TINY_HF
     (num_hidden_layers=4). `config_only`: return the config.json it would save (as a dict), building nothing."""
     import transformers as tf
 
@@ -302,6 +302,9 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
         "glm4": lambda: tf.Glm4Config(**{"head_dim": 16, "pad_token_id": 0, "eos_token_id": 2, **tiny}),
         # GLM-4 (glm-4-9b-hf): GLM-4-0414's layers without the norms after attention and MLP
         "glm": lambda: tf.GlmConfig(**{"head_dim": 16, "pad_token_id": 0, "eos_token_id": 2, **tiny}),
+        # StableLM 2 1.6B's layout: LayerNorms with biases, q / k / v biases, RoPE on a quarter of each head
+        "stablelm": lambda: tf.StableLmConfig(**{"use_qkv_bias": True, "pad_token_id": 0, "eos_token_id": 2,
+                                                 "bos_token_id": 1, **tiny}),
         # Helium-1: Llama with RoPE on interleaved pairs of the whole head (ERNIE 4.5's), eps 1e-8
         "helium": lambda: tf.HeliumConfig(**{"head_dim": 16, "pad_token_id": 0, "eos_token_id": 2, "bos_token_id": 1,
                                              **tiny}),
@@ -478,7 +481,7 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
            "hunyuan_v1_dense": tf.HunYuanDenseV1ForCausalLM, "hunyuan_v1_moe": tf.HunYuanMoEV1ForCausalLM,
            "granitemoe": tf.GraniteMoeForCausalLM, "granitemoeshared": tf.GraniteMoeSharedForCausalLM,
            "granitemoehybrid": tf.GraniteMoeHybridForCausalLM, "glm": tf.GlmForCausalLM,
-           "helium": tf.HeliumForCausalLM}[arch]
+           "helium": tf.HeliumForCausalLM, "stablelm": tf.StableLmForCausalLM}[arch]
     torch.manual_seed(seed)
     model = cls(config).eval()
     with torch.no_grad():

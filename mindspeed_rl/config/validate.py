@@ -76,6 +76,11 @@ def _check_choices(cfg: Config, problems: list[str]) -> None:
         path = role_path(role)
         _one_of(role.optim.lr_decay_style, CHOICES["lr_decay_style"], f"{path}.lr_decay_style", problems)
         _one_of(role.arch.normalization, CHOICES["normalization"], f"{path}.normalization", problems)
+        ln_extra = [k for k in ("qk_layernorm", "post_norm", "add_rmsnorm_offset") if getattr(role.arch, k)]
+        if role.arch.normalization == "LayerNorm" and ln_extra:  # (their norms would be LayerNorms with biases)
+            problems.append(f"`{path}.normalization: LayerNorm` with {' / '.join(ln_extra)} is not supported: the "
+                            f"checkpoint bridge reads and writes LayerNorm biases before attention and MLP and at the "
+                            f"end only (StableLM's layout); set normalization: RMSNorm or drop {ln_extra[0]}.")
         _one_of(role.arch.position_embedding_type, CHOICES["position_embedding_type"], f"{path}.position_embedding_type", problems)
         if role.arch.rope_scaling_type not in ROPE_SCALINGS:
             problems.append(f"`{path}.rope_scaling_type: {role.arch.rope_scaling_type}` is not supported; use one of: "

@@ -20,7 +20,7 @@ HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_mo
             "gemma3_text", "gemma2", "gemma", "olmo2", "olmo3", "ministral3", "exaone4", "seed_oss", "glm4",
             "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus",
             "qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_dense", "hunyuan_v1_moe",
-            "granitemoe", "granitemoeshared", "granitemoehybrid", "glm", "helium")
+            "granitemoe", "granitemoeshared", "granitemoehybrid", "glm", "helium", "stablelm")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss",
              "minimax_m2", "ernie4_5_moe", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_moe",
@@ -51,6 +51,7 @@ HF_DEFAULTS = {
     "glm4": {"head_dim": 128, "partial_rotary_factor": 0.5, "attention_bias": True},
     "glm": {"head_dim": 128, "partial_rotary_factor": 0.5, "attention_bias": True},  # transformers' GlmConfig
     "helium": {"head_dim": 128, "rms_norm_eps": 1e-8},  # transformers' HeliumConfig
+    "stablelm": {"partial_rotary_factor": 0.25, "layer_norm_eps": 1e-5},  # transformers' StableLmConfig
     "seed_oss": {"attention_bias": True},
     "arcee": {"hidden_act": "relu2"},
     "apertus": {"hidden_act": "xielu", "rope_theta": 12000000.0},
@@ -115,6 +116,9 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
 
     GLM-4 (glm: glm-4-9b-hf / glm-4-9b-chat-hf / -1m-hf) is GLM-4-0414's layers below without their norms after
     attention and MLP.
+    StableLM 2 (stablelm: stablelm-2-1_6b, -chat, zephyr) is Llama's layout with LayerNorms (weight and bias: megatron's
+    LayerNorm), q / k / v biases where use_qkv_bias says, RoPE on the first quarter of each head (Llama's pairs);
+    its 12B layout (parallel residual, per-head q / k LayerNorms) is refused.
     Helium (helium: Kyutai's Helium-1 2B) is ERNIE 4.5's layout below (RoPE on interleaved pairs of the whole head),
     q / k / v biases where attention_bias says.
     GLM-4 (glm4: GLM-4-9B / 32B-0414, GLM-Z1) is Qwen2's q / k / v biases with norms after attention
@@ -209,13 +213,17 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     # transformers 5 keeps it in rope_parameters, 4.x at the top level
     partial = float(rope.get("partial_rotary_factor") or hf.get("partial_rotary_factor") or 1.0)
     rotary_percent = partial if partial != 1.0 else None
-    if rotary_percent is not None and model_type not in ("phi3", "glm", "glm4", "glm4_moe", "minimax_m2",
+    if rotary_percent is not None and model_type not in ("phi3", "glm", "glm4", "glm4_moe", "minimax_m2", "stablelm",
                                                          *QWEN3_5_ARCHS):
         raise ValueError(f"config.json partial_rotary_factor {partial} is supported for phi3, glm, glm4, glm4_moe, "
+                         f"stablelm, "
                          f"minimax_m2, qwen3_5_text and qwen3_next models only, not {model_type}.")
     if hf.get("clip_qkv") is not None:
         raise ValueError(f"config.json clip_qkv {hf['clip_qkv']} (queries, keys and values clamped to +-clip_qkv) is "
                          f"not supported; OLMoE's releases set it null.")
+    if model_type == "stablelm" and (hf.get("use_parallel_residual") or hf.get("qk_layernorm")):
+        raise ValueError(f"config.json {'use_parallel_residual' if hf.get('use_parallel_residual') else 'qk_layernorm'}"
+                         f"=true (StableLM 2 12B's layout) is not supported; StableLM 2 1.6B's (both false) is.")
     if hf.get("use_sliding_window"):
         raise ValueError("config.json use_sliding_window=true is not supported; set it to false.")
     activation = gemma_activation(hf) if model_type in GEMMA_ARCHS else hf.get("hidden_act", "silu")
@@ -249,9 +257,9 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         "max_position_embeddings": int(hf.get("max_position_embeddings", 4096)),
         "rotary_base": float(rope.get("rope_theta", hf.get("rope_theta", 10000.0))),
         "normalization": "RMSNorm",
-        "norm_epsilon": float(hf.get("rms_norm_eps", 1e-6)),
+        "norm_epsilon": float(hf.get("rms_norm_eps", 1e-6) if model_type != "stablelm" else hf["layer_norm_eps"]),
         "swiglu": True,
-        "add_qkv_bias": (model_type == "qwen2" or bool(hf.get("attention_bias", False))
+        "add_qkv_bias": (model_type == "qwen2" or bool(hf.get("attention_bias", False)) or bool(hf.get("use_qkv_bias"))
                          or (model_type == "qwen2_moe" and bool(hf.get("qkv_bias", True)))),
         "disable_bias_linear": True,
         "untie_embeddings_and_output_weights": not hf.get("tie_word_embeddings", False),
@@ -301,6 +309,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         args.update(post_norm=True, rotary_interleaved=True)
     if model_type == "glm":  # GLM-4 (glm-4-9b-hf / -chat-hf): GLM-4-0414's layers without the norms after
         args["rotary_interleaved"] = True
+    if model_type == "stablelm":  # StableLM 2: LayerNorms with biases (megatron's LayerNorm) on Llama's layout
+        args["normalization"] = "LayerNorm"
     if model_type in ("ernie4_5", "ernie4_5_moe", "helium"):  # ERNIE 4.5, Helium: Llama with RoPE on interleaved pairs
         args["rotary_interleaved"] = True
     if model_type == "arcee":  # Arcee: up_proj alone, relu(x)^2

@@ -27,6 +27,8 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
     combination config.json cannot say is refused in one sentence."""
     if args.get("quick_geglu") or args.get("softmax_type") == "learnable":
         return gpt_oss_config(args, vocab_size, dtype)
+    if args.get("normalization") == "LayerNorm":
+        return stablelm_config(args, vocab_size, dtype)
     if args.get("linear_attention_layers") is not None or args.get("attention_output_gate"):
         return qwen3_5_config(args, vocab_size, dtype)
     if args.get("qk_layernorm_after_rope"):
@@ -371,6 +373,37 @@ def olmoe_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -
                   attention_bias=False, pad_token_id=None)
     if not flex:
         config["clip_qkv"] = None
+    return config
+
+
+def stablelm_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
+    """StableLM's config.json (stablelm, StableLmForCausalLM) for a model with LayerNorms (weight and bias); models/
+    hf_config.py reads it back the same: a dense Llama-style model otherwise (SwiGLU, q / k / v biases or none, no other
+    biases, norms before attention and MLP only, no q / k norms, RoPE on Llama's pairs of the first rotary_percent of
+    each head, head dimension hidden_size / num_attention_heads, full attention)."""
+    heads = int(args["num_attention_heads"])
+    problems = [what for what, bad in (
+        ("a dense SwiGLU MLP without biases", int(args.get("num_experts") or 0) > 1 or not gated_mlp(args)
+         or args.get("geglu") or args.get("disable_bias_linear") is False or args.get("multi_latent_attention")),
+        ("norms before attention and MLP only, no q / k norms (pre_norm, no post_norm, qk_layernorm)",
+         args.get("pre_norm") is False or args.get("post_norm") or args.get("qk_layernorm")
+         or args.get("add_rmsnorm_offset") or args.get("input_embeds_norm")),
+        ("RoPE on Llama's pairs in every layer, full attention, no Granite multipliers or softmax_scale",
+         args.get("rotary_interleaved") or args.get("sliding_window") or args.get("no_rope_freq")
+         or args.get("window_attn_skip_freq") is not None or args.get("softmax_scale")
+         or any(float(args.get(k) or 1.0) != 1.0 for k in GRANITE_SCALARS)),
+        ("head dimension hidden_size / num_attention_heads",
+         int(args.get("kv_channels") or args["hidden_size"] // heads) * heads != int(args["hidden_size"])),
+    ) if bad]
+    if problems:
+        raise ValueError(f"normalization LayerNorm has a config.json form only as StableLM (stablelm), which needs "
+                         f"{'; '.join(problems)}.")
+    partial = float(args.get("rotary_percent") or 1.0)
+    config = base_config(args, vocab_size, dtype, "stablelm", "StableLmForCausalLM", rope_parameters(args), eps=1e-5)
+    config.update(hidden_act="silu", layer_norm_eps=config.pop("rms_norm_eps"), use_qkv_bias=bool(args.get("add_qkv_bias")),
+                  qk_layernorm=False, use_parallel_residual=False, partial_rotary_factor=partial, pad_token_id=None)
+    config.pop("head_dim")
+    config["rope_parameters"]["partial_rotary_factor"] = partial
     return config
 
 

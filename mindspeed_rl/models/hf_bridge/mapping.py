@@ -82,6 +82,7 @@ class Dims:
 # megatron name (layer-relative for "decoder.layers.N.*") -> (kind, HF names with {i} = layer)
 _LAYER_MAP = {
     "input_layernorm.weight": ("replicated", ("model.layers.{i}.input_layernorm.weight",)),
+    "input_layernorm.bias": ("replicated", ("model.layers.{i}.input_layernorm.bias",)),  # LayerNorm (StableLM)
     "self_attention.linear_qkv.weight": ("qkv", ("model.layers.{i}.self_attn.q_proj.weight",
                                                  "model.layers.{i}.self_attn.k_proj.weight",
                                                  "model.layers.{i}.self_attn.v_proj.weight")),
@@ -117,6 +118,7 @@ _LAYER_MAP = {
     "self_attention.norm.weight": ("replicated", ("model.layers.{i}.linear_attn.norm.weight",)),
     "self_attention.out_proj.weight": ("delta_row", ("model.layers.{i}.linear_attn.out_proj.weight",)),
     "pre_mlp_layernorm.weight": ("replicated", ("model.layers.{i}.post_attention_layernorm.weight",)),
+    "pre_mlp_layernorm.bias": ("replicated", ("model.layers.{i}.post_attention_layernorm.bias",)),
     "mlp.linear_fc1.weight": ("fc1", ("model.layers.{i}.mlp.gate_proj.weight",
                                       "model.layers.{i}.mlp.up_proj.weight")),
     "mlp.linear_fc2.weight": ("row", ("model.layers.{i}.mlp.down_proj.weight",)),
@@ -148,6 +150,7 @@ EXPERT_KINDS = ("expert_fc1", "expert_row", "expert_bias")  # split over ETP, no
 _GLOBAL_MAP = {
     "embedding.word_embeddings.weight": ("vocab", ("model.embed_tokens.weight",)),
     "decoder.final_layernorm.weight": ("replicated", ("model.norm.weight",)),
+    "decoder.final_layernorm.bias": ("replicated", ("model.norm.bias",)),
     "output_layer.weight": ("vocab", ("lm_head.weight",)),
     # reward models (models/reward_model.py): the (1, h) head of *ForSequenceClassification
     "output_layer.score.weight": ("replicated", ("score.weight",)),

@@ -72,7 +72,8 @@ def stage_param_names(args: Mapping[str, Any], pp_size: int, pp_rank: int, vpp_s
     tied = not args.get("untie_embeddings_and_output_weights", False)
     pre_norm = args.get("pre_norm", True) is not False  # OLMo 2: none (models/olmo.py)
     bias = args.get("disable_bias_linear", True) is False  # gpt-oss: o_proj, router and expert biases
-    per_layer = (["input_layernorm.weight"] if pre_norm else [])
+    norms = ["weight", "bias"] if args.get("normalization") == "LayerNorm" else ["weight"]  # StableLM's: with biases
+    per_layer = [f"input_layernorm.{n}" for n in norms] if pre_norm else []
     if args.get("softmax_type") == "learnable":  # gpt-oss's sinks (models/gpt_oss.py): the core attention's
         per_layer.append("self_attention.core_attention.softmax_offset")
     per_layer += ["self_attention.linear_proj.weight"] + (["self_attention.linear_proj.bias"] if bias else [])
@@ -90,7 +91,7 @@ def stage_param_names(args: Mapping[str, Any], pp_size: int, pp_rank: int, vpp_s
         norm = "sharded_weight" if args.get("qk_layernorm_across_heads") else "weight"
         per_layer += [f"self_attention.q_layernorm.{norm}", f"self_attention.k_layernorm.{norm}"]
     if pre_norm:
-        per_layer.append("pre_mlp_layernorm.weight")
+        per_layer += [f"pre_mlp_layernorm.{n}" for n in norms]
     moe_layer = list(per_layer)
     moe_layer += ["mlp.router.weight"] + (["mlp.router.bias"] if bias else [])
     if args.get("moe_router_enable_expert_bias"):  # a buffer, after the router's parameters
@@ -125,7 +126,7 @@ def stage_param_names(args: Mapping[str, Any], pp_size: int, pp_rank: int, vpp_s
         layer = moe_layer if moe[i] else per_layer
         names += [f"decoder.layers.{i}.{n}" for n in (with_mixer(layer) if i < len(linear) and linear[i] else layer)]
     if last:
-        names.append("decoder.final_layernorm.weight")
+        names += [f"decoder.final_layernorm.{n}" for n in norms]
         if not tied or not first:  # tied at PP>1: the last stage keeps its own copy of the embedding
             names.append("output_layer.weight")
     return names

@@ -21,9 +21,10 @@ pytestmark = pytest.mark.dist
 # Qwen3-Next's (TP 2: each rank's key heads read from in_proj_qkvz / in_proj_ba, fused per key head; its experts),
 # HunYuan's q / k norms after RoPE (PP 2: the second stage turns each left-padded row to its position ids from the
 # position ids it receives too; TP 2: per-head norms whole on each rank), Granite 4.0's dense layout (TP 2: each rank's
-# gate / up rows of shared_mlp.input_linear, as wide as shared_intermediate_size)
+# gate / up rows of shared_mlp.input_linear, as wide as shared_intermediate_size), StableLM 2 (LayerNorm biases whole on
+# each rank)
 ARCHS = ("llama", "qwen2", "qwen3", "smollm3-yarn", "mistral-window", "phi3-partiallongrope", "granite", "gemma3_text",
-         "gemma2", "olmo3", "qwen3_5_text", "qwen3_next", "hunyuan_v1_dense", "granitemoehybrid")
+         "gemma2", "olmo3", "qwen3_5_text", "qwen3_next", "hunyuan_v1_dense", "granitemoehybrid", "stablelm")
 PARALLEL = ((2, 1), (1, 2))  # TP 1 / PP 1: tests/unit/models/test_forward_logprobs.py
 VOCAB, PADDED, SEQ, TEMP = 120, 128, 32, 0.7
 

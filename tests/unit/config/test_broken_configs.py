@@ -89,6 +89,8 @@ CASES = [
     ("xielu-and-swiglu", [f"{A}.xielu=true"], ["xielu is true together with swiglu; set swiglu: false for an xIELU MLP"]),
     ("no-norm", [f"{A}.pre_norm=false"], ["pre_norm: false leaves its layers without any norm; set post_norm: true"]),
     ("across-heads-alone", [f"{A}.qk_layernorm_across_heads=true"], ["qk_layernorm_across_heads needs qk_layernorm: true"]),
+    ("layernorm-qk-norms", [f"{A}.normalization=LayerNorm", f"{A}.qk_layernorm=true"],
+     ["normalization: LayerNorm` with qk_layernorm is not supported", "set normalization: RMSNorm or drop qk_layernorm"]),
     ("zero-verifier-timeout", ["algorithm.verifier_timeout_s=0"], ["verifier_timeout_s: 0.0` must be > 0"]),
     ("nan-lr", [f"{A}.lr=.nan"], [f"`{A}.lr` must be a number"]),
     ("zero-tp", [f"{A}.tensor_model_parallel_size=0"], ["tensor_model_parallel_size: 0` must be >= 1"]),

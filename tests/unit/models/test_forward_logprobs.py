@@ -59,7 +59,7 @@ def _batches():
                                   "qwen3_5_moe_text", "qwen3_5_moe", "qwen3_next", "qwen3_next-mlponly",
                                   "qwen3_moe-mlponly", "olmoe", "flex_olmo", "hunyuan_v1_dense",
                                   "hunyuan_v1_moe", "granitemoe", "granitemoeshared", "granitemoehybrid",
-                                  "granitemoehybrid-moe", "glm", "helium"])
+                                  "granitemoehybrid-moe", "glm", "helium", "stablelm"])
 def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     """phi3: q/k/v and gate/up read as row ranges of its fused tensors; phi3-partial: half of each
     head rotated (partial_rotary_factor 0.5 = megatron's rotary_percent); phi3-longrope: LongRoPE's
@@ -108,7 +108,8 @@ def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     without a gate beside them, gate / up read from shared_mlp.input_linear; granitemoehybrid: Granite 4.0's dense
     model (its shared_mlp the only MLP); granitemoehybrid-moe: with experts beside it; glm: GLM-4 (glm-4-9b-hf), glm4's
     interleaved partial RoPE, q / k / v biases and gate_up_proj without the post norms; helium: Helium-1, RoPE on
-    interleaved pairs of the whole head."""
+    interleaved pairs of the whole head; stablelm: StableLM 2, LayerNorms with biases (megatron's LayerNorm), q / k / v
+    biases, RoPE on a quarter of each head."""
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
 
