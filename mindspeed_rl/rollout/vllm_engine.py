@@ -57,6 +57,7 @@ from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
 import torch
 
+from mindspeed_rl.models.hf_config import HF_DEFAULTS
 from mindspeed_rl.models.hf_moe_config import expert_count, first_dense_layers
 from mindspeed_rl.models.hf_bridge.names import fuse, group, group_members, names_type, stored_members, stored_name
 from mindspeed_rl.platform import get_platform
@@ -108,6 +109,8 @@ def vllm_config(config: Mapping[str, Any]) -> dict[str, Any]:
     dense = names_type(config) == "granitemoehybrid_dense"
     config = {k: v for k, v in config.items() if not k.startswith("mamba_") and k not in (
         "layer_types", "layers_block_type", "position_embedding_type", "time_step_limit")}
+    # GraniteMoeHybridConfig's default where config.json leaves it out (GraniteMoeSharedConfig's is 0: no shared MLP)
+    config.setdefault("shared_intermediate_size", HF_DEFAULTS["granitemoehybrid"]["shared_intermediate_size"])
     if dense:
         config.update(model_type="granite", architectures=["GraniteForCausalLM"],
                       intermediate_size=int(config["shared_intermediate_size"]))

@@ -229,6 +229,8 @@ def test_granite_stacked_experts_and_fused_shared_mlp_read_and_fed_as_stored(tmp
     assert not any(k.startswith("mamba_") or k == "layer_types" for k in served)
     with_experts = vllm_config(dict(dense_config, num_local_experts=4, num_experts_per_tok=2))
     assert (with_experts["model_type"], with_experts["intermediate_size"]) == ("granitemoeshared", 128)
+    bare = {k: v for k, v in dense_config.items() if k != "shared_intermediate_size"}  # transformers' default: 1024
+    assert vllm_config(dict(bare, num_local_experts=4))["shared_intermediate_size"] == 1024
 
 
 def test_qwen3_next_grouped_delta_projections_read_as_transformers_splits_them(tmp_path):
