@@ -129,7 +129,8 @@ def grouped_chunks(chunks: Iterable[Sequence[tuple[str, torch.Tensor]]], model_t
     in_proj_qkvz / in_proj_ba, names.group: vLLM's Qwen3-Next loads only those) held back until all of them
     arrived, then passed on as that tensor; for the model types vLLM loads in their checkpoints' form only
     (STORED_FORM: Granite's MoE models, whose shared MLP's gate / up vLLM takes fused and whose experts its
-    loader takes stacked; GLM-4's gate_up_proj) every fused and stacked tensor so (names.stored_members); other tensors pass through."""
+    loader takes stacked; GLM-4's gate_up_proj) every fused and stacked tensor so (names.stored_members); other
+    tensors pass through."""
     config = dict(hf_config or {})
     stored_form = model_type in STORED_FORM
     pending: dict[str, dict[str, torch.Tensor]] = {}
