@@ -159,6 +159,7 @@ HF_VARIANTS = {
     "granitemoehybrid-moe": {"num_local_experts": 4, "num_experts_per_tok": 2},
     "mistral-window": {"sliding_window": 12},  # Mistral 7B v0.1's every-layer window, scaled down
     "phi3-window": {"sliding_window": 12},  # Phi-3-mini-4k's
+    "starcoder2-window": {"sliding_window": 12},  # StarCoder2's 4096 of 16384, scaled down
     "phi3-partial": {"partial_rotary_factor": 0.5},
     # Qwen3-Next's other MoE layouts: its second layer a dense MLP (mlp_only_layers), the top-2 not renormalised
     "qwen3_next-mlponly": {"mlp_only_layers": [1], "norm_topk_prob": False},
@@ -227,7 +228,8 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
     renormalised); flex_olmo: FlexOlmo (OLMo 2's post norms with OLMoE's experts); hunyuan_v1_dense: HunYuan (per-head
     q / k norms after RoPE, NTK alpha 1000); hunyuan_v1_moe: HunYuan-MoE (that attention, 4 experts and a shared MLP
     without a gate); granitemoe / granitemoeshared / granitemoehybrid: Granite's MoE models and Granite 4.0's dense
-    one (GRANITE_SCALARS; see their entries); glm: GLM-4 (glm4's layers without its post norms); helium: Helium-1 (ERNIE 4.5's interleaved RoPE); stablelm: StableLM 2 1.6B (LayerNorms with biases). `overrides` change TINY_HF
+    one (GRANITE_SCALARS; see their entries); glm: GLM-4 (glm4's layers without its post norms); helium: Helium-1 (ERNIE 4.5's interleaved RoPE); stablelm: StableLM 2 1.6B (LayerNorms with biases); starcoder2: StarCoder2 (LayerNorms, biases everywhere, a tanh-GELU
+    MLP without a gate). `overrides` change TINY_HF
     (num_hidden_layers=4). `config_only`: return the config.json it would save (as a dict), building nothing."""
     import transformers as tf
 
@@ -305,6 +307,12 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
         # StableLM 2 1.6B's layout: LayerNorms with biases, q / k / v biases, RoPE on a quarter of each head
         "stablelm": lambda: tf.StableLmConfig(**{"use_qkv_bias": True, "pad_token_id": 0, "eos_token_id": 2,
                                                  "bos_token_id": 1, **tiny}),
+        # StarCoder2's layout: LayerNorms, biases on every linear layer, gelu_tanh(c_fc) without a gate, no window
+        # unless overridden (sliding_window=N), its dropouts (0.1 in the releases) in config.json
+        "starcoder2": lambda: tf.Starcoder2Config(**{"sliding_window": None, "attention_dropout": 0.1,
+                                                     "residual_dropout": 0.1, "embedding_dropout": 0.1,
+                                                     "pad_token_id": None, "bos_token_id": 1, "eos_token_id": 2,
+                                                     **tiny}),
         # Helium-1: Llama with RoPE on interleaved pairs of the whole head (ERNIE 4.5's), eps 1e-8
         "helium": lambda: tf.HeliumConfig(**{"head_dim": 16, "pad_token_id": 0, "eos_token_id": 2, "bos_token_id": 1,
                                              **tiny}),
@@ -481,7 +489,8 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
            "hunyuan_v1_dense": tf.HunYuanDenseV1ForCausalLM, "hunyuan_v1_moe": tf.HunYuanMoEV1ForCausalLM,
            "granitemoe": tf.GraniteMoeForCausalLM, "granitemoeshared": tf.GraniteMoeSharedForCausalLM,
            "granitemoehybrid": tf.GraniteMoeHybridForCausalLM, "glm": tf.GlmForCausalLM,
-           "helium": tf.HeliumForCausalLM, "stablelm": tf.StableLmForCausalLM}[arch]
+           "helium": tf.HeliumForCausalLM, "stablelm": tf.StableLmForCausalLM,
+           "starcoder2": tf.Starcoder2ForCausalLM}[arch]
     torch.manual_seed(seed)
     model = cls(config).eval()
     with torch.no_grad():

@@ -97,7 +97,6 @@ UNSUPPORTED = {
     "moe_input_jitter_eps": ((None, 0), "router input jitter (noise in the routing) is not implemented"),
     "apply_residual_connection_post_layernorm": ((None, False), "residuals taken after the layernorm are not implemented"),
     "fp32_residual_connection": ((None, False), "fp32 residuals in a bf16 / fp16 model are not implemented"),
-    "openai_gelu": ((None, False), "OpenAI's GELU approximation is not implemented"),
     "scale_emb": ((None,), "MiniCPM's embedding / depth / width scalings are not implemented"),
     "dim_model_base": ((None,), "MiniCPM's embedding / depth / width scalings are not implemented"),
     "scale_depth": ((None,), "MiniCPM's embedding / depth / width scalings are not implemented"),

@@ -73,6 +73,7 @@ class ModelArch:
     normalization: str = doc("RMSNorm", "RMSNorm or LayerNorm")
     norm_epsilon: float = doc(1e-5, "normalization epsilon")
     swiglu: bool = doc(True, "gated SiLU MLP (Llama/Qwen)")
+    openai_gelu: bool = doc(False, "MLP without a gate, GELU with the tanh approximation (Megatron's --openai-gelu; StarCoder2's gelu_pytorch_tanh); needs swiglu: false")
     squared_relu: bool = doc(False, "MLP without a gate, relu(x)^2 (Megatron's --squared-relu; Arcee's relu2); needs swiglu: false")
     xielu: bool = doc(False, "MLP without a gate, xIELU with two learnable scalars per layer (Apertus's hidden_act xielu; models/xielu.py); needs swiglu: false")
     quick_geglu: bool = doc(False, "MoE experts with gpt-oss's clamped SwiGLU: gate x sigmoid(1.702 gate) x (up + glu_linear_offset), gate clamped above and up on both sides at activation_func_clamp_value (megatron-core 0.16's key; models/gpt_oss.py); every layer an MoE layer")

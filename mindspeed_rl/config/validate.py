@@ -282,6 +282,11 @@ def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
         other = "swiglu" if a.swiglu else "geglu" if a.geglu else "squared_relu"
         problems.append(f"model {role.model_name}: xielu is true together with {other}; set {other}: false for an "
                         f"xIELU MLP without a gate (Apertus).")
+    plain = [k for k in ("squared_relu", "xielu") if getattr(a, k)]
+    if a.openai_gelu and (a.swiglu or a.geglu or plain):
+        other = "swiglu" if a.swiglu else "geglu" if a.geglu else plain[0]
+        problems.append(f"model {role.model_name}: openai_gelu is true together with {other}; set {other}: false for a "
+                        f"GELU MLP without a gate (StarCoder2).")
     if a.squared_relu and (a.swiglu or a.geglu):
         problems.append(f"model {role.model_name}: squared_relu is true together with {'swiglu' if a.swiglu else 'geglu'}; "
                         f"set {'swiglu' if a.swiglu else 'geglu'}: false for a plain squared-ReLU MLP (Arcee).")

@@ -60,7 +60,7 @@ _HF_KEY = {
     "input_embeds_norm": "model_type", "attn_logit_softcapping": "attn_logit_softcapping",
     "output_logit_softcapping": "final_logit_softcapping", "pre_norm": "model_type",
     "qk_layernorm_across_heads": "model_type", "qk_layernorm_after_rope": "model_type", "rotary_interleaved": "model_type", "squared_relu": "hidden_act", "xielu": "hidden_act",
-    "moe_layer_freq": "first_k_dense_replace", "moe_router_score_function": "model_type",
+    "openai_gelu": "hidden_act", "moe_layer_freq": "first_k_dense_replace", "moe_router_score_function": "model_type",
     "moe_router_enable_expert_bias": "model_type", "moe_router_num_groups": "n_group",
     "moe_router_group_topk": "topk_group", "moe_router_topk_scaling_factor": "routed_scaling_factor",
     "quick_geglu": "model_type", "glu_linear_offset": "model_type", "softmax_type": "model_type",
@@ -73,7 +73,7 @@ _HF_DEFAULTS = {"embedding_multiplier_scale": 1.0, "residual_multiplier": 1.0, "
                 "geglu": False, "add_rmsnorm_offset": False, "post_norm": False, "input_embeds_norm": False,
                 "pre_norm": True, "qk_layernorm_across_heads": False, "qk_layernorm_after_rope": False,
                 "rotary_interleaved": False,
-                "squared_relu": False, "xielu": False, "moe_layer_freq": 1, "moe_router_score_function": "softmax",
+                "squared_relu": False, "xielu": False, "openai_gelu": False, "moe_layer_freq": 1, "moe_router_score_function": "softmax",
                 "moe_router_enable_expert_bias": False, "multi_latent_attention": False,
                 "moe_router_topk_scaling_factor": 1.0, "quick_geglu": False, "glu_linear_offset": 0.0,
                 "softmax_type": "vanilla"}  # routed_scaling_factor 1 is read as no scale

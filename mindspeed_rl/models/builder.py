@@ -136,6 +136,7 @@ def transformer_config(args: Mapping[str, Any], params_dtype: torch.dtype = torc
     swiglu = bool(_get(args, "swiglu", True)) and not geglu
     squared_relu = bool(_get(args, "squared_relu", False)) and not (swiglu or geglu)  # Arcee: relu(up)^2, no gate
     xielu = bool(_get(args, "xielu", False)) and not (swiglu or geglu)  # Apertus: per-layer modules (models/xielu.py)
+    openai_gelu = bool(_get(args, "openai_gelu", False)) and not (swiglu or geglu)  # StarCoder2: gelu(up, tanh), no gate
     own_glu = swiglu and own_swiglu(get_platform().name)
     if own_glu:  # megatron's MLP calls its fused-activation names, which now are models/swiglu.py's
         install_swiglu()
@@ -150,7 +151,7 @@ def transformer_config(args: Mapping[str, Any], params_dtype: torch.dtype = torc
         normalization=_get(args, "normalization", "RMSNorm"),
         layernorm_epsilon=float(_get(args, "norm_epsilon", 1e-5)),
         gated_linear_unit=swiglu or geglu,
-        activation_func=(F.silu if swiglu else functools.partial(F.gelu, approximate="tanh") if geglu
+        activation_func=(F.silu if swiglu else functools.partial(F.gelu, approximate="tanh") if geglu or openai_gelu
                          else relu_squared if squared_relu else xielu_default if xielu else F.gelu),
         # megatron-core 0.12 refuses biases with MoE at construction; gpt-oss's (models/gpt_oss.py) are set below
         add_bias_linear=not _get(args, "disable_bias_linear", True) and not _get(args, "num_experts"),

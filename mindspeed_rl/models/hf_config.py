@@ -20,7 +20,8 @@ HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_mo
             "gemma3_text", "gemma2", "gemma", "olmo2", "olmo3", "ministral3", "exaone4", "seed_oss", "glm4",
             "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus",
             "qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_dense", "hunyuan_v1_moe",
-            "granitemoe", "granitemoeshared", "granitemoehybrid", "glm", "helium", "stablelm")
+            "granitemoe", "granitemoeshared", "granitemoehybrid", "glm", "helium", "stablelm",
+            "starcoder2")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss",
              "minimax_m2", "ernie4_5_moe", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_moe",
@@ -32,7 +33,7 @@ GRANITE_ARCHS = ("granite", "granitemoe", "granitemoeshared", "granitemoehybrid"
 QWEN3_5_ARCHS = ("qwen3_5_text", "qwen3_5_moe_text", "qwen3_next")
 HUNYUAN_ARCHS = ("hunyuan_v1_dense", "hunyuan_v1_moe")  # q / k norms after RoPE, NTK alpha RoPE
 MLA_ARCHS = ("deepseek_v3", "deepseek_v2", "glm4_moe_lite")  # multi-latent attention (mla_args)
-WINDOW_ARCHS = ("mistral", "mixtral", "phi3", "ministral3")  # a config.json sliding_window applies to every layer
+WINDOW_ARCHS = ("mistral", "mixtral", "phi3", "ministral3", "starcoder2")  # a config.json sliding_window applies to every layer
 ROPE_TYPES = ("default", "linear", "llama3", "longrope", "yarn")  # config.json rope types computed exactly
 ROPE_SCALINGS = (None, "linear", "llama3", "longrope", "yarn")  # their rope_scaling_type (models/builder.py)
 # transformers' config-class defaults where they differ from what the reading below assumes for a key
@@ -52,6 +53,7 @@ HF_DEFAULTS = {
     "glm": {"head_dim": 128, "partial_rotary_factor": 0.5, "attention_bias": True},  # transformers' GlmConfig
     "helium": {"head_dim": 128, "rms_norm_eps": 1e-8},  # transformers' HeliumConfig
     "stablelm": {"partial_rotary_factor": 0.25, "layer_norm_eps": 1e-5},  # transformers' StableLmConfig
+    "starcoder2": {"norm_epsilon": 1e-5, "use_bias": True, "hidden_act": "gelu_pytorch_tanh"},  # its Starcoder2Config
     "seed_oss": {"attention_bias": True},
     "arcee": {"hidden_act": "relu2"},
     "apertus": {"hidden_act": "xielu", "rope_theta": 12000000.0},
@@ -119,6 +121,9 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     StableLM 2 (stablelm: stablelm-2-1_6b, -chat, zephyr) is Llama's layout with LayerNorms (weight and bias: megatron's
     LayerNorm), q / k / v biases where use_qkv_bias says, RoPE on the first quarter of each head (Llama's pairs);
     its 12B layout (parallel residual, per-head q / k LayerNorms) is refused.
+    StarCoder2 (starcoder2: starcoder2-3b / 7b / 15b and -instruct) is StableLM's LayerNorms on Llama's attention with
+    biases on every linear layer (use_bias), an MLP without a gate, c_proj(gelu_tanh(c_fc(x))) (openai_gelu), and
+    Mistral's every-layer sliding_window; its dropouts are not taken (RL trains without dropout).
     Helium (helium: Kyutai's Helium-1 2B) is ERNIE 4.5's layout below (RoPE on interleaved pairs of the whole head),
     q / k / v biases where attention_bias says.
     GLM-4 (glm4: GLM-4-9B / 32B-0414, GLM-Z1) is Qwen2's q / k / v biases with norms after attention
@@ -227,7 +232,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     if hf.get("use_sliding_window"):
         raise ValueError("config.json use_sliding_window=true is not supported; set it to false.")
     activation = gemma_activation(hf) if model_type in GEMMA_ARCHS else hf.get("hidden_act", "silu")
-    wanted, mlp = (("gelu_pytorch_tanh", "GeGLU") if model_type in GEMMA_ARCHS else ("relu2", "squared ReLU")
+    wanted, mlp = (("gelu_pytorch_tanh", "GeGLU") if model_type in GEMMA_ARCHS else
+                   ("gelu_pytorch_tanh", "GELU with the tanh approximation") if model_type == "starcoder2" else ("relu2", "squared ReLU")
                    if model_type == "arcee" else ("xielu", "xIELU") if model_type == "apertus" else ("silu", "SwiGLU"))
     if activation != wanted:
         raise ValueError(f"config.json hidden_act {activation!r} is not supported for {model_type}; only {wanted} "
@@ -257,7 +263,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         "max_position_embeddings": int(hf.get("max_position_embeddings", 4096)),
         "rotary_base": float(rope.get("rope_theta", hf.get("rope_theta", 10000.0))),
         "normalization": "RMSNorm",
-        "norm_epsilon": float(hf.get("rms_norm_eps", 1e-6) if model_type != "stablelm" else hf["layer_norm_eps"]),
+        "norm_epsilon": float(hf["layer_norm_eps"] if model_type == "stablelm" else hf["norm_epsilon"]
+                              if model_type == "starcoder2" else hf.get("rms_norm_eps", 1e-6)),
         "swiglu": True,
         "add_qkv_bias": (model_type == "qwen2" or bool(hf.get("attention_bias", False)) or bool(hf.get("use_qkv_bias"))
                          or (model_type == "qwen2_moe" and bool(hf.get("qkv_bias", True)))),
@@ -311,6 +318,10 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         args["rotary_interleaved"] = True
     if model_type == "stablelm":  # StableLM 2: LayerNorms with biases (megatron's LayerNorm) on Llama's layout
         args["normalization"] = "LayerNorm"
+    if model_type == "starcoder2":  # StarCoder2: LayerNorms, gelu(c_fc(x)) without a gate, biases on every linear
+        bias = bool(hf.get("use_bias"))
+        args.update(normalization="LayerNorm", swiglu=False, openai_gelu=True, add_qkv_bias=bias,
+                    disable_bias_linear=not bias)
     if model_type in ("ernie4_5", "ernie4_5_moe", "helium"):  # ERNIE 4.5, Helium: Llama with RoPE on interleaved pairs
         args["rotary_interleaved"] = True
     if model_type == "arcee":  # Arcee: up_proj alone, relu(x)^2

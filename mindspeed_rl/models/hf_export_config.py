@@ -28,7 +28,7 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
     if args.get("quick_geglu") or args.get("softmax_type") == "learnable":
         return gpt_oss_config(args, vocab_size, dtype)
     if args.get("normalization") == "LayerNorm":
-        return stablelm_config(args, vocab_size, dtype)
+        return (stablelm_config if gated_mlp(args) else starcoder2_config)(args, vocab_size, dtype)
     if args.get("linear_attention_layers") is not None or args.get("attention_output_gate"):
         return qwen3_5_config(args, vocab_size, dtype)
     if args.get("qk_layernorm_after_rope"):
@@ -404,6 +404,39 @@ def stablelm_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype
                   qk_layernorm=False, use_parallel_residual=False, partial_rotary_factor=partial, pad_token_id=None)
     config.pop("head_dim")
     config["rope_parameters"]["partial_rotary_factor"] = partial
+    return config
+
+
+def starcoder2_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
+    """StarCoder2's config.json (starcoder2, Starcoder2ForCausalLM) for a model with LayerNorms and an MLP without a gate
+    (models/hf_config.py reads it back the same): gelu with the tanh approximation (openai_gelu), biases on every
+    linear layer or none (use_bias), norms before attention and MLP only, Llama's RoPE on whole heads of
+    hidden_size / num_attention_heads, full attention or one sliding_window in every layer."""
+    heads = int(args["num_attention_heads"])
+    bias = args.get("disable_bias_linear", True) is False
+    problems = [what for what, bad in (
+        ("a dense MLP without a gate, gelu with the tanh approximation (openai_gelu)",
+         int(args.get("num_experts") or 0) > 1 or not args.get("openai_gelu") or args.get("multi_latent_attention")),
+        ("biases on every linear layer or none (add_qkv_bias as disable_bias_linear: false)",
+         bool(args.get("add_qkv_bias")) != bias),
+        ("norms before attention and MLP only, no q / k norms", args.get("pre_norm") is False or args.get("post_norm")
+         or args.get("qk_layernorm") or args.get("add_rmsnorm_offset") or args.get("input_embeds_norm")),
+        ("RoPE on Llama's pairs of whole heads in every layer, one window for all layers or none, no Granite "
+         "multipliers or softmax_scale",
+         float(args.get("rotary_percent") or 1.0) != 1.0 or args.get("rotary_interleaved") or args.get("no_rope_freq")
+         or args.get("window_attn_skip_freq") is not None or args.get("softmax_scale")
+         or any(float(args.get(k) or 1.0) != 1.0 for k in GRANITE_SCALARS)),
+        ("head dimension hidden_size / num_attention_heads",
+         int(args.get("kv_channels") or args["hidden_size"] // heads) * heads != int(args["hidden_size"])),
+    ) if bad]
+    if problems:
+        raise ValueError(f"normalization LayerNorm with an MLP without a gate has a config.json form only as StarCoder2 "
+                         f"(starcoder2), which needs {'; '.join(problems)}.")
+    config = base_config(args, vocab_size, dtype, "starcoder2", "Starcoder2ForCausalLM", rope_parameters(args), eps=1e-5)
+    config.update(hidden_act="gelu_pytorch_tanh", norm_epsilon=config.pop("rms_norm_eps"), use_bias=bias,
+                  sliding_window=int(args["sliding_window"]) if args.get("sliding_window") else None,
+                  attention_dropout=0.0, residual_dropout=0.0, embedding_dropout=0.0, pad_token_id=None)
+    config.pop("head_dim")
     return config
 
 

@@ -122,6 +122,9 @@ _LAYER_MAP = {
     "mlp.linear_fc1.weight": ("fc1", ("model.layers.{i}.mlp.gate_proj.weight",
                                       "model.layers.{i}.mlp.up_proj.weight")),
     "mlp.linear_fc2.weight": ("row", ("model.layers.{i}.mlp.down_proj.weight",)),
+    # a plain MLP's biases (StarCoder2's c_fc / c_proj: hf_bridge/names.py): fc1's split over TP with its rows
+    "mlp.linear_fc1.bias": ("column", ("model.layers.{i}.mlp.up_proj.bias",)),
+    "mlp.linear_fc2.bias": ("replicated", ("model.layers.{i}.mlp.down_proj.bias",)),
     # Apertus's xIELU scalars, one set per layer (models/xielu.py)
     **{f"mlp.activation_func.{n}": ("replicated", (f"model.layers.{{i}}.mlp.act_fn.{n}",))
        for n in ("alpha_p", "alpha_n", "beta", "eps")},

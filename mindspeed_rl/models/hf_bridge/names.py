@@ -85,6 +85,11 @@ _STORED_AS["granitemoehybrid"] = _STORED_AS["granitemoeshared"]
 _STORED_AS["granitemoehybrid_dense"] = (("mlp.down_proj.weight", "shared_mlp.output_linear.weight"),)
 
 
+# StarCoder2 calls its MLP without a gate c_fc (up) and c_proj (down), with biases
+_STORED_AS["starcoder2"] = tuple((f"mlp.{c}_proj.{k}", f"mlp.{s}.{k}") for c, s in (("up", "c_fc"), ("down", "c_proj"))
+                                 for k in ("weight", "bias"))
+
+
 def names_type(config) -> str | None:
     """The key of a config.json's tensor names in the tables here: its model_type, except Granite 4.0's dense models
     (granitemoehybrid without experts: `granitemoehybrid_dense`), whose shared_mlp is their only MLP."""

@@ -99,7 +99,8 @@ def stage_param_names(args: Mapping[str, Any], pp_size: int, pp_rank: int, vpp_s
     if args.get("moe_shared_expert_intermediate_size"):  # the module's own gate first, then its linears
         moe_layer += (["mlp.shared_experts.gate_weight"] if args.get("shared_expert_gate") else []) + \
             ["mlp.shared_experts.linear_fc1.weight", "mlp.shared_experts.linear_fc2.weight"]
-    per_layer += ["mlp.linear_fc1.weight", "mlp.linear_fc2.weight"]
+    per_layer += (["mlp.linear_fc1.weight", "mlp.linear_fc1.bias", "mlp.linear_fc2.weight", "mlp.linear_fc2.bias"] if bias
+                  else ["mlp.linear_fc1.weight", "mlp.linear_fc2.weight"])  # StarCoder2's biases (dense layers)
     if args.get("xielu"):  # Apertus's activation module, set on the MLP after megatron built it (models/xielu.py)
         from mindspeed_rl.models.xielu import PARAMS
         per_layer += [f"mlp.activation_func.{n}" for n in PARAMS]

@@ -1,7 +1,7 @@
 """`load:` a HF directory with an empty model yaml: the architecture comes from config.json.
 
 Table over every architecture the model builder supports (Llama with llama3 rope scaling, Mistral,
-Phi-3, Qwen2 / Qwen2.5, Qwen3, Qwen3-MoE, Qwen2-MoE, Mixtral, SmolLM3, Granite, Gemma 3, Gemma 2, Gemma 1, OLMo 2, OLMo 3, Ministral 3, EXAONE 4.0, Seed-OSS, GLM-4, ERNIE 4.5, Arcee, GLM-4.5, DeepSeek-V3, DeepSeek-V2, GLM-4.7-Flash, gpt-oss, MiniMax-M2, Qwen3.5, Qwen3-Next, OLMoE, FlexOlmo, HunYuan, HunYuan-MoE, Granite MoE, Granite 4.0, GLM-4 (glm), Helium, StableLM 2): an empty model entry (or none at all) dry-runs; a key the user did set that
+Phi-3, Qwen2 / Qwen2.5, Qwen3, Qwen3-MoE, Qwen2-MoE, Mixtral, SmolLM3, Granite, Gemma 3, Gemma 2, Gemma 1, OLMo 2, OLMo 3, Ministral 3, EXAONE 4.0, Seed-OSS, GLM-4, ERNIE 4.5, Arcee, GLM-4.5, DeepSeek-V3, DeepSeek-V2, GLM-4.7-Flash, gpt-oss, MiniMax-M2, Qwen3.5, Qwen3-Next, OLMoE, FlexOlmo, HunYuan, HunYuan-MoE, Granite MoE, Granite 4.0, GLM-4 (glm), Helium, StableLM 2, StarCoder2): an empty model entry (or none at all) dry-runs; a key the user did set that
 disagrees fails in dry_run with one sentence naming both values; weights whose safetensors
 headers do not fit config.json fail in dry_run too (headers only).
 """
@@ -46,6 +46,9 @@ ARCHS = {"llama": dict(rotary_base=5000.0, rope_scaling_type="llama3", untie_emb
          "helium": dict(rotary_interleaved=True, add_qkv_bias=False, norm_epsilon=1e-8, kv_channels=16),
          # StableLM 2 1.6B: LayerNorms with biases, q / k / v biases, RoPE on a quarter of each head
          "stablelm": dict(normalization="LayerNorm", add_qkv_bias=True, rotary_percent=0.25, norm_epsilon=1e-5),
+         # StarCoder2: LayerNorms, biases on every linear layer, gelu_tanh(c_fc) without a gate
+         "starcoder2": dict(normalization="LayerNorm", swiglu=False, openai_gelu=True, add_qkv_bias=True,
+                            disable_bias_linear=False, attention_dropout=0.0, hidden_dropout=0.0),
          "gemma3_text": dict(window_attn_skip_freq=[1, 0], sliding_window=12, rope_local_base_freq=1e4, post_norm=True,
                              add_rmsnorm_offset=True, geglu=True, swiglu=False, input_embeds_norm=True,
                              rope_scaling_type="linear", rotary_base=1e5),

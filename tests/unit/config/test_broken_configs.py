@@ -86,6 +86,7 @@ CASES = [
                                                                  "per layer"]),
     ("geglu-and-swiglu", [f"{A}.geglu=true"], ["geglu and swiglu are both true; set swiglu: false"]),
     ("squared-relu-and-swiglu", [f"{A}.squared_relu=true"], ["squared_relu is true together with swiglu; set swiglu: false"]),
+    ("openai-gelu-and-swiglu", [f"{A}.openai_gelu=true"], ["openai_gelu is true together with swiglu; set swiglu: false"]),
     ("xielu-and-swiglu", [f"{A}.xielu=true"], ["xielu is true together with swiglu; set swiglu: false for an xIELU MLP"]),
     ("no-norm", [f"{A}.pre_norm=false"], ["pre_norm: false leaves its layers without any norm; set post_norm: true"]),
     ("across-heads-alone", [f"{A}.qk_layernorm_across_heads=true"], ["qk_layernorm_across_heads needs qk_layernorm: true"]),

@@ -59,7 +59,8 @@ def _batches():
                                   "qwen3_5_moe_text", "qwen3_5_moe", "qwen3_next", "qwen3_next-mlponly",
                                   "qwen3_moe-mlponly", "olmoe", "flex_olmo", "hunyuan_v1_dense",
                                   "hunyuan_v1_moe", "granitemoe", "granitemoeshared", "granitemoehybrid",
-                                  "granitemoehybrid-moe", "glm", "helium", "stablelm"])
+                                  "granitemoehybrid-moe", "glm", "helium", "stablelm",
+                                  "starcoder2", "starcoder2-window"])
 def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     """phi3: q/k/v and gate/up read as row ranges of its fused tensors; phi3-partial: half of each
     head rotated (partial_rotary_factor 0.5 = megatron's rotary_percent); phi3-longrope: LongRoPE's
@@ -109,7 +110,9 @@ def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     model (its shared_mlp the only MLP); granitemoehybrid-moe: with experts beside it; glm: GLM-4 (glm-4-9b-hf), glm4's
     interleaved partial RoPE, q / k / v biases and gate_up_proj without the post norms; helium: Helium-1, RoPE on
     interleaved pairs of the whole head; stablelm: StableLM 2, LayerNorms with biases (megatron's LayerNorm), q / k / v
-    biases, RoPE on a quarter of each head."""
+    biases, RoPE on a quarter of each head; starcoder2: StarCoder2, LayerNorms, biases on every linear layer, an MLP
+    without a gate (gelu with the tanh approximation: openai_gelu), its 0.1 dropouts in config.json not taken;
+    starcoder2-window: its every-layer sliding window (12)."""
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
 
