@@ -63,7 +63,6 @@ VARIANTS = {
     "exaone4": dict(sliding_window=16, max_position_embeddings=64),
     "glm4": dict(head_dim=32),
     "glm": dict(head_dim=32),
-    "helium": dict(head_dim=32),
     "ernie4_5": dict(head_dim=32),
     "glm4_moe": dict(head_dim=32),
     "ernie4_5_moe": dict(head_dim=32),
@@ -81,7 +80,7 @@ VARIANTS = {
 }
 
 
-TRANSFORMERS_BACKEND = ("smollm3", "arcee", "flex_olmo", "hunyuan_v1_dense", "hunyuan_v1_moe", "glm", "helium")  # architectures vLLM 0.32 serves with its Transformers backend
+TRANSFORMERS_BACKEND = ("smollm3", "arcee", "flex_olmo", "hunyuan_v1_dense", "hunyuan_v1_moe", "glm")  # architectures vLLM 0.32 serves with its Transformers backend
 
 
 def _make_in_child(arch, out, overrides):
@@ -100,14 +99,14 @@ def _make_in_child(arch, out, overrides):
 # Gemma 3's text model is gemma3's, SmolLM3's NoPE layers are smollm3-yarn's, OLMo 2's layers olmo3's, vLLM's
 # LongRoPE phi3-partiallongrope's, HunYuan's attention hunyuan_v1_moe's, Granite's (dense) granitemoehybrid's (Granite
 # 4.0 served as Granite: vllm_engine.vllm_config), Granite MoE's granitemoeshared's (its experts and shared MLP
-# synced in the checkpoints' stacked and fused form)
+# synced in the checkpoints' stacked and fused form), LayerNorms starcoder2's (StableLM 2's StablelmForCausalLM and
+# Helium's Transformers backend passed here on 2026-11-29 and were left out for the stage's time)
 @pytest.mark.parametrize("arch", ["mixtral", "phi3", "phi3-partiallongrope", "qwen2-yarn",
                                   "smollm3-yarn", "gemma3", "gemma2", "mistral3", "gemma", "olmo3",
                                   "qwen3_vl", "ministral3", "exaone4", "seed_oss", "glm4",
                                   "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2", "gpt_oss",
                                   "minimax_m2", "glm4_moe_lite", "ernie4_5_moe", "apertus", "olmoe", "flex_olmo",
-                                  "hunyuan_v1_moe", "granitemoeshared", "granitemoehybrid", "glm", "helium",
-                                  "stablelm", "starcoder2"])
+                                  "hunyuan_v1_moe", "granitemoeshared", "granitemoehybrid", "glm", "starcoder2"])
 def test_synced_engine_equals_the_training_model(arch, tmp_path, gloo_world1):
     from mindspeed_rl.rollout.native import NativeEngine
     from mindspeed_rl.rollout.vllm_engine import VLLMEngine
