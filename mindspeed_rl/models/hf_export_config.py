@@ -376,24 +376,37 @@ def olmoe_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -
     return config
 
 
+def pre_norms_only(args: Mapping[str, Any]) -> bool:
+    """Norms before attention and MLP only: no norms after them, no q / k norms, no (1 + w) offset or embedding norm."""
+    return not (args.get("pre_norm") is False or args.get("post_norm") or args.get("qk_layernorm")
+                or args.get("add_rmsnorm_offset") or args.get("input_embeds_norm"))
+
+
+def plain_scaling(args: Mapping[str, Any]) -> bool:
+    """No Granite multipliers and the default score scale (softmax_scale unset)."""
+    return not args.get("softmax_scale") and all(float(args.get(k) or 1.0) == 1.0 for k in GRANITE_SCALARS)
+
+
+def head_dim_is_quotient(args: Mapping[str, Any]) -> bool:
+    """Whether the head dimension is hidden_size / num_attention_heads (config.json without head_dim says so)."""
+    heads = int(args["num_attention_heads"])
+    return int(args.get("kv_channels") or args["hidden_size"] // heads) * heads == int(args["hidden_size"])
+
+
 def stablelm_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
     """StableLM's config.json (stablelm, StableLmForCausalLM) for a model with LayerNorms (weight and bias); models/
     hf_config.py reads it back the same: a dense Llama-style model otherwise (SwiGLU, q / k / v biases or none, no other
     biases, norms before attention and MLP only, no q / k norms, RoPE on Llama's pairs of the first rotary_percent of
     each head, head dimension hidden_size / num_attention_heads, full attention)."""
-    heads = int(args["num_attention_heads"])
     problems = [what for what, bad in (
         ("a dense SwiGLU MLP without biases", int(args.get("num_experts") or 0) > 1 or not gated_mlp(args)
          or args.get("geglu") or args.get("disable_bias_linear") is False or args.get("multi_latent_attention")),
         ("norms before attention and MLP only, no q / k norms (pre_norm, no post_norm, qk_layernorm)",
-         args.get("pre_norm") is False or args.get("post_norm") or args.get("qk_layernorm")
-         or args.get("add_rmsnorm_offset") or args.get("input_embeds_norm")),
+         not pre_norms_only(args)),
         ("RoPE on Llama's pairs in every layer, full attention, no Granite multipliers or softmax_scale",
          args.get("rotary_interleaved") or args.get("sliding_window") or args.get("no_rope_freq")
-         or args.get("window_attn_skip_freq") is not None or args.get("softmax_scale")
-         or any(float(args.get(k) or 1.0) != 1.0 for k in GRANITE_SCALARS)),
-        ("head dimension hidden_size / num_attention_heads",
-         int(args.get("kv_channels") or args["hidden_size"] // heads) * heads != int(args["hidden_size"])),
+         or args.get("window_attn_skip_freq") is not None or not plain_scaling(args)),
+        ("head dimension hidden_size / num_attention_heads", not head_dim_is_quotient(args)),
     ) if bad]
     if problems:
         raise ValueError(f"normalization LayerNorm has a config.json form only as StableLM (stablelm), which needs "
@@ -412,22 +425,18 @@ def starcoder2_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dty
     (models/hf_config.py reads it back the same): gelu with the tanh approximation (openai_gelu), biases on every
     linear layer or none (use_bias), norms before attention and MLP only, Llama's RoPE on whole heads of
     hidden_size / num_attention_heads, full attention or one sliding_window in every layer."""
-    heads = int(args["num_attention_heads"])
     bias = args.get("disable_bias_linear", True) is False
     problems = [what for what, bad in (
         ("a dense MLP without a gate, gelu with the tanh approximation (openai_gelu)",
          int(args.get("num_experts") or 0) > 1 or not args.get("openai_gelu") or args.get("multi_latent_attention")),
         ("biases on every linear layer or none (add_qkv_bias as disable_bias_linear: false)",
          bool(args.get("add_qkv_bias")) != bias),
-        ("norms before attention and MLP only, no q / k norms", args.get("pre_norm") is False or args.get("post_norm")
-         or args.get("qk_layernorm") or args.get("add_rmsnorm_offset") or args.get("input_embeds_norm")),
+        ("norms before attention and MLP only, no q / k norms", not pre_norms_only(args)),
         ("RoPE on Llama's pairs of whole heads in every layer, one window for all layers or none, no Granite "
          "multipliers or softmax_scale",
          float(args.get("rotary_percent") or 1.0) != 1.0 or args.get("rotary_interleaved") or args.get("no_rope_freq")
-         or args.get("window_attn_skip_freq") is not None or args.get("softmax_scale")
-         or any(float(args.get(k) or 1.0) != 1.0 for k in GRANITE_SCALARS)),
-        ("head dimension hidden_size / num_attention_heads",
-         int(args.get("kv_channels") or args["hidden_size"] // heads) * heads != int(args["hidden_size"])),
+         or args.get("window_attn_skip_freq") is not None or not plain_scaling(args)),
+        ("head dimension hidden_size / num_attention_heads", not head_dim_is_quotient(args)),
     ) if bad]
     if problems:
         raise ValueError(f"normalization LayerNorm with an MLP without a gate has a config.json form only as StarCoder2 "
@@ -455,7 +464,7 @@ def interleaved_rope_config(args: Mapping[str, Any], vocab_size: int, dtype: tor
          or args.get("qk_layernorm") or args.get("normalization", "RMSNorm") != "RMSNorm"),
         ("full attention with RoPE in every layer, no Granite multipliers",
          args.get("sliding_window") or args.get("no_rope_freq") or args.get("window_attn_skip_freq") is not None
-         or any(float(args.get(k) or 1.0) != 1.0 for k in GRANITE_SCALARS) or args.get("softmax_scale")),
+         or not plain_scaling(args)),
     ) if bad]
     if problems:
         raise ValueError(f"rotary_interleaved has a config.json form only as GLM-4 (glm / glm4) or ERNIE 4.5 (ernie4_5), "
@@ -712,8 +721,7 @@ def exaone4_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype)
          int(args.get("num_experts") or 0) > 1 or not gated_mlp(args) or args.get("geglu") or args.get("add_qkv_bias")
          or args.get("disable_bias_linear") is False or args.get("multi_latent_attention")),
         ("RoPE on Llama's pairs of whole heads, no Granite multipliers or softmax_scale",
-         float(args.get("rotary_percent") or 1.0) != 1.0 or args.get("rotary_interleaved") or args.get("softmax_scale")
-         or any(float(args.get(k) or 1.0) != 1.0 for k in GRANITE_SCALARS)),
+         float(args.get("rotary_percent") or 1.0) != 1.0 or args.get("rotary_interleaved") or not plain_scaling(args)),
         ("RoPE in every layer without windows, or in the sliding layers only (no_rope_freq on the full ones)",
          no_rope != ([1 - t for t in types] if hybrid else [0] * layers)),
     ) if bad]
