@@ -3,6 +3,7 @@ whose config.json can say what the args describe (llama, qwen2 when add_qkv_bias
 gemma3_text with Gemma's keys, the MoE and hybrid forms, ...) and writes it, read back the same by
 models/hf_config.model_config_from_hf; a combination no config.json can say is refused in one sentence.
 models/hf_export.py writes the weights beside it; the vLLM engine and validation take the engine's form of it.
+The pieces every writer shares (base_config, rope_parameters, ...) are in models/hf_export_base.py.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ import torch
 from mindspeed_rl.models.hf_bridge.mapping import gated_mlp
 from mindspeed_rl.models.hf_bridge.sharding import moe_layers
 from mindspeed_rl.models.hf_config import kv_channels, no_rope_pattern, window_pattern
-
-DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
-
+from mindspeed_rl.models.hf_export_base import (DTYPE_NAMES, GRANITE_SCALARS, base_config, head_dim_is_quotient,  # noqa: F401
+                                                layer_types_config, per_type_rope, plain_scaling, pre_norms_only,
+                                                rope_parameters)
 
 def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype = torch.float32) -> dict[str, Any]:
     """A config.json for a Llama / Arcee (squared_relu) / Apertus (xielu) / Mistral (sliding_window) / Phi-3 (rotary_percent < 1) /
@@ -376,23 +377,6 @@ def olmoe_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -
     return config
 
 
-def pre_norms_only(args: Mapping[str, Any]) -> bool:
-    """Norms before attention and MLP only: no norms after them, no q / k norms, no (1 + w) offset or embedding norm."""
-    return not (args.get("pre_norm") is False or args.get("post_norm") or args.get("qk_layernorm")
-                or args.get("add_rmsnorm_offset") or args.get("input_embeds_norm"))
-
-
-def plain_scaling(args: Mapping[str, Any]) -> bool:
-    """No Granite multipliers and the default score scale (softmax_scale unset)."""
-    return not args.get("softmax_scale") and all(float(args.get(k) or 1.0) == 1.0 for k in GRANITE_SCALARS)
-
-
-def head_dim_is_quotient(args: Mapping[str, Any]) -> bool:
-    """Whether the head dimension is hidden_size / num_attention_heads (config.json without head_dim says so)."""
-    heads = int(args["num_attention_heads"])
-    return int(args.get("kv_channels") or args["hidden_size"] // heads) * heads == int(args["hidden_size"])
-
-
 def stablelm_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
     """StableLM's config.json (stablelm, StableLmForCausalLM) for a model with LayerNorms (weight and bias); models/
     hf_config.py reads it back the same: a dense Llama-style model otherwise (SwiGLU, q / k / v biases or none, no other
@@ -485,9 +469,6 @@ def interleaved_rope_config(args: Mapping[str, Any], vocab_size: int, dtype: tor
     return config
 
 
-GRANITE_SCALARS = ("embedding_multiplier_scale", "residual_multiplier", "output_multiplier_scale")
-
-
 def granite_moe_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
     """Granite's MoE config.json for an MoE model with Granite's scalars (models/hf_config.granite_args and
     hf_moe_config.granite_moe_args, read back the same): granitemoe (GraniteMoeForCausalLM) without a shared expert,
@@ -574,28 +555,6 @@ def ernie_moe_placement(pattern: list[int]) -> Optional[tuple[int, int, int]]:
         if [1 if (i + 1) % interval == 0 and ones[0] <= i <= ones[-1] else 0 for i in range(len(pattern))] == pattern:
             return ones[0], interval, ones[-1]
     return None
-
-
-def base_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype, model_type: str, cls: str,
-                rope: Mapping[str, Any], eps: float) -> dict[str, Any]:
-    """The config.json keys every architecture here shares: sizes, heads, vocabulary, length, norm
-    epsilon (`eps` when args have none), rotary embedding (rope_scaling too unless default), ties, dtype."""
-    heads = int(args["num_attention_heads"])
-    config = {
-        "architectures": [cls], "model_type": model_type,
-        "hidden_size": int(args["hidden_size"]), "intermediate_size": int(args["ffn_hidden_size"]),
-        "num_hidden_layers": int(args["num_layers"]), "num_attention_heads": heads,
-        "num_key_value_heads": int(args.get("num_query_groups") or heads) if args.get("group_query_attention") else heads,
-        "head_dim": int(args.get("kv_channels") or args["hidden_size"] // heads),
-        "vocab_size": int(vocab_size), "max_position_embeddings": int(args.get("max_position_embeddings") or 4096),
-        "rms_norm_eps": float(args.get("norm_epsilon") or eps),
-        "rope_theta": rope["rope_theta"], "rope_parameters": rope,
-        "tie_word_embeddings": not args.get("untie_embeddings_and_output_weights", False),
-        "torch_dtype": DTYPE_NAMES.get(dtype, "float32"),
-    }
-    if rope["rope_type"] != "default":
-        config["rope_scaling"] = rope
-    return config
 
 
 GEMMA_KEYS = ("add_rmsnorm_offset", "post_norm", "input_embeds_norm", "geglu")
@@ -736,22 +695,6 @@ def exaone4_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype)
     return config
 
 
-def layer_types_config(args: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
-    """config.json's sliding_window and layer_types (Gemma 2 / 3, OLMo 3) from window_attn_skip_freq
-    (none: every layer slides) and sliding_window (none: the whole length)."""
-    pattern = window_pattern(args.get("window_attn_skip_freq"), config["num_hidden_layers"])
-    return {"sliding_window": int(args.get("sliding_window") or config["max_position_embeddings"]),
-            "layer_types": ["sliding_attention" if x else "full_attention"
-                            for x in pattern or [1] * config["num_hidden_layers"]]}
-
-
-def per_type_rope(args: Mapping[str, Any], rope: Mapping[str, Any]) -> dict[str, Any]:
-    """rope_parameters per layer type (Gemma 3, OLMo 3): `rope` for the full layers, the default rope
-    at rope_local_base_freq (default: the same theta) for the sliding ones."""
-    local = {"rope_type": "default", "rope_theta": float(args.get("rope_local_base_freq") or rope["rope_theta"])}
-    return {"full_attention": dict(rope), "sliding_attention": local}
-
-
 def gemma1_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype, gemma: list) -> dict[str, Any]:
     """Gemma 1's config.json (gemma, GemmaForCausalLM): add_rmsnorm_offset, input_embeds_norm and
     geglu on an otherwise plain Llama-style model (no q/k norms, windows, caps or other variants)."""
@@ -806,33 +749,3 @@ def gemma_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype, g
         per_type = per_type_rope(args, rope)
         config.update(rope_parameters=per_type, rope_local_base_freq=per_type["sliding_attention"]["rope_theta"])
     return config
-
-
-def rope_parameters(args: Mapping[str, Any]) -> dict[str, Any]:
-    """config.json's rope_parameters for Megatron-named args (the inverse of hf_config's reading).
-    longrope is written with the short factors as the long ones too and its original length equal to
-    max_position_embeddings (the length limit here), so that every reader (transformers, vLLM) uses
-    the short factors, with the attention factor as vLLM's short_mscale as well."""
-    rope: dict[str, Any] = {"rope_type": "default", "rope_theta": float(args.get("rotary_base") or 10000.0)}
-    kind = args.get("rope_scaling_type")
-    if kind in ("linear", "llama3", "yarn"):
-        rope.update(rope_type=kind, factor=float(args["rope_scaling_factor"]))
-    if kind == "llama3":
-        rope.update(low_freq_factor=float(args["low_freq_factor"]), high_freq_factor=float(args["high_freq_factor"]),
-                    original_max_position_embeddings=int(args["original_max_position_embeddings"]))
-    if kind == "yarn":
-        rope.update(original_max_position_embeddings=int(args["original_max_position_embeddings"]),
-                    beta_fast=float(args.get("rope_scaling_beta_fast") or 32.0),
-                    beta_slow=float(args.get("rope_scaling_beta_slow") or 1.0),
-                    truncate=bool(args.get("rope_scaling_truncate", True)))
-        if args.get("rope_scaling_mscale") and args.get("rope_scaling_mscale_all_dim"):
-            rope.update(mscale=float(args["rope_scaling_mscale"]), mscale_all_dim=float(args["rope_scaling_mscale_all_dim"]))
-        if args.get("rope_attention_factor") is not None:
-            rope["attention_factor"] = float(args["rope_attention_factor"])
-    if kind == "longrope":
-        short = [float(f) for f in args["rope_short_factor"]]
-        factor = float(args.get("rope_attention_factor") or 1.0)
-        rope.update(rope_type="longrope", short_factor=short, long_factor=short, attention_factor=factor,
-                    short_mscale=factor, long_mscale=factor,
-                    original_max_position_embeddings=int(args.get("max_position_embeddings") or 4096))
-    return rope
