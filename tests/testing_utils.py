@@ -161,6 +161,7 @@ HF_VARIANTS = {
     "phi3-window": {"sliding_window": 12},  # Phi-3-mini-4k's
     "starcoder2-window": {"sliding_window": 12},  # StarCoder2's 4096 of 16384, scaled down
     "phi3-partial": {"partial_rotary_factor": 0.5},
+    "nemotron-bias": {"attention_bias": True, "mlp_bias": True},  # Nemotron's biases on q / k / v / o and up / down
     # Qwen3-Next's other MoE layouts: its second layer a dense MLP (mlp_only_layers), the top-2 not renormalised
     "qwen3_next-mlponly": {"mlp_only_layers": [1], "norm_topk_prob": False},
     "qwen3_moe-mlponly": {"mlp_only_layers": [1]},  # Qwen3-MoE's dense layers: the same key
@@ -229,7 +230,7 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
     q / k norms after RoPE, NTK alpha 1000); hunyuan_v1_moe: HunYuan-MoE (that attention, 4 experts and a shared MLP
     without a gate); granitemoe / granitemoeshared / granitemoehybrid: Granite's MoE models and Granite 4.0's dense
     one (GRANITE_SCALARS; see their entries); glm: GLM-4 (glm4's layers without its post norms); helium: Helium-1 (ERNIE 4.5's interleaved RoPE); stablelm: StableLM 2 1.6B (LayerNorms with biases); starcoder2: StarCoder2 (LayerNorms, biases everywhere, a tanh-GELU
-    MLP without a gate). `overrides` change TINY_HF
+    MLP without a gate); nemotron: Nemotron (LayerNorm1P, RoPE on half of each head, relu(x)^2 without a gate). `overrides` change TINY_HF
     (num_hidden_layers=4). `config_only`: return the config.json it would save (as a dict), building nothing."""
     import transformers as tf
 
@@ -313,6 +314,10 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
                                                      "residual_dropout": 0.1, "embedding_dropout": 0.1,
                                                      "pad_token_id": None, "bos_token_id": 1, "eos_token_id": 2,
                                                      **tiny}),
+        # Nemotron-Mini's layout: LayerNorm1P (1 + w, with its bias), RoPE on half of each head, relu(up)^2, no biases
+        # unless overridden (attention_bias=True, mlp_bias=True)
+        "nemotron": lambda: tf.NemotronConfig(**{"pad_token_id": 0, "eos_token_id": 2, "bos_token_id": 1,
+                                                 **tiny}),
         # Helium-1: Llama with RoPE on interleaved pairs of the whole head (ERNIE 4.5's), eps 1e-8
         "helium": lambda: tf.HeliumConfig(**{"head_dim": 16, "pad_token_id": 0, "eos_token_id": 2, "bos_token_id": 1,
                                              **tiny}),
@@ -490,14 +495,14 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
            "granitemoe": tf.GraniteMoeForCausalLM, "granitemoeshared": tf.GraniteMoeSharedForCausalLM,
            "granitemoehybrid": tf.GraniteMoeHybridForCausalLM, "glm": tf.GlmForCausalLM,
            "helium": tf.HeliumForCausalLM, "stablelm": tf.StableLmForCausalLM,
-           "starcoder2": tf.Starcoder2ForCausalLM}[arch]
+           "starcoder2": tf.Starcoder2ForCausalLM, "nemotron": tf.NemotronForCausalLM}[arch]
     torch.manual_seed(seed)
     model = cls(config).eval()
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0.0, 0.1)
         for name, p in model.named_parameters():
-            if name.endswith("norm.weight") and not arch.startswith("gemma"):  # Gemma's norms scale by 1 + weight
+            if name.endswith("norm.weight") and not arch.startswith(("gemma", "nemotron")):  # theirs scale by 1 + weight
                 p.add_(1.0)
         for name, b in model.named_buffers():  # sigmoid routing's expert bias (GLM-4.5): a buffer, not 0
             if name.endswith("e_score_correction_bias"):

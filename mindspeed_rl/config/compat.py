@@ -79,7 +79,6 @@ GENERAL_REASON = "a {source} argument of its own training loop; this framework's
 # name -> (values that mean "off", why it cannot be on here)
 UNSUPPORTED = {
     "moe_expert_capacity_factor": ((None,), "token dropping (expert capacity) is not implemented; tokens are never dropped"),
-    "apply_layernorm_1p": ((None, False), "the 1 + weight LayerNorm variant is not implemented"),
     "rotary_seq_len_interpolation_factor": ((None, 1), "RoPE position interpolation is not implemented; see rope_scaling_type"),
     "use_alibi_mask": ((None, False), "ALiBi positions are not implemented"),
     "mtp_num_layers": ((None, 0), "multi-token prediction layers are not implemented"),

@@ -80,7 +80,12 @@ def _check_choices(cfg: Config, problems: list[str]) -> None:
         if role.arch.normalization == "LayerNorm" and ln_extra:  # (their norms would be LayerNorms with biases)
             problems.append(f"`{path}.normalization: LayerNorm` with {' / '.join(ln_extra)} is not supported: the "
                             f"checkpoint bridge reads and writes LayerNorm biases before attention and MLP and at the "
-                            f"end only (StableLM's layout); set normalization: RMSNorm or drop {ln_extra[0]}.")
+                            f"end only (StableLM's layout); set normalization: RMSNorm or drop {ln_extra[0]}"
+                            + (" (LayerNorms that scale by (1 + weight): apply_layernorm_1p: true)."
+                               if "add_rmsnorm_offset" in ln_extra else "."))
+        if role.arch.apply_layernorm_1p and role.arch.normalization != "LayerNorm":
+            problems.append(f"`{path}.apply_layernorm_1p: true` needs normalization: LayerNorm (Nemotron's LayerNorm1P); "
+                            f"for RMSNorms that scale by (1 + weight) set add_rmsnorm_offset: true instead.")
         _one_of(role.arch.position_embedding_type, CHOICES["position_embedding_type"], f"{path}.position_embedding_type", problems)
         if role.arch.rope_scaling_type not in ROPE_SCALINGS:
             problems.append(f"`{path}.rope_scaling_type: {role.arch.rope_scaling_type}` is not supported; use one of: "

@@ -197,6 +197,7 @@ def transformer_config(args: Mapping[str, Any], params_dtype: torch.dtype = torc
     # the sliding layers' own RoPE theta (Gemma 3's local layers; models/gemma.py)
     config.rope_local_base = float(_get(args, "rope_local_base_freq")) if _get(args, "rope_local_base_freq") else None
     config.add_rmsnorm_offset = bool(_get(args, "add_rmsnorm_offset", False))  # Gemma's (1 + w) norms
+    config.apply_layernorm_1p = bool(_get(args, "apply_layernorm_1p", False))  # Nemotron's (1 + w) LayerNorms
     config.post_norm = bool(_get(args, "post_norm", False))  # Gemma's norms after attention / MLP
     config.pre_norm = bool(_get(args, "pre_norm", True))  # OLMo 2: false, its norms come after only
     config.qk_layernorm_across_heads = bool(_get(args, "qk_layernorm_across_heads", False))  # OLMo 2's q/k norms
@@ -533,6 +534,11 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
         from mindspeed_rl.models import gemma
 
         spec = gemma.offset_norm_spec(gemma.as_block_spec(spec, _layers_per_chunk(config)), gemma.norm_classes())
+    if config.apply_layernorm_1p:  # Nemotron's LayerNorm1P (1 + w, with its bias) everywhere, the final norm included
+        from mindspeed_rl.models import gemma
+
+        spec = gemma.offset_norm_spec(gemma.as_block_spec(spec, _layers_per_chunk(config)), gemma.norm_classes(),
+                                      gemma.OffsetLayerNorm)
     if not config.pre_norm or config.qk_layernorm_across_heads:  # OLMo 2 (models/olmo.py)
         from mindspeed_rl.models import olmo
 

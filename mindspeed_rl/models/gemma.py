@@ -6,7 +6,8 @@ with a plain RMSNorm: models/olmo.py):
   transformers' Gemma3RMSNorm and vLLM's GemmaRMSNorm compute it. `OffsetRMSNorm` takes megatron's
   norm signature and goes into the spec in place of its norm classes (`offset_norm_spec`), so the
   layer, q/k and final norms all use it and the checkpoint keeps HF's weights as they are (no +1 in
-  the weight conversion);
+  the weight conversion). Nemotron's LayerNorm1P is the same offset on a LayerNorm with its bias
+  (apply_layernorm_1p, Megatron-LM's --apply-layernorm-1p): `OffsetLayerNorm`, swapped in alike;
 - post_norm: a norm on the attention output and on the MLP output before each residual add
   (Gemma's `post_attention_layernorm` / `post_feedforward_layernorm`; its `pre_feedforward_layernorm`
   is megatron's pre_mlp_layernorm). `install_post_norms` adds them to each layer as
@@ -55,11 +56,34 @@ class OffsetRMSNorm(torch.nn.Module):
         return (h * (1.0 + self.weight.float())).type_as(x)
 
 
-def offset_norm_spec(spec: Any, norm_classes: tuple) -> Any:
+class OffsetLayerNorm(torch.nn.Module):
+    """layer_norm(x) * (1 + weight) + bias, in fp32, cast back to x's dtype (Nemotron's LayerNorm1P, which
+    transformers and vLLM compute as F.layer_norm(x, weight + 1, bias)). Megatron's norm constructor; the
+    weight and bias start at 0 (a scale of 1, no shift)."""
+
+    def __init__(self, config, hidden_size: int, eps: float = 1e-5, persist_layer_norm: bool = False,
+                 zero_centered_gamma: bool = False, normalization: str = "LayerNorm"):
+        super().__init__()
+        if config.normalization != "LayerNorm":
+            raise ValueError(f"apply_layernorm_1p needs normalization: LayerNorm, not {config.normalization!r}.")
+        self.eps = float(eps)
+        self.weight = torch.nn.Parameter(torch.zeros(hidden_size))
+        self.bias = torch.nn.Parameter(torch.zeros(hidden_size))
+        for p in (self.weight, self.bias):
+            setattr(p, "sequence_parallel", bool(getattr(config, "sequence_parallel", False)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.nn.functional.layer_norm(x.float(), self.weight.shape, 1.0 + self.weight.float(), self.bias.float(),
+                                           self.eps)
+        return h.type_as(x)
+
+
+def offset_norm_spec(spec: Any, norm_classes: tuple, cls: type = OffsetRMSNorm) -> Any:
     """A copy of a block spec (TransformerBlockSubmodules) with each of `norm_classes` (megatron's
-    norm implementations and models/parallel.SequenceParallelNorm) replaced by OffsetRMSNorm."""
+    norm implementations and models/parallel.SequenceParallelNorm) replaced by `cls` (OffsetRMSNorm or
+    OffsetLayerNorm)."""
     for old in norm_classes:
-        spec = swap_in_spec(spec, old, OffsetRMSNorm)
+        spec = swap_in_spec(spec, old, cls)
     return spec
 
 

@@ -21,7 +21,7 @@ HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_mo
             "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus",
             "qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_dense", "hunyuan_v1_moe",
             "granitemoe", "granitemoeshared", "granitemoehybrid", "glm", "helium", "stablelm",
-            "starcoder2")
+            "starcoder2", "nemotron")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss",
              "minimax_m2", "ernie4_5_moe", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_moe",
@@ -54,6 +54,7 @@ HF_DEFAULTS = {
     "helium": {"head_dim": 128, "rms_norm_eps": 1e-8},  # transformers' HeliumConfig
     "stablelm": {"partial_rotary_factor": 0.25, "layer_norm_eps": 1e-5},  # transformers' StableLmConfig
     "starcoder2": {"norm_epsilon": 1e-5, "use_bias": True, "hidden_act": "gelu_pytorch_tanh"},  # its Starcoder2Config
+    "nemotron": {"partial_rotary_factor": 0.5, "norm_eps": 1e-5, "hidden_act": "relu2"},  # its NemotronConfig
     "seed_oss": {"attention_bias": True},
     "arcee": {"hidden_act": "relu2"},
     "apertus": {"hidden_act": "xielu", "rope_theta": 12000000.0},
@@ -124,6 +125,10 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     StarCoder2 (starcoder2: starcoder2-3b / 7b / 15b and -instruct) is StableLM's LayerNorms on Llama's attention with
     biases on every linear layer (use_bias), an MLP without a gate, c_proj(gelu_tanh(c_fc(x))) (openai_gelu), and
     Mistral's every-layer sliding_window; its dropouts are not taken (RL trains without dropout).
+    Nemotron (nemotron: Nemotron-Mini-4B-Instruct, Minitron-4B / 8B, Nemotron-3-8B) is StableLM's layout with
+    LayerNorm1P, which scales by (1 + weight) before its bias (apply_layernorm_1p), RoPE on the first half of each
+    head (Llama's pairs), and an MLP without a gate, down_proj(relu(up_proj(x))^2) (squared_relu); biases on q / k /
+    v / o and up / down together (attention_bias with mlp_bias) or none.
     Helium (helium: Kyutai's Helium-1 2B) is ERNIE 4.5's layout below (RoPE on interleaved pairs of the whole head),
     q / k / v biases where attention_bias says.
     GLM-4 (glm4: GLM-4-9B / 32B-0414, GLM-Z1) is Qwen2's q / k / v biases with norms after attention
@@ -208,7 +213,11 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     if model_type == "seed_oss" and hf.get("attention_out_bias"):
         raise ValueError("config.json attention_out_bias=true (a bias on o_proj) is not supported; Seed-OSS's "
                          "releases have none.")
-    if hf.get("mlp_bias"):
+    if model_type == "nemotron" and bool(hf.get("mlp_bias")) != bool(hf.get("attention_bias")):
+        raise ValueError(f"config.json attention_bias={bool(hf.get('attention_bias'))} with "
+                         f"mlp_bias={bool(hf.get('mlp_bias'))} is not supported for nemotron: Megatron has biases on "
+                         f"every linear layer or none (Nemotron's releases have none).")
+    if hf.get("mlp_bias") and model_type != "nemotron":
         raise ValueError("config.json mlp_bias=true is not supported (Megatron has no MLP-only bias).")
     if model_type == "granitemoehybrid":
         hf = granite_hybrid_config(hf)
@@ -219,9 +228,9 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     partial = float(rope.get("partial_rotary_factor") or hf.get("partial_rotary_factor") or 1.0)
     rotary_percent = partial if partial != 1.0 else None
     if rotary_percent is not None and model_type not in ("phi3", "glm", "glm4", "glm4_moe", "minimax_m2", "stablelm",
-                                                         *QWEN3_5_ARCHS):
+                                                         "nemotron", *QWEN3_5_ARCHS):
         raise ValueError(f"config.json partial_rotary_factor {partial} is supported for phi3, glm, glm4, glm4_moe, "
-                         f"stablelm, "
+                         f"stablelm, nemotron, "
                          f"minimax_m2, qwen3_5_text and qwen3_next models only, not {model_type}.")
     if hf.get("clip_qkv") is not None:
         raise ValueError(f"config.json clip_qkv {hf['clip_qkv']} (queries, keys and values clamped to +-clip_qkv) is "
@@ -234,7 +243,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     activation = gemma_activation(hf) if model_type in GEMMA_ARCHS else hf.get("hidden_act", "silu")
     wanted, mlp = (("gelu_pytorch_tanh", "GeGLU") if model_type in GEMMA_ARCHS else
                    ("gelu_pytorch_tanh", "GELU with the tanh approximation") if model_type == "starcoder2" else ("relu2", "squared ReLU")
-                   if model_type == "arcee" else ("xielu", "xIELU") if model_type == "apertus" else ("silu", "SwiGLU"))
+                   if model_type in ("arcee", "nemotron") else ("xielu", "xIELU") if model_type == "apertus" else ("silu", "SwiGLU"))
     if activation != wanted:
         raise ValueError(f"config.json hidden_act {activation!r} is not supported for {model_type}; only {wanted} "
                          f"({mlp}).")
@@ -264,7 +273,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         "rotary_base": float(rope.get("rope_theta", hf.get("rope_theta", 10000.0))),
         "normalization": "RMSNorm",
         "norm_epsilon": float(hf["layer_norm_eps"] if model_type == "stablelm" else hf["norm_epsilon"]
-                              if model_type == "starcoder2" else hf.get("rms_norm_eps", 1e-6)),
+                              if model_type == "starcoder2" else hf["norm_eps"] if model_type == "nemotron"
+                              else hf.get("rms_norm_eps", 1e-6)),
         "swiglu": True,
         "add_qkv_bias": (model_type == "qwen2" or bool(hf.get("attention_bias", False)) or bool(hf.get("use_qkv_bias"))
                          or (model_type == "qwen2_moe" and bool(hf.get("qkv_bias", True)))),
@@ -322,6 +332,10 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         bias = bool(hf.get("use_bias"))
         args.update(normalization="LayerNorm", swiglu=False, openai_gelu=True, add_qkv_bias=bias,
                     disable_bias_linear=not bias)
+    if model_type == "nemotron":  # Nemotron: LayerNorm1P (1 + w, its bias), relu(up_proj(x))^2, biases on all or none
+        bias = bool(hf.get("attention_bias"))
+        args.update(normalization="LayerNorm", apply_layernorm_1p=True, swiglu=False, squared_relu=True,
+                    add_qkv_bias=bias, disable_bias_linear=not bias)
     if model_type in ("ernie4_5", "ernie4_5_moe", "helium"):  # ERNIE 4.5, Helium: Llama with RoPE on interleaved pairs
         args["rotary_interleaved"] = True
     if model_type == "arcee":  # Arcee: up_proj alone, relu(x)^2

@@ -29,7 +29,8 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
     if args.get("quick_geglu") or args.get("softmax_type") == "learnable":
         return gpt_oss_config(args, vocab_size, dtype)
     if args.get("normalization") == "LayerNorm":
-        return (stablelm_config if gated_mlp(args) else starcoder2_config)(args, vocab_size, dtype)
+        return (nemotron_config if args.get("apply_layernorm_1p") else stablelm_config if gated_mlp(args)
+                else starcoder2_config)(args, vocab_size, dtype)
     if args.get("linear_attention_layers") is not None or args.get("attention_output_gate"):
         return qwen3_5_config(args, vocab_size, dtype)
     if args.get("qk_layernorm_after_rope"):
@@ -430,6 +431,34 @@ def starcoder2_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dty
                   sliding_window=int(args["sliding_window"]) if args.get("sliding_window") else None,
                   attention_dropout=0.0, residual_dropout=0.0, embedding_dropout=0.0, pad_token_id=None)
     config.pop("head_dim")
+    return config
+
+
+def nemotron_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
+    """Nemotron's config.json (nemotron, NemotronForCausalLM) for a model with LayerNorm1P (apply_layernorm_1p; models/
+    hf_config.py reads it back the same): an MLP without a gate, relu(x)^2 (squared_relu), biases on every linear layer
+    or none (attention_bias and mlp_bias), norms before attention and MLP only, RoPE on Llama's pairs of the first
+    rotary_percent of each head, full attention."""
+    bias = args.get("disable_bias_linear", True) is False
+    problems = [what for what, bad in (
+        ("a dense MLP without a gate, relu(x)^2 (squared_relu)",
+         int(args.get("num_experts") or 0) > 1 or not args.get("squared_relu") or gated_mlp(args)
+         or args.get("multi_latent_attention")),
+        ("biases on every linear layer or none (add_qkv_bias as disable_bias_linear: false)",
+         bool(args.get("add_qkv_bias")) != bias),
+        ("norms before attention and MLP only, no q / k norms", not pre_norms_only(args)),
+        ("RoPE on Llama's pairs in every layer, full attention, no Granite multipliers or softmax_scale",
+         args.get("rotary_interleaved") or args.get("sliding_window") or args.get("no_rope_freq")
+         or args.get("window_attn_skip_freq") is not None or not plain_scaling(args)),
+    ) if bad]
+    if problems:
+        raise ValueError(f"apply_layernorm_1p has a config.json form only as Nemotron (nemotron), which needs "
+                         f"{'; '.join(problems)}.")
+    partial = float(args.get("rotary_percent") or 1.0)
+    config = base_config(args, vocab_size, dtype, "nemotron", "NemotronForCausalLM", rope_parameters(args), eps=1e-5)
+    config.update(hidden_act="relu2", norm_eps=config.pop("rms_norm_eps"), attention_bias=bias, mlp_bias=bias,
+                  partial_rotary_factor=partial, pad_token_id=None)
+    config["rope_parameters"]["partial_rotary_factor"] = partial
     return config
 
 

@@ -106,7 +106,8 @@ def _make_in_child(arch, out, overrides):
                                   "qwen3_vl", "ministral3", "exaone4", "seed_oss", "glm4",
                                   "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2", "gpt_oss",
                                   "minimax_m2", "glm4_moe_lite", "ernie4_5_moe", "apertus", "olmoe", "flex_olmo",
-                                  "hunyuan_v1_moe", "granitemoeshared", "granitemoehybrid", "glm", "starcoder2"])
+                                  "hunyuan_v1_moe", "granitemoeshared", "granitemoehybrid", "glm", "starcoder2",
+                                  "nemotron"])
 def test_synced_engine_equals_the_training_model(arch, tmp_path, gloo_world1):
     from mindspeed_rl.rollout.native import NativeEngine
     from mindspeed_rl.rollout.vllm_engine import VLLMEngine

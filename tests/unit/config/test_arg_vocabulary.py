@@ -103,7 +103,7 @@ def test_mindspeed_llm_model_yaml_with_megatron_names(tmp_path, capsys):
                                                       "MoE layer's shared expert, but model tiny has no experts"]),
     (f"{A}.context_parallel_size=2", ["context_parallel_size: 2`: context parallelism is not available",
                                       "Transformer Engine", "set it to 1"]),
-    (f"{A}.apply_layernorm_1p=true", ["apply_layernorm_1p` is True", "1 + weight LayerNorm"]),
+    (f"{A}.use_alibi_mask=true", ["use_alibi_mask` is True", "ALiBi positions are not implemented"]),
     (f"{A}.recompute_granularty=full", ["not a known key", "did you mean `recompute_granularity`"]),
     ("training.global_batch_sise=4", ["did you mean `global_batch_size`"]),
     (f"{A}.frobnicate_the_model=1", ["frobnicate_the_model` is not a known key"]),

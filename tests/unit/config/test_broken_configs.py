@@ -92,6 +92,8 @@ CASES = [
     ("across-heads-alone", [f"{A}.qk_layernorm_across_heads=true"], ["qk_layernorm_across_heads needs qk_layernorm: true"]),
     ("layernorm-qk-norms", [f"{A}.normalization=LayerNorm", f"{A}.qk_layernorm=true"],
      ["normalization: LayerNorm` with qk_layernorm is not supported", "set normalization: RMSNorm or drop qk_layernorm"]),
+    ("layernorm-1p-on-rmsnorm", [f"{A}.apply_layernorm_1p=true"],
+     ["apply_layernorm_1p: true` needs normalization: LayerNorm", "set add_rmsnorm_offset: true instead"]),
     ("zero-verifier-timeout", ["algorithm.verifier_timeout_s=0"], ["verifier_timeout_s: 0.0` must be > 0"]),
     ("nan-lr", [f"{A}.lr=.nan"], [f"`{A}.lr` must be a number"]),
     ("zero-tp", [f"{A}.tensor_model_parallel_size=0"], ["tensor_model_parallel_size: 0` must be >= 1"]),

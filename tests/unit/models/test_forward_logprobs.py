@@ -60,7 +60,7 @@ def _batches():
                                   "qwen3_moe-mlponly", "olmoe", "flex_olmo", "hunyuan_v1_dense",
                                   "hunyuan_v1_moe", "granitemoe", "granitemoeshared", "granitemoehybrid",
                                   "granitemoehybrid-moe", "glm", "helium", "stablelm",
-                                  "starcoder2", "starcoder2-window"])
+                                  "starcoder2", "starcoder2-window", "nemotron", "nemotron-bias"])
 def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     """phi3: q/k/v and gate/up read as row ranges of its fused tensors; phi3-partial: half of each
     head rotated (partial_rotary_factor 0.5 = megatron's rotary_percent); phi3-longrope: LongRoPE's
@@ -112,7 +112,9 @@ def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     interleaved pairs of the whole head; stablelm: StableLM 2, LayerNorms with biases (megatron's LayerNorm), q / k / v
     biases, RoPE on a quarter of each head; starcoder2: StarCoder2, LayerNorms, biases on every linear layer, an MLP
     without a gate (gelu with the tanh approximation: openai_gelu), its 0.1 dropouts in config.json not taken;
-    starcoder2-window: its every-layer sliding window (12)."""
+    starcoder2-window: its every-layer sliding window (12); nemotron: Nemotron, LayerNorm1P (1 + w, with its bias:
+    apply_layernorm_1p), RoPE on half of each head, relu(up)^2 without a gate; nemotron-bias: with biases on q / k /
+    v / o and up / down."""
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
 
@@ -128,6 +130,9 @@ def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
         assert model.config.softmax_scale == pytest.approx((0.1 * math.log(4) + 1) ** 2 / 16 ** 0.5)
     if arch.endswith("-mlponly"):  # the second layer a dense MLP, as transformers built it
         assert args["moe_layer_freq"] == [1, 0] and not hasattr(hf.model.layers[1].mlp, "experts")
+    if arch.startswith("nemotron"):  # LayerNorm1P everywhere, the final norm included
+        assert {type(m).__name__ for m in (model.decoder.final_layernorm, model.decoder.layers[1].pre_mlp_layernorm)} == \
+            {"OffsetLayerNorm"}
     if arch == "arcee":  # no gate: fc1 as wide as the MLP
         assert model.decoder.layers[0].mlp.linear_fc1.weight.shape[0] == args["ffn_hidden_size"]
     if arch == "olmo3":  # the attention factor on the full layer's rotation; the sliding one's config at 1

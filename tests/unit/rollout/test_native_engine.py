@@ -581,7 +581,7 @@ def test_no_packing_when_host_memory_is_short(tiny, monkeypatch, caplog):
 
 @pytest.mark.parametrize("variant", ["phi3", "phi3-longrope", "mixtral", "phi3-partiallongrope", "qwen2-yarn", "smollm3",
                                      "smollm3-yarn", "mistral-window", "phi3-window", "granite", "gemma3_text",
-                                     "gemma2", "gemma", "olmo2", "olmo3", "exaone4", "glm4", "arcee",
+                                     "gemma2", "gemma", "olmo2", "olmo3", "exaone4", "glm4", "nemotron",
                                      "glm4_moe", "deepseek_v3", "deepseek_v3-moonlight", "deepseek_v2", "gpt_oss",
                                      "minimax_m2", "glm4_moe_lite", "ernie4_5_moe", "apertus", "qwen3_5_text",
                                      "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo",
@@ -599,8 +599,8 @@ def test_greedy_equals_transformers_generate_on_more_architectures(variant, tmp_
     (OLMo 2 with a window and the default rope in its sliding layers, YaRN's attention factor in the
     full ones only, on every decode path), EXAONE 4.0 (post norms, per-head q / k norms, RoPE and a
     window in its sliding layers, neither in its full ones), GLM-4 (RoPE on interleaved pairs: every
-    decode path rotates with megatron's interleaved rotation), Arcee (an MLP without a gate, relu(x)^2, in the
-    lean and compiled steps too), GLM-4.5 (a dense layer, then an MoE one with sigmoid routing and the
+    decode path rotates with megatron's interleaved rotation), Nemotron (LayerNorm1P, RoPE on half of each head, an MLP
+    without a gate, relu(x)^2, in the lean and compiled steps too; Arcee's MLP, which passed here until 2026-11-29), GLM-4.5 (a dense layer, then an MoE one with sigmoid routing and the
     checkpoint's expert bias), DeepSeek-V3 (multi-latent attention: MLA rotates its own queries and keys, at
     the cache's positions, and the cache holds keys and values of different widths), gpt-oss (attention sinks in the
     cached attention too, its sliding layers' window, biased router and experts), ERNIE 4.5 MoE (softmax routing
@@ -629,7 +629,7 @@ def test_greedy_equals_transformers_generate_on_more_architectures(variant, tmp_
     # norms / window / local table, soft caps, OLMo's post and across-heads norms with an unscaled local table,
     # megatron's interleaved rotation, an MLP without a gate, q / k norms after RoPE at each row's positions, LayerNorm;
     # Mistral's every-layer window, OLMo 2 and EXAONE 4.0 have no feature of their own
-    if variant in ("phi3-partiallongrope", "smollm3", "granite", "gemma3_text", "gemma2", "olmo3", "glm4", "arcee",
+    if variant in ("phi3-partiallongrope", "smollm3", "granite", "gemma3_text", "gemma2", "olmo3", "glm4", "nemotron",
                    "apertus", "hunyuan_v1_dense", "starcoder2-window"):
         engines.append(dict(compile_decode=True))
     for kw in engines:
