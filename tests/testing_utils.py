@@ -230,7 +230,9 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
     q / k norms after RoPE, NTK alpha 1000); hunyuan_v1_moe: HunYuan-MoE (that attention, 4 experts and a shared MLP
     without a gate); granitemoe / granitemoeshared / granitemoehybrid: Granite's MoE models and Granite 4.0's dense
     one (GRANITE_SCALARS; see their entries); glm: GLM-4 (glm4's layers without its post norms); helium: Helium-1 (ERNIE 4.5's interleaved RoPE); stablelm: StableLM 2 1.6B (LayerNorms with biases); starcoder2: StarCoder2 (LayerNorms, biases everywhere, a tanh-GELU
-    MLP without a gate); nemotron: Nemotron (LayerNorm1P, RoPE on half of each head, relu(x)^2 without a gate). `overrides` change TINY_HF
+    MLP without a gate); nemotron: Nemotron (LayerNorm1P, RoPE on half of each head, relu(x)^2 without a gate); cohere: Command R
+    (a parallel-residual layer, weight-only LayerNorms, interleaved RoPE, logits x 0.25); cohere2: Command R7B (that
+    layer, a 12-position window with RoPE in the odd layers, the even ones full without RoPE). `overrides` change TINY_HF
     (num_hidden_layers=4). `config_only`: return the config.json it would save (as a dict), building nothing."""
     import transformers as tf
 
@@ -318,6 +320,15 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
         # unless overridden (attention_bias=True, mlp_bias=True)
         "nemotron": lambda: tf.NemotronConfig(**{"pad_token_id": 0, "eos_token_id": 2, "bos_token_id": 1,
                                                  **tiny}),
+        # Command R's layout: x + attn(ln x) + mlp(ln x), weight-only LayerNorms, RoPE on interleaved pairs, tied,
+        # the logits scaled (0.0625 in the releases)
+        "cohere": lambda: tf.CohereConfig(**{"logit_scale": 0.25, "pad_token_id": 0, "eos_token_id": 2,
+                                             "bos_token_id": 1, **tiny}),
+        # Command R7B's: that layer, sliding layers with RoPE and full ones without (every second layer full here,
+        # every fourth in the releases)
+        "cohere2": lambda: tf.Cohere2Config(**{"logit_scale": 0.25, "sliding_window": 12, "pad_token_id": 0,
+                                               "eos_token_id": 2, "bos_token_id": 1,
+                                               "sliding_window_pattern": 2, **tiny}),
         # Helium-1: Llama with RoPE on interleaved pairs of the whole head (ERNIE 4.5's), eps 1e-8
         "helium": lambda: tf.HeliumConfig(**{"head_dim": 16, "pad_token_id": 0, "eos_token_id": 2, "bos_token_id": 1,
                                              **tiny}),
@@ -495,7 +506,8 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
            "granitemoe": tf.GraniteMoeForCausalLM, "granitemoeshared": tf.GraniteMoeSharedForCausalLM,
            "granitemoehybrid": tf.GraniteMoeHybridForCausalLM, "glm": tf.GlmForCausalLM,
            "helium": tf.HeliumForCausalLM, "stablelm": tf.StableLmForCausalLM,
-           "starcoder2": tf.Starcoder2ForCausalLM, "nemotron": tf.NemotronForCausalLM}[arch]
+           "starcoder2": tf.Starcoder2ForCausalLM, "nemotron": tf.NemotronForCausalLM,
+           "cohere": tf.CohereForCausalLM, "cohere2": tf.Cohere2ForCausalLM}[arch]
     torch.manual_seed(seed)
     model = cls(config).eval()
     with torch.no_grad():

@@ -269,6 +269,14 @@ def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
     if not a.pre_norm and not a.post_norm:
         problems.append(f"model {role.model_name}: pre_norm: false leaves its layers without any norm; set post_norm: "
                         f"true (OLMo 2's layout) or pre_norm: true.")
+    if a.parallel_residual and (not a.pre_norm or a.post_norm or (a.num_experts or 0) > 1):
+        what = "pre_norm: false" if not a.pre_norm else "post_norm: true" if a.post_norm else f"num_experts {a.num_experts}"
+        problems.append(f"model {role.model_name}: parallel_residual (Cohere's attention and MLP on the same normed "
+                        f"input) is supported on dense layers with one norm before both only; {what} is not.")
+    if not a.layernorm_bias and (a.normalization != "LayerNorm" or a.apply_layernorm_1p):
+        problems.append(f"model {role.model_name}: layernorm_bias: false (Cohere's weight-only LayerNorm) needs "
+                        f"normalization: LayerNorm" + (" without apply_layernorm_1p." if a.apply_layernorm_1p else
+                                                       f", not {a.normalization}."))
     if a.qk_layernorm_across_heads and not a.qk_layernorm:
         problems.append(f"model {role.model_name}: qk_layernorm_across_heads needs qk_layernorm: true.")
     if a.qk_layernorm_after_rope and (not a.qk_layernorm or a.qk_layernorm_across_heads or a.multi_latent_attention):

@@ -198,6 +198,8 @@ def transformer_config(args: Mapping[str, Any], params_dtype: torch.dtype = torc
     config.rope_local_base = float(_get(args, "rope_local_base_freq")) if _get(args, "rope_local_base_freq") else None
     config.add_rmsnorm_offset = bool(_get(args, "add_rmsnorm_offset", False))  # Gemma's (1 + w) norms
     config.apply_layernorm_1p = bool(_get(args, "apply_layernorm_1p", False))  # Nemotron's (1 + w) LayerNorms
+    config.layernorm_bias = bool(_get(args, "layernorm_bias", True))  # false: Cohere's weight-only LayerNorms
+    config.parallel_residual = bool(_get(args, "parallel_residual", False))  # Cohere's x + attn(ln x) + mlp(ln x)
     config.post_norm = bool(_get(args, "post_norm", False))  # Gemma's norms after attention / MLP
     config.pre_norm = bool(_get(args, "pre_norm", True))  # OLMo 2: false, its norms come after only
     config.qk_layernorm_across_heads = bool(_get(args, "qk_layernorm_across_heads", False))  # OLMo 2's q/k norms
@@ -539,6 +541,10 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
 
         spec = gemma.offset_norm_spec(gemma.as_block_spec(spec, _layers_per_chunk(config)), gemma.norm_classes(),
                                       gemma.OffsetLayerNorm)
+    if config.normalization == "LayerNorm" and not config.layernorm_bias:  # Cohere's LayerNorms: a weight, no bias
+        from mindspeed_rl.models import cohere, gemma
+
+        spec = cohere.weight_only_norm_spec(gemma.as_block_spec(spec, _layers_per_chunk(config)), gemma.norm_classes())
     if not config.pre_norm or config.qk_layernorm_across_heads:  # OLMo 2 (models/olmo.py)
         from mindspeed_rl.models import olmo
 
@@ -561,6 +567,10 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
             from mindspeed_rl.models import gemma
 
             gemma.install_post_norms(model)
+        if config.parallel_residual:  # Cohere: the MLP reads the normed layer input (models/cohere.py)
+            from mindspeed_rl.models import cohere
+
+            cohere.install_parallel_residual(model)
         if config.qk_layernorm_after_rope:  # HunYuan (models/qk_norm_after_rope.py)
             from mindspeed_rl.models import qk_norm_after_rope
 

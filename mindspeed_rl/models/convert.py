@@ -50,7 +50,8 @@ HF_TYPES = {"llama2": "llama", "llama3": "llama", "mistral": "mistral", "qwen2":
             "olmoe": "olmoe", "flex_olmo": "flex_olmo", "hunyuan": "hunyuan_v1_dense",
             "hunyuan_moe": "hunyuan_v1_moe", "granitemoe": "granitemoe", "granitemoeshared": "granitemoeshared",
             "granitemoehybrid": "granitemoehybrid", "glm": "glm",
-            "helium": "helium", "stablelm": "stablelm", "starcoder2": "starcoder2", "nemotron": "nemotron"}  # MindSpeed-LLM's names where it has the model
+            "helium": "helium", "stablelm": "stablelm", "starcoder2": "starcoder2", "nemotron": "nemotron",
+            "cohere": "cohere", "cohere2": "cohere2"}  # MindSpeed-LLM's names where it has the model
 
 
 def padded_vocab(vocab_size: int, divisible_by: int, tp: int) -> int:

@@ -21,7 +21,7 @@ HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_mo
             "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus",
             "qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_dense", "hunyuan_v1_moe",
             "granitemoe", "granitemoeshared", "granitemoehybrid", "glm", "helium", "stablelm",
-            "starcoder2", "nemotron")
+            "starcoder2", "nemotron", "cohere", "cohere2")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss",
              "minimax_m2", "ernie4_5_moe", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_moe",
@@ -55,6 +55,8 @@ HF_DEFAULTS = {
     "stablelm": {"partial_rotary_factor": 0.25, "layer_norm_eps": 1e-5},  # transformers' StableLmConfig
     "starcoder2": {"norm_epsilon": 1e-5, "use_bias": True, "hidden_act": "gelu_pytorch_tanh"},  # its Starcoder2Config
     "nemotron": {"partial_rotary_factor": 0.5, "norm_eps": 1e-5, "hidden_act": "relu2"},  # its NemotronConfig
+    "cohere": {"logit_scale": 0.0625, "layer_norm_eps": 1e-5, "tie_word_embeddings": True},  # its CohereConfig
+    "cohere2": {"logit_scale": 0.0625, "layer_norm_eps": 1e-5, "tie_word_embeddings": True, "sliding_window": 4096},
     "seed_oss": {"attention_bias": True},
     "arcee": {"hidden_act": "relu2"},
     "apertus": {"hidden_act": "xielu", "rope_theta": 12000000.0},
@@ -129,6 +131,11 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     LayerNorm1P, which scales by (1 + weight) before its bias (apply_layernorm_1p), RoPE on the first half of each
     head (Llama's pairs), and an MLP without a gate, down_proj(relu(up_proj(x))^2) (squared_relu); biases on q / k /
     v / o and up / down together (attention_bias with mlp_bias) or none.
+    Cohere (cohere: Command R 35B / 08-2024, Aya 23, Aya Expanse 8B / 32B) is a parallel-residual layer, x +
+    attn(ln(x)) + mlp(ln(x)), with one weight-only LayerNorm (parallel_residual, layernorm_bias false), RoPE on
+    interleaved pairs of the whole head, tied embeddings and the logits times logit_scale (output_multiplier_scale);
+    per-head q / k norms (use_qk_norm: Command R+) are refused. Cohere 2 (cohere2: Command R7B, Command A) is that
+    layer with EXAONE 4.0's hybrid layers: three of four sliding with RoPE, the fourth full without (sliding_nope_args).
     Helium (helium: Kyutai's Helium-1 2B) is ERNIE 4.5's layout below (RoPE on interleaved pairs of the whole head),
     q / k / v biases where attention_bias says.
     GLM-4 (glm4: GLM-4-9B / 32B-0414, GLM-Z1) is Qwen2's q / k / v biases with norms after attention
@@ -213,6 +220,9 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     if model_type == "seed_oss" and hf.get("attention_out_bias"):
         raise ValueError("config.json attention_out_bias=true (a bias on o_proj) is not supported; Seed-OSS's "
                          "releases have none.")
+    if model_type in ("cohere", "cohere2") and hf.get("use_qk_norm"):
+        raise ValueError("config.json use_qk_norm=true (Command R+'s per-head LayerNorms on q and k) is not supported; "
+                         "Command R's, Aya's and Command R7B's (false) are.")
     if model_type == "nemotron" and bool(hf.get("mlp_bias")) != bool(hf.get("attention_bias")):
         raise ValueError(f"config.json attention_bias={bool(hf.get('attention_bias'))} with "
                          f"mlp_bias={bool(hf.get('mlp_bias'))} is not supported for nemotron: Megatron has biases on "
@@ -221,7 +231,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError("config.json mlp_bias=true is not supported (Megatron has no MLP-only bias).")
     if model_type == "granitemoehybrid":
         hf = granite_hybrid_config(hf)
-    if model_type in (*GRANITE_ARCHS, "llama", "olmo2", "olmo3", "exaone4", "arcee", "apertus", "olmoe", "flex_olmo",
+    if model_type in (*GRANITE_ARCHS, "llama", "olmo2", "olmo3", "exaone4", "arcee", "apertus", "olmoe", "flex_olmo", "cohere",
+                      "cohere2",
                       *HUNYUAN_ARCHS, *GEMMA_ARCHS) and hf.get("attention_bias"):
         raise ValueError(f"config.json attention_bias=true for {model_type} (bias on o_proj) is not supported.")
     # transformers 5 keeps it in rope_parameters, 4.x at the top level
@@ -272,7 +283,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         "max_position_embeddings": int(hf.get("max_position_embeddings", 4096)),
         "rotary_base": float(rope.get("rope_theta", hf.get("rope_theta", 10000.0))),
         "normalization": "RMSNorm",
-        "norm_epsilon": float(hf["layer_norm_eps"] if model_type == "stablelm" else hf["norm_epsilon"]
+        "norm_epsilon": float(hf["layer_norm_eps"] if model_type in ("stablelm", "cohere", "cohere2") else hf["norm_epsilon"]
                               if model_type == "starcoder2" else hf["norm_eps"] if model_type == "nemotron"
                               else hf.get("rms_norm_eps", 1e-6)),
         "swiglu": True,
@@ -336,6 +347,12 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         bias = bool(hf.get("attention_bias"))
         args.update(normalization="LayerNorm", apply_layernorm_1p=True, swiglu=False, squared_relu=True,
                     add_qkv_bias=bias, disable_bias_linear=not bias)
+    if model_type in ("cohere", "cohere2"):  # Cohere: x + attn(ln x) + mlp(ln x), weight-only LayerNorms, GLM's pairs
+        args.update(normalization="LayerNorm", layernorm_bias=False, parallel_residual=True, rotary_interleaved=True)
+        if float(hf["logit_scale"]) != 1.0:
+            args["output_multiplier_scale"] = float(hf["logit_scale"])
+    if model_type == "cohere2":
+        args.update(sliding_nope_args(hf, args["num_layers"]))
     if model_type in ("ernie4_5", "ernie4_5_moe", "helium"):  # ERNIE 4.5, Helium: Llama with RoPE on interleaved pairs
         args["rotary_interleaved"] = True
     if model_type == "arcee":  # Arcee: up_proj alone, relu(x)^2
@@ -659,7 +676,15 @@ def exaone4_args(hf: Mapping[str, Any], num_layers: int) -> dict[str, Any]:
     sliding_window_pattern "LLLG" / 4) attend to the latest sliding_window positions with RoPE, the
     fourth attends fully without RoPE ("global NoPE"): window_attn_skip_freq, and no_rope_freq on
     the full layers. Without one (1.2B) every layer attends fully with RoPE."""
-    args: dict[str, Any] = {"pre_norm": False, "post_norm": True, "qk_layernorm": True}
+    return {"pre_norm": False, "post_norm": True, "qk_layernorm": True, **sliding_nope_args(hf, num_layers)}
+
+
+def sliding_nope_args(hf: Mapping[str, Any], num_layers: int) -> dict[str, Any]:
+    """The hybrid layers of EXAONE 4.0 (32B) and Cohere 2 (Command R7B, Command A): with a sliding_window, three of
+    every four (layer_types, or sliding_window_pattern "LLLG" / 4) attend to the latest sliding_window positions with
+    RoPE, the fourth attends fully without RoPE ("global NoPE"): window_attn_skip_freq, and no_rope_freq on the full
+    layers. Without one every layer attends fully with RoPE (no keys)."""
+    args: dict[str, Any] = {}
     window = hf.get("sliding_window")
     if not window:
         return args

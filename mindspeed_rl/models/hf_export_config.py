@@ -3,7 +3,8 @@ whose config.json can say what the args describe (llama, qwen2 when add_qkv_bias
 gemma3_text with Gemma's keys, the MoE and hybrid forms, ...) and writes it, read back the same by
 models/hf_config.model_config_from_hf; a combination no config.json can say is refused in one sentence.
 models/hf_export.py writes the weights beside it; the vLLM engine and validation take the engine's form of it.
-The pieces every writer shares (base_config, rope_parameters, ...) are in models/hf_export_base.py.
+The pieces every writer shares (base_config, rope_parameters, ...) are in models/hf_export_base.py, the writers of the
+LayerNorm models (StableLM 2, StarCoder2, Nemotron, Cohere) in models/hf_export_layernorm.py.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ import torch
 from mindspeed_rl.models.hf_bridge.mapping import gated_mlp
 from mindspeed_rl.models.hf_bridge.sharding import moe_layers
 from mindspeed_rl.models.hf_config import kv_channels, no_rope_pattern, window_pattern
-from mindspeed_rl.models.hf_export_base import (DTYPE_NAMES, GRANITE_SCALARS, base_config, head_dim_is_quotient,  # noqa: F401
-                                                layer_types_config, per_type_rope, plain_scaling, pre_norms_only,
-                                                rope_parameters)
+from mindspeed_rl.models.hf_export_base import (DTYPE_NAMES, GRANITE_SCALARS, base_config, layer_types_config,  # noqa: F401
+                                                per_type_rope, plain_scaling, rope_parameters)
+from mindspeed_rl.models.hf_export_layernorm import layernorm_config
 
 def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype = torch.float32) -> dict[str, Any]:
     """A config.json for a Llama / Arcee (squared_relu) / Apertus (xielu) / Mistral (sliding_window) / Phi-3 (rotary_percent < 1) /
@@ -28,9 +29,8 @@ def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.d
     combination config.json cannot say is refused in one sentence."""
     if args.get("quick_geglu") or args.get("softmax_type") == "learnable":
         return gpt_oss_config(args, vocab_size, dtype)
-    if args.get("normalization") == "LayerNorm":
-        return (nemotron_config if args.get("apply_layernorm_1p") else stablelm_config if gated_mlp(args)
-                else starcoder2_config)(args, vocab_size, dtype)
+    if args.get("normalization") == "LayerNorm":  # models/hf_export_layernorm.py
+        return layernorm_config(args, vocab_size, dtype)
     if args.get("linear_attention_layers") is not None or args.get("attention_output_gate"):
         return qwen3_5_config(args, vocab_size, dtype)
     if args.get("qk_layernorm_after_rope"):
@@ -375,90 +375,6 @@ def olmoe_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -
                   attention_bias=False, pad_token_id=None)
     if not flex:
         config["clip_qkv"] = None
-    return config
-
-
-def stablelm_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
-    """StableLM's config.json (stablelm, StableLmForCausalLM) for a model with LayerNorms (weight and bias); models/
-    hf_config.py reads it back the same: a dense Llama-style model otherwise (SwiGLU, q / k / v biases or none, no other
-    biases, norms before attention and MLP only, no q / k norms, RoPE on Llama's pairs of the first rotary_percent of
-    each head, head dimension hidden_size / num_attention_heads, full attention)."""
-    problems = [what for what, bad in (
-        ("a dense SwiGLU MLP without biases", int(args.get("num_experts") or 0) > 1 or not gated_mlp(args)
-         or args.get("geglu") or args.get("disable_bias_linear") is False or args.get("multi_latent_attention")),
-        ("norms before attention and MLP only, no q / k norms (pre_norm, no post_norm, qk_layernorm)",
-         not pre_norms_only(args)),
-        ("RoPE on Llama's pairs in every layer, full attention, no Granite multipliers or softmax_scale",
-         args.get("rotary_interleaved") or args.get("sliding_window") or args.get("no_rope_freq")
-         or args.get("window_attn_skip_freq") is not None or not plain_scaling(args)),
-        ("head dimension hidden_size / num_attention_heads", not head_dim_is_quotient(args)),
-    ) if bad]
-    if problems:
-        raise ValueError(f"normalization LayerNorm has a config.json form only as StableLM (stablelm), which needs "
-                         f"{'; '.join(problems)}.")
-    partial = float(args.get("rotary_percent") or 1.0)
-    config = base_config(args, vocab_size, dtype, "stablelm", "StableLmForCausalLM", rope_parameters(args), eps=1e-5)
-    config.update(hidden_act="silu", layer_norm_eps=config.pop("rms_norm_eps"), use_qkv_bias=bool(args.get("add_qkv_bias")),
-                  qk_layernorm=False, use_parallel_residual=False, partial_rotary_factor=partial, pad_token_id=None)
-    config.pop("head_dim")
-    config["rope_parameters"]["partial_rotary_factor"] = partial
-    return config
-
-
-def starcoder2_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
-    """StarCoder2's config.json (starcoder2, Starcoder2ForCausalLM) for a model with LayerNorms and an MLP without a gate
-    (models/hf_config.py reads it back the same): gelu with the tanh approximation (openai_gelu), biases on every
-    linear layer or none (use_bias), norms before attention and MLP only, Llama's RoPE on whole heads of
-    hidden_size / num_attention_heads, full attention or one sliding_window in every layer."""
-    bias = args.get("disable_bias_linear", True) is False
-    problems = [what for what, bad in (
-        ("a dense MLP without a gate, gelu with the tanh approximation (openai_gelu)",
-         int(args.get("num_experts") or 0) > 1 or not args.get("openai_gelu") or args.get("multi_latent_attention")),
-        ("biases on every linear layer or none (add_qkv_bias as disable_bias_linear: false)",
-         bool(args.get("add_qkv_bias")) != bias),
-        ("norms before attention and MLP only, no q / k norms", not pre_norms_only(args)),
-        ("RoPE on Llama's pairs of whole heads in every layer, one window for all layers or none, no Granite "
-         "multipliers or softmax_scale",
-         float(args.get("rotary_percent") or 1.0) != 1.0 or args.get("rotary_interleaved") or args.get("no_rope_freq")
-         or args.get("window_attn_skip_freq") is not None or not plain_scaling(args)),
-        ("head dimension hidden_size / num_attention_heads", not head_dim_is_quotient(args)),
-    ) if bad]
-    if problems:
-        raise ValueError(f"normalization LayerNorm with an MLP without a gate has a config.json form only as StarCoder2 "
-                         f"(starcoder2), which needs {'; '.join(problems)}.")
-    config = base_config(args, vocab_size, dtype, "starcoder2", "Starcoder2ForCausalLM", rope_parameters(args), eps=1e-5)
-    config.update(hidden_act="gelu_pytorch_tanh", norm_epsilon=config.pop("rms_norm_eps"), use_bias=bias,
-                  sliding_window=int(args["sliding_window"]) if args.get("sliding_window") else None,
-                  attention_dropout=0.0, residual_dropout=0.0, embedding_dropout=0.0, pad_token_id=None)
-    config.pop("head_dim")
-    return config
-
-
-def nemotron_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
-    """Nemotron's config.json (nemotron, NemotronForCausalLM) for a model with LayerNorm1P (apply_layernorm_1p; models/
-    hf_config.py reads it back the same): an MLP without a gate, relu(x)^2 (squared_relu), biases on every linear layer
-    or none (attention_bias and mlp_bias), norms before attention and MLP only, RoPE on Llama's pairs of the first
-    rotary_percent of each head, full attention."""
-    bias = args.get("disable_bias_linear", True) is False
-    problems = [what for what, bad in (
-        ("a dense MLP without a gate, relu(x)^2 (squared_relu)",
-         int(args.get("num_experts") or 0) > 1 or not args.get("squared_relu") or gated_mlp(args)
-         or args.get("multi_latent_attention")),
-        ("biases on every linear layer or none (add_qkv_bias as disable_bias_linear: false)",
-         bool(args.get("add_qkv_bias")) != bias),
-        ("norms before attention and MLP only, no q / k norms", not pre_norms_only(args)),
-        ("RoPE on Llama's pairs in every layer, full attention, no Granite multipliers or softmax_scale",
-         args.get("rotary_interleaved") or args.get("sliding_window") or args.get("no_rope_freq")
-         or args.get("window_attn_skip_freq") is not None or not plain_scaling(args)),
-    ) if bad]
-    if problems:
-        raise ValueError(f"apply_layernorm_1p has a config.json form only as Nemotron (nemotron), which needs "
-                         f"{'; '.join(problems)}.")
-    partial = float(args.get("rotary_percent") or 1.0)
-    config = base_config(args, vocab_size, dtype, "nemotron", "NemotronForCausalLM", rope_parameters(args), eps=1e-5)
-    config.update(hidden_act="relu2", norm_eps=config.pop("rms_norm_eps"), attention_bias=bias, mlp_bias=bias,
-                  partial_rotary_factor=partial, pad_token_id=None)
-    config["rope_parameters"]["partial_rotary_factor"] = partial
     return config
 
 

@@ -102,8 +102,13 @@ def vllm_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """config.json as the engine gives it to vLLM: Granite 4.0 (granitemoehybrid, every layer attention: the config
     reader refuses Mamba-2 layers) as the model of the same math and names vLLM serves without its Mamba-2
     machinery: Granite (granite, the shared_mlp as the MLP: names.names_type) or, with experts, Granite MoE with a
-    shared MLP (granitemoeshared). Other config.json pass unchanged."""
+    shared MLP (granitemoeshared). Cohere 2 (cohere2) with its sliding_window one smaller: vLLM 0.32 lets its sliding
+    layers see sliding_window + 1 positions (its comment: Cohere's training convention), transformers and the trainer
+    sliding_window (models/sliding_window.py), so the rollout sees what the trainer does. Other config.json pass
+    unchanged."""
     config = dict(config)
+    if config.get("model_type") == "cohere2" and config.get("sliding_window"):
+        return {**config, "sliding_window": int(config["sliding_window"]) - 1}
     if config.get("model_type") != "granitemoehybrid":
         return config
     dense = names_type(config) == "granitemoehybrid_dense"

@@ -107,7 +107,7 @@ def _make_in_child(arch, out, overrides):
                                   "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2", "gpt_oss",
                                   "minimax_m2", "glm4_moe_lite", "ernie4_5_moe", "apertus", "olmoe", "flex_olmo",
                                   "hunyuan_v1_moe", "granitemoeshared", "granitemoehybrid", "glm", "starcoder2",
-                                  "nemotron"])
+                                  "nemotron", "cohere2"])
 def test_synced_engine_equals_the_training_model(arch, tmp_path, gloo_world1):
     from mindspeed_rl.rollout.native import NativeEngine
     from mindspeed_rl.rollout.vllm_engine import VLLMEngine
@@ -116,7 +116,8 @@ def test_synced_engine_equals_the_training_model(arch, tmp_path, gloo_world1):
     old = dict(testing_utils.TINY_HF)
     testing_utils.TINY_HF.update(hidden_size=128)  # head dim 32: vLLM's CPU attention has no kernel for 16
     try:
-        window = {"sliding_window": 16} if arch.split("-")[0] in ("mistral", "mixtral", "phi3", "mistral3", "starcoder2") else {}
+        window = {"sliding_window": 16} if arch.split("-")[0] in ("mistral", "mixtral", "phi3", "mistral3", "starcoder2",
+                                                                 "cohere2") else {}
         if arch.split("-")[0] in TRANSFORMERS_BACKEND:  # in a fresh process: see _make_in_child
             _make_in_child(arch.split("-")[0], tmp_path, VARIANTS.get(arch, {}))
         else:

@@ -72,7 +72,9 @@ def stage_param_names(args: Mapping[str, Any], pp_size: int, pp_rank: int, vpp_s
     tied = not args.get("untie_embeddings_and_output_weights", False)
     pre_norm = args.get("pre_norm", True) is not False  # OLMo 2: none (models/olmo.py)
     bias = args.get("disable_bias_linear", True) is False  # gpt-oss: o_proj, router and expert biases
-    norms = ["weight", "bias"] if args.get("normalization") == "LayerNorm" else ["weight"]  # StableLM's: with biases
+    # StableLM's LayerNorms: with biases; Cohere's (layernorm_bias: false) and RMSNorms: a weight only
+    norms = ["weight", "bias"] if args.get("normalization") == "LayerNorm" and args.get("layernorm_bias", True) is not False \
+        else ["weight"]
     per_layer = [f"input_layernorm.{n}" for n in norms] if pre_norm else []
     if args.get("softmax_type") == "learnable":  # gpt-oss's sinks (models/gpt_oss.py): the core attention's
         per_layer.append("self_attention.core_attention.softmax_offset")
@@ -90,7 +92,7 @@ def stage_param_names(args: Mapping[str, Any], pp_size: int, pp_rank: int, vpp_s
     if args.get("qk_layernorm") and not args.get("multi_latent_attention"):
         norm = "sharded_weight" if args.get("qk_layernorm_across_heads") else "weight"
         per_layer += [f"self_attention.q_layernorm.{norm}", f"self_attention.k_layernorm.{norm}"]
-    if pre_norm:
+    if pre_norm and not args.get("parallel_residual"):  # Cohere's MLP reads input_layernorm's output (models/cohere.py)
         per_layer += [f"pre_mlp_layernorm.{n}" for n in norms]
     moe_layer = list(per_layer)
     moe_layer += ["mlp.router.weight"] + (["mlp.router.bias"] if bias else [])

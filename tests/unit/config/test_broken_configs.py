@@ -94,6 +94,11 @@ CASES = [
      ["normalization: LayerNorm` with qk_layernorm is not supported", "set normalization: RMSNorm or drop qk_layernorm"]),
     ("layernorm-1p-on-rmsnorm", [f"{A}.apply_layernorm_1p=true"],
      ["apply_layernorm_1p: true` needs normalization: LayerNorm", "set add_rmsnorm_offset: true instead"]),
+    ("parallel-residual-post-norm", [f"{A}.parallel_residual=true", f"{A}.post_norm=true"],
+     ["parallel_residual (Cohere's attention and MLP on the same normed input) is supported on dense layers with one "
+      "norm before both only; post_norm: true is not"]),
+    ("weight-only-rmsnorm", [f"{A}.layernorm_bias=false"],
+     ["layernorm_bias: false (Cohere's weight-only LayerNorm) needs normalization: LayerNorm, not RMSNorm."]),
     ("zero-verifier-timeout", ["algorithm.verifier_timeout_s=0"], ["verifier_timeout_s: 0.0` must be > 0"]),
     ("nan-lr", [f"{A}.lr=.nan"], [f"`{A}.lr` must be a number"]),
     ("zero-tp", [f"{A}.tensor_model_parallel_size=0"], ["tensor_model_parallel_size: 0` must be >= 1"]),

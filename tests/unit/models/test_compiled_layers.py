@@ -184,14 +184,16 @@ def test_moe_layers_stay_eager():
 
 @pytest.mark.parametrize("arch,kw", [("smollm3", dict(num_hidden_layers=4)),
                                      ("gemma3_text", dict(num_hidden_layers=4)), ("gemma2", dict(num_hidden_layers=2)),
-                                     ("olmo3", dict(num_hidden_layers=2))])
+                                     ("olmo3", dict(num_hidden_layers=2)), ("cohere2", dict(num_hidden_layers=2))])
 def test_compiled_layers_keep_per_layer_hooks(arch, kw, tmp_path, gloo_world1):
     """The one compiled TransformerLayer.forward serves layers that differ by a forward pre-hook:
     SmolLM3's NoPE layers (megatron-core 0.12: a hook drops their rotary embedding) and a sliding
     window (a hook on every core attention), Gemma 3's sliding layers (window and local rotary table)
     between full ones and its post norms (forward hooks on attention and MLP), Gemma 2's soft-capped
     attention (its own core attention path, traced), OLMo 3's layers without pre-norms, its sliding
-    layer rotating with an unscaled config copy and its full one with YaRN's attention factor: logits
+    layer rotating with an unscaled config copy and its full one with YaRN's attention factor, Cohere 2's parallel
+    residual (the MLP's input handed over by hooks on the layer, outside the compiled forward; a graph break where the
+    MLP input is read), sliding layer with RoPE and full one without: logits
     within 1e-4 of transformers, every layer compiled, no fallback."""
     from testing_utils import make_tiny_hf
     from mindspeed_rl.models.builder import model_config_from_hf

@@ -183,7 +183,8 @@ def test_granite_stacked_experts_and_fused_shared_mlp_read_and_fed_as_stored(tmp
     (shared_mlp.input_linear): the reader serves each expert's and the shared MLP's canonical tensors as those
     modules compute with them, the writer restores every tensor bit for bit, and the vLLM weight feed (STORED_FORM),
     with the parts split over chunks in any order, hands vLLM the stored tensors once complete. Granite 4.0's dense
-    checkpoint (granitemoehybrid without experts) calls its only MLP shared_mlp, and vLLM is given it as Granite."""
+    checkpoint (granitemoehybrid without experts) calls its only MLP shared_mlp, and vLLM is given it as Granite;
+    Cohere 2 is given to vLLM with its window one smaller (vllm_engine.vllm_config)."""
     import random
 
     from mindspeed_rl.models.hf_bridge.names import fuse, names_type, stored_name
@@ -231,6 +232,10 @@ def test_granite_stacked_experts_and_fused_shared_mlp_read_and_fed_as_stored(tmp
     assert (with_experts["model_type"], with_experts["intermediate_size"]) == ("granitemoeshared", 128)
     bare = {k: v for k, v in dense_config.items() if k != "shared_intermediate_size"}  # transformers' default: 1024
     assert vllm_config(dict(bare, num_local_experts=4))["shared_intermediate_size"] == 1024
+    # Cohere 2: vLLM's sliding layers see sliding_window + 1 positions, the trainer's (and transformers') sliding_window
+    cohere2 = {"model_type": "cohere2", "sliding_window": 4096, "layer_types": ["sliding_attention", "full_attention"]}
+    assert vllm_config(cohere2) == dict(cohere2, sliding_window=4095)
+    assert vllm_config({"model_type": "cohere", "sliding_window": 4096})["sliding_window"] == 4096
 
 
 def test_qwen3_next_grouped_delta_projections_read_as_transformers_splits_them(tmp_path):

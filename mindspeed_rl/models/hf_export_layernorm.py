@@ -1,0 +1,152 @@
+"""config.json writers of the models with LayerNorms (normalization: LayerNorm) for models/hf_export_config.py:
+StableLM 2 (gated MLP), StarCoder2 (tanh-GELU MLP without a gate), Nemotron (LayerNorm1P, squared-ReLU MLP) and
+Cohere / Cohere 2 (weight-only LayerNorms in a parallel-residual layer). Each is read back the same by
+models/hf_config.model_config_from_hf; a combination none of them can say is refused in one sentence.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import torch
+
+from mindspeed_rl.models.hf_bridge.mapping import gated_mlp
+from mindspeed_rl.models.hf_config import no_rope_pattern, window_pattern
+from mindspeed_rl.models.hf_export_base import (base_config, head_dim_is_quotient, layer_types_config, plain_scaling,
+                                                pre_norms_only, rope_parameters)
+
+
+def layernorm_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
+    """The config.json of a model with LayerNorms: Cohere's for parallel_residual, Nemotron's for apply_layernorm_1p,
+    StableLM's for a gated MLP, StarCoder2's otherwise."""
+    if args.get("parallel_residual") or args.get("layernorm_bias") is False:
+        return cohere_config(args, vocab_size, dtype)
+    if args.get("apply_layernorm_1p"):
+        return nemotron_config(args, vocab_size, dtype)
+    return (stablelm_config if gated_mlp(args) else starcoder2_config)(args, vocab_size, dtype)
+
+
+def cohere_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
+    """Cohere's config.json (cohere, CohereForCausalLM) or Cohere 2's (cohere2, Cohere2ForCausalLM: with sliding
+    layers) for a parallel-residual model with weight-only LayerNorms: SwiGLU without biases, RoPE on interleaved
+    pairs of whole heads of hidden_size / num_attention_heads, tied embeddings, the logits times logit_scale
+    (output_multiplier_scale); every layer full with RoPE (cohere), or sliding layers with RoPE where
+    window_attn_skip_freq marks them and full ones without (cohere2). Other combinations have no form."""
+    layers = int(args["num_layers"])
+    pattern = window_pattern(args.get("window_attn_skip_freq"), layers)
+    hybrid = bool(args.get("sliding_window")) or pattern is not None
+    types = (pattern or [1] * layers) if hybrid else None
+    no_rope = no_rope_pattern(args.get("no_rope_freq"), layers) or [0] * layers
+    problems = [what for what, bad in (
+        ("one weight-only LayerNorm before attention and MLP together (parallel_residual, layernorm_bias: false, no "
+         "apply_layernorm_1p or q / k norms)",
+         not args.get("parallel_residual") or args.get("layernorm_bias", True) is not False
+         or args.get("apply_layernorm_1p") or not pre_norms_only(args)),
+        ("a dense SwiGLU MLP without biases", int(args.get("num_experts") or 0) > 1 or not gated_mlp(args)
+         or args.get("geglu") or args.get("add_qkv_bias") or args.get("disable_bias_linear") is False
+         or args.get("multi_latent_attention")),
+        ("RoPE on interleaved pairs of whole heads (rotary_interleaved), tied embeddings, no Granite multipliers but "
+         "the logits' (output_multiplier_scale) or softmax_scale",
+         not args.get("rotary_interleaved") or float(args.get("rotary_percent") or 1.0) != 1.0
+         or args.get("untie_embeddings_and_output_weights") or args.get("softmax_scale")
+         or float(args.get("embedding_multiplier_scale") or 1.0) != 1.0
+         or float(args.get("residual_multiplier") or 1.0) != 1.0),
+        ("RoPE in every layer without windows, or in the sliding layers only (no_rope_freq on the full ones)",
+         no_rope != ([1 - t for t in types] if hybrid else [0] * layers)),
+        ("head dimension hidden_size / num_attention_heads", not head_dim_is_quotient(args)),
+    ) if bad]
+    if problems:
+        raise ValueError(f"parallel_residual / layernorm_bias: false have a config.json form only as Cohere (cohere, "
+                         f"cohere2), which needs {'; '.join(problems)}.")
+    model_type, cls = ("cohere2", "Cohere2ForCausalLM") if hybrid else ("cohere", "CohereForCausalLM")
+    config = base_config(args, vocab_size, dtype, model_type, cls, rope_parameters(args), eps=1e-5)
+    config.update(hidden_act="silu", layer_norm_eps=config.pop("rms_norm_eps"), use_qk_norm=False,
+                  attention_bias=False, logit_scale=float(args.get("output_multiplier_scale") or 1.0), pad_token_id=None)
+    config.pop("head_dim")
+    if hybrid:
+        config.update(layer_types_config(args, config))
+    return config
+
+
+def stablelm_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
+    """StableLM's config.json (stablelm, StableLmForCausalLM) for a model with LayerNorms (weight and bias); models/
+    hf_config.py reads it back the same: a dense Llama-style model otherwise (SwiGLU, q / k / v biases or none, no other
+    biases, norms before attention and MLP only, no q / k norms, RoPE on Llama's pairs of the first rotary_percent of
+    each head, head dimension hidden_size / num_attention_heads, full attention)."""
+    problems = [what for what, bad in (
+        ("a dense SwiGLU MLP without biases", int(args.get("num_experts") or 0) > 1 or not gated_mlp(args)
+         or args.get("geglu") or args.get("disable_bias_linear") is False or args.get("multi_latent_attention")),
+        ("norms before attention and MLP only, no q / k norms (pre_norm, no post_norm, qk_layernorm)",
+         not pre_norms_only(args)),
+        ("RoPE on Llama's pairs in every layer, full attention, no Granite multipliers or softmax_scale",
+         args.get("rotary_interleaved") or args.get("sliding_window") or args.get("no_rope_freq")
+         or args.get("window_attn_skip_freq") is not None or not plain_scaling(args)),
+        ("head dimension hidden_size / num_attention_heads", not head_dim_is_quotient(args)),
+    ) if bad]
+    if problems:
+        raise ValueError(f"normalization LayerNorm has a config.json form only as StableLM (stablelm), which needs "
+                         f"{'; '.join(problems)}.")
+    partial = float(args.get("rotary_percent") or 1.0)
+    config = base_config(args, vocab_size, dtype, "stablelm", "StableLmForCausalLM", rope_parameters(args), eps=1e-5)
+    config.update(hidden_act="silu", layer_norm_eps=config.pop("rms_norm_eps"), use_qkv_bias=bool(args.get("add_qkv_bias")),
+                  qk_layernorm=False, use_parallel_residual=False, partial_rotary_factor=partial, pad_token_id=None)
+    config.pop("head_dim")
+    config["rope_parameters"]["partial_rotary_factor"] = partial
+    return config
+
+
+def starcoder2_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
+    """StarCoder2's config.json (starcoder2, Starcoder2ForCausalLM) for a model with LayerNorms and an MLP without a gate
+    (models/hf_config.py reads it back the same): gelu with the tanh approximation (openai_gelu), biases on every
+    linear layer or none (use_bias), norms before attention and MLP only, Llama's RoPE on whole heads of
+    hidden_size / num_attention_heads, full attention or one sliding_window in every layer."""
+    bias = args.get("disable_bias_linear", True) is False
+    problems = [what for what, bad in (
+        ("a dense MLP without a gate, gelu with the tanh approximation (openai_gelu)",
+         int(args.get("num_experts") or 0) > 1 or not args.get("openai_gelu") or args.get("multi_latent_attention")),
+        ("biases on every linear layer or none (add_qkv_bias as disable_bias_linear: false)",
+         bool(args.get("add_qkv_bias")) != bias),
+        ("norms before attention and MLP only, no q / k norms", not pre_norms_only(args)),
+        ("RoPE on Llama's pairs of whole heads in every layer, one window for all layers or none, no Granite "
+         "multipliers or softmax_scale",
+         float(args.get("rotary_percent") or 1.0) != 1.0 or args.get("rotary_interleaved") or args.get("no_rope_freq")
+         or args.get("window_attn_skip_freq") is not None or not plain_scaling(args)),
+        ("head dimension hidden_size / num_attention_heads", not head_dim_is_quotient(args)),
+    ) if bad]
+    if problems:
+        raise ValueError(f"normalization LayerNorm with an MLP without a gate has a config.json form only as StarCoder2 "
+                         f"(starcoder2), which needs {'; '.join(problems)}.")
+    config = base_config(args, vocab_size, dtype, "starcoder2", "Starcoder2ForCausalLM", rope_parameters(args), eps=1e-5)
+    config.update(hidden_act="gelu_pytorch_tanh", norm_epsilon=config.pop("rms_norm_eps"), use_bias=bias,
+                  sliding_window=int(args["sliding_window"]) if args.get("sliding_window") else None,
+                  attention_dropout=0.0, residual_dropout=0.0, embedding_dropout=0.0, pad_token_id=None)
+    config.pop("head_dim")
+    return config
+
+
+def nemotron_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
+    """Nemotron's config.json (nemotron, NemotronForCausalLM) for a model with LayerNorm1P (apply_layernorm_1p; models/
+    hf_config.py reads it back the same): an MLP without a gate, relu(x)^2 (squared_relu), biases on every linear layer
+    or none (attention_bias and mlp_bias), norms before attention and MLP only, RoPE on Llama's pairs of the first
+    rotary_percent of each head, full attention."""
+    bias = args.get("disable_bias_linear", True) is False
+    problems = [what for what, bad in (
+        ("a dense MLP without a gate, relu(x)^2 (squared_relu)",
+         int(args.get("num_experts") or 0) > 1 or not args.get("squared_relu") or gated_mlp(args)
+         or args.get("multi_latent_attention")),
+        ("biases on every linear layer or none (add_qkv_bias as disable_bias_linear: false)",
+         bool(args.get("add_qkv_bias")) != bias),
+        ("norms before attention and MLP only, no q / k norms", not pre_norms_only(args)),
+        ("RoPE on Llama's pairs in every layer, full attention, no Granite multipliers or softmax_scale",
+         args.get("rotary_interleaved") or args.get("sliding_window") or args.get("no_rope_freq")
+         or args.get("window_attn_skip_freq") is not None or not plain_scaling(args)),
+    ) if bad]
+    if problems:
+        raise ValueError(f"apply_layernorm_1p has a config.json form only as Nemotron (nemotron), which needs "
+                         f"{'; '.join(problems)}.")
+    partial = float(args.get("rotary_percent") or 1.0)
+    config = base_config(args, vocab_size, dtype, "nemotron", "NemotronForCausalLM", rope_parameters(args), eps=1e-5)
+    config.update(hidden_act="relu2", norm_eps=config.pop("rms_norm_eps"), attention_bias=bias, mlp_bias=bias,
+                  partial_rotary_factor=partial, pad_token_id=None)
+    config["rope_parameters"]["partial_rotary_factor"] = partial
+    return config
