@@ -232,7 +232,8 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
     one (GRANITE_SCALARS; see their entries); glm: GLM-4 (glm4's layers without its post norms); helium: Helium-1 (ERNIE 4.5's interleaved RoPE); stablelm: StableLM 2 1.6B (LayerNorms with biases); starcoder2: StarCoder2 (LayerNorms, biases everywhere, a tanh-GELU
     MLP without a gate); nemotron: Nemotron (LayerNorm1P, RoPE on half of each head, relu(x)^2 without a gate); cohere: Command R
     (a parallel-residual layer, weight-only LayerNorms, interleaved RoPE, logits x 0.25); cohere2: Command R7B (that
-    layer, a 12-position window with RoPE in the odd layers, the even ones full without RoPE). `overrides` change TINY_HF
+    layer, a 12-position window with RoPE in the odd layers, the even ones full without RoPE); phi: Phi-2 (that layer
+    with LayerNorm biases, biases everywhere and on lm_head, a tanh-GELU MLP without a gate, RoPE on 0.4 of each head). `overrides` change TINY_HF
     (num_hidden_layers=4). `config_only`: return the config.json it would save (as a dict), building nothing."""
     import transformers as tf
 
@@ -329,6 +330,10 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
         "cohere2": lambda: tf.Cohere2Config(**{"logit_scale": 0.25, "sliding_window": 12, "pad_token_id": 0,
                                                "eos_token_id": 2, "bos_token_id": 1,
                                                "sliding_window_pattern": 2, **tiny}),
+        # Phi-2's layout: Cohere's parallel layer with LayerNorm biases, biases everywhere and on lm_head, RoPE on 0.4
+        # of each head (its 32 of 80; 6 of 16 here), gelu_new, its dropouts (0.1 in phi-2's residuals) in config.json
+        "phi": lambda: tf.PhiConfig(**{"partial_rotary_factor": 0.4, "resid_pdrop": 0.1, "pad_token_id": None,
+                                       "bos_token_id": 1, "eos_token_id": 2, **tiny}),
         # Helium-1: Llama with RoPE on interleaved pairs of the whole head (ERNIE 4.5's), eps 1e-8
         "helium": lambda: tf.HeliumConfig(**{"head_dim": 16, "pad_token_id": 0, "eos_token_id": 2, "bos_token_id": 1,
                                              **tiny}),
@@ -507,7 +512,7 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
            "granitemoehybrid": tf.GraniteMoeHybridForCausalLM, "glm": tf.GlmForCausalLM,
            "helium": tf.HeliumForCausalLM, "stablelm": tf.StableLmForCausalLM,
            "starcoder2": tf.Starcoder2ForCausalLM, "nemotron": tf.NemotronForCausalLM,
-           "cohere": tf.CohereForCausalLM, "cohere2": tf.Cohere2ForCausalLM}[arch]
+           "cohere": tf.CohereForCausalLM, "cohere2": tf.Cohere2ForCausalLM, "phi": tf.PhiForCausalLM}[arch]
     torch.manual_seed(seed)
     model = cls(config).eval()
     with torch.no_grad():

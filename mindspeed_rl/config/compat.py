@@ -86,7 +86,6 @@ UNSUPPORTED = {
     "moe_device_level_aux_loss_coeff": ((None, 0), "DeepSeek-V2's device-level balance loss is not implemented"),
     "moe_comm_aux_loss_coeff": ((None, 0), "DeepSeek-V2's communication balance loss is not implemented"),
     "add_dense_bias": ((None, False), "a bias on the attention output projection alone is not implemented"),
-    "add_output_layer_bias": ((None, False), "a bias on the output layer is not implemented"),
     "embed_layernorm": ((None, False), "a LayerNorm after the word embeddings is not implemented"),
     "no_post_layer_norm": ((None, False), "a model without the final norm is not implemented"),
     "shared_expert_gate_output_dimension": ((None, 1), "a shared-expert gate with more than one output is not implemented"),

@@ -62,6 +62,7 @@ class ModelArch:
     rope_local_base_freq: Optional[float] = doc(None, "RoPE theta of the sliding-window layers (window_attn_skip_freq), which rotate with the default rope, without rope scaling or its attention factor (Gemma 3's local layers, OLMo 3's sliding layers); null = every layer rotates with rotary_base")
     geglu: bool = doc(False, "gated GELU MLP with tanh GELU (Gemma's gelu_pytorch_tanh); needs swiglu: false")
     add_rmsnorm_offset: bool = doc(False, "RMSNorms scale by (1 + weight), computed in fp32 (Gemma)")
+    add_output_layer_bias: bool = doc(False, "a bias on the output layer, added to the logits (MindSpeed-LLM's key; Phi-2's lm_head.bias)")
     layernorm_bias: bool = doc(True, "normalization LayerNorm: each LayerNorm adds a bias after its weight (false: a weight only, Cohere's LayerNorm)")
     parallel_residual: bool = doc(False, "attention and MLP both read the layer input normed by its one norm and both add to it: x + attn(ln(x)) + mlp(ln(x)) (Cohere's, Command R7B's); no pre-MLP norm")
     apply_layernorm_1p: bool = doc(False, "LayerNorms scale by (1 + weight), then add their bias, computed in fp32 (Megatron-LM's --apply-layernorm-1p; Nemotron's LayerNorm1P); needs normalization: LayerNorm")

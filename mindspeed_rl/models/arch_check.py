@@ -57,7 +57,7 @@ _HF_KEY = {
     "softmax_scale": "attention_multiplier / query_pre_attn_scalar^-1/2",
     "window_attn_skip_freq": "layer_types / sliding_window_pattern", "rope_local_base_freq": "rope_local_base_freq",
     "geglu": "hidden_activation", "add_rmsnorm_offset": "model_type", "apply_layernorm_1p": "model_type",
-    "layernorm_bias": "model_type", "parallel_residual": "model_type",
+    "layernorm_bias": "model_type", "parallel_residual": "model_type", "add_output_layer_bias": "model_type",
     "post_norm": "model_type",
     "input_embeds_norm": "model_type", "attn_logit_softcapping": "attn_logit_softcapping",
     "output_logit_softcapping": "final_logit_softcapping", "pre_norm": "model_type",
@@ -73,7 +73,7 @@ _HF_KEY = {
 # what a config.json without the key means (not Granite: no multiplier)
 _HF_DEFAULTS = {"embedding_multiplier_scale": 1.0, "residual_multiplier": 1.0, "output_multiplier_scale": 1.0,
                 "geglu": False, "add_rmsnorm_offset": False, "apply_layernorm_1p": False, "layernorm_bias": True,
-                "parallel_residual": False, "post_norm": False, "input_embeds_norm": False,
+                "parallel_residual": False, "add_output_layer_bias": False, "post_norm": False, "input_embeds_norm": False,
                 "pre_norm": True, "qk_layernorm_across_heads": False, "qk_layernorm_after_rope": False,
                 "rotary_interleaved": False,
                 "squared_relu": False, "xielu": False, "openai_gelu": False, "moe_layer_freq": 1, "moe_router_score_function": "softmax",

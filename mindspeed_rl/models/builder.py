@@ -571,6 +571,8 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
             from mindspeed_rl.models import cohere
 
             cohere.install_parallel_residual(model)
+        if _get(args, "add_output_layer_bias", False) and getattr(model, "post_process", False):  # Phi-2's lm_head.bias
+            _add_output_bias(model)
         if config.qk_layernorm_after_rope:  # HunYuan (models/qk_norm_after_rope.py)
             from mindspeed_rl.models import qk_norm_after_rope
 
@@ -695,6 +697,18 @@ def _takes_vp_stage() -> bool:
 def _layers_per_chunk(config: TransformerConfig) -> int:
     vpp = config.virtual_pipeline_model_parallel_size or 1
     return config.num_layers // (config.pipeline_model_parallel_size * vpp)
+
+
+def _add_output_bias(model: torch.nn.Module) -> None:
+    """A (V / TP,) bias on the output layer (add_output_layer_bias), zeros until loaded: megatron builds the layer
+    without one, and its ColumnParallelLinear adds `bias` when it has one (skip_bias_add is false there), so the logits
+    of every forward through the module carry it; the decode steps add it themselves (rollout/kv_cache.py)."""
+    from megatron.core.tensor_parallel.layers import set_tensor_model_parallel_attributes
+
+    layer = model.output_layer
+    rows = layer.output_size_per_partition
+    layer.bias = torch.nn.Parameter(torch.zeros(rows, dtype=model.config.params_dtype))
+    set_tensor_model_parallel_attributes(layer.bias, True, 0, 1)
 
 
 def _virtual_stage_ends(vp_stage: int, pre_process: Optional[bool], post_process: Optional[bool]):

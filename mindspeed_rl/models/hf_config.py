@@ -21,7 +21,7 @@ HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_mo
             "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus",
             "qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_dense", "hunyuan_v1_moe",
             "granitemoe", "granitemoeshared", "granitemoehybrid", "glm", "helium", "stablelm",
-            "starcoder2", "nemotron", "cohere", "cohere2")
+            "starcoder2", "nemotron", "cohere", "cohere2", "phi")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss",
              "minimax_m2", "ernie4_5_moe", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_moe",
@@ -55,6 +55,7 @@ HF_DEFAULTS = {
     "stablelm": {"partial_rotary_factor": 0.25, "layer_norm_eps": 1e-5},  # transformers' StableLmConfig
     "starcoder2": {"norm_epsilon": 1e-5, "use_bias": True, "hidden_act": "gelu_pytorch_tanh"},  # its Starcoder2Config
     "nemotron": {"partial_rotary_factor": 0.5, "norm_eps": 1e-5, "hidden_act": "relu2"},  # its NemotronConfig
+    "phi": {"partial_rotary_factor": 0.5, "layer_norm_eps": 1e-5, "hidden_act": "gelu_new"},  # its PhiConfig
     "cohere": {"logit_scale": 0.0625, "layer_norm_eps": 1e-5, "tie_word_embeddings": True},  # its CohereConfig
     "cohere2": {"logit_scale": 0.0625, "layer_norm_eps": 1e-5, "tie_word_embeddings": True, "sliding_window": 4096},
     "seed_oss": {"attention_bias": True},
@@ -136,6 +137,10 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     interleaved pairs of the whole head, tied embeddings and the logits times logit_scale (output_multiplier_scale);
     per-head q / k norms (use_qk_norm: Command R+) are refused. Cohere 2 (cohere2: Command R7B, Command A) is that
     layer with EXAONE 4.0's hybrid layers: three of four sliding with RoPE, the fourth full without (sliding_nope_args).
+    Phi-2 (phi: phi-2, phi-1_5, phi-1) is Cohere's parallel-residual layer with LayerNorms that have biases, biases on
+    every linear layer and on lm_head (add_output_layer_bias), an MLP without a gate, fc2(gelu_tanh(fc1(x)))
+    (openai_gelu), and RoPE on the first partial_rotary_factor of each head (Llama's pairs); its per-head q / k
+    LayerNorms (qk_layernorm: true, in no release) are refused, its dropouts not taken (RL trains without dropout).
     Helium (helium: Kyutai's Helium-1 2B) is ERNIE 4.5's layout below (RoPE on interleaved pairs of the whole head),
     q / k / v biases where attention_bias says.
     GLM-4 (glm4: GLM-4-9B / 32B-0414, GLM-Z1) is Qwen2's q / k / v biases with norms after attention
@@ -220,6 +225,9 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     if model_type == "seed_oss" and hf.get("attention_out_bias"):
         raise ValueError("config.json attention_out_bias=true (a bias on o_proj) is not supported; Seed-OSS's "
                          "releases have none.")
+    if model_type == "phi" and hf.get("qk_layernorm"):
+        raise ValueError("config.json qk_layernorm=true (per-head LayerNorms on q and k) is not supported for phi; "
+                         "Phi-2's and Phi-1.5's releases (false) are.")
     if model_type in ("cohere", "cohere2") and hf.get("use_qk_norm"):
         raise ValueError("config.json use_qk_norm=true (Command R+'s per-head LayerNorms on q and k) is not supported; "
                          "Command R's, Aya's and Command R7B's (false) are.")
@@ -239,9 +247,9 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     partial = float(rope.get("partial_rotary_factor") or hf.get("partial_rotary_factor") or 1.0)
     rotary_percent = partial if partial != 1.0 else None
     if rotary_percent is not None and model_type not in ("phi3", "glm", "glm4", "glm4_moe", "minimax_m2", "stablelm",
-                                                         "nemotron", *QWEN3_5_ARCHS):
+                                                         "nemotron", "phi", *QWEN3_5_ARCHS):
         raise ValueError(f"config.json partial_rotary_factor {partial} is supported for phi3, glm, glm4, glm4_moe, "
-                         f"stablelm, nemotron, "
+                         f"stablelm, nemotron, phi, "
                          f"minimax_m2, qwen3_5_text and qwen3_next models only, not {model_type}.")
     if hf.get("clip_qkv") is not None:
         raise ValueError(f"config.json clip_qkv {hf['clip_qkv']} (queries, keys and values clamped to +-clip_qkv) is "
@@ -253,7 +261,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError("config.json use_sliding_window=true is not supported; set it to false.")
     activation = gemma_activation(hf) if model_type in GEMMA_ARCHS else hf.get("hidden_act", "silu")
     wanted, mlp = (("gelu_pytorch_tanh", "GeGLU") if model_type in GEMMA_ARCHS else
-                   ("gelu_pytorch_tanh", "GELU with the tanh approximation") if model_type == "starcoder2" else ("relu2", "squared ReLU")
+                   ("gelu_pytorch_tanh", "GELU with the tanh approximation") if model_type == "starcoder2" else
+                   ("gelu_new", "GELU with the tanh approximation") if model_type == "phi" else ("relu2", "squared ReLU")
                    if model_type in ("arcee", "nemotron") else ("xielu", "xIELU") if model_type == "apertus" else ("silu", "SwiGLU"))
     if activation != wanted:
         raise ValueError(f"config.json hidden_act {activation!r} is not supported for {model_type}; only {wanted} "
@@ -283,7 +292,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         "max_position_embeddings": int(hf.get("max_position_embeddings", 4096)),
         "rotary_base": float(rope.get("rope_theta", hf.get("rope_theta", 10000.0))),
         "normalization": "RMSNorm",
-        "norm_epsilon": float(hf["layer_norm_eps"] if model_type in ("stablelm", "cohere", "cohere2") else hf["norm_epsilon"]
+        "norm_epsilon": float(hf["layer_norm_eps"] if model_type in ("stablelm", "cohere", "cohere2", "phi") else hf["norm_epsilon"]
                               if model_type == "starcoder2" else hf["norm_eps"] if model_type == "nemotron"
                               else hf.get("rms_norm_eps", 1e-6)),
         "swiglu": True,
@@ -353,6 +362,9 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
             args["output_multiplier_scale"] = float(hf["logit_scale"])
     if model_type == "cohere2":
         args.update(sliding_nope_args(hf, args["num_layers"]))
+    if model_type == "phi":  # Phi-2: Cohere's layer with LayerNorm biases, biases everywhere, fc2(gelu_tanh(fc1(x)))
+        args.update(normalization="LayerNorm", parallel_residual=True, swiglu=False, openai_gelu=True, add_qkv_bias=True,
+                    disable_bias_linear=False, add_output_layer_bias=True)
     if model_type in ("ernie4_5", "ernie4_5_moe", "helium"):  # ERNIE 4.5, Helium: Llama with RoPE on interleaved pairs
         args["rotary_interleaved"] = True
     if model_type == "arcee":  # Arcee: up_proj alone, relu(x)^2

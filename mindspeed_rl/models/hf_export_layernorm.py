@@ -1,6 +1,6 @@
 """config.json writers of the models with LayerNorms (normalization: LayerNorm) for models/hf_export_config.py:
 StableLM 2 (gated MLP), StarCoder2 (tanh-GELU MLP without a gate), Nemotron (LayerNorm1P, squared-ReLU MLP) and
-Cohere / Cohere 2 (weight-only LayerNorms in a parallel-residual layer). Each is read back the same by
+Cohere / Cohere 2 (weight-only LayerNorms in a parallel-residual layer), Phi-2 (that layer with LayerNorm biases). Each is read back the same by
 models/hf_config.model_config_from_hf; a combination none of them can say is refused in one sentence.
 """
 
@@ -17,13 +17,48 @@ from mindspeed_rl.models.hf_export_base import (base_config, head_dim_is_quotien
 
 
 def layernorm_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
-    """The config.json of a model with LayerNorms: Cohere's for parallel_residual, Nemotron's for apply_layernorm_1p,
+    """The config.json of a model with LayerNorms: Phi-2's for parallel_residual with LayerNorm biases, Cohere's for
+    parallel_residual without, Nemotron's for apply_layernorm_1p,
     StableLM's for a gated MLP, StarCoder2's otherwise."""
+    if args.get("parallel_residual") and args.get("layernorm_bias", True) is not False:
+        return phi_config(args, vocab_size, dtype)
     if args.get("parallel_residual") or args.get("layernorm_bias") is False:
         return cohere_config(args, vocab_size, dtype)
     if args.get("apply_layernorm_1p"):
         return nemotron_config(args, vocab_size, dtype)
     return (stablelm_config if gated_mlp(args) else starcoder2_config)(args, vocab_size, dtype)
+
+
+def phi_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
+    """Phi-2's config.json (phi, PhiForCausalLM) for a parallel-residual model with LayerNorms that have biases: biases on
+    every linear layer and on the output layer (add_output_layer_bias), an MLP without a gate, gelu with the tanh
+    approximation (openai_gelu), RoPE on Llama's pairs of the first rotary_percent of each head of hidden_size /
+    num_attention_heads, full attention, untied embeddings."""
+    problems = [what for what, bad in (
+        ("one LayerNorm with a bias before attention and MLP together (parallel_residual, no apply_layernorm_1p or q / k "
+         "norms)", not args.get("parallel_residual") or args.get("apply_layernorm_1p") or not pre_norms_only(args)),
+        ("a dense MLP without a gate, gelu with the tanh approximation (openai_gelu)",
+         int(args.get("num_experts") or 0) > 1 or not args.get("openai_gelu") or args.get("multi_latent_attention")),
+        ("biases on every linear layer and on the output layer (add_qkv_bias, disable_bias_linear: false, "
+         "add_output_layer_bias)", not args.get("add_qkv_bias") or args.get("disable_bias_linear", True) is not False
+         or not args.get("add_output_layer_bias")),
+        ("RoPE on Llama's pairs in every layer, full attention, untied embeddings, no Granite multipliers or softmax_scale",
+         args.get("rotary_interleaved") or args.get("sliding_window") or args.get("no_rope_freq")
+         or args.get("window_attn_skip_freq") is not None or not plain_scaling(args)
+         or not args.get("untie_embeddings_and_output_weights")),
+        ("head dimension hidden_size / num_attention_heads", not head_dim_is_quotient(args)),
+    ) if bad]
+    if problems:
+        raise ValueError(f"parallel_residual with LayerNorm biases has a config.json form only as Phi-2 (phi), which "
+                         f"needs {'; '.join(problems)}.")
+    partial = float(args.get("rotary_percent") or 1.0)
+    config = base_config(args, vocab_size, dtype, "phi", "PhiForCausalLM", rope_parameters(args), eps=1e-5)
+    config.update(hidden_act="gelu_new", layer_norm_eps=config.pop("rms_norm_eps"), qk_layernorm=False,
+                  partial_rotary_factor=partial, resid_pdrop=0.0, embd_pdrop=0.0, attention_dropout=0.0,
+                  pad_token_id=None)
+    config.pop("head_dim")
+    config["rope_parameters"]["partial_rotary_factor"] = partial
+    return config
 
 
 def cohere_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:

@@ -69,7 +69,7 @@ from mindspeed_rl.utils.logging import get_logger
 log = get_logger(__name__)
 
 BUCKET_BYTES = 256 * 2 ** 20  # default chunk of an update: what the engine holds beyond its weights
-_VOCAB_ROWS = ("model.embed_tokens.weight", "lm_head.weight")
+_VOCAB_ROWS = ("model.embed_tokens.weight", "lm_head.weight", "lm_head.bias")  # cut to the real vocabulary
 
 
 def vllm_available() -> bool:
@@ -302,6 +302,18 @@ def _native_cpu_mla_rope(model: torch.nn.Module) -> int:
     return done
 
 
+def _register_lm_head_bias(model: torch.nn.Module) -> None:
+    """Give lm_head its bias before the first sync (Phi-2: lm_head.bias). vLLM 0.32 serves Phi through its Transformers
+    backend, whose lm_head registers a bias only when a checkpoint load meets one; the engine starts from dummy
+    weights and syncs by the layer-wise reload, which keeps the parameters a layer had when it began and dropped
+    the bias registered during it (generate then failed: "'ParallelLMHead' object has no attribute 'bias'"). Zeros
+    until the first sync fills it."""
+    head = getattr(model, "lm_head", None)
+    if head is not None and getattr(head, "bias", None) is None and hasattr(head, "_register_bias"):
+        head._register_bias()
+        head.bias.data.zero_()
+
+
 def _retie_embeddings(model: torch.nn.Module) -> None:
     """A tied lm_head gets no tensor of its own: the layer-wise reload puts the embedding's new
     tensor in place but leaves lm_head on the old one (and, on CPU, on a GEMM handle prepacked
@@ -505,6 +517,8 @@ class VLLMEngine:
             self.llm.apply_model(_native_cpu_mla_rope)
         if kind == "apertus":
             self.llm.apply_model(functools.partial(_xielu_in_model_dtype, dtype=dtype))
+        if kind == "phi":  # lm_head.bias (models/builder._add_output_bias's)
+            self.llm.apply_model(_register_lm_head_bias)
         self.start_s = time.perf_counter() - t0
         log.info("vLLM engine up in %.1f s (%s, TP %d, dtype %s)", self.start_s, self.platform_name,
                  tensor_parallel_size, dtype)

@@ -155,6 +155,7 @@ _GLOBAL_MAP = {
     "decoder.final_layernorm.weight": ("replicated", ("model.norm.weight",)),
     "decoder.final_layernorm.bias": ("replicated", ("model.norm.bias",)),
     "output_layer.weight": ("vocab", ("lm_head.weight",)),
+    "output_layer.bias": ("vocab", ("lm_head.bias",)),  # add_output_layer_bias (Phi-2): (V,), padded and split alike
     # reward models (models/reward_model.py): the (1, h) head of *ForSequenceClassification
     "output_layer.score.weight": ("replicated", ("score.weight",)),
 }
@@ -241,15 +242,16 @@ def read_shard(reader: TensorReader, kind: str, names: tuple[str, ...], dims: Di
         for n in names:
             check_shape(reader, n, (d.ffn, d.hidden))
         return torch.cat([reader.read(n, rows=rows) for n in names], dim=0)
-    if kind == "vocab":  # (V, h) -> rows [r*Vp/tp, (r+1)*Vp/tp) of the zero-padded (Vp, h)
-        vocab, hidden = reader.shape(names[0])
-        if hidden != d.hidden or vocab > d.vocab_padded:
+    if kind == "vocab":  # (V, h) -> rows [r*Vp/tp, (r+1)*Vp/tp) of the zero-padded (Vp, h); an output bias (V,) alike
+        shape = tuple(reader.shape(names[0]))
+        vocab, rest = shape[0], shape[1:]
+        if rest not in ((d.hidden,), ()) or vocab > d.vocab_padded:
             raise UserInputError(
-                f"tensor {names[0]} in {reader.where(names[0])} has shape [{vocab}, {hidden}], which does "
+                f"tensor {names[0]} in {reader.where(names[0])} has shape {list(shape)}, which does "
                 f"not fit hidden_size {d.hidden} and padded_vocab_size {d.vocab_padded}.")
         rows = _chunk(d.vocab_padded, tp, rank, "padded_vocab_size")
         real = reader.read(names[0], rows=slice(min(rows.start, vocab), min(rows.stop, vocab)))
-        out = real.new_zeros(rows.stop - rows.start, hidden)
+        out = real.new_zeros(rows.stop - rows.start, *rest)
         out[: real.shape[0]] = real
         return out
     if kind == "qkv":  # q (np*hn, ...), k/v (ng*hn, ...) -> per-group [q | k | v] of this rank's groups

@@ -86,6 +86,11 @@ _STORED_AS["granitemoehybrid_dense"] = (("mlp.down_proj.weight", "shared_mlp.out
 
 
 # StarCoder2 calls its MLP without a gate c_fc (up) and c_proj (down), with biases
+# Phi-2: o_proj as dense, up / down as fc1 / fc2 (with biases), the final norm as final_layernorm
+_STORED_AS["phi"] = (*((f"self_attn.o_proj.{k}", f"self_attn.dense.{k}") for k in ("weight", "bias")),
+                     *((f"mlp.{c}_proj.{k}", f"mlp.{s}.{k}") for c, s in (("up", "fc1"), ("down", "fc2"))
+                       for k in ("weight", "bias")),
+                     *((f"norm.{k}", f"final_layernorm.{k}") for k in ("weight", "bias")))
 _STORED_AS["starcoder2"] = tuple((f"mlp.{c}_proj.{k}", f"mlp.{s}.{k}") for c, s in (("up", "c_fc"), ("down", "c_proj"))
                                  for k in ("weight", "bias"))
 

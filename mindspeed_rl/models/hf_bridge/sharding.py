@@ -132,6 +132,8 @@ def stage_param_names(args: Mapping[str, Any], pp_size: int, pp_rank: int, vpp_s
         names += [f"decoder.final_layernorm.{n}" for n in norms]
         if not tied or not first:  # tied at PP>1: the last stage keeps its own copy of the embedding
             names.append("output_layer.weight")
+        if args.get("add_output_layer_bias"):  # Phi-2's lm_head.bias, after the weight (tied or not)
+            names.append("output_layer.bias")
     return names
 
 

@@ -1,7 +1,7 @@
 """`load:` a HF directory with an empty model yaml: the architecture comes from config.json.
 
 Table over every architecture the model builder supports (Llama with llama3 rope scaling, Mistral,
-Phi-3, Qwen2 / Qwen2.5, Qwen3, Qwen3-MoE, Qwen2-MoE, Mixtral, SmolLM3, Granite, Gemma 3, Gemma 2, Gemma 1, OLMo 2, OLMo 3, Ministral 3, EXAONE 4.0, Seed-OSS, GLM-4, ERNIE 4.5, Arcee, GLM-4.5, DeepSeek-V3, DeepSeek-V2, GLM-4.7-Flash, gpt-oss, MiniMax-M2, Qwen3.5, Qwen3-Next, OLMoE, FlexOlmo, HunYuan, HunYuan-MoE, Granite MoE, Granite 4.0, GLM-4 (glm), Helium, StableLM 2, Nemotron, Cohere, Cohere 2, StarCoder2): an empty model entry (or none at all) dry-runs; a key the user did set that
+Phi-3, Qwen2 / Qwen2.5, Qwen3, Qwen3-MoE, Qwen2-MoE, Mixtral, SmolLM3, Granite, Gemma 3, Gemma 2, Gemma 1, OLMo 2, OLMo 3, Ministral 3, EXAONE 4.0, Seed-OSS, GLM-4, ERNIE 4.5, Arcee, GLM-4.5, DeepSeek-V3, DeepSeek-V2, GLM-4.7-Flash, gpt-oss, MiniMax-M2, Qwen3.5, Qwen3-Next, OLMoE, FlexOlmo, HunYuan, HunYuan-MoE, Granite MoE, Granite 4.0, GLM-4 (glm), Helium, StableLM 2, Nemotron, Cohere, Cohere 2, Phi-2, StarCoder2): an empty model entry (or none at all) dry-runs; a key the user did set that
 disagrees fails in dry_run with one sentence naming both values; weights whose safetensors
 headers do not fit config.json fail in dry_run too (headers only).
 """
@@ -58,6 +58,9 @@ ARCHS = {"llama": dict(rotary_base=5000.0, rope_scaling_type="llama3", untie_emb
          # Command R7B: that layer, the first sliding with RoPE, the second full without
          "cohere2": dict(parallel_residual=True, layernorm_bias=False, window_attn_skip_freq=[1, 0], no_rope_freq=[0, 1],
                          sliding_window=12, output_multiplier_scale=0.25),
+         # Phi-2: Cohere's layer with LayerNorm biases, biases everywhere and on lm_head, gelu_tanh(fc1) without a gate
+         "phi": dict(parallel_residual=True, add_output_layer_bias=True, openai_gelu=True, swiglu=False,
+                     disable_bias_linear=False, rotary_percent=0.4, layernorm_bias=True),
          "gemma3_text": dict(window_attn_skip_freq=[1, 0], sliding_window=12, rope_local_base_freq=1e4, post_norm=True,
                              add_rmsnorm_offset=True, geglu=True, swiglu=False, input_embeds_norm=True,
                              rope_scaling_type="linear", rotary_base=1e5),

@@ -134,7 +134,7 @@ def load_exported(out):
                                              ("gemma3_text", True), ("gemma2", True), ("phi3-partial", True),
                                              ("mixtral", True), ("olmo2", True), ("olmo3", True), ("stablelm", True),
                                              ("starcoder2", True), ("nemotron", True),
-                                             ("cohere2", True)])
+                                             ("cohere2", True), ("phi", True)])
 def test_live_export_loads_in_transformers(gloo_world1, tmp_path, arch, synthesize):
     """synthesize: config.json written from the Megatron args (a yaml-built model or a Megatron
     checkpoint): Gemma 3 / 2 in their own config.json, partial rotary as Phi-3's, and the tensors
