@@ -9,7 +9,7 @@ from typing import Any, Mapping
 
 import torch
 
-from mindspeed_rl.models.hf_config import window_pattern
+from mindspeed_rl.models.hf_config import no_rope_pattern, window_pattern
 
 DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 GRANITE_SCALARS = ("embedding_multiplier_scale", "residual_multiplier", "output_multiplier_scale")  # the keys of Granite's multipliers
@@ -30,6 +30,17 @@ def head_dim_is_quotient(args: Mapping[str, Any]) -> bool:
     """Whether the head dimension is hidden_size / num_attention_heads (config.json without head_dim says so)."""
     heads = int(args["num_attention_heads"])
     return int(args.get("kv_channels") or args["hidden_size"] // heads) * heads == int(args["hidden_size"])
+
+
+def sliding_nope_layout(args: Mapping[str, Any]) -> tuple[bool, bool]:
+    """(hybrid, fits) of the hybrid layers EXAONE 4.0's and Cohere 2's config.json say (models/hf_config.sliding_nope_args):
+    whether the args have sliding layers (a sliding_window or window_attn_skip_freq), and whether RoPE is in every
+    layer without windows, or in the sliding layers only (no_rope_freq exactly on the full ones)."""
+    layers = int(args["num_layers"])
+    pattern = window_pattern(args.get("window_attn_skip_freq"), layers)
+    hybrid = bool(args.get("sliding_window")) or pattern is not None
+    no_rope = no_rope_pattern(args.get("no_rope_freq"), layers) or [0] * layers
+    return hybrid, no_rope == ([1 - t for t in pattern or [1] * layers] if hybrid else [0] * layers)
 
 
 def base_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype, model_type: str, cls: str,

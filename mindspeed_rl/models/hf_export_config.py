@@ -17,7 +17,7 @@ from mindspeed_rl.models.hf_bridge.mapping import gated_mlp
 from mindspeed_rl.models.hf_bridge.sharding import moe_layers
 from mindspeed_rl.models.hf_config import kv_channels, no_rope_pattern, window_pattern
 from mindspeed_rl.models.hf_export_base import (DTYPE_NAMES, GRANITE_SCALARS, base_config, layer_types_config,  # noqa: F401
-                                                per_type_rope, plain_scaling, rope_parameters)
+                                                per_type_rope, plain_scaling, rope_parameters, sliding_nope_layout)
 from mindspeed_rl.models.hf_export_layernorm import layernorm_config
 
 def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype = torch.float32) -> dict[str, Any]:
@@ -614,10 +614,7 @@ def exaone4_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype)
     layer full attention with RoPE (1.2B), or sliding layers with RoPE where window_attn_skip_freq marks them and
     full ones without (32B: no_rope_freq exactly on the full layers). Other combinations have no form."""
     layers = int(args["num_layers"])
-    pattern = window_pattern(args.get("window_attn_skip_freq"), layers)
-    hybrid = bool(args.get("sliding_window")) or pattern is not None
-    types = (pattern or [1] * layers) if hybrid else None
-    no_rope = no_rope_pattern(args.get("no_rope_freq"), layers) or [0] * layers
+    hybrid, fits = sliding_nope_layout(args)
     problems = [what for what, bad in (
         ("norms after attention and MLP only, per-head q / k norms (pre_norm: false, post_norm, qk_layernorm)",
          args.get("post_norm") is not True or args.get("add_rmsnorm_offset") or args.get("input_embeds_norm")),
@@ -627,7 +624,7 @@ def exaone4_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype)
         ("RoPE on Llama's pairs of whole heads, no Granite multipliers or softmax_scale",
          float(args.get("rotary_percent") or 1.0) != 1.0 or args.get("rotary_interleaved") or not plain_scaling(args)),
         ("RoPE in every layer without windows, or in the sliding layers only (no_rope_freq on the full ones)",
-         no_rope != ([1 - t for t in types] if hybrid else [0] * layers)),
+         not fits),
     ) if bad]
     if problems:
         raise ValueError(f"norms after attention and MLP with per-head q / k norms have a config.json form only as EXAONE "

@@ -11,9 +11,8 @@ from typing import Any, Mapping
 import torch
 
 from mindspeed_rl.models.hf_bridge.mapping import gated_mlp
-from mindspeed_rl.models.hf_config import no_rope_pattern, window_pattern
 from mindspeed_rl.models.hf_export_base import (base_config, head_dim_is_quotient, layer_types_config, plain_scaling,
-                                                pre_norms_only, rope_parameters)
+                                                pre_norms_only, rope_parameters, sliding_nope_layout)
 
 
 def layernorm_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
@@ -67,11 +66,7 @@ def cohere_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) 
     pairs of whole heads of hidden_size / num_attention_heads, tied embeddings, the logits times logit_scale
     (output_multiplier_scale); every layer full with RoPE (cohere), or sliding layers with RoPE where
     window_attn_skip_freq marks them and full ones without (cohere2). Other combinations have no form."""
-    layers = int(args["num_layers"])
-    pattern = window_pattern(args.get("window_attn_skip_freq"), layers)
-    hybrid = bool(args.get("sliding_window")) or pattern is not None
-    types = (pattern or [1] * layers) if hybrid else None
-    no_rope = no_rope_pattern(args.get("no_rope_freq"), layers) or [0] * layers
+    hybrid, fits = sliding_nope_layout(args)
     problems = [what for what, bad in (
         ("one weight-only LayerNorm before attention and MLP together (parallel_residual, layernorm_bias: false, no "
          "apply_layernorm_1p or q / k norms)",
@@ -87,7 +82,7 @@ def cohere_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) 
          or float(args.get("embedding_multiplier_scale") or 1.0) != 1.0
          or float(args.get("residual_multiplier") or 1.0) != 1.0),
         ("RoPE in every layer without windows, or in the sliding layers only (no_rope_freq on the full ones)",
-         no_rope != ([1 - t for t in types] if hybrid else [0] * layers)),
+         not fits),
         ("head dimension hidden_size / num_attention_heads", not head_dim_is_quotient(args)),
     ) if bad]
     if problems:
