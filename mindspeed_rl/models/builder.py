@@ -532,19 +532,14 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
         install_rotary()
     if config.sequence_parallel:  # megatron's torch-norm fallback refuses SP: models/parallel.py
         spec = sequence_parallel_spec(spec, _layers_per_chunk(config))
-    if config.add_rmsnorm_offset:  # Gemma's (1 + w) RMSNorm everywhere, the final norm included
-        from mindspeed_rl.models import gemma
-
-        spec = gemma.offset_norm_spec(gemma.as_block_spec(spec, _layers_per_chunk(config)), gemma.norm_classes())
-    if config.apply_layernorm_1p:  # Nemotron's LayerNorm1P (1 + w, with its bias) everywhere, the final norm included
-        from mindspeed_rl.models import gemma
-
-        spec = gemma.offset_norm_spec(gemma.as_block_spec(spec, _layers_per_chunk(config)), gemma.norm_classes(),
-                                      gemma.OffsetLayerNorm)
-    if config.normalization == "LayerNorm" and not config.layernorm_bias:  # Cohere's LayerNorms: a weight, no bias
+    # norms of their own everywhere, the final norm included: Gemma's (1 + w) RMSNorm, Nemotron's LayerNorm1P (1 + w,
+    # with its bias), Cohere's weight-only LayerNorm (validation allows one of them at a time)
+    if config.add_rmsnorm_offset or config.apply_layernorm_1p or not config.layernorm_bias:
         from mindspeed_rl.models import cohere, gemma
 
-        spec = cohere.weight_only_norm_spec(gemma.as_block_spec(spec, _layers_per_chunk(config)), gemma.norm_classes())
+        cls = (gemma.OffsetRMSNorm if config.add_rmsnorm_offset else gemma.OffsetLayerNorm if config.apply_layernorm_1p
+               else cohere.WeightOnlyLayerNorm)
+        spec = gemma.norms_replaced(gemma.as_block_spec(spec, _layers_per_chunk(config)), cls)
     if not config.pre_norm or config.qk_layernorm_across_heads:  # OLMo 2 (models/olmo.py)
         from mindspeed_rl.models import olmo
 

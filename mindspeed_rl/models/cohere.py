@@ -11,18 +11,14 @@ local layer spec does not have (models/builder.py installs them from the keys hf
   attention's normed input themselves (rollout/kv_cache.py);
 - layernorm_bias false: LayerNorms with a weight and no bias (CohereLayerNorm: mean and variance in fp32, then the
   weight): `WeightOnlyLayerNorm`, torch's LayerNorm without a bias, swapped into the spec in place of megatron's
-  norm classes, the final norm included.
+  norm classes, the final norm included (models/gemma.norms_replaced).
 
 With sequence parallelism the layer input is this rank's sequence shard, as input_layernorm's is, and the norm
 weights are marked `sequence_parallel` (models/parallel.SequenceParallelNorm's convention).
 """
 from __future__ import annotations
 
-from typing import Any
-
 import torch
-
-from mindspeed_rl.models.spec_tree import swap_in_spec
 
 
 class WeightOnlyLayerNorm:
@@ -35,13 +31,6 @@ class WeightOnlyLayerNorm:
         norm = torch.nn.LayerNorm(hidden_size, eps=eps, bias=False)
         setattr(norm.weight, "sequence_parallel", bool(getattr(config, "sequence_parallel", False)))
         return norm
-
-
-def weight_only_norm_spec(spec: Any, norm_classes: tuple) -> Any:
-    """A copy of a block spec with each of `norm_classes` (models/gemma.norm_classes) replaced by WeightOnlyLayerNorm."""
-    for old in norm_classes:
-        spec = swap_in_spec(spec, old, WeightOnlyLayerNorm)
-    return spec
 
 
 class ParallelMLPInput(torch.nn.Module):

@@ -4,7 +4,7 @@ with a plain RMSNorm: models/olmo.py):
 
 - add_rmsnorm_offset: every RMSNorm scales by (1 + weight), in fp32, then casts back, exactly as
   transformers' Gemma3RMSNorm and vLLM's GemmaRMSNorm compute it. `OffsetRMSNorm` takes megatron's
-  norm signature and goes into the spec in place of its norm classes (`offset_norm_spec`), so the
+  norm signature and goes into the spec in place of its norm classes (`norms_replaced`), so the
   layer, q/k and final norms all use it and the checkpoint keeps HF's weights as they are (no +1 in
   the weight conversion). Nemotron's LayerNorm1P is the same offset on a LayerNorm with its bias
   (apply_layernorm_1p, Megatron-LM's --apply-layernorm-1p): `OffsetLayerNorm`, swapped in alike;
@@ -78,11 +78,11 @@ class OffsetLayerNorm(torch.nn.Module):
         return h.type_as(x)
 
 
-def offset_norm_spec(spec: Any, norm_classes: tuple, cls: type = OffsetRMSNorm) -> Any:
-    """A copy of a block spec (TransformerBlockSubmodules) with each of `norm_classes` (megatron's
-    norm implementations and models/parallel.SequenceParallelNorm) replaced by `cls` (OffsetRMSNorm or
-    OffsetLayerNorm)."""
-    for old in norm_classes:
+def norms_replaced(spec: Any, cls: type) -> Any:
+    """A copy of a block spec (TransformerBlockSubmodules) with each of norm_classes() (megatron's norm
+    implementations and models/parallel.SequenceParallelNorm) replaced by `cls`: OffsetRMSNorm, OffsetLayerNorm or
+    models/cohere.WeightOnlyLayerNorm."""
+    for old in norm_classes():
         spec = swap_in_spec(spec, old, cls)
     return spec
 
