@@ -206,7 +206,7 @@ def glm4_moe_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype
     """GLM-4.5's config.json (glm4_moe) for an MoE model with sigmoid routing or dense layers among
     the MoE ones, or DeepSeek-V3's (deepseek_v3: the same MoE with multi-latent attention), or
     DeepSeek-V2's (deepseek_v2: multi-latent attention, softmax routing without renormalising)
-    (models/hf_moe_config.glm4_moe_args / deepseek_v2_moe_args, hf_config.mla_args, read back the same); what it
+    (models/hf_moe_config.glm4_moe_args / deepseek_v2_moe_args, hf_moe_config.mla_args, read back the same); what it
     cannot say is refused."""
     mla, v2 = model_type in ("deepseek_v3", "deepseek_v2"), model_type == "deepseek_v2"
     if int(args.get("num_experts") or 0) <= 1:

@@ -1,7 +1,8 @@
 """Hugging Face config.json -> megatron's MoE arguments (dict logic, no megatron): how each MoE model type
 routes (softmax or sigmoid, top-k renormalised or not, the expert bias, groups, routed scale), its shared
 experts, which layers are dense, and the multi-token-prediction layers a checkpoint keeps after its last
-layer. models/hf_config.model_config_from_hf calls moe_args_from_hf for an MoE config.json.
+layer; and the multi-latent attention of the DeepSeek-V3 family's MoE models (mla_args). models/hf_config.
+model_config_from_hf calls moe_args_from_hf for an MoE config.json, mla_args for an MLA one.
 """
 
 from __future__ import annotations
@@ -336,3 +337,36 @@ def moe_layer_pattern(moe_layer_freq: Any, num_layers: int) -> list[int]:
         raise ValueError(f"moe_layer_freq {list(moe_layer_freq)} must hold one 0 or 1 per layer ({num_layers}), at "
                          "least one 1 (1 = MoE layer).")
     return pattern
+
+
+def mla_args(hf: Mapping[str, Any]) -> dict[str, Any]:
+    """Megatron args of DeepSeek-V3's multi-latent attention (deepseek_v3: DeepSeek-V3 / R1, Kimi K2's
+    layout, Moonlight; deepseek_v2: DeepSeek-V2 / V2-Lite, the same attention): q = q_b(norm(q_a(x))) (or one q_proj when q_lora_rank is null), k / v from
+    kv_b(norm(c)) of the compressed c = kv_a(x)[:kv_lora_rank], plus RoPE on qk_rope_head_dim dimensions
+    of each head, the key's part kv_a(x)[kv_lora_rank:] shared by all heads (the norms: megatron's
+    qk_layernorm with MLA); RoPE over interleaved pairs
+    (rope_interleave, megatron's MLA rotation). The value head dimension is kv_channels. YaRN (DeepSeek-V3's
+    factor 40) as megatron's MLA computes it, with the scores scaled by the square of its mscale_all_dim
+    term (builder.mla_config_fields)."""
+    if hf.get("rope_interleave") is False:
+        raise ValueError("config.json rope_interleave false (RoPE on the two halves of the rotary dimensions) is not "
+                         "supported for deepseek_v3: megatron's multi-latent attention rotates interleaved pairs, as "
+                         "DeepSeek's releases do; remove the key.")
+    if hf.get("attention_bias"):
+        raise ValueError("config.json attention_bias=true (biases on the MLA projections) is not supported; "
+                         "DeepSeek's releases have none.")
+    routing = (hf.get("scoring_func", "sigmoid"), hf.get("topk_method", "noaux_tc"))
+    kind = hf.get("model_type")
+    if kind in ("deepseek_v3", "glm4_moe_lite") and routing != ("sigmoid", "noaux_tc"):
+        # transformers always routes so; vLLM follows these keys
+        raise ValueError(f"config.json scoring_func {routing[0]!r} / topk_method {routing[1]!r} is not DeepSeek-V3's "
+                         f"routing (sigmoid / noaux_tc, which transformers always uses for {kind}): fix "
+                         f"config.json or remove the keys.")
+    # transformers' default when the key is absent (null: one full-rank query projection)
+    q_lora = hf["q_lora_rank"] if "q_lora_rank" in hf else 768 if kind == "glm4_moe_lite" else 1536
+    v_dim = int(hf["v_head_dim"])
+    return {"multi_latent_attention": True, "q_lora_rank": int(q_lora) if q_lora else None,
+            "kv_lora_rank": int(hf["kv_lora_rank"]), "qk_head_dim": int(hf["qk_nope_head_dim"]),
+            "qk_pos_emb_head_dim": int(hf["qk_rope_head_dim"]), "v_head_dim": v_dim, "kv_channels": v_dim,
+            "group_query_attention": False, "num_query_groups": int(hf["num_attention_heads"]),
+            "qk_layernorm": True}  # megatron's MLA norms (q_a_layernorm, kv_a_layernorm), as MindSpeed-LLM spells them
