@@ -15,6 +15,12 @@ from mindspeed_rl.models.hf_export_base import (base_config, head_dim_is_quotien
                                                 pre_norms_only, rope_parameters, sliding_nope_layout)
 
 
+def partial_rope(args: Mapping[str, Any]) -> dict[str, Any]:
+    """config.json's rope_parameters with the rotated fraction of each head (rotary_percent) as partial_rotary_factor,
+    which the writers here also put at the top level."""
+    return dict(rope_parameters(args), partial_rotary_factor=float(args.get("rotary_percent") or 1.0))
+
+
 def layernorm_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
     """The config.json of a model with LayerNorms: Phi-2's for parallel_residual with LayerNorm biases, Cohere's for
     parallel_residual without, Nemotron's for apply_layernorm_1p,
@@ -50,13 +56,12 @@ def phi_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> 
     if problems:
         raise ValueError(f"parallel_residual with LayerNorm biases has a config.json form only as Phi-2 (phi), which "
                          f"needs {'; '.join(problems)}.")
-    partial = float(args.get("rotary_percent") or 1.0)
-    config = base_config(args, vocab_size, dtype, "phi", "PhiForCausalLM", rope_parameters(args), eps=1e-5)
+    rope = partial_rope(args)
+    config = base_config(args, vocab_size, dtype, "phi", "PhiForCausalLM", rope, eps=1e-5)
     config.update(hidden_act="gelu_new", layer_norm_eps=config.pop("rms_norm_eps"), qk_layernorm=False,
-                  partial_rotary_factor=partial, resid_pdrop=0.0, embd_pdrop=0.0, attention_dropout=0.0,
-                  pad_token_id=None)
+                  partial_rotary_factor=rope["partial_rotary_factor"], resid_pdrop=0.0, embd_pdrop=0.0,
+                  attention_dropout=0.0, pad_token_id=None)
     config.pop("head_dim")
-    config["rope_parameters"]["partial_rotary_factor"] = partial
     return config
 
 
@@ -116,12 +121,12 @@ def stablelm_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype
     if problems:
         raise ValueError(f"normalization LayerNorm has a config.json form only as StableLM (stablelm), which needs "
                          f"{'; '.join(problems)}.")
-    partial = float(args.get("rotary_percent") or 1.0)
-    config = base_config(args, vocab_size, dtype, "stablelm", "StableLmForCausalLM", rope_parameters(args), eps=1e-5)
+    rope = partial_rope(args)
+    config = base_config(args, vocab_size, dtype, "stablelm", "StableLmForCausalLM", rope, eps=1e-5)
     config.update(hidden_act="silu", layer_norm_eps=config.pop("rms_norm_eps"), use_qkv_bias=bool(args.get("add_qkv_bias")),
-                  qk_layernorm=False, use_parallel_residual=False, partial_rotary_factor=partial, pad_token_id=None)
+                  qk_layernorm=False, use_parallel_residual=False, partial_rotary_factor=rope["partial_rotary_factor"],
+                  pad_token_id=None)
     config.pop("head_dim")
-    config["rope_parameters"]["partial_rotary_factor"] = partial
     return config
 
 
@@ -174,9 +179,8 @@ def nemotron_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype
     if problems:
         raise ValueError(f"apply_layernorm_1p has a config.json form only as Nemotron (nemotron), which needs "
                          f"{'; '.join(problems)}.")
-    partial = float(args.get("rotary_percent") or 1.0)
-    config = base_config(args, vocab_size, dtype, "nemotron", "NemotronForCausalLM", rope_parameters(args), eps=1e-5)
+    rope = partial_rope(args)
+    config = base_config(args, vocab_size, dtype, "nemotron", "NemotronForCausalLM", rope, eps=1e-5)
     config.update(hidden_act="relu2", norm_eps=config.pop("rms_norm_eps"), attention_bias=bias, mlp_bias=bias,
-                  partial_rotary_factor=partial, pad_token_id=None)
-    config["rope_parameters"]["partial_rotary_factor"] = partial
+                  partial_rotary_factor=rope["partial_rotary_factor"], pad_token_id=None)
     return config
