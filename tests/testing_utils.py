@@ -161,7 +161,8 @@ HF_VARIANTS = {
     "phi3-window": {"sliding_window": 12},  # Phi-3-mini-4k's
     "starcoder2-window": {"sliding_window": 12},  # StarCoder2's 4096 of 16384, scaled down
     "phi3-partial": {"partial_rotary_factor": 0.5},
-    "nemotron-bias": {"attention_bias": True, "mlp_bias": True},  # Nemotron's biases on q / k / v / o and up / down
+    "nemotron-bias": {"attention_bias": True, "mlp_bias": True},
+    "gpt_neox-seq": {"use_parallel_residual": False, "hidden_act": "gelu_fast"},  # rinna's Japanese GPT-NeoX layer  # Nemotron's biases on q / k / v / o and up / down
     # Qwen3-Next's other MoE layouts: its second layer a dense MLP (mlp_only_layers), the top-2 not renormalised
     "qwen3_next-mlponly": {"mlp_only_layers": [1], "norm_topk_prob": False},
     "qwen3_moe-mlponly": {"mlp_only_layers": [1]},  # Qwen3-MoE's dense layers: the same key
@@ -233,7 +234,9 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
     MLP without a gate); nemotron: Nemotron (LayerNorm1P, RoPE on half of each head, relu(x)^2 without a gate); cohere: Command R
     (a parallel-residual layer, weight-only LayerNorms, interleaved RoPE, logits x 0.25); cohere2: Command R7B (that
     layer, a 12-position window with RoPE in the odd layers, the even ones full without RoPE); phi: Phi-2 (that layer
-    with LayerNorm biases, biases everywhere and on lm_head, a tanh-GELU MLP without a gate, RoPE on 0.4 of each head). `overrides` change TINY_HF
+    with LayerNorm biases, biases everywhere and on lm_head, a tanh-GELU MLP without a gate, RoPE on 0.4 of each head); gpt_neox: Pythia (multi-head attention, the MLP on its own norm
+    of the layer input beside attention, biases everywhere, RoPE on a quarter of each head, exact GELU; the HF_VARIANTS
+    gpt_neox-seq: megatron's usual layer, gelu_fast). `overrides` change TINY_HF
     (num_hidden_layers=4). `config_only`: return the config.json it would save (as a dict), building nothing."""
     import transformers as tf
 
@@ -334,6 +337,12 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
         # of each head (its 32 of 80; 6 of 16 here), gelu_new, its dropouts (0.1 in phi-2's residuals) in config.json
         "phi": lambda: tf.PhiConfig(**{"partial_rotary_factor": 0.4, "resid_pdrop": 0.1, "pad_token_id": None,
                                        "bos_token_id": 1, "eos_token_id": 2, **tiny}),
+        # Pythia's layout: multi-head attention (4 heads here), x + attn(ln1 x) + mlp(ln2 x), biases everywhere, q / k / v
+        # per head in query_key_value, RoPE on a quarter of each head (4 of 16), exact gelu, untied embed_out; its 4.x
+        # RoPE keys (rotary_pct, rotary_emb_base) as transformers 5 writes them (rope_parameters)
+        "gpt_neox": lambda: tf.GPTNeoXConfig(**{"rotary_pct": 0.25, "rotary_emb_base": 10000, "hidden_dropout": 0.1,
+                                                "pad_token_id": None, "bos_token_id": 1, "eos_token_id": 2,
+                                                **{k: v for k, v in tiny.items() if k != "num_key_value_heads"}}),
         # Helium-1: Llama with RoPE on interleaved pairs of the whole head (ERNIE 4.5's), eps 1e-8
         "helium": lambda: tf.HeliumConfig(**{"head_dim": 16, "pad_token_id": 0, "eos_token_id": 2, "bos_token_id": 1,
                                              **tiny}),
@@ -512,7 +521,8 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
            "granitemoehybrid": tf.GraniteMoeHybridForCausalLM, "glm": tf.GlmForCausalLM,
            "helium": tf.HeliumForCausalLM, "stablelm": tf.StableLmForCausalLM,
            "starcoder2": tf.Starcoder2ForCausalLM, "nemotron": tf.NemotronForCausalLM,
-           "cohere": tf.CohereForCausalLM, "cohere2": tf.Cohere2ForCausalLM, "phi": tf.PhiForCausalLM}[arch]
+           "cohere": tf.CohereForCausalLM, "cohere2": tf.Cohere2ForCausalLM, "phi": tf.PhiForCausalLM,
+           "gpt_neox": tf.GPTNeoXForCausalLM}[arch]
     torch.manual_seed(seed)
     model = cls(config).eval()
     with torch.no_grad():
@@ -555,6 +565,14 @@ DEEPSEEK_V2_LITE = {"architectures": ["DeepseekV2ForCausalLM"], "attention_bias"
                     "rope_theta": 10000, "routed_scaling_factor": 1.0, "scoring_func": "softmax", "seq_aux": True,
                     "tie_word_embeddings": False, "topk_group": 1, "topk_method": "greedy", "v_head_dim": 128,
                     "vocab_size": 102400}
+
+# EleutherAI/pythia-70m's config.json (transformers 4.24: the RoPE keys rotary_pct / rotary_emb_base)
+PYTHIA_70M = {"architectures": ["GPTNeoXForCausalLM"], "bos_token_id": 0, "eos_token_id": 0, "hidden_act": "gelu",
+              "hidden_size": 512, "initializer_range": 0.02, "intermediate_size": 2048, "layer_norm_eps": 1e-05,
+              "max_position_embeddings": 2048, "model_type": "gpt_neox", "num_attention_heads": 8,
+              "num_hidden_layers": 6, "rotary_emb_base": 10000, "rotary_pct": 0.25, "tie_word_embeddings": False,
+              "torch_dtype": "float16", "transformers_version": "4.24.0", "use_cache": True,
+              "use_parallel_residual": True, "vocab_size": 50304}
 
 # openai/gpt-oss-20b's config.json (its weights: MXFP4 experts, see hf_bridge/names.py)
 GPT_OSS_20B = {"architectures": ["GptOssForCausalLM"], "attention_bias": True, "attention_dropout": 0.0,

@@ -273,6 +273,10 @@ def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
         what = "pre_norm: false" if not a.pre_norm else "post_norm: true" if a.post_norm else f"num_experts {a.num_experts}"
         problems.append(f"model {role.model_name}: parallel_residual (Cohere's attention and MLP on the same normed "
                         f"input) is supported on dense layers with one norm before both only; {what} is not.")
+    if a.parallel_residual_mlp_norm and not a.parallel_residual:
+        problems.append(f"model {role.model_name}: parallel_residual_mlp_norm (GPT-NeoX's own norm for the MLP in a "
+                        f"parallel-residual layer) needs parallel_residual: true; set it, or drop "
+                        f"parallel_residual_mlp_norm.")
     if not a.layernorm_bias and (a.normalization != "LayerNorm" or a.apply_layernorm_1p):
         problems.append(f"model {role.model_name}: layernorm_bias: false (Cohere's weight-only LayerNorm) needs "
                         f"normalization: LayerNorm" + (" without apply_layernorm_1p." if a.apply_layernorm_1p else

@@ -57,7 +57,8 @@ _HF_KEY = {
     "softmax_scale": "attention_multiplier / query_pre_attn_scalar^-1/2",
     "window_attn_skip_freq": "layer_types / sliding_window_pattern", "rope_local_base_freq": "rope_local_base_freq",
     "geglu": "hidden_activation", "add_rmsnorm_offset": "model_type", "apply_layernorm_1p": "model_type",
-    "layernorm_bias": "model_type", "parallel_residual": "model_type", "add_output_layer_bias": "model_type",
+    "layernorm_bias": "model_type", "parallel_residual": "model_type / use_parallel_residual",
+    "parallel_residual_mlp_norm": "model_type / use_parallel_residual", "add_output_layer_bias": "model_type",
     "post_norm": "model_type",
     "input_embeds_norm": "model_type", "attn_logit_softcapping": "attn_logit_softcapping",
     "output_logit_softcapping": "final_logit_softcapping", "pre_norm": "model_type",
@@ -73,7 +74,7 @@ _HF_KEY = {
 # what a config.json without the key means (not Granite: no multiplier)
 _HF_DEFAULTS = {"embedding_multiplier_scale": 1.0, "residual_multiplier": 1.0, "output_multiplier_scale": 1.0,
                 "geglu": False, "add_rmsnorm_offset": False, "apply_layernorm_1p": False, "layernorm_bias": True,
-                "parallel_residual": False, "add_output_layer_bias": False, "post_norm": False, "input_embeds_norm": False,
+                "parallel_residual": False, "parallel_residual_mlp_norm": False, "add_output_layer_bias": False, "post_norm": False, "input_embeds_norm": False,
                 "pre_norm": True, "qk_layernorm_across_heads": False, "qk_layernorm_after_rope": False,
                 "rotary_interleaved": False,
                 "squared_relu": False, "xielu": False, "openai_gelu": False, "moe_layer_freq": 1, "moe_router_score_function": "softmax",
@@ -220,7 +221,8 @@ def expected_hf_shapes(args: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ..
             shapes[p + "self_attn.o_proj.weight"] = ((h, q), f"hidden_size {h}, {why_q}")
         if args.get("pre_norm", True) is not False:  # OLMo 2 has none
             shapes[p + "input_layernorm.weight"] = ((h,), f"hidden_size {h}")
-            if not args.get("parallel_residual"):  # Cohere's one norm before attention and MLP together
+            # Cohere's one norm before attention and MLP together (GPT-NeoX: one each)
+            if not args.get("parallel_residual") or args.get("parallel_residual_mlp_norm"):
                 shapes[p + "post_attention_layernorm.weight"] = ((h,), f"hidden_size {h}")
         shapes.update(_mlp_shapes(args, p, h, ffn, moe[i]))
         if args.get("add_qkv_bias"):

@@ -200,6 +200,9 @@ def transformer_config(args: Mapping[str, Any], params_dtype: torch.dtype = torc
     config.apply_layernorm_1p = bool(_get(args, "apply_layernorm_1p", False))  # Nemotron's (1 + w) LayerNorms
     config.layernorm_bias = bool(_get(args, "layernorm_bias", True))  # false: Cohere's weight-only LayerNorms
     config.parallel_residual = bool(_get(args, "parallel_residual", False))  # Cohere's x + attn(ln x) + mlp(ln x)
+    config.parallel_residual_mlp_norm = bool(_get(args, "parallel_residual_mlp_norm", False))  # GPT-NeoX's ln2 for mlp
+    if config.parallel_residual_mlp_norm and not config.parallel_residual:
+        raise ValueError("parallel_residual_mlp_norm needs parallel_residual: true (GPT-NeoX's layer).")
     config.post_norm = bool(_get(args, "post_norm", False))  # Gemma's norms after attention / MLP
     config.pre_norm = bool(_get(args, "pre_norm", True))  # OLMo 2: false, its norms come after only
     config.qk_layernorm_across_heads = bool(_get(args, "qk_layernorm_across_heads", False))  # OLMo 2's q/k norms
@@ -562,10 +565,10 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
             from mindspeed_rl.models import gemma
 
             gemma.install_post_norms(model)
-        if config.parallel_residual:  # Cohere: the MLP reads the normed layer input (models/cohere.py)
+        if config.parallel_residual:  # Cohere, Phi-2, GPT-NeoX: the MLP reads the normed layer input (models/cohere.py)
             from mindspeed_rl.models import cohere
 
-            cohere.install_parallel_residual(model)
+            cohere.install_parallel_residual(model, config.parallel_residual_mlp_norm)
         if _get(args, "add_output_layer_bias", False) and getattr(model, "post_process", False):  # Phi-2's lm_head.bias
             _add_output_bias(model)
         if config.qk_layernorm_after_rope:  # HunYuan (models/qk_norm_after_rope.py)

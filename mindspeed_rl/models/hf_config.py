@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
+from mindspeed_rl.models.hf_layernorm_config import (LAYERNORM_ARCHS, layernorm_args, layernorm_checks,
+                                                     neox_keys)
 from mindspeed_rl.models.hf_moe_config import expert_count, mla_args, moe_args_from_hf
 from mindspeed_rl.models.hf_rope_config import llama4_scaling_limit, longrope_args, yarn_args
 
@@ -21,7 +23,7 @@ HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_mo
             "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus",
             "qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_dense", "hunyuan_v1_moe",
             "granitemoe", "granitemoeshared", "granitemoehybrid", "glm", "helium", "stablelm",
-            "starcoder2", "nemotron", "cohere", "cohere2", "phi")
+            "starcoder2", "nemotron", "cohere", "cohere2", "phi", "gpt_neox")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss",
              "minimax_m2", "ernie4_5_moe", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_moe",
@@ -56,6 +58,9 @@ HF_DEFAULTS = {
     "starcoder2": {"norm_epsilon": 1e-5, "use_bias": True, "hidden_act": "gelu_pytorch_tanh"},  # its Starcoder2Config
     "nemotron": {"partial_rotary_factor": 0.5, "norm_eps": 1e-5, "hidden_act": "relu2"},  # its NemotronConfig
     "phi": {"partial_rotary_factor": 0.5, "layer_norm_eps": 1e-5, "hidden_act": "gelu_new"},  # its PhiConfig
+    # transformers' GPTNeoXConfig; rotary_pct / rotary_emb_base: the releases' (4.x) spelling (neox_keys)
+    "gpt_neox": {"layer_norm_eps": 1e-5, "hidden_act": "gelu", "use_parallel_residual": True, "attention_bias": True,
+                 "rotary_pct": 0.25, "rotary_emb_base": 10000.0},
     "cohere": {"logit_scale": 0.0625, "layer_norm_eps": 1e-5, "tie_word_embeddings": True},  # its CohereConfig
     "cohere2": {"logit_scale": 0.0625, "layer_norm_eps": 1e-5, "tie_word_embeddings": True, "sliding_window": 4096},
     "seed_oss": {"attention_bias": True},
@@ -122,25 +127,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
 
     GLM-4 (glm: glm-4-9b-hf / glm-4-9b-chat-hf / -1m-hf) is GLM-4-0414's layers below without their norms after
     attention and MLP.
-    StableLM 2 (stablelm: stablelm-2-1_6b, -chat, zephyr) is Llama's layout with LayerNorms (weight and bias: megatron's
-    LayerNorm), q / k / v biases where use_qkv_bias says, RoPE on the first quarter of each head (Llama's pairs);
-    its 12B layout (parallel residual, per-head q / k LayerNorms) is refused.
-    StarCoder2 (starcoder2: starcoder2-3b / 7b / 15b and -instruct) is StableLM's LayerNorms on Llama's attention with
-    biases on every linear layer (use_bias), an MLP without a gate, c_proj(gelu_tanh(c_fc(x))) (openai_gelu), and
-    Mistral's every-layer sliding_window; its dropouts are not taken (RL trains without dropout).
-    Nemotron (nemotron: Nemotron-Mini-4B-Instruct, Minitron-4B / 8B, Nemotron-3-8B) is StableLM's layout with
-    LayerNorm1P, which scales by (1 + weight) before its bias (apply_layernorm_1p), RoPE on the first half of each
-    head (Llama's pairs), and an MLP without a gate, down_proj(relu(up_proj(x))^2) (squared_relu); biases on q / k /
-    v / o and up / down together (attention_bias with mlp_bias) or none.
-    Cohere (cohere: Command R 35B / 08-2024, Aya 23, Aya Expanse 8B / 32B) is a parallel-residual layer, x +
-    attn(ln(x)) + mlp(ln(x)), with one weight-only LayerNorm (parallel_residual, layernorm_bias false), RoPE on
-    interleaved pairs of the whole head, tied embeddings and the logits times logit_scale (output_multiplier_scale);
-    per-head q / k norms (use_qk_norm: Command R+) are refused. Cohere 2 (cohere2: Command R7B, Command A) is that
-    layer with EXAONE 4.0's hybrid layers: three of four sliding with RoPE, the fourth full without (sliding_nope_args).
-    Phi-2 (phi: phi-2, phi-1_5, phi-1) is Cohere's parallel-residual layer with LayerNorms that have biases, biases on
-    every linear layer and on lm_head (add_output_layer_bias), an MLP without a gate, fc2(gelu_tanh(fc1(x)))
-    (openai_gelu), and RoPE on the first partial_rotary_factor of each head (Llama's pairs); its per-head q / k
-    LayerNorms (qk_layernorm: true, in no release) are refused, its dropouts not taken (RL trains without dropout).
+    The models with LayerNorms (StableLM 2, StarCoder2, Nemotron, Cohere / Cohere 2, Phi-2, GPT-NeoX / Pythia) are
+    read in models/hf_layernorm_config.py.
     Helium (helium: Kyutai's Helium-1 2B) is ERNIE 4.5's layout below (RoPE on interleaved pairs of the whole head),
     q / k / v biases where attention_bias says.
     GLM-4 (glm4: GLM-4-9B / 32B-0414, GLM-Z1) is Qwen2's q / k / v biases with norms after attention
@@ -206,6 +194,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError(f"config.json model_type {model_type!r} is not supported; supported: {supported_types()}.")
     hf = {**hf, **{k: v for k, v in HF_DEFAULTS.get(model_type, {}).items() if hf.get(k) is None}}
     check_quantization(hf)
+    if model_type == "gpt_neox":
+        hf = neox_keys(hf)
     heads = int(hf["num_attention_heads"])
     kv_heads = int(hf.get("num_key_value_heads") or heads)
     head_dim = int(hf.get("head_dim") or hf["hidden_size"] // heads)
@@ -225,16 +215,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     if model_type == "seed_oss" and hf.get("attention_out_bias"):
         raise ValueError("config.json attention_out_bias=true (a bias on o_proj) is not supported; Seed-OSS's "
                          "releases have none.")
-    if model_type == "phi" and hf.get("qk_layernorm"):
-        raise ValueError("config.json qk_layernorm=true (per-head LayerNorms on q and k) is not supported for phi; "
-                         "Phi-2's and Phi-1.5's releases (false) are.")
-    if model_type in ("cohere", "cohere2") and hf.get("use_qk_norm"):
-        raise ValueError("config.json use_qk_norm=true (Command R+'s per-head LayerNorms on q and k) is not supported; "
-                         "Command R's, Aya's and Command R7B's (false) are.")
-    if model_type == "nemotron" and bool(hf.get("mlp_bias")) != bool(hf.get("attention_bias")):
-        raise ValueError(f"config.json attention_bias={bool(hf.get('attention_bias'))} with "
-                         f"mlp_bias={bool(hf.get('mlp_bias'))} is not supported for nemotron: Megatron has biases on "
-                         f"every linear layer or none (Nemotron's releases have none).")
+    layernorm_checks(hf, model_type)
     if hf.get("mlp_bias") and model_type != "nemotron":
         raise ValueError("config.json mlp_bias=true is not supported (Megatron has no MLP-only bias).")
     if model_type == "granitemoehybrid":
@@ -247,16 +228,13 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     partial = float(rope.get("partial_rotary_factor") or hf.get("partial_rotary_factor") or 1.0)
     rotary_percent = partial if partial != 1.0 else None
     if rotary_percent is not None and model_type not in ("phi3", "glm", "glm4", "glm4_moe", "minimax_m2", "stablelm",
-                                                         "nemotron", "phi", *QWEN3_5_ARCHS):
+                                                         "nemotron", "phi", "gpt_neox", *QWEN3_5_ARCHS):
         raise ValueError(f"config.json partial_rotary_factor {partial} is supported for phi3, glm, glm4, glm4_moe, "
-                         f"stablelm, nemotron, phi, "
+                         f"stablelm, nemotron, phi, gpt_neox, "
                          f"minimax_m2, qwen3_5_text and qwen3_next models only, not {model_type}.")
     if hf.get("clip_qkv") is not None:
         raise ValueError(f"config.json clip_qkv {hf['clip_qkv']} (queries, keys and values clamped to +-clip_qkv) is "
                          f"not supported; OLMoE's releases set it null.")
-    if model_type == "stablelm" and (hf.get("use_parallel_residual") or hf.get("qk_layernorm")):
-        raise ValueError(f"config.json {'use_parallel_residual' if hf.get('use_parallel_residual') else 'qk_layernorm'}"
-                         f"=true (StableLM 2 12B's layout) is not supported; StableLM 2 1.6B's (both false) is.")
     if hf.get("use_sliding_window"):
         raise ValueError("config.json use_sliding_window=true is not supported; set it to false.")
     activation = gemma_activation(hf) if model_type in GEMMA_ARCHS else hf.get("hidden_act", "silu")
@@ -264,7 +242,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
                    ("gelu_pytorch_tanh", "GELU with the tanh approximation") if model_type == "starcoder2" else
                    ("gelu_new", "GELU with the tanh approximation") if model_type == "phi" else ("relu2", "squared ReLU")
                    if model_type in ("arcee", "nemotron") else ("xielu", "xIELU") if model_type == "apertus" else ("silu", "SwiGLU"))
-    if activation != wanted:
+    if activation != wanted and model_type != "gpt_neox":  # GPT-NeoX: exact or tanh GELU (layernorm_checks)
         raise ValueError(f"config.json hidden_act {activation!r} is not supported for {model_type}; only {wanted} "
                          f"({mlp}).")
     if model_type in HUNYUAN_ARCHS and rope_type == "dynamic" and rope.get("alpha"):
@@ -292,7 +270,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         "max_position_embeddings": int(hf.get("max_position_embeddings", 4096)),
         "rotary_base": float(rope.get("rope_theta", hf.get("rope_theta", 10000.0))),
         "normalization": "RMSNorm",
-        "norm_epsilon": float(hf["layer_norm_eps"] if model_type in ("stablelm", "cohere", "cohere2", "phi") else hf["norm_epsilon"]
+        "norm_epsilon": float(hf["layer_norm_eps"] if model_type in ("stablelm", "cohere", "cohere2", "phi", "gpt_neox") else hf["norm_epsilon"]
                               if model_type == "starcoder2" else hf["norm_eps"] if model_type == "nemotron"
                               else hf.get("rms_norm_eps", 1e-6)),
         "swiglu": True,
@@ -346,25 +324,10 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         args.update(post_norm=True, rotary_interleaved=True)
     if model_type == "glm":  # GLM-4 (glm-4-9b-hf / -chat-hf): GLM-4-0414's layers without the norms after
         args["rotary_interleaved"] = True
-    if model_type == "stablelm":  # StableLM 2: LayerNorms with biases (megatron's LayerNorm) on Llama's layout
-        args["normalization"] = "LayerNorm"
-    if model_type == "starcoder2":  # StarCoder2: LayerNorms, gelu(c_fc(x)) without a gate, biases on every linear
-        bias = bool(hf.get("use_bias"))
-        args.update(normalization="LayerNorm", swiglu=False, openai_gelu=True, add_qkv_bias=bias,
-                    disable_bias_linear=not bias)
-    if model_type == "nemotron":  # Nemotron: LayerNorm1P (1 + w, its bias), relu(up_proj(x))^2, biases on all or none
-        bias = bool(hf.get("attention_bias"))
-        args.update(normalization="LayerNorm", apply_layernorm_1p=True, swiglu=False, squared_relu=True,
-                    add_qkv_bias=bias, disable_bias_linear=not bias)
-    if model_type in ("cohere", "cohere2"):  # Cohere: x + attn(ln x) + mlp(ln x), weight-only LayerNorms, GLM's pairs
-        args.update(normalization="LayerNorm", layernorm_bias=False, parallel_residual=True, rotary_interleaved=True)
-        if float(hf["logit_scale"]) != 1.0:
-            args["output_multiplier_scale"] = float(hf["logit_scale"])
+    if model_type in LAYERNORM_ARCHS:
+        args.update(layernorm_args(hf, model_type))
     if model_type == "cohere2":
         args.update(sliding_nope_args(hf, args["num_layers"]))
-    if model_type == "phi":  # Phi-2: Cohere's layer with LayerNorm biases, biases everywhere, fc2(gelu_tanh(fc1(x)))
-        args.update(normalization="LayerNorm", parallel_residual=True, swiglu=False, openai_gelu=True, add_qkv_bias=True,
-                    disable_bias_linear=False, add_output_layer_bias=True)
     if model_type in ("ernie4_5", "ernie4_5_moe", "helium"):  # ERNIE 4.5, Helium: Llama with RoPE on interleaved pairs
         args["rotary_interleaved"] = True
     if model_type == "arcee":  # Arcee: up_proj alone, relu(x)^2

@@ -1,7 +1,8 @@
 """config.json writers of the models with LayerNorms (normalization: LayerNorm) for models/hf_export_config.py:
 StableLM 2 (gated MLP), StarCoder2 (tanh-GELU MLP without a gate), Nemotron (LayerNorm1P, squared-ReLU MLP) and
-Cohere / Cohere 2 (weight-only LayerNorms in a parallel-residual layer), Phi-2 (that layer with LayerNorm biases). Each is read back the same by
-models/hf_config.model_config_from_hf; a combination none of them can say is refused in one sentence.
+Cohere / Cohere 2 (weight-only LayerNorms in a parallel-residual layer), Phi-2 (that layer with LayerNorm biases),
+GPT-NeoX (that layer with the MLP's own norm, or the usual one; exact GELU or partial RoPE without a gate). Each is
+read back the same by models/hf_layernorm_config.py; a combination none of them can say is refused in one sentence.
 """
 
 from __future__ import annotations
@@ -22,9 +23,14 @@ def partial_rope(args: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def layernorm_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
-    """The config.json of a model with LayerNorms: Phi-2's for parallel_residual with LayerNorm biases, Cohere's for
-    parallel_residual without, Nemotron's for apply_layernorm_1p,
-    StableLM's for a gated MLP, StarCoder2's otherwise."""
+    """The config.json of a model with LayerNorms: GPT-NeoX's for parallel_residual_mlp_norm, Phi-2's for
+    parallel_residual with LayerNorm biases, Cohere's for parallel_residual without, Nemotron's for
+    apply_layernorm_1p, StableLM's for a gated MLP, GPT-NeoX's for an MLP without a gate whose GELU is exact or whose
+    RoPE is partial, StarCoder2's otherwise."""
+    if args.get("parallel_residual_mlp_norm") or not (gated_mlp(args) or args.get("parallel_residual")
+                                                      or args.get("apply_layernorm_1p") or args.get("squared_relu")) \
+            and (not args.get("openai_gelu") or float(args.get("rotary_percent") or 1.0) != 1.0):
+        return gpt_neox_config(args, vocab_size, dtype)
     if args.get("parallel_residual") and args.get("layernorm_bias", True) is not False:
         return phi_config(args, vocab_size, dtype)
     if args.get("parallel_residual") or args.get("layernorm_bias") is False:
@@ -62,6 +68,47 @@ def phi_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> 
                   partial_rotary_factor=rope["partial_rotary_factor"], resid_pdrop=0.0, embd_pdrop=0.0,
                   attention_dropout=0.0, pad_token_id=None)
     config.pop("head_dim")
+    return config
+
+
+def gpt_neox_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
+    """GPT-NeoX's config.json (gpt_neox, GPTNeoXForCausalLM) for a model with LayerNorms that have biases and biases on
+    every linear layer: multi-head attention, an MLP without a gate, gelu (exact; openai_gelu: the tanh one,
+    gelu_new), RoPE on Llama's pairs of the first rotary_percent of each head of hidden_size / num_attention_heads,
+    full attention; use_parallel_residual for parallel_residual with the MLP's own norm (parallel_residual_mlp_norm),
+    else megatron's usual layer. Both RoPE spellings are written (rope_parameters: transformers 5; rotary_pct /
+    rotary_emb_base: 4.x)."""
+    parallel = bool(args.get("parallel_residual"))
+    problems = [what for what, bad in (
+        ("the MLP's own norm in a parallel-residual layer (parallel_residual_mlp_norm) or no parallel residual",
+         parallel != bool(args.get("parallel_residual_mlp_norm"))),
+        ("LayerNorms with biases before attention and MLP only (no apply_layernorm_1p or q / k norms)",
+         args.get("layernorm_bias", True) is False or args.get("apply_layernorm_1p") or not pre_norms_only(args)),
+        ("a dense MLP without a gate and gelu (exact, or openai_gelu)",
+         int(args.get("num_experts") or 0) > 1 or gated_mlp(args) or args.get("squared_relu") or args.get("xielu")
+         or args.get("multi_latent_attention")),
+        ("biases on every linear layer and none on the output layer (add_qkv_bias, disable_bias_linear: false)",
+         not args.get("add_qkv_bias") or args.get("disable_bias_linear", True) is not False
+         or args.get("add_output_layer_bias")),
+        ("multi-head attention (no group_query_attention)",
+         args.get("group_query_attention") and int(args.get("num_query_groups") or 0) != int(args["num_attention_heads"])),
+        ("RoPE on Llama's pairs in every layer, full attention, no Granite multipliers or softmax_scale",
+         args.get("rotary_interleaved") or args.get("sliding_window") or args.get("no_rope_freq")
+         or args.get("window_attn_skip_freq") is not None or not plain_scaling(args)),
+        ("head dimension hidden_size / num_attention_heads", not head_dim_is_quotient(args)),
+    ) if bad]
+    if problems:
+        raise ValueError(f"normalization LayerNorm with an MLP without a gate and exact GELU, partial RoPE or a parallel "
+                         f"residual with two norms has a config.json form only as GPT-NeoX (gpt_neox), which needs "
+                         f"{'; '.join(problems)}.")
+    rope = partial_rope(args)
+    config = base_config(args, vocab_size, dtype, "gpt_neox", "GPTNeoXForCausalLM", rope, eps=1e-5)
+    config.update(hidden_act="gelu_new" if args.get("openai_gelu") else "gelu",
+                  layer_norm_eps=config.pop("rms_norm_eps"), use_parallel_residual=parallel, attention_bias=True,
+                  rotary_pct=rope["partial_rotary_factor"], rotary_emb_base=rope["rope_theta"], attention_dropout=0.0,
+                  hidden_dropout=0.0, pad_token_id=None)
+    for key in ("head_dim", "num_key_value_heads", "rope_theta"):
+        config.pop(key)
     return config
 
 

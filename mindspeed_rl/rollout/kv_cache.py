@@ -63,7 +63,7 @@ get_platform().patch()  # megatron must be imported after the platform patch (no
 from megatron.core.models.common.embeddings.rope_utils import apply_rotary_pos_emb  # noqa: E402
 
 from mindspeed_rl.models import swiglu  # noqa: E402
-from mindspeed_rl.models.cohere import is_parallel  # noqa: E402
+from mindspeed_rl.models.cohere import mlp_input  # noqa: E402
 from mindspeed_rl.models.gemma import post_norm, softcap  # noqa: E402
 from mindspeed_rl.models.qk_norm_after_rope import AfterRope, cached_norms, rotated_norms, set_position_ids  # noqa: E402
 from mindspeed_rl.models.rotary import layer_uses_local_rope, layer_uses_rope, rope_mscale, rotate_half  # noqa: E402
@@ -464,6 +464,7 @@ def _lean_layer(layer: torch.nn.Module, hidden: torch.Tensor, attend, packed: bo
     c = layer.config
     s, b = hidden.shape[0], hidden.shape[1]
     a = layer.self_attention
+    layer_input = hidden
     x = layer.input_layernorm(hidden)
     groups, per_group = a.num_query_groups_per_partition, a.num_attention_heads_per_partition // a.num_query_groups_per_partition
     hn = a.hidden_size_per_attention_head
@@ -477,8 +478,8 @@ def _lean_layer(layer: torch.nn.Module, hidden: torch.Tensor, attend, packed: bo
     out = post_norm(layer, "post_self_attn_layernorm", _linear(attend(a, q, k, v), a.linear_proj, packed))  # Gemma's
     residual = multiplier(c, "residual_multiplier")  # Granite's (models/multipliers.py)
     hidden = hidden + scaled(out, residual)  # bias-dropout-add: (out + bias) + residual, dropout off in eval
-    # Cohere's parallel residual: the MLP reads the attention's normed input (models/cohere.py)
-    x = x if is_parallel(layer) else layer.pre_mlp_layernorm(hidden)
+    # a parallel residual (Cohere, Phi-2, GPT-NeoX) normalises the layer input for the MLP (models/cohere.py)
+    x = mlp_input(layer, layer_input, x, hidden)
     h1 = _linear(x, layer.mlp.linear_fc1, packed)
     if c.gated_linear_unit:
         gate, up = torch.chunk(h1, 2, dim=-1)

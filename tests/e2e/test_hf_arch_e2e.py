@@ -28,10 +28,13 @@ OVERRIDES = {"gemma3": {"seed": 1}, "granitemoeshared": {"seed": 2}}
 # one run per distinct checkpoint layout, to keep CI's time: Llama from config.json is tests/real_model's
 # SmolLM2 run, a Qwen2 is qwen2_5_vl's text model, Gemma 3's text model (gemma3_text) is gemma3's, OLMo 2's
 # layers are olmo3's, OLMoE's flex_olmo's, HunYuan's attention hunyuan_v1_moe's; the forward of Qwen3, SmolLM3, Granite,
-# Granite 4.0 and Gemma 2 is their parity and decode tests'
+# Granite 4.0 and Gemma 2 is their parity and decode tests'. glm4_moe_lite (DeepSeek-V3's layers under its own
+# model_type), qwen3_5_moe (qwen3_5's layers with Qwen2-MoE's experts) and gpt_neox (Pythia: its own names and
+# per-head query_key_value, whose reading and writing test_hf_bridge_io checks) passed here on 2026-11-29 and are
+# left out for CI's time (add them to the list to run them; the branches below still handle them)
 @pytest.mark.parametrize("arch", ["phi3", "mixtral", "gemma3", "mistral3", "olmo3", "qwen2_5_vl", "glm4_moe",
-                                  "deepseek_v3", "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus",
-                                  "qwen3_5", "qwen3_5_moe", "qwen3_next", "flex_olmo", "hunyuan_v1_moe",
+                                  "deepseek_v3", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus",
+                                  "qwen3_5", "qwen3_next", "flex_olmo", "hunyuan_v1_moe",
                                   "granitemoeshared"])
 def test_empty_model_yaml_runs(arch, tmp_path):
     """phi3 (q/k/v and gate/up stored fused), mixtral (its own expert names) and gemma3 (its text
@@ -73,7 +76,7 @@ def test_empty_model_yaml_runs(arch, tmp_path):
     tok = tiny_task.TOKENIZER_DIR  # the tiny task's 13-token tokenizer fits the 120-row embedding
     own_names = arch in ("phi3", "mixtral", "gemma3", "mistral3", "olmo3", "qwen2_5_vl", "glm4_moe", "deepseek_v3",
                          "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus", "qwen3_5", "qwen3_5_moe",
-                         "qwen3_next", "flex_olmo", "hunyuan_v1_moe", "granitemoeshared")
+                         "qwen3_next", "flex_olmo", "hunyuan_v1_moe", "granitemoeshared", "gpt_neox")
     proc = subprocess.run(
         [sys.executable, str(ROOT / "ray_gpt.py"), "--config-dir", str(CONFIGS), "--config-name", "grpo_trainer_hf_any",
          f"actor_rollout_ref.actor_rollout.load={hf}", f"actor_rollout_ref.ref.load={hf}",

@@ -80,7 +80,7 @@ VARIANTS = {
 }
 
 
-TRANSFORMERS_BACKEND = ("smollm3", "arcee", "flex_olmo", "hunyuan_v1_dense", "hunyuan_v1_moe", "glm", "phi")  # architectures vLLM 0.32 serves with its Transformers backend
+TRANSFORMERS_BACKEND = ("smollm3", "arcee", "flex_olmo", "hunyuan_v1_dense", "hunyuan_v1_moe", "glm", "phi", "gpt_neox")  # architectures vLLM 0.32 serves with its Transformers backend
 
 
 def _make_in_child(arch, out, overrides):
@@ -107,7 +107,7 @@ def _make_in_child(arch, out, overrides):
                                   "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2", "gpt_oss",
                                   "minimax_m2", "glm4_moe_lite", "ernie4_5_moe", "apertus", "olmoe", "flex_olmo",
                                   "hunyuan_v1_moe", "granitemoeshared", "granitemoehybrid", "glm", "starcoder2",
-                                  "nemotron", "cohere2", "phi"])
+                                  "nemotron", "cohere2", "phi", "gpt_neox"])
 def test_synced_engine_equals_the_training_model(arch, tmp_path, gloo_world1):
     from mindspeed_rl.rollout.native import NativeEngine
     from mindspeed_rl.rollout.vllm_engine import VLLMEngine

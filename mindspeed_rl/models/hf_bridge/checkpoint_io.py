@@ -159,7 +159,7 @@ class SafetensorsReader:
             fused, start, rows = self._parts[name]
             return f"{fused} (rows {start}-{start + rows - 1}, its {name.rsplit('.', 2)[-2]})"
         if name in self._grouped:
-            return f"{self._grouped[name][0]} (its {name.rsplit('.', 2)[-2]} rows of every key head)"
+            return f"{self._grouped[name][0]} (its {name.rsplit('.', 2)[-2]} rows of every head group)"
         return (self._stored.get(name) or fused_name(name, self.model_type) or grouped_name(name, self.model_type)
                 or stored_name(name, self.model_type))
 
@@ -236,9 +236,10 @@ class SafetensorsReader:
         if name in self._grouped:
             stored, rows, total = self._grouped[name]
             if shape[0] != total:
+                keys = ("num_attention_heads / hidden_size" if self.model_type == "gpt_neox"
+                        else "linear_num_* / linear_*_head_dim")
                 raise UserInputError(f"tensor {stored} in {self.where(name)} has {shape[0]} rows, but config.json's "
-                                     f"linear_num_* / linear_*_head_dim imply {total}; the weights do not belong to "
-                                     f"this config.")
+                                     f"{keys} imply {total}; the weights do not belong to this config.")
             return (len(rows), *shape[1:])
         if leading_one(name, self.model_type) and shape[:1] == (1,):  # ERNIE 4.5 MoE's (1, E) expert bias
             return shape[1:]

@@ -91,6 +91,12 @@ _STORED_AS["phi"] = (*((f"self_attn.o_proj.{k}", f"self_attn.dense.{k}") for k i
                      *((f"mlp.{c}_proj.{k}", f"mlp.{s}.{k}") for c, s in (("up", "fc1"), ("down", "fc2"))
                        for k in ("weight", "bias")),
                      *((f"norm.{k}", f"final_layernorm.{k}") for k in ("weight", "bias")))
+# GPT-NeoX / Pythia: o_proj as attention.dense, up / down as dense_h_to_4h / dense_4h_to_h (with biases); its model's
+# own names (gpt_neox.*, embed_out) are _PREFIX_AS's, its q / k / v one per-head query_key_value (_GROUPED)
+_STORED_AS["gpt_neox"] = (*((f"self_attn.o_proj.{k}", f"attention.dense.{k}") for k in ("weight", "bias")),
+                          *((f"mlp.{c}_proj.{k}", f"mlp.{s}.{k}") for c, s in (("up", "dense_h_to_4h"),
+                                                                                ("down", "dense_4h_to_h"))
+                            for k in ("weight", "bias")))
 _STORED_AS["starcoder2"] = tuple((f"mlp.{c}_proj.{k}", f"mlp.{s}.{k}") for c, s in (("up", "c_fc"), ("down", "c_proj"))
                                  for k in ("weight", "bias"))
 
@@ -115,6 +121,20 @@ def _renames(pairs, reverse: bool):
 
 
 _TO_STORED = {t: _renames(pairs, reverse=False) for t, pairs in _STORED_AS.items()}
+# config.json model_type -> (canonical name prefix, that architecture's) for the tensors outside the layers and the
+# layers' own prefix: GPT-NeoX's model is gpt_neox (its embedding embed_in, its final norm final_layer_norm), its
+# lm_head embed_out. stored_name renames the layer-relative part first (_STORED_AS), then the prefix.
+_PREFIX_AS = {"gpt_neox": (("model.layers.", "gpt_neox.layers."), ("model.embed_tokens.", "gpt_neox.embed_in."),
+                           ("model.norm.", "gpt_neox.final_layer_norm."), ("lm_head.", "embed_out."))}
+
+
+def _prefix(name: str, model_type: str | None, reverse: bool) -> str:
+    """`name` with `model_type`'s prefix (_PREFIX_AS) renamed: canonical -> stored, or back with `reverse`."""
+    for canonical, stored in _PREFIX_AS.get(model_type or "", ()):
+        src, dst = (stored, canonical) if reverse else (canonical, stored)
+        if name.startswith(src):
+            return dst + name[len(src):]
+    return name
 _TO_CANONICAL = {t: _renames(pairs, reverse=True) for t, pairs in _STORED_AS.items()}
 
 # image-text model_type -> (its text model's model_type, the prefixes its checkpoints put before the
@@ -156,6 +176,10 @@ _GROUPED = {
         "linear_attn.in_proj_ba.weight": ("delta_ba", (("linear_attn.in_proj_b.weight", (0,)),
                                                        ("linear_attn.in_proj_a.weight", (1,)))),
     },
+    # GPT-NeoX: per attention head [q (d) | k (d) | v (d)] (its weight and its bias; megatron's linear_qkv for MHA)
+    "gpt_neox": {f"attention.query_key_value.{k}": ("neox_qkv", tuple((f"self_attn.{p}_proj.{k}", (i,))
+                                                                      for i, p in enumerate("qkv")))
+                 for k in ("weight", "bias")},
 }
 
 
@@ -163,6 +187,9 @@ def _group_widths(what: str, hf_config: dict) -> tuple[int, list[int]]:
     """(groups, width of each slot of a group) of a grouped tensor (_GROUPED), from config.json."""
     hf_config = {**HF_DEFAULTS.get(hf_config.get("model_type") or "", {}),
                  **{k: v for k, v in hf_config.items() if v is not None}}
+    if what == "neox_qkv":  # every attention head's q, k and v
+        heads = int(hf_config["num_attention_heads"])
+        return heads, [int(hf_config["hidden_size"]) // heads] * 3
     groups = int(hf_config["linear_num_key_heads"])
     r = int(hf_config["linear_num_value_heads"]) // groups
     dk, dv = int(hf_config["linear_key_head_dim"]), r * int(hf_config["linear_value_head_dim"])
@@ -178,7 +205,7 @@ def _grouped_rows(groups: int, widths: list[int], slots: tuple[int, ...]) -> tor
 def grouped_parts(name: str, hf_config: dict) -> list[tuple[str, torch.Tensor]] | None:
     """(canonical name, its stored rows) of each part of the stored tensor `name`, or None when it is not a
     grouped tensor of config.json's model_type (_GROUPED)."""
-    m = _LAYER.match(name)
+    m = _LAYER.match(_prefix(name, hf_config.get("model_type"), reverse=True))
     entry = _GROUPED.get(hf_config.get("model_type") or "", {}).get(m.group(2)) if m else None
     if entry is None:
         return None
@@ -293,7 +320,7 @@ def leading_one(name: str, model_type: str | None) -> bool:
 def own_names(model_type: str | None) -> bool:
     """Whether `model_type` checkpoints store some tensors under names or layouts of their own."""
     return (model_type in _STORED_AS or model_type in _FUSED or model_type in _PREFIXED or model_type in _STACKED
-            or model_type in _GROUPED)
+            or model_type in _GROUPED or model_type in _PREFIX_AS)
 
 
 def stacked_layout(model_type: str | None) -> str | None:
@@ -458,8 +485,8 @@ def stored_name(name: str, model_type: str | None) -> str:
     """The name a `model_type` checkpoint (and vLLM) uses for the canonical HF name `name`."""
     for pattern, repl in _TO_STORED.get(model_type or "", ()):
         if pattern.search(name):
-            return pattern.sub(repl, name)
-    return name
+            return _prefix(pattern.sub(repl, name), model_type, reverse=False)
+    return _prefix(name, model_type, reverse=False)
 
 
 def canonical_name(name: str, model_type: str | None) -> str:
@@ -470,6 +497,7 @@ def canonical_name(name: str, model_type: str | None) -> str:
             if name.startswith(prefix):
                 name = repl + name[len(prefix):]
                 break
+    name = _prefix(name, model_type, reverse=True)
     for pattern, repl in _TO_CANONICAL.get(model_type or "", ()):
         if pattern.search(name):
             return pattern.sub(repl, name)

@@ -97,6 +97,9 @@ CASES = [
     ("parallel-residual-post-norm", [f"{A}.parallel_residual=true", f"{A}.post_norm=true"],
      ["parallel_residual (Cohere's attention and MLP on the same normed input) is supported on dense layers with one "
       "norm before both only; post_norm: true is not"]),
+    ("mlp-norm-without-parallel-residual", [f"{A}.parallel_residual_mlp_norm=true"],
+     ["parallel_residual_mlp_norm (GPT-NeoX's own norm for the MLP in a parallel-residual layer) needs "
+      "parallel_residual: true; set it, or drop parallel_residual_mlp_norm."]),
     ("weight-only-rmsnorm", [f"{A}.layernorm_bias=false"],
      ["layernorm_bias: false (Cohere's weight-only LayerNorm) needs normalization: LayerNorm, not RMSNorm."]),
     ("zero-verifier-timeout", ["algorithm.verifier_timeout_s=0"], ["verifier_timeout_s: 0.0` must be > 0"]),

@@ -125,6 +125,8 @@ def load_exported(out):
     for name in os.listdir(out):
         if name.endswith(".safetensors"):
             tensors.update(load_file(os.path.join(out, name)))
+    if model.config.model_type == "gpt_neox":  # transformers 5 names embed_out lm_head, renaming it when it loads
+        tensors = {("lm_head." + k[len("embed_out."):] if k.startswith("embed_out.") else k): v for k, v in tensors.items()}
     missing, unexpected = model.load_state_dict(tensors, strict=False)
     assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)  # tied: lm_head is the embedding
     return model
@@ -134,7 +136,8 @@ def load_exported(out):
                                              ("gemma3_text", True), ("gemma2", True), ("phi3-partial", True),
                                              ("mixtral", True), ("olmo2", True), ("olmo3", True), ("stablelm", True),
                                              ("starcoder2", True), ("nemotron", True),
-                                             ("cohere2", True), ("phi", True)])
+                                             ("cohere2", True), ("phi", True),
+                                             ("gpt_neox", True), ("gpt_neox-seq", True)])
 def test_live_export_loads_in_transformers(gloo_world1, tmp_path, arch, synthesize):
     """synthesize: config.json written from the Megatron args (a yaml-built model or a Megatron
     checkpoint): Gemma 3 / 2 in their own config.json, partial rotary as Phi-3's, and the tensors

@@ -182,6 +182,8 @@ def test_moe_layers_stay_eager():
     assert applies("cpu") and applies("cuda") and not applies("npu")
 
 
+# GPT-NeoX's parallel residual with the MLP's own norm (its weights registered on the module the hooks feed) passed
+# here on 2026-11-29 (7 s) and is left out for CI's time: its hooks are Cohere 2's
 @pytest.mark.parametrize("arch,kw", [("smollm3", dict(num_hidden_layers=4)),
                                      ("gemma3_text", dict(num_hidden_layers=4)), ("gemma2", dict(num_hidden_layers=2)),
                                      ("olmo3", dict(num_hidden_layers=2)), ("cohere2", dict(num_hidden_layers=2))])

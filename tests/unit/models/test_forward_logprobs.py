@@ -60,7 +60,8 @@ def _batches():
                                   "qwen3_moe-mlponly", "olmoe", "flex_olmo", "hunyuan_v1_dense",
                                   "hunyuan_v1_moe", "granitemoe", "granitemoeshared", "granitemoehybrid",
                                   "granitemoehybrid-moe", "glm", "helium", "stablelm",
-                                  "starcoder2", "starcoder2-window", "nemotron", "nemotron-bias", "cohere", "cohere2", "phi"])
+                                  "starcoder2", "starcoder2-window", "nemotron", "nemotron-bias", "cohere", "cohere2", "phi",
+                                  "gpt_neox", "gpt_neox-seq"])
 def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     """phi3: q/k/v and gate/up read as row ranges of its fused tensors; phi3-partial: half of each
     head rotated (partial_rotary_factor 0.5 = megatron's rotary_percent); phi3-longrope: LongRoPE's
@@ -117,7 +118,10 @@ def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     v / o and up / down; cohere: Command R, x + attn(ln x) + mlp(ln x) (parallel_residual) with weight-only LayerNorms,
     RoPE on interleaved pairs, logits x 0.25; cohere2: Command R7B, that layer with a sliding first layer (RoPE, 12
     positions) and a full second one without RoPE; phi: Phi-2, that layer with LayerNorm biases, biases on every
-    linear layer and on lm_head (add_output_layer_bias), a tanh-GELU MLP without a gate, RoPE on 0.4 of each head."""
+    linear layer and on lm_head (add_output_layer_bias), a tanh-GELU MLP without a gate, RoPE on 0.4 of each head;
+    gpt_neox: Pythia, multi-head attention with q / k / v per head in query_key_value, x + attn(ln1 x) + mlp(ln2 x)
+    (parallel_residual_mlp_norm), biases everywhere, exact GELU, RoPE on a quarter of each head, its own tensor names;
+    gpt_neox-seq: its sequential layer (use_parallel_residual false) with gelu_fast."""
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
 

@@ -266,7 +266,7 @@ def test_qwen3_next_grouped_delta_projections_read_as_transformers_splits_them(t
         torch.testing.assert_close(reader.read(p + name + ".weight"), tensor, rtol=0, atol=1e-6)
     qkv = reader.read(p + "in_proj_qkv.weight")
     assert torch.equal(reader.read(p + "in_proj_qkv.weight", rows=slice(16, 40), cols=slice(3, 9)), qkv[16:40, 3:9])
-    assert reader.stored(p + "in_proj_b.weight") == p + "in_proj_ba.weight (its in_proj_b rows of every key head)"
+    assert reader.stored(p + "in_proj_b.weight") == p + "in_proj_ba.weight (its in_proj_b rows of every head group)"
     canonical = {n: reader.read(n) for n in reader.weight_map}
     back = fuse(canonical, "qwen3_next", config)
     assert set(back) == set(stored) and all(torch.equal(back[n], t) for n, t in stored.items())
@@ -297,6 +297,48 @@ def test_qwen3_next_grouped_delta_projections_read_as_transformers_splits_them(t
     with pytest.raises(UserInputError, match=r"tensor model.layers.0.linear_attn.in_proj_qkvz.weight in \S+ has 128 "
                                              r"rows, but config.json's linear_num_\* / linear_\*_head_dim imply 96"):
         SafetensorsReader(str(tmp_path / "hf")).read("model.layers.0.linear_attn.in_proj_z.weight")
+
+
+def test_gpt_neox_names_and_per_head_qkv_read_and_written_as_stored(tmp_path):
+    """GPT-NeoX / Pythia keep their model under gpt_neox. (embed_in, final_layer_norm), lm_head as embed_out and each
+    head's [q | k | v] in one query_key_value (weight and bias): the reader serves the canonical names (q / k / v
+    exactly as transformers' attention splits the projection), names the stored tensor in messages, and the writer
+    and the vLLM weight feed give the stored names and layout back bit for bit. The causal-mask buffers Pythia's
+    releases (transformers 4.24) saved beside the weights (attention.bias, attention.masked_bias,
+    rotary_emb.inv_freq) are never asked for."""
+    from mindspeed_rl.models.hf_bridge.names import canonical_name, fuse, stored_name
+    from mindspeed_rl.rollout.vllm_engine import grouped_chunks
+
+    hf = make_tiny_hf("gpt_neox", str(tmp_path / "hf"))
+    stored = load_file(str(tmp_path / "hf" / "model.safetensors"))
+    released = dict(stored, **{f"gpt_neox.layers.{i}.attention.{n}": t for i in range(2) for n, t in (
+        ("bias", torch.ones(1, 1, 8, 8, dtype=torch.bool).tril()), ("masked_bias", torch.tensor(-1e9)),
+        ("rotary_emb.inv_freq", torch.ones(2)))})
+    save_file(released, str(tmp_path / "hf" / "model.safetensors"), metadata={"format": "pt"})
+    reader, config = SafetensorsReader(str(tmp_path / "hf")), read_hf_config(str(tmp_path / "hf"))
+    p = "model.layers.1.self_attn."
+    attn = hf.gpt_neox.layers[1].attention
+    with torch.no_grad():  # transformers' split of the projected rows = the weight's rows (x = identity)
+        qkv = attn.query_key_value(torch.eye(64)).view(64, 4, 3, 16)
+    for i, part in enumerate("qkv"):
+        want = qkv[:, :, i].reshape(64, 64).t() - attn.query_key_value.bias.view(4, 3, 16)[:, i].reshape(64, 1)
+        torch.testing.assert_close(reader.read(p + f"{part}_proj.weight"), want, rtol=0, atol=1e-6)
+        assert torch.equal(reader.read(p + f"{part}_proj.bias"), attn.query_key_value.bias.view(4, 3, 16)[:, i].reshape(64))
+    assert reader.stored(p + "k_proj.bias") == ("gpt_neox.layers.1.attention.query_key_value.bias (its k_proj rows of "
+                                                "every head group)")
+    assert torch.equal(reader.read("lm_head.weight"), stored["embed_out.weight"])
+    assert torch.equal(reader.read("model.norm.bias"), stored["gpt_neox.final_layer_norm.bias"])
+    assert reader.stored("model.layers.0.mlp.down_proj.weight") == "gpt_neox.layers.0.mlp.dense_4h_to_h.weight"
+    assert stored_name("model.embed_tokens.weight", "gpt_neox") == "gpt_neox.embed_in.weight"
+    assert canonical_name("gpt_neox.layers.3.attention.dense.bias", "gpt_neox") == "model.layers.3.self_attn.o_proj.bias"
+    canonical = {n: reader.read(n) for n in reader.weight_map if not n.endswith(("attention.bias", "masked_bias",
+                                                                                  "inv_freq"))}
+    back = fuse(canonical, "gpt_neox", config)
+    assert set(back) == set(stored) and all(torch.equal(back[n], t) for n, t in stored.items())
+    items = sorted(canonical.items(), reverse=True)  # a layer's q / k / v arriving in separate chunks
+    fed = dict((stored_name(n, "gpt_neox"), t) for chunk in grouped_chunks([items[i:i + 3] for i in range(0, len(items), 3)],
+                                                                          "gpt_neox", config) for n, t in chunk)
+    assert set(fed) == set(stored) and all(torch.equal(fed[n], t) for n, t in stored.items())
 
 
 def test_gpt_oss_stacked_experts_read_per_expert_and_mxfp4_as_transformers_dequantizes(tmp_path, gloo_world1):

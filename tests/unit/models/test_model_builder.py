@@ -7,7 +7,7 @@ import torch
 
 from mindspeed_rl.models.builder import llama3_inv_freq, model_config_from_hf, transformer_config
 from testing_utils import (DEEPSEEK_V2_LITE, DEEPSEEK_V3, GPT_OSS_20B, GRANITE_3B_A800M, GRANITE_4_MICRO, HUNYUAN_7B,
-                           HUNYUAN_A13B, MINIMAX_M2, OLMOE_1B_7B)
+                           HUNYUAN_A13B, MINIMAX_M2, OLMOE_1B_7B, PYTHIA_70M)
 
 LLAMA32_1B = {  # transformers 4.x spelling (rope_theta + rope_scaling)
     "model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
@@ -46,6 +46,26 @@ def test_qwen2_and_qwen3_in_transformers5_spelling():
     assert args["untie_embeddings_and_output_weights"]
 
 
+def test_pythia_config_json_as_released():
+    """EleutherAI/pythia-70m's config.json (transformers 4.24: rotary_pct, rotary_emb_base; no rope_parameters) reads
+    as GPT-NeoX's layer; its refusals name the key."""
+    args = model_config_from_hf(PYTHIA_70M)
+    assert (args["rotary_percent"], args["rotary_base"], args["kv_channels"], args["num_query_groups"]) == (0.25, 1e4, 64, 8)
+    assert args["parallel_residual"] and args["parallel_residual_mlp_norm"] and not args["openai_gelu"]
+    assert not args["swiglu"] and args["add_qkv_bias"] and args["disable_bias_linear"] is False
+    assert args["normalization"] == "LayerNorm" and args["norm_epsilon"] == 1e-5 and not args["group_query_attention"]
+    assert args["untie_embeddings_and_output_weights"] and args["padded_vocab_size"] == 50304
+    neox20b = dict(PYTHIA_70M, hidden_act="gelu_fast", use_parallel_residual=False, num_key_value_heads=2)
+    args = model_config_from_hf(neox20b)  # transformers reads no num_key_value_heads for gpt_neox: multi-head
+    assert args["openai_gelu"] and not args["parallel_residual"] and args["num_query_groups"] == 8
+    v5 = dict(PYTHIA_70M, rope_parameters={"rope_type": "default", "rope_theta": 5e5, "partial_rotary_factor": 0.5})
+    assert (model_config_from_hf(v5)["rotary_percent"], model_config_from_hf(v5)["rotary_base"]) == (0.5, 5e5)
+    with pytest.raises(ValueError, match="attention_bias=false is not supported for gpt_neox"):
+        model_config_from_hf(dict(PYTHIA_70M, attention_bias=False))
+    with pytest.raises(ValueError, match="hidden_act 'relu' is not supported for gpt_neox"):
+        model_config_from_hf(dict(PYTHIA_70M, hidden_act="relu"))
+
+
 @pytest.mark.parametrize("change,match", [
     ({"model_type": "deepseek_v32"}, "model_type .deepseek_v32. is not supported"),
     ({"mlp_bias": True}, "mlp_bias"),
@@ -53,7 +73,7 @@ def test_qwen2_and_qwen3_in_transformers5_spelling():
     ({"hidden_act": "gelu"}, "hidden_act"),
     ({"rope_scaling": {"rope_type": "dynamic", "factor": 4.0}}, "rope type 'dynamic' .* would disagree"),
     ({"rope_scaling": {"rope_type": "su", "factor": 4.0}}, "rope type 'su' is not supported; use one of"),
-    ({"partial_rotary_factor": 0.5}, "partial_rotary_factor 0.5 is supported for phi3, glm, glm4, glm4_moe, stablelm, nemotron, phi, minimax_m2, qwen3_5_text and qwen3_next models only, not llama"),
+    ({"partial_rotary_factor": 0.5}, "partial_rotary_factor 0.5 is supported for phi3, glm, glm4, glm4_moe, stablelm, nemotron, phi, gpt_neox, minimax_m2, qwen3_5_text and qwen3_next models only, not llama"),
 ])
 def test_unsupported_hf_features_raise(change, match):
     with pytest.raises(ValueError, match=match):
