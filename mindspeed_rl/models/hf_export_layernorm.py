@@ -22,6 +22,13 @@ def partial_rope(args: Mapping[str, Any]) -> dict[str, Any]:
     return dict(rope_parameters(args), partial_rotary_factor=float(args.get("rotary_percent") or 1.0))
 
 
+def llama_rope_everywhere(args: Mapping[str, Any]) -> bool:
+    """RoPE on Llama's pairs in every layer, full attention, no Granite multipliers or softmax_scale (what Phi-2's,
+    GPT-NeoX's, StableLM's and Nemotron's config.json can say)."""
+    return not (args.get("rotary_interleaved") or args.get("sliding_window") or args.get("no_rope_freq")
+                or args.get("window_attn_skip_freq") is not None or not plain_scaling(args))
+
+
 def layernorm_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
     """The config.json of a model with LayerNorms: GPT-NeoX's for parallel_residual_mlp_norm, Phi-2's for
     parallel_residual with LayerNorm biases, Cohere's for parallel_residual without, Nemotron's for
@@ -54,9 +61,7 @@ def phi_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> 
          "add_output_layer_bias)", not args.get("add_qkv_bias") or args.get("disable_bias_linear", True) is not False
          or not args.get("add_output_layer_bias")),
         ("RoPE on Llama's pairs in every layer, full attention, untied embeddings, no Granite multipliers or softmax_scale",
-         args.get("rotary_interleaved") or args.get("sliding_window") or args.get("no_rope_freq")
-         or args.get("window_attn_skip_freq") is not None or not plain_scaling(args)
-         or not args.get("untie_embeddings_and_output_weights")),
+         not llama_rope_everywhere(args) or not args.get("untie_embeddings_and_output_weights")),
         ("head dimension hidden_size / num_attention_heads", not head_dim_is_quotient(args)),
     ) if bad]
     if problems:
@@ -93,8 +98,7 @@ def gpt_neox_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype
         ("multi-head attention (no group_query_attention)",
          args.get("group_query_attention") and int(args.get("num_query_groups") or 0) != int(args["num_attention_heads"])),
         ("RoPE on Llama's pairs in every layer, full attention, no Granite multipliers or softmax_scale",
-         args.get("rotary_interleaved") or args.get("sliding_window") or args.get("no_rope_freq")
-         or args.get("window_attn_skip_freq") is not None or not plain_scaling(args)),
+         not llama_rope_everywhere(args)),
         ("head dimension hidden_size / num_attention_heads", not head_dim_is_quotient(args)),
     ) if bad]
     if problems:
@@ -161,8 +165,7 @@ def stablelm_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype
         ("norms before attention and MLP only, no q / k norms (pre_norm, no post_norm, qk_layernorm)",
          not pre_norms_only(args)),
         ("RoPE on Llama's pairs in every layer, full attention, no Granite multipliers or softmax_scale",
-         args.get("rotary_interleaved") or args.get("sliding_window") or args.get("no_rope_freq")
-         or args.get("window_attn_skip_freq") is not None or not plain_scaling(args)),
+         not llama_rope_everywhere(args)),
         ("head dimension hidden_size / num_attention_heads", not head_dim_is_quotient(args)),
     ) if bad]
     if problems:
@@ -220,8 +223,7 @@ def nemotron_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype
          bool(args.get("add_qkv_bias")) != bias),
         ("norms before attention and MLP only, no q / k norms", not pre_norms_only(args)),
         ("RoPE on Llama's pairs in every layer, full attention, no Granite multipliers or softmax_scale",
-         args.get("rotary_interleaved") or args.get("sliding_window") or args.get("no_rope_freq")
-         or args.get("window_attn_skip_freq") is not None or not plain_scaling(args)),
+         not llama_rope_everywhere(args)),
     ) if bad]
     if problems:
         raise ValueError(f"apply_layernorm_1p has a config.json form only as Nemotron (nemotron), which needs "
