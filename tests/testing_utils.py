@@ -162,7 +162,13 @@ HF_VARIANTS = {
     "starcoder2-window": {"sliding_window": 12},  # StarCoder2's 4096 of 16384, scaled down
     "phi3-partial": {"partial_rotary_factor": 0.5},
     "nemotron-bias": {"attention_bias": True, "mlp_bias": True},
-    "gpt_neox-seq": {"use_parallel_residual": False, "hidden_act": "gelu_fast"},  # rinna's Japanese GPT-NeoX layer  # Nemotron's biases on q / k / v / o and up / down
+    "gpt_neox-seq": {"use_parallel_residual": False, "hidden_act": "gelu_fast"},  # rinna's Japanese GPT-NeoX layer
+    # Falcon-40B / 180B: grouped key / value heads (2 here), ln_attn / ln_mlp; Falcon2-11B: grouped, one norm, untied,
+    # its rope_theta; the sequential layer with per-head q / k / v and biases (no release; transformers runs it)
+    "falcon-40b": {"new_decoder_architecture": True, "num_kv_heads": 2},
+    "falcon-11b": {"new_decoder_architecture": True, "num_kv_heads": 2, "num_ln_in_parallel_attn": 1,
+                   "tie_word_embeddings": False, "rope_parameters": {"rope_type": "default", "rope_theta": 500042.0}},
+    "falcon-seq": {"multi_query": False, "parallel_attn": False, "bias": True},  # Nemotron's biases on q / k / v / o and up / down
     # Qwen3-Next's other MoE layouts: its second layer a dense MLP (mlp_only_layers), the top-2 not renormalised
     "qwen3_next-mlponly": {"mlp_only_layers": [1], "norm_topk_prob": False},
     "qwen3_moe-mlponly": {"mlp_only_layers": [1]},  # Qwen3-MoE's dense layers: the same key
@@ -236,7 +242,8 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
     layer, a 12-position window with RoPE in the odd layers, the even ones full without RoPE); phi: Phi-2 (that layer
     with LayerNorm biases, biases everywhere and on lm_head, a tanh-GELU MLP without a gate, RoPE on 0.4 of each head); gpt_neox: Pythia (multi-head attention, the MLP on its own norm
     of the layer input beside attention, biases everywhere, RoPE on a quarter of each head, exact GELU; the HF_VARIANTS
-    gpt_neox-seq: megatron's usual layer, gelu_fast). `overrides` change TINY_HF
+    gpt_neox-seq: megatron's usual layer, gelu_fast); falcon: Falcon-7B (multi-query, one norm beside attention and MLP,
+    no biases, tied; HF_VARIANTS falcon-40b, falcon-11b, falcon-seq). `overrides` change TINY_HF
     (num_hidden_layers=4). `config_only`: return the config.json it would save (as a dict), building nothing."""
     import transformers as tf
 
@@ -343,6 +350,14 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
         "gpt_neox": lambda: tf.GPTNeoXConfig(**{"rotary_pct": 0.25, "rotary_emb_base": 10000, "hidden_dropout": 0.1,
                                                 "pad_token_id": None, "bos_token_id": 1, "eos_token_id": 2,
                                                 **{k: v for k, v in tiny.items() if k != "num_key_value_heads"}}),
+        # Falcon-7B's layout: multi-query attention (one key / value head) stored fused, one LayerNorm before attention and
+        # MLP beside each other, an MLP without a gate (exact gelu), no biases, tied; the HF_VARIANTS falcon-40b (two
+        # key / value heads per group, ln_attn / ln_mlp), falcon-11b (grouped, one norm, untied, its rope_theta) and
+        # falcon-seq (per-head q / k / v, the sequential layer, biases)
+        "falcon": lambda: tf.FalconConfig(**{"multi_query": True, "parallel_attn": True, "bias": False,
+                                             "pad_token_id": None, "bos_token_id": 1, "eos_token_id": 2,
+                                             "ffn_hidden_size": tiny["intermediate_size"],
+                                             **{k: v for k, v in tiny.items() if k != "num_key_value_heads"}}),
         # Helium-1: Llama with RoPE on interleaved pairs of the whole head (ERNIE 4.5's), eps 1e-8
         "helium": lambda: tf.HeliumConfig(**{"head_dim": 16, "pad_token_id": 0, "eos_token_id": 2, "bos_token_id": 1,
                                              **tiny}),
@@ -522,7 +537,7 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
            "helium": tf.HeliumForCausalLM, "stablelm": tf.StableLmForCausalLM,
            "starcoder2": tf.Starcoder2ForCausalLM, "nemotron": tf.NemotronForCausalLM,
            "cohere": tf.CohereForCausalLM, "cohere2": tf.Cohere2ForCausalLM, "phi": tf.PhiForCausalLM,
-           "gpt_neox": tf.GPTNeoXForCausalLM}[arch]
+           "gpt_neox": tf.GPTNeoXForCausalLM, "falcon": tf.FalconForCausalLM}[arch]
     torch.manual_seed(seed)
     model = cls(config).eval()
     with torch.no_grad():
@@ -573,6 +588,17 @@ PYTHIA_70M = {"architectures": ["GPTNeoXForCausalLM"], "bos_token_id": 0, "eos_t
               "num_hidden_layers": 6, "rotary_emb_base": 10000, "rotary_pct": 0.25, "tie_word_embeddings": False,
               "torch_dtype": "float16", "transformers_version": "4.24.0", "use_cache": True,
               "use_parallel_residual": True, "vocab_size": 50304}
+
+# tiiuae/falcon-7b's config.json (multi-query, one norm beside attention and MLP, tied) and falcon-40b's (grouped,
+# two norms: new_decoder_architecture), as published
+FALCON_7B = {"alibi": False, "apply_residual_connection_post_layernorm": False, "architectures": ["FalconForCausalLM"],
+             "attention_dropout": 0.0, "bias": False, "bos_token_id": 11, "eos_token_id": 11, "hidden_dropout": 0.0,
+             "hidden_size": 4544, "initializer_range": 0.02, "layer_norm_epsilon": 1e-05, "model_type": "falcon",
+             "multi_query": True, "new_decoder_architecture": False, "num_attention_heads": 71,
+             "num_hidden_layers": 32, "parallel_attn": True, "torch_dtype": "bfloat16",
+             "transformers_version": "4.27.4", "use_cache": True, "vocab_size": 65024}
+FALCON_40B = dict(FALCON_7B, hidden_size=8192, num_attention_heads=128, num_hidden_layers=60, num_kv_heads=8,
+                  new_decoder_architecture=True)
 
 # openai/gpt-oss-20b's config.json (its weights: MXFP4 experts, see hf_bridge/names.py)
 GPT_OSS_20B = {"architectures": ["GptOssForCausalLM"], "attention_bias": True, "attention_dropout": 0.0,

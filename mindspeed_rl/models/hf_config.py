@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-from mindspeed_rl.models.hf_layernorm_config import (LAYERNORM_ARCHS, layernorm_args, layernorm_checks,
-                                                     neox_keys)
+from mindspeed_rl.models.hf_layernorm_config import (LAYERNORM_ARCHS, OWN_ACTIVATION, falcon_keys, layernorm_args,
+                                                     layernorm_checks, neox_keys)
 from mindspeed_rl.models.hf_moe_config import expert_count, mla_args, moe_args_from_hf
 from mindspeed_rl.models.hf_rope_config import llama4_scaling_limit, longrope_args, yarn_args
 
@@ -23,7 +23,7 @@ HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_mo
             "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus",
             "qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_dense", "hunyuan_v1_moe",
             "granitemoe", "granitemoeshared", "granitemoehybrid", "glm", "helium", "stablelm",
-            "starcoder2", "nemotron", "cohere", "cohere2", "phi", "gpt_neox")
+            "starcoder2", "nemotron", "cohere", "cohere2", "phi", "gpt_neox", "falcon")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss",
              "minimax_m2", "ernie4_5_moe", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_moe",
@@ -61,6 +61,9 @@ HF_DEFAULTS = {
     # transformers' GPTNeoXConfig; rotary_pct / rotary_emb_base: the releases' (4.x) spelling (neox_keys)
     "gpt_neox": {"layer_norm_eps": 1e-5, "hidden_act": "gelu", "use_parallel_residual": True, "attention_bias": True,
                  "rotary_pct": 0.25, "rotary_emb_base": 10000.0},
+    # transformers' FalconConfig (Falcon-7B's layout); its sizes' old names and heads: hf_layernorm_config.falcon_keys
+    "falcon": {"layer_norm_epsilon": 1e-5, "activation": "gelu", "tie_word_embeddings": True, "multi_query": True,
+               "parallel_attn": True, "new_decoder_architecture": False, "bias": False, "alibi": False},
     "cohere": {"logit_scale": 0.0625, "layer_norm_eps": 1e-5, "tie_word_embeddings": True},  # its CohereConfig
     "cohere2": {"logit_scale": 0.0625, "layer_norm_eps": 1e-5, "tie_word_embeddings": True, "sliding_window": 4096},
     "seed_oss": {"attention_bias": True},
@@ -196,6 +199,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     check_quantization(hf)
     if model_type == "gpt_neox":
         hf = neox_keys(hf)
+    if model_type == "falcon":
+        hf = falcon_keys(hf)
     heads = int(hf["num_attention_heads"])
     kv_heads = int(hf.get("num_key_value_heads") or heads)
     head_dim = int(hf.get("head_dim") or hf["hidden_size"] // heads)
@@ -242,7 +247,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
                    ("gelu_pytorch_tanh", "GELU with the tanh approximation") if model_type == "starcoder2" else
                    ("gelu_new", "GELU with the tanh approximation") if model_type == "phi" else ("relu2", "squared ReLU")
                    if model_type in ("arcee", "nemotron") else ("xielu", "xIELU") if model_type == "apertus" else ("silu", "SwiGLU"))
-    if activation != wanted and model_type != "gpt_neox":  # GPT-NeoX: exact or tanh GELU (layernorm_checks)
+    if activation != wanted and model_type not in OWN_ACTIVATION:  # GPT-NeoX, Falcon: GELU (layernorm_checks)
         raise ValueError(f"config.json hidden_act {activation!r} is not supported for {model_type}; only {wanted} "
                          f"({mlp}).")
     if model_type in HUNYUAN_ARCHS and rope_type == "dynamic" and rope.get("alpha"):
@@ -270,7 +275,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         "max_position_embeddings": int(hf.get("max_position_embeddings", 4096)),
         "rotary_base": float(rope.get("rope_theta", hf.get("rope_theta", 10000.0))),
         "normalization": "RMSNorm",
-        "norm_epsilon": float(hf["layer_norm_eps"] if model_type in ("stablelm", "cohere", "cohere2", "phi", "gpt_neox") else hf["norm_epsilon"]
+        "norm_epsilon": float(hf["layer_norm_eps"] if model_type in ("stablelm", "cohere", "cohere2", "phi", "gpt_neox")
+                              else hf["layer_norm_epsilon"] if model_type == "falcon" else hf["norm_epsilon"]
                               if model_type == "starcoder2" else hf["norm_eps"] if model_type == "nemotron"
                               else hf.get("rms_norm_eps", 1e-6)),
         "swiglu": True,

@@ -30,21 +30,70 @@ def llama_rope_everywhere(args: Mapping[str, Any]) -> bool:
 
 
 def layernorm_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
-    """The config.json of a model with LayerNorms: GPT-NeoX's for parallel_residual_mlp_norm, Phi-2's for
-    parallel_residual with LayerNorm biases, Cohere's for parallel_residual without, Nemotron's for
-    apply_layernorm_1p, StableLM's for a gated MLP, GPT-NeoX's for an MLP without a gate whose GELU is exact or whose
-    RoPE is partial, StarCoder2's otherwise."""
-    if args.get("parallel_residual_mlp_norm") or not (gated_mlp(args) or args.get("parallel_residual")
-                                                      or args.get("apply_layernorm_1p") or args.get("squared_relu")) \
-            and (not args.get("openai_gelu") or float(args.get("rotary_percent") or 1.0) != 1.0):
-        return gpt_neox_config(args, vocab_size, dtype)
-    if args.get("parallel_residual") and args.get("layernorm_bias", True) is not False:
-        return phi_config(args, vocab_size, dtype)
-    if args.get("parallel_residual") or args.get("layernorm_bias") is False:
+    """The config.json of a model with LayerNorms: Cohere's for weight-only LayerNorms, Phi-2's for parallel_residual
+    with an output-layer bias, Nemotron's for apply_layernorm_1p, StableLM's for a gated MLP; for an MLP without a gate
+    in a parallel-residual layer, or with exact GELU or partial RoPE, GPT-NeoX's with biases on every linear layer,
+    multi-head attention and two norms (or the sequential layer), Falcon's otherwise; StarCoder2's for the rest."""
+    if args.get("layernorm_bias") is False:
         return cohere_config(args, vocab_size, dtype)
+    if args.get("parallel_residual") and args.get("add_output_layer_bias"):
+        return phi_config(args, vocab_size, dtype)
     if args.get("apply_layernorm_1p"):
         return nemotron_config(args, vocab_size, dtype)
-    return (stablelm_config if gated_mlp(args) else starcoder2_config)(args, vocab_size, dtype)
+    if gated_mlp(args) and not args.get("parallel_residual"):
+        return stablelm_config(args, vocab_size, dtype)
+    if args.get("parallel_residual") or not args.get("openai_gelu") or float(args.get("rotary_percent") or 1.0) != 1.0:
+        neox = (args.get("disable_bias_linear", True) is False and args.get("add_qkv_bias")
+                and not multi_query_groups(args)
+                and bool(args.get("parallel_residual_mlp_norm")) == bool(args.get("parallel_residual")))
+        return (gpt_neox_config if neox else falcon_config)(args, vocab_size, dtype)
+    return starcoder2_config(args, vocab_size, dtype)
+
+
+def multi_query_groups(args: Mapping[str, Any]) -> int:
+    """Key / value heads when fewer than the attention heads (group_query_attention), else 0."""
+    groups = int(args.get("num_query_groups") or 0) if args.get("group_query_attention") else 0
+    return groups if groups != int(args["num_attention_heads"]) else 0
+
+
+def falcon_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
+    """Falcon's config.json (falcon, FalconForCausalLM) for a model with LayerNorms that have biases and an MLP without a
+    gate: exact gelu, biases on every linear layer or none (bias), RoPE on Llama's pairs of whole heads of
+    hidden_size / num_attention_heads, full attention. The layer: parallel_residual with the MLP's own norm is
+    new_decoder_architecture (ln_attn, ln_mlp); with one norm, multi_query for one key / value head, one per head
+    (multi_query false), else new_decoder_architecture with num_ln_in_parallel_attn 1 (Falcon2-11B); the sequential
+    layer (parallel_attn false) with one key / value head or one per head."""
+    heads, groups = int(args["num_attention_heads"]), multi_query_groups(args)
+    parallel, two_norms = bool(args.get("parallel_residual")), bool(args.get("parallel_residual_mlp_norm"))
+    problems = [what for what, bad in (
+        ("LayerNorms with biases before attention and MLP only (no apply_layernorm_1p or q / k norms)",
+         args.get("layernorm_bias", True) is False or args.get("apply_layernorm_1p") or not pre_norms_only(args)),
+        ("a dense MLP without a gate, exact gelu (no openai_gelu)",
+         int(args.get("num_experts") or 0) > 1 or gated_mlp(args) or args.get("openai_gelu") or args.get("squared_relu")
+         or args.get("xielu") or args.get("multi_latent_attention")),
+        ("biases on every linear layer or none (add_qkv_bias as disable_bias_linear: false), none on the output layer",
+         bool(args.get("add_qkv_bias")) != (args.get("disable_bias_linear", True) is False)
+         or args.get("add_output_layer_bias")),
+        ("one key / value head or one per head in a layer without parallel_residual",
+         not parallel and groups not in (0, 1)),
+        ("RoPE on Llama's pairs of whole heads in every layer, full attention, no Granite multipliers or softmax_scale",
+         not llama_rope_everywhere(args) or float(args.get("rotary_percent") or 1.0) != 1.0),
+        ("head dimension hidden_size / num_attention_heads", not head_dim_is_quotient(args)),
+    ) if bad]
+    if problems:
+        raise ValueError(f"normalization LayerNorm with an MLP without a gate has a config.json form here only as "
+                         f"GPT-NeoX (biases everywhere, multi-head) or Falcon (falcon), which needs {'; '.join(problems)}.")
+    new_arch = two_norms or (parallel and groups > 1)
+    config = base_config(args, vocab_size, dtype, "falcon", "FalconForCausalLM", rope_parameters(args), eps=1e-5)
+    config.update(activation="gelu", layer_norm_epsilon=config.pop("rms_norm_eps"), bias=bool(args.get("add_qkv_bias")),
+                  alibi=False, parallel_attn=parallel, new_decoder_architecture=new_arch,
+                  multi_query=groups == 1 and not new_arch, num_kv_heads=(groups or heads) if new_arch else heads,
+                  num_ln_in_parallel_attn=(2 if two_norms else 1) if new_arch else None,
+                  ffn_hidden_size=config.pop("intermediate_size"), attention_dropout=0.0, hidden_dropout=0.0,
+                  pad_token_id=None)
+    for key in ("head_dim", "num_key_value_heads"):
+        config.pop(key)
+    return config
 
 
 def phi_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:

@@ -31,13 +31,55 @@ for the rest (models/hf_export_layernorm.py writes them back):
   parallel residual with the MLP's own norm (parallel_residual_mlp_norm); without it, megatron's usual layer.
   attention_bias false (no q / k / v / o biases, yet the MLP's) is refused: Megatron has biases on every linear
   layer or none.
+- Falcon (falcon: Falcon-7B / 40B / 180B and their -instruct models, Falcon2-11B) is LayerNorms with biases, RoPE on
+  whole heads (Llama's pairs), an MLP without a gate, dense_4h_to_h(gelu(dense_h_to_4h(x))) (exact GELU, the only
+  activation vLLM's Falcon computes), biases on every linear
+  layer or none (bias), tied embeddings by default, q / k / v stored in one query_key_value per key / value head
+  ([its queries | k | v]; hf_bridge/names.py): multi-query (multi_query: Falcon-7B, one key / value head), grouped
+  (new_decoder_architecture: num_kv_heads) or per head. Its layer is Cohere's parallel residual with one norm
+  (parallel_attn; new_decoder_architecture with num_ln_in_parallel_attn 1: Falcon2-11B), GPT-NeoX's with two (ln_attn,
+  ln_mlp: new_decoder_architecture, Falcon-40B / 180B), or megatron's usual one (parallel_attn false). ALiBi
+  (Falcon-RW) is refused.
 """
 from __future__ import annotations
 
 from typing import Any, Mapping
 
-LAYERNORM_ARCHS = ("stablelm", "starcoder2", "nemotron", "cohere", "cohere2", "phi", "gpt_neox")
+LAYERNORM_ARCHS = ("stablelm", "starcoder2", "nemotron", "cohere", "cohere2", "phi", "gpt_neox", "falcon")
 NEOX_GELU = {"gelu": False, "gelu_fast": True, "gelu_new": True, "gelu_pytorch_tanh": True}  # -> openai_gelu
+# config.json's activation key and the values taken (-> openai_gelu), checked here: GPT-NeoX's exact or tanh GELU;
+# Falcon's exact GELU only (vLLM's Falcon computes it whatever config.json says; every release says gelu)
+OWN_ACTIVATION = {"gpt_neox": ("hidden_act", NEOX_GELU), "falcon": ("activation", {"gelu": False})}
+# the names Falcon's first config.json used (transformers' FalconConfig reads n_embed; older ones the others too)
+FALCON_ALIASES = {"n_embed": "hidden_size", "n_layer": "num_hidden_layers", "n_head": "num_attention_heads",
+                  "n_head_kv": "num_kv_heads"}
+
+
+def falcon_keys(hf: Mapping[str, Any]) -> dict[str, Any]:
+    """A Falcon config.json in the keys the reader takes: its old names (FALCON_ALIASES), its key / value heads as
+    num_key_value_heads (falcon_kv_heads), its MLP width as intermediate_size (ffn_hidden_size, 4 x hidden_size
+    unset); transformers reads no head_dim for it."""
+    hf = {FALCON_ALIASES.get(k, k): v for k, v in hf.items() if k != "head_dim"}
+    return dict(hf, num_key_value_heads=falcon_kv_heads(hf),
+                intermediate_size=int(hf.get("ffn_hidden_size") or 4 * int(hf["hidden_size"])))
+
+
+def falcon_kv_heads(hf: Mapping[str, Any]) -> int:
+    """Falcon's key / value heads: num_kv_heads with new_decoder_architecture, one with multi_query, else one per
+    head (transformers' FalconAttention, vLLM's load_weights)."""
+    hf = {FALCON_ALIASES.get(k, k): v for k, v in hf.items()}
+    if hf.get("new_decoder_architecture"):
+        return int(hf.get("num_kv_heads") or hf["num_attention_heads"])
+    return 1 if hf.get("multi_query", True) else int(hf["num_attention_heads"])
+
+
+def falcon_norms(hf: Mapping[str, Any]) -> int:
+    """Falcon's norms per layer before attention and MLP: 2 (ln_attn, ln_mlp) with new_decoder_architecture unless
+    num_ln_in_parallel_attn says 1; a parallel layer's one; 2 for the sequential layer (input_layernorm,
+    post_attention_layernorm)."""
+    if hf.get("new_decoder_architecture"):
+        return int(hf.get("num_ln_in_parallel_attn") or 2)
+    return 1 if hf.get("parallel_attn", True) else 2
 
 
 def neox_keys(hf: Mapping[str, Any]) -> dict[str, Any]:
@@ -69,14 +111,22 @@ def layernorm_checks(hf: Mapping[str, Any], model_type: str) -> None:
         raise ValueError(f"config.json attention_bias={bool(hf.get('attention_bias'))} with "
                          f"mlp_bias={bool(hf.get('mlp_bias'))} is not supported for nemotron: Megatron has biases on "
                          f"every linear layer or none (Nemotron's releases have none).")
-    if model_type != "gpt_neox":
+    if model_type == "falcon":
+        if hf.get("alibi"):
+            raise ValueError("config.json alibi=true (ALiBi positions: Falcon-RW) is not supported; Falcon's releases "
+                             "with RoPE (alibi false) are.")
+        if hf.get("new_decoder_architecture") and falcon_norms(hf) == 1 and not hf.get("parallel_attn", True):
+            raise ValueError("config.json new_decoder_architecture with num_ln_in_parallel_attn 1 and "
+                             "parallel_attn=false is not a layer transformers can run; set parallel_attn: true.")
+    if model_type not in OWN_ACTIVATION:
         return
-    if not hf.get("attention_bias"):
+    act, taken = OWN_ACTIVATION[model_type]
+    if hf.get(act) not in taken:
+        raise ValueError(f"config.json {act} {hf.get(act)!r} is not supported for {model_type}; only "
+                         f"{', '.join(taken)} (GELU{', exact or with the tanh approximation' if len(taken) > 1 else ''}).")
+    if model_type == "gpt_neox" and not hf.get("attention_bias"):
         raise ValueError("config.json attention_bias=false is not supported for gpt_neox: its MLP keeps its biases, "
                          "and Megatron has biases on every linear layer or none (the releases: true).")
-    if hf.get("hidden_act") not in NEOX_GELU:
-        raise ValueError(f"config.json hidden_act {hf.get('hidden_act')!r} is not supported for gpt_neox; only "
-                         f"{', '.join(NEOX_GELU)} (GELU, exact or with the tanh approximation).")
 
 
 def layernorm_args(hf: Mapping[str, Any], model_type: str) -> dict[str, Any]:
@@ -104,4 +154,10 @@ def layernorm_args(hf: Mapping[str, Any], model_type: str) -> dict[str, Any]:
         return dict(normalization="LayerNorm", parallel_residual=parallel, parallel_residual_mlp_norm=parallel,
                     swiglu=False, openai_gelu=NEOX_GELU[hf["hidden_act"]], add_qkv_bias=True,
                     disable_bias_linear=False)
+    if model_type == "falcon":  # Falcon: one or two norms beside each other, or in sequence; biases on all or none
+        parallel = bool(hf.get("new_decoder_architecture") or hf.get("parallel_attn", True))
+        bias = bool(hf.get("bias"))
+        return dict(normalization="LayerNorm", parallel_residual=parallel,
+                    parallel_residual_mlp_norm=parallel and falcon_norms(hf) == 2, swiglu=False,
+                    openai_gelu=False, add_qkv_bias=bias, disable_bias_linear=not bias)
     raise ValueError(f"model_type {model_type!r} has no LayerNorm layout here.")

@@ -317,9 +317,15 @@ def _register_lm_head_bias(model: torch.nn.Module) -> None:
 def _retie_embeddings(model: torch.nn.Module) -> None:
     """A tied lm_head gets no tensor of its own: the layer-wise reload puts the embedding's new
     tensor in place but leaves lm_head on the old one (and, on CPU, on a GEMM handle prepacked
-    from the old one). Point it at the embedding again and redo its post-load processing."""
+    from the old one). Point it at the embedding again (model.embed_tokens, or the model's one other vocabulary
+    embedding: Falcon's transformer.word_embeddings) and redo its post-load processing."""
     head = getattr(model, "lm_head", None)
     embed = getattr(getattr(model, "model", None), "embed_tokens", None)
+    if embed is None and head is not None:
+        from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
+
+        others = [m for m in model.modules() if isinstance(m, VocabParallelEmbedding) and m is not head]
+        embed = others[0] if len(others) == 1 else None
     tied = getattr(getattr(model, "config", None), "tie_word_embeddings", False)
     if not (tied and head is not None and embed is not None):
         return
@@ -488,6 +494,12 @@ class VLLMEngine:
         if hf_config.get("model_type") == "gpt_oss" and limit is not None and float(limit) != 7.0:
             raise UserInputError(f"config.json swiglu_limit {limit}: vLLM's gpt-oss clamps its experts at 7.0 whatever "
                                  f"config.json says, so rollout and training would differ; use rollout_engine: megatron.")
+        if hf_config.get("model_type") == "falcon":
+            width, hidden = hf_config.get("ffn_hidden_size"), int(hf_config.get("hidden_size") or hf_config["n_embed"])
+            if width is not None and int(width) != 4 * hidden:
+                raise UserInputError(f"config.json ffn_hidden_size {width}: vLLM's Falcon builds its MLP 4 x hidden_size "
+                                     f"({4 * hidden}) wide whatever config.json says, so it cannot load these weights; "
+                                     f"use rollout_engine: megatron.")
         latent = int(hf_config.get("kv_lora_rank") or 0) + int(hf_config.get("qk_rope_head_dim") or 0)
         if self.platform_name == "cpu" and latent and latent != CPU_MLA_LATENT:
             raise UserInputError(f"multi-latent attention with kv_lora_rank + qk_rope_head_dim = {latent}: vLLM's CPU "
@@ -581,7 +593,8 @@ class VLLMEngine:
 
         self._check_open()
         model_config = self.llm.llm_engine.model_config
-        model_type = getattr(model_config.hf_config, "model_type", None)  # vLLM's names: Mixtral's are its own
+        # vLLM's names are the checkpoints' (Mixtral's own, Falcon-40B's ln_attn / ln_mlp: names.names_type)
+        model_type = names_type(model_config.hf_config.to_dict())
         stats = {"tensors": 0, "peak_bytes": 0}
         t0 = time.perf_counter()
 

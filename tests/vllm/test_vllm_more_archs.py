@@ -77,6 +77,9 @@ VARIANTS = {
     "minimax_m2": dict(head_dim=32, rotary_dim=16),  # RoPE on half of each head, as the releases' 64 of 128
     "arcee": dict(max_position_embeddings=64, rope_scaling={"rope_type": "yarn", "factor": 4.0,
                                                             "original_max_position_embeddings": 16}),
+    # vLLM's Falcon has an MLP 4 x hidden_size wide (the releases' width: test_falcon_mlp_of_another_width_is_refused)
+    "falcon": dict(ffn_hidden_size=512),
+    "falcon-40b": dict(testing_utils.HF_VARIANTS["falcon-40b"], ffn_hidden_size=512),  # ln_attn / ln_mlp, grouped qkv
 }
 
 
@@ -107,7 +110,7 @@ def _make_in_child(arch, out, overrides):
                                   "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2", "gpt_oss",
                                   "minimax_m2", "glm4_moe_lite", "ernie4_5_moe", "apertus", "olmoe", "flex_olmo",
                                   "hunyuan_v1_moe", "granitemoeshared", "granitemoehybrid", "glm", "starcoder2",
-                                  "nemotron", "cohere2", "phi", "gpt_neox"])
+                                  "nemotron", "cohere2", "phi", "gpt_neox", "falcon", "falcon-40b"])
 def test_synced_engine_equals_the_training_model(arch, tmp_path, gloo_world1):
     from mindspeed_rl.rollout.native import NativeEngine
     from mindspeed_rl.rollout.vllm_engine import VLLMEngine
@@ -179,3 +182,16 @@ def test_deepseek_in_bf16_reloads_its_weights(tmp_path):
         assert max(diffs) <= 0.5, diffs
     finally:
         engine.close()
+
+
+def test_falcon_mlp_of_another_width_is_refused(tmp_path):
+    """vLLM 0.32's Falcon builds its MLP 4 x hidden_size wide whatever ffn_hidden_size says (every release is 4 x): an
+    engine for another width stops at its start with one sentence naming the key, before vLLM loads anything."""
+    from mindspeed_rl.rollout.vllm_engine import VLLMEngine
+    from mindspeed_rl.utils.errors import UserInputError
+
+    config = testing_utils.make_tiny_hf("falcon", str(tmp_path), config_only=True)
+    assert config["ffn_hidden_size"] == 128 and config["hidden_size"] == 64
+    with pytest.raises(UserInputError, match=r"config.json ffn_hidden_size 128: vLLM's Falcon builds its MLP 4 x "
+                                             r"hidden_size \(256\) wide"):
+        VLLMEngine(config, vocab_size=HF_VOCAB, max_length=64, eos_token_ids=[0], pad_token_id=0, seed=0)

@@ -29,6 +29,7 @@ import re
 import torch
 
 from mindspeed_rl.models.hf_config import HF_DEFAULTS, IMAGE_TEXT_ARCHS
+from mindspeed_rl.models.hf_layernorm_config import FALCON_ALIASES, falcon_kv_heads, falcon_norms
 
 # config.json model_type -> (canonical layer-relative name, that architecture's), {e} = expert number
 _STORED_AS = {
@@ -97,16 +98,27 @@ _STORED_AS["gpt_neox"] = (*((f"self_attn.o_proj.{k}", f"attention.dense.{k}") fo
                           *((f"mlp.{c}_proj.{k}", f"mlp.{s}.{k}") for c, s in (("up", "dense_h_to_4h"),
                                                                                 ("down", "dense_4h_to_h"))
                             for k in ("weight", "bias")))
+# Falcon: o_proj as self_attention.dense, up / down as GPT-NeoX's; with two norms beside each other
+# (new_decoder_architecture: names_type's falcon_2ln) the pre-attention one ln_attn, the MLP's ln_mlp
+_STORED_AS["falcon"] = (*((f"self_attn.o_proj.{k}", f"self_attention.dense.{k}") for k in ("weight", "bias")),
+                        *_STORED_AS["gpt_neox"][2:])
+_STORED_AS["falcon_2ln"] = (*_STORED_AS["falcon"],
+                            *((f"{c}.{k}", f"{s}.{k}") for c, s in (("input_layernorm", "ln_attn"),
+                                                                     ("post_attention_layernorm", "ln_mlp"))
+                              for k in ("weight", "bias")))
 _STORED_AS["starcoder2"] = tuple((f"mlp.{c}_proj.{k}", f"mlp.{s}.{k}") for c, s in (("up", "c_fc"), ("down", "c_proj"))
                                  for k in ("weight", "bias"))
 
 
 def names_type(config) -> str | None:
     """The key of a config.json's tensor names in the tables here: its model_type, except Granite 4.0's dense models
-    (granitemoehybrid without experts: `granitemoehybrid_dense`), whose shared_mlp is their only MLP."""
+    (granitemoehybrid without experts: `granitemoehybrid_dense`), whose shared_mlp is their only MLP, and Falcon's
+    with two norms beside each other (`falcon_2ln`: ln_attn, ln_mlp)."""
     model_type = (config or {}).get("model_type")
     if model_type == "granitemoehybrid" and not int(config.get("num_local_experts", 8) or 0):
         return "granitemoehybrid_dense"
+    if model_type == "falcon" and config.get("new_decoder_architecture") and falcon_norms(config) == 2:
+        return "falcon_2ln"
     return model_type
 
 
@@ -125,7 +137,11 @@ _TO_STORED = {t: _renames(pairs, reverse=False) for t, pairs in _STORED_AS.items
 # layers' own prefix: GPT-NeoX's model is gpt_neox (its embedding embed_in, its final norm final_layer_norm), its
 # lm_head embed_out. stored_name renames the layer-relative part first (_STORED_AS), then the prefix.
 _PREFIX_AS = {"gpt_neox": (("model.layers.", "gpt_neox.layers."), ("model.embed_tokens.", "gpt_neox.embed_in."),
-                           ("model.norm.", "gpt_neox.final_layer_norm."), ("lm_head.", "embed_out."))}
+                           ("model.norm.", "gpt_neox.final_layer_norm."), ("lm_head.", "embed_out.")),
+              # Falcon's model is transformer (its layers h, its embedding word_embeddings, its final norm ln_f)
+              "falcon": (("model.layers.", "transformer.h."), ("model.embed_tokens.", "transformer.word_embeddings."),
+                         ("model.norm.", "transformer.ln_f."))}
+_PREFIX_AS["falcon_2ln"] = _PREFIX_AS["falcon"]
 
 
 def _prefix(name: str, model_type: str | None, reverse: bool) -> str:
@@ -180,7 +196,13 @@ _GROUPED = {
     "gpt_neox": {f"attention.query_key_value.{k}": ("neox_qkv", tuple((f"self_attn.{p}_proj.{k}", (i,))
                                                                       for i, p in enumerate("qkv")))
                  for k in ("weight", "bias")},
+    # Falcon: per key / value head [its queries (r d) | k (d) | v (d)], r = heads per key / value head
+    # (hf_layernorm_config.falcon_kv_heads; megatron's linear_qkv layout), its weight and its bias
+    "falcon": {f"self_attention.query_key_value.{k}": ("falcon_qkv", tuple((f"self_attn.{p}_proj.{k}", (i,))
+                                                                           for i, p in enumerate("qkv")))
+               for k in ("weight", "bias")},
 }
+_GROUPED["falcon_2ln"] = _GROUPED["falcon"]
 
 
 def _group_widths(what: str, hf_config: dict) -> tuple[int, list[int]]:
@@ -190,6 +212,11 @@ def _group_widths(what: str, hf_config: dict) -> tuple[int, list[int]]:
     if what == "neox_qkv":  # every attention head's q, k and v
         heads = int(hf_config["num_attention_heads"])
         return heads, [int(hf_config["hidden_size"]) // heads] * 3
+    if what == "falcon_qkv":  # every key / value head's queries, k and v
+        hf_config = {FALCON_ALIASES.get(k, k): v for k, v in hf_config.items()}
+        heads, groups = int(hf_config["num_attention_heads"]), falcon_kv_heads(hf_config)
+        d = int(hf_config["hidden_size"]) // heads
+        return groups, [heads // groups * d, d, d]
     groups = int(hf_config["linear_num_key_heads"])
     r = int(hf_config["linear_num_value_heads"]) // groups
     dk, dv = int(hf_config["linear_key_head_dim"]), r * int(hf_config["linear_value_head_dim"])

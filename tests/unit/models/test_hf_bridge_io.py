@@ -341,6 +341,49 @@ def test_gpt_neox_names_and_per_head_qkv_read_and_written_as_stored(tmp_path):
     assert set(fed) == set(stored) and all(torch.equal(fed[n], t) for n, t in stored.items())
 
 
+@pytest.mark.parametrize("variant,groups", [("falcon", 1), ("falcon-40b", 2), ("falcon-seq", 4)])
+def test_falcon_query_key_value_per_key_value_head_read_and_written_as_stored(variant, groups, tmp_path):
+    """Falcon keeps each key / value head's [its queries | k | v] in one query_key_value: multi-query (Falcon-7B: one
+    group of all queries), grouped (Falcon-40B: 2 here, its norms ln_attn / ln_mlp) and per head (biases too). The
+    reader serves q / k / v as transformers' attention splits them and names the stored tensors; the writer and the
+    vLLM weight feed give the checkpoint's names and layout back bit for bit."""
+    from testing_utils import HF_VARIANTS
+    from mindspeed_rl.models.hf_bridge.names import fuse, names_type, stored_name
+    from mindspeed_rl.rollout.vllm_engine import grouped_chunks
+
+    hf = make_tiny_hf("falcon", str(tmp_path / "hf"), **HF_VARIANTS.get(variant, {}))
+    stored = load_file(str(tmp_path / "hf" / "model.safetensors"))
+    reader, config = SafetensorsReader(str(tmp_path / "hf")), read_hf_config(str(tmp_path / "hf"))
+    attn, p = hf.transformer.h[1].self_attention, "model.layers.1.self_attn."
+    with torch.no_grad():  # transformers' own split of the projected rows (x = identity, the bias taken off)
+        fused = attn.query_key_value(torch.eye(64)[None])
+        if attn.query_key_value.bias is not None:
+            fused = fused - attn.query_key_value.bias
+        q, k, v = attn._split_heads(fused)
+    rows = lambda t: t.reshape(64, -1).t()  # noqa: E731
+    if variant == "falcon-40b":  # the keys / values broadcast to every query head: each group's once
+        k, v = k[:, :, ::2], v[:, :, ::2]
+    for part, want in (("q", rows(q)), ("k", rows(k)), ("v", rows(v))):
+        assert reader.shape(p + f"{part}_proj.weight") == tuple(want.shape)
+        torch.testing.assert_close(reader.read(p + f"{part}_proj.weight"), want, rtol=0, atol=1e-6)
+    assert reader.stored(p + "v_proj.weight") == ("transformer.h.1.self_attention.query_key_value.weight (its v_proj "
+                                                  "rows of every head group)")
+    kind = names_type(config)
+    norm = "transformer.h.0.ln_mlp.bias" if variant == "falcon-40b" else "transformer.h.0.input_layernorm.bias"
+    assert kind == ("falcon_2ln" if variant == "falcon-40b" else "falcon") and norm in stored
+    assert reader.stored("model.layers.0.post_attention_layernorm.bias" if variant == "falcon-40b" else
+                         "model.layers.0.input_layernorm.bias") == norm
+    assert stored_name("model.norm.weight", kind) == "transformer.ln_f.weight"
+    canonical = {n: reader.read(n) for n in reader.weight_map}
+    back = fuse(canonical, kind, config)
+    assert set(back) == set(stored) and all(torch.equal(back[n], t) for n, t in stored.items())
+    items = sorted(canonical.items(), reverse=True)
+    fed = dict((stored_name(n, kind), t) for chunk in grouped_chunks([items[i:i + 3] for i in range(0, len(items), 3)],
+                                                                    kind, config) for n, t in chunk)
+    assert set(fed) == set(stored) and all(torch.equal(fed[n], t) for n, t in stored.items())
+    assert groups == (1 if variant == "falcon" else int(config.get("num_kv_heads") or 4))
+
+
 def test_gpt_oss_stacked_experts_read_per_expert_and_mxfp4_as_transformers_dequantizes(tmp_path, gloo_world1):
     """gpt-oss stores each layer's experts stacked ((E, h, 2f) gate_up_proj with gate / up interleaved, (E, f, h)
     down_proj, their biases) and its release in MXFP4 (`_blocks` + `_scales`): the reader serves them per expert

@@ -7,7 +7,7 @@ import torch
 
 from mindspeed_rl.models.builder import llama3_inv_freq, model_config_from_hf, transformer_config
 from testing_utils import (DEEPSEEK_V2_LITE, DEEPSEEK_V3, GPT_OSS_20B, GRANITE_3B_A800M, GRANITE_4_MICRO, HUNYUAN_7B,
-                           HUNYUAN_A13B, MINIMAX_M2, OLMOE_1B_7B, PYTHIA_70M)
+                           HUNYUAN_A13B, MINIMAX_M2, OLMOE_1B_7B, PYTHIA_70M, FALCON_7B, FALCON_40B)
 
 LLAMA32_1B = {  # transformers 4.x spelling (rope_theta + rope_scaling)
     "model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
@@ -64,6 +64,25 @@ def test_pythia_config_json_as_released():
         model_config_from_hf(dict(PYTHIA_70M, attention_bias=False))
     with pytest.raises(ValueError, match="hidden_act 'relu' is not supported for gpt_neox"):
         model_config_from_hf(dict(PYTHIA_70M, hidden_act="relu"))
+
+
+def test_falcon_config_json_as_released():
+    """Falcon-7B's and Falcon-40B's config.json (transformers 4.27) read as their layers; its old size names
+    (n_head, n_layer, n_head_kv) too; ALiBi (Falcon-RW) and another activation are refused naming the key."""
+    args = model_config_from_hf(FALCON_7B)
+    assert (args["num_query_groups"], args["kv_channels"], args["ffn_hidden_size"]) == (1, 64, 4 * 4544)
+    assert args["group_query_attention"] and args["parallel_residual"] and not args["parallel_residual_mlp_norm"]
+    assert not args["untie_embeddings_and_output_weights"] and args["disable_bias_linear"] and not args["add_qkv_bias"]
+    assert args["normalization"] == "LayerNorm" and not args["swiglu"] and not args["openai_gelu"]
+    big = model_config_from_hf(FALCON_40B)
+    assert (big["num_query_groups"], big["parallel_residual_mlp_norm"], big["ffn_hidden_size"]) == (8, True, 32768)
+    old = {"n_head" if k == "num_attention_heads" else "n_layer" if k == "num_hidden_layers" else
+           "n_head_kv" if k == "num_kv_heads" else k: v for k, v in FALCON_40B.items()}
+    assert model_config_from_hf(old) == big
+    with pytest.raises(ValueError, match="alibi=true .* is not supported"):
+        model_config_from_hf(dict(FALCON_7B, alibi=True))
+    with pytest.raises(ValueError, match="activation 'gelu_new' is not supported for falcon; only gelu"):
+        model_config_from_hf(dict(FALCON_7B, activation="gelu_new"))
 
 
 @pytest.mark.parametrize("change,match", [
