@@ -71,6 +71,19 @@ _HF_KEY = {
     "multi_latent_attention": "model_type", "q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank",
     "qk_head_dim": "qk_nope_head_dim", "qk_pos_emb_head_dim": "qk_rope_head_dim", "v_head_dim": "v_head_dim",
 }
+# the config.json keys of the models that name them otherwise (Llama's in _HF_KEY), for the message
+_HF_KEY_OF = {
+    "falcon": {"num_query_groups": "num_kv_heads / multi_query", "ffn_hidden_size": "ffn_hidden_size",
+               "norm_epsilon": "layer_norm_epsilon", "parallel_residual": "parallel_attn / new_decoder_architecture",
+               "parallel_residual_mlp_norm": "new_decoder_architecture / num_ln_in_parallel_attn",
+               "untie_embeddings_and_output_weights": "tie_word_embeddings", "disable_bias_linear": "bias"},
+    "gpt_neox": {"norm_epsilon": "layer_norm_eps", "rotary_percent": "rotary_pct / partial_rotary_factor",
+                 "rotary_base": "rotary_emb_base / rope_theta"},
+}
+for _kind in ("stablelm", "cohere", "cohere2", "phi"):
+    _HF_KEY_OF[_kind] = {"norm_epsilon": "layer_norm_eps"}
+_HF_KEY_OF.update(starcoder2={"norm_epsilon": "norm_epsilon"}, nemotron={"norm_epsilon": "norm_eps"})
+
 # what a config.json without the key means (not Granite: no multiplier)
 _HF_DEFAULTS = {"embedding_multiplier_scale": 1.0, "residual_multiplier": 1.0, "output_multiplier_scale": 1.0,
                 "geglu": False, "add_rmsnorm_offset": False, "apply_layernorm_1p": False, "layernorm_bias": True,
@@ -148,12 +161,13 @@ def check_arch_against_hf(model_args: Mapping[str, Any], hf_dir: str, model_name
         user_set: key -> yaml path of the keys the user set (RoleConfig.arch_set); only these are
             compared. None: every non-null key of model_args counts as set.
     """
-    hf = hf_arch(hf_dir)
+    config = read_hf_config(hf_dir)
+    hf, named = hf_arch(hf_dir, config), {**_HF_KEY, **_HF_KEY_OF.get(config.get("model_type"), {})}
     if user_set is None:
         prefix = f"model.{model_name}" if model_name else "model"
         user_set = {k: f"{prefix}.{k}" for k, v in model_args.items() if v is not None}
     where = f"config.json in {hf_dir}"
-    for key, hf_key in _HF_KEY.items():
+    for key, hf_key in named.items():
         label = key
         if key == "num_query_groups" and key not in user_set and "group_query_attention" in user_set:
             label = "group_query_attention"  # false means num_query_groups = num_attention_heads

@@ -239,6 +239,9 @@ def test_user_set_key_that_agrees_is_kept_and_recorded(hf_dirs):
      r"training.qk_layernorm_across_heads is False but config.json in \S+ says True \(model_type\)"),
     ("gpt_neox", "training.parallel_residual_mlp_norm=false",
      r"training.parallel_residual_mlp_norm is False but config.json in \S+ says True \(model_type / use_parallel_residual\)"),
+    ("falcon", "training.num_query_groups=2",
+     r"training.num_query_groups is 2 but config.json in \S+ says 1 \(num_kv_heads / multi_query\)"),
+    ("phi", "training.norm_epsilon=1e-6", r"training.norm_epsilon is 1e-06 but .* says 1e-05 \(layer_norm_eps\)"),
     ("deepseek_v3", "training.qk_rope_head_dim=16",
      r"training.qk_rope_head_dim is 16 but config.json in \S+ says 8 \(qk_rope_head_dim\)"),
 ])
