@@ -168,7 +168,8 @@ HF_VARIANTS = {
     "falcon-40b": {"new_decoder_architecture": True, "num_kv_heads": 2},
     "falcon-11b": {"new_decoder_architecture": True, "num_kv_heads": 2, "num_ln_in_parallel_attn": 1,
                    "tie_word_embeddings": False, "rope_parameters": {"rope_type": "default", "rope_theta": 500042.0}},
-    "falcon-seq": {"multi_query": False, "parallel_attn": False, "bias": True},  # Nemotron's biases on q / k / v / o and up / down
+    "falcon-seq": {"multi_query": False, "parallel_attn": False, "bias": True},
+    "olmo-clip": {"clip_qkv": 0.5},  # OLMo-7B-0424 / 0724's clamp (8 there), scaled to the random weights  # Nemotron's biases on q / k / v / o and up / down
     # Qwen3-Next's other MoE layouts: its second layer a dense MLP (mlp_only_layers), the top-2 not renormalised
     "qwen3_next-mlponly": {"mlp_only_layers": [1], "norm_topk_prob": False},
     "qwen3_moe-mlponly": {"mlp_only_layers": [1]},  # Qwen3-MoE's dense layers: the same key
@@ -243,7 +244,8 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
     with LayerNorm biases, biases everywhere and on lm_head, a tanh-GELU MLP without a gate, RoPE on 0.4 of each head); gpt_neox: Pythia (multi-head attention, the MLP on its own norm
     of the layer input beside attention, biases everywhere, RoPE on a quarter of each head, exact GELU; the HF_VARIANTS
     gpt_neox-seq: megatron's usual layer, gelu_fast); falcon: Falcon-7B (multi-query, one norm beside attention and MLP,
-    no biases, tied; HF_VARIANTS falcon-40b, falcon-11b, falcon-seq). `overrides` change TINY_HF
+    no biases, tied; HF_VARIANTS falcon-40b, falcon-11b, falcon-seq); olmo: OLMo 1 (LayerNorms without weights; olmo-clip:
+    q / k / v clamped). `overrides` change TINY_HF
     (num_hidden_layers=4). `config_only`: return the config.json it would save (as a dict), building nothing."""
     import transformers as tf
 
@@ -358,6 +360,9 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
                                              "pad_token_id": None, "bos_token_id": 1, "eos_token_id": 2,
                                              "ffn_hidden_size": tiny["intermediate_size"],
                                              **{k: v for k, v in tiny.items() if k != "num_key_value_heads"}}),
+        # OLMo 1: Llama's layout with LayerNorms without weight or bias; the HF_VARIANTS olmo-clip clamps q / k / v at 0.5
+        # (the 0424 / 0724 releases at 8, scaled to these random weights: it clamps about half of them)
+        "olmo": lambda: tf.OlmoConfig(**{"pad_token_id": 1, "eos_token_id": 2, "bos_token_id": None, **tiny}),
         # Helium-1: Llama with RoPE on interleaved pairs of the whole head (ERNIE 4.5's), eps 1e-8
         "helium": lambda: tf.HeliumConfig(**{"head_dim": 16, "pad_token_id": 0, "eos_token_id": 2, "bos_token_id": 1,
                                              **tiny}),
@@ -537,7 +542,7 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
            "helium": tf.HeliumForCausalLM, "stablelm": tf.StableLmForCausalLM,
            "starcoder2": tf.Starcoder2ForCausalLM, "nemotron": tf.NemotronForCausalLM,
            "cohere": tf.CohereForCausalLM, "cohere2": tf.Cohere2ForCausalLM, "phi": tf.PhiForCausalLM,
-           "gpt_neox": tf.GPTNeoXForCausalLM, "falcon": tf.FalconForCausalLM}[arch]
+           "gpt_neox": tf.GPTNeoXForCausalLM, "falcon": tf.FalconForCausalLM, "olmo": tf.OlmoForCausalLM}[arch]
     torch.manual_seed(seed)
     model = cls(config).eval()
     with torch.no_grad():
@@ -599,6 +604,14 @@ FALCON_7B = {"alibi": False, "apply_residual_connection_post_layernorm": False, 
              "transformers_version": "4.27.4", "use_cache": True, "vocab_size": 65024}
 FALCON_40B = dict(FALCON_7B, hidden_size=8192, num_attention_heads=128, num_hidden_layers=60, num_kv_heads=8,
                   new_decoder_architecture=True)
+
+# allenai/OLMo-7B-0424-hf's config.json layout (transformers 4.40 keys; q / k / v clamped at 8)
+OLMO_7B_0424 = {"architectures": ["OlmoForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+                "bos_token_id": None, "clip_qkv": 8.0, "eos_token_id": 50279, "hidden_act": "silu", "hidden_size": 4096,
+                "initializer_range": 0.02, "intermediate_size": 11008, "max_position_embeddings": 4096,
+                "model_type": "olmo", "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32,
+                "pad_token_id": 1, "rope_scaling": None, "rope_theta": 10000.0, "tie_word_embeddings": False,
+                "torch_dtype": "float32", "use_cache": True, "vocab_size": 50304}
 
 # openai/gpt-oss-20b's config.json (its weights: MXFP4 experts, see hf_bridge/names.py)
 GPT_OSS_20B = {"architectures": ["GptOssForCausalLM"], "attention_bias": True, "attention_dropout": 0.0,

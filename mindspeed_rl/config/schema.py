@@ -64,6 +64,8 @@ class ModelArch:
     add_rmsnorm_offset: bool = doc(False, "RMSNorms scale by (1 + weight), computed in fp32 (Gemma)")
     add_output_layer_bias: bool = doc(False, "a bias on the output layer, added to the logits (MindSpeed-LLM's key; Phi-2's lm_head.bias)")
     layernorm_bias: bool = doc(True, "normalization LayerNorm: each LayerNorm adds a bias after its weight (false: a weight only, Cohere's LayerNorm)")
+    layernorm_affine: bool = doc(True, "normalization LayerNorm: false for LayerNorms without weight or bias, computed in fp32 (OLMo 1's non-parametric LayerNorm)")
+    clip_qkv: Optional[float] = doc(None, "queries, keys and values clamped to +-clip_qkv after their projection (OLMo's and OLMoE's config.json clip_qkv); null = none")
     parallel_residual: bool = doc(False, "attention and MLP both read the layer input normed by its one norm and both add to it: x + attn(ln(x)) + mlp(ln(x)) (Cohere's, Command R7B's, Phi-2's); no pre-MLP norm unless parallel_residual_mlp_norm")
     parallel_residual_mlp_norm: bool = doc(False, "with parallel_residual: the MLP normalises the layer input with a norm of its own (pre_mlp_layernorm), x + attn(ln1(x)) + mlp(ln2(x)) (GPT-NeoX / Pythia's use_parallel_residual)")
     apply_layernorm_1p: bool = doc(False, "LayerNorms scale by (1 + weight), then add their bias, computed in fp32 (Megatron-LM's --apply-layernorm-1p; Nemotron's LayerNorm1P); needs normalization: LayerNorm")

@@ -273,6 +273,17 @@ def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
         what = "pre_norm: false" if not a.pre_norm else "post_norm: true" if a.post_norm else f"num_experts {a.num_experts}"
         problems.append(f"model {role.model_name}: parallel_residual (Cohere's attention and MLP on the same normed "
                         f"input) is supported on dense layers with one norm before both only; {what} is not.")
+    if not a.layernorm_affine and (a.normalization != "LayerNorm" or a.apply_layernorm_1p or not a.layernorm_bias):
+        what = (f"normalization {a.normalization}" if a.normalization != "LayerNorm" else "apply_layernorm_1p"
+                if a.apply_layernorm_1p else "layernorm_bias: false")
+        problems.append(f"model {role.model_name}: layernorm_affine: false (OLMo 1's LayerNorm without weight or bias) "
+                        f"needs normalization: LayerNorm with neither apply_layernorm_1p nor layernorm_bias: false; "
+                        f"{what} is not.")
+    if a.clip_qkv is not None and (not a.clip_qkv > 0 or a.multi_latent_attention or a.linear_attention_layers):
+        what = (f"clip_qkv {a.clip_qkv} must be > 0 (or null for none)" if not a.clip_qkv > 0 else
+                "clip_qkv (OLMo's q / k / v clamp) needs attention with one q / k / v projection, not "
+                + ("multi_latent_attention" if a.multi_latent_attention else "linear_attention_layers"))
+        problems.append(f"model {role.model_name}: {what}.")
     if a.parallel_residual_mlp_norm and not a.parallel_residual:
         problems.append(f"model {role.model_name}: parallel_residual_mlp_norm (GPT-NeoX's own norm for the MLP in a "
                         f"parallel-residual layer) needs parallel_residual: true; set it, or drop "

@@ -57,7 +57,7 @@ _HF_KEY = {
     "softmax_scale": "attention_multiplier / query_pre_attn_scalar^-1/2",
     "window_attn_skip_freq": "layer_types / sliding_window_pattern", "rope_local_base_freq": "rope_local_base_freq",
     "geglu": "hidden_activation", "add_rmsnorm_offset": "model_type", "apply_layernorm_1p": "model_type",
-    "layernorm_bias": "model_type", "parallel_residual": "model_type / use_parallel_residual",
+    "layernorm_bias": "model_type", "layernorm_affine": "model_type", "clip_qkv": "clip_qkv", "parallel_residual": "model_type / use_parallel_residual",
     "parallel_residual_mlp_norm": "model_type / use_parallel_residual", "add_output_layer_bias": "model_type",
     "post_norm": "model_type",
     "input_embeds_norm": "model_type", "attn_logit_softcapping": "attn_logit_softcapping",
@@ -87,6 +87,7 @@ _HF_KEY_OF.update(starcoder2={"norm_epsilon": "norm_epsilon"}, nemotron={"norm_e
 # what a config.json without the key means (not Granite: no multiplier)
 _HF_DEFAULTS = {"embedding_multiplier_scale": 1.0, "residual_multiplier": 1.0, "output_multiplier_scale": 1.0,
                 "geglu": False, "add_rmsnorm_offset": False, "apply_layernorm_1p": False, "layernorm_bias": True,
+                "layernorm_affine": True,
                 "parallel_residual": False, "parallel_residual_mlp_norm": False, "add_output_layer_bias": False, "post_norm": False, "input_embeds_norm": False,
                 "pre_norm": True, "qk_layernorm_across_heads": False, "qk_layernorm_after_rope": False,
                 "rotary_interleaved": False,
@@ -214,7 +215,7 @@ def expected_hf_shapes(args: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ..
     q, kv = heads * d, groups * d
     why_q = f"num_attention_heads {heads} x kv_channels {d}"
     why_kv = f"num_query_groups {groups} x kv_channels {d}"
-    shapes = {"model.norm.weight": ((h,), f"hidden_size {h}")}
+    shapes = {"model.norm.weight": ((h,), f"hidden_size {h}")} if args.get("layernorm_affine", True) is not False else {}
     moe = moe_layers(args)
     linear = list(args.get("linear_attention_layers") or ())
     gate = 2 if args.get("attention_output_gate") else 1  # Qwen3.5: q_proj holds each head's query and gate
@@ -233,7 +234,7 @@ def expected_hf_shapes(args: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ..
             })
         if not (i < len(linear) and linear[i]):
             shapes[p + "self_attn.o_proj.weight"] = ((h, q), f"hidden_size {h}, {why_q}")
-        if args.get("pre_norm", True) is not False:  # OLMo 2 has none
+        if args.get("pre_norm", True) is not False and args.get("layernorm_affine", True) is not False:  # OLMo 2 / 1
             shapes[p + "input_layernorm.weight"] = ((h,), f"hidden_size {h}")
             # Cohere's one norm before attention and MLP together (GPT-NeoX: one each)
             if not args.get("parallel_residual") or args.get("parallel_residual_mlp_norm"):

@@ -199,6 +199,11 @@ def transformer_config(args: Mapping[str, Any], params_dtype: torch.dtype = torc
     config.add_rmsnorm_offset = bool(_get(args, "add_rmsnorm_offset", False))  # Gemma's (1 + w) norms
     config.apply_layernorm_1p = bool(_get(args, "apply_layernorm_1p", False))  # Nemotron's (1 + w) LayerNorms
     config.layernorm_bias = bool(_get(args, "layernorm_bias", True))  # false: Cohere's weight-only LayerNorms
+    config.layernorm_affine = bool(_get(args, "layernorm_affine", True))  # false: OLMo 1's LayerNorms without weights
+    clip = _get(args, "clip_qkv")
+    config.clip_qkv = float(clip) if clip is not None else None  # OLMo's q / k / v clamp (models/olmo.py)
+    if not config.layernorm_affine and config.normalization != "LayerNorm":
+        raise ValueError("layernorm_affine: false needs normalization: LayerNorm (OLMo 1's).")
     config.parallel_residual = bool(_get(args, "parallel_residual", False))  # Cohere's x + attn(ln x) + mlp(ln x)
     config.parallel_residual_mlp_norm = bool(_get(args, "parallel_residual_mlp_norm", False))  # GPT-NeoX's ln2 for mlp
     if config.parallel_residual_mlp_norm and not config.parallel_residual:
@@ -537,11 +542,11 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
         spec = sequence_parallel_spec(spec, _layers_per_chunk(config))
     # norms of their own everywhere, the final norm included: Gemma's (1 + w) RMSNorm, Nemotron's LayerNorm1P (1 + w,
     # with its bias), Cohere's weight-only LayerNorm (validation allows one of them at a time)
-    if config.add_rmsnorm_offset or config.apply_layernorm_1p or not config.layernorm_bias:
-        from mindspeed_rl.models import cohere, gemma
+    if config.add_rmsnorm_offset or config.apply_layernorm_1p or not config.layernorm_bias or not config.layernorm_affine:
+        from mindspeed_rl.models import cohere, gemma, olmo
 
         cls = (gemma.OffsetRMSNorm if config.add_rmsnorm_offset else gemma.OffsetLayerNorm if config.apply_layernorm_1p
-               else cohere.WeightOnlyLayerNorm)
+               else olmo.NonParametricLayerNorm if not config.layernorm_affine else cohere.WeightOnlyLayerNorm)
         spec = gemma.norms_replaced(gemma.as_block_spec(spec, _layers_per_chunk(config)), cls)
     if not config.pre_norm or config.qk_layernorm_across_heads:  # OLMo 2 (models/olmo.py)
         from mindspeed_rl.models import olmo
@@ -571,6 +576,10 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
             cohere.install_parallel_residual(model, config.parallel_residual_mlp_norm)
         if _get(args, "add_output_layer_bias", False) and getattr(model, "post_process", False):  # Phi-2's lm_head.bias
             _add_output_bias(model)
+        if config.clip_qkv is not None:  # OLMo: q / k / v clamped after their projection (models/olmo.py)
+            from mindspeed_rl.models import olmo
+
+            olmo.install_clip_qkv(model, config.clip_qkv)
         if config.qk_layernorm_after_rope:  # HunYuan (models/qk_norm_after_rope.py)
             from mindspeed_rl.models import qk_norm_after_rope
 

@@ -23,7 +23,7 @@ HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_mo
             "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus",
             "qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_dense", "hunyuan_v1_moe",
             "granitemoe", "granitemoeshared", "granitemoehybrid", "glm", "helium", "stablelm",
-            "starcoder2", "nemotron", "cohere", "cohere2", "phi", "gpt_neox", "falcon")
+            "starcoder2", "nemotron", "cohere", "cohere2", "phi", "gpt_neox", "falcon", "olmo")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss",
              "minimax_m2", "ernie4_5_moe", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_moe",
@@ -225,7 +225,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError("config.json mlp_bias=true is not supported (Megatron has no MLP-only bias).")
     if model_type == "granitemoehybrid":
         hf = granite_hybrid_config(hf)
-    if model_type in (*GRANITE_ARCHS, "llama", "olmo2", "olmo3", "exaone4", "arcee", "apertus", "olmoe", "flex_olmo", "cohere",
+    if model_type in (*GRANITE_ARCHS, "llama", "olmo", "olmo2", "olmo3", "exaone4", "arcee", "apertus", "olmoe", "flex_olmo", "cohere",
                       "cohere2",
                       *HUNYUAN_ARCHS, *GEMMA_ARCHS) and hf.get("attention_bias"):
         raise ValueError(f"config.json attention_bias=true for {model_type} (bias on o_proj) is not supported.")
@@ -237,9 +237,10 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError(f"config.json partial_rotary_factor {partial} is supported for phi3, glm, glm4, glm4_moe, "
                          f"stablelm, nemotron, phi, gpt_neox, "
                          f"minimax_m2, qwen3_5_text and qwen3_next models only, not {model_type}.")
-    if hf.get("clip_qkv") is not None:
+    if hf.get("clip_qkv") is not None and model_type != "olmo":  # OLMoE clamps after its q / k norms; vLLM does not
         raise ValueError(f"config.json clip_qkv {hf['clip_qkv']} (queries, keys and values clamped to +-clip_qkv) is "
-                         f"not supported; OLMoE's releases set it null.")
+                         f"supported for olmo models only, not {model_type}"
+                         + ("; OLMoE's releases set it null." if model_type == "olmoe" else "."))
     if hf.get("use_sliding_window"):
         raise ValueError("config.json use_sliding_window=true is not supported; set it to false.")
     activation = gemma_activation(hf) if model_type in GEMMA_ARCHS else hf.get("hidden_act", "silu")
@@ -287,6 +288,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         "qk_layernorm": model_type in ("qwen3", "qwen3_moe") or (model_type == "glm4_moe" and bool(hf.get("use_qk_norm"))),
         "position_embedding_type": "rope",
     }
+    if hf.get("clip_qkv") is not None:  # OLMo-7B-0424 / 0724's 8 (models/olmo.py)
+        args["clip_qkv"] = float(hf["clip_qkv"])
     window = sliding_window(hf)
     if window:
         args["sliding_window"] = window

@@ -21,6 +21,17 @@ from mindspeed_rl.models.hf_export_base import (DTYPE_NAMES, GRANITE_SCALARS, ba
 from mindspeed_rl.models.hf_export_layernorm import layernorm_config
 
 def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype = torch.float32) -> dict[str, Any]:
+    """_config_from_args, with clip_qkv (OLMo's q / k / v clamp) written where config.json can say it (OLMo 1) and
+    refused in one sentence elsewhere."""
+    config = _config_from_args(args, vocab_size, dtype)
+    clip = args.get("clip_qkv")
+    if clip is not None and config.get("clip_qkv") != float(clip):
+        raise ValueError(f"clip_qkv {clip} has a config.json form only in an OLMo model (LayerNorms without weights: "
+                         f"layernorm_affine: false), not as {config['model_type']}.")
+    return config
+
+
+def _config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype = torch.float32) -> dict[str, Any]:
     """A config.json for a Llama / Arcee (squared_relu) / Apertus (xielu) / Mistral (sliding_window) / Phi-3 (rotary_percent < 1) /
     GLM-4 / ERNIE 4.5 (rotary_interleaved: interleaved_rope_config) / SmolLM3
     (no_rope_freq) / Granite (multipliers) / Gemma 1 / 2 / 3 (Gemma's keys) / OLMo 2 / 3 / Qwen2 / Qwen3 / Qwen3-MoE

@@ -34,6 +34,8 @@ def layernorm_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtyp
     with an output-layer bias, Nemotron's for apply_layernorm_1p, StableLM's for a gated MLP; for an MLP without a gate
     in a parallel-residual layer, or with exact GELU or partial RoPE, GPT-NeoX's with biases on every linear layer,
     multi-head attention and two norms (or the sequential layer), Falcon's otherwise; StarCoder2's for the rest."""
+    if args.get("layernorm_affine") is False:
+        return olmo1_config(args, vocab_size, dtype)
     if args.get("layernorm_bias") is False:
         return cohere_config(args, vocab_size, dtype)
     if args.get("parallel_residual") and args.get("add_output_layer_bias"):
@@ -48,6 +50,32 @@ def layernorm_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtyp
                 and bool(args.get("parallel_residual_mlp_norm")) == bool(args.get("parallel_residual")))
         return (gpt_neox_config if neox else falcon_config)(args, vocab_size, dtype)
     return starcoder2_config(args, vocab_size, dtype)
+
+
+def olmo1_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
+    """OLMo 1's config.json (olmo, OlmoForCausalLM) for a model with LayerNorms without weight or bias
+    (layernorm_affine: false, eps 1e-5): Llama's layout otherwise (a dense SwiGLU MLP, no biases, norms before attention
+    and MLP only, RoPE on Llama's pairs of whole heads of hidden_size / num_attention_heads), clip_qkv where set."""
+    problems = [what for what, bad in (
+        ("a dense SwiGLU MLP without biases", int(args.get("num_experts") or 0) > 1 or not gated_mlp(args)
+         or args.get("geglu") or args.get("add_qkv_bias") or args.get("disable_bias_linear") is False
+         or args.get("multi_latent_attention")),
+        ("norms before attention and MLP only, in sequence (no q / k norms, parallel_residual or apply_layernorm_1p)",
+         not pre_norms_only(args) or args.get("parallel_residual") or args.get("apply_layernorm_1p")),
+        ("norm_epsilon 1e-5 (OLMo's LayerNorm says no other)", float(args.get("norm_epsilon") or 1e-5) != 1e-5),
+        ("RoPE on Llama's pairs of whole heads in every layer, full attention, no Granite multipliers or softmax_scale",
+         not llama_rope_everywhere(args) or float(args.get("rotary_percent") or 1.0) != 1.0),
+        ("head dimension hidden_size / num_attention_heads", not head_dim_is_quotient(args)),
+    ) if bad]
+    if problems:
+        raise ValueError(f"layernorm_affine: false has a config.json form only as OLMo (olmo), which needs "
+                         f"{'; '.join(problems)}.")
+    config = base_config(args, vocab_size, dtype, "olmo", "OlmoForCausalLM", rope_parameters(args), eps=1e-5)
+    config.update(hidden_act="silu", attention_bias=False, pad_token_id=None,
+                  clip_qkv=float(args["clip_qkv"]) if args.get("clip_qkv") is not None else None)
+    for key in ("head_dim", "rms_norm_eps"):
+        config.pop(key)
+    return config
 
 
 def multi_query_groups(args: Mapping[str, Any]) -> int:

@@ -40,12 +40,15 @@ for the rest (models/hf_export_layernorm.py writes them back):
   (parallel_attn; new_decoder_architecture with num_ln_in_parallel_attn 1: Falcon2-11B), GPT-NeoX's with two (ln_attn,
   ln_mlp: new_decoder_architecture, Falcon-40B / 180B), or megatron's usual one (parallel_attn false). ALiBi
   (Falcon-RW) is refused.
+- OLMo (olmo: OLMo-1B / 7B-hf, -0424, -0724, -Instruct) is Llama's layout (SwiGLU, no biases, RoPE on whole heads)
+  with LayerNorms that have neither weight nor bias, in fp32 with eps 1e-5 (layernorm_affine false), and the
+  queries, keys and values clamped to +-clip_qkv where config.json says (0424 / 0724: models/olmo.py).
 """
 from __future__ import annotations
 
 from typing import Any, Mapping
 
-LAYERNORM_ARCHS = ("stablelm", "starcoder2", "nemotron", "cohere", "cohere2", "phi", "gpt_neox", "falcon")
+LAYERNORM_ARCHS = ("stablelm", "starcoder2", "nemotron", "cohere", "cohere2", "phi", "gpt_neox", "falcon", "olmo")
 NEOX_GELU = {"gelu": False, "gelu_fast": True, "gelu_new": True, "gelu_pytorch_tanh": True}  # -> openai_gelu
 # config.json's activation key and the values taken (-> openai_gelu), checked here: GPT-NeoX's exact or tanh GELU;
 # Falcon's exact GELU only (vLLM's Falcon computes it whatever config.json says; every release says gelu)
@@ -154,6 +157,8 @@ def layernorm_args(hf: Mapping[str, Any], model_type: str) -> dict[str, Any]:
         return dict(normalization="LayerNorm", parallel_residual=parallel, parallel_residual_mlp_norm=parallel,
                     swiglu=False, openai_gelu=NEOX_GELU[hf["hidden_act"]], add_qkv_bias=True,
                     disable_bias_linear=False)
+    if model_type == "olmo":  # OLMo 1: LayerNorms without weight or bias, eps 1e-5 whatever config.json says
+        return dict(normalization="LayerNorm", layernorm_affine=False, norm_epsilon=1e-5)
     if model_type == "falcon":  # Falcon: one or two norms beside each other, or in sequence; biases on all or none
         parallel = bool(hf.get("new_decoder_architecture") or hf.get("parallel_attn", True))
         bias = bool(hf.get("bias"))

@@ -1,6 +1,12 @@
-"""OLMo 2's layer pieces that megatron-core's local layer spec does not have (models/builder.py
-installs them from the keys hf_config.olmo2_args sets):
+"""OLMo's layer pieces that megatron-core's local layer spec does not have (models/builder.py
+installs them from the keys hf_config.model_config_from_hf sets):
 
+- layernorm_affine: false — OLMo 1 (olmo) normalises with LayerNorms that have neither weight nor bias,
+  computed in fp32 and cast back (transformers' OlmoLayerNorm): `NonParametricLayerNorm`, swapped into the
+  spec for every norm (the final one too), so those layers have no norm parameters at all;
+- clip_qkv — OLMo 1 (OLMo-7B-0424 / 0724: 8) clamps the query, key and value projections to +-clip_qkv
+  before anything else uses them (OLMoE clamps after its q / k norms, and vLLM's OLMoE not at all: refused): a forward hook on each layer's linear_qkv
+  (`install_clip_qkv`); the rollout's decode steps clamp themselves (rollout/kv_cache.py, `clipped_qkv`);
 - pre_norm: false with post_norm: true — OLMo 2 normalises the attention and MLP outputs only, before
   each residual add (`post_attention_layernorm`, `post_feedforward_layernorm`: models/gemma.py's post
   norms), and feeds the residual stream to attention and MLP un-normalised: the layer spec's
@@ -35,6 +41,44 @@ from megatron.core.tensor_parallel.layers import set_tensor_model_parallel_attri
 from megatron.core.transformer.identity_op import IdentityOp  # noqa: E402
 from megatron.core.transformer.spec_utils import ModuleSpec  # noqa: E402
 from megatron.core.transformer.transformer_block import TransformerBlockSubmodules  # noqa: E402
+
+
+class NonParametricLayerNorm(torch.nn.Module):
+    """LayerNorm without weight or bias in fp32, cast back (OLMo 1's), built with megatron's norm signature."""
+
+    def __init__(self, config, hidden_size: int, eps: float = 1e-5, persist_layer_norm: bool = False,
+                 zero_centered_gamma: bool = False, normalization: str = "LayerNorm"):
+        super().__init__()
+        if config.normalization != "LayerNorm":
+            raise ValueError(f"layernorm_affine: false needs normalization: LayerNorm, not {config.normalization!r}.")
+        self.hidden_size, self.eps = int(hidden_size), float(eps)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.layer_norm(x.float(), (self.hidden_size,), None, None, self.eps).to(x.dtype)
+
+
+def clipped_qkv(qkv: torch.Tensor, clip) -> torch.Tensor:
+    """The projected queries, keys and values clamped to +-clip (OLMo's clip_qkv); unchanged for None."""
+    return qkv if clip is None else qkv.clamp(-clip, clip)
+
+
+def install_clip_qkv(model: torch.nn.Module, clip: float) -> None:
+    """A forward hook on every layer's linear_qkv of this GPTModel chunk clamping its output (megatron's (output,
+    bias) pair; the bias is inside the output: skip_bias_add is off for linear_qkv) to +-clip."""
+    if not clip > 0:
+        raise ValueError(f"clip_qkv {clip} must be > 0 (or null for none).")
+
+    def hook(module, args, output):
+        if isinstance(output, tuple):
+            return (clipped_qkv(output[0], clip), *output[1:])
+        return clipped_qkv(output, clip)
+
+    for layer in model.decoder.layers:
+        qkv = getattr(layer.self_attention, "linear_qkv", None)
+        if qkv is None:
+            raise ValueError("clip_qkv needs attention with one linear_qkv (not multi-latent attention or Gated "
+                             "DeltaNet layers).")
+        qkv.register_forward_hook(hook)
 
 
 class AcrossHeadsRMSNorm(torch.nn.Module):

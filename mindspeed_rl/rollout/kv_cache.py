@@ -64,6 +64,7 @@ from megatron.core.models.common.embeddings.rope_utils import apply_rotary_pos_e
 
 from mindspeed_rl.models import swiglu  # noqa: E402
 from mindspeed_rl.models.cohere import mlp_input  # noqa: E402
+from mindspeed_rl.models.olmo import clipped_qkv  # noqa: E402
 from mindspeed_rl.models.gemma import post_norm, softcap  # noqa: E402
 from mindspeed_rl.models.qk_norm_after_rope import AfterRope, cached_norms, rotated_norms, set_position_ids  # noqa: E402
 from mindspeed_rl.models.rotary import layer_uses_local_rope, layer_uses_rope, rope_mscale, rotate_half  # noqa: E402
@@ -468,7 +469,8 @@ def _lean_layer(layer: torch.nn.Module, hidden: torch.Tensor, attend, packed: bo
     x = layer.input_layernorm(hidden)
     groups, per_group = a.num_query_groups_per_partition, a.num_attention_heads_per_partition // a.num_query_groups_per_partition
     hn = a.hidden_size_per_attention_head
-    qkv = _linear(x, a.linear_qkv, packed).view(s, b, groups, (per_group + 2) * hn)
+    qkv = clipped_qkv(_linear(x, a.linear_qkv, packed), getattr(c, "clip_qkv", None))  # OLMo's clamp (models/olmo.py)
+    qkv = qkv.view(s, b, groups, (per_group + 2) * hn)
     q, k, v = torch.split(qkv, [per_group * hn, hn, hn], dim=3)
     q = q.reshape(s, b, -1, hn)
     if a.q_layernorm is not None:

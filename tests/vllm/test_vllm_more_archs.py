@@ -80,10 +80,12 @@ VARIANTS = {
     # vLLM's Falcon has an MLP 4 x hidden_size wide (the releases' width: test_falcon_mlp_of_another_width_is_refused)
     "falcon": dict(ffn_hidden_size=512),
     "falcon-40b": dict(testing_utils.HF_VARIANTS["falcon-40b"], ffn_hidden_size=512),  # ln_attn / ln_mlp, grouped qkv
+    "olmo-clip": testing_utils.HF_VARIANTS["olmo-clip"],  # q / k / v clamped (vLLM: transformers' OlmoAttention)
 }
 
 
-TRANSFORMERS_BACKEND = ("smollm3", "arcee", "flex_olmo", "hunyuan_v1_dense", "hunyuan_v1_moe", "glm", "phi", "gpt_neox")  # architectures vLLM 0.32 serves with its Transformers backend
+TRANSFORMERS_BACKEND = ("smollm3", "arcee", "flex_olmo", "hunyuan_v1_dense", "hunyuan_v1_moe", "glm", "phi", "gpt_neox",
+                        "olmo")  # architectures vLLM 0.32 serves with its Transformers backend
 
 
 def _make_in_child(arch, out, overrides):
@@ -110,7 +112,7 @@ def _make_in_child(arch, out, overrides):
                                   "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2", "gpt_oss",
                                   "minimax_m2", "glm4_moe_lite", "ernie4_5_moe", "apertus", "olmoe", "flex_olmo",
                                   "hunyuan_v1_moe", "granitemoeshared", "granitemoehybrid", "glm", "starcoder2",
-                                  "nemotron", "cohere2", "phi", "gpt_neox", "falcon", "falcon-40b"])
+                                  "nemotron", "cohere2", "phi", "gpt_neox", "falcon", "falcon-40b", "olmo-clip"])
 def test_synced_engine_equals_the_training_model(arch, tmp_path, gloo_world1):
     from mindspeed_rl.rollout.native import NativeEngine
     from mindspeed_rl.rollout.vllm_engine import VLLMEngine

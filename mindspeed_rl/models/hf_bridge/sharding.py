@@ -72,9 +72,11 @@ def stage_param_names(args: Mapping[str, Any], pp_size: int, pp_rank: int, vpp_s
     tied = not args.get("untie_embeddings_and_output_weights", False)
     pre_norm = args.get("pre_norm", True) is not False  # OLMo 2: none (models/olmo.py)
     bias = args.get("disable_bias_linear", True) is False  # gpt-oss: o_proj, router and expert biases
-    # StableLM's LayerNorms: with biases; Cohere's (layernorm_bias: false) and RMSNorms: a weight only
+    # StableLM's LayerNorms: with biases; Cohere's (layernorm_bias: false) and RMSNorms: a weight only; OLMo 1's none
     norms = ["weight", "bias"] if args.get("normalization") == "LayerNorm" and args.get("layernorm_bias", True) is not False \
         else ["weight"]
+    if args.get("layernorm_affine", True) is False:
+        norms = []
     per_layer = [f"input_layernorm.{n}" for n in norms] if pre_norm else []
     if args.get("softmax_type") == "learnable":  # gpt-oss's sinks (models/gpt_oss.py): the core attention's
         per_layer.append("self_attention.core_attention.softmax_offset")

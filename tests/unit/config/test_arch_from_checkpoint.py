@@ -1,7 +1,7 @@
 """`load:` a HF directory with an empty model yaml: the architecture comes from config.json.
 
 Table over every architecture the model builder supports (Llama with llama3 rope scaling, Mistral,
-Phi-3, Qwen2 / Qwen2.5, Qwen3, Qwen3-MoE, Qwen2-MoE, Mixtral, SmolLM3, Granite, Gemma 3, Gemma 2, Gemma 1, OLMo 2, OLMo 3, Ministral 3, EXAONE 4.0, Seed-OSS, GLM-4, ERNIE 4.5, Arcee, GLM-4.5, DeepSeek-V3, DeepSeek-V2, GLM-4.7-Flash, gpt-oss, MiniMax-M2, Qwen3.5, Qwen3-Next, OLMoE, FlexOlmo, HunYuan, HunYuan-MoE, Granite MoE, Granite 4.0, GLM-4 (glm), Helium, StableLM 2, Nemotron, Cohere, Cohere 2, Phi-2, GPT-NeoX, Falcon, StarCoder2): an empty model entry (or none at all) dry-runs; a key the user did set that
+Phi-3, Qwen2 / Qwen2.5, Qwen3, Qwen3-MoE, Qwen2-MoE, Mixtral, SmolLM3, Granite, Gemma 3, Gemma 2, Gemma 1, OLMo 2, OLMo 3, Ministral 3, EXAONE 4.0, Seed-OSS, GLM-4, ERNIE 4.5, Arcee, GLM-4.5, DeepSeek-V3, DeepSeek-V2, GLM-4.7-Flash, gpt-oss, MiniMax-M2, Qwen3.5, Qwen3-Next, OLMoE, FlexOlmo, HunYuan, HunYuan-MoE, Granite MoE, Granite 4.0, GLM-4 (glm), Helium, StableLM 2, Nemotron, Cohere, Cohere 2, Phi-2, GPT-NeoX, Falcon, OLMo, StarCoder2): an empty model entry (or none at all) dry-runs; a key the user did set that
 disagrees fails in dry_run with one sentence naming both values; weights whose safetensors
 headers do not fit config.json fail in dry_run too (headers only).
 """
@@ -61,6 +61,8 @@ ARCHS = {"llama": dict(rotary_base=5000.0, rope_scaling_type="llama3", untie_emb
          # Phi-2: Cohere's layer with LayerNorm biases, biases everywhere and on lm_head, gelu_tanh(fc1) without a gate
          "phi": dict(parallel_residual=True, add_output_layer_bias=True, openai_gelu=True, swiglu=False,
                      disable_bias_linear=False, rotary_percent=0.4, layernorm_bias=True),
+         # OLMo 1: Llama's layout with LayerNorms without weight or bias
+         "olmo": dict(normalization="LayerNorm", layernorm_affine=False, norm_epsilon=1e-5, clip_qkv=None),
          # Falcon-7B: multi-query, one LayerNorm before attention and MLP beside each other, exact gelu, no biases, tied
          "falcon": dict(parallel_residual=True, parallel_residual_mlp_norm=False, swiglu=False, openai_gelu=False,
                         disable_bias_linear=True, add_qkv_bias=False, untie_embeddings_and_output_weights=False,

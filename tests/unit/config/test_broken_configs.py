@@ -100,6 +100,10 @@ CASES = [
     ("mlp-norm-without-parallel-residual", [f"{A}.parallel_residual_mlp_norm=true"],
      ["parallel_residual_mlp_norm (GPT-NeoX's own norm for the MLP in a parallel-residual layer) needs "
       "parallel_residual: true; set it, or drop parallel_residual_mlp_norm."]),
+    ("non-parametric-rmsnorm", [f"{A}.layernorm_affine=false"],
+     ["layernorm_affine: false (OLMo 1's LayerNorm without weight or bias) needs normalization: LayerNorm with neither "
+      "apply_layernorm_1p nor layernorm_bias: false; normalization RMSNorm is not."]),
+    ("negative-clip-qkv", [f"{A}.clip_qkv=-1"], ["clip_qkv -1.0 must be > 0 (or null for none)."]),
     ("weight-only-rmsnorm", [f"{A}.layernorm_bias=false"],
      ["layernorm_bias: false (Cohere's weight-only LayerNorm) needs normalization: LayerNorm, not RMSNorm."]),
     ("zero-verifier-timeout", ["algorithm.verifier_timeout_s=0"], ["verifier_timeout_s: 0.0` must be > 0"]),

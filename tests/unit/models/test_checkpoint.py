@@ -138,7 +138,8 @@ def load_exported(out):
                                              ("starcoder2", True), ("nemotron", True),
                                              ("cohere2", True), ("phi", True),
                                              ("gpt_neox", True), ("gpt_neox-seq", True), ("falcon", True),
-                                             ("falcon-40b", True), ("falcon-11b", True), ("falcon-seq", False)])
+                                             ("falcon-40b", True), ("falcon-11b", True), ("falcon-seq", False),
+                                             ("olmo-clip", True)])
 def test_live_export_loads_in_transformers(gloo_world1, tmp_path, arch, synthesize):
     """synthesize: config.json written from the Megatron args (a yaml-built model or a Megatron
     checkpoint): Gemma 3 / 2 in their own config.json, partial rotary as Phi-3's, and the tensors

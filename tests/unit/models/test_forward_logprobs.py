@@ -61,7 +61,8 @@ def _batches():
                                   "hunyuan_v1_moe", "granitemoe", "granitemoeshared", "granitemoehybrid",
                                   "granitemoehybrid-moe", "glm", "helium", "stablelm",
                                   "starcoder2", "starcoder2-window", "nemotron", "nemotron-bias", "cohere", "cohere2", "phi",
-                                  "gpt_neox", "gpt_neox-seq", "falcon", "falcon-40b", "falcon-11b", "falcon-seq"])
+                                  "gpt_neox", "gpt_neox-seq", "falcon", "falcon-40b", "falcon-11b", "falcon-seq",
+                                  "olmo", "olmo-clip"])
 def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     """phi3: q/k/v and gate/up read as row ranges of its fused tensors; phi3-partial: half of each
     head rotated (partial_rotary_factor 0.5 = megatron's rotary_percent); phi3-longrope: LongRoPE's

@@ -7,7 +7,7 @@ import torch
 
 from mindspeed_rl.models.builder import llama3_inv_freq, model_config_from_hf, transformer_config
 from testing_utils import (DEEPSEEK_V2_LITE, DEEPSEEK_V3, GPT_OSS_20B, GRANITE_3B_A800M, GRANITE_4_MICRO, HUNYUAN_7B,
-                           HUNYUAN_A13B, MINIMAX_M2, OLMOE_1B_7B, PYTHIA_70M, FALCON_7B, FALCON_40B)
+                           HUNYUAN_A13B, MINIMAX_M2, OLMOE_1B_7B, PYTHIA_70M, FALCON_7B, FALCON_40B, OLMO_7B_0424)
 
 LLAMA32_1B = {  # transformers 4.x spelling (rope_theta + rope_scaling)
     "model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
@@ -64,6 +64,25 @@ def test_pythia_config_json_as_released():
         model_config_from_hf(dict(PYTHIA_70M, attention_bias=False))
     with pytest.raises(ValueError, match="hidden_act 'relu' is not supported for gpt_neox"):
         model_config_from_hf(dict(PYTHIA_70M, hidden_act="relu"))
+
+
+def test_olmo_config_json_and_its_export():
+    """OLMo-7B-0424's config.json reads as Llama's layout with LayerNorms without weights (eps 1e-5, not Llama's
+    1e-6 default) and its q / k / v clamp; the export from those args writes OLMo's config.json back, and a clamp in a
+    model config.json cannot say elsewhere is refused in one sentence."""
+    from mindspeed_rl.models.hf_export_config import hf_config_from_args
+
+    args = model_config_from_hf(OLMO_7B_0424)
+    assert (args["normalization"], args["layernorm_affine"], args["norm_epsilon"], args["clip_qkv"]) == \
+        ("LayerNorm", False, 1e-5, 8.0)
+    assert args["swiglu"] and args["disable_bias_linear"] and not args["add_qkv_bias"] and not args["group_query_attention"]
+    written = hf_config_from_args(args, 50304)
+    assert (written["model_type"], written["clip_qkv"], written["architectures"]) == ("olmo", 8.0, ["OlmoForCausalLM"])
+    assert model_config_from_hf(written) == args
+    with pytest.raises(ValueError, match="clip_qkv 8.0 has a config.json form only in an OLMo model"):
+        hf_config_from_args(dict(model_config_from_hf(LLAMA32_1B), clip_qkv=8.0), 128256)
+    with pytest.raises(ValueError, match="attention_bias=true for olmo"):
+        model_config_from_hf(dict(OLMO_7B_0424, attention_bias=True))
 
 
 def test_falcon_config_json_as_released():

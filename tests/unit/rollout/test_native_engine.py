@@ -586,7 +586,7 @@ def test_no_packing_when_host_memory_is_short(tiny, monkeypatch, caplog):
                                      "minimax_m2", "glm4_moe_lite", "ernie4_5_moe", "apertus", "qwen3_5_text",
                                      "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo",
                                      "hunyuan_v1_dense", "hunyuan_v1_moe", "granitemoeshared", "starcoder2-window",
-                                     "cohere2", "phi", "gpt_neox", "falcon", "falcon-40b"])
+                                     "cohere2", "phi", "gpt_neox", "falcon", "falcon-40b", "olmo-clip"])
 def test_greedy_equals_transformers_generate_on_more_architectures(variant, tmp_path, gloo_world1):
     """Phi-3 (fused q/k/v and gate/up in the checkpoint), Phi-3 with LongRoPE (short factors and the
     attention factor as softmax_scale, up to its original length 32), Mixtral, Phi-4-mini's partial
@@ -615,7 +615,8 @@ def test_greedy_equals_transformers_generate_on_more_architectures(variant, tmp_
     attention's normed input in the lean and compiled steps, weight-only LayerNorms, a sliding layer with RoPE and a
     full one without, the logits scaled), Phi-2 (that layer with LayerNorm biases, lm_head's bias on the logits of
     every decode path), GPT-NeoX (the MLP on its own norm of the layer input in the lean and compiled steps), Falcon-7B
-    (multi-query attention, one norm beside attention and MLP, tied) and Falcon-40B (grouped, ln_attn / ln_mlp; StableLM 2 and Granite 4.0 passed
+    (multi-query attention, one norm beside attention and MLP, tied) and Falcon-40B (grouped, ln_attn / ln_mlp), OLMo
+    (LayerNorms without weights, q / k / v clamped in the lean and compiled steps; StableLM 2 and Granite 4.0 passed
     here on 2026-11-29 and were left out for CI's time: their layers are StarCoder2's and Granite's): the native engine's greedy tokens, with and
     without the KV cache, are transformers', and its sampled log-probs the training forward's."""
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
@@ -635,7 +636,7 @@ def test_greedy_equals_transformers_generate_on_more_architectures(variant, tmp_
     # megatron's interleaved rotation, an MLP without a gate, q / k norms after RoPE at each row's positions, LayerNorm;
     # Mistral's every-layer window, OLMo 2 and EXAONE 4.0 have no feature of their own
     if variant in ("phi3-partiallongrope", "smollm3", "granite", "gemma3_text", "gemma2", "olmo3", "glm4", "nemotron",
-                   "apertus", "hunyuan_v1_dense", "starcoder2-window", "cohere2", "gpt_neox"):
+                   "apertus", "hunyuan_v1_dense", "starcoder2-window", "cohere2", "gpt_neox", "olmo-clip"):
         engines.append(dict(compile_decode=True))
     for kw in engines:
         engine = _engine(model, **kw)
