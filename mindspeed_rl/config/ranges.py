@@ -42,6 +42,7 @@ RANGES = {
     "ModelArch.attn_logit_softcapping": "(0, inf)",
     "ModelArch.output_logit_softcapping": "(0, inf)",
     "ModelArch.activation_func_clamp_value": "(0, inf)",  # gpt-oss's swiglu_limit (7)
+    "ModelArch.clip_qkv": "(0, inf)",  # OLMo's q / k / v clamp (null: none)
     "ModelArch.rotary_percent": "(0, 1]",
     "ModelArch.softmax_scale": "(0, inf)",
     "ModelArch.rope_scaling_factor": "(0, inf)",

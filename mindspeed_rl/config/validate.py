@@ -279,11 +279,10 @@ def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
         problems.append(f"model {role.model_name}: layernorm_affine: false (OLMo 1's LayerNorm without weight or bias) "
                         f"needs normalization: LayerNorm with neither apply_layernorm_1p nor layernorm_bias: false; "
                         f"{what} is not.")
-    if a.clip_qkv is not None and (not a.clip_qkv > 0 or a.multi_latent_attention or a.linear_attention_layers):
-        what = (f"clip_qkv {a.clip_qkv} must be > 0 (or null for none)" if not a.clip_qkv > 0 else
-                "clip_qkv (OLMo's q / k / v clamp) needs attention with one q / k / v projection, not "
-                + ("multi_latent_attention" if a.multi_latent_attention else "linear_attention_layers"))
-        problems.append(f"model {role.model_name}: {what}.")
+    if a.clip_qkv is not None and (a.multi_latent_attention or a.linear_attention_layers):  # its range: ranges.py
+        problems.append(f"model {role.model_name}: clip_qkv (OLMo's q / k / v clamp) needs attention with one "
+                        f"q / k / v projection, not "
+                        f"{'multi_latent_attention' if a.multi_latent_attention else 'linear_attention_layers'}.")
     if a.parallel_residual_mlp_norm and not a.parallel_residual:
         problems.append(f"model {role.model_name}: parallel_residual_mlp_norm (GPT-NeoX's own norm for the MLP in a "
                         f"parallel-residual layer) needs parallel_residual: true; set it, or drop "

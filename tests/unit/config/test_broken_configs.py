@@ -103,7 +103,10 @@ CASES = [
     ("non-parametric-rmsnorm", [f"{A}.layernorm_affine=false"],
      ["layernorm_affine: false (OLMo 1's LayerNorm without weight or bias) needs normalization: LayerNorm with neither "
       "apply_layernorm_1p nor layernorm_bias: false; normalization RMSNorm is not."]),
-    ("negative-clip-qkv", [f"{A}.clip_qkv=-1"], ["clip_qkv -1.0 must be > 0 (or null for none)."]),
+    ("negative-clip-qkv", [f"{A}.clip_qkv=-1"],
+     ["`actor_rollout_ref.actor_rollout.clip_qkv: -1.0` must be > 0; it is the queries, keys and values clamped"]),
+    ("clip-qkv-on-mla", [f"{A}.clip_qkv=8", f"{A}.multi_latent_attention=true"],
+     ["clip_qkv (OLMo's q / k / v clamp) needs attention with one q / k / v projection, not multi_latent_attention."]),
     ("weight-only-rmsnorm", [f"{A}.layernorm_bias=false"],
      ["layernorm_bias: false (Cohere's weight-only LayerNorm) needs normalization: LayerNorm, not RMSNorm."]),
     ("zero-verifier-timeout", ["algorithm.verifier_timeout_s=0"], ["verifier_timeout_s: 0.0` must be > 0"]),
