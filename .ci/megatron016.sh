@@ -27,7 +27,7 @@ fi
 echo "megatron016: $("$VENV/bin/python" -c 'import megatron.core, torch; print("megatron-core", megatron.core.__version__, "torch", torch.__version__)')"
 # not the tests that never import megatron: the pure algorithm / reward code, config validation's dry
 # runs and MindSpeed-LLM spellings, the Ray worker plumbing and the GPU session script
-"$VENV/bin/python" -m pytest -m "not e2e" tests/unit tests/dist -q -p no:cacheprovider \
+"$VENV/bin/python" -m pytest -m "not e2e" tests/unit tests/dist -q -p no:cacheprovider --core-archs \
   --ignore=tests/unit/algorithms --ignore=tests/unit/rewards \
   --ignore=tests/unit/config/test_broken_configs.py --ignore=tests/unit/config/test_arch_from_checkpoint.py \
   --ignore=tests/unit/config/test_mindspeed_spellings.py \

@@ -79,9 +79,42 @@ def pytest_addoption(parser):
     parser.addoption("--reverse-order", action="store_true",
                      help="run the collected tests last to first (checks that no test depends on an earlier one; "
                           "pytest-random-order's `-p random_order --random-order-bucket=global` shuffles)")
+    parser.addoption("--core-archs", action="store_true",
+                     help="run the architecture-parametrized tests only for CORE_ARCHS (one or two of each kind of "
+                          "layer megatron builds); .ci/megatron016.sh uses it")
+    parser.addoption("--extended", action="store_true",
+                     help="also run the tests marked `extended`: more architectures through paths CI already covers "
+                          "with one of each kind (CI leaves them out for its time)")
+
+
+# The architectures whose parametrized cases --core-archs keeps (the megatron-core 0.16 stage's): one or two of each
+# kind of layer megatron builds: dense with and without q / k norms or biases (llama, qwen2, qwen3), a window (mistral),
+# the MoE routers and experts (qwen3_moe, qwen2_moe's shared expert, mixtral, deepseek_v3's MLA with sigmoid routing and
+# the expert bias, gpt_oss's biased experts and sinks), sandwich and post norms (gemma3_text, olmo2), soft caps (gemma2),
+# Gated DeltaNet (qwen3_5_text), fused checkpoints and partial RoPE (phi3), LayerNorm with biases (starcoder2), the
+# parallel layer (cohere2), multipliers (granite) and NoPE layers (smollm3). The rest (tests/testing_utils.py's tiny
+# models) are other checkpoints on those layers: the main stage runs all of them.
+NON_CORE_ARCHS = frozenset((
+    "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "ministral3", "mistral3", "gemma3", "gemma", "olmo", "olmo3", "olmoe",
+    "flex_olmo", "hunyuan_v1_dense", "hunyuan_v1_moe", "granitemoe", "granitemoeshared", "granitemoehybrid", "glm4",
+    "glm", "stablelm", "nemotron", "cohere", "phi", "gpt_neox", "falcon", "helium", "glm4_moe", "deepseek_v2",
+    "glm4_moe_lite", "minimax_m2", "arcee", "apertus", "ernie4_5", "ernie4_5_moe", "seed_oss", "exaone4", "qwen3_5",
+    "qwen3_5_moe_text", "qwen3_next", "qwen3_5_moe"))
 
 
 def pytest_collection_modifyitems(config, items):
+    if not config.getoption("--extended"):
+        skip = pytest.mark.skip(reason="an `extended` case (another architecture through a path CI covers with one of "
+                                       "its kind); run it with --extended")
+        for item in items:
+            if item.get_closest_marker("extended") is not None:
+                item.add_marker(skip)
+    if config.getoption("--core-archs"):
+        skip = pytest.mark.skip(reason="not a core architecture (--core-archs: tests/conftest.py NON_CORE_ARCHS)")
+        for item in items:
+            params = getattr(getattr(item, "callspec", None), "params", {})
+            if any(isinstance(v, str) and v.split("-")[0] in NON_CORE_ARCHS for v in params.values()):
+                item.add_marker(skip)
     if config.getoption("--reverse-order"):
         items.reverse()
     if hasattr(config, "workerinput"):  # a pytest-xdist worker (`-n 2 --dist loadfile`, the README's command)

@@ -100,19 +100,24 @@ def _make_in_child(arch, out, overrides):
     subprocess.run([sys.executable, "-c", code, tests, str(out), json.dumps(overrides), arch], check=True, timeout=300)
 
 
-# one engine per distinct path, to keep CI's time: Mistral's is mistral3's text model (its window included),
-# Gemma 3's text model is gemma3's, SmolLM3's NoPE layers are smollm3-yarn's, OLMo 2's layers olmo3's, vLLM's
-# LongRoPE phi3-partiallongrope's, HunYuan's attention hunyuan_v1_moe's, Granite's (dense) granitemoehybrid's (Granite
-# 4.0 served as Granite: vllm_engine.vllm_config), Granite MoE's granitemoeshared's (its experts and shared MLP
-# synced in the checkpoints' stacked and fused form), LayerNorms starcoder2's (StableLM 2's StablelmForCausalLM and
-# Helium's Transformers backend passed here on 2026-11-29 and were left out for the stage's time)
-@pytest.mark.parametrize("arch", ["mixtral", "phi3", "phi3-partiallongrope", "qwen2-yarn",
-                                  "smollm3-yarn", "gemma3", "gemma2", "mistral3", "gemma", "olmo3",
-                                  "qwen3_vl", "ministral3", "exaone4", "seed_oss", "glm4",
-                                  "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2", "gpt_oss",
-                                  "minimax_m2", "glm4_moe_lite", "ernie4_5_moe", "apertus", "olmoe", "flex_olmo",
-                                  "hunyuan_v1_moe", "granitemoeshared", "granitemoehybrid", "glm", "starcoder2",
-                                  "nemotron", "cohere2", "phi", "gpt_neox", "falcon", "falcon-40b", "olmo-clip"])
+# CI runs one engine per kind of path: experts under Mixtral's own names (mixtral), q / k / v and gate / up stacked by
+# vLLM's loader (phi3), LongRoPE on part of each head (phi3-partiallongrope), YaRN (qwen2-yarn), vLLM's Transformers
+# backend with NoPE layers (smollm3-yarn), an image-text checkpoint's text model with sandwich norms and a window
+# (gemma3), soft-capping (gemma2), RoPE on interleaved pairs of half a head (glm4), a tied image-text text model
+# (qwen3_vl), MLA (deepseek_v3), sinks and biased experts (gpt_oss), Granite's multipliers (granitemoehybrid, served as
+# Granite), LayerNorm with Cohere's parallel layer (cohere2), per-head query_key_value through the Transformers
+# backend (gpt_neox) and Falcon-40B's ln_attn / ln_mlp with its tied head re-pointed (falcon-40b). The `extended`
+# cases (pytest -m vllm --extended tests/vllm) are the other architectures on those paths: each passed here on
+# 2026-11-29 (StableLM 2's StablelmForCausalLM and Helium's Transformers backend passed and are not listed); run them
+# after a change to hf_bridge/names.py or rollout/vllm_engine.py. CI leaves them out for the stage's time.
+CI_ARCHS = ("mixtral", "phi3", "phi3-partiallongrope", "qwen2-yarn", "smollm3-yarn", "gemma3", "gemma2", "glm4",
+            "qwen3_vl", "deepseek_v3", "gpt_oss", "granitemoehybrid", "cohere2", "gpt_neox", "falcon-40b")
+EXTENDED_ARCHS = ("mistral3", "gemma", "olmo3", "ministral3", "exaone4", "seed_oss", "ernie4_5", "arcee", "glm4_moe",
+                  "deepseek_v2", "minimax_m2", "glm4_moe_lite", "ernie4_5_moe", "apertus", "olmoe", "flex_olmo",
+                  "hunyuan_v1_moe", "granitemoeshared", "glm", "starcoder2", "nemotron", "phi", "falcon", "olmo-clip")
+
+
+@pytest.mark.parametrize("arch", [*CI_ARCHS, *(pytest.param(a, marks=pytest.mark.extended) for a in EXTENDED_ARCHS)])
 def test_synced_engine_equals_the_training_model(arch, tmp_path, gloo_world1):
     from mindspeed_rl.rollout.native import NativeEngine
     from mindspeed_rl.rollout.vllm_engine import VLLMEngine
