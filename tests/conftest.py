@@ -104,8 +104,8 @@ NON_CORE_ARCHS = frozenset((
 
 def pytest_collection_modifyitems(config, items):
     if not config.getoption("--extended"):
-        skip = pytest.mark.skip(reason="an `extended` case (another architecture through a path CI covers with one of "
-                                       "its kind); run it with --extended")
+        skip = pytest.mark.skip(reason="an `extended` case (another architecture or placement on a path CI runs with "
+                                       "one of its kind); run it with --extended")
         for item in items:
             if item.get_closest_marker("extended") is not None:
                 item.add_marker(skip)

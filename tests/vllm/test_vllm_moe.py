@@ -160,6 +160,7 @@ def test_moe_actor_at_ep2_on_the_split_with_vllm_generating(tmp_path):
 
 
 @pytest.mark.e2e
+@pytest.mark.extended  # the shared expert's sync is the qwen2_moe engine cases' above; ray_gpt + vLLM at EP 2 the first e2e's
 def test_qwen2_moe_actor_with_its_shared_expert_on_vllm(tmp_path):
     """ray_gpt.py, a tiny Qwen2-MoE-shaped actor (qkv biases, no q/k norms, a gated shared expert of
     width 128) at EP=2 colocated, generating on vLLM (its Qwen2-MoE): three steps, each synced and
