@@ -80,8 +80,8 @@ def pytest_addoption(parser):
                      help="run the collected tests last to first (checks that no test depends on an earlier one; "
                           "pytest-random-order's `-p random_order --random-order-bucket=global` shuffles)")
     parser.addoption("--core-archs", action="store_true",
-                     help="run the architecture-parametrized tests only for CORE_ARCHS (one or two of each kind of "
-                          "layer megatron builds); .ci/megatron016.sh uses it")
+                     help="skip the architecture-parametrized cases of NON_CORE_ARCHS (keeping one or two architectures of "
+                          "each kind of layer megatron builds); .ci/megatron016.sh uses it")
     parser.addoption("--extended", action="store_true",
                      help="also run the tests marked `extended`: more architectures through paths CI already covers "
                           "with one of each kind (CI leaves them out for its time)")
