@@ -94,14 +94,13 @@ _STORED_AS["phi"] = (*((f"self_attn.o_proj.{k}", f"self_attn.dense.{k}") for k i
                      *((f"norm.{k}", f"final_layernorm.{k}") for k in ("weight", "bias")))
 # GPT-NeoX / Pythia: o_proj as attention.dense, up / down as dense_h_to_4h / dense_4h_to_h (with biases); its model's
 # own names (gpt_neox.*, embed_out) are _PREFIX_AS's, its q / k / v one per-head query_key_value (_GROUPED)
-_STORED_AS["gpt_neox"] = (*((f"self_attn.o_proj.{k}", f"attention.dense.{k}") for k in ("weight", "bias")),
-                          *((f"mlp.{c}_proj.{k}", f"mlp.{s}.{k}") for c, s in (("up", "dense_h_to_4h"),
-                                                                                ("down", "dense_4h_to_h"))
-                            for k in ("weight", "bias")))
+_NEOX_MLP = tuple((f"mlp.{c}_proj.{k}", f"mlp.{s}.{k}") for c, s in (("up", "dense_h_to_4h"), ("down", "dense_4h_to_h"))
+                  for k in ("weight", "bias"))  # GPT-NeoX's and Falcon's up / down
+_STORED_AS["gpt_neox"] = (*((f"self_attn.o_proj.{k}", f"attention.dense.{k}") for k in ("weight", "bias")), *_NEOX_MLP)
 # Falcon: o_proj as self_attention.dense, up / down as GPT-NeoX's; with two norms beside each other
 # (new_decoder_architecture: names_type's falcon_2ln) the pre-attention one ln_attn, the MLP's ln_mlp
 _STORED_AS["falcon"] = (*((f"self_attn.o_proj.{k}", f"self_attention.dense.{k}") for k in ("weight", "bias")),
-                        *_STORED_AS["gpt_neox"][2:])
+                        *_NEOX_MLP)
 _STORED_AS["falcon_2ln"] = (*_STORED_AS["falcon"],
                             *((f"{c}.{k}", f"{s}.{k}") for c, s in (("input_layernorm", "ln_attn"),
                                                                      ("post_attention_layernorm", "ln_mlp"))
