@@ -153,7 +153,16 @@ def QWEN3_NEXT(tiny):  # noqa: N802 (Qwen3-Next: Qwen3.5-MoE's text model, no M-
 GRANITE_SCALARS = {"embedding_multiplier": 2.0, "residual_multiplier": 0.5, "attention_multiplier": 0.2,
                    "logits_scaling": 0.5}
 
+
+def with_extended(ci, extended) -> list:
+    """The parameters of a test: `ci`'s as they are, `extended`'s marked extended (run with --extended only)."""
+    import pytest
+
+    return [*ci, *(pytest.param(e, marks=pytest.mark.extended) for e in extended)]
+
+
 # config.json variants (make_tiny_hf overrides) of the parity tests: arch-variant -> overrides
+
 HF_VARIANTS = {
     # Granite 4.0 with experts: 4 of them (intermediate_size wide, top-2) beside its shared_mlp, every layer attention
     "granitemoehybrid-moe": {"num_local_experts": 4, "num_experts_per_tok": 2},

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from testing_utils import make_tiny_hf
+from testing_utils import make_tiny_hf, with_extended
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "tests" / "data" / "ray_gpt_configs"
@@ -38,7 +38,7 @@ EXTENDED_ARCHS = ("mistral3", "olmo3", "qwen2_5_vl", "glm4_moe", "minimax_m2", "
                   "flex_olmo", "hunyuan_v1_moe", "granitemoeshared", "glm4_moe_lite", "qwen3_5_moe", "gpt_neox")
 
 
-@pytest.mark.parametrize("arch", [*CI_ARCHS, *(pytest.param(a, marks=pytest.mark.extended) for a in EXTENDED_ARCHS)])
+@pytest.mark.parametrize("arch", with_extended(CI_ARCHS, EXTENDED_ARCHS))
 def test_empty_model_yaml_runs(arch, tmp_path):
     """phi3 (q/k/v and gate/up stored fused), mixtral (its own expert names) and gemma3 (its text
     model's own norm names) also export at the end (save_hf): the HF checkpoint has the original's tensor names

@@ -36,6 +36,7 @@ import testing_utils
 from mindspeed_rl.models.hf_bridge import read_hf_config
 from mindspeed_rl.rollout.interface import SamplingParams
 
+from testing_utils import with_extended
 from test_vllm_engine import HF_VOCAB, PROMPTS, _megatron, _training_log_probs
 
 
@@ -117,7 +118,7 @@ EXTENDED_ARCHS = ("mistral3", "gemma", "olmo3", "ministral3", "exaone4", "seed_o
                   "hunyuan_v1_moe", "granitemoeshared", "glm", "starcoder2", "nemotron", "phi", "falcon", "olmo-clip")
 
 
-@pytest.mark.parametrize("arch", [*CI_ARCHS, *(pytest.param(a, marks=pytest.mark.extended) for a in EXTENDED_ARCHS)])
+@pytest.mark.parametrize("arch", with_extended(CI_ARCHS, EXTENDED_ARCHS))
 def test_synced_engine_equals_the_training_model(arch, tmp_path, gloo_world1):
     from mindspeed_rl.rollout.native import NativeEngine
     from mindspeed_rl.rollout.vllm_engine import VLLMEngine
