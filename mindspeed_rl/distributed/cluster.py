@@ -55,7 +55,7 @@ def devices_needed(plan: list[RolePlacement]) -> int:
 
 
 def connect(plan: list[RolePlacement], platform, *, address: str | None = None,
-            timeout_s: float = 30.0) -> ClusterInfo:
+            timeout_s: float = 30.0, dashboard: bool = False) -> ClusterInfo:
     """Attach this driver to a Ray cluster (or start a local one) and describe its free devices.
 
     Args:
@@ -64,6 +64,8 @@ def connect(plan: list[RolePlacement], platform, *, address: str | None = None,
         address: "host:port" of a running cluster, "local" to start one; None = RAY_ADDRESS,
             else the `ray start` cluster of this machine, else local.
         timeout_s: how long the address may take to answer.
+        dashboard: start Ray's dashboard with a local instance (training.ray_dashboard); a cluster
+            that is joined keeps what its `ray start` set.
     Returns:
         ClusterInfo with per-node free units of platform.ray_resource.
     Raises:
@@ -86,11 +88,12 @@ def connect(plan: list[RolePlacement], platform, *, address: str | None = None,
     if address == "local":
         os.environ.pop("RAY_ADDRESS", None)  # ray.init reads it too; "local" must mean local
     need = devices_needed(plan)
-    # The dashboard of an instance we start listens on loopback only (it can run jobs: no open port
-    # by default); a `ray start --head` cluster binds it where its --dashboard-host says (Ray's
-    # default is loopback too), e.g. `--dashboard-host 0.0.0.0` to reach it from other machines.
-    kwargs: dict = dict(num_cpus=max(os.cpu_count() or 1, need), dashboard_host="127.0.0.1",
-                        logging_level=logging.WARNING)
+    # The dashboard of an instance we start is off unless asked for (its server and agent cost ~5 s of
+    # start-up and two processes on the CPUs the workers use) and then listens on loopback only (it can
+    # run jobs: no open port by default); a `ray start --head` cluster binds it where its
+    # --dashboard-host says (Ray's default is loopback too), e.g. `--dashboard-host 0.0.0.0`.
+    kwargs: dict = dict(num_cpus=max(os.cpu_count() or 1, need), include_dashboard=dashboard,
+                        dashboard_host="127.0.0.1", logging_level=logging.WARNING)
     if platform.name == "cpu":
         # Logical NPUs: pure bookkeeping so placement groups look as they do on a real node. One
         # logical CPU per logical NPU at least, so every {NPU: 1, CPU: 1} bundle fits.

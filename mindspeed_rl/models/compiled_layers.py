@@ -37,7 +37,7 @@ import logging
 import torch
 
 from mindspeed_rl.platform import get_platform
-from mindspeed_rl.platform.base import COMPILE_FAILED, compile_error_summary, compile_fix
+from mindspeed_rl.platform.base import compile_failed, compile_error_summary, compile_fix
 
 get_platform().patch()  # megatron must be imported after the platform patch (no-op when done)
 
@@ -74,7 +74,7 @@ def _forward(layer: TransformerLayer, attention_type: type, compiled, *args, **k
             # loss.backward(), by default): a failure of either surfaces here, before the step began
             with torch._functorch.config.patch(force_non_lazy_backward_lowering=True):
                 return compiled(layer, *args, **kwargs)
-        except COMPILE_FAILED as err:  # raised while compiling, before the layer's graph ran
+        except compile_failed() as err:  # raised while compiling, before the layer's graph ran
             _stop(err)
     return TransformerLayer.forward(layer, *args, **kwargs)
 

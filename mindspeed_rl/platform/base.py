@@ -337,9 +337,16 @@ def compiled_decode(name: str) -> bool:
     return name in ("cpu", "cuda")
 
 
-# torch.compile's errors raised while compiling (before a graph runs): inductor's, e.g. no C++
-# compiler, subclass BackendCompilerFailed. The compiled decode and compiled layers fall back on them.
-COMPILE_FAILED = (torch._dynamo.exc.BackendCompilerFailed, torch._dynamo.exc.InternalTorchDynamoError)
+def compile_failed() -> tuple[type[BaseException], ...]:
+    """torch.compile's errors raised while compiling (before a graph runs): inductor's, e.g. no C++
+    compiler, subclass BackendCompilerFailed. The compiled decode and compiled layers fall back on
+    them (`except compile_failed() as err:`). A function, not a module constant: importing
+    torch._dynamo takes 3-7 s on a 2-core host, which every driver and worker process that never
+    compiles (eager runs, the driver itself) would pay at start-up; an except clause's expression is
+    evaluated only when an exception reaches it, by which time torch.compile has imported it."""
+    import torch._dynamo.exc as dynamo_exc
+
+    return dynamo_exc.BackendCompilerFailed, dynamo_exc.InternalTorchDynamoError
 
 
 def compile_error_summary(err: Exception) -> str:

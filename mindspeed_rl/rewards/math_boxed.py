@@ -15,9 +15,8 @@ filtered out of its loggers). The seed used Qwen-Math's `math_equal` in a subpro
 answer; math-verify accepts the same equivalences and runs in-process.
 """
 
+import importlib
 import logging
-
-from math_verify import parse, verify
 
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
 
@@ -58,6 +57,14 @@ def last_boxed(text: str) -> str | None:
     return None
 
 
+def preload() -> None:
+    """Import math-verify (its LaTeX parser loads sympy and an ANTLR grammar: 2-5 s on a 2-core host).
+    Not at module import, so that the driver's config check and every process that imports the rewards
+    package without scoring math do not pay it; the rule-reward scorer calls this before its first batch,
+    so the first verifier call is not charged for the import against its timeout."""
+    importlib.import_module("math_verify")
+
+
 def _as_latex(label: str) -> str:
     label = label.strip()
     return label if ("$" in label or "\\boxed" in label) else "\\boxed{" + label + "}"
@@ -71,6 +78,8 @@ def is_equivalent(answer: str, label: str) -> bool:
     """True when the extracted `answer` and the gold `label` are the same value for math-verify."""
     if _squash(answer) == _squash(label):  # identical text: skip sympy (the common correct case)
         return True
+    from math_verify import parse, verify  # preload() imported it already when a scorer runs
+
     gold = parse(_as_latex(label), parsing_timeout=None)
     predicted = parse("\\boxed{" + answer + "}", parsing_timeout=None)
     if not gold or not predicted:

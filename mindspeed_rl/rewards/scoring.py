@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from mindspeed_rl.rewards.gsm8k import gsm8k_score, hash_answer_format_score
+from mindspeed_rl.rewards import math_boxed
 from mindspeed_rl.rewards.math_boxed import acc_score, math_score
 from mindspeed_rl.rewards.think_format import format_score
 from mindspeed_rl.rewards.timeouts import (
@@ -48,6 +49,16 @@ VERIFIERS: dict[str, Callable[[str, str], float]] = {
     "format": format_score,  # <think>...</think><answer>...</answer>: 1 / 0
     tiny_task.TASK_NAME: tiny_task.compute_score,  # the built-in tiny task: per-position partial credit
 }
+
+
+# Built-in verifiers whose library is imported on first use (math-verify: seconds), with what loads it.
+PRELOAD: dict[str, Callable[[], None]] = {"math": math_boxed.preload, "acc": math_boxed.preload}
+
+
+def preload_verifiers(names: Sequence[str]) -> None:
+    """Import the libraries of the named built-in verifiers now, outside any verifier's timeout."""
+    for name in names:
+        PRELOAD.get(name, lambda: None)()
 
 
 def resolve_verifier(name: str) -> Callable[..., float]:
@@ -129,6 +140,7 @@ def run_verifiers(
     Must run in a main thread (see timeouts.py); `score_batch` moves it to the helper process otherwise.
     """
     outcomes = {}
+    preload_verifiers(names)  # a fresh helper process imports math-verify here, not inside the first call's alarm
     with alarm_scope():
         for name in names:
             fn, outcome = resolve_verifier(name), VerifierOutcome()

@@ -75,7 +75,7 @@ from mindspeed_rl.models.forward import attention_mask_4d  # noqa: E402
 from mindspeed_rl.models.moe_replay import RoutingRecorder  # noqa: E402
 from mindspeed_rl.models.parallel import sequence_parallel_off  # noqa: E402
 from mindspeed_rl.platform import packed_linear  # noqa: E402
-from mindspeed_rl.platform.base import COMPILE_FAILED, compile_error_summary, compile_fix  # noqa: E402
+from mindspeed_rl.platform.base import compile_failed, compile_error_summary, compile_fix  # noqa: E402
 from mindspeed_rl.rollout.kv_cache import (KVCache, cached_attention, compile_unsupported, compiled_decode_step,  # noqa: E402
                                            decode_weights, forward_stage, lean_supported, new_cache)
 from mindspeed_rl.rollout.interface import check_prompts, FINISH_EOS, FINISH_LENGTH, RolloutOutput, SamplingParams  # noqa: E402
@@ -500,7 +500,7 @@ class NativeEngine:
                         logits = self._decode_step(self.model, step_ids, key_mask[rows], position, cache.k, cache.v,
                                                    cache.freqs, packed, cache.local_freqs)[:, :self.vocab_size]
                         cache.length += 1
-                    except COMPILE_FAILED as err:  # raised before the graph runs: the cache is untouched
+                    except compile_failed() as err:  # raised before the graph runs: the cache is untouched
                         self._stop_compiling(err)
                         compiled = False
                 if not compiled:

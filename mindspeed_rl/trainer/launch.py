@@ -38,6 +38,13 @@ def plan_devices(plan, role: str) -> int:
     return next(p.world_size for p in plan if p.role == role)
 
 
+def ready_line(t_start: float, t_data: float, t_cluster: float, t_ready: float) -> str:
+    """The console line that says where the start-up went (bench/startup.py reads it)."""
+    return (f"workers ready {t_ready - t_start:.1f} s after the start: data and tokenizer {t_data - t_start:.1f} s, "
+            f"Ray cluster and device bundles {t_cluster - t_data:.1f} s, role workers (start, build and load "
+            f"the models) {t_ready - t_cluster:.1f} s")
+
+
 def run(cfg, plan) -> int:
     """Run GRPO for cfg.run.train_iters steps; returns the process exit status."""
     from mindspeed_rl.data.loader import build_prompt_loader
@@ -85,7 +92,7 @@ def run(cfg, plan) -> int:
     # ---- cluster, pools, role groups
     t_data = time.perf_counter()
     platform = get_platform(run_cfg.platform)
-    info = connect(plan, platform)
+    info = connect(plan, platform, dashboard=run_cfg.ray_dashboard)
     check_cluster(plan, info.nodes, platform.ray_resource)
     cpus_per_device = 1.0
     if platform.name == "cpu":  # the host is the device: give each bundle its share of the node's CPUs
@@ -102,9 +109,7 @@ def run(cfg, plan) -> int:
             roles = build_roles(cfg, plan, pools, needs_reference(settings), groups)
             actor, reference = roles.actor, roles.reference
             t_ready = time.perf_counter()
-            print(f"workers ready {t_ready - t_start:.1f} s after the start: data and tokenizer {t_data - t_start:.1f} s, "
-                  f"Ray cluster and device bundles {t_cluster - t_data:.1f} s, role workers (start, build and load "
-                  f"the models) {t_ready - t_cluster:.1f} s")
+            print(ready_line(t_start, t_data, t_cluster, t_ready))
             reward = Reward(rules, roles.reward_model, a.reward_model_weight, a.missing_eos_penalty)
             save_dir = cfg.actor.save
 

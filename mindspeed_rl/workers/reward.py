@@ -21,7 +21,7 @@ from typing import Any, Optional, Protocol, Sequence
 import torch
 
 from mindspeed_rl.data import keys as K
-from mindspeed_rl.rewards import score_batch, validate_verifiers
+from mindspeed_rl.rewards import preload_verifiers, score_batch, validate_verifiers
 
 
 class RuleRewardScorer:
@@ -37,6 +37,7 @@ class RuleRewardScorer:
     def __init__(self, tokenizer, verifier_names: Sequence[str], verifier_weights: Optional[Sequence[float]] = None,
                  missing_eos_penalty: float = 0.0, timeout_s: float = 10.0):
         validate_verifiers(list(verifier_names), None if verifier_weights is None else list(verifier_weights))
+        preload_verifiers(list(verifier_names))  # at start-up, not in the first step's reward time
         self.tokenizer = tokenizer
         self.names, self.weights = list(verifier_names), verifier_weights
         self.missing_eos_penalty, self.timeout_s = missing_eos_penalty, timeout_s

@@ -107,6 +107,7 @@ def test_sigkill_then_resume_auto_matches_an_uninterrupted_run(tmp_path):
     assert logits.shape[-1] == model.config.vocab_size and torch.isfinite(logits).all()
 
 
+@pytest.mark.extended  # CI's time: the resharding load is tests/dist/models/test_checkpoint_dist.py's, ray_gpt's resume the tests below
 def test_resume_into_another_tensor_parallel_size(tmp_path):
     """Saved at TP=2, resumed at TP=1: the first resumed step has the uninterrupted run's losses."""
     tp2, tp1 = tmp_path / "tp2", tmp_path / "tp1"

@@ -1,4 +1,4 @@
-"""ray_gpt.py end to end on CPU: the tiny default learns, deployments run, too few devices fail fast."""
+"""ray_gpt.py end to end on CPU: the tiny task learns in bf16, deployments run, too few devices fail fast."""
 import json
 import os
 import socket
@@ -25,29 +25,9 @@ def metrics(out_dir):
         return [json.loads(line) for line in f]
 
 
-def test_tiny_default_learns(tmp_path):
-    """The README's first command: the reward of the last 10 steps clearly beats the first 10."""
-    proc = ray_gpt("training.train_iters=150", f"training.output_dir={tmp_path}")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = metrics(tmp_path)
-    assert [r["step"] for r in rows] == list(range(1, 151))
-    first = sum(r["grpo/score/mean"] for r in rows[:10]) / 10
-    last = sum(r["grpo/score/mean"] for r in rows[-10:]) / 10
-    # random init scores ~0.03; no learning cannot move the mean by 0.3 (measured: ~0.75 at step 150)
-    assert last > first + 0.3, (first, last)
-    assert rows[-1]["rollout/compiled_decode"] == 0.0 and rows[-1]["rollout/decode_steps"] > 0
-    for key in ("grpo/score/mean", "grpo/score/max", "grpo/score/min", "actor/pg_loss", "actor/pg_clipfrac",
-                "actor/ppo_kl", "actor/kl_loss", "actor/grad_norm", "response_length/mean", "prompt_length/mean",
-                "timing/step", "timing/gen", "timing/ref", "timing/reward", "timing/old_log_prob", "timing/adv",
-                "timing/update_actor", "perf/throughput"):
-        assert key in rows[-1], key
-    assert "val/score/mean" in rows[19]
-    assert (tmp_path / "config.yaml").is_file() and any((tmp_path / "tensorboard").iterdir())
-    # the start-up phases, once the workers are ready, and their sum in the closing summary
-    ready = [line for line in proc.stdout.splitlines() if line.startswith("workers ready ")]
-    assert len(ready) == 1 and "Ray cluster and device bundles" in ready[0] and "role workers" in ready[0], ready
-    done = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("done: "))[6:])
-    assert 0 < done["startup_seconds"] and done["steps"] == 150
+# The README's first command (`python ray_gpt.py`, the tiny task learning) is tests/e2e/test_soak_e2e.py's run: 300
+# steps of it with the same checks (score, metrics, outputs, start-up lines) beside the leak bounds (one run
+# instead of two: ~100 s of a CI worker, 2026-11-30).
 
 
 def test_tiny_learns_in_bf16(tmp_path):

@@ -107,6 +107,7 @@ def test_vllm_at_inference_tp2_colocated_with_a_tp2_actor(tmp_path):
                          f"{A}.tensor_model_parallel_size=2")
 
 
+@pytest.mark.extended  # CI's time: vLLM at inference TP 2 is the test above's, vLLM on the split the generation-rank test's
 def test_vllm_at_inference_tp2_on_the_split(tmp_path):
     """Two generation ranks form one vLLM engine at inference TP 2; the training rank (TP 1) streams
     its weights to both, and the batch's log-probs are checked against the training forward."""

@@ -126,6 +126,7 @@ def test_moe_actor_at_ep2_generating_on_vllm_learns_the_tiny_task(tmp_path):
 
 
 @pytest.mark.e2e
+@pytest.mark.extended  # CI's time: an MoE engine at inference TP 2 is test_vllm_tp.py's olmoe case, a TP-2 actor hosting one test_vllm_e2e's
 def test_moe_actor_at_tp2_with_vllm_at_inference_tp2(tmp_path):
     """A TP-2 (+SP, ETP 2) MoE actor hosting one vLLM engine at inference TP 2: the experts merged over
     ETP reach both ranks' slices, every step is synced and passes the check, /dev/shm is left clean."""

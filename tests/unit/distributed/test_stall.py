@@ -78,11 +78,13 @@ def test_ray_start_timing_out_is_a_sentence(monkeypatch):
     fail_times = 2  # a busy machine: the second start makes it
     assert cluster.connect([], get_platform("cpu"), address="local") == "described"
     assert len(calls) == 2 and len(shutdowns) == 1
+    assert [c["include_dashboard"] for c in calls] == [False, False]  # training.ray_dashboard's default
     assert os.environ[cluster.GCS_WAIT_ENV] == "120"  # Ray's GCS gets 120 s to start and answer, not 20
     monkeypatch.setenv(cluster.GCS_WAIT_ENV, "300")
     calls.clear()
-    cluster.connect([], get_platform("cpu"), address="local")
+    cluster.connect([], get_platform("cpu"), address="local", dashboard=True)
     assert os.environ[cluster.GCS_WAIT_ENV] == "300"  # the user's value is kept
+    assert calls[-1]["include_dashboard"] and calls[-1]["dashboard_host"] == "127.0.0.1"  # asked for: loopback only
     calls.clear()
     fail_times = cluster.LOCAL_START_ATTEMPTS + 1  # never: one sentence, not a traceback
     with pytest.raises(cluster.ClusterError, match=r"starting a local Ray instance failed 3 times: The current node "
