@@ -1,6 +1,6 @@
 """scripts/gpu_smoke.py end to end with --device cpu, so the GPU smoke check cannot rot between
 GPU runs: build + HF load, parity, greedy, a bf16 update, decode speed, the compiled decode step,
-the compiled decoder layers in training and two ray_gpt runs."""
+the compiled decoder layers in training and a ray_gpt run (fp32)."""
 import json
 import os
 import subprocess
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.e2e
 def test_every_check_passes_on_cpu(tmp_path):
     out = tmp_path / "smoke.json"
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_smoke.py"), "--device", "cpu", "--shape", "tiny",
-                           "--batch", "4", "--seq", "32", "--gen-batch", "8", "--new-tokens", "8", "--ray-steps", "2",
+                           "--batch", "4", "--seq", "32", "--gen-batch", "8", "--new-tokens", "8", "--ray-steps", "2", "--ray-variants", "fp32",
                            "--speed-rows", "2", "--speed-seq", "32", "--speed-repeat", "1",
                            "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=900,
                           env={**os.environ, "RAY_ADDRESS": "local", "RAY_AUTH_MODE": "disabled"})
@@ -32,7 +32,9 @@ def test_every_check_passes_on_cpu(tmp_path):
     assert checks["update"]["figures"]["params_changed"] > 0
     assert checks["rounding"]["figures"]["update_rounded_as_expected"] and checks["rounding"]["figures"]["update_weights"] > 0
     assert checks["rounding"]["figures"]["nan_kept"]
-    assert checks["ray_gpt"]["figures"]["bf16"]["steps"] == 2
+    # fp32 only (CI's time, 2026-11-30): ray_gpt in bf16 on CPU is tests/e2e/test_ray_gpt_e2e.py's bf16 run, and
+    # --ray-variants' parsing tests/unit/scripts/test_gpu_smoke_script.py's; on a GPU the script runs both
+    assert set(checks["ray_gpt"]["figures"]) >= {"fp32"} and "bf16" not in checks["ray_gpt"]["figures"]
     compiled = checks["compiled"]["figures"]
     assert compiled["still_compiled"] and compiled["fp32_rows_identical"] == compiled["rows"] == 8
     assert compiled["compiled_tok_s"] > 0 and compiled["eager_tok_s"] > 0

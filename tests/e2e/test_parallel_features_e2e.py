@@ -27,6 +27,7 @@ def test_actor_trains_and_generates(tmp_path, name, overrides):
          f"training.output_dir={tmp_path}", "resource_pool.actor_rollout=[2]", *overrides],
         cwd=ROOT, capture_output=True, text=True, timeout=900, env=dict(os.environ, RAY_ADDRESS="local"))
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "ranks 0-1: train+generate" in proc.stdout  # both ranks train and generate (the native engine's TP / PP decode)
     with open(tmp_path / "metrics.jsonl") as f:
         rows = [json.loads(line) for line in f]
     assert [r["step"] for r in rows] == [1, 2, 3]

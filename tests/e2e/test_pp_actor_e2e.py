@@ -14,6 +14,7 @@ pytestmark = pytest.mark.e2e
 A = "actor_rollout_ref.actor_rollout"
 
 
+@pytest.mark.extended  # CI's time: test_parallel_features_e2e's pp2-vpp2 case runs the same with VPP on top
 def test_pp2_actor_trains_and_generates(tmp_path):
     proc = subprocess.run(
         [sys.executable, str(ROOT / "ray_gpt.py"), "training.train_iters=3", "training.test_freq=0",

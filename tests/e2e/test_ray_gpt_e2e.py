@@ -57,6 +57,7 @@ def test_tiny_learns_in_bf16(tmp_path):
     assert last > first + 0.3, (first, last)
 
 
+@pytest.mark.extended  # CI's time: a TP-2 actor beside a reference of its own is test_roles_e2e's reward-model run
 def test_separated_actor_tp2_and_own_reference(tmp_path):
     """Actor at TP=2 and a reference worker of its own; both with compiled decoder layers
     (use_torch_compile: the graphs break at the parallel linears, which do the TP communication)."""

@@ -32,9 +32,10 @@ def metrics(out_dir):
 
 @pytest.mark.timeout(1800)  # ~3 min alone on 2 cores; CI machines are shared, so leave room
 def test_colocated_vllm_learns_the_tiny_task(tmp_path):
-    """80 steps, for CI's time (150 until 2026-11-29; measured on a quiet machine: the last 10 steps' mean score 0.044
-    -> 0.61 at step 60, 0.80 at 80, 0.84 at 150; 69 s for 150 steps, ~4x that beside another stage in CI)."""
-    steps = 80
+    """60 steps, for CI's time (150 until 2026-11-29, 80 until 2026-11-30; measured on a quiet machine: the last 10
+    steps' mean score 0.044 -> 0.61 at step 60, 0.80 at 80, 0.84 at 150; 69 s for 150 steps, ~4x that beside another
+    stage in CI)."""
+    steps = 60
     proc = ray_gpt(f"training.train_iters={steps}", f"training.output_dir={tmp_path}", timeout=1750)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = metrics(tmp_path)
@@ -42,7 +43,7 @@ def test_colocated_vllm_learns_the_tiny_task(tmp_path):
     first = sum(r["grpo/score/mean"] for r in rows[:10]) / 10
     last = sum(r["grpo/score/mean"] for r in rows[-10:]) / 10
     print(f"vllm colocated: score {first:.3f} -> {last:.3f}; sync s (last) {rows[-1]['timing/sync_weights']:.4f}")
-    assert last > first + 0.3, (first, last)  # the native e2e test's margin (measured here: 0.04 -> 0.80 at step 80)
+    assert last > first + 0.3, (first, last)  # the native e2e test's margin (measured here: 0.04 -> 0.61 at step 60)
     for r in rows:  # synced and verified before every step's generation
         assert r["rollout/logp_diff_max"] <= 1e-4 and r["timing/sync_weights"] > 0, r
         assert r["rollout/sync_peak_bytes"] > 0
