@@ -278,7 +278,7 @@ class RunConfig:
     wandb_project: Optional[str] = doc(None, "log to this wandb project too (needs the wandb extra)")
     worker_timeout_s: float = doc(3600.0, "longest one call to a role's workers (generate, update, a weight sync, ...) may take; past it the run stops naming the stalled rank and its state")
     worker_start_timeout_s: float = doc(600.0, "longest starting a role's workers (model load, process groups) may take")
-    ray_dashboard: bool = doc(False, "start the Ray dashboard (127.0.0.1:8265) with the local Ray instance ray_gpt.py starts when no cluster is given; off, the start is ~5 s shorter and two processes fewer share the CPUs. A `ray start` cluster's dashboard is set by `ray start`")
+    ray_dashboard: bool = doc(False, "start the Ray dashboard (127.0.0.1:8265) with the local Ray instance ray_gpt.py starts when no cluster is given; off, two processes fewer share the CPUs and the start is shorter (by ~5 s on a busy 2-core host, ~0.5 s on a quiet one). A `ray start` cluster's dashboard is set by `ray start`")
     skip_version_check: bool = doc(False, "start even if the accelerator stack does not match the matrix in mindspeed_rl/platform/versions.py (like --skip-version-check)")
     stage: str = doc("ray_grpo", "ray_grpo (GRPO family; the only stage this framework runs)")
     platform: str = doc("auto", "auto, npu, cuda or cpu")

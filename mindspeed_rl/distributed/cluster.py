@@ -88,8 +88,8 @@ def connect(plan: list[RolePlacement], platform, *, address: str | None = None,
     if address == "local":
         os.environ.pop("RAY_ADDRESS", None)  # ray.init reads it too; "local" must mean local
     need = devices_needed(plan)
-    # The dashboard of an instance we start is off unless asked for (its server and agent cost ~5 s of
-    # start-up and two processes on the CPUs the workers use) and then listens on loopback only (it can
+    # The dashboard of an instance we start is off unless asked for (its server and agent cost up to ~5 s
+    # of start-up on a busy host and two processes on the CPUs the workers use) and then listens on loopback only (it can
     # run jobs: no open port by default); a `ray start --head` cluster binds it where its
     # --dashboard-host says (Ray's default is loopback too), e.g. `--dashboard-host 0.0.0.0`.
     kwargs: dict = dict(num_cpus=max(os.cpu_count() or 1, need), include_dashboard=dashboard,

@@ -341,9 +341,10 @@ def compile_failed() -> tuple[type[BaseException], ...]:
     """torch.compile's errors raised while compiling (before a graph runs): inductor's, e.g. no C++
     compiler, subclass BackendCompilerFailed. The compiled decode and compiled layers fall back on
     them (`except compile_failed() as err:`). A function, not a module constant: importing
-    torch._dynamo takes 3-7 s on a 2-core host, which every driver and worker process that never
-    compiles (eager runs, the driver itself) would pay at start-up; an except clause's expression is
-    evaluated only when an exception reaches it, by which time torch.compile has imported it."""
+    torch._dynamo takes 2-7 s on a 2-core host, which the driver (it imports this module and never
+    compiles) would pay at start-up; the model workers load it anyway, through megatron-core's own
+    import. An except clause's expression is evaluated only when an exception reaches it, by which
+    time torch.compile has imported it."""
     import torch._dynamo.exc as dynamo_exc
 
     return dynamo_exc.BackendCompilerFailed, dynamo_exc.InternalTorchDynamoError
