@@ -21,8 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from mindspeed_rl.rewards.gsm8k import gsm8k_score, hash_answer_format_score
-from mindspeed_rl.rewards import math_boxed
-from mindspeed_rl.rewards.math_boxed import acc_score, math_score
+from mindspeed_rl.rewards.math_boxed import acc_score, math_score, preload as preload_math_verify
 from mindspeed_rl.rewards.think_format import format_score
 from mindspeed_rl.rewards.timeouts import (
     HelperProcessError,
@@ -52,7 +51,7 @@ VERIFIERS: dict[str, Callable[[str, str], float]] = {
 
 
 # Built-in verifiers whose library is imported on first use (math-verify: seconds), with what loads it.
-PRELOAD: dict[str, Callable[[], None]] = {"math": math_boxed.preload, "acc": math_boxed.preload}
+PRELOAD: dict[str, Callable[[], None]] = {"math": preload_math_verify, "acc": preload_math_verify}
 
 
 def preload_verifiers(names: Sequence[str]) -> None:

@@ -1,6 +1,6 @@
-"""Start-up cost: the driver's config check and the role workers' modules do not import what only some
-runs use. torch._dynamo (3-7 s on a 2-core host) loads when something compiles, math-verify (2-5 s)
-when a math verifier scores; measured on the tiny task, 2026-11-30, on a slow host: the driver's
+"""Start-up cost: the driver's config check and modules, and the reward scorer's, do not import what only some
+runs use. torch._dynamo (2-7 s on a 2-core host) loads when something compiles (and in the model workers through
+megatron-core's own import), math-verify (1-5 s) when a math verifier scores; measured on the tiny task, 2026-11-30, on a slow host: the driver's
 config import went from 15.6 s to 4.6 s."""
 import json
 import subprocess
