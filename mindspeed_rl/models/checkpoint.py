@@ -7,14 +7,17 @@ Layout (one directory per step, Megatron's `iter_*` + `latest_checkpointed_itera
                                                   model_args, hf_config, files {relpath: bytes}
     <save>/iter_0000010/mp_rank_{tp:02d}_{pp:03d}/model.safetensors   this rank's TP shards (all its
                                                   virtual-pipeline chunks), named with GLOBAL layer numbers (DP rank 0)
-    .../mp_rank_XX_YYY/optim.pt                   optimizer.state_dict() + scheduler (DP rank 0)
-    .../mp_rank_XX_YYY/optim_dp{dp:03d}.pt        distributed optimizer instead: each DP rank's
-                                                  shard (inner Adam state + fp32 main params)
+    .../mp_rank_XX_YYY/optim_state_dp{dp:03d}.safetensors   the optimizer's state per parameter
+                                                  (fp32 main params, Adam's moments) this DP rank
+                                                  updates: any layout resumes it (models/optimizer_state.py)
+    .../mp_rank_XX_YYY/optim.pt                   scheduler + loss scalers (DP rank 0), or
+    .../mp_rank_XX_YYY/optim_dp{dp:03d}.pt        the same per DP rank under the distributed optimizer
     .../mp_rank_XX_YYY/rng_dp{dp:03d}.pt          python / numpy / torch / megatron tracker rng
     <save>/iter_0000010/expert_rank_{etp:02d}_{pp:03d}_{ep:03d}/model.safetensors   MoE models: the
                                                   experts of one (ETP rank, stage, EP rank), GLOBAL
                                                   expert numbers (expert-data-parallel rank 0);
-                                                  the mp_rank_* files then hold everything else
+                                                  the mp_rank_* files then hold everything else;
+                                                  their optimizer state beside them (expert-DP rank)
     <save>/iter_0000010/trainer_state.json        the driver's state (step, data-loader position, KL
                                                   controller, ...) and the workers' counters (resume)
 
@@ -29,13 +32,14 @@ share one filesystem (as Megatron's own checkpoints assume).
 Loading at the saved TP/PP reads each rank's own file. At another TP/PP, `MegatronCheckpointReader`
 serves the checkpoint under Hugging Face names (TP shards merged by hf_bridge.sharding, stages
 found by their global layer names) and `load_into_model` re-shards it, exactly as from a HF
-directory. Optimizer state (and rng) resumes only at the saved TP, PP and DP: megatron's optimizer
-state is laid out by its parameter buffers, which depend on all three. Any other layout restores
-weights only and needs `load_optimizer=False` (MindSpeed's no_load_optim), said in one sentence.
-Why not megatron's own distributed-optimizer files: in megatron-core 0.12.1 without Apex/TE,
-`load_parameter_state_from_dp_zero` fails (it copies torch Adam's `step` from a dict that lacks
-it), and `sharded_state_dict` needs dist_checkpointing's torch_dist backend; each DP rank saving
-its own shard is simple and works on every platform, at the price of a fixed DP size.
+directory. The optimizer's state resumes at any layout too (models/optimizer_state.py: per parameter,
+re-sharded like the weights); rng only at the saved TP, PP and DP. Checkpoints written before
+2026-11-30 hold the optimizer as megatron lays it out (its torch state dicts; the distributed
+optimizer's shards per DP rank), which resumes only at the saved TP, PP and DP: any other layout
+restores weights only and needs `load_optimizer=False` (MindSpeed's no_load_optim), said in one
+sentence. Why not megatron's own distributed-optimizer files: in megatron-core 0.12.1 without
+Apex/TE, `load_parameter_state_from_dp_zero` fails (it copies torch Adam's `step` from a dict that
+lacks it), and `sharded_state_dict` needs dist_checkpointing's torch_dist backend.
 The device's default generator is not saved (no device code outside platform/); megatron's
 tracker states, which drive dropout and init under TP, are.
 """
@@ -57,6 +61,7 @@ from mindspeed_rl.models.hf_bridge.checkpoint_io import open_safetensors
 from mindspeed_rl.models.hf_bridge.loader import global_param_name, load_into_model, model_parallel_ranks
 from mindspeed_rl.models.hf_bridge.mapping import gated_mlp, hf_names
 from mindspeed_rl.models.hf_bridge.sharding import kind_of, mcore_to_hf, merge_tp, stage_expert_names
+from mindspeed_rl.models.optimizer_state import PER_PARAMETER
 from mindspeed_rl.utils.errors import UserInputError
 from mindspeed_rl.utils.logging import get_logger
 
@@ -315,16 +320,10 @@ def _is_distributed_optimizer(optimizer) -> bool:
     return any(isinstance(o, DistributedOptimizer) for o in chain)
 
 
-def _optimizer_shards(optimizer) -> list[dict[str, Any]]:
-    """This DP rank's distributed-optimizer state: per chained optimizer, the inner torch
-    optimizer's state_dict (exp_avg, exp_avg_sq, step, param groups), its fp32 main-parameter
-    shards, and the grad scaler."""
-    out = []
-    for o in getattr(optimizer, "chained_optimizers", [optimizer]):
-        mains = [p.detach().clone() for g in o.optimizer.param_groups for p in g["params"]]
-        out.append({"inner": o.optimizer.state_dict(), "main_params": mains,
-                    "grad_scaler": o.grad_scaler.state_dict() if o.grad_scaler else None})
-    return out
+def _grad_scalers(optimizer) -> list[Optional[dict[str, Any]]]:
+    """The fp16 loss scaler's state of each chained optimizer (None where there is none)."""
+    return [o.grad_scaler.state_dict() if getattr(o, "grad_scaler", None) else None
+            for o in getattr(optimizer, "chained_optimizers", [optimizer])]
 
 
 def _load_optimizer_shards(optimizer, shards: list[dict[str, Any]]) -> None:
@@ -403,11 +402,13 @@ def save_checkpoint(save_dir: str, step: int, model: torch.nn.Module, args: Mapp
         save_file(experts, os.path.join(where, MODEL_FILE), metadata={"format": FORMAT})
     distributed = optimizer is not None and _is_distributed_optimizer(optimizer)
     sched = scheduler.state_dict() if scheduler is not None else None
-    if distributed:  # every DP rank holds a different shard of the state
-        torch.save({"shards": _optimizer_shards(optimizer), "scheduler": sched},
-                   os.path.join(here, f"optim_dp{r['dp_rank']:03d}.pt"))
-    elif optimizer is not None and r["dp_rank"] == 0:
-        torch.save({"optimizer": optimizer.state_dict(), "scheduler": sched}, os.path.join(here, "optim.pt"))
+    if optimizer is not None:  # Adam's state per parameter (any layout resumes it), the rest in optim*.pt
+        from mindspeed_rl.models import optimizer_state
+
+        optimizer_state.save_state(optimizer, model, tmp, r, distributed)
+        if distributed or r["dp_rank"] == 0:
+            torch.save({"scheduler": sched, "grad_scalers": _grad_scalers(optimizer)},
+                       os.path.join(here, f"optim_dp{r['dp_rank']:03d}.pt" if distributed else "optim.pt"))
     torch.save(_rng_state(), os.path.join(here, f"rng_dp{r['dp_rank']:03d}.pt"))
     rank0 = not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0
     if rank0 and trainer_state is not None:
@@ -420,6 +421,7 @@ def save_checkpoint(save_dir: str, step: int, model: torch.nn.Module, args: Mapp
                            "params_dtype": params_dtype, "vocab_size": vocab_size, "model_args": _jsonable(args),
                            "hf_config": dict(hf_config) if hf_config else None,
                            "has_optimizer": optimizer is not None, "distributed_optimizer": distributed,
+                           "optimizer_state": PER_PARAMETER,
                            **dict(manifest_extra or {})})
         log.info("saved checkpoint step %d to %s", step, final)
         for path in prune(save_dir, keep_last_n):
@@ -442,11 +444,10 @@ def load_checkpoint(path: str, model: torch.nn.Module, args: Mapping[str, Any], 
                     scheduler=None, load_optimizer: bool = True, load_rng: bool = True) -> int:
     """Load a checkpoint of this project into this rank's chunk; every rank calls it.
 
-    Weights load at any TP/PP; optimizer and rng only at the saved TP/PP/DP (see module
-    docstring); the lr scheduler at any layout. Returns the checkpoint's step.
+    Weights, the optimizer's state and the lr scheduler load at any TP/PP/DP (checkpoints written
+    before 2026-11-30: the optimizer only at the saved layout); rng only at the saved TP/PP/DP (see
+    the module docstring). Returns the checkpoint's step.
     """
-    from megatron.core import parallel_state as ps
-
     manifest = read_manifest(path)
     check_args_match(manifest, args)
     path, r, m = manifest["path"], _ranks(), manifest
@@ -476,7 +477,18 @@ def load_checkpoint(path: str, model: torch.nn.Module, args: Mapping[str, Any], 
         for inner in inners:
             load_into_model(inner, reader, args, *model_parallel_ranks())
     here = os.path.join(path, rank_dir(r["tp_rank"], r["pp_rank"]))
-    if optimizer is not None and load_optimizer and m.get("has_optimizer"):
+    from mindspeed_rl.models import optimizer_state
+
+    if optimizer is not None and load_optimizer and optimizer_state.resumes_anywhere(m):
+        optimizer_state.load_state(path, m, model, optimizer, args)
+        first = os.path.join(path, rank_dir(0, 0), "optim_dp000.pt" if m.get("distributed_optimizer") else "optim.pt")
+        state = torch.load(first, weights_only=False)
+        for o, saved in zip(getattr(optimizer, "chained_optimizers", [optimizer]), state.get("grad_scalers") or []):
+            if getattr(o, "grad_scaler", None) and saved:
+                o.grad_scaler.load_state_dict(saved)
+        if scheduler is not None and state["scheduler"] is not None:
+            scheduler.load_state_dict(state["scheduler"])
+    elif optimizer is not None and load_optimizer and m.get("has_optimizer"):  # written before 2026-11-30
         if not same_mp and not moe or m["dp"] != r["dp"] or (m.get("ep", 1), m.get("etp", m["tp"])) != (r["ep"], r["etp"]):
             raise UserInputError(
                 f"{path} holds optimizer state for TP={m['tp']} PP={m['pp']} VPP={m.get('vpp', 1)} DP={m['dp']} but "

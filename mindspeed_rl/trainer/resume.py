@@ -66,9 +66,14 @@ def describe(resume: Resume, now_yaml: str, layout: dict[str, int]) -> list[str]
     lines = [f"resuming from {resume.path} (step {resume.step}); continuing at step {resume.step + 1}"]
     saved = {k: m[k] for k in ("tp", "pp", "dp")}
     if saved != {k: layout[k] for k in saved}:
+        from mindspeed_rl.models.optimizer_state import resumes_anywhere
+
+        what = ("the weights, the optimizer's state (re-sharded per parameter), lr schedule and data position resume."
+                if resumes_anywhere(m) else
+                "the weights, lr schedule and data position resume, Adam's moments start fresh (this checkpoint, "
+                "written before 2026-11-30, holds them per TP/PP/DP).")
         lines.append("the checkpoint was saved at TP={tp} PP={pp} DP={dp}; ".format(**saved) +
-                     "this run is TP={tp} PP={pp} DP={dp}: the weights, lr schedule and data position resume, "
-                     "Adam's moments start fresh (they are laid out per TP/PP/DP).".format(**layout))
+                     "this run is TP={tp} PP={pp} DP={dp}: ".format(**layout) + what)
     changed = changed_settings(resume.state.get("config_yaml", ""), now_yaml)
     if changed:
         lines.append("settings changed since the checkpoint: " + ", ".join(changed))

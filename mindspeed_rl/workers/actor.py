@@ -422,24 +422,27 @@ class ActorRolloutWorker(_ModelWorker):
     def load_checkpoint(self, path: str) -> dict:
         """Resume from a checkpoint of this project. At the saved TP/PP/DP: weights, optimizer,
         scheduler, rng and the sampling counter, so the run continues bitwise. At another layout:
-        weights through the models bridge and the counter; Adam's moments start fresh (they are laid
-        out per TP/PP/DP, see models/checkpoint.py). Every rank calls it.
+        weights through the models bridge, the optimizer's state per parameter (fp32 main params and
+        Adam's moments, models/optimizer_state.py) and the counter; checkpoints written before
+        2026-11-30 hold the optimizer per layout, so there Adam's moments start fresh. Every rank calls it.
 
         Returns:
             step, saved_layout and layout (this run's) as {tp, pp, dp}, optimizer_restored.
         """
         from mindspeed_rl.models.checkpoint import _ranks, load_checkpoint, read_manifest, read_trainer_state
+        from mindspeed_rl.models.optimizer_state import resumes_anywhere
 
         manifest, here = read_manifest(path), _ranks()
         saved = {k: manifest.get(k, 1) for k in ("tp", "pp", "vpp", "dp")}  # vpp: 1 in older checkpoints
         same = all(saved[k] == here[k] for k in saved)
-        step = load_checkpoint(path, self.ddp, self.args, self.optimizer, self.scheduler, load_optimizer=same,
+        restore = same or resumes_anywhere(manifest)
+        step = load_checkpoint(path, self.ddp, self.args, self.optimizer, self.scheduler, load_optimizer=restore,
                                load_rng=same)
-        if not same:  # the optimizer's fp32 main params (bf16/fp16 runs) must follow the new weights
+        if not restore:  # the optimizer's fp32 main params (bf16/fp16 runs) must follow the new weights
             self.optimizer.reload_model_params()
         self.calls = int(read_trainer_state(path).get("actor", {}).get("calls", self.calls))
         return {"step": step, "saved_layout": saved, "layout": {k: here[k] for k in saved},
-                "optimizer_restored": same and bool(manifest.get("has_optimizer"))}
+                "optimizer_restored": restore and bool(manifest.get("has_optimizer"))}
 
     def save_hf(self, out_dir: str) -> str:
         """Export the live actor as a Hugging Face checkpoint directory (every rank calls it)."""

@@ -81,24 +81,32 @@ def load_into_model(model: torch.nn.Module, reader: TensorReader, args: Mapping[
         etp_size / etp_rank: how MoE expert tensors are split (default: as TP). Which experts this
             EP rank holds comes from the model itself.
     """
-    etp_size, etp_rank = (tp_size, tp_rank) if etp_size is None else (etp_size, etp_rank)
-    dims = Dims.from_args(args)
-    tied = not args.get("untie_embeddings_and_output_weights", False)
     loaded = 0
     for local_name, tensor in model.state_dict(keep_vars=True).items():
         if local_name.endswith("_extra_state"):
             continue
-        name, layer = _global_name(model, local_name)
-        kind, names = hf_names(name, layer, tied, gated_mlp(args))
-        expert = kind in EXPERT_KINDS
-        shard = read_shard(reader, kind, names, dims, etp_size if expert else tp_size, etp_rank if expert else tp_rank)
-        if shard.shape != tensor.shape:  # a layout bug, or args that differ from the model's
-            raise UserInputError(
-                f"{local_name}: built {list(shard.shape)} from {', '.join(names)} in {reader.where(names[0])}, "
-                f"but the model has {list(tensor.shape)}; check the model config against config.json.")
+        shard = shard_for(model, local_name, tuple(tensor.shape), reader, args, tp_size, tp_rank, etp_size, etp_rank)
         tensor.copy_(shard.to(dtype=tensor.dtype))
         loaded += 1
     return loaded
+
+
+def shard_for(model: torch.nn.Module, local_name: str, shape: tuple[int, ...], reader: TensorReader,
+              args: Mapping[str, Any], tp_size: int, tp_rank: int, etp_size: Optional[int] = None,
+              etp_rank: Optional[int] = None) -> torch.Tensor:
+    """The tensor `reader` holds for `model`'s state-dict entry `local_name` (of `shape`) at this TP
+    (ETP) rank (load_into_model's unit; models/optimizer_state.py reads optimizer state with it)."""
+    etp_size, etp_rank = (tp_size, tp_rank) if etp_size is None else (etp_size, etp_rank)
+    name, layer = _global_name(model, local_name)
+    kind, names = hf_names(name, layer, not args.get("untie_embeddings_and_output_weights", False), gated_mlp(args))
+    expert = kind in EXPERT_KINDS
+    shard = read_shard(reader, kind, names, Dims.from_args(args), etp_size if expert else tp_size,
+                       etp_rank if expert else tp_rank)
+    if tuple(shard.shape) != tuple(shape):  # a layout bug, or args that differ from the model's
+        raise UserInputError(
+            f"{local_name}: built {list(shard.shape)} from {', '.join(names)} in {reader.where(names[0])}, "
+            f"but the model has {list(shape)}; check the model config against config.json.")
+    return shard
 
 
 def model_parallel_ranks() -> tuple[int, int, int, int]:

@@ -60,8 +60,41 @@ def test_resume_is_exact(gloo_world1, tmp_path, distributed, bf16_stochastic):
     m = read_manifest(str(tmp_path))
     assert (m["step"], m["tp"], m["pp"], m["dp"], m["vocab_size"], m["distributed_optimizer"]) == (2, 1, 1, 1, 37, distributed)
     optim = "mp_rank_00_000/optim_dp000.pt" if distributed else "mp_rank_00_000/optim.pt"
-    assert set(m["files"]) == {"mp_rank_00_000/model.safetensors", optim, "mp_rank_00_000/rng_dp000.pt"}
+    assert set(m["files"]) == {"mp_rank_00_000/model.safetensors", optim, "mp_rank_00_000/rng_dp000.pt",
+                               "mp_rank_00_000/optim_state_dp000.safetensors"}
+    assert m["optimizer_state"] == "per_parameter"
     assert sorted(os.listdir(tmp_path)) == ["iter_0000002", "latest_checkpointed_iteration.txt"]
+
+
+@pytest.mark.parametrize("distributed", [True, False])
+def test_a_checkpoint_of_the_earlier_format_still_resumes_exactly(gloo_world1, tmp_path, distributed):
+    """Before 2026-11-30 the optimizer's state was saved as laid out (its torch state dicts; the
+    distributed optimizer's shards per DP rank): such checkpoints still resume at their layout."""
+    from mindspeed_rl.models.checkpoint import MANIFEST, load_checkpoint, save_checkpoint
+
+    ddp, opt, sched = _trained(7, distributed, False)
+    _step(ddp, opt, sched, 0)
+    path = tmp_path / "iter_0000001"
+    save_checkpoint(str(tmp_path), 1, ddp, ARGS, opt, sched)
+    here = path / "mp_rank_00_000"  # rewritten as the earlier version wrote it
+    (here / "optim_state_dp000.safetensors").unlink()
+    if distributed:
+        shards = [{"inner": o.optimizer.state_dict(), "grad_scaler": None,
+                   "main_params": [p.detach().clone() for g in o.optimizer.param_groups for p in g["params"]]}
+                  for o in getattr(opt, "chained_optimizers", [opt])]
+        torch.save({"shards": shards, "scheduler": sched.state_dict()}, here / "optim_dp000.pt")
+    else:
+        torch.save({"optimizer": opt.state_dict(), "scheduler": sched.state_dict()}, here / "optim.pt")
+    m = json.loads((path / MANIFEST).read_text())
+    m.pop("optimizer_state")
+    m["files"] = {str(f.relative_to(path)): f.stat().st_size for f in path.rglob("*") if f.is_file() and f.name != MANIFEST}
+    (path / MANIFEST).write_text(json.dumps(m))
+    _step(ddp, opt, sched, 1)
+    ddp2, opt2, sched2 = _trained(99, distributed, False)
+    assert load_checkpoint(str(tmp_path), ddp2, ARGS, opt2, sched2) == 1
+    _step(ddp2, opt2, sched2, 1)
+    for a, b in zip(ddp.module.parameters(), ddp2.module.parameters()):
+        torch.testing.assert_close(b.detach(), a.detach(), rtol=0, atol=0)
 
 
 def test_architecture_mismatch_and_layout_change_are_named(gloo_world1, tmp_path):
@@ -73,12 +106,14 @@ def test_architecture_mismatch_and_layout_change_are_named(gloo_world1, tmp_path
     save_checkpoint(str(tmp_path), 1, ddp, ARGS, opt, sched)
     with pytest.raises(UserInputError, match=r"iter_0000001 was saved with num_query_groups 2 but the model config says 4"):
         load_checkpoint(str(tmp_path), ddp, dict(ARGS, num_query_groups=4), opt, sched)
-    manifest = tmp_path / "iter_0000001" / "manifest.json"  # pretend it was saved at TP=2
-    m = json.loads(manifest.read_text())
-    manifest.write_text(json.dumps(dict(m, dp=2)))
+    manifest = tmp_path / "iter_0000001" / "manifest.json"  # pretend it was saved at DP=2 by a version whose
+    m = json.loads(manifest.read_text())                     # optimizer state was laid out per TP/PP/DP
+    manifest.write_text(json.dumps({k: v for k, v in dict(m, dp=2).items() if k != "optimizer_state"}))
     with pytest.raises(UserInputError, match=r"optimizer state for TP=1 PP=1 VPP=1 DP=2 but this run is TP=1 PP=1 VPP=1 DP=1; .*no_load_optim"):
         load_checkpoint(str(tmp_path), ddp, ARGS, opt, sched)
     assert load_checkpoint(str(tmp_path), ddp, ARGS, opt, sched, load_optimizer=False) == 1
+    manifest.write_text(json.dumps(dict(m, dp=2)))  # per-parameter state: any DP
+    assert load_checkpoint(str(tmp_path), ddp, ARGS, opt, sched) == 1
 
 
 def test_load_weights_takes_either_format(gloo_world1, tmp_path):

@@ -7,7 +7,7 @@ import pytest
 
 from mindspeed_rl.trainer.grpo import GRPOSettings, GRPOTrainer, TrainingHalted
 from mindspeed_rl.trainer.metrics import MetricsLogger, read_metrics
-from mindspeed_rl.trainer.resume import StopOnSignal, changed_settings
+from mindspeed_rl.trainer.resume import Resume, StopOnSignal, changed_settings, describe
 from tests.unit.trainer.test_grpo_loop import FrozenReference, MatchReward, TabularActor, prompt_stream
 
 
@@ -109,6 +109,19 @@ def test_changed_settings_lists_what_differs():
     new = "run:\n  train_iters: 20\n  resume: auto\nactor:\n  optim:\n    lr: 0.001\n"
     assert changed_settings(old, new) == ["run.train_iters: 10 -> 20"]
     assert changed_settings("", new) == []
+
+
+def test_the_resume_line_says_whether_the_optimizer_state_follows_a_layout_change():
+    manifest = {"tp": 2, "pp": 1, "dp": 1, "has_optimizer": True}
+    layout = {"tp": 1, "pp": 1, "dp": 2}
+    old = describe(Resume("ckpt/iter_0000002", 2, {}, manifest), "", layout)
+    assert old[1] == ("the checkpoint was saved at TP=2 PP=1 DP=1; this run is TP=1 PP=1 DP=2: the weights, lr "
+                      "schedule and data position resume, Adam's moments start fresh (this checkpoint, written "
+                      "before 2026-11-30, holds them per TP/PP/DP).")
+    new = describe(Resume("ckpt/iter_0000002", 2, {}, dict(manifest, optimizer_state="per_parameter")), "", layout)
+    assert new[1].endswith("this run is TP=1 PP=1 DP=2: the weights, the optimizer's state (re-sharded per "
+                           "parameter), lr schedule and data position resume.")
+    assert len(describe(Resume("ckpt/iter_0000002", 2, {}, manifest), "", {"tp": 2, "pp": 1, "dp": 1})) == 1
 
 
 def test_first_signal_asks_second_interrupts():
