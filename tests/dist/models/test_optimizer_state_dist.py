@@ -14,8 +14,12 @@ import torch
 from testing_utils import run_gloo
 
 pytestmark = pytest.mark.dist
-LAYOUTS = {"tp2": (2, 1, 1), "pp2": (1, 2, 1), "dp2": (1, 1, 1), "ep2": (1, 1, 2)}  # (TP, PP, EP); DP = 2 / (TP x PP)
-PAIRS = {"dense": [("tp2", "pp2"), ("pp2", "dp2"), ("dp2", "tp2")], "moe": [("ep2", "dp2"), ("dp2", "ep2")]}
+# (TP, PP, EP, distributed optimizer); DP = 2 / (TP x PP). dp2 <-> dp2plain: the same TP / PP, the state
+# sliced over DP or whole on DP rank 0 (what a DP change at the same TP / PP reads: every saved slice)
+LAYOUTS = {"tp2": (2, 1, 1, False), "pp2": (1, 2, 1, False), "dp2": (1, 1, 1, True), "dp2plain": (1, 1, 1, False),
+           "ep2": (1, 1, 2, True)}
+PAIRS = {"dense": [("tp2", "pp2"), ("pp2", "dp2"), ("dp2", "tp2"), ("dp2", "dp2plain"), ("dp2plain", "dp2")],
+         "moe": [("ep2", "dp2"), ("dp2", "ep2")]}
 CASES = [("float32", "dense"), ("bfloat16", "dense"), ("float32", "moe")]
 KEYS = ("weights", "param", "exp_avg", "exp_avg_sq")
 
@@ -48,12 +52,12 @@ def _job(rank, world, root, dtype_name, kind, hf_dir):
         args = dict(model_config_from_hf(read_hf_config(hf_dir)), padded_vocab_size=128)
 
     def fresh(layout, seed):
-        tp, pp, ep = LAYOUTS[layout]
+        tp, pp, ep, distributed = LAYOUTS[layout]
         init_parallel_state(tp, pp, seed=seed, ep=ep)
         chunks = build_model_chunks(args, params_dtype=dtype)
-        ddp = [wrap_ddp(c, use_distributed_optimizer=tp * pp == 1) for c in chunks]
+        ddp = [wrap_ddp(c, use_distributed_optimizer=distributed) for c in chunks]
         opt, sched = build_optimizer(ddp, lr=1e-2, train_iters=10, clip_grad=1.0, params_dtype=dtype,
-                                     use_distributed_optimizer=tp * pp == 1)
+                                     use_distributed_optimizer=distributed)
         return ddp[0], opt, sched
 
     def step(layout, parts, i):
