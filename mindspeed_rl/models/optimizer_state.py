@@ -43,6 +43,8 @@ from mindspeed_rl.utils.errors import UserInputError
 STATE_FILE = "optim_state_dp{:03d}.safetensors"
 _STATE_FILE_RE = re.compile(r"optim_state_dp(\d{3})\.safetensors$")
 PER_PARAMETER = "per_parameter"  # the manifest's `optimizer_state` for checkpoints written this way
+_WEIGHTS_ONLY = ("start from its weights alone with actor_rollout_ref.actor_rollout.load: {} instead of "
+                 "training.resume (Adam's moments then start fresh).")
 
 
 def _param_names(model) -> dict[int, tuple[torch.nn.Module, str, str]]:
@@ -123,6 +125,7 @@ class _SliceIndex:
     def __init__(self, root: str):
         self.root = root
         self._dirs: dict[str, dict[str, list[tuple[str, int, int]]]] = {}
+        self._keys: dict[str, dict[str, list[str]]] = {}  # file -> {name: its saved tensor keys}
         self.scalars: dict[str, dict[str, float]] = {}
 
     def entries(self, directory: str) -> dict[str, list[tuple[str, int, int]]]:
@@ -141,15 +144,19 @@ class _SliceIndex:
             self._dirs[directory] = found
         return self._dirs[directory]
 
+    def _parts(self, directory: str, name: str) -> list[tuple[str, int, int]]:
+        parts = self.entries(directory).get(name)
+        if not parts:
+            raise UserInputError(f"{directory} holds no optimizer state for {name}; the checkpoint is incomplete or "
+                                 f"from another model: {_WEIGHTS_ONLY.format(self.root)}")
+        return parts
+
     def tp_local(self, directory: str, name: str, key: str, shape: tuple[int, ...]) -> torch.Tensor:
         """The saved TP-local tensor `key` of `name` in `directory`, its DP slices put together."""
         numel = 1
         for n in shape:
             numel *= n
-        parts = self.entries(directory).get(name)
-        if not parts:
-            raise UserInputError(f"{directory} holds no optimizer state for {name}; the checkpoint is incomplete "
-                                 "or from another model (resume with no_load_optim: true to take its weights only).")
+        parts = self._parts(directory, name)
         out, covered = torch.zeros(numel, dtype=torch.float32), 0
         for path, start, end in parts:
             with open_safetensors(path) as f:
@@ -162,9 +169,15 @@ class _SliceIndex:
 
     def keys(self, directory: str, name: str) -> list[str]:
         """The tensor keys saved for `name` (param, exp_avg, ...), from its first slice's file."""
-        path = self.entries(directory)[name][0][0]
-        with open_safetensors(path) as f:
-            return sorted(k.split("/", 1)[0] for k in f.keys() if k.split("/", 1)[1] == name)
+        path = self._parts(directory, name)[0][0]
+        if path not in self._keys:
+            by_name: dict[str, list[str]] = {}
+            with open_safetensors(path) as f:
+                for stored in f.keys():
+                    key, of = stored.split("/", 1)
+                    by_name.setdefault(of, []).append(key)
+            self._keys[path] = {n: sorted(k) for n, k in by_name.items()}
+        return self._keys[path][name]
 
     def load_all(self) -> None:
         """Index every directory of the checkpoint (its scalars included)."""
@@ -178,8 +191,8 @@ class _SliceIndex:
         for directory, found in self._dirs.items():
             for name in found:
                 return directory, name
-        raise UserInputError(f"{self.root} holds no optimizer state files ({STATE_FILE.format(0)}); resume with "
-                             "no_load_optim: true to take its weights only.")
+        raise UserInputError(f"{self.root} holds no optimizer state files ({STATE_FILE.format(0)}): "
+                             f"{_WEIGHTS_ONLY.format(self.root)}")
 
     def shared_scalars(self) -> dict[str, float]:
         """The scalar state (Adam's step) every parameter shares: at another layout a parameter's
@@ -192,7 +205,7 @@ class _SliceIndex:
         mixed = {k: sorted(v) for k, v in values.items() if len(v) > 1}
         if mixed:
             raise UserInputError(f"{self.root}: the parameters' optimizer step counts differ ({mixed}), so they cannot "
-                                 "be re-sharded; resume at the saved TP/PP/DP or with no_load_optim: true.")
+                                 f"be re-sharded; resume at the saved TP/PP/DP, or {_WEIGHTS_ONLY.format(self.root)}")
         return {k: next(iter(v)) for k, v in values.items()}
 
 

@@ -97,6 +97,62 @@ def test_a_checkpoint_of_the_earlier_format_still_resumes_exactly(gloo_world1, t
         torch.testing.assert_close(b.detach(), a.detach(), rtol=0, atol=0)
 
 
+def _rewrite_state(path, edit):
+    """Apply edit(tensors, slices, scalars) to the checkpoint's optimizer state file (the manifest's sizes follow)."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from mindspeed_rl.models.checkpoint import MANIFEST
+
+    file = path / "mp_rank_00_000" / "optim_state_dp000.safetensors"
+    with safe_open(str(file), "pt") as f:
+        tensors, meta = {k: f.get_tensor(k) for k in f.keys()}, f.metadata()
+    slices, scalars = json.loads(meta["slices"]), json.loads(meta["scalars"])
+    edit(tensors, slices, scalars)
+    save_file(tensors, str(file), metadata={"slices": json.dumps(slices), "scalars": json.dumps(scalars)})
+    m = json.loads((path / MANIFEST).read_text())
+    m["files"]["mp_rank_00_000/optim_state_dp000.safetensors"] = file.stat().st_size
+    (path / MANIFEST).write_text(json.dumps(m))
+
+
+def test_missing_or_partial_optimizer_state_is_named(gloo_world1, tmp_path):
+    from mindspeed_rl.models import optimizer_state
+    from mindspeed_rl.models.checkpoint import load_checkpoint, save_checkpoint
+    from mindspeed_rl.utils.errors import UserInputError
+
+    ddp, opt, sched = _trained(7, False)
+    _step(ddp, opt, sched, 0)
+    save_checkpoint(str(tmp_path), 1, ddp, ARGS, opt, sched)
+    path, name = tmp_path / "iter_0000001", "decoder.final_layernorm.weight"
+
+    def drop(tensors, slices, scalars):
+        for key in [k for k in tensors if k.endswith("/" + name)]:
+            del tensors[key]
+        del slices[name]
+
+    def shorten(tensors, slices, scalars):
+        for key in [k for k in tensors if k.endswith("/" + name)]:
+            tensors[key] = tensors[key][:-1].clone()
+        slices[name][1] -= 1
+
+    _rewrite_state(path, shorten)
+    with pytest.raises(UserInputError, match=rf"optimizer state of {name} in .*mp_rank_00_000 covers 31 of its 32 "
+                                             r"elements; a DP rank's optim_state file is missing"):
+        load_checkpoint(str(tmp_path), ddp, ARGS, opt, sched)
+    _rewrite_state(path, drop)
+    with pytest.raises(UserInputError, match=rf"mp_rank_00_000 holds no optimizer state for {name}; .*start from its "
+                                             r"weights alone with actor_rollout_ref.actor_rollout.load: .*iter_0000001"):
+        load_checkpoint(str(tmp_path), ddp, ARGS, opt, sched)
+
+    def differ(tensors, slices, scalars):  # the step counts another layout would have to share
+        scalars[next(iter(scalars))]["step"] = 7.0
+
+    _rewrite_state(path, differ)
+    with pytest.raises(UserInputError, match=r"optimizer step counts differ \(\{'step': \[1.0, 7.0\]\}\), so they cannot be "
+                                             r"re-sharded; resume at the saved TP/PP/DP, or start from its weights alone"):
+        optimizer_state._SliceIndex(str(path)).shared_scalars()
+
+
 def test_architecture_mismatch_and_layout_change_are_named(gloo_world1, tmp_path):
     from mindspeed_rl.models.checkpoint import load_checkpoint, save_checkpoint
     from mindspeed_rl.utils.errors import UserInputError
