@@ -13,7 +13,8 @@ Tensors `{key}/{megatron name}` are elements [start, end) of the flattened TP-lo
 shape is the one in model.safetensors of the same directory): key `param` is the fp32 main
 parameter, the others are the inner optimizer's per-parameter tensors (Adam: `exp_avg`,
 `exp_avg_sq`). The file's metadata holds `slices` ({name: [start, end]}) and `scalars` ({name: {key:
-value}}: Adam's `step`). The distributed optimizer's DP ranks each write their slice; without it DP
+value}}: torch Adam's `step`, or `group_step`, the step count Apex's and Transformer Engine's fused Adam keep
+in the parameter's param group). The distributed optimizer's DP ranks each write their slice; without it DP
 rank 0 writes whole parameters.
 
 Loading at the saved TP / PP / VPP / EP / ETP reads the rank's own directory, gathering the slices of
@@ -43,6 +44,7 @@ from mindspeed_rl.utils.errors import UserInputError
 STATE_FILE = "optim_state_dp{:03d}.safetensors"
 _STATE_FILE_RE = re.compile(r"optim_state_dp(\d{3})\.safetensors$")
 PER_PARAMETER = "per_parameter"  # the manifest's `optimizer_state` for checkpoints written this way
+GROUP_STEP = "group_step"  # a scalar saved with each parameter: its param group's step count (Apex / TE Adam)
 _WEIGHTS_ONLY = ("start from its weights alone with actor_rollout_ref.actor_rollout.load: {} instead of "
                  "training.resume (Adam's moments then start fresh).")
 
@@ -82,6 +84,13 @@ def held(optimizer) -> Iterator[tuple[torch.nn.Parameter, int, int, torch.Tensor
                     yield p, 0, p.numel(), p, inner
 
 
+def _group_of(inner: torch.optim.Optimizer, main: torch.Tensor, cache: dict) -> dict:
+    """The inner optimizer's param group holding `main` (cache: {} kept by the caller)."""
+    if id(inner) not in cache:
+        cache[id(inner)] = {id(p): group for group in inner.param_groups for p in group["params"]}
+    return cache[id(inner)][id(main)]
+
+
 def _dir_of(name: str, root: str, r: Mapping[str, int]) -> tuple[str, int]:
     """(directory, DP index) of a parameter's state: the experts' own directory and expert-DP rank,
     else the rank directory and DP rank (models/checkpoint.py's layout)."""
@@ -96,7 +105,7 @@ def _dir_of(name: str, root: str, r: Mapping[str, int]) -> tuple[str, int]:
 def save_state(optimizer, model, root: str, r: Mapping[str, int], distributed: bool) -> None:
     """Write this rank's per-parameter optimizer state under `root` (an iter_N.tmp directory).
     `distributed`: the distributed optimizer (every DP rank writes its slices; otherwise DP rank 0)."""
-    names = _param_names(model)
+    names, groups = _param_names(model), {}
     files: dict[str, tuple[dict, dict, dict]] = {}
     for p, start, end, main, inner in held(optimizer):
         name = names[id(p)][2]
@@ -114,6 +123,9 @@ def save_state(optimizer, model, root: str, r: Mapping[str, int], distributed: b
                 tensors[f"{key}/{name}"] = value.detach().reshape(-1).to("cpu", copy=True)
             elif torch.is_tensor(value) or isinstance(value, (int, float)):
                 scalars.setdefault(name, {})[key] = float(value)
+        group_step = _group_of(inner, main, groups).get("step")  # Apex's and TE's fused Adam count steps per group
+        if group_step is not None:
+            scalars.setdefault(name, {})[GROUP_STEP] = float(group_step)
     for file, (tensors, slices, scalars) in files.items():
         os.makedirs(os.path.dirname(file), exist_ok=True)
         save_file(tensors, file, metadata={"slices": json.dumps(slices), "scalars": json.dumps(scalars)})
@@ -244,7 +256,7 @@ def load_state(path: str, manifest: Mapping[str, Any], model, optimizer, args: M
     r, m = _ranks(), manifest
     same_mp = ((m["tp"], m["pp"], m.get("vpp", 1), m.get("ep", 1), m.get("etp", m["tp"]))
                == (r["tp"], r["pp"], r["vpp"], r["ep"], r["etp"]))
-    names, index, readers = _param_names(model), _SliceIndex(path), {}
+    names, index, readers, groups = _param_names(model), _SliceIndex(path), {}, {}
     restored = 0
     for p, start, end, main, inner in held(optimizer):
         chunk, local, name = names[id(p)]
@@ -263,6 +275,10 @@ def load_state(path: str, manifest: Mapping[str, Any], model, optimizer, args: M
         flat = {key: v.reshape(-1)[start:end] for key, v in values.items()}
         main.copy_(flat.pop("param").view_as(main))
         state = {key: v.to(device=main.device, dtype=main.dtype).view_as(main).clone() for key, v in flat.items()}
+        scalars = dict(scalars)
+        if GROUP_STEP in scalars:
+            step = scalars.pop(GROUP_STEP)
+            _group_of(inner, main, groups)["step"] = int(step) if float(step).is_integer() else step
         state.update({key: torch.tensor(v, dtype=torch.float32) for key, v in scalars.items()})
         if state:
             inner.state[main] = state

@@ -97,6 +97,24 @@ def test_a_checkpoint_of_the_earlier_format_still_resumes_exactly(gloo_world1, t
         torch.testing.assert_close(b.detach(), a.detach(), rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("distributed", [True, False])
+def test_a_param_group_step_count_resumes(gloo_world1, tmp_path, distributed):
+    """Apex's and Transformer Engine's fused Adam count steps in the param group, not per parameter
+    (torch's Adam ignores the key): the count is saved with each parameter and comes back."""
+    from mindspeed_rl.models.checkpoint import load_checkpoint, save_checkpoint
+
+    ddp, opt, sched = _trained(7, distributed, False)
+    _step(ddp, opt, sched, 0)
+    for o in getattr(opt, "chained_optimizers", [opt]):
+        for group in o.optimizer.param_groups:
+            group["step"] = 5
+    save_checkpoint(str(tmp_path), 1, ddp, ARGS, opt, sched)
+    ddp2, opt2, sched2 = _trained(99, distributed, False)
+    load_checkpoint(str(tmp_path), ddp2, ARGS, opt2, sched2)
+    steps = [g.get("step") for o in getattr(opt2, "chained_optimizers", [opt2]) for g in o.optimizer.param_groups]
+    assert steps and all(s == 5 and isinstance(s, int) for s in steps), steps
+
+
 def _rewrite_state(path, edit):
     """Apply edit(tensors, slices, scalars) to the checkpoint's optimizer state file (the manifest's sizes follow)."""
     from safetensors import safe_open
