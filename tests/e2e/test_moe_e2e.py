@@ -34,7 +34,9 @@ def test_moe_actor_at_ep2_learns_the_tiny_task(tmp_path):
     manifest = json.loads((tmp_path / "checkpoints" / f"iter_{STEPS:07d}" / "manifest.json").read_text())
     assert (manifest["ep"], manifest["dp"]) == (2, 2)
     experts = [f for f in manifest["files"] if f.startswith("expert_rank_")]
-    assert sorted(experts) == ["expert_rank_00_000_000/model.safetensors", "expert_rank_00_000_001/model.safetensors"]
+    # each EP rank's experts, and their optimizer state beside them (expert-data-parallel size 1)
+    assert sorted(experts) == [f"expert_rank_00_000_{ep:03d}/{f}" for ep in (0, 1)
+                               for f in ("model.safetensors", "optim_state_dp000.safetensors")]
 
 
 def test_moe_routing_replay_runs_end_to_end_at_ep2(tmp_path):

@@ -14,7 +14,6 @@ import pytest
 
 import ray_gpt
 from mindspeed_rl.config import build_config, compat, compose_yaml, schema
-from mindspeed_rl.utils.errors import UserInputError
 from testing_utils import make_tiny_hf
 
 CONFIGS = Path(__file__).resolve().parents[2] / "data" / "ray_gpt_configs"

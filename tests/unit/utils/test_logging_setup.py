@@ -1,7 +1,6 @@
 """mindspeed_rl.utils.logging: role/rank prefix, quiet non-zero ranks, progress helper."""
 
 import io
-import logging
 
 import pytest
 
