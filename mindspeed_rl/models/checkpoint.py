@@ -61,7 +61,7 @@ from mindspeed_rl.models.hf_bridge.checkpoint_io import open_safetensors
 from mindspeed_rl.models.hf_bridge.loader import global_param_name, load_into_model, model_parallel_ranks
 from mindspeed_rl.models.hf_bridge.mapping import gated_mlp, hf_names
 from mindspeed_rl.models.hf_bridge.sharding import kind_of, mcore_to_hf, merge_tp, stage_expert_names
-from mindspeed_rl.models.optimizer_state import PER_PARAMETER
+from mindspeed_rl.models import optimizer_state
 from mindspeed_rl.utils.errors import UserInputError
 from mindspeed_rl.utils.logging import get_logger
 
@@ -403,8 +403,6 @@ def save_checkpoint(save_dir: str, step: int, model: torch.nn.Module, args: Mapp
     distributed = optimizer is not None and _is_distributed_optimizer(optimizer)
     sched = scheduler.state_dict() if scheduler is not None else None
     if optimizer is not None:  # Adam's state per parameter (any layout resumes it), the rest in optim*.pt
-        from mindspeed_rl.models import optimizer_state
-
         optimizer_state.save_state(optimizer, model, tmp, r, distributed)
         if distributed or r["dp_rank"] == 0:
             torch.save({"scheduler": sched, "grad_scalers": _grad_scalers(optimizer)},
@@ -421,7 +419,7 @@ def save_checkpoint(save_dir: str, step: int, model: torch.nn.Module, args: Mapp
                            "params_dtype": params_dtype, "vocab_size": vocab_size, "model_args": _jsonable(args),
                            "hf_config": dict(hf_config) if hf_config else None,
                            "has_optimizer": optimizer is not None, "distributed_optimizer": distributed,
-                           "optimizer_state": PER_PARAMETER,
+                           "optimizer_state": optimizer_state.PER_PARAMETER,
                            **dict(manifest_extra or {})})
         log.info("saved checkpoint step %d to %s", step, final)
         for path in prune(save_dir, keep_last_n):
@@ -477,11 +475,10 @@ def load_checkpoint(path: str, model: torch.nn.Module, args: Mapping[str, Any], 
         for inner in inners:
             load_into_model(inner, reader, args, *model_parallel_ranks())
     here = os.path.join(path, rank_dir(r["tp_rank"], r["pp_rank"]))
-    from mindspeed_rl.models import optimizer_state
-
+    # the lr schedule (and loss scalers) of DP rank 0, which every layout takes
+    first = os.path.join(path, rank_dir(0, 0), "optim_dp000.pt" if m.get("distributed_optimizer") else "optim.pt")
     if optimizer is not None and load_optimizer and optimizer_state.resumes_anywhere(m):
         optimizer_state.load_state(path, m, model, optimizer, args)
-        first = os.path.join(path, rank_dir(0, 0), "optim_dp000.pt" if m.get("distributed_optimizer") else "optim.pt")
         state = torch.load(first, weights_only=False)
         for o, saved in zip(getattr(optimizer, "chained_optimizers", [optimizer]), state.get("grad_scalers") or []):
             if getattr(o, "grad_scaler", None) and saved:
@@ -506,9 +503,7 @@ def load_checkpoint(path: str, model: torch.nn.Module, args: Mapping[str, Any], 
         if scheduler is not None and state["scheduler"] is not None:
             scheduler.load_state_dict(state["scheduler"])
     elif scheduler is not None and m.get("has_optimizer"):  # the lr schedule does not depend on the layout
-        first = os.path.join(path, rank_dir(0, 0))
-        file = os.path.join(first, "optim_dp000.pt" if m.get("distributed_optimizer") else "optim.pt")
-        state = torch.load(file, weights_only=False)
+        state = torch.load(first, weights_only=False)
         if state["scheduler"] is not None:
             scheduler.load_state_dict(state["scheduler"])
     rng_file = os.path.join(here, f"rng_dp{r['dp_rank']:03d}.pt")
