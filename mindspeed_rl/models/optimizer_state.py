@@ -138,7 +138,19 @@ class _SliceIndex:
         self.root = root
         self._dirs: dict[str, dict[str, list[tuple[str, int, int]]]] = {}
         self._keys: dict[str, dict[str, list[str]]] = {}  # file -> {name: its saved tensor keys}
+        self._open: dict[str, Any] = {}  # file -> its safe_open handle (each header parsed once)
         self.scalars: dict[str, dict[str, float]] = {}
+
+    def file(self, path: str):
+        if path not in self._open:
+            self._open[path] = open_safetensors(path)
+        return self._open[path]
+
+    def model_shape(self, directory: str, name: str) -> tuple[int, ...]:
+        """The shape of `name` in the directory's model.safetensors (its TP-local parameter)."""
+        from mindspeed_rl.models.checkpoint import MODEL_FILE
+
+        return tuple(self.file(os.path.join(directory, MODEL_FILE)).get_slice(name).get_shape())
 
     def entries(self, directory: str) -> dict[str, list[tuple[str, int, int]]]:
         if directory not in self._dirs:
@@ -147,8 +159,7 @@ class _SliceIndex:
                 if not _STATE_FILE_RE.match(file):
                     continue
                 path = os.path.join(directory, file)
-                with open_safetensors(path) as f:
-                    meta = f.metadata() or {}
+                meta = self.file(path).metadata() or {}
                 for name, (start, end) in json.loads(meta.get("slices", "{}")).items():
                     found.setdefault(name, []).append((path, start, end))
                 for name, values in json.loads(meta.get("scalars", "{}")).items():
@@ -171,8 +182,7 @@ class _SliceIndex:
         parts = self._parts(directory, name)
         out, covered = torch.zeros(numel, dtype=torch.float32), 0
         for path, start, end in parts:
-            with open_safetensors(path) as f:
-                out[start:end] = f.get_tensor(f"{key}/{name}")
+            out[start:end] = self.file(path).get_tensor(f"{key}/{name}")
             covered += end - start
         if covered != numel:
             raise UserInputError(f"the optimizer state of {name} in {directory} covers {covered} of its {numel} elements; "
@@ -184,10 +194,9 @@ class _SliceIndex:
         path = self._parts(directory, name)[0][0]
         if path not in self._keys:
             by_name: dict[str, list[str]] = {}
-            with open_safetensors(path) as f:
-                for stored in f.keys():
-                    key, of = stored.split("/", 1)
-                    by_name.setdefault(of, []).append(key)
+            for stored in self.file(path).keys():
+                key, of = stored.split("/", 1)
+                by_name.setdefault(of, []).append(key)
             self._keys[path] = {n: sorted(k) for n, k in by_name.items()}
         return self._keys[path][name]
 
@@ -221,13 +230,6 @@ class _SliceIndex:
         return {k: next(iter(v)) for k, v in values.items()}
 
 
-def _model_shape(directory: str, name: str) -> tuple[int, ...]:
-    from mindspeed_rl.models.checkpoint import MODEL_FILE
-
-    with open_safetensors(os.path.join(directory, MODEL_FILE)) as f:
-        return tuple(f.get_slice(name).get_shape())
-
-
 def _state_reader(path: str, key: str, index: _SliceIndex):
     """The checkpoint's `key` state under HF names (TP shards merged), as MegatronCheckpointReader
     serves its weights."""
@@ -237,7 +239,7 @@ def _state_reader(path: str, key: str, index: _SliceIndex):
 
     class StateReader(MegatronCheckpointReader):
         def read_mcore(self, name: str) -> torch.Tensor:
-            shards = [index.tp_local(os.path.dirname(f), name, key, _model_shape(os.path.dirname(f), name))
+            shards = [index.tp_local(os.path.dirname(f), name, key, index.model_shape(os.path.dirname(f), name))
                       for f in self._files[name]]
             tied = not self.args.get("untie_embeddings_and_output_weights", False)
             return merge_tp(kind_of(name, tied, gated_mlp(self.args)), shards)
