@@ -166,6 +166,14 @@ def with_extended(ci, extended) -> list:
 HF_VARIANTS = {
     # Granite 4.0 with experts: 4 of them (intermediate_size wide, top-2) beside its shared_mlp, every layer attention
     "granitemoehybrid-moe": {"num_local_experts": 4, "num_experts_per_tok": 2},
+    # Granite 4.0-H: a Mamba-2 layer (4 heads of 32, one group of state 16, 16-token chunks) then an attention layer
+    # without RoPE; -hmoe: with experts and two groups (Granite 4.0-H-Tiny / Small are MoE)
+    "granitemoehybrid-h": {"layer_types": ["mamba", "attention"], "position_embedding_type": "nope",
+                           "mamba_n_heads": 4, "mamba_d_head": 32, "mamba_n_groups": 1, "mamba_d_state": 16,
+                           "mamba_chunk_size": 16},
+    "granitemoehybrid-hmoe": {"layer_types": ["mamba", "attention"], "position_embedding_type": "nope",
+                              "mamba_n_heads": 4, "mamba_d_head": 32, "mamba_n_groups": 2, "mamba_d_state": 16,
+                              "mamba_chunk_size": 16, "num_local_experts": 4, "num_experts_per_tok": 2},
     "mistral-window": {"sliding_window": 12},  # Mistral 7B v0.1's every-layer window, scaled down
     "phi3-window": {"sliding_window": 12},  # Phi-3-mini-4k's
     "starcoder2-window": {"sliding_window": 12},  # StarCoder2's 4096 of 16384, scaled down
@@ -933,3 +941,74 @@ def delta_batch(hidden=32, seq=70, pad=9, seed=1):
     mask = torch.ones(2, seq, dtype=torch.long)
     mask[0, :pad] = 0
     return x, mask, torch.randn(2, seq, hidden)
+
+
+def hf_mamba2(heads=4, head_dim=8, groups=1, state=6, hidden=32, chunk=16, seed=0):
+    """transformers' GraniteMoeHybridMambaLayer (Granite 4.0-H's Mamba-2 mixer) with every parameter random
+    (norm weight, A_log, D, dt_bias, conv bias too)."""
+    from transformers import GraniteMoeHybridConfig
+    from transformers.models.granitemoehybrid.modeling_granitemoehybrid import GraniteMoeHybridMambaLayer
+
+    torch.manual_seed(seed)
+    config = GraniteMoeHybridConfig(hidden_size=hidden, num_hidden_layers=1, layer_types=["mamba"],
+                                    mamba_n_heads=heads, mamba_d_head=head_dim, mamba_expand=heads * head_dim // hidden,
+                                    mamba_n_groups=groups, mamba_d_state=state, mamba_chunk_size=chunk,
+                                    num_attention_heads=4, num_key_value_heads=2, vocab_size=64, num_local_experts=0,
+                                    shared_intermediate_size=64, position_embedding_type="nope")
+    layer = GraniteMoeHybridMambaLayer(config, 0).float()
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.copy_(torch.randn_like(p) * 0.3)
+        layer.A_log.copy_(torch.empty_like(layer.A_log).uniform_(-1, 1.5))
+        layer.norm.weight.add_(1.0)
+    return layer, config
+
+
+def mamba_shape_of(config):
+    from mindspeed_rl.models.mamba_layout import MambaShape
+
+    return MambaShape(config.mamba_n_heads, config.mamba_d_head, config.mamba_n_groups, config.mamba_d_state,
+                      config.mamba_d_conv, config.mamba_chunk_size, config.mamba_conv_bias, config.rms_norm_eps)
+
+
+def ours_mamba2(hf, config, tp=1, rank=0, sequence_parallel=False):
+    """Our Mamba-2 mixer at TP `tp` (this process's megatron groups), holding rank `rank`'s share of hf's weights."""
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    from mindspeed_rl.models.mamba2 import Mamba2Mixer
+    from mindspeed_rl.models.mamba_layout import zxdt_from_parts
+
+    shape = mamba_shape_of(config)
+    mcfg = TransformerConfig(num_layers=1, hidden_size=config.hidden_size, num_attention_heads=4,
+                             tensor_model_parallel_size=tp, sequence_parallel=sequence_parallel,
+                             use_cpu_initialization=True, params_dtype=torch.float32)
+    ours = Mamba2Mixer(mcfg, shape=shape)
+    z, x, b, c, dt = hf.in_proj.weight.split(shape.stored_in_proj_widths())
+    cx, cbc = hf.conv1d.weight.split([shape.inner, 2 * shape.groups * shape.state])
+    bx, bbc = hf.conv1d.bias.split([shape.inner, 2 * shape.groups * shape.state])
+    with torch.no_grad():
+        ours.in_proj_zxdt.weight.copy_(zxdt_from_parts(z, x, dt, shape).chunk(tp)[rank])  # whole heads per rank
+        ours.in_proj_bc.weight.copy_(torch.cat([b, c]))
+        ours.conv1d_x.weight.copy_(cx.chunk(tp)[rank])
+        ours.conv1d_x.bias.copy_(bx.chunk(tp)[rank])
+        ours.conv1d_bc.weight.copy_(cbc)
+        ours.conv1d_bc.bias.copy_(bbc)
+        ours.ssm_A_log.copy_(hf.A_log.chunk(tp)[rank])
+        ours.ssm_D.copy_(hf.D.chunk(tp)[rank])
+        ours.ssm_dt_bias.copy_(hf.dt_bias.chunk(tp)[rank])
+        ours.ssm_norm.weight.copy_(hf.norm.weight.chunk(tp)[rank])
+        ours.ssm_out_proj.weight.copy_(hf.out_proj.weight.chunk(tp, dim=1)[rank])
+    return ours
+
+
+def mamba2_grads_as_hf(ours, shape):
+    """Our TP-1 mixer's gradients under transformers' names and layouts."""
+    from mindspeed_rl.models.mamba_layout import zxdt_to_parts
+
+    z, x, dt = zxdt_to_parts(ours.in_proj_zxdt.weight.grad, shape)
+    b, c = ours.in_proj_bc.weight.grad.chunk(2)
+    return {"in_proj": torch.cat([z, x, b, c, dt]),
+            "conv1d.weight": torch.cat([ours.conv1d_x.weight.grad, ours.conv1d_bc.weight.grad]),
+            "conv1d.bias": torch.cat([ours.conv1d_x.bias.grad, ours.conv1d_bc.bias.grad]),
+            "A_log": ours.ssm_A_log.grad, "D": ours.ssm_D.grad, "dt_bias": ours.ssm_dt_bias.grad,
+            "norm": ours.ssm_norm.weight.grad, "out_proj": ours.ssm_out_proj.weight.grad}

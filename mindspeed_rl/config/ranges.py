@@ -33,6 +33,12 @@ RANGES = {
     "ModelArch.linear_key_head_dim": "[1, inf)",
     "ModelArch.linear_value_head_dim": "[1, inf)",
     "ModelArch.linear_conv_kernel_dim": "[1, inf)",
+    "ModelArch.mamba_num_heads": "[1, inf)",  # Granite 4.0-H's Mamba-2 sizes
+    "ModelArch.mamba_head_dim": "[1, inf)",
+    "ModelArch.mamba_num_groups": "[1, inf)",
+    "ModelArch.mamba_state_dim": "[1, inf)",
+    "ModelArch.mamba_conv_kernel": "[1, inf)",
+    "ModelArch.mamba_chunk_size": "[1, inf)",
     "ModelArch.kv_channels": "[1, inf)",
     "ModelArch.padded_vocab_size": "[1, inf)",
     "ModelArch.make_vocab_size_divisible_by": "[1, inf)",

@@ -236,6 +236,34 @@ def _check_linear_attention(role: RoleConfig, path: str, tp: int, problems: list
         problems.append(f"`{path}`: model {role.model_name}: {problem}")
 
 
+def _check_mamba(role: RoleConfig, path: str, tp: int, problems: list[str]) -> None:
+    """Granite 4.0-H's Mamba-2 layers: one 0 / 1 per layer, their sizes set, TP dividing the heads."""
+    from mindspeed_rl.models.mamba_layout import KEYS, MambaShape
+
+    a = role.arch
+    marks = a.mamba_layers
+    if not isinstance(marks, (list, tuple)) or any(m not in (0, 1) for m in marks) or \
+            (a.num_layers and len(marks) != a.num_layers):
+        problems.append(f"model {role.model_name}: mamba_layers must list one 0 or 1 per layer "
+                        f"({a.num_layers} layers); it is {marks!r}.")
+        return
+    if not any(marks):
+        return
+    if any(a.linear_attention_layers or ()):
+        problems.append(f"model {role.model_name}: mamba_layers and linear_attention_layers are both set; a model "
+                        f"mixes tokens with one kind of linear layer (Granite 4.0-H: Mamba-2, Qwen3.5: Gated DeltaNet).")
+        return
+    missing = [k for k in KEYS if getattr(a, k) is None]
+    if missing:
+        problems.append(f"model {role.model_name}: mamba_layers marks Mamba-2 layers but "
+                        f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set; set them or load a "
+                        f"Hugging Face checkpoint whose config.json has them.")
+        return
+    problem = MambaShape(a.mamba_num_heads, a.mamba_head_dim, a.mamba_num_groups, a.mamba_state_dim).problem(tp)
+    if problem:
+        problems.append(f"`{path}`: model {role.model_name}: {problem}")
+
+
 def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
     from mindspeed_rl.platform.base import attention_takes_masks, expected_platform, own_rotary, sdpa_core_attention
 
@@ -348,6 +376,8 @@ def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
         _check_mla(role, path, tp, hf_load, problems)
     if a.linear_attention_layers is not None:
         _check_linear_attention(role, path, tp, problems)
+    if a.mamba_layers is not None:
+        _check_mamba(role, path, tp, problems)
     if a.group_query_attention and not a.num_query_groups:
         problems.append(f"`model.{role.model_name}.group_query_attention` is true but num_query_groups is not set.")
     from mindspeed_rl.config.parallel_rules import parallel_problems
@@ -535,6 +565,11 @@ def _check_vllm(role: RoleConfig, problems: list[str], platform: str) -> None:
         if n and n % itp:
             problems.append(f"`{A}.infer_tensor_parallel_size: {itp}` does not divide {what} {n} of model "
                             f"{role.model_name}; pick one that divides it.")
+    if any(a.mamba_layers or ()):
+        problems.append(f"`{A}.rollout_engine: vllm` with Mamba-2 layers (model {role.model_name}, Granite 4.0-H): the "
+                        f"engine's weight sync and its log-prob check are not wired for vLLM's Mamba-2 state cache yet; "
+                        f"use rollout_engine: megatron, which generates these models with their state.")
+        return
     if (a.add_qkv_bias and not a.qk_layernorm and a.kv_channels and a.hidden_size and a.num_attention_heads
             and a.kv_channels * a.num_attention_heads != a.hidden_size):
         problems.append(f"`{A}.rollout_engine: vllm`: vLLM's Qwen2 takes the head dimension as hidden_size / "

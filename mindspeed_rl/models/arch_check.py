@@ -218,10 +218,15 @@ def expected_hf_shapes(args: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ..
     shapes = {"model.norm.weight": ((h,), f"hidden_size {h}")} if args.get("layernorm_affine", True) is not False else {}
     moe = moe_layers(args)
     linear = list(args.get("linear_attention_layers") or ())
+    mamba = list(args.get("mamba_layers") or ())  # Granite 4.0-H's Mamba-2 layers: no attention tensors either
+    linear = [int(bool(a) or (i < len(mamba) and bool(mamba[i])))
+              for i, a in enumerate(linear + [0] * (len(mamba) - len(linear)))]
     gate = 2 if args.get("attention_output_gate") else 1  # Qwen3.5: q_proj holds each head's query and gate
     for i in range(int(args["num_layers"])):
         p = f"model.layers.{i}."
-        if i < len(linear) and linear[i]:
+        if i < len(mamba) and mamba[i]:
+            shapes.update(_mamba_shapes(args, p, h))
+        elif i < len(linear) and linear[i]:
             shapes.update(_delta_net_shapes(args, p, h))
         elif args.get("multi_latent_attention"):
             shapes.update(_mla_shapes(args, p, h, heads))
@@ -243,7 +248,7 @@ def expected_hf_shapes(args: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ..
         if args.get("add_qkv_bias"):
             for name, n, why in (("q", q, why_q), ("k", kv, why_kv), ("v", kv, why_kv)):
                 shapes[p + f"self_attn.{name}_proj.bias"] = ((n,), f"add_qkv_bias, {why}")
-        if i < len(linear) and linear[i]:  # no q / k norms, sinks or attention biases in a Gated DeltaNet layer
+        if i < len(linear) and linear[i]:  # no q / k norms, sinks or attention biases in a Gated DeltaNet / Mamba-2 layer
             pass
         elif args.get("qk_layernorm") and args.get("qk_layernorm_across_heads"):  # OLMo 2: all heads
             shapes[p + "self_attn.q_norm.weight"] = ((q,), f"qk_layernorm_across_heads, {why_q}")
@@ -280,6 +285,31 @@ def _delta_net_shapes(args: Mapping[str, Any], p: str, h: int) -> dict[str, tupl
             a + "dt_bias": ((s.value_heads,), f"linear_num_value_heads {s.value_heads}"),
             a + "norm.weight": ((s.value_head_dim,), f"linear_value_head_dim {s.value_head_dim}"),
             a + "out_proj.weight": ((h, v), f"hidden_size {h}, {why_v}")}
+
+
+def _mamba_shapes(args: Mapping[str, Any], p: str, h: int) -> dict[str, tuple[tuple[int, ...], str]]:
+    """One Mamba-2 layer's tensors (Granite 4.0-H's mamba; its in_proj / conv1d by the canonical parts:
+    models/mamba_layout.py)."""
+    from mindspeed_rl.models.mamba_layout import MambaShape
+
+    s = MambaShape.from_args(args)
+    why_x = f"mamba_num_heads {s.heads} x mamba_head_dim {s.head_dim}"
+    why_bc = f"2 x mamba_num_groups {s.groups} x mamba_state_dim {s.state}"
+    heads = ((s.heads,), f"mamba_num_heads {s.heads}")
+    a = p + "mamba."
+    out = {a + "in_proj_z.weight": ((s.inner, h), f"{why_x}, hidden_size {h}"),
+           a + "in_proj_x.weight": ((s.inner, h), f"{why_x}, hidden_size {h}"),
+           a + "in_proj_bc.weight": ((2 * s.groups * s.state, h), f"{why_bc}, hidden_size {h}"),
+           a + "in_proj_dt.weight": ((s.heads, h), f"mamba_num_heads {s.heads}, hidden_size {h}"),
+           a + "conv1d_x.weight": ((s.inner, 1, s.conv_kernel), f"{why_x}, mamba_conv_kernel {s.conv_kernel}"),
+           a + "conv1d_bc.weight": ((2 * s.groups * s.state, 1, s.conv_kernel),
+                                    f"{why_bc}, mamba_conv_kernel {s.conv_kernel}"),
+           a + "A_log": heads, a + "D": heads, a + "dt_bias": heads,
+           a + "norm.weight": ((s.inner,), why_x),
+           a + "out_proj.weight": ((h, s.inner), f"hidden_size {h}, {why_x}")}
+    if s.conv_bias:
+        out.update({a + "conv1d_x.bias": ((s.inner,), why_x), a + "conv1d_bc.bias": ((2 * s.groups * s.state,), why_bc)})
+    return out
 
 
 def _bias_shapes(args: Mapping[str, Any], p: str, h: int, ffn: int, moe: int) -> dict[str, tuple[tuple[int, ...], str]]:

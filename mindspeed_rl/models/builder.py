@@ -560,6 +560,14 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
                                       parallel_state.get_pipeline_model_parallel_rank(),
                                       config.virtual_pipeline_model_parallel_size or 1)[vp_stage or 0]
         spec = qwen3_5.hybrid_block_spec(spec, dict(args), layers)
+    if any(_get(args, "mamba_layers") or ()):  # Granite 4.0-H (models/mamba2.py)
+        from mindspeed_rl.models import mamba2
+        from mindspeed_rl.models.chunks import virtual_layer_ranges
+
+        layers = virtual_layer_ranges(config.num_layers, config.pipeline_model_parallel_size,
+                                      parallel_state.get_pipeline_model_parallel_rank(),
+                                      config.virtual_pipeline_model_parallel_size or 1)[vp_stage or 0]
+        spec = mamba2.hybrid_block_spec(spec, dict(args), layers)
     if vp_stage is not None:
         pre_process, post_process = _virtual_stage_ends(vp_stage, pre_process, post_process)
     # megatron's layers pass device=current_device() themselves; modules that do not (the torch-norm

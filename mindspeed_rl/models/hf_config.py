@@ -101,7 +101,9 @@ HF_DEFAULTS = {
     # transformers' GraniteMoeConfig / GraniteMoeSharedConfig / GraniteMoeHybridConfig
     "granitemoe": {"num_local_experts": 8, "num_experts_per_tok": 2},
     "granitemoeshared": {"num_local_experts": 8, "num_experts_per_tok": 2, "shared_intermediate_size": 0},
-    "granitemoehybrid": {"num_local_experts": 8, "num_experts_per_tok": 2, "shared_intermediate_size": 1024},
+    "granitemoehybrid": {"num_local_experts": 8, "num_experts_per_tok": 2, "shared_intermediate_size": 1024,
+                         "mamba_n_heads": 128, "mamba_n_groups": 1, "mamba_d_state": 256, "mamba_d_conv": 4,
+                         "mamba_expand": 2, "mamba_chunk_size": 256, "mamba_conv_bias": True},
     "minimax_m2": {"head_dim": 128, "rope_theta": 5000000.0, "num_local_experts": 256, "num_experts_per_tok": 8,
                    "intermediate_size": 1536},
     "gpt_oss": {"head_dim": 64, "attention_bias": True, "rope_theta": 150000.0, "sliding_window": 128,
@@ -169,7 +171,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     Granite MoE (granitemoe: granite-3.x-1b-a400m / 3b-a800m; granitemoeshared with a shared MLP without a gate) is
     Granite's four scalars (granite_args) around Mixtral's routing (granite_moe_args); Granite 4.0 (granitemoehybrid)
     whose every layer attends is Granite with its shared_mlp as the MLP, or with experts granitemoeshared's layers
-    (granite_hybrid_config; Mamba-2 layers are refused).
+    (granite_hybrid_config), its -H models' Mamba-2 layers as models/mamba2.py (granite_hybrid_args).
     A quantized checkpoint is read dequantized where its format is one the reader knows (check_quantization).
     Apertus (apertus: Apertus-8B / 70B base / instruct) is Llama's attention with Qwen3's per-head q / k
     norms, llama3 rope scaling and an MLP without a gate, down(xIELU(up(x))) with two learnable scalars per
@@ -315,6 +317,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         args.update(smollm3_args(hf, args["num_layers"]))
     if model_type in GRANITE_ARCHS:
         args.update(granite_args(hf))
+    if model_type == "granitemoehybrid":
+        args.update(granite_hybrid_args(hf, args["num_layers"]))
     if model_type in GEMMA_ARCHS:
         args.update(gemma_args(hf, args["num_layers"], head_dim))
     if model_type in ("olmo2", "olmo3"):
@@ -587,25 +591,56 @@ def window_pattern(window_attn_skip_freq: Any, num_layers: int) -> Optional[list
 
 
 def granite_hybrid_config(hf: Mapping[str, Any]) -> dict[str, Any]:
-    """A Granite 4.0 config.json (granitemoehybrid) as the Granite model it is when every layer attends: Granite
-    4.0-350M / 1B / Micro (dense: the MLP is its shared_mlp, shared_intermediate_size wide, read as
-    intermediate_size) and attention-only MoE ones (granitemoeshared's layers). Its Mamba-2 layers (the -H
-    models) and attention without RoPE are refused in one sentence."""
-    layers = int(hf["num_hidden_layers"])
-    kinds = list(hf.get("layer_types") or hf.get("layers_block_type") or ["mamba"] * layers)
-    mamba = [i for i, kind in enumerate(kinds[:layers]) if kind not in ("attention", "full_attention")]
-    if mamba or len(kinds) < layers:
-        raise ValueError(f"config.json layer_types of a granitemoehybrid model has Mamba-2 layers ({len(mamba)} of "
-                         f"{layers}: the Granite 4.0 -H models), which are not supported; only its models whose every "
-                         f"layer is attention (Granite 4.0-350M / 1B / Micro) are.")
-    if hf.get("position_embedding_type") != "rope":
-        raise ValueError(f"config.json position_embedding_type {hf.get('position_embedding_type')!r} (attention without "
-                         f"RoPE) is not supported for a granitemoehybrid model; its attention-only releases say 'rope'.")
+    """A Granite 4.0 config.json (granitemoehybrid) as the Granite model it is: dense ones (Granite 4.0-350M / 1B
+    / Micro, and the -H 350M / 1B / Micro) have their shared_mlp as the MLP (shared_intermediate_size wide, read as
+    intermediate_size); ones with experts are granitemoeshared's layers. Its Mamba-2 layers (the -H models) are
+    granite_hybrid_args'."""
     shared = int(hf.get("shared_intermediate_size") or 0)
     if shared <= 0:
         raise ValueError(f"config.json shared_intermediate_size {hf.get('shared_intermediate_size')} of a "
                          f"granitemoehybrid model must be positive: it is the width of every layer's shared_mlp.")
     return {**hf, "intermediate_size": shared} if not expert_count(hf) else dict(hf)
+
+
+def granite_hybrid_args(hf: Mapping[str, Any], num_layers: int) -> dict[str, Any]:
+    """Granite 4.0's layer kinds: Mamba-2 in the layers layer_types calls mamba (transformers: linear_attention;
+    models/mamba2.py, its sizes Megatron-LM's mamba_* keys), attention in the others; attention without RoPE
+    (position_embedding_type nope or null: the -H models) as megatron's no_rope_freq on every layer."""
+    kinds = list(hf.get("layer_types") or hf.get("layers_block_type") or ["mamba"] * num_layers)
+    mamba_kinds, attention_kinds = ("mamba", "linear_attention"), ("attention", "full_attention")
+    unknown = sorted({k for k in kinds[:num_layers] if k not in (*mamba_kinds, *attention_kinds)})
+    if unknown or len(kinds) < num_layers:
+        raise ValueError(f"config.json layer_types must name mamba or attention for each of {num_layers} layers; it has "
+                         f"{len(kinds)} entries{', and ' + ', '.join(map(repr, unknown)) if unknown else ''}.")
+    args: dict[str, Any] = {}
+    if hf.get("position_embedding_type") not in ("rope",):
+        if hf.get("position_embedding_type") not in (None, "nope"):
+            raise ValueError(f"config.json position_embedding_type {hf.get('position_embedding_type')!r} of a "
+                             f"granitemoehybrid model is not supported; its releases say 'rope' or 'nope'.")
+        args["no_rope_freq"] = [1] * num_layers
+    marks = [int(k in mamba_kinds) for k in kinds[:num_layers]]
+    if not any(marks):
+        return args
+    if hf.get("mamba_proj_bias"):
+        raise ValueError("config.json mamba_proj_bias=true (biases on the Mamba-2 in_proj / out_proj) is not supported; "
+                         "Granite 4.0-H's releases have none.")
+    # transformers 5 writes the default's infinity as {"__float__": "Infinity"}
+    limit = [float(v["__float__"]) if isinstance(v, Mapping) else float(v) for v in hf.get("time_step_limit") or ()]
+    if limit and limit != [0.0, float("inf")]:
+        raise ValueError(f"config.json time_step_limit {limit} is not supported; the Mamba-2 step is used "
+                         f"unclamped, as Granite 4.0-H's default (0.0, inf) says.")
+    heads, hidden = int(hf["mamba_n_heads"]), int(hf["hidden_size"])
+    inner = int(hf.get("mamba_expand") or 2) * hidden
+    head_dim = hf.get("mamba_d_head")
+    head_dim = inner // heads if head_dim in (None, "auto") else int(head_dim)
+    if head_dim * heads != inner:
+        raise ValueError(f"config.json mamba_n_heads {heads} x mamba_d_head {head_dim} must equal mamba_expand x "
+                         f"hidden_size = {inner} (the Mamba-2 inner width).")
+    return {**args, "mamba_layers": marks, "mamba_num_heads": heads, "mamba_head_dim": head_dim,
+            "mamba_num_groups": int(hf.get("mamba_n_groups") or 1), "mamba_state_dim": int(hf["mamba_d_state"]),
+            "mamba_conv_kernel": int(hf.get("mamba_d_conv") or 4),
+            "mamba_chunk_size": int(hf.get("mamba_chunk_size") or 256),
+            "mamba_conv_bias": hf.get("mamba_conv_bias", True) is not False}
 
 
 def granite_args(hf: Mapping[str, Any]) -> dict[str, Any]:

@@ -38,6 +38,8 @@ def _config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.dty
     (q/k norms) / Qwen2-MoE (shared expert) / Mixtral (other MoE, with or without a sliding_window)
     CausalLM with these Megatron-named args, its rotary embedding included (rope_parameters); a
     combination config.json cannot say is refused in one sentence."""
+    if any(args.get("mamba_layers") or ()):
+        return granite_hybrid_config(args, vocab_size, dtype)
     if args.get("quick_geglu") or args.get("softmax_type") == "learnable":
         return gpt_oss_config(args, vocab_size, dtype)
     if args.get("normalization") == "LayerNorm":  # models/hf_export_layernorm.py
@@ -463,6 +465,46 @@ def granite_moe_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dt
     if shared:
         config["shared_intermediate_size"] = shared
     return config
+
+
+def granite_hybrid_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
+    """Granite 4.0-H's config.json (granitemoehybrid, GraniteMoeHybridForCausalLM) for a model with Mamba-2 layers
+    (mamba_layers; models/hf_config.granite_hybrid_args, read back the same): the other layers' attention and every
+    layer's MLP as Granite's dense model (the MLP its shared_mlp) or Granite MoE with a shared MLP (granitemoeshared's
+    layers), attention with RoPE in every attention layer or in none (no_rope_freq: position_embedding_type nope)."""
+    from mindspeed_rl.models.mamba_layout import MambaShape
+
+    layers = int(args["num_layers"])
+    no_rope = no_rope_pattern(args.get("no_rope_freq"), layers) or [0] * layers
+    if 0 < sum(no_rope) < layers:
+        raise ValueError("a model with Mamba-2 layers has a config.json form only as Granite 4.0-H, whose attention "
+                         "layers all apply RoPE or none does (position_embedding_type); no_rope_freq marks some.")
+    rest = {k: v for k, v in args.items() if not k.startswith("mamba_") and k != "no_rope_freq"}
+    moe = int(args.get("num_experts") or 0) > 1
+    if moe and not args.get("moe_shared_expert_intermediate_size"):
+        raise ValueError("an MoE model with Mamba-2 layers has a config.json form only as Granite 4.0-H, whose layers "
+                         "have a shared MLP beside the experts (moe_shared_expert_intermediate_size).")
+    base = granite_moe_config(rest, vocab_size, dtype) if moe else _config_from_args(rest, vocab_size, dtype)
+    if base["model_type"] not in ("llama", "granite", "granitemoeshared"):
+        raise ValueError(f"a model with Mamba-2 layers has a config.json form only as Granite 4.0-H (Granite's or "
+                         f"Llama's attention and MLP around them); this one's other layers are a {base['model_type']}'s.")
+    shape = MambaShape.from_args(args)
+    d = base["head_dim"]
+    base.update(model_type="granitemoehybrid", architectures=["GraniteMoeHybridForCausalLM"],
+                layer_types=["mamba" if m else "attention" for m in args["mamba_layers"]],
+                position_embedding_type="nope" if any(no_rope) else "rope",
+                embedding_multiplier=float(args.get("embedding_multiplier_scale") or 1.0),
+                residual_multiplier=float(args.get("residual_multiplier") or 1.0),
+                logits_scaling=1.0 / float(args.get("output_multiplier_scale") or 1.0),
+                attention_multiplier=float(args.get("softmax_scale") or d ** -0.5),
+                mamba_n_heads=shape.heads, mamba_d_head=shape.head_dim, mamba_n_groups=shape.groups,
+                mamba_d_state=shape.state, mamba_d_conv=shape.conv_kernel, mamba_chunk_size=shape.chunk,
+                mamba_conv_bias=shape.conv_bias, mamba_proj_bias=False,
+                mamba_expand=shape.inner // int(args["hidden_size"]) if shape.inner % int(args["hidden_size"]) == 0
+                else shape.inner / int(args["hidden_size"]))
+    if not moe:
+        base.update(shared_intermediate_size=int(args["ffn_hidden_size"]), num_local_experts=0)
+    return base
 
 
 def ernie4_5_moe_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:

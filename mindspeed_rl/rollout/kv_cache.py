@@ -356,7 +356,8 @@ def new_cache(model: torch.nn.Module, batch: int, max_len: int, zeroed: bool = F
         return KVCache(len(model.decoder.layers), batch, 1, max_len, config.kv_lora_rank, param.dtype, param.device,
                        None, zeroed, v_head_dim=config.qk_pos_emb_head_dim)
     freqs = model.rotary_pos_emb(max_len)  # (max_len, 1, 1, rot); megatron lru-caches it
-    # Gated DeltaNet layers (Qwen3.5) keep a conv history and a state per row instead of keys and values
+    # Gated DeltaNet layers (Qwen3.5) and Mamba-2 ones (Granite 4.0-H, models/mamba2.py) keep a conv history and a
+    # state per row instead of keys and values
     delta = {i: layer.self_attention for i, layer in enumerate(model.decoder.layers)
              if getattr(layer.self_attention, "delta_state", None) is not None}
     cache = KVCache(len(model.decoder.layers), batch, groups, max_len, config.kv_channels, param.dtype,
@@ -532,14 +533,14 @@ def compile_unsupported(model: torch.nn.Module, platform_name: str) -> Optional[
                 f"torchair); rollout_engine: vllm compiles there")
     if not lean_supported(model):
         c = model.config
-        hybrid = any(type(layer.self_attention).__name__ in ("GatedDeltaNet", "OutputGatedSelfAttention")
+        hybrid = any(type(layer.self_attention).__name__ in ("GatedDeltaNet", "OutputGatedSelfAttention", "Mamba2Mixer")
                      for layer in model.decoder.layers)
         return (f"only dense models on one rank are compiled (TP 1, PP 1, no MoE, no multi-latent attention, no "
                 f"linear or gated attention); this one has TP "
                 f"{c.tensor_model_parallel_size}, {'all stages' if model.pre_process and model.post_process else 'one pipeline stage'}"
                 f"{', MoE' if getattr(c, 'num_moe_experts', None) else ''}"
                 f"{', multi-latent attention' if getattr(c, 'multi_latent_attention', False) else ''}"
-                f"{', Gated DeltaNet / output-gated attention' if hybrid else ''}")
+                f"{', Gated DeltaNet / Mamba-2 / output-gated attention' if hybrid else ''}")
     return None
 
 

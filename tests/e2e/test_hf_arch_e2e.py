@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from testing_utils import make_tiny_hf, with_extended
+from testing_utils import HF_VARIANTS, make_tiny_hf, with_extended
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "tests" / "data" / "ray_gpt_configs"
@@ -21,20 +21,21 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 # random weights whose rollouts earn some reward (all-zero rewards give zero advantages and no
 # gradient): the image-text Gemma 3 with seed 0 earns none in its first step, the tiny Granite MoE with seeds 0,
-# 1 and 3 none
-OVERRIDES = {"gemma3": {"seed": 1}, "granitemoeshared": {"seed": 2}}
+# 1 and 3 none, the tiny Granite 4.0-H with seed 0 the same reward within each group of its first step
+OVERRIDES = {"gemma3": {"seed": 1}, "granitemoeshared": {"seed": 2}, "granitemoehybrid-h": {"seed": 1}}
 
 
 # one run per kind of checkpoint in CI: a MoE under its own expert names (mixtral), an image-text checkpoint's text
 # model (gemma3), multi-latent attention with GLM-4.5's MoE layout and the expert bias (deepseek_v3) and Gated
-# DeltaNet layers (qwen3_5). The `extended` cases (pytest --extended) run the other layouts the same way: each passed
+# DeltaNet layers (qwen3_5), Mamba-2 layers beside attention without RoPE (granitemoehybrid-h: Granite 4.0-H's
+# layout, since 2026-11-30). The `extended` cases (pytest --extended) run the other layouts the same way: each passed
 # here on 2026-11-29 and each architecture's reading, writing, parity and decode have their own unit tests; CI leaves
 # them out for its time (~7 min of a worker; phi3's fused q / k / v and gate / up and gpt_oss's MXFP4 release since
 # 2026-11-30, ~3.5 min more: tests/unit/models/test_hf_bridge_io.py still reads and writes both layouts in CI and
 # tests/vllm syncs gpt_oss). Llama from config.json is tests/real_model's SmolLM2 run. glm4_moe_lite
 # (DeepSeek-V3's layers under its own model_type), qwen3_5_moe (qwen3_5's layers with Qwen2-MoE's experts) and
 # gpt_neox (Pythia: its own names and per-head query_key_value) also passed here; the branches below handle them.
-CI_ARCHS = ("mixtral", "gemma3", "deepseek_v3", "qwen3_5")
+CI_ARCHS = ("mixtral", "gemma3", "deepseek_v3", "qwen3_5", "granitemoehybrid-h")
 EXTENDED_ARCHS = ("phi3", "gpt_oss", "mistral3", "olmo3", "qwen2_5_vl", "glm4_moe", "minimax_m2", "ernie4_5_moe", "apertus", "qwen3_next",
                   "flex_olmo", "hunyuan_v1_moe", "granitemoeshared", "glm4_moe_lite", "qwen3_5_moe", "gpt_neox")
 
@@ -67,7 +68,9 @@ def test_empty_model_yaml_runs(arch, tmp_path):
     NTK alpha) trains, generates with the native engine and exports query_layernorm / key_layernorm, its router as
     gate.wg and its shared MLP under the config.json it started from, which transformers loads; granitemoeshared
     (Granite MoE: Granite's multipliers, a shared MLP without a gate) exports its experts stacked as
-    block_sparse_moe.input_linear / output_linear and its shared MLP's gate / up fused, as Granite stores them."""
+    block_sparse_moe.input_linear / output_linear and its shared MLP's gate / up fused, as Granite stores them;
+    granitemoehybrid-h (Granite 4.0-H: a Mamba-2 layer and attention without RoPE) trains, generates with the native
+    engine carrying the Mamba-2 conv history and state, and exports its in_proj / conv1d whole, as Granite stores them."""
     hf = tmp_path / "hf"
     if arch == "gpt_oss":
         from testing_utils import mxfp4_gpt_oss
@@ -75,12 +78,13 @@ def test_empty_model_yaml_runs(arch, tmp_path):
         make_tiny_hf(arch, str(tmp_path / "bf"))
         mxfp4_gpt_oss(str(tmp_path / "bf"), str(hf))
     else:
-        make_tiny_hf(arch, str(hf), **OVERRIDES.get(arch, {}))
+        make_tiny_hf(arch.split("-")[0], str(hf), **{**HF_VARIANTS.get(arch, {}), **OVERRIDES.get(arch, {})})
     from mindspeed_rl.data import tiny_task
     tok = tiny_task.TOKENIZER_DIR  # the tiny task's 13-token tokenizer fits the 120-row embedding
     own_names = arch in ("phi3", "mixtral", "gemma3", "mistral3", "olmo3", "qwen2_5_vl", "glm4_moe", "deepseek_v3",
                          "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus", "qwen3_5", "qwen3_5_moe",
-                         "qwen3_next", "flex_olmo", "hunyuan_v1_moe", "granitemoeshared", "gpt_neox")
+                         "qwen3_next", "flex_olmo", "hunyuan_v1_moe", "granitemoeshared", "gpt_neox",
+                         "granitemoehybrid-h")
     proc = subprocess.run(
         [sys.executable, str(ROOT / "ray_gpt.py"), "--config-dir", str(CONFIGS), "--config-name", "grpo_trainer_hf_any",
          f"actor_rollout_ref.actor_rollout.load={hf}", f"actor_rollout_ref.ref.load={hf}",

@@ -45,6 +45,7 @@ import torch
 
 from mindspeed_rl.models.delta_layout import DeltaNetShape, conv_from_hf, conv_to_hf, in_proj_from_parts, in_proj_to_parts
 from mindspeed_rl.models.hf_bridge.checkpoint_io import TensorReader, check_shape
+from mindspeed_rl.models.mamba_layout import MambaShape, zxdt_from_parts, zxdt_to_parts
 from mindspeed_rl.models.hf_config import HF_ARCHS, kv_channels
 from mindspeed_rl.utils.errors import UserInputError
 
@@ -66,6 +67,7 @@ class Dims:
     shared_ffn: int = 0  # shared expert MLP width (Qwen2-MoE), else unused
     attention_gate: bool = False  # Qwen3.5: q_proj holds each head's query and output-gate rows (models/qwen3_5.py)
     delta: DeltaNetShape | None = None  # Qwen3.5's Gated DeltaNet layers (models/delta_layout.py)
+    mamba: MambaShape | None = None  # Granite 4.0-H's Mamba-2 layers (models/mamba_layout.py)
 
     @classmethod
     def from_args(cls, args: Mapping[str, Any]) -> "Dims":
@@ -76,7 +78,8 @@ class Dims:
                    int(args["padded_vocab_size"]), int(args.get("moe_ffn_hidden_size") or ffn),
                    int(args.get("moe_shared_expert_intermediate_size") or 0),
                    bool(args.get("attention_output_gate")),
-                   DeltaNetShape.from_args(args) if any(args.get("linear_attention_layers") or ()) else None)
+                   DeltaNetShape.from_args(args) if any(args.get("linear_attention_layers") or ()) else None,
+                   MambaShape.from_args(args) if any(args.get("mamba_layers") or ()) else None)
 
 
 # megatron name (layer-relative for "decoder.layers.N.*") -> (kind, HF names with {i} = layer)
@@ -117,6 +120,18 @@ _LAYER_MAP = {
     "self_attention.dt_bias": ("column", ("model.layers.{i}.linear_attn.dt_bias",)),
     "self_attention.norm.weight": ("replicated", ("model.layers.{i}.linear_attn.norm.weight",)),
     "self_attention.out_proj.weight": ("delta_row", ("model.layers.{i}.linear_attn.out_proj.weight",)),
+    # Granite 4.0-H's Mamba-2 in the self-attention slot (models/mamba2.py; layouts: models/mamba_layout.py; the
+    # canonical parts of its in_proj / conv1d: hf_bridge/names.py)
+    "self_attention.in_proj_zxdt.weight": ("mamba_in", ("model.layers.{i}.mamba.in_proj_z.weight",
+                                                        "model.layers.{i}.mamba.in_proj_x.weight",
+                                                        "model.layers.{i}.mamba.in_proj_dt.weight")),
+    "self_attention.in_proj_bc.weight": ("replicated", ("model.layers.{i}.mamba.in_proj_bc.weight",)),
+    **{f"self_attention.conv1d_x.{k}": ("column", (f"model.layers.{{i}}.mamba.conv1d_x.{k}",)) for k in ("weight", "bias")},
+    **{f"self_attention.conv1d_bc.{k}": ("replicated", (f"model.layers.{{i}}.mamba.conv1d_bc.{k}",))
+       for k in ("weight", "bias")},
+    **{f"self_attention.ssm_{k}": ("column", (f"model.layers.{{i}}.mamba.{k}",)) for k in ("A_log", "D", "dt_bias")},
+    "self_attention.ssm_norm.weight": ("column", ("model.layers.{i}.mamba.norm.weight",)),
+    "self_attention.ssm_out_proj.weight": ("mamba_row", ("model.layers.{i}.mamba.out_proj.weight",)),
     "pre_mlp_layernorm.weight": ("replicated", ("model.layers.{i}.post_attention_layernorm.weight",)),
     "pre_mlp_layernorm.bias": ("replicated", ("model.layers.{i}.post_attention_layernorm.bias",)),
     "mlp.linear_fc1.weight": ("fc1", ("model.layers.{i}.mlp.gate_proj.weight",
@@ -287,6 +302,18 @@ def read_shard(reader: TensorReader, kind: str, names: tuple[str, ...], dims: Di
             check_shape(reader, name, (s.key_heads * width, d.hidden))
         z, b, a = (reader.read(name, rows=heads(width)) for name, width in zip(names[1:], (dv, s.ratio, s.ratio)))
         return in_proj_from_parts(qkv, z, b, a, s, groups=n)
+    if kind == "mamba_in":  # Mamba-2's z / x / dt rows of this rank's heads, grouped per head (mamba_layout)
+        s = d.mamba
+        heads = _chunk(s.heads, tp, rank, "mamba_num_heads")
+        for name, width in zip(names, (s.head_dim, s.head_dim, 1)):
+            check_shape(reader, name, (s.heads * width, d.hidden))
+        z, x, dt = (reader.read(name, rows=slice(heads.start * width, heads.stop * width))
+                    for name, width in zip(names, (s.head_dim, s.head_dim, 1)))
+        return zxdt_from_parts(z, x, dt, s, heads=heads.stop - heads.start)
+    if kind == "mamba_row":  # Mamba-2's out_proj (h, heads * head_dim): split the input dim
+        expected = (d.hidden, d.mamba.inner)
+        check_shape(reader, names[0], expected)
+        return reader.read(names[0], cols=_chunk(expected[1], tp, rank, names[0] + " columns"))
     if kind == "delta_row":  # Gated DeltaNet's out_proj (h, value heads * dv): split the input dim
         expected = (d.hidden, d.delta.value_heads * d.delta.value_head_dim)
         check_shape(reader, names[0], expected)
@@ -311,8 +338,10 @@ def to_hf(mcore: Mapping[str, torch.Tensor], args: Mapping[str, Any], vocab_size
         if name.endswith("_extra_state"):
             continue
         kind, names = hf_names(name, None, tied=False, gated=gated_mlp(args))
-        if kind in ("replicated", "row", "expert_row", "shared_row", "column", "expert_bias", "delta_row"):
+        if kind in ("replicated", "row", "expert_row", "shared_row", "column", "expert_bias", "delta_row", "mamba_row"):
             out[names[0]] = tensor
+        elif kind == "mamba_in":
+            out.update(zip(names, zxdt_to_parts(tensor, d.mamba)))
         elif kind == "delta_in":
             out.update(zip(names, in_proj_to_parts(tensor, d.delta)))
         elif kind == "delta_conv":

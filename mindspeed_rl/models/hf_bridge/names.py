@@ -11,7 +11,8 @@ layer names, Qwen-MoE expert names). Two kinds of difference exist:
   [q_proj; k_proj; v_proj] and its `gate_up_proj` is [gate_proj; up_proj] (`fused_parts`,
   `fuse`); the row counts come from config.json.
 - several canonical tensors stored as one whose rows are grouped per head group: Qwen3-Next's Gated
-  DeltaNet projections in_proj_qkvz / in_proj_ba, per key head (`grouped_parts`, `group`);
+  DeltaNet projections in_proj_qkvz / in_proj_ba, per key head (`grouped_parts`, `group`); Granite
+  4.0-H's Mamba-2 in_proj [z | x | B | C | dt] and conv1d [x | B | C] are the one-group case;
 - every expert of a layer stored as one stacked tensor per projection (gpt-oss: `_STACKED`,
   `stacked_parts` / `stacked_expert` to read one expert, `stack_experts` to write them), its release
   in MXFP4.
@@ -202,6 +203,13 @@ _GROUPED = {
                for k in ("weight", "bias")},
 }
 _GROUPED["falcon_2ln"] = _GROUPED["falcon"]
+# Granite 4.0-H's Mamba-2 mixer: in_proj is [z | x | B | C | dt] and conv1d's channels [x | B | C] (one "group" of
+# those slots); the canonical parts are what megatron's mixer splits apart (models/mamba_layout.py)
+_MAMBA = {"mamba.in_proj.weight": ("mamba_in", (("mamba.in_proj_z.weight", (0,)), ("mamba.in_proj_x.weight", (1,)),
+                                                ("mamba.in_proj_bc.weight", (2, 3)), ("mamba.in_proj_dt.weight", (4,)))),
+          **{f"mamba.conv1d.{k}": ("mamba_conv", ((f"mamba.conv1d_x.{k}", (0,)), (f"mamba.conv1d_bc.{k}", (1, 2))))
+             for k in ("weight", "bias")}}
+_GROUPED["granitemoehybrid"] = _GROUPED["granitemoehybrid_dense"] = _MAMBA
 
 
 def _group_widths(what: str, hf_config: dict) -> tuple[int, list[int]]:
@@ -216,6 +224,13 @@ def _group_widths(what: str, hf_config: dict) -> tuple[int, list[int]]:
         heads, groups = int(hf_config["num_attention_heads"]), falcon_kv_heads(hf_config)
         d = int(hf_config["hidden_size"]) // heads
         return groups, [heads // groups * d, d, d]
+    if what in ("mamba_in", "mamba_conv"):  # one group: the parts one after another
+        from mindspeed_rl.models.hf_config import granite_hybrid_args
+        from mindspeed_rl.models.mamba_layout import MambaShape
+
+        layers = int(hf_config["num_hidden_layers"])
+        shape = MambaShape.from_args(granite_hybrid_args({**hf_config, "layer_types": ["mamba"] * layers}, layers))
+        return 1, shape.stored_in_proj_widths() if what == "mamba_in" else shape.stored_conv_widths()
     groups = int(hf_config["linear_num_key_heads"])
     r = int(hf_config["linear_num_value_heads"]) // groups
     dk, dv = int(hf_config["linear_key_head_dim"]), r * int(hf_config["linear_value_head_dim"])

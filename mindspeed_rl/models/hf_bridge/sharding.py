@@ -9,6 +9,8 @@ split-then-merge round trip is bit for bit):
   column         (n/TP,) per rank (OLMo 2's q / k norms, split with the heads): concatenate
   delta_in / delta_conv / delta_row   Gated DeltaNet's in_proj / conv1d, grouped by whole key heads
                  (models/delta_layout.py): concatenate along dim 0; its out_proj as row
+  mamba_in / mamba_row   Mamba-2's in_proj_zxdt, grouped by whole heads (models/mamba_layout.py):
+                 concatenate along dim 0; its out_proj as row
   qkv            (ng/TP*(q+2)*hn, ...) per rank, whole query groups: concatenate along dim 0
   fc1            [gate_r | up_r] per rank: concatenate the gate halves, then the up halves
   expert_row / expert_fc1   as row / fc1, over the expert-tensor-parallel (ETP) ranks
@@ -52,6 +54,8 @@ def check_tp(args: Mapping[str, Any], tp_size: int, ep_size: int = 1, etp_size: 
             checks.append(("tensor_model_parallel_size", tp_size, "q_lora_rank", int(args["q_lora_rank"])))
     if any(args.get("linear_attention_layers") or ()):  # Gated DeltaNet: split by key heads
         checks.append(("tensor_model_parallel_size", tp_size, "linear_num_key_heads", int(args["linear_num_key_heads"])))
+    if any(args.get("mamba_layers") or ()):  # Mamba-2: split by heads
+        checks.append(("tensor_model_parallel_size", tp_size, "mamba_num_heads", int(args["mamba_num_heads"])))
     if is_moe(args):
         checks += [("expert_model_parallel_size", ep_size, "num_experts", int(args["num_experts"])),
                    ("expert_tensor_parallel_size", etp_size or tp_size, "moe_ffn_hidden_size", d.moe_ffn)]
@@ -116,11 +120,19 @@ def stage_param_names(args: Mapping[str, Any], pp_size: int, pp_rank: int, vpp_s
     mixer = [f"self_attention.{n}" for n in ("dt_bias", "A_log", "in_proj.weight", "conv1d.weight", "norm.weight",
                                              "out_proj.weight")]
 
-    def with_mixer(layer: list) -> list:  # the attention's names replaced by the mixer's, where they were
+    # Granite 4.0-H's Mamba-2 layers (models/mamba2.py): the mixer's own parameters, then its modules'
+    conv = ["weight", "bias"] if args.get("mamba_conv_bias", True) is not False else ["weight"]
+    mamba_mixer = ([f"self_attention.ssm_{n}" for n in ("A_log", "D", "dt_bias")]
+                   + ["self_attention.in_proj_zxdt.weight", "self_attention.in_proj_bc.weight"]
+                   + [f"self_attention.conv1d_{c}.{k}" for c in ("x", "bc") for k in conv]
+                   + ["self_attention.ssm_norm.weight", "self_attention.ssm_out_proj.weight"])
+
+    def with_mixer(layer: list, mixer: list = mixer) -> list:  # the attention's names replaced by the mixer's
         at = next(i for i, n in enumerate(layer) if n.startswith("self_attention."))
         return layer[:at] + mixer + [n for n in layer[at:] if not n.startswith("self_attention.")]
 
     linear = list(args.get("linear_attention_layers") or ())
+    mamba = list(args.get("mamba_layers") or ())
     moe = moe_layers(args)
     names = ["embedding.word_embeddings.weight"] if first else []
     if vpp_size > 1:
@@ -130,7 +142,11 @@ def stage_param_names(args: Mapping[str, Any], pp_size: int, pp_rank: int, vpp_s
         layers = layer_range(int(args["num_layers"]), pp_size, pp_rank)
     for i in layers:
         layer = moe_layer if moe[i] else per_layer
-        names += [f"decoder.layers.{i}.{n}" for n in (with_mixer(layer) if i < len(linear) and linear[i] else layer)]
+        if i < len(mamba) and mamba[i]:
+            layer = with_mixer(layer, mamba_mixer)
+        elif i < len(linear) and linear[i]:
+            layer = with_mixer(layer)
+        names += [f"decoder.layers.{i}.{n}" for n in layer]
     if last:
         names += [f"decoder.final_layernorm.{n}" for n in norms]
         if not tied or not first:  # tied at PP>1: the last stage keeps its own copy of the embedding
@@ -182,9 +198,9 @@ def merge_tp(kind: str, shards: Sequence[torch.Tensor]) -> torch.Tensor:
     """Full megatron tensor from its TP shards (rank order). See the module docstring."""
     if len(shards) == 1 or kind in ("replicated", "expert_bias"):
         return shards[0]
-    if kind in ("row", "expert_row", "shared_row", "delta_row"):
+    if kind in ("row", "expert_row", "shared_row", "delta_row", "mamba_row"):
         return torch.cat(list(shards), dim=1)
-    if kind in ("vocab", "qkv", "column", "delta_in", "delta_conv"):
+    if kind in ("vocab", "qkv", "column", "delta_in", "delta_conv", "mamba_in"):
         return torch.cat(list(shards), dim=0)
     if kind in ("fc1", "expert_fc1", "shared_fc1"):
         halves = [s.chunk(2, dim=0) for s in shards]

@@ -27,10 +27,13 @@ pytestmark = pytest.mark.dist
 # (TP 2: each rank's rows of lm_head's bias, padded to the vocabulary's 128), GPT-NeoX (TP 2: each rank's heads of the
 # per-head query_key_value and its bias; the MLP's own norm whole on each rank; PP 2: the second stage's hooks),
 # Falcon-40B (TP 2: one key / value group of query_key_value per rank), OLMo (TP 2: each rank's q / k / v clamped by
-# the hook on megatron's linear_qkv; no norm parameters at all)
+# the hook on megatron's linear_qkv; no norm parameters at all), Granite 4.0-H (TP 2: half of the Mamba-2 heads per
+# rank, B / C whole on both, one norm group over both ranks (-h) or one per rank (-hmoe); PP 2: the Mamba-2 layer
+# on the first stage, the attention without RoPE on the second)
 ARCHS = ("llama", "qwen2", "qwen3", "smollm3-yarn", "mistral-window", "phi3-partiallongrope", "granite", "gemma3_text",
          "gemma2", "olmo3", "qwen3_5_text", "qwen3_next", "hunyuan_v1_dense", "granitemoehybrid", "stablelm",
-         "starcoder2-window", "cohere2", "phi", "gpt_neox", "falcon-40b", "olmo-clip")
+         "starcoder2-window", "cohere2", "phi", "gpt_neox", "falcon-40b", "olmo-clip", "granitemoehybrid-h",
+         "granitemoehybrid-hmoe")
 PARALLEL = ((2, 1), (1, 2))  # TP 1 / PP 1: tests/unit/models/test_forward_logprobs.py
 VOCAB, PADDED, SEQ, TEMP = 120, 128, 32, 0.7
 

@@ -208,14 +208,14 @@ def test_load_weights_takes_either_format(gloo_world1, tmp_path):
         assert torch.equal(a, b), name
 
 
-@pytest.mark.parametrize("arch", ["qwen2", "qwen3", "gemma3_text", "olmo2", "qwen3_5_text"])
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3", "gemma3_text", "olmo2", "qwen3_5_text", "granitemoehybrid-h"])
 def test_stage_param_names_match_the_model(gloo_world1, tmp_path, arch):
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.checkpoint import chunk_state_dict
     from mindspeed_rl.models.hf_bridge import read_hf_config
     from mindspeed_rl.models.hf_bridge.sharding import stage_param_names
 
-    make_tiny_hf(arch, str(tmp_path))
+    make_tiny_hf(arch.split("-")[0], str(tmp_path), **HF_VARIANTS.get(arch, {}))
     args = dict(model_config_from_hf(read_hf_config(str(tmp_path))), padded_vocab_size=128)
     init_parallel_state(1, 1)
     assert list(chunk_state_dict(build_gpt_model(args))) == stage_param_names(args, 1, 0)

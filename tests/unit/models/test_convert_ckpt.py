@@ -48,7 +48,8 @@ def _run(*argv):
                                                ("starcoder2", (2, 2), (1, 1)), ("nemotron", (2, 1), (1, 2)),
                                                ("cohere2", (2, 2), (1, 1)), ("phi", (2, 1), (1, 2)),
                                                ("gpt_neox", (2, 1), (1, 2)), ("falcon-40b", (2, 1), (1, 2)),
-                                               ("olmo-clip", (2, 2), (1, 1))])
+                                               ("olmo-clip", (2, 2), (1, 1)), ("granitemoehybrid-h", (2, 2), (1, 1)),
+                                               ("granitemoehybrid-hmoe", (2, 1), (1, 2))])
 def test_round_trip_is_bit_exact(tmp_path, arch, first, second):
     """HF -> mg -> mg -> HF: every tensor back bit for bit under its stored name and layout (Mixtral's
     names, Phi-3's fused q/k/v and gate/up, Gemma 3's norm names, DeepSeek-V3's multi-latent attention,
@@ -59,7 +60,8 @@ def test_round_trip_is_bit_exact(tmp_path, arch, first, second):
     key_layernorm, HunYuan-MoE's gate.wg and shared_mlp, Granite MoE's experts stacked as block_sparse_moe.input_linear /
     output_linear and router.layer, its shared_mlp's gate / up fused as input_linear, Granite 4.0's shared_mlp as its
     only MLP, GPT-NeoX's gpt_neox.* / embed_out and per-head query_key_value, Falcon-40B's ln_attn / ln_mlp and
-    query_key_value per key / value head)."""
+    query_key_value per key / value head, Granite 4.0-H's Mamba-2 in_proj / conv1d read by part (z / x / dt split over
+TP by heads, B / C whole) and written back whole)."""
     make_tiny_hf(arch.split("-")[0], tmp_path / "hf", max_shard_size="100KB" if arch == "qwen2" else None,
                  **HF_VARIANTS.get(arch, {}))
     a, b, back = tmp_path / "mg_a", tmp_path / "mg_b", tmp_path / "hf_back"

@@ -59,7 +59,8 @@ def _batches():
                                   "qwen3_5_moe_text", "qwen3_5_moe", "qwen3_next", "qwen3_next-mlponly",
                                   "qwen3_moe-mlponly", "olmoe", "flex_olmo", "hunyuan_v1_dense",
                                   "hunyuan_v1_moe", "granitemoe", "granitemoeshared", "granitemoehybrid",
-                                  "granitemoehybrid-moe", "glm", "helium", "stablelm",
+                                  "granitemoehybrid-moe", "granitemoehybrid-h", "granitemoehybrid-hmoe", "glm",
+                                  "helium", "stablelm",
                                   "starcoder2", "starcoder2-window", "nemotron", "nemotron-bias", "cohere", "cohere2", "phi",
                                   "gpt_neox", "gpt_neox-seq", "falcon", "falcon-40b", "falcon-11b", "falcon-seq",
                                   "olmo", "olmo-clip"])
@@ -109,7 +110,9 @@ def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     row turned to its position ids), its NTK alpha RoPE; granitemoe: Granite's four scalars with Mixtral's routing over
     experts read from their stacked block_sparse_moe.input_linear / output_linear; granitemoeshared: a shared MLP
     without a gate beside them, gate / up read from shared_mlp.input_linear; granitemoehybrid: Granite 4.0's dense
-    model (its shared_mlp the only MLP); granitemoehybrid-moe: with experts beside it; glm: GLM-4 (glm-4-9b-hf), glm4's
+    model (its shared_mlp the only MLP); granitemoehybrid-moe: with experts beside it; granitemoehybrid-h: Granite
+    4.0-H, a Mamba-2 layer (models/mamba2.py: one group, a 32-token row over two scan chunks, left padding included)
+    and an attention layer without RoPE; granitemoehybrid-hmoe: two groups, experts beside the shared MLP; glm: GLM-4 (glm-4-9b-hf), glm4's
     interleaved partial RoPE, q / k / v biases and gate_up_proj without the post norms; helium: Helium-1, RoPE on
     interleaved pairs of the whole head; stablelm: StableLM 2, LayerNorms with biases (megatron's LayerNorm), q / k / v
     biases, RoPE on a quarter of each head; starcoder2: StarCoder2, LayerNorms, biases on every linear layer, an MLP

@@ -794,8 +794,9 @@ def test_granite_moe_and_granite_4_config_json_round_trip():
     """Granite 3.1 3B-A800M's config.json (granitemoe: 40 experts 512 wide, 8 per token, Mixtral's routing, Granite's
     four scalars) and, with a shared MLP, granitemoeshared's: the args, exported as the same model type and read
     back the same. Granite 4.0 Micro's (granitemoehybrid, every layer attention, no experts) is Granite's dense
-    model with its shared_mlp as the MLP (exported as granite, the same math); its Mamba-2 layers (the -H models)
-    and attention without RoPE are refused in one sentence, as is an export Granite MoE cannot say."""
+    model with its shared_mlp as the MLP (exported as granite, the same math); other position embeddings than RoPE /
+    NoPE and layer kinds other than attention / Mamba-2 (the -H models: test_granite_4_h_config_json_round_trip) are
+    refused in one sentence, as is an export Granite MoE cannot say."""
     from transformers import GraniteConfig, GraniteMoeSharedConfig
 
     from mindspeed_rl.models.hf_export_config import hf_config_from_args
@@ -825,9 +826,8 @@ def test_granite_moe_and_granite_4_config_json_round_trip():
                                              intermediate_size=256))
     assert (with_experts["num_experts"], with_experts["moe_ffn_hidden_size"],
             with_experts["moe_shared_expert_intermediate_size"]) == (4, 256, 8192)
-    for change, match in ((dict(layer_types=["mamba"] * 36 + ["attention"] * 4), "has Mamba-2 layers .36 of 40"),
-                          (dict(layer_types=None), "has Mamba-2 layers .40 of 40"),
-                          (dict(position_embedding_type="nope"), "position_embedding_type 'nope' .attention without"),
+    for change, match in ((dict(position_embedding_type="alibi"), "position_embedding_type 'alibi' of a granitemoehybrid"),
+                          (dict(layer_types=["attention"] * 39 + ["cross"]), "layer_types must name mamba or attention"),
                           (dict(attention_bias=True), "attention_bias=true for granitemoehybrid")):
         with pytest.raises(ValueError, match=match):
             model_config_from_hf(dict(GRANITE_4_MICRO, **change))
@@ -1148,3 +1148,56 @@ def test_qwen3_next_config_json_round_trip():
         model_config_from_hf(dict(sparse.to_dict(), mlp_only_layers=[8]))
     with pytest.raises(ValueError, match="leave no MoE layer of 8"):
         model_config_from_hf(dict(sparse.to_dict(), decoder_sparse_step=9))
+
+
+def _granite_4_h(**overrides):
+    """Granite 4.0-H-1B's layout (40 layers: Mamba-2 but for attention without RoPE at four of them; 48 Mamba
+    heads of 64 over one group of state 128; a dense shared MLP), as transformers 5 writes its config.json."""
+    from transformers import GraniteMoeHybridConfig
+
+    kinds = ["attention" if i in (10, 13, 27, 37) else "mamba" for i in range(40)]
+    return GraniteMoeHybridConfig(**{
+        "hidden_size": 1536, "num_hidden_layers": 40, "num_attention_heads": 12, "num_key_value_heads": 4,
+        "intermediate_size": 4096, "shared_intermediate_size": 4096, "num_local_experts": 0, "vocab_size": 100352,
+        "layer_types": kinds, "position_embedding_type": "nope", "mamba_n_heads": 48, "mamba_d_head": 64,
+        "mamba_n_groups": 1, "mamba_d_state": 128, "mamba_expand": 2, "mamba_chunk_size": 256,
+        "embedding_multiplier": 12.0, "residual_multiplier": 0.22, "attention_multiplier": 0.0078125,
+        "logits_scaling": 6.0, "tie_word_embeddings": True, **overrides}).to_dict()
+
+
+def test_granite_4_h_config_json_round_trip():
+    """Granite 4.0-H: the Mamba-2 layers and sizes read from config.json (layer_types as transformers 5 writes them,
+    linear_attention / full_attention; the time-step limit's infinity as {"__float__": "Infinity"}), attention
+    without RoPE as no_rope_freq on every layer; exported from megatron's args alone as granitemoehybrid and read
+    back the same, transformers taking it; with experts (Granite 4.0-H-Tiny's layout) too; what config.json cannot
+    say refused in one sentence."""
+    from transformers import GraniteMoeHybridConfig
+
+    from mindspeed_rl.models.hf_export_config import hf_config_from_args
+
+    release = _granite_4_h()
+    assert release["time_step_limit"][1] == {"__float__": "Infinity"} or release["time_step_limit"][1] == float("inf")
+    args = model_config_from_hf(release)
+    marks = [0 if i in (10, 13, 27, 37) else 1 for i in range(40)]
+    assert args["mamba_layers"] == marks and args["no_rope_freq"] == [1] * 40
+    assert (args["mamba_num_heads"], args["mamba_head_dim"], args["mamba_num_groups"], args["mamba_state_dim"],
+            args["mamba_conv_kernel"], args["mamba_chunk_size"], args["mamba_conv_bias"], args["ffn_hidden_size"]) == (
+                48, 64, 1, 128, 4, 256, True, 4096)
+    written = hf_config_from_args(args, vocab_size=100352)
+    assert (written["model_type"], written["architectures"], written["position_embedding_type"]) == (
+        "granitemoehybrid", ["GraniteMoeHybridForCausalLM"], "nope")
+    assert model_config_from_hf(written) == args
+    GraniteMoeHybridConfig(**written)  # transformers takes it
+    tiny = _granite_4_h(num_local_experts=64, num_experts_per_tok=6, intermediate_size=512, shared_intermediate_size=1024)
+    moe_args = model_config_from_hf(tiny)
+    assert (moe_args["num_experts"], moe_args["moe_shared_expert_intermediate_size"], moe_args["mamba_layers"]) == (
+        64, 1024, marks)
+    assert model_config_from_hf(hf_config_from_args(moe_args, vocab_size=100352)) == moe_args
+    with pytest.raises(ValueError, match="time_step_limit \\[0.001, 0.1\\] is not supported"):
+        model_config_from_hf(dict(release, time_step_limit=[0.001, 0.1]))
+    with pytest.raises(ValueError, match="mamba_proj_bias=true"):
+        model_config_from_hf(dict(release, mamba_proj_bias=True))
+    with pytest.raises(ValueError, match="layer_types must name mamba or attention for each of 40 layers"):
+        model_config_from_hf(dict(release, layer_types=["mamba"] * 39 + ["moe"]))
+    with pytest.raises(ValueError, match="apply RoPE or none does"):
+        hf_config_from_args(dict(args, no_rope_freq=[1] * 39 + [0]), vocab_size=100352)
