@@ -565,11 +565,9 @@ def _check_vllm(role: RoleConfig, problems: list[str], platform: str) -> None:
         if n and n % itp:
             problems.append(f"`{A}.infer_tensor_parallel_size: {itp}` does not divide {what} {n} of model "
                             f"{role.model_name}; pick one that divides it.")
-    if any(a.mamba_layers or ()):
-        problems.append(f"`{A}.rollout_engine: vllm` with Mamba-2 layers (model {role.model_name}, Granite 4.0-H): the "
-                        f"engine's weight sync and its log-prob check are not wired for vLLM's Mamba-2 state cache yet; "
-                        f"use rollout_engine: megatron, which generates these models with their state.")
-        return
+    if a.mamba_num_heads and any(a.mamba_layers or ()) and a.mamba_num_heads % itp:
+        problems.append(f"`{A}.infer_tensor_parallel_size: {itp}` does not divide mamba_num_heads {a.mamba_num_heads} "
+                        f"of model {role.model_name}; pick one that divides it.")
     if (a.add_qkv_bias and not a.qk_layernorm and a.kv_channels and a.hidden_size and a.num_attention_heads
             and a.kv_channels * a.num_attention_heads != a.hidden_size):
         problems.append(f"`{A}.rollout_engine: vllm`: vLLM's Qwen2 takes the head dimension as hidden_size / "

@@ -26,7 +26,8 @@ How:
 
 Numerics: inductor computes a fused bf16 chain in fp32 and rounds once, so bf16 results differ from
 the eager ops' by bf16 rounding; fp32 agrees within 2e-6 (tests/unit/models/test_compiled_layers.py).
-Where it applies (platform.base.compiled_layers for the platform): dense TransformerLayer / MLP layers (MoE layers stay eager), not on
+Where it applies (platform.base.compiled_layers for the platform): dense TransformerLayer / MLP layers with attention (MoE
+layers and Gated DeltaNet / Mamba-2 ones stay eager), not on
 Ascend (torch_npu's graph mode is MindSpeed's business).
 """
 from __future__ import annotations
@@ -80,8 +81,10 @@ def _forward(layer: TransformerLayer, attention_type: type, compiled, *args, **k
 
 
 def compilable(layer: torch.nn.Module) -> bool:
-    """A dense megatron decoder layer this module compiles (MoE and other layer kinds stay eager)."""
-    return type(layer) is TransformerLayer and type(getattr(layer, "mlp", None)) is MLP
+    """A dense megatron decoder layer this module compiles (MoE and other layer kinds stay eager, and so do layers
+    whose token mixer is not attention: Gated DeltaNet, Mamba-2)."""
+    return (type(layer) is TransformerLayer and type(getattr(layer, "mlp", None)) is MLP
+            and hasattr(getattr(layer, "self_attention", None), "core_attention"))
 
 
 def install(chunks, backend="inductor") -> int:

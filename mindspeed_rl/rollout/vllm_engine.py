@@ -95,13 +95,13 @@ def chunked(named: Iterable[tuple[str, torch.Tensor]], max_bytes: int) -> Iterat
 
 # model types whose fused and stacked tensors vLLM's loader takes only in the checkpoints' form (grouped_chunks):
 # Granite MoE's (its own classes), GLM-4's gate_up_proj (vLLM 0.32 serves GlmForCausalLM with its Transformers backend)
-STORED_FORM = ("granitemoe", "granitemoeshared", "glm")
+STORED_FORM = ("granitemoe", "granitemoeshared", "glm", "granitemoehybrid", "granitemoehybrid_dense")
 
 
 def vllm_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """config.json as the engine gives it to vLLM: Granite 4.0 (granitemoehybrid, every layer attention: the config
-    reader refuses Mamba-2 layers) as the model of the same math and names vLLM serves without its Mamba-2
-    machinery: Granite (granite, the shared_mlp as the MLP: names.names_type) or, with experts, Granite MoE with a
+    """config.json as the engine gives it to vLLM: Granite 4.0 whose every layer attends (granitemoehybrid without
+    Mamba-2 layers) as the model of the same math and names vLLM serves without its Mamba-2 machinery (Granite 4.0-H
+    goes as it is, to vLLM's GraniteMoeHybridForCausalLM): Granite (granite, the shared_mlp as the MLP: names.names_type) or, with experts, Granite MoE with a
     shared MLP (granitemoeshared). Cohere 2 (cohere2) with its sliding_window one smaller: vLLM 0.32 lets its sliding
     layers see sliding_window + 1 positions (its comment: Cohere's training convention), transformers and the trainer
     sliding_window (models/sliding_window.py), so the rollout sees what the trainer does. Other config.json pass
@@ -109,8 +109,8 @@ def vllm_config(config: Mapping[str, Any]) -> dict[str, Any]:
     config = dict(config)
     if config.get("model_type") == "cohere2" and config.get("sliding_window"):
         return {**config, "sliding_window": int(config["sliding_window"]) - 1}
-    if config.get("model_type") != "granitemoehybrid":
-        return config
+    if config.get("model_type") != "granitemoehybrid" or mamba_kinds(config):
+        return config  # Granite 4.0-H: vLLM's GraniteMoeHybridForCausalLM, its Mamba-2 layers included
     dense = names_type(config) == "granitemoehybrid_dense"
     config = {k: v for k, v in config.items() if not k.startswith("mamba_") and k not in (
         "layer_types", "layers_block_type", "position_embedding_type", "time_step_limit")}
@@ -122,6 +122,13 @@ def vllm_config(config: Mapping[str, Any]) -> dict[str, Any]:
     else:
         config.update(model_type="granitemoeshared", architectures=["GraniteMoeSharedForCausalLM"])
     return config
+
+
+def mamba_kinds(config: Mapping[str, Any]) -> bool:
+    """Whether a granitemoehybrid config.json has Mamba-2 layers (layer_types mamba; transformers 5: linear_attention;
+    none given: transformers' default, all Mamba-2)."""
+    kinds = config.get("layer_types") or config.get("layers_block_type")
+    return kinds is None or any(k in ("mamba", "linear_attention") for k in kinds)
 
 
 _EXPERT_TENSOR = re.compile(r"^(model\.layers\.\d+\.)mlp\.experts\.(\d+)\.(gate|up|down)_proj\.(weight|bias)$")

@@ -1,6 +1,7 @@
 """The optimizer's state resumes at another layout (models/optimizer_state.py), on 2 gloo processes.
 
-A run at one layout (TP 2, PP 2, or DP 2 with the distributed optimizer; an MoE model at EP 2 or DP 2)
+A run at one layout (TP 2, PP 2, or DP 2 with the distributed optimizer; an MoE model at EP 2 or DP 2; a Granite
+4.0-H model, Mamba-2 layer included, at TP 2 or DP 2)
 takes a step, saves, and
 takes a second step. A fresh run at another layout loads that checkpoint, optimizer included, and
 takes the same second step: its weights, fp32 main parameters and Adam moments must equal the first
@@ -19,8 +20,10 @@ pytestmark = pytest.mark.dist
 LAYOUTS = {"tp2": (2, 1, 1, False), "pp2": (1, 2, 1, False), "dp2": (1, 1, 1, True), "dp2plain": (1, 1, 1, False),
            "ep2": (1, 1, 2, True)}
 PAIRS = {"dense": [("tp2", "pp2"), ("pp2", "dp2"), ("dp2", "tp2"), ("dp2", "dp2plain"), ("dp2plain", "dp2")],
-         "moe": [("ep2", "dp2"), ("dp2", "ep2")]}
-CASES = [("float32", "dense"), ("bfloat16", "dense"), ("float32", "moe")]
+         "moe": [("ep2", "dp2"), ("dp2", "ep2")],
+         # Granite 4.0-H (a Mamba-2 layer): its heads' state split over TP, B / C's (whole on every TP rank) not
+         "mamba": [("tp2", "dp2"), ("dp2", "tp2")]}
+CASES = [("float32", "dense"), ("bfloat16", "dense"), ("float32", "moe"), ("float32", "mamba")]
 KEYS = ("weights", "param", "exp_avg", "exp_avg_sq")
 
 
@@ -45,7 +48,7 @@ def _job(rank, world, root, dtype_name, kind, hf_dir):
 
     dtype = getattr(torch, dtype_name)
     args = ARGS
-    if kind == "moe":  # a tiny Qwen3-MoE (4 experts, top 2): the experts' state in their own files
+    if kind in ("moe", "mamba"):  # a tiny Qwen3-MoE (4 experts, top 2): the experts' state in their own files
         from mindspeed_rl.models.hf_bridge import read_hf_config
         from mindspeed_rl.models.hf_config import model_config_from_hf
 
@@ -112,6 +115,10 @@ def diffs(request, tmp_path_factory):
     root = tmp_path_factory.mktemp(f"optimizer_state_{dtype}_{kind}")
     if kind == "moe":
         make_tiny_hf("qwen3_moe", str(root / "hf"), num_hidden_layers=2)
+    if kind == "mamba":
+        from testing_utils import HF_VARIANTS
+
+        make_tiny_hf("granitemoehybrid", str(root / "hf"), **HF_VARIANTS["granitemoehybrid-h"])
     return dtype, run_gloo(_job, 2, str(root), dtype, kind, str(root / "hf"), timeout_s=300, name="optimizer state job")[0]
 
 

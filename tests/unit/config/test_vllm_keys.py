@@ -34,9 +34,10 @@ VLLM = [f"{A}.rollout_engine=vllm", "training.hidden_size=128", "training.kv_cha
      ["with Gated DeltaNet layers on CPU: vLLM's CPU kernel for them runs in bf16 only, and model",
       "runs in fp32; set bf16: true", "vLLM's CPU kernel takes key and value heads of one size, 64 or 128; model",
       "has linear_key_head_dim 16 and linear_value_head_dim 8"]),
-    (["training.mamba_layers=[1,0]", "training.mamba_num_heads=4", "training.mamba_head_dim=32",
-      "training.mamba_state_dim=16"],
-     ["rollout_engine: vllm` with Mamba-2 layers (model tiny, Granite 4.0-H)", "use rollout_engine: megatron"]),
+    (["training.mamba_layers=[1,0]", "training.mamba_num_heads=6", "training.mamba_head_dim=32",
+      "training.mamba_state_dim=16", "resource_pool.actor_rollout=[4]", f"{A}.num_gpus_for_train=2",
+      f"{A}.num_gpus_for_infer=2", f"{A}.infer_tensor_parallel_size=4"],
+     ["infer_tensor_parallel_size: 4` does not divide mamba_num_heads 6 of model tiny"]),
 ], ids=["heads", "colocated-tp", "split-tp", "colocated-pp", "memory-and-tolerance", "qwen2-head-dim", "tis",
         "qwen3_5-cpu", "mamba"])
 def test_vllm_rules(overrides, fragments, capsys):

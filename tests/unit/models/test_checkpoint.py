@@ -248,12 +248,14 @@ def load_exported(out):
                                              ("cohere2", True), ("phi", True),
                                              ("gpt_neox", True), ("gpt_neox-seq", True), ("falcon", True),
                                              ("falcon-40b", True), ("falcon-11b", True), ("falcon-seq", False),
-                                             ("olmo-clip", True)])
+                                             ("olmo-clip", True), ("granitemoehybrid-h", True),
+                                             ("granitemoehybrid-hmoe", True)])
 def test_live_export_loads_in_transformers(gloo_world1, tmp_path, arch, synthesize):
     """synthesize: config.json written from the Megatron args (a yaml-built model or a Megatron
     checkpoint): Gemma 3 / 2 in their own config.json, partial rotary as Phi-3's, and the tensors
     under the names of the model type written (Mixtral's experts were written under the canonical names
-    before, which transformers did not load)."""
+    before, which transformers did not load); Granite 4.0-H's in_proj / conv1d put together whole from their parts, in
+    the config.json written from the Mamba-2 keys (hf_export_config.granite_hybrid_config)."""
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
     from mindspeed_rl.models.hf_export import export_hf
@@ -268,10 +270,10 @@ def test_live_export_loads_in_transformers(gloo_world1, tmp_path, arch, synthesi
     out = export_hf(model, args, str(tmp_path / "out"), vocab_size=120, hf_config=None if synthesize else config,
                     tokenizer_dir=str(tmp_path / "hf"))
     assert os.path.isfile(os.path.join(out, "tokenizer_config.json"))
-    if arch == "mixtral":  # transformers 5 stacks experts when from_pretrained converts: compare the files
+    if arch in ("mixtral", "granitemoehybrid-hmoe"):  # transformers 5 converts experts in from_pretrained: the files
         from safetensors.torch import load_file
 
-        assert json.loads(open(os.path.join(out, "config.json")).read())["model_type"] == "mixtral"
+        assert json.loads(open(os.path.join(out, "config.json")).read())["model_type"] == arch.split("-")[0]
         want, got = load_file(str(tmp_path / "hf" / "model.safetensors")), load_file(os.path.join(out, "model.safetensors"))
         assert set(got) == set(want) and all(torch.equal(got[n], want[n]) for n in want)
         return
