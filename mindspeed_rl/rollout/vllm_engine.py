@@ -99,18 +99,20 @@ STORED_FORM = ("granitemoe", "granitemoeshared", "glm", "granitemoehybrid", "gra
 
 
 def vllm_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """config.json as the engine gives it to vLLM: Granite 4.0 whose every layer attends (granitemoehybrid without
-    Mamba-2 layers) as the model of the same math and names vLLM serves without its Mamba-2 machinery (Granite 4.0-H
-    goes as it is, to vLLM's GraniteMoeHybridForCausalLM): Granite (granite, the shared_mlp as the MLP: names.names_type) or, with experts, Granite MoE with a
-    shared MLP (granitemoeshared). Cohere 2 (cohere2) with its sliding_window one smaller: vLLM 0.32 lets its sliding
+    """config.json as the engine gives it to vLLM: Granite 4.0 whose every layer attends with RoPE (granitemoehybrid
+    without Mamba-2 layers) as the model of the same math and names vLLM serves without its Mamba-2 machinery:
+    Granite (granite, the shared_mlp as the MLP: names.names_type) or, with experts, Granite MoE with a shared MLP
+    (granitemoeshared); Granite 4.0-H (Mamba-2 layers, attention without RoPE) as it is, to vLLM's
+    GraniteMoeHybridForCausalLM. Cohere 2 (cohere2) with its sliding_window one smaller: vLLM 0.32 lets its sliding
     layers see sliding_window + 1 positions (its comment: Cohere's training convention), transformers and the trainer
     sliding_window (models/sliding_window.py), so the rollout sees what the trainer does. Other config.json pass
     unchanged."""
     config = dict(config)
     if config.get("model_type") == "cohere2" and config.get("sliding_window"):
         return {**config, "sliding_window": int(config["sliding_window"]) - 1}
-    if config.get("model_type") != "granitemoehybrid" or mamba_kinds(config):
-        return config  # Granite 4.0-H: vLLM's GraniteMoeHybridForCausalLM, its Mamba-2 layers included
+    if (config.get("model_type") != "granitemoehybrid" or mamba_kinds(config)
+            or config.get("position_embedding_type") != "rope"):
+        return config
     dense = names_type(config) == "granitemoehybrid_dense"
     config = {k: v for k, v in config.items() if not k.startswith("mamba_") and k not in (
         "layer_types", "layers_block_type", "position_embedding_type", "time_step_limit")}

@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from testing_utils import make_tiny_hf
+from testing_utils import HF_VARIANTS, make_tiny_hf
 from mindspeed_rl.models.builder import model_config_from_hf
 from mindspeed_rl.models.hf_bridge import DictReader, SafetensorsReader, read_hf_config, to_hf
 from mindspeed_rl.models.hf_bridge.mapping import Dims, hf_names, read_shard
@@ -184,6 +184,7 @@ def test_granite_stacked_experts_and_fused_shared_mlp_read_and_fed_as_stored(tmp
     modules compute with them, the writer restores every tensor bit for bit, and the vLLM weight feed (STORED_FORM),
     with the parts split over chunks in any order, hands vLLM the stored tensors once complete. Granite 4.0's dense
     checkpoint (granitemoehybrid without experts) calls its only MLP shared_mlp, and vLLM is given it as Granite;
+    Granite 4.0-H (Mamba-2 layers) goes to vLLM as it is, its in_proj / conv1d read by part and fed whole;
     Cohere 2 is given to vLLM with its window one smaller (vllm_engine.vllm_config)."""
     import random
 
@@ -232,6 +233,25 @@ def test_granite_stacked_experts_and_fused_shared_mlp_read_and_fed_as_stored(tmp
     assert (with_experts["model_type"], with_experts["intermediate_size"]) == ("granitemoeshared", 128)
     bare = {k: v for k, v in dense_config.items() if k != "shared_intermediate_size"}  # transformers' default: 1024
     assert vllm_config(dict(bare, num_local_experts=4))["shared_intermediate_size"] == 1024
+    # Granite 4.0-H (and attention without RoPE): vLLM's GraniteMoeHybridForCausalLM as it is; its Mamba-2 in_proj /
+    # conv1d read by part and handed to vLLM whole, from parts arriving in any order and chunk
+    make_tiny_hf("granitemoehybrid", str(tmp_path / "h"), **HF_VARIANTS["granitemoehybrid-h"])
+    h_config = read_hf_config(str(tmp_path / "h"))
+    assert vllm_config(h_config) == h_config and vllm_config(dict(dense_config, position_embedding_type="nope")) == \
+        dict(dense_config, position_embedding_type="nope")
+    stored = load_file(str(tmp_path / "h" / "model.safetensors"))
+    reader = SafetensorsReader(str(tmp_path / "h"))
+    p = "model.layers.0.mamba."
+    z, x, bc, dt = (reader.read(p + f"in_proj_{k}.weight") for k in ("z", "x", "bc", "dt"))
+    assert torch.equal(torch.cat([z, x, bc, dt]), stored[p + "in_proj.weight"]) and z.shape == (128, 64)
+    assert torch.equal(reader.read(p + "conv1d_bc.bias"), stored[p + "conv1d.bias"][128:])
+    kind = names_type(h_config)
+    assert kind in STORED_FORM
+    items = [(n, reader.read(n)) for n in reader.weight_map]
+    random.Random(1).shuffle(items)
+    fed = {stored_name(n, kind): t for chunk in grouped_chunks([items[i:i + 3] for i in range(0, len(items), 3)],
+                                                               kind, h_config) for n, t in chunk}
+    assert set(fed) == set(stored) and all(torch.equal(fed[n], t) for n, t in stored.items())
     # Cohere 2: vLLM's sliding layers see sliding_window + 1 positions, the trainer's (and transformers') sliding_window
     cohere2 = {"model_type": "cohere2", "sliding_window": 4096, "layer_types": ["sliding_attention", "full_attention"]}
     assert vllm_config(cohere2) == dict(cohere2, sliding_window=4095)
