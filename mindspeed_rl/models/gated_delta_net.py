@@ -65,6 +65,20 @@ class DeltaState:
         self.recurrent = None if self.recurrent is None else self.recurrent[rows]
 
 
+def causal_conv_silu(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                     state: Optional[DeltaState]) -> torch.Tensor:
+    """Causal depthwise conv (+ bias) and SiLU on x (B, channels, S), weight (channels, 1, kernel); with a state,
+    from its conv history (the last kernel - 1 inputs), which it updates. Gated DeltaNet's and Mamba-2's."""
+    seq, history = x.shape[-1], weight.shape[-1] - 1
+    if state is None:
+        return F.silu(F.conv1d(x, weight, bias, padding=history, groups=x.shape[1])[..., :seq])
+    if state.conv is None:
+        state.conv = x.new_zeros(x.shape[0], x.shape[1], history)
+    full = torch.cat([state.conv.to(x.dtype), x], dim=-1)
+    state.conv = full[..., -history:].detach().clone() if history else full[..., :0]
+    return F.silu(F.conv1d(full, weight, bias, groups=x.shape[1]))
+
+
 class GatedRMSNorm(torch.nn.Module):
     """RMSNorm(x) * weight * SiLU(gate) over the last dim (value_head_dim), x normalised in fp32 and
     cast back before the weight (HF's Qwen3_5RMSNormGated / Qwen3NextRMSNormGated)."""
@@ -148,16 +162,7 @@ class GatedDeltaNet(MegatronModule):
         self.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # softplus^-1(dt)
 
     def _conv(self, qkv: torch.Tensor, state: Optional[DeltaState]) -> torch.Tensor:
-        """Causal depthwise conv + SiLU on (B, channels, S); with a state, from its history."""
-        seq, history = qkv.shape[-1], self.shape.conv_kernel - 1
-        weight = self.conv1d.weight
-        if state is None:
-            return F.silu(F.conv1d(qkv, weight, padding=history, groups=qkv.shape[1])[..., :seq])
-        if state.conv is None:
-            state.conv = qkv.new_zeros(qkv.shape[0], qkv.shape[1], history)
-        full = torch.cat([state.conv.to(qkv.dtype), qkv], dim=-1)
-        state.conv = full[..., -history:].detach().clone() if history else full[..., :0]
-        return F.silu(F.conv1d(full, weight, groups=qkv.shape[1]))
+        return causal_conv_silu(qkv, self.conv1d.weight, None, state)
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
                 delta_state: Optional[DeltaState] = None, **kwargs) -> tuple[torch.Tensor, Optional[torch.Tensor]]:

@@ -43,7 +43,7 @@ from megatron.core.tensor_parallel.mappings import (  # noqa: E402
 from megatron.core.transformer.module import MegatronModule  # noqa: E402
 from megatron.core.transformer.spec_utils import ModuleSpec, build_module  # noqa: E402
 
-from mindspeed_rl.models.gated_delta_net import DeltaState, token_keep  # noqa: E402
+from mindspeed_rl.models.gated_delta_net import DeltaState, causal_conv_silu, token_keep  # noqa: E402
 from mindspeed_rl.models.mamba_layout import MambaShape  # noqa: E402
 from mindspeed_rl.platform.ssd import kernels  # noqa: E402
 
@@ -121,17 +121,10 @@ class Mamba2Mixer(MegatronModule):
 
     def _conv(self, xbc: torch.Tensor, state: Optional[DeltaState]) -> torch.Tensor:
         """Causal depthwise conv (+ bias) and SiLU on (B, x | B | C channels, S); with a state, from its history."""
-        seq, history = xbc.shape[-1], self.shape.conv_kernel - 1
         weight = torch.cat([self.conv1d_x.weight, self._replicated(self.conv1d_bc.weight)])
         bias = None if self.conv1d_x.bias is None else torch.cat([self.conv1d_x.bias,
                                                                    self._replicated(self.conv1d_bc.bias)])
-        if state is None:
-            return F.silu(F.conv1d(xbc, weight, bias, padding=history, groups=xbc.shape[1])[..., :seq])
-        if state.conv is None:
-            state.conv = xbc.new_zeros(xbc.shape[0], xbc.shape[1], history)
-        full = torch.cat([state.conv.to(xbc.dtype), xbc], dim=-1)
-        state.conv = full[..., -history:].detach().clone() if history else full[..., :0]
-        return F.silu(F.conv1d(full, weight, bias, groups=xbc.shape[1]))
+        return causal_conv_silu(xbc, weight, bias, state)
 
     def _replicated(self, t: torch.Tensor) -> torch.Tensor:
         """A weight (or input) whole on every TP rank, whose gradient is summed over TP in backward."""

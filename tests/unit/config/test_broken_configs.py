@@ -114,6 +114,18 @@ CASES = [
     ("zero-tp", [f"{A}.tensor_model_parallel_size=0"], ["tensor_model_parallel_size: 0` must be >= 1"]),
     ("negative-eos-penalty", ["algorithm.missing_eos_penalty=-1"], ["missing_eos_penalty: -1.0` must be >= 0"]),
     ("zero-max-prompt", [f"{A}.max_prompt_length=0"], ["max_prompt_length: 0` must be >= 1"]),
+    # Mamba-2 layers (Granite 4.0-H) and Gated DeltaNet ones (Qwen3.5): marks, sizes, TP
+    ("mamba-marks", ["training.mamba_layers=[1,0,1]"], ["mamba_layers must list one 0 or 1 per layer (2 layers)"]),
+    ("mamba-sizes", ["training.mamba_layers=[1,0]", "training.mamba_num_heads=4"],
+     ["mamba_layers marks Mamba-2 layers but mamba_head_dim, mamba_state_dim are not set"]),
+    ("mamba-tp", ["training.mamba_layers=[1,0]", "training.mamba_num_heads=6", "training.mamba_head_dim=8",
+                  "training.mamba_state_dim=8", "training.num_attention_heads=4", f"{A}.tensor_model_parallel_size=4",
+                  "resource_pool.actor_rollout=[4]", f"{A}.micro_batch_size=8"],
+     ["tensor_model_parallel_size 4 does not divide mamba_num_heads 6"]),
+    ("mamba-and-delta-net", ["training.mamba_layers=[1,0]", "training.linear_attention_layers=[0,1]"],
+     ["mamba_layers and linear_attention_layers are both set"]),
+    ("delta-net-sizes", ["training.linear_attention_layers=[1,0]"],
+     ["linear_attention_layers marks Gated DeltaNet layers but linear_num_key_heads"]),
     # the user's own data with the tiny default and no tokenizer
     ("own-data-no-tokenizer", [f"{A}.data_path={Path(__file__).resolve().parents[2] / 'data/gsm8k_slice/train.jsonl'}"],
      ["is your own data, but no tokenizer is set", "training.tokenizer_name_or_path"]),
