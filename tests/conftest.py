@@ -50,6 +50,17 @@ def gloo_world1():
     yield
 
 
+@pytest.fixture
+def tp1(gloo_world1):
+    """megatron's parallel state at TP 1 / PP 1 in the test process, destroyed after the test (the Gated DeltaNet and
+    Mamba-2 mixer tests)."""
+    from mindspeed_rl.models.builder import destroy_parallel_state, init_parallel_state
+
+    init_parallel_state(1, 1)
+    yield
+    destroy_parallel_state()
+
+
 @pytest.fixture(scope="session")
 def smollm2_dir() -> str:
     """The SmolLM2-135M-Instruct fixture (scripts/make_smollm2.py): built once, cached between runs,

@@ -84,8 +84,7 @@ class SSDKernels(NamedTuple):
 
 def _mamba_ssm_chunk(fn: Callable) -> Callable:
     def chunk(x, dt, A, B, C, chunk, D=None, initial_state=None):
-        y, final = fn(x, dt, A, B, C, chunk, D=D, initial_states=initial_state, return_final_states=True)
-        return y, final
+        return fn(x, dt, A, B, C, chunk, D=D, initial_states=initial_state, return_final_states=True)
     return chunk
 
 

@@ -11,15 +11,6 @@ from testing_utils import assert_near, delta_batch, hf_delta_net, mask_4d, ours_
 pytestmark = pytest.mark.usefixtures("gloo_world1")
 
 
-@pytest.fixture
-def tp1():
-    from mindspeed_rl.models.builder import destroy_parallel_state, init_parallel_state
-
-    init_parallel_state(1, 1)
-    yield
-    destroy_parallel_state()
-
-
 def test_equals_transformers_with_gradients(tp1):
     hf, config = hf_delta_net()
     ours = ours_delta_net(hf, config)

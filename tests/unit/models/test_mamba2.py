@@ -11,15 +11,6 @@ from testing_utils import assert_near, delta_batch, hf_mamba2, mamba2_grads_as_h
 pytestmark = pytest.mark.usefixtures("gloo_world1")
 
 
-@pytest.fixture
-def tp1():
-    from mindspeed_rl.models.builder import destroy_parallel_state, init_parallel_state
-
-    init_parallel_state(1, 1)
-    yield
-    destroy_parallel_state()
-
-
 @pytest.mark.parametrize("groups", [1, 2])
 def test_equals_transformers_with_gradients(tp1, groups):
     hf, config = hf_mamba2(groups=groups)
