@@ -333,6 +333,13 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
             "layer_types": ["attention"] * tiny["num_hidden_layers"], "rope_parameters": {"rope_type": "default",
                                                                                          "rope_theta": 1e7},
             "tie_word_embeddings": True, **tiny}),
+        # Nemotron-H's layout: one block per layer, Mamba-2 (4 heads of 32, two groups of state 16, 16-token chunks),
+        # an MLP without a gate (relu2), attention without RoPE (head_dim 16), another MLP; untied
+        "nemotron_h": lambda: tf.NemotronHConfig(**{
+            "layers_block_type": ["linear_attention", "mlp", "full_attention", "mlp"], "mamba_num_heads": 4, "mamba_head_dim": 32,
+            "n_groups": 2, "ssm_state_size": 16, "chunk_size": 16, "head_dim": 16,
+            "pad_token_id": 0, "eos_token_id": 2, "bos_token_id": 1,
+            **{k: v for k, v in tiny.items() if k not in ("num_hidden_layers", "rms_norm_eps")}}),
         # GLM-4-0414: q / k / v biases, sandwich norms, gate_up_proj, RoPE on interleaved pairs of half of each head
         "glm4": lambda: tf.Glm4Config(**{"head_dim": 16, "pad_token_id": 0, "eos_token_id": 2, **tiny}),
         # GLM-4 (glm-4-9b-hf): GLM-4-0414's layers without the norms after attention and MLP
@@ -556,7 +563,7 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
            "hunyuan_v1_dense": tf.HunYuanDenseV1ForCausalLM, "hunyuan_v1_moe": tf.HunYuanMoEV1ForCausalLM,
            "granitemoe": tf.GraniteMoeForCausalLM, "granitemoeshared": tf.GraniteMoeSharedForCausalLM,
            "granitemoehybrid": tf.GraniteMoeHybridForCausalLM, "glm": tf.GlmForCausalLM,
-           "helium": tf.HeliumForCausalLM, "stablelm": tf.StableLmForCausalLM,
+           "helium": tf.HeliumForCausalLM, "stablelm": tf.StableLmForCausalLM, "nemotron_h": tf.NemotronHForCausalLM,
            "starcoder2": tf.Starcoder2ForCausalLM, "nemotron": tf.NemotronForCausalLM,
            "cohere": tf.CohereForCausalLM, "cohere2": tf.Cohere2ForCausalLM, "phi": tf.PhiForCausalLM,
            "gpt_neox": tf.GPTNeoXForCausalLM, "falcon": tf.FalconForCausalLM, "olmo": tf.OlmoForCausalLM}[arch]
@@ -566,7 +573,7 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
         for p in model.parameters():
             p.normal_(0.0, 0.1)
         for name, p in model.named_parameters():
-            if name.endswith("norm.weight") and not arch.startswith(("gemma", "nemotron")):  # theirs scale by 1 + weight
+            if name.endswith("norm.weight") and not (arch.startswith("gemma") or arch == "nemotron"):  # theirs scale by 1 + weight
                 p.add_(1.0)
         for name, b in model.named_buffers():  # sigmoid routing's expert bias (GLM-4.5): a buffer, not 0
             if name.endswith("e_score_correction_bias"):

@@ -425,6 +425,7 @@ def _derive(cfg: Config) -> None:
             if not a.group_query_attention:
                 a.num_query_groups = a.num_attention_heads
             a.max_position_embeddings = a.max_position_embeddings or run.seq_length
+        _from_hybrid_pattern(a)
         p = role.ppo
         p.clip_ratio_low = p.clip_ratio if p.clip_ratio_low is None else p.clip_ratio_low
         p.clip_ratio_high = p.clip_ratio if p.clip_ratio_high is None else p.clip_ratio_high
@@ -440,6 +441,24 @@ def _derive(cfg: Config) -> None:
         run.tokenizer_name_or_path = run.tokenizer_name_or_path or tiny_task.TOKENIZER_DIR
     if run.tokenizer_name_or_path is None and cfg.actor.load and _is_hf_dir(cfg.actor.load):
         run.tokenizer_name_or_path = cfg.actor.load
+
+
+def _from_hybrid_pattern(a) -> None:
+    """hybrid_override_pattern (Nemotron-H's one block per layer) sets num_layers, mamba_layers, moe_layer_freq and
+    no_rope_freq (attention without RoPE) where they are unset; a pattern that is not one, or that disagrees with
+    them, is validate()'s to report."""
+    from mindspeed_rl.models import hybrid_pattern
+
+    pattern = a.hybrid_override_pattern
+    if pattern is None or hybrid_pattern.problem(pattern) or (a.num_layers and a.num_layers != len(pattern)):
+        return
+    a.num_layers = a.num_layers or len(pattern)
+    if a.mamba_layers is None and "M" in pattern:
+        a.mamba_layers = hybrid_pattern.mamba_marks(pattern)
+    if "E" in pattern and a.moe_layer_freq == 1:
+        a.moe_layer_freq = hybrid_pattern.moe_marks(pattern)
+    if a.no_rope_freq is None:  # its attention layers have no RoPE (Nemotron-H; Megatron-LM's hybrid model)
+        a.no_rope_freq = [1] * len(pattern)
 
 
 def _arch_from_config_json(role: RoleConfig) -> None:

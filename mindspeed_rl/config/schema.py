@@ -115,6 +115,7 @@ class ModelArch:
     mamba_conv_kernel: int = doc(4, "Mamba-2: width of the causal depthwise convolution over x / B / C (HF mamba_d_conv)")
     mamba_conv_bias: bool = doc(True, "Mamba-2: the convolution has a bias (HF mamba_conv_bias)")
     mamba_chunk_size: int = doc(256, "Mamba-2: tokens per chunk of the chunked scan (HF mamba_chunk_size); the result does not depend on it beyond round-off")
+    hybrid_override_pattern: Optional[str] = doc(None, "layers that each hold one block (Nemotron-H; Megatron-LM's key): one character per layer, M Mamba-2, * attention, - MLP, E MoE, each behind its own norm and residual (models/hybrid_pattern.py); sets num_layers (its length), mamba_layers, moe_layer_freq and no_rope_freq (attention without RoPE, as Nemotron-H's) when they are unset; null = attention + MLP in every layer")
     attention_dropout: float = doc(0.0, "attention dropout (keep 0 for RL: log-probs must be deterministic)")
     hidden_dropout: float = doc(0.0, "hidden dropout (keep 0 for RL)")
     init_method_std: float = doc(0.02, "std of the random init when load is null")

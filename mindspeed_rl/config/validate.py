@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 from mindspeed_rl.config.schema import Config, RoleConfig
+from mindspeed_rl.models import hybrid_pattern
 from mindspeed_rl.utils.errors import UserInputError
 
 A = "actor_rollout_ref.actor_rollout"
@@ -371,6 +372,7 @@ def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
         _check_linear_attention(role, path, tp, problems)
     if a.mamba_layers is not None:
         _check_mamba(role, path, tp, problems)
+    problems += hybrid_pattern.config_problems(a, role.model_name)
     if a.group_query_attention and not a.num_query_groups:
         problems.append(f"`model.{role.model_name}.group_query_attention` is true but num_query_groups is not set.")
     from mindspeed_rl.config.parallel_rules import parallel_problems

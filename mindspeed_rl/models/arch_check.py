@@ -25,6 +25,7 @@ import math
 import os
 from typing import Any, Mapping, Optional
 
+from mindspeed_rl.models import hybrid_pattern
 from mindspeed_rl.models.hf_bridge.loader import read_hf_config
 from mindspeed_rl.models.hf_bridge.mapping import gated_mlp
 from mindspeed_rl.models.hf_bridge.sharding import moe_layers
@@ -222,8 +223,10 @@ def expected_hf_shapes(args: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ..
     linear = [int(bool(a) or (i < len(mamba) and bool(mamba[i])))
               for i, a in enumerate(linear + [0] * (len(mamba) - len(linear)))]
     gate = 2 if args.get("attention_output_gate") else 1  # Qwen3.5: q_proj holds each head's query and gate
+    pattern = hybrid_pattern.pattern_of(args)  # Nemotron-H: one block per layer, the other half absent
     for i in range(int(args["num_layers"])):
         p = f"model.layers.{i}."
+        before = set(shapes)
         if i < len(mamba) and mamba[i]:
             shapes.update(_mamba_shapes(args, p, h))
         elif i < len(linear) and linear[i]:
@@ -263,6 +266,9 @@ def expected_hf_shapes(args: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ..
             shapes[p + "self_attn.sinks"] = ((heads,), f"softmax_type learnable, num_attention_heads {heads}")
         if args.get("disable_bias_linear", True) is False:  # gpt-oss: o_proj's bias, the router's, the experts'
             shapes.update(_bias_shapes(args, p, h, ffn, moe[i]))
+        for name in set(shapes) - before if pattern else ():
+            if not hybrid_pattern.hf_param_kept(pattern, i, name[len(p):]):
+                del shapes[name]
     return shapes
 
 

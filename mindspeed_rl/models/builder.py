@@ -568,6 +568,14 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
                                       parallel_state.get_pipeline_model_parallel_rank(),
                                       config.virtual_pipeline_model_parallel_size or 1)[vp_stage or 0]
         spec = mamba2.hybrid_block_spec(spec, dict(args), layers)
+    if _get(args, "hybrid_override_pattern"):  # Nemotron-H: one block per layer (models/hybrid_pattern.py)
+        from mindspeed_rl.models import hybrid_pattern
+        from mindspeed_rl.models.chunks import virtual_layer_ranges
+
+        layers = virtual_layer_ranges(config.num_layers, config.pipeline_model_parallel_size,
+                                      parallel_state.get_pipeline_model_parallel_rank(),
+                                      config.virtual_pipeline_model_parallel_size or 1)[vp_stage or 0]
+        spec = hybrid_pattern.block_spec(spec, dict(args), layers)
     if vp_stage is not None:
         pre_process, post_process = _virtual_stage_ends(vp_stage, pre_process, post_process)
     # megatron's layers pass device=current_device() themselves; modules that do not (the torch-norm

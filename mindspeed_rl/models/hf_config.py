@@ -16,6 +16,7 @@ from typing import Any, Mapping, Optional
 from mindspeed_rl.models.hf_layernorm_config import (LAYERNORM_ARCHS, OWN_ACTIVATION, falcon_keys, layernorm_args,
                                                      layernorm_checks, neox_keys)
 from mindspeed_rl.models.hf_moe_config import expert_count, mla_args, moe_args_from_hf
+from mindspeed_rl.models.hf_nemotron_h_config import nemotron_h_args, nemotron_h_config
 from mindspeed_rl.models.hf_rope_config import llama4_scaling_limit, longrope_args, yarn_args
 
 HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "smollm3", "granite",
@@ -23,7 +24,7 @@ HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_mo
             "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus",
             "qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_dense", "hunyuan_v1_moe",
             "granitemoe", "granitemoeshared", "granitemoehybrid", "glm", "helium", "stablelm",
-            "starcoder2", "nemotron", "cohere", "cohere2", "phi", "gpt_neox", "falcon", "olmo")
+            "starcoder2", "nemotron", "cohere", "cohere2", "phi", "gpt_neox", "falcon", "olmo", "nemotron_h")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss",
              "minimax_m2", "ernie4_5_moe", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_moe",
@@ -227,6 +228,10 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError("config.json mlp_bias=true is not supported (Megatron has no MLP-only bias).")
     if model_type == "granitemoehybrid":
         hf = granite_hybrid_config(hf)
+    if model_type == "nemotron_h":  # one block per layer (models/hf_nemotron_h_config.py)
+        hf = nemotron_h_config(hf)
+        head_dim = int(hf["head_dim"])
+        kv_heads = int(hf["num_key_value_heads"])
     if model_type in (*GRANITE_ARCHS, "llama", "olmo", "olmo2", "olmo3", "exaone4", "arcee", "apertus", "olmoe", "flex_olmo", "cohere",
                       "cohere2",
                       *HUNYUAN_ARCHS, *GEMMA_ARCHS) and hf.get("attention_bias"):
@@ -249,7 +254,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     wanted, mlp = (("gelu_pytorch_tanh", "GeGLU") if model_type in GEMMA_ARCHS else
                    ("gelu_pytorch_tanh", "GELU with the tanh approximation") if model_type == "starcoder2" else
                    ("gelu_new", "GELU with the tanh approximation") if model_type == "phi" else ("relu2", "squared ReLU")
-                   if model_type in ("arcee", "nemotron") else ("xielu", "xIELU") if model_type == "apertus" else ("silu", "SwiGLU"))
+                   if model_type in ("arcee", "nemotron", "nemotron_h") else ("xielu", "xIELU") if model_type == "apertus" else ("silu", "SwiGLU"))
     if activation != wanted and model_type not in OWN_ACTIVATION:  # GPT-NeoX, Falcon: GELU (layernorm_checks)
         raise ValueError(f"config.json hidden_act {activation!r} is not supported for {model_type}; only {wanted} "
                          f"({mlp}).")
@@ -319,6 +324,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         args.update(granite_args(hf))
     if model_type == "granitemoehybrid":
         args.update(granite_hybrid_args(hf, args["num_layers"]))
+    if model_type == "nemotron_h":
+        args.update(nemotron_h_args(hf))
     if model_type in GEMMA_ARCHS:
         args.update(gemma_args(hf, args["num_layers"], head_dim))
     if model_type in ("olmo2", "olmo3"):
@@ -624,11 +631,7 @@ def granite_hybrid_args(hf: Mapping[str, Any], num_layers: int) -> dict[str, Any
     if hf.get("mamba_proj_bias"):
         raise ValueError("config.json mamba_proj_bias=true (biases on the Mamba-2 in_proj / out_proj) is not supported; "
                          "Granite 4.0-H's releases have none.")
-    # transformers 5 writes the default's infinity as {"__float__": "Infinity"}
-    limit = [float(v["__float__"]) if isinstance(v, Mapping) else float(v) for v in hf.get("time_step_limit") or ()]
-    if limit and limit != [0.0, float("inf")]:
-        raise ValueError(f"config.json time_step_limit {limit} is not supported; the Mamba-2 step is used "
-                         f"unclamped, as Granite 4.0-H's default (0.0, inf) says.")
+    mamba_step_limit(hf)
     heads, hidden = int(hf["mamba_n_heads"]), int(hf["hidden_size"])
     inner = int(hf.get("mamba_expand") or 2) * hidden
     head_dim = hf.get("mamba_d_head")
@@ -641,6 +644,15 @@ def granite_hybrid_args(hf: Mapping[str, Any], num_layers: int) -> dict[str, Any
             "mamba_conv_kernel": int(hf.get("mamba_d_conv") or 4),
             "mamba_chunk_size": int(hf.get("mamba_chunk_size") or 256),
             "mamba_conv_bias": hf.get("mamba_conv_bias", True) is not False}
+
+
+def mamba_step_limit(hf: Mapping[str, Any]) -> None:
+    """Refuse a config.json time_step_limit other than (0, inf): the Mamba-2 step is used unclamped, as the Granite
+    4.0-H and Nemotron-H releases' default says (transformers 5 writes its infinity as {"__float__": "Infinity"})."""
+    limit = [float(v["__float__"]) if isinstance(v, Mapping) else float(v) for v in hf.get("time_step_limit") or ()]
+    if limit and limit != [0.0, float("inf")]:
+        raise ValueError(f"config.json time_step_limit {limit} is not supported; the Mamba-2 step is used "
+                         f"unclamped, as the releases' default (0.0, inf) says.")
 
 
 def granite_args(hf: Mapping[str, Any]) -> dict[str, Any]:

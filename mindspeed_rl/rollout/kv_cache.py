@@ -61,6 +61,7 @@ from mindspeed_rl.platform import get_platform
 get_platform().patch()  # megatron must be imported after the platform patch (no-op when done)
 
 from megatron.core.models.common.embeddings.rope_utils import apply_rotary_pos_emb  # noqa: E402
+from megatron.core.transformer.identity_op import IdentityOp  # noqa: E402
 
 from mindspeed_rl.models import swiglu  # noqa: E402
 from mindspeed_rl.models.cohere import mlp_input  # noqa: E402
@@ -108,6 +109,7 @@ class KVCache:
         self.window = window  # sliding-window attention (models/sliding_window.py)
         self._band: tuple = (None, None)  # ((start, end), window mask) of the current step
         self.delta: dict = {}  # layer index (a no_kv one) -> DeltaState of a Gated DeltaNet layer (Qwen3.5; new_cache)
+        self.attention_free: frozenset = frozenset()  # layers without an attention slot (Nemotron-H's MLP ones; new_cache)
 
     def rope(self, start: int, end: int, dtype: torch.dtype, local: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin (s, 1, 1, rot) of positions start..end-1 in `dtype` of the model's table (times
@@ -327,6 +329,8 @@ def cached_attention(model: torch.nn.Module, cache: KVCache) -> Iterator[None]:
     try:
         for i, (layer, a, orig) in enumerate(zip(layers, attentions, originals)):
             n = layer.layer_number
+            if i in cache.attention_free:  # an MLP-only layer (Nemotron-H: models/hybrid_pattern.py)
+                continue
             if i in cache.delta:  # a Gated DeltaNet layer (Qwen3.5): its own forward, from and into its state
                 a.forward = functools.partial(type(a).forward, a, delta_state=cache.delta[i])
                 continue
@@ -360,10 +364,13 @@ def new_cache(model: torch.nn.Module, batch: int, max_len: int, zeroed: bool = F
     # state per row instead of keys and values
     delta = {i: layer.self_attention for i, layer in enumerate(model.decoder.layers)
              if getattr(layer.self_attention, "delta_state", None) is not None}
+    # layers whose one block is an MLP (Nemotron-H: models/hybrid_pattern.py) keep nothing
+    free = frozenset(i for i, layer in enumerate(model.decoder.layers) if isinstance(layer.self_attention, IdentityOp))
     cache = KVCache(len(model.decoder.layers), batch, groups, max_len, config.kv_channels, param.dtype,
                     param.device, freqs, zeroed, rope_mscale(config), getattr(config, "attention_window", None), local,
-                    no_kv=frozenset(delta))
+                    no_kv=frozenset(delta) | free)
     cache.delta = {i: mixer.delta_state(batch) for i, mixer in delta.items()}
+    cache.attention_free = free
     return cache
 
 
@@ -403,7 +410,6 @@ def lean_supported(model: torch.nn.Module) -> bool:
     the whole model on this rank (TP 1, PP 1), dense local-spec layers (TransformerLayer + MLP, no
     cross attention, no MoE / MLA), pre-norm residuals, unfused bias/activation (or models/swiglu.py's)."""
     from megatron.core.transformer.attention import SelfAttention
-    from megatron.core.transformer.identity_op import IdentityOp
     from megatron.core.transformer.mlp import MLP
     from megatron.core.transformer.transformer_layer import TransformerLayer
 

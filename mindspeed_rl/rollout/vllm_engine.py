@@ -95,7 +95,7 @@ def chunked(named: Iterable[tuple[str, torch.Tensor]], max_bytes: int) -> Iterat
 
 # model types whose fused and stacked tensors vLLM's loader takes only in the checkpoints' form (grouped_chunks):
 # Granite MoE's (its own classes), GLM-4's gate_up_proj (vLLM 0.32 serves GlmForCausalLM with its Transformers backend)
-STORED_FORM = ("granitemoe", "granitemoeshared", "glm", "granitemoehybrid", "granitemoehybrid_dense")
+STORED_FORM = ("granitemoe", "granitemoeshared", "glm", "granitemoehybrid", "granitemoehybrid_dense", "nemotron_h")
 
 
 def vllm_config(config: Mapping[str, Any]) -> dict[str, Any]:

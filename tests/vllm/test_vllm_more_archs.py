@@ -53,6 +53,7 @@ VARIANTS = {
         "rope_type": "yarn", "rope_theta": 5e5, "factor": 4.0, "original_max_position_embeddings": 16}),
     "qwen2-yarn": dict(max_position_embeddings=64, rope_parameters={
         "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 16}),
+    "nemotron_h": dict(head_dim=32),  # the tiny one's 16: vLLM's CPU attention has no kernel for it
     "gemma3_text": dict(head_dim=32, sliding_window=16),
     "gemma3": dict(head_dim=32, sliding_window=16),
     "gemma2": dict(head_dim=32, sliding_window=16),
@@ -120,7 +121,7 @@ CI_ARCHS = ("mixtral", "phi3", "phi3-partiallongrope", "qwen2-yarn", "smollm3-ya
 EXTENDED_ARCHS = ("mistral3", "gemma", "olmo3", "ministral3", "exaone4", "seed_oss", "ernie4_5", "arcee", "glm4_moe",
                   "deepseek_v2", "minimax_m2", "glm4_moe_lite", "ernie4_5_moe", "apertus", "olmoe", "flex_olmo",
                   "hunyuan_v1_moe", "granitemoeshared", "glm", "starcoder2", "nemotron", "phi", "falcon", "olmo-clip",
-                  "granitemoehybrid-hmoe")
+                  "granitemoehybrid-hmoe", "nemotron_h")
 
 
 @pytest.mark.parametrize("arch", with_extended(CI_ARCHS, EXTENDED_ARCHS))

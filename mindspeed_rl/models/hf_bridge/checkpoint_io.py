@@ -104,7 +104,7 @@ class SafetensorsReader:
             text = config.get("text_config") or config  # an image-text model's experts are its text model's
             experts = int(text.get("num_local_experts") or text.get("num_experts") or 0)
             for name, file in self.weight_map.items():
-                stacked = stacked_parts(canonical_name(name, self.model_type), self.model_type, experts)
+                stacked = stacked_parts(canonical_name(name, self.model_type, config), self.model_type, experts)
                 for part, expert, what in stacked or ():
                     canonical[part] = file
                     self._stacked[part] = (name, expert, what)
@@ -118,8 +118,8 @@ class SafetensorsReader:
                     continue
                 parts = fused_parts(name, config)
                 if parts is None:
-                    canonical[canonical_name(name, self.model_type)] = file
-                    self._stored[canonical_name(name, self.model_type)] = name
+                    canonical[canonical_name(name, self.model_type, config)] = file
+                    self._stored[canonical_name(name, self.model_type, config)] = name
                 for part, start, rows in parts or ():
                     canonical[part] = file
                     self._parts[part] = (name, start, rows)

@@ -85,6 +85,15 @@ _STORED_AS["granitemoeshared"] = (*_STORED_AS["granitemoe"],
                                   ("mlp.shared_expert.down_proj.weight", "shared_mlp.output_linear.weight"))
 _STORED_AS["granitemoehybrid"] = _STORED_AS["granitemoeshared"]
 _STORED_AS["granitemoehybrid_dense"] = (("mlp.down_proj.weight", "shared_mlp.output_linear.weight"),)
+# Nemotron-H: each layer's one block is its `mixer` (attention's q / k / v / o, the MLP's up / down, Mamba-2's
+# tensors; its in_proj and conv1d grouped: _GROUPED) behind its one `norm`, which is the canonical input_layernorm
+# (Mamba-2 / attention layers) or post_attention_layernorm (MLP layers) by the layer's block (_ONE_NORM)
+_STORED_AS["nemotron_h"] = (*((f"self_attn.{p}_proj.weight", f"mixer.{p}_proj.weight") for p in "qkvo"),
+                            *((f"mlp.{p}_proj.weight", f"mixer.{p}_proj.weight") for p in ("up", "down")),
+                            *((f"mamba.{k}", f"mixer.{k}") for k in ("A_log", "D", "dt_bias", "norm.weight",
+                                                                       "out_proj.weight")),
+                            ("input_layernorm.weight", "norm.weight"), ("post_attention_layernorm.weight", "norm.weight"))
+_ONE_NORM = {"nemotron_h": "norm.weight"}  # model_type -> its layers' one norm (hybrid_pattern.py)
 
 
 # StarCoder2 calls its MLP without a gate c_fc (up) and c_proj (down), with biases
@@ -142,6 +151,11 @@ _PREFIX_AS = {"gpt_neox": (("model.layers.", "gpt_neox.layers."), ("model.embed_
               "falcon": (("model.layers.", "transformer.h."), ("model.embed_tokens.", "transformer.word_embeddings."),
                          ("model.norm.", "transformer.ln_f."))}
 _PREFIX_AS["falcon_2ln"] = _PREFIX_AS["falcon"]
+# Nemotron-H's model is backbone (its embedding embeddings, its final norm norm_f), as its releases and transformers 5
+# save it; read from model.* too (transformers' own module names), written as backbone.*
+_PREFIX_AS["nemotron_h"] = (("model.layers.", "backbone.layers."), ("model.embed_tokens.", "backbone.embeddings."),
+                            ("model.norm.", "backbone.norm_f."), ("model.embed_tokens.", "model.embeddings."),
+                            ("model.norm.", "model.norm_f."))
 
 
 def _prefix(name: str, model_type: str | None, reverse: bool) -> str:
@@ -152,6 +166,7 @@ def _prefix(name: str, model_type: str | None, reverse: bool) -> str:
             return dst + name[len(src):]
     return name
 _TO_CANONICAL = {t: _renames(pairs, reverse=True) for t, pairs in _STORED_AS.items()}
+_TO_CANONICAL["nemotron_h"] = _renames(_STORED_AS["nemotron_h"][:-2], reverse=True)  # its norm: _ONE_NORM
 
 # image-text model_type -> (its text model's model_type, the prefixes its checkpoints put before the
 # text model's names -> the text model's own): transformers 4.x saves Gemma 3 4B+ and Mistral Small 3.1
@@ -210,6 +225,7 @@ _MAMBA = {"mamba.in_proj.weight": ("mamba_in", (("mamba.in_proj_z.weight", (0,))
           **{f"mamba.conv1d.{k}": ("mamba_conv", ((f"mamba.conv1d_x.{k}", (0,)), (f"mamba.conv1d_bc.{k}", (1, 2))))
              for k in ("weight", "bias")}}
 _GROUPED["granitemoehybrid"] = _GROUPED["granitemoehybrid_dense"] = _MAMBA
+_GROUPED["nemotron_h"] = {k.replace("mamba.", "mixer.", 1): v for k, v in _MAMBA.items()}  # its mixer's names
 
 
 def _group_widths(what: str, hf_config: dict) -> tuple[int, list[int]]:
@@ -226,10 +242,14 @@ def _group_widths(what: str, hf_config: dict) -> tuple[int, list[int]]:
         return groups, [heads // groups * d, d, d]
     if what in ("mamba_in", "mamba_conv"):  # one group: the parts one after another
         from mindspeed_rl.models.hf_config import granite_hybrid_args
+        from mindspeed_rl.models.hf_nemotron_h_config import nemotron_h_args, nemotron_h_config
         from mindspeed_rl.models.mamba_layout import MambaShape
 
-        layers = int(hf_config["num_hidden_layers"])
-        shape = MambaShape.from_args(granite_hybrid_args({**hf_config, "layer_types": ["mamba"] * layers}, layers))
+        if hf_config.get("model_type") == "nemotron_h":
+            shape = MambaShape.from_args(nemotron_h_args(nemotron_h_config(hf_config)))
+        else:
+            layers = int(hf_config["num_hidden_layers"])
+            shape = MambaShape.from_args(granite_hybrid_args({**hf_config, "layer_types": ["mamba"] * layers}, layers))
         return 1, shape.stored_in_proj_widths() if what == "mamba_in" else shape.stored_conv_widths()
     groups = int(hf_config["linear_num_key_heads"])
     r = int(hf_config["linear_num_value_heads"]) // groups
@@ -530,8 +550,9 @@ def stored_name(name: str, model_type: str | None) -> str:
     return _prefix(name, model_type, reverse=False)
 
 
-def canonical_name(name: str, model_type: str | None) -> str:
-    """The canonical HF name of a tensor a `model_type` checkpoint stores as `name`."""
+def canonical_name(name: str, model_type: str | None, hf_config: dict | None = None) -> str:
+    """The canonical HF name of a tensor a `model_type` checkpoint stores as `name` (a layer's one norm, _ONE_NORM:
+    by its block, which `hf_config`, config.json, gives)."""
     if model_type in _PREFIXED:  # an image-text checkpoint: its text model's name, in the text model's terms
         model_type, prefixes = _PREFIXED[model_type]
         for prefix, repl in prefixes:
@@ -539,7 +560,17 @@ def canonical_name(name: str, model_type: str | None) -> str:
                 name = repl + name[len(prefix):]
                 break
     name = _prefix(name, model_type, reverse=True)
-    for pattern, repl in _TO_CANONICAL.get(model_type or "", ()):
-        if pattern.search(name):
-            return pattern.sub(repl, name)
+    m = _LAYER.match(name) if model_type in _ONE_NORM else None
+    if m and m.group(2) == _ONE_NORM[model_type]:
+        from mindspeed_rl.models import hybrid_pattern
+        from mindspeed_rl.models.hf_nemotron_h_config import pattern
+
+        if hf_config is None:
+            raise ValueError(f"{name}: which norm it is depends on the layer's block; reading it needs config.json")
+        layer = int(m.group(1).split(".")[2])
+        kept = hybrid_pattern.has_attention_slot(pattern(hf_config), layer)
+        return m.group(1) + ("input_layernorm.weight" if kept else "post_attention_layernorm.weight")
+    for pattern_, repl in _TO_CANONICAL.get(model_type or "", ()):
+        if pattern_.search(name):
+            return pattern_.sub(repl, name)
     return name

@@ -27,6 +27,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
+from mindspeed_rl.models import hybrid_pattern
 from mindspeed_rl.models.hf_bridge.mapping import Dims, hf_names, to_hf
 from mindspeed_rl.utils.errors import UserInputError
 
@@ -134,6 +135,7 @@ def stage_param_names(args: Mapping[str, Any], pp_size: int, pp_rank: int, vpp_s
     linear = list(args.get("linear_attention_layers") or ())
     mamba = list(args.get("mamba_layers") or ())
     moe = moe_layers(args)
+    pattern = hybrid_pattern.pattern_of(args)
     names = ["embedding.word_embeddings.weight"] if first else []
     if vpp_size > 1:
         from mindspeed_rl.models.chunks import virtual_layer_ranges
@@ -146,6 +148,8 @@ def stage_param_names(args: Mapping[str, Any], pp_size: int, pp_rank: int, vpp_s
             layer = with_mixer(layer, mamba_mixer)
         elif i < len(linear) and linear[i]:
             layer = with_mixer(layer)
+        if pattern:  # Nemotron-H: the half of the layer its one block leaves out has none (models/hybrid_pattern.py)
+            layer = [n for n in layer if hybrid_pattern.layer_param_kept(pattern, i, n)]
         names += [f"decoder.layers.{i}.{n}" for n in layer]
     if last:
         names += [f"decoder.final_layernorm.{n}" for n in norms]

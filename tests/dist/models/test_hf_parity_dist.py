@@ -33,7 +33,7 @@ pytestmark = pytest.mark.dist
 ARCHS = ("llama", "qwen2", "qwen3", "smollm3-yarn", "mistral-window", "phi3-partiallongrope", "granite", "gemma3_text",
          "gemma2", "olmo3", "qwen3_5_text", "qwen3_next", "hunyuan_v1_dense", "granitemoehybrid", "stablelm",
          "starcoder2-window", "cohere2", "phi", "gpt_neox", "falcon-40b", "olmo-clip", "granitemoehybrid-h",
-         "granitemoehybrid-hmoe")
+         "granitemoehybrid-hmoe", "nemotron_h")
 PARALLEL = ((2, 1), (1, 2))  # TP 1 / PP 1: tests/unit/models/test_forward_logprobs.py
 VOCAB, PADDED, SEQ, TEMP = 120, 128, 32, 0.7
 

@@ -124,6 +124,17 @@ CASES = [
      ["tensor_model_parallel_size 4 does not divide mamba_num_heads 6"]),
     ("mamba-and-delta-net", ["training.mamba_layers=[1,0]", "training.linear_attention_layers=[0,1]"],
      ["mamba_layers and linear_attention_layers are both set"]),
+    # one block per layer (Nemotron-H: hybrid_override_pattern)
+    ("pattern-symbol", ["training.hybrid_override_pattern=MX"],
+     ["hybrid_override_pattern has 'X'; each character must be one of M (Mamba-2), * (attention), - (MLP), E (MoE)."]),
+    ("pattern-length", ["training.hybrid_override_pattern=M-*"],
+     ["hybrid_override_pattern has 3 characters but num_layers is 2; give one per layer."]),
+    ("pattern-moe", ["training.hybrid_override_pattern=E-"], ["hybrid_override_pattern 'E-' has MoE layers (E) but "
+                                                              "num_experts is not set"]),
+    ("pattern-vs-mamba-layers", ["training.hybrid_override_pattern=M*", "training.mamba_layers=[0,1]"],
+     ["hybrid_override_pattern 'M*' puts Mamba-2 in other layers than mamba_layers [0, 1]; drop mamba_layers"]),
+    ("pattern-post-norm", ["training.hybrid_override_pattern=*-", f"{A}.post_norm=true"],
+     ["its layers have one norm before their one block"]),
     ("delta-net-sizes", ["training.linear_attention_layers=[1,0]"],
      ["linear_attention_layers marks Gated DeltaNet layers but linear_num_key_heads"]),
     # the user's own data with the tiny default and no tokenizer

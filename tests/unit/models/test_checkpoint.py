@@ -208,7 +208,8 @@ def test_load_weights_takes_either_format(gloo_world1, tmp_path):
         assert torch.equal(a, b), name
 
 
-@pytest.mark.parametrize("arch", ["qwen2", "qwen3", "gemma3_text", "olmo2", "qwen3_5_text", "granitemoehybrid-h"])
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3", "gemma3_text", "olmo2", "qwen3_5_text", "granitemoehybrid-h",
+                                  "nemotron_h"])
 def test_stage_param_names_match_the_model(gloo_world1, tmp_path, arch):
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.checkpoint import chunk_state_dict
@@ -236,6 +237,8 @@ def load_exported(out):
             tensors.update(load_file(os.path.join(out, name)))
     if model.config.model_type == "gpt_neox":  # transformers 5 names embed_out lm_head, renaming it when it loads
         tensors = {("lm_head." + k[len("embed_out."):] if k.startswith("embed_out.") else k): v for k, v in tensors.items()}
+    if model.config.model_type == "nemotron_h":  # saved as its releases are (backbone.*), renamed as it loads
+        tensors = {("model." + k[len("backbone."):] if k.startswith("backbone.") else k): v for k, v in tensors.items()}
     missing, unexpected = model.load_state_dict(tensors, strict=False)
     assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)  # tied: lm_head is the embedding
     return model
@@ -249,7 +252,7 @@ def load_exported(out):
                                              ("gpt_neox", True), ("gpt_neox-seq", True), ("falcon", True),
                                              ("falcon-40b", True), ("falcon-11b", True), ("falcon-seq", False),
                                              ("olmo-clip", True), ("granitemoehybrid-h", True),
-                                             ("granitemoehybrid-hmoe", True)])
+                                             ("granitemoehybrid-hmoe", True), ("nemotron_h", True)])
 def test_live_export_loads_in_transformers(gloo_world1, tmp_path, arch, synthesize):
     """synthesize: config.json written from the Megatron args (a yaml-built model or a Megatron
     checkpoint): Gemma 3 / 2 in their own config.json, partial rotary as Phi-3's, and the tensors

@@ -59,7 +59,7 @@ def _batches():
                                   "qwen3_5_moe_text", "qwen3_5_moe", "qwen3_next", "qwen3_next-mlponly",
                                   "qwen3_moe-mlponly", "olmoe", "flex_olmo", "hunyuan_v1_dense",
                                   "hunyuan_v1_moe", "granitemoe", "granitemoeshared", "granitemoehybrid",
-                                  "granitemoehybrid-moe", "granitemoehybrid-h", "granitemoehybrid-hmoe", "glm",
+                                  "granitemoehybrid-moe", "granitemoehybrid-h", "granitemoehybrid-hmoe", "nemotron_h", "glm",
                                   "helium", "stablelm",
                                   "starcoder2", "starcoder2-window", "nemotron", "nemotron-bias", "cohere", "cohere2", "phi",
                                   "gpt_neox", "gpt_neox-seq", "falcon", "falcon-40b", "falcon-11b", "falcon-seq",
@@ -141,9 +141,13 @@ def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
         assert model.config.softmax_scale == pytest.approx((0.1 * math.log(4) + 1) ** 2 / 16 ** 0.5)
     if arch.endswith("-mlponly"):  # the second layer a dense MLP, as transformers built it
         assert args["moe_layer_freq"] == [1, 0] and not hasattr(hf.model.layers[1].mlp, "experts")
-    if arch.startswith("nemotron"):  # LayerNorm1P everywhere, the final norm included
+    if arch.startswith("nemotron") and not arch.startswith("nemotron_h"):  # LayerNorm1P everywhere, final norm too
         assert {type(m).__name__ for m in (model.decoder.final_layernorm, model.decoder.layers[1].pre_mlp_layernorm)} == \
             {"OffsetLayerNorm"}
+    if arch == "nemotron_h":  # one block per layer: Mamba-2, MLP, attention, MLP; the other half IdentityOp
+        kinds = [(type(layer.self_attention).__name__, type(layer.mlp).__name__) for layer in model.decoder.layers]
+        assert kinds == [("Mamba2Mixer", "IdentityOp"), ("IdentityOp", "MLP"), ("SelfAttention", "IdentityOp"),
+                         ("IdentityOp", "MLP")]
     if arch == "arcee":  # no gate: fc1 as wide as the MLP
         assert model.decoder.layers[0].mlp.linear_fc1.weight.shape[0] == args["ffn_hidden_size"]
     if arch == "olmo3":  # the attention factor on the full layer's rotation; the sliding one's config at 1

@@ -1165,6 +1165,58 @@ def _granite_4_h(**overrides):
         "logits_scaling": 6.0, "tie_word_embeddings": True, **overrides}).to_dict()
 
 
+# NVIDIA-Nemotron-Nano-9B-v2's config.json as published (remote-code era: hybrid_override_pattern, no layers_block_type;
+# JSON's Infinity read by json.load as float("inf")); its 56 layers: 27 Mamba-2, 4 attention, 25 MLP
+NEMOTRON_NANO_9B_V2 = {
+    "architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h", "attention_bias": False, "bos_token_id": 1,
+    "chunk_size": 128, "conv_kernel": 4, "eos_token_id": 12, "head_dim": 128, "hidden_size": 4480,
+    "hybrid_override_pattern": "M-M-M-MM-M-M-M*-M-M-M*-M-M-M-M*-M-M-M-M*-M-MM-M-M-M-M-M-", "intermediate_size": 15680,
+    "layer_norm_epsilon": 1e-05, "mamba_head_dim": 80, "mamba_hidden_act": "silu", "mamba_num_heads": 128,
+    "mamba_proj_bias": False, "max_position_embeddings": 131072, "mlp_bias": False, "mlp_hidden_act": "relu2",
+    "n_groups": 8, "num_attention_heads": 40, "num_hidden_layers": 56, "num_key_value_heads": 8, "pad_token_id": 0,
+    "residual_in_fp32": False, "rescale_prenorm_residual": True, "sliding_window": None, "ssm_state_size": 128,
+    "tie_word_embeddings": False, "time_step_limit": [0.0, float("inf")], "time_step_min": 0.001, "time_step_max": 0.1,
+    "use_bias": False, "use_conv_bias": True, "vocab_size": 131072}
+
+
+def test_nemotron_h_config_json_round_trip():
+    """Nemotron-H: one block per layer from hybrid_override_pattern (the releases) or layers_block_type (transformers 5
+    writes it), the Mamba-2 sizes under its own keys, the MLP without a gate (squared ReLU), attention without RoPE;
+    exported from megatron's args alone as nemotron_h and read back the same, transformers taking it; what the
+    releases do not have refused in one sentence."""
+    from transformers import NemotronHConfig
+
+    from mindspeed_rl.models.hf_export_config import hf_config_from_args
+
+    args = model_config_from_hf(NEMOTRON_NANO_9B_V2)
+    pattern = NEMOTRON_NANO_9B_V2["hybrid_override_pattern"]
+    assert args["hybrid_override_pattern"] == pattern and args["num_layers"] == 56
+    assert args["mamba_layers"] == [int(c == "M") for c in pattern] and args["no_rope_freq"] == [1] * 56
+    assert (args["mamba_num_heads"], args["mamba_head_dim"], args["mamba_num_groups"], args["mamba_state_dim"],
+            args["mamba_conv_kernel"], args["mamba_chunk_size"], args["kv_channels"], args["num_query_groups"],
+            args["ffn_hidden_size"], args["squared_relu"], args["swiglu"], args["norm_epsilon"]) == (
+                128, 80, 8, 128, 4, 128, 128, 8, 15680, True, False, 1e-5)
+    written = hf_config_from_args(args, vocab_size=131072)
+    assert (written["model_type"], written["architectures"], written["layers_block_type"][:3]) == (
+        "nemotron_h", ["NemotronHForCausalLM"], ["linear_attention", "mlp", "linear_attention"])
+    assert model_config_from_hf(written) == args
+    config = NemotronHConfig(**written)  # transformers takes it, with the same layers
+    assert config.hybrid_override_pattern == pattern and config.mamba_num_heads * config.mamba_head_dim == 10240
+    as_saved = {k: v for k, v in config.to_dict().items() if k != "hybrid_override_pattern"}  # transformers 5's
+    assert model_config_from_hf(as_saved) == args
+    for key, value, match in (("use_bias", True, "use_bias=true"), ("mlp_bias", True, "mlp_bias=true"),
+                              ("time_step_limit", [0.001, 0.1], "time_step_limit \\[0.001, 0.1\\] is not supported"),
+                              ("hybrid_override_pattern", "M-X", "hybrid_override_pattern has 'X'"),
+                              ("hybrid_override_pattern", "M-E", "mixture-of-experts layers"),
+                              ("mamba_hidden_act", "gelu", "mamba_hidden_act 'gelu'")):
+        with pytest.raises(ValueError, match=match):
+            model_config_from_hf(dict(NEMOTRON_NANO_9B_V2, **{key: value}))
+    with pytest.raises(ValueError, match="relu\\(up\\)\\^2 without a gate"):
+        hf_config_from_args(dict(args, squared_relu=False, swiglu=True), vocab_size=131072)
+    with pytest.raises(ValueError, match="without RoPE"):
+        hf_config_from_args(dict(args, no_rope_freq=[0] * 56), vocab_size=131072)
+
+
 def test_granite_4_h_config_json_round_trip():
     """Granite 4.0-H: the Mamba-2 layers and sizes read from config.json (layer_types as transformers 5 writes them,
     linear_attention / full_attention; the time-step limit's infinity as {"__float__": "Infinity"}), attention

@@ -1,0 +1,128 @@
+"""Nemotron-H's config.json (model_type nemotron_h) as Megatron-named args, without megatron.
+
+Nemotron-H (Nemotron-H 8B / 47B / 56B, NVIDIA-Nemotron-Nano-9B-v2 / 12B-v2) stacks layers that each
+hold one block behind its own RMSNorm and residual (models/hybrid_pattern.py): Mamba-2 (M; 8 groups of
+B / C), attention without RoPE (*), or an MLP without a gate, down(relu(up(x))^2) (-). Their order is
+config.json's hybrid_override_pattern (the releases) or layers_block_type (transformers 5 writes it).
+The mixture-of-experts layers (E: Nemotron 3 Nano) are refused with a sentence: their non-gated
+experts are not mapped yet.
+
+Mamba-2's step dt = softplus(dt_raw + dt_bias) is used within config.json's time_step_limit, (0, inf)
+in every release: unclamped, as vLLM's mixer and the releases' own code run it. transformers 5's port
+clamps it from below at time_step_min (0.001) in its chunked scan whatever time_step_limit says; where
+softplus falls under that, the two differ.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from mindspeed_rl.models import hybrid_pattern
+
+# transformers' NemotronHConfig defaults for the keys a config.json may leave out
+DEFAULTS = {"mlp_hidden_act": "relu2", "mamba_hidden_act": "silu", "layer_norm_epsilon": 1e-5, "head_dim": 128,
+            "n_groups": 8, "conv_kernel": 4, "chunk_size": 128, "use_conv_bias": True, "ssm_state_size": 128,
+            "mamba_num_heads": 128, "mamba_head_dim": 64, "tie_word_embeddings": False, "num_key_value_heads": 8,
+            "max_position_embeddings": 4096}
+# the legacy spellings transformers' NemotronHConfig still reads
+ALIASES = {"mamba_n_groups": "n_groups", "mamba_d_conv": "conv_kernel", "mamba_conv_bias": "use_conv_bias",
+           "mamba_chunk_size": "chunk_size", "mamba_dt_limit": "time_step_limit"}
+
+
+def pattern(hf: Mapping[str, Any]) -> str:
+    """The layers' blocks as a hybrid_override_pattern string, from either spelling of config.json."""
+    types = hf.get("layers_block_type") or hf.get("layer_types")
+    if types:
+        try:
+            return hybrid_pattern.from_block_types(types)
+        except ValueError as err:
+            raise ValueError(f"config.json layers_block_type: {err}.") from None
+    text = hf.get("hybrid_override_pattern")
+    why = hybrid_pattern.problem(text)
+    if why:
+        raise ValueError(f"config.json hybrid_override_pattern {why} (or give layers_block_type).")
+    return text
+
+
+def nemotron_h_config(hf: Mapping[str, Any]) -> dict[str, Any]:
+    """config.json with the keys the common reading (models/hf_config.py) takes: the layer count from the pattern,
+    the MLP's activation as hidden_act, the norm epsilon as rms_norm_eps. Refuses what the releases do not have."""
+    hf = {ALIASES.get(k, k): v for k, v in hf.items()}
+    hf = {**hf, **{k: v for k, v in DEFAULTS.items() if hf.get(k) is None}}
+    blocks = pattern(hf)
+    if "E" in blocks:
+        raise ValueError("config.json of this nemotron_h model has mixture-of-experts layers (E / moe: Nemotron 3 "
+                         "Nano); their non-gated experts are not supported yet. Nemotron-H and Nemotron-Nano-v2 "
+                         "(M / * / - layers) are.")
+    for key, what in (("use_bias", "biases on the Mamba-2 in_proj / out_proj"), ("mamba_proj_bias", "biases on the "
+                      "Mamba-2 in_proj / out_proj"), ("attention_bias", "biases on q / k / v / o"),
+                      ("mlp_bias", "biases on up_proj / down_proj")):
+        if hf.get(key):
+            raise ValueError(f"config.json {key}=true ({what}) is not supported; Nemotron-H's releases have none.")
+    if hf.get("mamba_hidden_act") != "silu":
+        raise ValueError(f"config.json mamba_hidden_act {hf.get('mamba_hidden_act')!r} is not supported; Mamba-2 uses "
+                         f"silu.")
+    if hf.get("sliding_window") is not None:
+        raise ValueError(f"config.json sliding_window {hf['sliding_window']} is not supported for nemotron_h; its "
+                         f"releases have none.")
+    return {**hf, "num_hidden_layers": len(blocks), "hidden_act": hf["mlp_hidden_act"],
+            "rms_norm_eps": float(hf["layer_norm_epsilon"]), "hybrid_override_pattern": blocks}
+
+
+def nemotron_h_args(hf: Mapping[str, Any]) -> dict[str, Any]:
+    """The Megatron-named args beyond the common ones, from nemotron_h_config's output: the one-block layers, their
+    Mamba-2 sizes, the MLP without a gate (squared ReLU) and attention without RoPE (no_rope_freq on every layer)."""
+    from mindspeed_rl.models.hf_config import mamba_step_limit
+
+    mamba_step_limit(hf)
+    blocks = hf["hybrid_override_pattern"]
+    heads, head_dim = int(hf["mamba_num_heads"]), int(hf["mamba_head_dim"])
+    return {"hybrid_override_pattern": blocks, "mamba_layers": hybrid_pattern.mamba_marks(blocks),
+            "mamba_num_heads": heads, "mamba_head_dim": head_dim, "mamba_num_groups": int(hf["n_groups"]),
+            "mamba_state_dim": int(hf["ssm_state_size"]), "mamba_conv_kernel": int(hf["conv_kernel"]),
+            "mamba_chunk_size": int(hf["chunk_size"]), "mamba_conv_bias": hf["use_conv_bias"] is not False,
+            "swiglu": False, "squared_relu": True, "no_rope_freq": [1] * len(blocks)}
+
+
+def nemotron_h_export_config(args: Mapping[str, Any], vocab_size: int, dtype) -> dict[str, Any]:
+    """Nemotron-H's config.json (nemotron_h, NemotronHForCausalLM) for a model with hybrid_override_pattern, read back
+    the same by nemotron_h_config / nemotron_h_args: its attention and MLP those of a Llama / Arcee config.json (what
+    else the args say is refused there), without RoPE, the MLP relu(up)^2 without a gate."""
+    from mindspeed_rl.models.hf_config import no_rope_pattern
+    from mindspeed_rl.models.hf_export_config import _config_from_args
+    from mindspeed_rl.models.mamba_layout import MambaShape
+
+    blocks = args["hybrid_override_pattern"]
+    layers = len(blocks)
+    if "E" in blocks:
+        raise ValueError("a hybrid_override_pattern with MoE layers (E) has no config.json form yet: Nemotron-H's "
+                         "non-gated experts are not mapped.")
+    if "-" in blocks and not args.get("squared_relu"):
+        raise ValueError("a hybrid_override_pattern model's MLP layers (-) have a config.json form only as Nemotron-H's "
+                         "relu(up)^2 without a gate; set squared_relu: true and swiglu: false.")
+    if "*" in blocks and (no_rope_pattern(args.get("no_rope_freq"), layers) or [0]) != [1] * layers:
+        raise ValueError("a hybrid_override_pattern model's attention layers (*) have a config.json form only as "
+                         "Nemotron-H's, without RoPE; set no_rope_freq to 1 for every layer.")
+    rest = {k: v for k, v in args.items() if not k.startswith("mamba_")
+            and k not in ("hybrid_override_pattern", "no_rope_freq", "squared_relu", "swiglu")}
+    base = _config_from_args({**rest, "swiglu": True}, vocab_size, dtype)
+    if base["model_type"] != "llama":
+        raise ValueError(f"a hybrid_override_pattern model has a config.json form only as Nemotron-H (Llama's attention "
+                         f"without RoPE, biases or q / k norms); this one's layers are a {base['model_type']}'s.")
+    keep = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size",
+            "max_position_embeddings", "tie_word_embeddings", "torch_dtype", "bos_token_id", "eos_token_id",
+            "pad_token_id")
+    config = {k: base[k] for k in keep if k in base}
+    config.update(architectures=["NemotronHForCausalLM"], model_type="nemotron_h", layers_block_type=to_block_types(blocks),
+                  hybrid_override_pattern=blocks, num_hidden_layers=layers, layer_norm_epsilon=base["rms_norm_eps"],
+                  mlp_hidden_act="relu2", mamba_hidden_act="silu", attention_bias=False, mlp_bias=False,
+                  use_bias=False, time_step_limit=[0.0, float("inf")])
+    if "M" in blocks:
+        shape = MambaShape.from_args(args)
+        config.update(mamba_num_heads=shape.heads, mamba_head_dim=shape.head_dim, n_groups=shape.groups,
+                      ssm_state_size=shape.state, conv_kernel=shape.conv_kernel, chunk_size=shape.chunk,
+                      use_conv_bias=shape.conv_bias)
+    return config
+
+
+def to_block_types(blocks: str) -> list[str]:
+    return hybrid_pattern.to_block_types(blocks)
