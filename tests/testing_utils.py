@@ -174,6 +174,11 @@ HF_VARIANTS = {
     "granitemoehybrid-hmoe": {"layer_types": ["mamba", "attention"], "position_embedding_type": "nope",
                               "mamba_n_heads": 4, "mamba_d_head": 32, "mamba_n_groups": 2, "mamba_d_state": 16,
                               "mamba_chunk_size": 16, "num_local_experts": 4, "num_experts_per_tok": 2},
+    # Nemotron 3 Nano's layout: the second layer an MoE one (4 experts of 32 without a gate, top-2 by sigmoid score +
+    # expert bias within the best of 2 groups, renormalised, x 1.5; a shared expert 48 wide)
+    "nemotron_h-moe": {"layers_block_type": ["linear_attention", "moe", "full_attention", "mlp"], "n_routed_experts": 4,
+                       "num_experts_per_tok": 2, "moe_intermediate_size": 32, "moe_shared_expert_intermediate_size": 48,
+                       "routed_scaling_factor": 1.5, "n_group": 2, "topk_group": 1},
     "mistral-window": {"sliding_window": 12},  # Mistral 7B v0.1's every-layer window, scaled down
     "phi3-window": {"sliding_window": 12},  # Phi-3-mini-4k's
     "starcoder2-window": {"sliding_window": 12},  # StarCoder2's 4096 of 16384, scaled down
@@ -262,7 +267,8 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
     of the layer input beside attention, biases everywhere, RoPE on a quarter of each head, exact GELU; the HF_VARIANTS
     gpt_neox-seq: megatron's usual layer, gelu_fast); falcon: Falcon-7B (multi-query, one norm beside attention and MLP,
     no biases, tied; HF_VARIANTS falcon-40b, falcon-11b, falcon-seq); olmo: OLMo 1 (LayerNorms without weights; olmo-clip:
-    q / k / v clamped). `overrides` change TINY_HF
+    q / k / v clamped); nemotron_h: Nemotron-H (four layers of one block each: Mamba-2, MLP, attention, MLP; the
+    HF_VARIANTS nemotron_h-moe: its second layer MoE). `overrides` change TINY_HF
     (num_hidden_layers=4). `config_only`: return the config.json it would save (as a dict), building nothing."""
     import transformers as tf
 
@@ -801,9 +807,12 @@ def per_expert(tensors, model_type=None):
             for e, w in enumerate(t):
                 out[f"{name[:-len('gate_up_proj')]}{e}.gate_proj.weight"], \
                     out[f"{name[:-len('gate_up_proj')]}{e}.up_proj.weight"] = w.chunk(2, dim=0)
-        elif name.endswith("mlp.experts.down_proj"):
+        elif name.endswith(("mlp.experts.down_proj", "mixer.experts.down_proj", "mixer.experts.up_proj")):
+            # (Nemotron-H's experts, without a gate: up_proj (E, f, h), under its mixer)
+            proj = name.rsplit(".", 1)[1]
+            prefix = name[:-len(proj)].replace(".mixer.experts.", ".mlp.experts.")
             for e, w in enumerate(t):
-                out[f"{name[:-len('down_proj')]}{e}.down_proj.weight"] = w
+                out[f"{prefix}{e}.{proj}.weight"] = w
         else:
             out[name] = t
     return out

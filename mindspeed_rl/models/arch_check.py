@@ -373,16 +373,18 @@ def _mlp_shapes(args: Mapping[str, Any], p: str, h: int, ffn: int, moe: int) -> 
     s = int(args.get("moe_shared_expert_intermediate_size") or 0)
     if s:
         why = f"moe_shared_expert_intermediate_size {s}, hidden_size {h}"
-        out.update({p + "mlp.shared_expert.gate_proj.weight": ((s, h), why),
-                    p + "mlp.shared_expert.up_proj.weight": ((s, h), why),
+        out.update({p + "mlp.shared_expert.up_proj.weight": ((s, h), why),
                     p + "mlp.shared_expert.down_proj.weight": ((h, s), f"hidden_size {h}, moe_shared_expert_intermediate_size {s}")})
+        if gated_mlp(args):  # Nemotron-H's shared expert has no gate
+            out[p + "mlp.shared_expert.gate_proj.weight"] = ((s, h), why)
         if args.get("shared_expert_gate"):
             out[p + "mlp.shared_expert_gate.weight"] = ((1, h), f"shared_expert_gate, hidden_size {h}")
     for e in range(experts):
         q = f"{p}mlp.experts.{e}."
-        out.update({q + "gate_proj.weight": ((f, h), f"moe_ffn_hidden_size {f}, hidden_size {h}"),
-                    q + "up_proj.weight": ((f, h), f"moe_ffn_hidden_size {f}, hidden_size {h}"),
+        out.update({q + "up_proj.weight": ((f, h), f"moe_ffn_hidden_size {f}, hidden_size {h}"),
                     q + "down_proj.weight": ((h, f), f"hidden_size {h}, moe_ffn_hidden_size {f}")})
+        if gated_mlp(args):  # nor its experts
+            out[q + "gate_proj.weight"] = ((f, h), f"moe_ffn_hidden_size {f}, hidden_size {h}")
     return out
 
 

@@ -139,7 +139,7 @@ def _save_experts(reader: TensorReader, args: dict[str, Any], dims: Dims, tmp: s
         for etp_rank in range(etp) if names else ():
             tensors = {}
             for name in names:
-                t = read_shard(reader, *hf_names(name, None, False), dims, etp, etp_rank)
+                t = read_shard(reader, *hf_names(name, None, False, gated_mlp(args)), dims, etp, etp_rank)
                 tensors[name] = (t.to(dtype) if dtype else t).contiguous()
             where = os.path.join(tmp, expert_rank_dir(etp_rank, pp_rank, ep_rank))
             os.makedirs(where)

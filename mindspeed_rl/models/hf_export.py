@@ -195,7 +195,7 @@ def export_hf(model: torch.nn.Module, args: Mapping[str, Any], out_dir: str, voc
         held = experts if kind in EXPERT_KINDS else out
         if (expert_writer if kind in EXPERT_KINDS else writer):
             held.update({k: v.to(dtype or v.dtype) for k, v in mcore_to_hf(name, full, args, vocab_size).items()})
-    if ps.get_expert_model_parallel_world_size() > 1 and any(kind_of(n, tied) in EXPERT_KINDS for n in chunk_state_dict(model)):
+    if ps.get_expert_model_parallel_world_size() > 1 and any(kind_of(n, tied, gated_mlp(args)) in EXPERT_KINDS for n in chunk_state_dict(model)):
         # the stage writer holds EP rank 0's experts only: collect the other EP ranks' (CPU copies)
         parts_ep = [None] * ps.get_expert_model_parallel_world_size()
         torch.distributed.all_gather_object(parts_ep, {k: v.cpu() for k, v in experts.items()},

@@ -4,8 +4,9 @@ Nemotron-H (Nemotron-H 8B / 47B / 56B, NVIDIA-Nemotron-Nano-9B-v2 / 12B-v2) stac
 hold one block behind its own RMSNorm and residual (models/hybrid_pattern.py): Mamba-2 (M; 8 groups of
 B / C), attention without RoPE (*), or an MLP without a gate, down(relu(up(x))^2) (-). Their order is
 config.json's hybrid_override_pattern (the releases) or layers_block_type (transformers 5 writes it).
-The mixture-of-experts layers (E: Nemotron 3 Nano) are refused with a sentence: their non-gated
-experts are not mapped yet.
+The mixture-of-experts layers (E: NVIDIA-Nemotron-3-Nano-30B-A3B) route as DeepSeek-V3 (sigmoid
+scores, the expert bias choosing, groups, the top-k renormalised and scaled) over experts without
+a gate, relu(up)^2, beside one shared expert of the same kind; each expert stored on its own.
 
 Mamba-2's step dt = softplus(dt_raw + dt_bias) is used within config.json's time_step_limit, (0, inf)
 in every release: unclamped, as vLLM's mixer and the releases' own code run it. transformers 5's port
@@ -49,10 +50,13 @@ def nemotron_h_config(hf: Mapping[str, Any]) -> dict[str, Any]:
     hf = {ALIASES.get(k, k): v for k, v in hf.items()}
     hf = {**hf, **{k: v for k, v in DEFAULTS.items() if hf.get(k) is None}}
     blocks = pattern(hf)
-    if "E" in blocks:
-        raise ValueError("config.json of this nemotron_h model has mixture-of-experts layers (E / moe: Nemotron 3 "
-                         "Nano); their non-gated experts are not supported yet. Nemotron-H and Nemotron-Nano-v2 "
-                         "(M / * / - layers) are.")
+    if "E" in blocks and hf.get("moe_latent_size") is not None:
+        raise ValueError(f"config.json moe_latent_size {hf['moe_latent_size']} (experts behind latent projections) is "
+                         f"not supported; set it null.")
+    if "E" in blocks and int(hf.get("n_shared_experts", 1) or 0) != 1:
+        raise ValueError(f"config.json n_shared_experts {hf.get('n_shared_experts')} is not supported: transformers "
+                         f"builds one shared expert moe_shared_expert_intermediate_size wide and vLLM n_shared_experts of "
+                         f"them; the releases have 1.")
     for key, what in (("use_bias", "biases on the Mamba-2 in_proj / out_proj"), ("mamba_proj_bias", "biases on the "
                       "Mamba-2 in_proj / out_proj"), ("attention_bias", "biases on q / k / v / o"),
                       ("mlp_bias", "biases on up_proj / down_proj")):
@@ -72,11 +76,17 @@ def nemotron_h_args(hf: Mapping[str, Any]) -> dict[str, Any]:
     """The Megatron-named args beyond the common ones, from nemotron_h_config's output: the one-block layers, their
     Mamba-2 sizes, the MLP without a gate (squared ReLU) and attention without RoPE (no_rope_freq on every layer)."""
     from mindspeed_rl.models.hf_config import mamba_step_limit
+    from mindspeed_rl.models.hf_moe_config import glm4_moe_args
 
     mamba_step_limit(hf)
     blocks = hf["hybrid_override_pattern"]
     heads, head_dim = int(hf["mamba_num_heads"]), int(hf["mamba_head_dim"])
-    return {"hybrid_override_pattern": blocks, "mamba_layers": hybrid_pattern.mamba_marks(blocks),
+    moe: dict[str, Any] = {}
+    if "E" in blocks:  # DeepSeek-V3's routing (sigmoid + expert bias, groups, routed scale); one shared expert
+        moe = glm4_moe_args({**hf, "first_k_dense_replace": 0, "n_shared_experts": 0})
+        moe.update(moe_layer_freq=hybrid_pattern.moe_marks(blocks),
+                   moe_shared_expert_intermediate_size=int(hf["moe_shared_expert_intermediate_size"]))
+    return {**moe, "hybrid_override_pattern": blocks, "mamba_layers": hybrid_pattern.mamba_marks(blocks),
             "mamba_num_heads": heads, "mamba_head_dim": head_dim, "mamba_num_groups": int(hf["n_groups"]),
             "mamba_state_dim": int(hf["ssm_state_size"]), "mamba_conv_kernel": int(hf["conv_kernel"]),
             "mamba_chunk_size": int(hf["chunk_size"]), "mamba_conv_bias": hf["use_conv_bias"] is not False,
@@ -93,17 +103,14 @@ def nemotron_h_export_config(args: Mapping[str, Any], vocab_size: int, dtype) ->
 
     blocks = args["hybrid_override_pattern"]
     layers = len(blocks)
-    if "E" in blocks:
-        raise ValueError("a hybrid_override_pattern with MoE layers (E) has no config.json form yet: Nemotron-H's "
-                         "non-gated experts are not mapped.")
-    if "-" in blocks and not args.get("squared_relu"):
-        raise ValueError("a hybrid_override_pattern model's MLP layers (-) have a config.json form only as Nemotron-H's "
-                         "relu(up)^2 without a gate; set squared_relu: true and swiglu: false.")
+    if ("-" in blocks or "E" in blocks) and not args.get("squared_relu"):
+        raise ValueError("a hybrid_override_pattern model's MLP and MoE layers (- / E) have a config.json form only as "
+                         "Nemotron-H's relu(up)^2 without a gate; set squared_relu: true and swiglu: false.")
     if "*" in blocks and (no_rope_pattern(args.get("no_rope_freq"), layers) or [0]) != [1] * layers:
         raise ValueError("a hybrid_override_pattern model's attention layers (*) have a config.json form only as "
                          "Nemotron-H's, without RoPE; set no_rope_freq to 1 for every layer.")
-    rest = {k: v for k, v in args.items() if not k.startswith("mamba_")
-            and k not in ("hybrid_override_pattern", "no_rope_freq", "squared_relu", "swiglu")}
+    rest = {k: v for k, v in args.items() if not k.startswith(("mamba_", "moe_")) and k not in (
+        "hybrid_override_pattern", "no_rope_freq", "squared_relu", "swiglu", "num_experts", "norm_topk_prob")}
     base = _config_from_args({**rest, "swiglu": True}, vocab_size, dtype)
     if base["model_type"] != "llama":
         raise ValueError(f"a hybrid_override_pattern model has a config.json form only as Nemotron-H (Llama's attention "
@@ -116,6 +123,8 @@ def nemotron_h_export_config(args: Mapping[str, Any], vocab_size: int, dtype) ->
                   hybrid_override_pattern=blocks, num_hidden_layers=layers, layer_norm_epsilon=base["rms_norm_eps"],
                   mlp_hidden_act="relu2", mamba_hidden_act="silu", attention_bias=False, mlp_bias=False,
                   use_bias=False, time_step_limit=[0.0, float("inf")])
+    if "E" in blocks:
+        config.update(nemotron_h_moe_config(args))
     if "M" in blocks:
         shape = MambaShape.from_args(args)
         config.update(mamba_num_heads=shape.heads, mamba_head_dim=shape.head_dim, n_groups=shape.groups,
@@ -126,3 +135,24 @@ def nemotron_h_export_config(args: Mapping[str, Any], vocab_size: int, dtype) ->
 
 def to_block_types(blocks: str) -> list[str]:
     return hybrid_pattern.to_block_types(blocks)
+
+
+def nemotron_h_moe_config(args: Mapping[str, Any]) -> dict[str, Any]:
+    """config.json's MoE keys of a Nemotron-H model from megatron's args: DeepSeek-V3's routing only (sigmoid scores,
+    the expert bias, the top-k renormalised), one shared expert; anything else refused in one sentence."""
+    routing = (args.get("moe_router_score_function"), bool(args.get("moe_router_enable_expert_bias")),
+               args.get("norm_topk_prob", not args.get("moe_router_pre_softmax", False)) is not False)
+    if routing != ("sigmoid", True, True):
+        raise ValueError("a hybrid_override_pattern model's MoE layers (E) have a config.json form only as Nemotron-H's "
+                         "routing: moe_router_score_function sigmoid, moe_router_enable_expert_bias true and the top-k "
+                         "renormalised (norm_topk_prob true).")
+    shared = int(args.get("moe_shared_expert_intermediate_size") or 0)
+    if not shared or args.get("shared_expert_gate"):
+        raise ValueError("a hybrid_override_pattern model's MoE layers (E) have a config.json form only as Nemotron-H's, "
+                         "with one shared expert without a gate (moe_shared_expert_intermediate_size).")
+    return {"n_routed_experts": int(args["num_experts"]), "num_experts_per_tok": int(args["moe_router_topk"]),
+            "moe_intermediate_size": int(args.get("moe_ffn_hidden_size") or args["ffn_hidden_size"]),
+            "moe_shared_expert_intermediate_size": shared, "n_shared_experts": 1, "norm_topk_prob": True,
+            "routed_scaling_factor": float(args.get("moe_router_topk_scaling_factor") or 1.0),
+            "n_group": int(args.get("moe_router_num_groups") or 1), "topk_group": int(args.get("moe_router_group_topk") or 1),
+            "moe_latent_size": None}

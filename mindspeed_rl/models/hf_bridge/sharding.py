@@ -15,6 +15,7 @@ split-then-merge round trip is bit for bit):
   fc1            [gate_r | up_r] per rank: concatenate the gate halves, then the up halves
   expert_row / expert_fc1   as row / fc1, over the expert-tensor-parallel (ETP) ranks
   shared_row / shared_fc1   as row / fc1 (the shared expert of Qwen2-MoE, over TP)
+  expert_up / shared_up     an expert's / the shared expert's fc1 without a gate (Nemotron-H): rows, as column
 
 Pipeline stages own contiguous, equal layer ranges (megatron-core's default split): stage r of
 PP holds global layers [r*L/PP, (r+1)*L/PP). Expert parallelism: EP rank r holds the global
@@ -204,7 +205,7 @@ def merge_tp(kind: str, shards: Sequence[torch.Tensor]) -> torch.Tensor:
         return shards[0]
     if kind in ("row", "expert_row", "shared_row", "delta_row", "mamba_row"):
         return torch.cat(list(shards), dim=1)
-    if kind in ("vocab", "qkv", "column", "delta_in", "delta_conv", "mamba_in"):
+    if kind in ("vocab", "qkv", "column", "delta_in", "delta_conv", "mamba_in", "expert_up", "shared_up"):
         return torch.cat(list(shards), dim=0)
     if kind in ("fc1", "expert_fc1", "shared_fc1"):
         halves = [s.chunk(2, dim=0) for s in shards]

@@ -11,7 +11,7 @@ import importlib.util
 import pytest
 import torch
 
-from testing_utils import make_tiny_hf, per_expert, run_gloo
+from testing_utils import HF_VARIANTS, make_tiny_hf, per_expert, run_gloo
 
 pytestmark = pytest.mark.dist
 
@@ -49,6 +49,7 @@ def _loss(logits_or_lp, ids, mask):
 def _full_grads(model, args):
     """{HF name: full gradient} of the tensors this rank holds (TP / ETP shards merged)."""
     from mindspeed_rl.models.hf_bridge.loader import global_param_name
+    from mindspeed_rl.models.hf_bridge.mapping import gated_mlp
     from mindspeed_rl.models.hf_bridge.sharding import kind_of, mcore_to_hf
     from mindspeed_rl.models.hf_export import gather_tp
 
@@ -56,7 +57,7 @@ def _full_grads(model, args):
     out = {}
     for local, p in model.named_parameters():
         name = global_param_name(model, local)[0]
-        out.update(mcore_to_hf(name, gather_tp(p.grad, kind_of(name, tied)), args, VOCAB))
+        out.update(mcore_to_hf(name, gather_tp(p.grad, kind_of(name, tied, gated_mlp(args))), args, VOCAB))
     return out
 
 
@@ -266,12 +267,14 @@ def _moe_job(rank, world_size, hf_dir, work):
 
 def _moe_layers(moe) -> int:
     """MoE layers of the fixture's model (GLM-4.5's first layer is dense)."""
-    return sum(hasattr(getattr(layer, "mlp", None) or layer.block_sparse_moe, "experts") for layer in moe[3].model.layers)
+    return sum(hasattr(getattr(layer, "mlp", None) or getattr(layer, "block_sparse_moe", None) or layer.mixer, "experts")
+               for layer in moe[3].model.layers)  # (Nemotron-H's one block per layer: its mixer)
 
 
 @pytest.fixture(scope="module", params=["qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3",
                                                  "deepseek_v2", "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe",
-                                                 "olmoe", "flex_olmo", "hunyuan_v1_moe", "granitemoeshared"])
+                                                 "olmoe", "flex_olmo", "hunyuan_v1_moe", "granitemoeshared",
+                                                 "nemotron_h-moe"])
 def moe(request, tmp_path_factory):
     """Every test below runs on Qwen3-MoE, on Qwen2-MoE (qkv biases, top-k not renormalised, and
     a shared expert with its sigmoid gate: megatron's SharedExpertMLP, split over TP), on Mixtral
@@ -286,21 +289,28 @@ def moe(request, tmp_path_factory):
     OLMoE (MiniMax-M2's q / k norms with softmax routing, top-k not renormalised) and FlexOlmo (those under OLMo 2's
     post norms only) and HunYuan-MoE (q / k norms after RoPE, an ungated shared expert, the router stored as gate.wg) and
     Granite MoE (Granite's multipliers, experts stored stacked as block_sparse_moe.input_linear / output_linear, a
-    shared MLP without a gate whose gate / up are fused as shared_mlp.input_linear)."""
+    shared MLP without a gate whose gate / up are fused as shared_mlp.input_linear) and Nemotron-H's MoE layer (experts
+    and a shared expert without a gate, relu(up)^2, DeepSeek-V3's routing, beside Mamba-2, attention and MLP layers)."""
     from mindspeed_rl.models.forward import position_ids_from_mask
-    from mindspeed_rl.models.hf_bridge.names import canonical_name
+    from mindspeed_rl.models.hf_bridge.names import canonical_name, grouped_parts
 
     hf_dir = str(tmp_path_factory.mktemp(request.param))
     work = str(tmp_path_factory.mktemp("moe_work"))
-    hf = make_tiny_hf(request.param, hf_dir)
+    hf = make_tiny_hf(request.param.split("-")[0], hf_dir, **HF_VARIANTS.get(request.param, {}))
     ids, mask = _batch()
     logits = hf(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask)).logits
     lp = torch.log_softmax(logits[:, :-1].float(), dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
     _loss(lp, ids, mask).backward()
     # under the bridge's canonical names (GLM-4.5's shared_experts: hf_bridge/names.py)
-    grads = per_expert({canonical_name(n, hf.config.model_type): p.grad.detach().clone() for n, p in hf.named_parameters()
+    grads = per_expert({canonical_name(n, hf.config.model_type, hf.config.to_dict()): p.grad.detach().clone()
+                        for n, p in hf.named_parameters()
                       if p.grad is not None},  # (ERNIE's expert bias: a parameter without a gradient)
                        hf.config.model_type)
+    for name in list(grads):  # Mamba-2's in_proj / conv1d (Nemotron-H) by the bridge's parts of them
+        for part, rows in grouped_parts(name, hf.config.to_dict()) or ():
+            grads[part] = grads[name][rows]
+        if grouped_parts(name, hf.config.to_dict()):
+            del grads[name]
     per_rank = run_gloo(_moe_job, 4, hf_dir, work, timeout_s=600, name="MoE parity job")
     return per_rank, logits.detach(), grads, hf, hf_dir, work
 

@@ -161,6 +161,10 @@ ARCHS = {"llama": dict(rotary_base=5000.0, rope_scaling_type="llama3", untie_emb
                        untie_embeddings_and_output_weights=True),
          "seed_oss": dict(add_qkv_bias=True, kv_channels=32, untie_embeddings_and_output_weights=True,
                           attention_dropout=0.0, hidden_dropout=0.0),
+         # Nemotron-H: one block per layer (Mamba-2, MLP, attention without RoPE, MLP: 4 layers), relu(up)^2, untied
+         "nemotron_h": dict(hybrid_override_pattern="M-*-", mamba_layers=[1, 0, 0, 0], no_rope_freq=[1, 1, 1, 1],
+                            mamba_num_heads=4, mamba_head_dim=32, mamba_num_groups=2, mamba_state_dim=16, swiglu=False,
+                            squared_relu=True, kv_channels=16, untie_embeddings_and_output_weights=True),
          # Ministral 3's image-text checkpoint: its text model, the length limit where Llama 4's query scaling starts
          "ministral3": dict(rope_scaling_type="yarn", rope_scaling_factor=4.0, max_position_embeddings=64,
                             untie_embeddings_and_output_weights=True, kv_channels=16)}
@@ -191,7 +195,8 @@ def test_empty_model_yaml_takes_config_json(arch, hf_dirs, capsys):
         # config.json's 2 KV heads, not the schema default group_query_attention=false (MLA: one per head)
         # Qwen3.5-MoE has no dense width: its experts'; Granite 4.0's dense MLP is its shared_mlp (96 wide)
         ffn = 32 if arch == "qwen3_5_moe_text" else 96 if arch == "granitemoehybrid" else 128
-        assert (a.num_layers, a.hidden_size, a.ffn_hidden_size, a.num_attention_heads) == (2, 64, ffn, 4)
+        layers = 4 if arch == "nemotron_h" else 2  # (its tiny model's four kinds of block)
+        assert (a.num_layers, a.hidden_size, a.ffn_hidden_size, a.num_attention_heads) == (layers, 64, ffn, 4)
         if not arch.startswith("deepseek") and arch not in ("glm4_moe_lite", "gpt_neox", "falcon"):
             assert a.group_query_attention is True and a.num_query_groups == 2  # (GPT-NeoX: multi-head; Falcon-7B: 1)
         assert a.padded_vocab_size == 120

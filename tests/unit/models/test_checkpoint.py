@@ -237,8 +237,17 @@ def load_exported(out):
             tensors.update(load_file(os.path.join(out, name)))
     if model.config.model_type == "gpt_neox":  # transformers 5 names embed_out lm_head, renaming it when it loads
         tensors = {("lm_head." + k[len("embed_out."):] if k.startswith("embed_out.") else k): v for k, v in tensors.items()}
-    if model.config.model_type == "nemotron_h":  # saved as its releases are (backbone.*), renamed as it loads
+    if model.config.model_type == "nemotron_h":  # saved as its releases are (backbone.*, experts one by one), renamed
+        # and stacked as transformers loads them
+        import re
+
         tensors = {("model." + k[len("backbone."):] if k.startswith("backbone.") else k): v for k, v in tensors.items()}
+        expert = re.compile(r"^(.*\.mixer\.experts)\.(\d+)\.(up|down)_proj\.weight$")
+        stacked = {}
+        for k in sorted(k for k in tensors if expert.match(k)):
+            m = expert.match(k)
+            stacked.setdefault(f"{m.group(1)}.{m.group(3)}_proj", {})[int(m.group(2))] = tensors.pop(k)
+        tensors.update({k: torch.stack([v[e] for e in sorted(v)]) for k, v in stacked.items()})
     missing, unexpected = model.load_state_dict(tensors, strict=False)
     assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)  # tied: lm_head is the embedding
     return model
@@ -252,7 +261,8 @@ def load_exported(out):
                                              ("gpt_neox", True), ("gpt_neox-seq", True), ("falcon", True),
                                              ("falcon-40b", True), ("falcon-11b", True), ("falcon-seq", False),
                                              ("olmo-clip", True), ("granitemoehybrid-h", True),
-                                             ("granitemoehybrid-hmoe", True), ("nemotron_h", True)])
+                                             ("granitemoehybrid-hmoe", True), ("nemotron_h", True),
+                                             ("nemotron_h-moe", True)])
 def test_live_export_loads_in_transformers(gloo_world1, tmp_path, arch, synthesize):
     """synthesize: config.json written from the Megatron args (a yaml-built model or a Megatron
     checkpoint): Gemma 3 / 2 in their own config.json, partial rotary as Phi-3's, and the tensors

@@ -59,7 +59,7 @@ def _batches():
                                   "qwen3_5_moe_text", "qwen3_5_moe", "qwen3_next", "qwen3_next-mlponly",
                                   "qwen3_moe-mlponly", "olmoe", "flex_olmo", "hunyuan_v1_dense",
                                   "hunyuan_v1_moe", "granitemoe", "granitemoeshared", "granitemoehybrid",
-                                  "granitemoehybrid-moe", "granitemoehybrid-h", "granitemoehybrid-hmoe", "nemotron_h", "glm",
+                                  "granitemoehybrid-moe", "granitemoehybrid-h", "granitemoehybrid-hmoe", "nemotron_h", "nemotron_h-moe", "glm",
                                   "helium", "stablelm",
                                   "starcoder2", "starcoder2-window", "nemotron", "nemotron-bias", "cohere", "cohere2", "phi",
                                   "gpt_neox", "gpt_neox-seq", "falcon", "falcon-40b", "falcon-11b", "falcon-seq",
@@ -125,7 +125,10 @@ def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     linear layer and on lm_head (add_output_layer_bias), a tanh-GELU MLP without a gate, RoPE on 0.4 of each head;
     gpt_neox: Pythia, multi-head attention with q / k / v per head in query_key_value, x + attn(ln1 x) + mlp(ln2 x)
     (parallel_residual_mlp_norm), biases everywhere, exact GELU, RoPE on a quarter of each head, its own tensor names;
-    gpt_neox-seq: its sequential layer (use_parallel_residual false) with gelu_fast."""
+    gpt_neox-seq: its sequential layer (use_parallel_residual false) with gelu_fast; nemotron_h: Nemotron-H, one block
+    per layer (Mamba-2 with two groups, an MLP without a gate, attention without RoPE, an MLP: models/hybrid_pattern.py),
+    its tensors under backbone.* / mixer.* and each layer's one norm read by its block; nemotron_h-moe: its second
+    layer an MoE one (experts and a shared expert without a gate, DeepSeek-V3's routing with groups)."""
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
 
@@ -144,10 +147,11 @@ def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     if arch.startswith("nemotron") and not arch.startswith("nemotron_h"):  # LayerNorm1P everywhere, final norm too
         assert {type(m).__name__ for m in (model.decoder.final_layernorm, model.decoder.layers[1].pre_mlp_layernorm)} == \
             {"OffsetLayerNorm"}
-    if arch == "nemotron_h":  # one block per layer: Mamba-2, MLP, attention, MLP; the other half IdentityOp
+    if arch.startswith("nemotron_h"):  # one block per layer: Mamba-2, MLP (-moe: MoE), attention, MLP; the other half
+        # IdentityOp
         kinds = [(type(layer.self_attention).__name__, type(layer.mlp).__name__) for layer in model.decoder.layers]
-        assert kinds == [("Mamba2Mixer", "IdentityOp"), ("IdentityOp", "MLP"), ("SelfAttention", "IdentityOp"),
-                         ("IdentityOp", "MLP")]
+        assert kinds == [("Mamba2Mixer", "IdentityOp"), ("IdentityOp", "MoELayer" if arch.endswith("moe") else "MLP"),
+                         ("SelfAttention", "IdentityOp"), ("IdentityOp", "MLP")]
     if arch == "arcee":  # no gate: fc1 as wide as the MLP
         assert model.decoder.layers[0].mlp.linear_fc1.weight.shape[0] == args["ffn_hidden_size"]
     if arch == "olmo3":  # the attention factor on the full layer's rotation; the sliding one's config at 1

@@ -1207,10 +1207,25 @@ def test_nemotron_h_config_json_round_trip():
     for key, value, match in (("use_bias", True, "use_bias=true"), ("mlp_bias", True, "mlp_bias=true"),
                               ("time_step_limit", [0.001, 0.1], "time_step_limit \\[0.001, 0.1\\] is not supported"),
                               ("hybrid_override_pattern", "M-X", "hybrid_override_pattern has 'X'"),
-                              ("hybrid_override_pattern", "M-E", "mixture-of-experts layers"),
                               ("mamba_hidden_act", "gelu", "mamba_hidden_act 'gelu'")):
         with pytest.raises(ValueError, match=match):
             model_config_from_hf(dict(NEMOTRON_NANO_9B_V2, **{key: value}))
+    # MoE layers (Nemotron 3 Nano's kind): DeepSeek-V3's routing, one shared expert without a gate
+    moe = dict(NEMOTRON_NANO_9B_V2, hybrid_override_pattern=pattern.replace("-", "E"), n_routed_experts=128,
+               num_experts_per_tok=6, moe_intermediate_size=1856, moe_shared_expert_intermediate_size=3712,
+               n_shared_experts=1, routed_scaling_factor=2.5, n_group=1, topk_group=1, norm_topk_prob=True)
+    moe_args = model_config_from_hf(moe)
+    assert moe_args["moe_layer_freq"] == [int(c == "-") for c in pattern] and (
+        moe_args["num_experts"], moe_args["moe_router_topk"], moe_args["moe_ffn_hidden_size"],
+        moe_args["moe_shared_expert_intermediate_size"], moe_args["moe_router_score_function"],
+        moe_args["moe_router_enable_expert_bias"], moe_args["moe_router_topk_scaling_factor"]) == (
+            128, 6, 1856, 3712, "sigmoid", True, 2.5)
+    assert model_config_from_hf(hf_config_from_args(moe_args, vocab_size=131072)) == moe_args
+    for key, value, match in (("moe_latent_size", 1024, "moe_latent_size 1024"), ("n_shared_experts", 2,
+                                                                                  "n_shared_experts 2"),
+                              ("norm_topk_prob", False, "norm_topk_prob false")):
+        with pytest.raises(ValueError, match=match):
+            model_config_from_hf(dict(moe, **{key: value}))
     with pytest.raises(ValueError, match="relu\\(up\\)\\^2 without a gate"):
         hf_config_from_args(dict(args, squared_relu=False, swiglu=True), vocab_size=131072)
     with pytest.raises(ValueError, match="without RoPE"):
