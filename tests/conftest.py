@@ -103,14 +103,17 @@ def pytest_addoption(parser):
 # the MoE routers and experts (qwen3_moe, qwen2_moe's shared expert, mixtral, deepseek_v3's MLA with sigmoid routing and
 # the expert bias, gpt_oss's biased experts and sinks), sandwich and post norms (gemma3_text, olmo2), soft caps (gemma2),
 # Gated DeltaNet (qwen3_5_text), fused checkpoints and partial RoPE (phi3), LayerNorm with biases (starcoder2), the
-# parallel layer (cohere2), multipliers (granite) and NoPE layers (smollm3). The rest (tests/testing_utils.py's tiny
-# models) are other checkpoints on those layers: the main stage runs all of them.
+# parallel layer (cohere2), multipliers (granite), NoPE layers (smollm3) and one-block layers (nemotron_h). The rest
+# (tests/testing_utils.py's tiny models) are other checkpoints on those layers: the main stage runs all of them.
 NON_CORE_ARCHS = frozenset((
     "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "ministral3", "mistral3", "gemma3", "gemma", "olmo", "olmo3", "olmoe",
     "flex_olmo", "hunyuan_v1_dense", "hunyuan_v1_moe", "granitemoe", "granitemoeshared", "granitemoehybrid", "glm4",
     "glm", "stablelm", "nemotron", "cohere", "phi", "gpt_neox", "falcon", "helium", "glm4_moe", "deepseek_v2",
     "glm4_moe_lite", "minimax_m2", "arcee", "apertus", "ernie4_5", "ernie4_5_moe", "seed_oss", "exaone4", "qwen3_5",
-    "qwen3_5_moe_text", "qwen3_next", "qwen3_5_moe"))
+    "qwen3_5_moe_text", "qwen3_next", "qwen3_5_moe",
+    # Nemotron-H's MoE variant (its experts without a gate are megatron's own MLP; its dense variant, the one-block
+    # layers, stays core)
+    "nemotron_h-moe"))
 
 
 def pytest_collection_modifyitems(config, items):
@@ -124,7 +127,8 @@ def pytest_collection_modifyitems(config, items):
         skip = pytest.mark.skip(reason="not a core architecture (--core-archs: tests/conftest.py NON_CORE_ARCHS)")
         for item in items:
             params = getattr(getattr(item, "callspec", None), "params", {})
-            if any(isinstance(v, str) and v.split("-")[0] in NON_CORE_ARCHS for v in params.values()):
+            if any(isinstance(v, str) and (v in NON_CORE_ARCHS or v.split("-")[0] in NON_CORE_ARCHS)
+                   for v in params.values()):
                 item.add_marker(skip)
     if config.getoption("--reverse-order"):
         items.reverse()

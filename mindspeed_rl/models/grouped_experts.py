@@ -14,13 +14,14 @@ already sorted by expert (`Platform.grouped_mm`: torch's `_grouped_mm` on CPU an
 group offsets computed on the device, so no host sync in the experts; MindSpeed's `npu_gmm_v2` on
 Ascend). With the static dispatch of models/moe_dispatch.py (token counts left on the device) a
 MoE layer runs without a host sync at all. The activation between them is megatron's own for the config (the fused-swiglu hook
-with the routing probs, or the plain glu), so the numbers are those of `SequentialMLP`: in fp32 the
+with the routing probs, or the plain glu; for experts without a gate, Nemotron-H's relu(x)^2, the activation alone),
+so the numbers are those of `SequentialMLP`: in fp32 the
 grouped GEMM computes each group's rows as the per-expert matmul does (tests compare outputs,
 gradients and a whole update).
 
 Expert TP / EP need nothing here: an expert's linear layers do no communication of their own
 (megatron's `explicit_expert_comm`; the dispatcher gathers and scatters), so each rank multiplies its
-local shards. Where a case is not covered (biases, non-glu activations, fp8, probs applied on the
+local shards. Where a case is not covered (biases, glu activations other than silu, fp8, probs applied on the
 input, a row width the grouped GEMM cannot take: its strides must be 16-byte multiples) the forward
 is `SequentialMLP`'s. If the grouped GEMM itself fails (a device or dtype without a kernel, MindSpeed
 absent), one warning says so and the experts run sequentially from then on in this process.
@@ -65,7 +66,9 @@ class GroupedExperts(SequentialMLP):
         # no rows (an EP rank routed nothing): torch's CPU backward of an empty grouped GEMM fails
         if _STATE["failed"] is not None or self.num_local_experts < 2 or hidden.dim() != 2 or not hidden.shape[0]:
             return False
-        if c.add_bias_linear or not c.gated_linear_unit or c.activation_func is not F.silu:
+        if c.add_bias_linear or (c.gated_linear_unit and c.activation_func is not F.silu):
+            return False
+        if not c.gated_linear_unit and c.bias_activation_fusion:  # megatron fuses no activation without a gate
             return False
         if getattr(c, "fp8", None) or getattr(c, "fp4", None) or getattr(c, "moe_apply_probs_on_input", False):
             return False
@@ -77,7 +80,11 @@ class GroupedExperts(SequentialMLP):
         return hidden.dtype == fc1.dtype and _aligned(fc1.shape[0], fc1.shape[1], fc2.shape[1], dtype=fc1.dtype)
 
     def _activation(self, intermediate: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
-        """MLP.forward between fc1 and fc2 for a gated silu without bias, scaled by the routing probs."""
+        """MLP.forward between fc1 and fc2 for a gated silu without bias (or experts without a gate: Nemotron-H's
+        relu(x)^2), scaled by the routing probs."""
+        if not self.config.gated_linear_unit:  # MLP.forward's unfused path: the activation, then the probs
+            out = self.config.activation_func(intermediate)
+            return (out * probs.unsqueeze(-1)).to(out.dtype)
         if self.config.bias_activation_fusion:  # megatron's fused swiglu name (models/swiglu.py's on CPU/CUDA)
             return _mlp.weighted_bias_swiglu_impl(intermediate, None, probs.unsqueeze(-1),
                                                   self.config.activation_func_fp8_input_store)

@@ -65,6 +65,9 @@ def nemotron_h_config(hf: Mapping[str, Any]) -> dict[str, Any]:
     if hf.get("mamba_hidden_act") != "silu":
         raise ValueError(f"config.json mamba_hidden_act {hf.get('mamba_hidden_act')!r} is not supported; Mamba-2 uses "
                          f"silu.")
+    if hf.get("tie_word_embeddings"):
+        raise ValueError("config.json tie_word_embeddings=true is not supported for nemotron_h: neither transformers' "
+                         "nor vLLM's Nemotron-H ties lm_head to the embedding; the releases are untied.")
     if hf.get("sliding_window") is not None:
         raise ValueError(f"config.json sliding_window {hf['sliding_window']} is not supported for nemotron_h; its "
                          f"releases have none.")
@@ -109,6 +112,10 @@ def nemotron_h_export_config(args: Mapping[str, Any], vocab_size: int, dtype) ->
     if "*" in blocks and (no_rope_pattern(args.get("no_rope_freq"), layers) or [0]) != [1] * layers:
         raise ValueError("a hybrid_override_pattern model's attention layers (*) have a config.json form only as "
                          "Nemotron-H's, without RoPE; set no_rope_freq to 1 for every layer.")
+    if not args.get("untie_embeddings_and_output_weights", False):
+        raise ValueError("a hybrid_override_pattern model has a config.json form only with its own lm_head "
+                         "(untie_embeddings_and_output_weights: true): neither transformers' nor vLLM's Nemotron-H ties it "
+                         "to the embedding.")
     rest = {k: v for k, v in args.items() if not k.startswith(("mamba_", "moe_")) and k not in (
         "hybrid_override_pattern", "no_rope_freq", "squared_relu", "swiglu", "num_experts", "norm_topk_prob")}
     base = _config_from_args({**rest, "swiglu": True}, vocab_size, dtype)
@@ -119,9 +126,9 @@ def nemotron_h_export_config(args: Mapping[str, Any], vocab_size: int, dtype) ->
             "max_position_embeddings", "tie_word_embeddings", "torch_dtype", "bos_token_id", "eos_token_id",
             "pad_token_id")
     config = {k: base[k] for k in keep if k in base}
-    config.update(architectures=["NemotronHForCausalLM"], model_type="nemotron_h", layers_block_type=to_block_types(blocks),
-                  hybrid_override_pattern=blocks, num_hidden_layers=layers, layer_norm_epsilon=base["rms_norm_eps"],
-                  mlp_hidden_act="relu2", mamba_hidden_act="silu", attention_bias=False, mlp_bias=False,
+    config.update(architectures=["NemotronHForCausalLM"], model_type="nemotron_h",
+                  layers_block_type=hybrid_pattern.to_block_types(blocks), hybrid_override_pattern=blocks,
+                  num_hidden_layers=layers, layer_norm_epsilon=base["rms_norm_eps"], mlp_hidden_act="relu2", mamba_hidden_act="silu", attention_bias=False, mlp_bias=False,
                   use_bias=False, time_step_limit=[0.0, float("inf")])
     if "E" in blocks:
         config.update(nemotron_h_moe_config(args))
@@ -131,10 +138,6 @@ def nemotron_h_export_config(args: Mapping[str, Any], vocab_size: int, dtype) ->
                       ssm_state_size=shape.state, conv_kernel=shape.conv_kernel, chunk_size=shape.chunk,
                       use_conv_bias=shape.conv_bias)
     return config
-
-
-def to_block_types(blocks: str) -> list[str]:
-    return hybrid_pattern.to_block_types(blocks)
 
 
 def nemotron_h_moe_config(args: Mapping[str, Any]) -> dict[str, Any]:

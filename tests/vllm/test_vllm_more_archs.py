@@ -212,6 +212,8 @@ def test_falcon_mlp_of_another_width_is_refused(tmp_path):
 
 
 @pytest.mark.e2e
+@pytest.mark.extended  # (CI's time, 2026-11-30: 103 s of the stage; CI syncs Granite 4.0-H in
+# test_synced_engine_equals_the_training_model and runs ray_gpt with vLLM in tests/vllm/test_vllm_e2e.py)
 def test_ray_gpt_with_vllm_from_a_granite_4_h_checkpoint(tmp_path):
     """Colocated vLLM from a Granite 4.0-H checkpoint (a Mamba-2 layer, attention without RoPE), fp32: 2 GRPO steps,
     the Mamba-2 in_proj / conv1d synced whole as Granite stores them (from their parts), and the sync check's probe

@@ -72,6 +72,26 @@ def test_grouped_experts_equal_sequential_forward_and_backward_fp32(gloo_world1,
         torch.testing.assert_close(grads[n], ref_grads[n], rtol=1e-5, atol=1e-6, msg=n)
 
 
+def test_experts_without_a_gate_run_grouped_and_equal_sequential(gloo_world1, monkeypatch):
+    """Nemotron-H's experts (relu(x)^2 without a gate: squared_relu) run as the two grouped GEMMs too, one pair per
+    MoE layer, with SequentialMLP's logits and gradients."""
+    from mindspeed_rl.platform import get_platform
+
+    extra = dict(swiglu=False, squared_relu=True)
+    plain, grouped = _model(**extra), _model(moe_grouped_gemm=True, **extra)
+    platform, calls = get_platform(), []
+    original = platform.grouped_mm
+    monkeypatch.setattr(type(platform), "grouped_mm", lambda self, *a: calls.append(1) or original(*a))
+    ref_logits, ref_grads, _ = _forward_backward(plain, 2, 6)
+    assert not calls
+    logits, grads, _ = _forward_backward(grouped, 2, 6)
+    assert len(calls) == 2 * len(_experts(grouped)) == 4  # fc1 and fc2 of both MoE layers
+    assert grouped.decoder.layers[0].mlp.experts.local_experts[0].linear_fc1.weight.shape[0] == ARGS["moe_ffn_hidden_size"]
+    torch.testing.assert_close(logits, ref_logits, rtol=0, atol=1e-6)
+    for n in grads:
+        torch.testing.assert_close(grads[n], ref_grads[n], rtol=1e-5, atol=1e-6, msg=n)
+
+
 def test_grouped_experts_bf16_match_sequential(gloo_world1):
     plain, grouped = _model(torch.bfloat16), _model(torch.bfloat16, moe_grouped_gemm=True)
     ref_logits, ref_grads, _ = _forward_backward(plain, 2, 6)

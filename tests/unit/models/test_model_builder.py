@@ -1207,7 +1207,8 @@ def test_nemotron_h_config_json_round_trip():
     for key, value, match in (("use_bias", True, "use_bias=true"), ("mlp_bias", True, "mlp_bias=true"),
                               ("time_step_limit", [0.001, 0.1], "time_step_limit \\[0.001, 0.1\\] is not supported"),
                               ("hybrid_override_pattern", "M-X", "hybrid_override_pattern has 'X'"),
-                              ("mamba_hidden_act", "gelu", "mamba_hidden_act 'gelu'")):
+                              ("mamba_hidden_act", "gelu", "mamba_hidden_act 'gelu'"),
+                              ("tie_word_embeddings", True, "ties lm_head to the embedding")):
         with pytest.raises(ValueError, match=match):
             model_config_from_hf(dict(NEMOTRON_NANO_9B_V2, **{key: value}))
     # MoE layers (Nemotron 3 Nano's kind): DeepSeek-V3's routing, one shared expert without a gate
@@ -1230,6 +1231,8 @@ def test_nemotron_h_config_json_round_trip():
         hf_config_from_args(dict(args, squared_relu=False, swiglu=True), vocab_size=131072)
     with pytest.raises(ValueError, match="without RoPE"):
         hf_config_from_args(dict(args, no_rope_freq=[0] * 56), vocab_size=131072)
+    with pytest.raises(ValueError, match="its own lm_head"):
+        hf_config_from_args(dict(args, untie_embeddings_and_output_weights=False), vocab_size=131072)
 
 
 def test_granite_4_h_config_json_round_trip():
