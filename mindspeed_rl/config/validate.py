@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from mindspeed_rl.config.schema import Config, RoleConfig
-from mindspeed_rl.models import hybrid_pattern
+from mindspeed_rl.config.mixer_checks import mixer_problems
 from mindspeed_rl.utils.errors import UserInputError
 
 A = "actor_rollout_ref.actor_rollout"
@@ -210,54 +210,6 @@ def _check_batches(cfg: Config, problems: list[str]) -> None:
 
 
 # ---------------------------------------------------------------------------- model and rollout
-def _check_mixer_layers(role: RoleConfig, path: str, tp: int, problems: list[str], key: str, mixer: str,
-                        sizes: tuple, shape) -> None:
-    """Layers whose token mixer is not attention, marked by `key` (one 0 / 1 per layer): their `sizes` set, and the
-    mixer's shape (`shape(arch)`, with .problem(tp)) fitting TP."""
-    a = role.arch
-    marks = getattr(a, key)
-    if not isinstance(marks, (list, tuple)) or any(m not in (0, 1) for m in marks) or \
-            (a.num_layers and len(marks) != a.num_layers):
-        problems.append(f"model {role.model_name}: {key} must list one 0 or 1 per layer "
-                        f"({a.num_layers} layers); it is {marks!r}.")
-        return
-    if not any(marks):
-        return
-    missing = [k for k in sizes if getattr(a, k) is None]
-    if missing:
-        problems.append(f"model {role.model_name}: {key} marks {mixer} layers but "
-                        f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set; set them or load a "
-                        f"Hugging Face checkpoint whose config.json has them.")
-        return
-    problem = shape(a).problem(tp)
-    if problem:
-        problems.append(f"`{path}`: model {role.model_name}: {problem}")
-
-
-def _check_linear_attention(role: RoleConfig, path: str, tp: int, problems: list[str]) -> None:
-    """Qwen3.5's Gated DeltaNet layers: one 0 / 1 per layer, their sizes set, TP dividing the key heads."""
-    from mindspeed_rl.models.delta_layout import DeltaNetShape
-
-    _check_mixer_layers(role, path, tp, problems, "linear_attention_layers", "Gated DeltaNet",
-                        ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim"),
-                        lambda a: DeltaNetShape(a.linear_num_key_heads, a.linear_num_value_heads, a.linear_key_head_dim,
-                                                a.linear_value_head_dim, a.linear_conv_kernel_dim))
-
-
-def _check_mamba(role: RoleConfig, path: str, tp: int, problems: list[str]) -> None:
-    """Granite 4.0-H's Mamba-2 layers: one 0 / 1 per layer, not beside Gated DeltaNet ones, their sizes set, TP
-    dividing the heads."""
-    from mindspeed_rl.models.mamba_layout import KEYS, MambaShape
-
-    a = role.arch
-    if any(a.linear_attention_layers or ()) and isinstance(a.mamba_layers, (list, tuple)) and any(a.mamba_layers):
-        problems.append(f"model {role.model_name}: mamba_layers and linear_attention_layers are both set; a model "
-                        f"mixes tokens with one kind of linear layer (Granite 4.0-H: Mamba-2, Qwen3.5: Gated DeltaNet).")
-        return
-    _check_mixer_layers(role, path, tp, problems, "mamba_layers", "Mamba-2", KEYS,
-                        lambda a: MambaShape(a.mamba_num_heads, a.mamba_head_dim, a.mamba_num_groups, a.mamba_state_dim))
-
-
 def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
     from mindspeed_rl.platform.base import attention_takes_masks, expected_platform, own_rotary, sdpa_core_attention
 
@@ -368,11 +320,7 @@ def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
                         f"{a.num_attention_heads}; set kv_channels explicitly.")
     if a.multi_latent_attention:
         _check_mla(role, path, tp, hf_load, problems)
-    if a.linear_attention_layers is not None:
-        _check_linear_attention(role, path, tp, problems)
-    if a.mamba_layers is not None:
-        _check_mamba(role, path, tp, problems)
-    problems += hybrid_pattern.config_problems(a, role.model_name)
+    problems += mixer_problems(role, path, tp)  # Gated DeltaNet, Mamba-2, one-block layers
     if a.group_query_attention and not a.num_query_groups:
         problems.append(f"`model.{role.model_name}.group_query_attention` is true but num_query_groups is not set.")
     from mindspeed_rl.config.parallel_rules import parallel_problems
