@@ -540,13 +540,14 @@ def compile_unsupported(model: torch.nn.Module, platform_name: str) -> Optional[
     if not lean_supported(model):
         c = model.config
         hybrid = any(type(layer.self_attention).__name__ in ("GatedDeltaNet", "OutputGatedSelfAttention", "Mamba2Mixer")
-                     for layer in model.decoder.layers)
+                     or isinstance(layer.self_attention, IdentityOp) or isinstance(getattr(layer, "mlp", None), IdentityOp)
+                     for layer in model.decoder.layers)  # (IdentityOp: Nemotron-H's one-block layers)
         return (f"only dense models on one rank are compiled (TP 1, PP 1, no MoE, no multi-latent attention, no "
                 f"linear or gated attention); this one has TP "
                 f"{c.tensor_model_parallel_size}, {'all stages' if model.pre_process and model.post_process else 'one pipeline stage'}"
                 f"{', MoE' if getattr(c, 'num_moe_experts', None) else ''}"
                 f"{', multi-latent attention' if getattr(c, 'multi_latent_attention', False) else ''}"
-                f"{', Gated DeltaNet / Mamba-2 / output-gated attention' if hybrid else ''}")
+                f"{', Gated DeltaNet / Mamba-2 / output-gated attention / one-block layers' if hybrid else ''}")
     return None
 
 

@@ -632,6 +632,11 @@ def test_greedy_equals_transformers_generate_on_more_architectures(variant, tmp_
     prompts = _prompts()
     ref = _hf_greedy(hf, prompts, 18)  # the longest prompt (12) + 18 stays within 32
     engines = [dict(use_kv_cache=True), dict(use_kv_cache=False)]
+    if variant.startswith("nemotron_h"):  # its one-block layers stay eager, said so; its MLP layers keep no cache
+        from mindspeed_rl.rollout.kv_cache import compile_unsupported, new_cache
+
+        assert "one-block layers" in compile_unsupported(model, "cpu")
+        assert new_cache(model, 2, 8).attention_free == frozenset({1, 3})
     # compiled once per distinct decode feature (CI time): partial rotary with mscale, NoPE, multipliers, Gemma's
     # norms / window / local table, soft caps, OLMo's post and across-heads norms with an unscaled local table,
     # megatron's interleaved rotation, an MLP without a gate, q / k norms after RoPE at each row's positions, LayerNorm;
