@@ -267,7 +267,7 @@ def expected_hf_shapes(args: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ..
         if args.get("disable_bias_linear", True) is False:  # gpt-oss: o_proj's bias, the router's, the experts'
             shapes.update(_bias_shapes(args, p, h, ffn, moe[i]))
         for name in set(shapes) - before if pattern else ():
-            if not hybrid_pattern.hf_param_kept(pattern, i, name[len(p):]):
+            if not hybrid_pattern.param_kept(pattern, i, name[len(p):]):
                 del shapes[name]
     return shapes
 

@@ -81,21 +81,17 @@ def has_mlp(pattern: Optional[str], layer: int) -> bool:
     return pattern is None or pattern[layer] in "-E"
 
 
-def layer_param_kept(pattern: Optional[str], layer: int, name: str) -> bool:
-    """Whether a layer-relative megatron parameter name exists in global layer `layer` (the other half of a
-    one-block layer is IdentityOp and has none)."""
-    if name.startswith(("input_layernorm.", "self_attention.")):
-        return has_attention_slot(pattern, layer)
-    if name.startswith(("pre_mlp_layernorm.", "mlp.")):
-        return has_mlp(pattern, layer)
-    return True
+# layer-relative name prefixes of each half of a layer, megatron's and the HF bridge's canonical ones (they do not clash)
+_ATTENTION_HALF = ("input_layernorm.", "self_attention.", "self_attn.", "mamba.", "linear_attn.")
+_MLP_HALF = ("pre_mlp_layernorm.", "post_attention_layernorm.", "mlp.")
 
 
-def hf_param_kept(pattern: Optional[str], layer: int, name: str) -> bool:
-    """Whether a layer-relative canonical HF tensor name (hf_bridge/names.py) exists in global layer `layer`."""
-    if name.startswith(("input_layernorm.", "self_attn.", "mamba.", "linear_attn.")):
+def param_kept(pattern: Optional[str], layer: int, name: str) -> bool:
+    """Whether a layer-relative parameter name (megatron's, or the HF bridge's canonical one) exists in global layer
+    `layer`: the other half of a one-block layer is IdentityOp and has none."""
+    if name.startswith(_ATTENTION_HALF):
         return has_attention_slot(pattern, layer)
-    if name.startswith(("post_attention_layernorm.", "mlp.")):
+    if name.startswith(_MLP_HALF):
         return has_mlp(pattern, layer)
     return True
 

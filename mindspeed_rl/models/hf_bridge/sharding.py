@@ -150,7 +150,7 @@ def stage_param_names(args: Mapping[str, Any], pp_size: int, pp_rank: int, vpp_s
         elif i < len(linear) and linear[i]:
             layer = with_mixer(layer)
         if pattern:  # Nemotron-H: the half of the layer its one block leaves out has none (models/hybrid_pattern.py)
-            layer = [n for n in layer if hybrid_pattern.layer_param_kept(pattern, i, n)]
+            layer = [n for n in layer if hybrid_pattern.param_kept(pattern, i, n)]
         names += [f"decoder.layers.{i}.{n}" for n in layer]
     if last:
         names += [f"decoder.final_layernorm.{n}" for n in norms]
