@@ -511,6 +511,11 @@ def _check_vllm(role: RoleConfig, problems: list[str], platform: str) -> None:
     if a.mamba_num_heads and any(a.mamba_layers or ()) and a.mamba_num_heads % itp:
         problems.append(f"`{A}.infer_tensor_parallel_size: {itp}` does not divide mamba_num_heads {a.mamba_num_heads} "
                         f"of model {role.model_name}; pick one that divides it.")
+    groups = a.mamba_num_groups or 1
+    if a.mamba_num_heads and any(a.mamba_layers or ()) and groups > 1 and groups % itp:
+        problems.append(f"`{A}.infer_tensor_parallel_size: {itp}` does not divide mamba_num_groups {groups} of model "
+                        f"{role.model_name} (vLLM's Mamba-2 layer splits the groups of B / C over its TP ranks, or "
+                        f"copies a single one to each); pick one that divides it.")
     if (a.add_qkv_bias and not a.qk_layernorm and a.kv_channels and a.hidden_size and a.num_attention_heads
             and a.kv_channels * a.num_attention_heads != a.hidden_size):
         problems.append(f"`{A}.rollout_engine: vllm`: vLLM's Qwen2 takes the head dimension as hidden_size / "

@@ -38,8 +38,12 @@ VLLM = [f"{A}.rollout_engine=vllm", "training.hidden_size=128", "training.kv_cha
       "training.mamba_state_dim=16", "resource_pool.actor_rollout=[4]", f"{A}.num_gpus_for_train=2",
       f"{A}.num_gpus_for_infer=2", f"{A}.infer_tensor_parallel_size=4"],
      ["infer_tensor_parallel_size: 4` does not divide mamba_num_heads 6 of model tiny"]),
+    (["training.mamba_layers=[1,0]", "training.mamba_num_heads=8", "training.mamba_head_dim=32",
+      "training.mamba_num_groups=2", "training.mamba_state_dim=16", "resource_pool.actor_rollout=[6]",
+      f"{A}.num_gpus_for_train=2", f"{A}.num_gpus_for_infer=4", f"{A}.infer_tensor_parallel_size=4"],
+     ["infer_tensor_parallel_size: 4` does not divide mamba_num_groups 2 of model tiny (vLLM's Mamba-2 layer"]),
 ], ids=["heads", "colocated-tp", "split-tp", "colocated-pp", "memory-and-tolerance", "qwen2-head-dim", "tis",
-        "qwen3_5-cpu", "mamba"])
+        "qwen3_5-cpu", "mamba", "mamba-groups"])
 def test_vllm_rules(overrides, fragments, capsys):
     assert ray_gpt.main(["--config-name", TINY, *VLLM, *overrides, "dry_run=true"]) == 2
     err = capsys.readouterr().err
