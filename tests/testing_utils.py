@@ -179,6 +179,8 @@ HF_VARIANTS = {
     "nemotron_h-moe": {"layers_block_type": ["linear_attention", "moe", "full_attention", "mlp"], "n_routed_experts": 4,
                        "num_experts_per_tok": 2, "moe_intermediate_size": 32, "moe_shared_expert_intermediate_size": 48,
                        "routed_scaling_factor": 1.5, "n_group": 2, "topk_group": 1},
+    # Falcon-H1-0.5B's layout: no gated norm in the Mamba-2 mixer, one group of B / C, tied embedding
+    "falcon_h1-nonorm": {"mamba_rms_norm": False, "mamba_n_groups": 1, "tie_word_embeddings": True},
     "mistral-window": {"sliding_window": 12},  # Mistral 7B v0.1's every-layer window, scaled down
     "phi3-window": {"sliding_window": 12},  # Phi-3-mini-4k's
     "starcoder2-window": {"sliding_window": 12},  # StarCoder2's 4096 of 16384, scaled down
@@ -341,6 +343,16 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
             "tie_word_embeddings": True, **tiny}),
         # Nemotron-H's layout: one block per layer, Mamba-2 (4 heads of 32, two groups of state 16, 16-token chunks),
         # an MLP without a gate (relu2), attention without RoPE (head_dim 16), another MLP; untied
+        # Falcon-H1's layout: attention (head_dim 32, not hidden / heads) and Mamba-2 (4 heads of 24: mamba_d_ssm 96,
+        # not mamba_expand x hidden; two groups of state 16, the gated norm, 16-token chunks) side by side in every
+        # layer, every muP multiplier other than 1 and each its own, RoPE theta 1e11 as the releases', untied
+        "falcon_h1": lambda: tf.FalconH1Config(**{
+            "head_dim": 32, "mamba_d_ssm": 96, "mamba_n_heads": 4, "mamba_d_head": 24, "mamba_n_groups": 2,
+            "mamba_d_state": 16, "mamba_chunk_size": 16, "mamba_rms_norm": True, "mamba_norm_before_gate": False,
+            "rope_theta": 1e11, "embedding_multiplier": 2.0, "lm_head_multiplier": 0.5, "key_multiplier": 0.8,
+            "attention_in_multiplier": 1.1, "attention_out_multiplier": 0.9, "ssm_in_multiplier": 1.25,
+            "ssm_out_multiplier": 0.7, "ssm_multipliers": [0.35, 0.25, 0.4, 0.5, 0.3], "mlp_multipliers": [0.9, 0.6],
+            "pad_token_id": 0, "eos_token_id": 2, "bos_token_id": 1, **tiny}),
         "nemotron_h": lambda: tf.NemotronHConfig(**{
             "layers_block_type": ["linear_attention", "mlp", "full_attention", "mlp"], "mamba_num_heads": 4, "mamba_head_dim": 32,
             "n_groups": 2, "ssm_state_size": 16, "chunk_size": 16, "head_dim": 16,
@@ -569,7 +581,7 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
            "hunyuan_v1_dense": tf.HunYuanDenseV1ForCausalLM, "hunyuan_v1_moe": tf.HunYuanMoEV1ForCausalLM,
            "granitemoe": tf.GraniteMoeForCausalLM, "granitemoeshared": tf.GraniteMoeSharedForCausalLM,
            "granitemoehybrid": tf.GraniteMoeHybridForCausalLM, "glm": tf.GlmForCausalLM,
-           "helium": tf.HeliumForCausalLM, "stablelm": tf.StableLmForCausalLM, "nemotron_h": tf.NemotronHForCausalLM,
+           "helium": tf.HeliumForCausalLM, "stablelm": tf.StableLmForCausalLM, "nemotron_h": tf.NemotronHForCausalLM, "falcon_h1": tf.FalconH1ForCausalLM,
            "starcoder2": tf.Starcoder2ForCausalLM, "nemotron": tf.NemotronForCausalLM,
            "cohere": tf.CohereForCausalLM, "cohere2": tf.Cohere2ForCausalLM, "phi": tf.PhiForCausalLM,
            "gpt_neox": tf.GPTNeoXForCausalLM, "falcon": tf.FalconForCausalLM, "olmo": tf.OlmoForCausalLM}[arch]

@@ -232,6 +232,13 @@ def transformer_config(args: Mapping[str, Any], params_dtype: torch.dtype = torc
         config.embedding_multiplier *= math.sqrt(config.hidden_size)
     config.residual_multiplier = float(_get(args, "residual_multiplier", 1.0))
     config.logits_multiplier = float(_get(args, "output_multiplier_scale", 1.0))
+    # Falcon-H1's (models/parallel_hybrid.py): its key_multiplier scales every score, as the keys times it would
+    for name in ("attention_in_multiplier", "attention_out_multiplier", "ssm_in_multiplier", "ssm_out_multiplier"):
+        setattr(config, name, float(_get(args, name, 1.0)))
+    key_multiplier = float(_get(args, "key_multiplier", 1.0))
+    if key_multiplier != 1.0:
+        base = config.softmax_scale if config.softmax_scale is not None else 1.0 / math.sqrt(config.kv_channels)
+        config.softmax_scale = base * key_multiplier
     gpt_oss_fields(config, args)
     return config
 
@@ -568,6 +575,14 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
                                       parallel_state.get_pipeline_model_parallel_rank(),
                                       config.virtual_pipeline_model_parallel_size or 1)[vp_stage or 0]
         spec = mamba2.hybrid_block_spec(spec, dict(args), layers)
+    if _get(args, "parallel_hybrid"):  # Falcon-H1: attention and Mamba-2 side by side (models/parallel_hybrid.py)
+        from mindspeed_rl.models import parallel_hybrid
+        from mindspeed_rl.models.chunks import virtual_layer_ranges
+
+        layers = virtual_layer_ranges(config.num_layers, config.pipeline_model_parallel_size,
+                                      parallel_state.get_pipeline_model_parallel_rank(),
+                                      config.virtual_pipeline_model_parallel_size or 1)[vp_stage or 0]
+        spec = parallel_hybrid.block_spec(spec, dict(args), layers)
     if _get(args, "hybrid_override_pattern"):  # Nemotron-H: one block per layer (models/hybrid_pattern.py)
         from mindspeed_rl.models import hybrid_pattern
         from mindspeed_rl.models.chunks import virtual_layer_ranges
@@ -635,6 +650,11 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
         from mindspeed_rl.models import multipliers
 
         multipliers.install(model)
+    if (float(_get(args, "mlp_gate_multiplier", 1.0)), float(_get(args, "mlp_down_multiplier", 1.0))) != (1.0, 1.0):
+        from mindspeed_rl.models import parallel_hybrid  # Falcon-H1's mlp_multipliers
+
+        parallel_hybrid.install_mlp_multipliers(model, float(_get(args, "mlp_gate_multiplier", 1.0)),
+                                                float(_get(args, "mlp_down_multiplier", 1.0)))
     if config.multi_latent_attention:  # transformers' and vLLM's scale of the scores (mla_softmax_scale)
         from mindspeed_rl.models import mla
 

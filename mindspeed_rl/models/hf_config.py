@@ -16,6 +16,7 @@ from typing import Any, Mapping, Optional
 from mindspeed_rl.models.hf_layernorm_config import (LAYERNORM_ARCHS, OWN_ACTIVATION, falcon_keys, layernorm_args,
                                                      layernorm_checks, neox_keys)
 from mindspeed_rl.models.hf_moe_config import expert_count, mla_args, moe_args_from_hf
+from mindspeed_rl.models.hf_falcon_h1_config import falcon_h1_args, falcon_h1_config
 from mindspeed_rl.models.hf_nemotron_h_config import nemotron_h_args, nemotron_h_config
 from mindspeed_rl.models.hf_rope_config import llama4_scaling_limit, longrope_args, yarn_args
 
@@ -24,7 +25,7 @@ HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_mo
             "ernie4_5", "arcee", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus",
             "qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_dense", "hunyuan_v1_moe",
             "granitemoe", "granitemoeshared", "granitemoehybrid", "glm", "helium", "stablelm",
-            "starcoder2", "nemotron", "cohere", "cohere2", "phi", "gpt_neox", "falcon", "olmo", "nemotron_h")
+            "starcoder2", "nemotron", "cohere", "cohere2", "phi", "gpt_neox", "falcon", "olmo", "nemotron_h", "falcon_h1")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss",
              "minimax_m2", "ernie4_5_moe", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_moe",
@@ -204,6 +205,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         hf = neox_keys(hf)
     if model_type == "falcon":
         hf = falcon_keys(hf)
+    if model_type == "falcon_h1":  # attention and Mamba-2 side by side (models/hf_falcon_h1_config.py)
+        hf = falcon_h1_config(hf)
     heads = int(hf["num_attention_heads"])
     kv_heads = int(hf.get("num_key_value_heads") or heads)
     head_dim = int(hf.get("head_dim") or hf["hidden_size"] // heads)
@@ -326,6 +329,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         args.update(granite_hybrid_args(hf, args["num_layers"]))
     if model_type == "nemotron_h":
         args.update(nemotron_h_args(hf))
+    if model_type == "falcon_h1":
+        args.update(falcon_h1_args(hf))
     if model_type in GEMMA_ARCHS:
         args.update(gemma_args(hf, args["num_layers"], head_dim))
     if model_type in ("olmo2", "olmo3"):

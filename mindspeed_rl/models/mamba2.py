@@ -92,9 +92,15 @@ class Mamba2Mixer(MegatronModule):
                                         dtype=dtype)  # its weight and bias only: _conv pads causally itself
         self.conv1d_bc = torch.nn.Conv1d(2 * gn, 2 * gn, shape.conv_kernel, groups=2 * gn, bias=shape.conv_bias,
                                          dtype=dtype)
-        self.ssm_norm = _GroupNorm(local_x, dtype)
-        for p in (self.ssm_A_log, self.ssm_D, self.ssm_dt_bias, self.ssm_norm.weight, *self.conv1d_x.parameters()):
+        self.ssm_norm = _GroupNorm(local_x, dtype) if shape.norm else None
+        split = (self.ssm_A_log, self.ssm_D, self.ssm_dt_bias, *self.conv1d_x.parameters())
+        for p in (*split, *(self.ssm_norm.parameters() if self.ssm_norm is not None else ())):
             set_tensor_model_parallel_attributes(p, True, 0, 1)
+        if shape.in_multipliers:  # Falcon-H1's muP vector on in_proj's output, in the activations' dtype as its
+            mz, mx, mb, mc, mdt = shape.in_multipliers  # transformers' and vLLM's buffers are
+            per_head = [mz] * shape.head_dim + [mx] * shape.head_dim + [mdt]  # in_proj_zxdt's rows, per head
+            self.register_buffer("zxdt_multipliers", torch.tensor(per_head * heads, dtype=dtype), persistent=False)
+            self.register_buffer("bc_multipliers", torch.tensor([mb] * gn + [mc] * gn, dtype=dtype), persistent=False)
         self.ssm_out_proj = build_module(submodules.out_proj, shape.inner, config.hidden_size, config=config,
                                          init_method=config.output_layer_init_method, bias=False,
                                          input_is_parallel=True, skip_bias_add=True, is_expert=False)
@@ -153,6 +159,8 @@ class Mamba2Mixer(MegatronModule):
         whole = (gather_from_sequence_parallel_region(hidden_states) if self.config.sequence_parallel
                  else self._replicated(hidden_states))
         bc = F.linear(whole, self._replicated(self.in_proj_bc.weight))  # (S, B, 2 G N)
+        if s.in_multipliers:
+            zxdt, bc = zxdt * self.zxdt_multipliers.to(zxdt.dtype), bc * self.bc_multipliers.to(bc.dtype)
         zxdt, bc = zxdt.transpose(0, 1), bc.transpose(0, 1)  # (B, S, .)
         batch, seq = zxdt.shape[:2]
         keep = token_keep(attention_mask, batch, seq)
@@ -178,8 +186,10 @@ class Mamba2Mixer(MegatronModule):
             y, final = ssd.chunk(x, dt, A, B, C, s.chunk, D, initial)
         if delta_state is not None:
             delta_state.recurrent = final.detach()
-        y = self._norm(y * F.silu(z.float()))
-        y = (y.reshape(batch, seq, -1) * self.ssm_norm.weight.float()).to(hidden_states.dtype)
+        y = y * F.silu(z.float())
+        if self.ssm_norm is not None:
+            y = self._norm(y).reshape(batch, seq, -1) * self.ssm_norm.weight.float()
+        y = y.reshape(batch, seq, -1).to(hidden_states.dtype)
         return self.ssm_out_proj(y.transpose(0, 1).contiguous())
 
 

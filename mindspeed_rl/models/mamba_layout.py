@@ -25,6 +25,12 @@ from mindspeed_rl.models.delta_layout import _grouped, _ungrouped
 KEYS = ("mamba_num_heads", "mamba_head_dim", "mamba_num_groups", "mamba_state_dim")
 
 
+def has_mamba(args: Mapping[str, Any]) -> bool:
+    """Whether Megatron-named model args have Mamba-2 mixers: layers of their own (mamba_layers: Granite 4.0-H,
+    Nemotron-H) or beside attention in every layer (parallel_hybrid: Falcon-H1)."""
+    return any(args.get("mamba_layers") or ()) or bool(args.get("parallel_hybrid"))
+
+
 @dataclasses.dataclass(frozen=True)
 class MambaShape:
     heads: int
@@ -35,14 +41,19 @@ class MambaShape:
     chunk: int = 256
     conv_bias: bool = True
     norm_eps: float = 1e-6
+    norm: bool = True  # the gated RMSNorm before out_proj (Falcon-H1's mamba_rms_norm may turn it off: y x SiLU(z))
+    # z, x, B, C and dt times these after in_proj (Falcon-H1's ssm_multipliers, its muP vector); () = all 1
+    in_multipliers: tuple = ()
 
     @classmethod
     def from_args(cls, args: Mapping[str, Any]) -> "MambaShape":
         """From the Megatron-named model args (Megatron-LM's mamba_* names; hf_config.granite_hybrid_args)."""
+        multipliers = tuple(float(m) for m in (args.get("mamba_in_multipliers") or ()))
         return cls(int(args["mamba_num_heads"]), int(args["mamba_head_dim"]), int(args.get("mamba_num_groups") or 1),
                    int(args["mamba_state_dim"]), int(args.get("mamba_conv_kernel") or 4),
                    int(args.get("mamba_chunk_size") or 256), args.get("mamba_conv_bias", True) is not False,
-                   float(args.get("norm_epsilon", 1e-6)))
+                   float(args.get("norm_epsilon", 1e-6)), args.get("mamba_norm", True) is not False,
+                   () if all(m == 1.0 for m in multipliers) else multipliers)
 
     @property
     def inner(self) -> int:
@@ -54,6 +65,9 @@ class MambaShape:
 
     def problem(self, tp: int) -> Optional[str]:
         """One sentence on why this shape cannot run at TP `tp`, or None."""
+        if self.in_multipliers and len(self.in_multipliers) != 5:
+            return (f"mamba_in_multipliers must list 5 numbers (z, x, B, C, dt: Falcon-H1's ssm_multipliers); it is "
+                    f"{list(self.in_multipliers)}.")
         if self.heads % self.groups:
             return (f"mamba_num_heads {self.heads} is not a multiple of mamba_num_groups {self.groups}: each group of "
                     f"B / C feeds the same number of heads.")

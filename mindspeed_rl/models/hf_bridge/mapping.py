@@ -45,7 +45,7 @@ import torch
 
 from mindspeed_rl.models.delta_layout import DeltaNetShape, conv_from_hf, conv_to_hf, in_proj_from_parts, in_proj_to_parts
 from mindspeed_rl.models.hf_bridge.checkpoint_io import TensorReader, check_shape
-from mindspeed_rl.models.mamba_layout import MambaShape, zxdt_from_parts, zxdt_to_parts
+from mindspeed_rl.models.mamba_layout import MambaShape, has_mamba, zxdt_from_parts, zxdt_to_parts
 from mindspeed_rl.models.hf_config import HF_ARCHS, kv_channels
 from mindspeed_rl.utils.errors import UserInputError
 
@@ -79,7 +79,7 @@ class Dims:
                    int(args.get("moe_shared_expert_intermediate_size") or 0),
                    bool(args.get("attention_output_gate")),
                    DeltaNetShape.from_args(args) if any(args.get("linear_attention_layers") or ()) else None,
-                   MambaShape.from_args(args) if any(args.get("mamba_layers") or ()) else None)
+                   MambaShape.from_args(args) if has_mamba(args) else None)
 
 
 # megatron name (layer-relative for "decoder.layers.N.*") -> (kind, HF names with {i} = layer)
@@ -155,6 +155,11 @@ _LAYER_MAP = {
     "mlp.shared_experts.linear_fc2.weight": ("shared_row", ("model.layers.{i}.mlp.shared_expert.down_proj.weight",)),
     "mlp.shared_experts.gate_weight": ("replicated", ("model.layers.{i}.mlp.shared_expert_gate.weight",)),
 }
+# Falcon-H1's Mamba-2 mixer beside the attention, as the attention's child `mamba` (models/parallel_hybrid.py): the
+# same tensors as Granite 4.0-H's Mamba-2 layers
+_LAYER_MAP.update({"self_attention.mamba." + k[len("self_attention."):]: v for k, v in list(_LAYER_MAP.items())
+                   if k.startswith(("self_attention.in_proj_zxdt", "self_attention.in_proj_bc", "self_attention.conv1d_",
+                                    "self_attention.ssm_"))})
 _PLAIN_FC1 = ("column", ("model.layers.{i}.mlp.up_proj.weight",))  # a non-gated MLP's fc1 (Arcee)
 # the experts' and the shared expert's fc1 without a gate (Nemotron-H's MoE layers): up_proj alone, split by rows
 _PLAIN_EXPERT_FC1 = ("expert_up", ("model.layers.{i}.mlp.experts.{e}.up_proj.weight",))

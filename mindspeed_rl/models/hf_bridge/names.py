@@ -100,6 +100,10 @@ _STORED_AS["nemotron_h"] = (*((f"self_attn.{p}_proj.weight", f"mixer.{p}_proj.we
                             *((f"mlp.shared_expert.{p}_proj.weight", f"mixer.shared_experts.{p}_proj.weight")
                               for p in ("up", "down")),
                             ("input_layernorm.weight", "norm.weight"), ("post_attention_layernorm.weight", "norm.weight"))
+# Falcon-H1: its pre-MLP norm as pre_ff_layernorm, its MLP as feed_forward (Mamba-2's tensors under mamba.*, as
+# Granite 4.0-H's: _GROUPED; its final norm: _PREFIX_AS)
+_STORED_AS["falcon_h1"] = (("post_attention_layernorm.weight", "pre_ff_layernorm.weight"),
+                           *((f"mlp.{p}_proj.weight", f"feed_forward.{p}_proj.weight") for p in ("gate", "up", "down")))
 _ONE_NORM = {"nemotron_h": "norm.weight"}  # model_type -> its layers' one norm (hybrid_pattern.py)
 
 
@@ -163,6 +167,7 @@ _PREFIX_AS["falcon_2ln"] = _PREFIX_AS["falcon"]
 _PREFIX_AS["nemotron_h"] = (("model.layers.", "backbone.layers."), ("model.embed_tokens.", "backbone.embeddings."),
                             ("model.norm.", "backbone.norm_f."), ("model.embed_tokens.", "model.embeddings."),
                             ("model.norm.", "model.norm_f."))
+_PREFIX_AS["falcon_h1"] = (("model.norm.", "model.final_layernorm."),)  # Falcon-H1's final norm
 
 
 def _prefix(name: str, model_type: str | None, reverse: bool) -> str:
@@ -233,10 +238,17 @@ _MAMBA = {"mamba.in_proj.weight": ("mamba_in", (("mamba.in_proj_z.weight", (0,))
              for k in ("weight", "bias")}}
 _GROUPED["granitemoehybrid"] = _GROUPED["granitemoehybrid_dense"] = _MAMBA
 _GROUPED["nemotron_h"] = {k.replace("mamba.", "mixer.", 1): v for k, v in _MAMBA.items()}  # its mixer's names
+_GROUPED["falcon_h1"] = _MAMBA
 
 
 def _group_widths(what: str, hf_config: dict) -> tuple[int, list[int]]:
     """(groups, width of each slot of a group) of a grouped tensor (_GROUPED), from config.json."""
+    if what in ("mamba_in", "mamba_conv") and hf_config.get("model_type") == "falcon_h1":  # (its null mamba_d_ssm counts)
+        from mindspeed_rl.models.hf_falcon_h1_config import falcon_h1_args, falcon_h1_config
+        from mindspeed_rl.models.mamba_layout import MambaShape
+
+        shape = MambaShape.from_args(falcon_h1_args(falcon_h1_config(hf_config)))
+        return 1, shape.stored_in_proj_widths() if what == "mamba_in" else shape.stored_conv_widths()
     hf_config = {**HF_DEFAULTS.get(hf_config.get("model_type") or "", {}),
                  **{k: v for k, v in hf_config.items() if v is not None}}
     if what == "neox_qkv":  # every attention head's q, k and v

@@ -29,6 +29,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from mindspeed_rl.models import hybrid_pattern
+from mindspeed_rl.models.mamba_layout import has_mamba
 from mindspeed_rl.models.hf_bridge.mapping import Dims, hf_names, to_hf
 from mindspeed_rl.utils.errors import UserInputError
 
@@ -56,7 +57,7 @@ def check_tp(args: Mapping[str, Any], tp_size: int, ep_size: int = 1, etp_size: 
             checks.append(("tensor_model_parallel_size", tp_size, "q_lora_rank", int(args["q_lora_rank"])))
     if any(args.get("linear_attention_layers") or ()):  # Gated DeltaNet: split by key heads
         checks.append(("tensor_model_parallel_size", tp_size, "linear_num_key_heads", int(args["linear_num_key_heads"])))
-    if any(args.get("mamba_layers") or ()):  # Mamba-2: split by heads
+    if has_mamba(args):  # Mamba-2: split by heads
         checks.append(("tensor_model_parallel_size", tp_size, "mamba_num_heads", int(args["mamba_num_heads"])))
     if is_moe(args):
         checks += [("expert_model_parallel_size", ep_size, "num_experts", int(args["num_experts"])),
@@ -127,7 +128,8 @@ def stage_param_names(args: Mapping[str, Any], pp_size: int, pp_rank: int, vpp_s
     mamba_mixer = ([f"self_attention.ssm_{n}" for n in ("A_log", "D", "dt_bias")]
                    + ["self_attention.in_proj_zxdt.weight", "self_attention.in_proj_bc.weight"]
                    + [f"self_attention.conv1d_{c}.{k}" for c in ("x", "bc") for k in conv]
-                   + ["self_attention.ssm_norm.weight", "self_attention.ssm_out_proj.weight"])
+                   + ["self_attention.ssm_norm.weight"] * (args.get("mamba_norm", True) is not False)
+                   + ["self_attention.ssm_out_proj.weight"])
 
     def with_mixer(layer: list, mixer: list = mixer) -> list:  # the attention's names replaced by the mixer's
         at = next(i for i, n in enumerate(layer) if n.startswith("self_attention."))
@@ -149,6 +151,9 @@ def stage_param_names(args: Mapping[str, Any], pp_size: int, pp_rank: int, vpp_s
             layer = with_mixer(layer, mamba_mixer)
         elif i < len(linear) and linear[i]:
             layer = with_mixer(layer)
+        elif args.get("parallel_hybrid"):  # Falcon-H1: the attention's names, then its child mamba's
+            at = max(j for j, n in enumerate(layer) if n.startswith("self_attention.")) + 1
+            layer = layer[:at] + [n.replace("self_attention.", "self_attention.mamba.", 1) for n in mamba_mixer] + layer[at:]
         if pattern:  # Nemotron-H: the half of the layer its one block leaves out has none (models/hybrid_pattern.py)
             layer = [n for n in layer if hybrid_pattern.param_kept(pattern, i, n)]
         names += [f"decoder.layers.{i}.{n}" for n in layer]
