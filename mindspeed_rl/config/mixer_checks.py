@@ -1,6 +1,6 @@
 """Config checks of the layers whose token mixer is not attention (config/validate.py calls mixer_problems): Qwen3.5's
-Gated DeltaNet and Granite 4.0-H's Mamba-2 layers (marks, sizes, TP), and Nemotron-H's one-block layers
-(models/hybrid_pattern.py)."""
+Gated DeltaNet and Granite 4.0-H's Mamba-2 layers (marks, sizes, TP), Nemotron-H's one-block layers
+(models/hybrid_pattern.py) and Falcon-H1's attention with Mamba-2 beside it (models/parallel_hybrid.py)."""
 from __future__ import annotations
 
 from mindspeed_rl.config.schema import RoleConfig
@@ -15,7 +15,34 @@ def mixer_problems(role: RoleConfig, path: str, tp: int) -> list[str]:
         _check_linear_attention(role, path, tp, problems)
     if role.arch.mamba_layers is not None:
         _check_mamba(role, path, tp, problems)
+    if role.arch.parallel_hybrid:
+        _check_parallel_hybrid(role, path, tp, problems)
     return problems + hybrid_pattern.config_problems(role.arch, role.model_name)
+
+
+def _check_parallel_hybrid(role: RoleConfig, path: str, tp: int, problems: list[str]) -> None:
+    """Falcon-H1's layers (models/parallel_hybrid.py): attention and Mamba-2 in every layer, so no other layer kinds;
+    the Mamba-2 sizes set and fitting TP."""
+    from mindspeed_rl.models.mamba_layout import KEYS, MambaShape
+
+    a = role.arch
+    others = [k for k in ("mamba_layers", "linear_attention_layers", "hybrid_override_pattern")
+              if getattr(a, k) not in (None, [], "") and (k == "hybrid_override_pattern" or any(getattr(a, k)))]
+    if others:
+        problems.append(f"model {role.model_name}: parallel_hybrid (attention and Mamba-2 side by side in every layer, "
+                        f"Falcon-H1) cannot go with {', '.join(others)}; drop {'it' if len(others) == 1 else 'them'}.")
+        return
+    missing = [k for k in KEYS if getattr(a, k) is None]
+    if missing:
+        problems.append(f"model {role.model_name}: parallel_hybrid needs the Mamba-2 sizes, but {', '.join(missing)} "
+                        f"{'is' if len(missing) == 1 else 'are'} not set; set them or load a Hugging Face checkpoint "
+                        f"whose config.json has them.")
+        return
+    multipliers = tuple(a.mamba_in_multipliers or ())
+    problem = MambaShape(a.mamba_num_heads, a.mamba_head_dim, a.mamba_num_groups, a.mamba_state_dim,
+                         in_multipliers=multipliers).problem(tp)
+    if problem:
+        problems.append(f"`{path}`: model {role.model_name}: {problem}")
 
 
 def _check_mixer_layers(role: RoleConfig, path: str, tp: int, problems: list[str], key: str, mixer: str,

@@ -508,11 +508,12 @@ def _check_vllm(role: RoleConfig, problems: list[str], platform: str) -> None:
         if n and n % itp:
             problems.append(f"`{A}.infer_tensor_parallel_size: {itp}` does not divide {what} {n} of model "
                             f"{role.model_name}; pick one that divides it.")
-    if a.mamba_num_heads and any(a.mamba_layers or ()) and a.mamba_num_heads % itp:
+    mamba = any(a.mamba_layers or ()) or a.parallel_hybrid
+    if a.mamba_num_heads and mamba and a.mamba_num_heads % itp:
         problems.append(f"`{A}.infer_tensor_parallel_size: {itp}` does not divide mamba_num_heads {a.mamba_num_heads} "
                         f"of model {role.model_name}; pick one that divides it.")
     groups = a.mamba_num_groups or 1
-    if a.mamba_num_heads and any(a.mamba_layers or ()) and groups > 1 and groups % itp:
+    if a.mamba_num_heads and mamba and groups > 1 and groups % itp:
         problems.append(f"`{A}.infer_tensor_parallel_size: {itp}` does not divide mamba_num_groups {groups} of model "
                         f"{role.model_name} (vLLM's Mamba-2 layer splits the groups of B / C over its TP ranks, or "
                         f"copies a single one to each); pick one that divides it.")

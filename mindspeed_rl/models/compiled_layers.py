@@ -82,9 +82,10 @@ def _forward(layer: TransformerLayer, attention_type: type, compiled, *args, **k
 
 def compilable(layer: torch.nn.Module) -> bool:
     """A dense megatron decoder layer this module compiles (MoE and other layer kinds stay eager, and so do layers
-    whose token mixer is not attention: Gated DeltaNet, Mamba-2)."""
+    whose token mixer is not attention alone: Gated DeltaNet, Mamba-2, Falcon-H1's attention with Mamba-2 beside it)."""
+    attention = getattr(layer, "self_attention", None)
     return (type(layer) is TransformerLayer and type(getattr(layer, "mlp", None)) is MLP
-            and hasattr(getattr(layer, "self_attention", None), "core_attention"))
+            and hasattr(attention, "core_attention") and not hasattr(attention, "mamba"))
 
 
 def install(chunks, backend="inductor") -> int:

@@ -65,7 +65,8 @@ class MambaShape:
 
     def problem(self, tp: int) -> Optional[str]:
         """One sentence on why this shape cannot run at TP `tp`, or None."""
-        if self.in_multipliers and len(self.in_multipliers) != 5:
+        if self.in_multipliers and (len(self.in_multipliers) != 5 or not all(
+                isinstance(m, (int, float)) and not isinstance(m, bool) for m in self.in_multipliers)):
             return (f"mamba_in_multipliers must list 5 numbers (z, x, B, C, dt: Falcon-H1's ssm_multipliers); it is "
                     f"{list(self.in_multipliers)}.")
         if self.heads % self.groups:

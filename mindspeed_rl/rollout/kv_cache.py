@@ -109,6 +109,7 @@ class KVCache:
         self.window = window  # sliding-window attention (models/sliding_window.py)
         self._band: tuple = (None, None)  # ((start, end), window mask) of the current step
         self.delta: dict = {}  # layer index (a no_kv one) -> DeltaState of a Gated DeltaNet layer (Qwen3.5; new_cache)
+        self.hybrid: frozenset = frozenset()  # layers with keys / values and a Mamba-2 state in .delta (Falcon-H1)
         self.attention_free: frozenset = frozenset()  # layers without an attention slot (Nemotron-H's MLP ones; new_cache)
 
     def rope(self, start: int, end: int, dtype: torch.dtype, local: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
@@ -333,7 +334,8 @@ def cached_attention(model: torch.nn.Module, cache: KVCache) -> Iterator[None]:
                 continue
             if i in cache.delta:  # a Gated DeltaNet layer (Qwen3.5): its own forward, from and into its state
                 a.forward = functools.partial(type(a).forward, a, delta_state=cache.delta[i])
-                continue
+                if i not in cache.hybrid:
+                    continue  # (Falcon-H1's: Mamba-2 from its state, beside attention over the cache below)
             if mla:
                 a.forward = _mla_forward(a, i, cache)
                 continue
@@ -364,13 +366,16 @@ def new_cache(model: torch.nn.Module, batch: int, max_len: int, zeroed: bool = F
     # state per row instead of keys and values
     delta = {i: layer.self_attention for i, layer in enumerate(model.decoder.layers)
              if getattr(layer.self_attention, "delta_state", None) is not None}
+    # Falcon-H1's layers (models/parallel_hybrid.py) keep both: keys and values, and their Mamba-2 mixer's state
+    hybrid = {i: layer.self_attention.mamba for i, layer in enumerate(model.decoder.layers)
+              if getattr(layer.self_attention, "mamba", None) is not None}
     # layers whose one block is an MLP (Nemotron-H: models/hybrid_pattern.py) keep nothing
     free = frozenset(i for i, layer in enumerate(model.decoder.layers) if isinstance(layer.self_attention, IdentityOp))
     cache = KVCache(len(model.decoder.layers), batch, groups, max_len, config.kv_channels, param.dtype,
                     param.device, freqs, zeroed, rope_mscale(config), getattr(config, "attention_window", None), local,
                     no_kv=frozenset(delta) | free)
-    cache.delta = {i: mixer.delta_state(batch) for i, mixer in delta.items()}
-    cache.attention_free = free
+    cache.delta = {i: mixer.delta_state(batch) for i, mixer in {**delta, **hybrid}.items()}
+    cache.attention_free, cache.hybrid = free, frozenset(hybrid)
     return cache
 
 
@@ -539,7 +544,8 @@ def compile_unsupported(model: torch.nn.Module, platform_name: str) -> Optional[
                 f"torchair); rollout_engine: vllm compiles there")
     if not lean_supported(model):
         c = model.config
-        hybrid = any(type(layer.self_attention).__name__ in ("GatedDeltaNet", "OutputGatedSelfAttention", "Mamba2Mixer")
+        hybrid = any(type(layer.self_attention).__name__ in ("GatedDeltaNet", "OutputGatedSelfAttention", "Mamba2Mixer",
+                                                             "ParallelHybridAttention")
                      or isinstance(layer.self_attention, IdentityOp) or isinstance(getattr(layer, "mlp", None), IdentityOp)
                      for layer in model.decoder.layers)  # (IdentityOp: Nemotron-H's one-block layers)
         return (f"only dense models on one rank are compiled (TP 1, PP 1, no MoE, no multi-latent attention, no "

@@ -165,6 +165,15 @@ ARCHS = {"llama": dict(rotary_base=5000.0, rope_scaling_type="llama3", untie_emb
          "nemotron_h": dict(hybrid_override_pattern="M-*-", mamba_layers=[1, 0, 0, 0], no_rope_freq=[1, 1, 1, 1],
                             mamba_num_heads=4, mamba_head_dim=32, mamba_num_groups=2, mamba_state_dim=16, swiglu=False,
                             squared_relu=True, kv_channels=16, untie_embeddings_and_output_weights=True),
+         # Falcon-H1: attention (head_dim 32) and Mamba-2 (4 heads of 24, two groups, its gated norm) in every layer, its
+         # multipliers, RoPE theta 1e11, untied
+         "falcon_h1": dict(parallel_hybrid=True, mamba_num_heads=4, mamba_head_dim=24, mamba_num_groups=2,
+                           mamba_state_dim=16, mamba_chunk_size=16, mamba_norm=True,
+                           mamba_in_multipliers=[0.35, 0.25, 0.4, 0.5, 0.3], embedding_multiplier_scale=2.0,
+                           output_multiplier_scale=0.5, key_multiplier=0.8, attention_in_multiplier=1.1,
+                           attention_out_multiplier=0.9, ssm_in_multiplier=1.25, ssm_out_multiplier=0.7,
+                           mlp_gate_multiplier=0.9, mlp_down_multiplier=0.6, rotary_base=1e11, kv_channels=32,
+                           untie_embeddings_and_output_weights=True),
          # Ministral 3's image-text checkpoint: its text model, the length limit where Llama 4's query scaling starts
          "ministral3": dict(rope_scaling_type="yarn", rope_scaling_factor=4.0, max_position_embeddings=64,
                             untie_embeddings_and_output_weights=True, kv_channels=16)}

@@ -124,6 +124,16 @@ CASES = [
      ["tensor_model_parallel_size 4 does not divide mamba_num_heads 6"]),
     ("mamba-and-delta-net", ["training.mamba_layers=[1,0]", "training.linear_attention_layers=[0,1]"],
      ["mamba_layers and linear_attention_layers are both set"]),
+    # attention and Mamba-2 side by side (Falcon-H1: parallel_hybrid)
+    ("parallel-hybrid-and-mamba-layers", ["training.parallel_hybrid=true", "training.mamba_layers=[1,0]"],
+     ["parallel_hybrid (attention and Mamba-2 side by side in every layer, Falcon-H1) cannot go with mamba_layers; "
+      "drop it."]),
+    ("parallel-hybrid-sizes", ["training.parallel_hybrid=true", "training.mamba_num_heads=4"],
+     ["parallel_hybrid needs the Mamba-2 sizes, but mamba_head_dim, mamba_state_dim are not set"]),
+    ("parallel-hybrid-multipliers", ["training.parallel_hybrid=true", "training.mamba_num_heads=4",
+                                     "training.mamba_head_dim=8", "training.mamba_state_dim=8",
+                                     "training.mamba_in_multipliers=[1,2]"],
+     ["mamba_in_multipliers must list 5 numbers (z, x, B, C, dt: Falcon-H1's ssm_multipliers); it is [1, 2]."]),
     # one block per layer (Nemotron-H: hybrid_override_pattern)
     ("pattern-symbol", ["training.hybrid_override_pattern=MX"],
      ["hybrid_override_pattern has 'X'; each character must be one of M (Mamba-2), * (attention), - (MLP), E (MoE)."]),

@@ -587,7 +587,8 @@ def test_no_packing_when_host_memory_is_short(tiny, monkeypatch, caplog):
                                      "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo",
                                      "hunyuan_v1_dense", "hunyuan_v1_moe", "granitemoeshared", "starcoder2-window",
                                      "cohere2", "phi", "gpt_neox", "falcon", "falcon-40b", "olmo-clip",
-                                     "granitemoehybrid-h", "nemotron_h", "nemotron_h-moe"])
+                                     "granitemoehybrid-h", "nemotron_h", "nemotron_h-moe", "falcon_h1",
+                                     "falcon_h1-nonorm"])
 def test_greedy_equals_transformers_generate_on_more_architectures(variant, tmp_path, gloo_world1):
     """Phi-3 (fused q/k/v and gate/up in the checkpoint), Phi-3 with LongRoPE (short factors and the
     attention factor as softmax_scale, up to its original length 32), Mixtral, Phi-4-mini's partial
@@ -617,7 +618,8 @@ def test_greedy_equals_transformers_generate_on_more_architectures(variant, tmp_
     full one without, the logits scaled), Phi-2 (that layer with LayerNorm biases, lm_head's bias on the logits of
     every decode path), GPT-NeoX (the MLP on its own norm of the layer input in the lean and compiled steps), Falcon-7B
     (multi-query attention, one norm beside attention and MLP, tied) and Falcon-40B (grouped, ln_attn / ln_mlp), OLMo
-    (LayerNorms without weights, q / k / v clamped in the lean and compiled steps; StableLM 2 and Granite 4.0 passed
+    (LayerNorms without weights, q / k / v clamped in the lean and compiled steps), Falcon-H1 (each layer's attention
+    over the KV cache and its Mamba-2 mixer from its state, side by side, every multiplier; StableLM 2 and Granite 4.0 passed
     here on 2026-11-29 and were left out for CI's time: their layers are StarCoder2's and Granite's): the native engine's greedy tokens, with and
     without the KV cache, are transformers', and its sampled log-probs the training forward's."""
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
@@ -637,6 +639,12 @@ def test_greedy_equals_transformers_generate_on_more_architectures(variant, tmp_
 
         assert "one-block layers" in compile_unsupported(model, "cpu")
         assert new_cache(model, 2, 8).attention_free == frozenset({1, 3})
+    if variant.startswith("falcon_h1"):  # each layer keeps keys / values and its Mamba-2 state; eager, said so
+        from mindspeed_rl.rollout.kv_cache import compile_unsupported, new_cache
+
+        cache = new_cache(model, 2, 8)
+        assert cache.hybrid == frozenset(cache.delta) == frozenset({0, 1}) and all(k.shape[2] == 8 for k in cache.k)
+        assert "linear or gated attention" in compile_unsupported(model, "cpu")
     # compiled once per distinct decode feature (CI time): partial rotary with mscale, NoPE, multipliers, Gemma's
     # norms / window / local table, soft caps, OLMo's post and across-heads norms with an unscaled local table,
     # megatron's interleaved rotation, an MLP without a gate, q / k norms after RoPE at each row's positions, LayerNorm;
