@@ -41,6 +41,9 @@ def _config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.dty
     if args.get("hybrid_override_pattern"):  # one block per layer: Nemotron-H (models/hf_nemotron_h_config.py)
         from mindspeed_rl.models.hf_nemotron_h_config import nemotron_h_export_config
         return nemotron_h_export_config(args, vocab_size, dtype)
+    if args.get("parallel_hybrid"):  # attention and Mamba-2 side by side: Falcon-H1 (models/hf_falcon_h1_config.py)
+        from mindspeed_rl.models.hf_falcon_h1_config import falcon_h1_export_config
+        return falcon_h1_export_config(args, vocab_size, dtype)
     if any(args.get("mamba_layers") or ()):
         return granite_hybrid_config(args, vocab_size, dtype)
     if args.get("quick_geglu") or args.get("softmax_type") == "learnable":

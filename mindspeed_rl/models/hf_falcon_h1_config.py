@@ -89,3 +89,39 @@ def falcon_h1_args(hf: Mapping[str, Any]) -> dict[str, Any]:
             "output_multiplier_scale": float(hf["lm_head_multiplier"]),
             **{arg: float(hf[key]) for key, arg in MULTIPLIERS.items()},
             "mlp_gate_multiplier": gate, "mlp_down_multiplier": down}
+
+
+def falcon_h1_export_config(args: Mapping[str, Any], vocab_size: int, dtype) -> dict[str, Any]:
+    """Falcon-H1's config.json (falcon_h1, FalconH1ForCausalLM) for a parallel_hybrid model, read back the same by
+    falcon_h1_config / falcon_h1_args: its attention and MLP those of a Llama config.json (what else the args say is
+    refused there), every multiplier and Mamba-2 size written out."""
+    from mindspeed_rl.models.hf_export_config import _config_from_args
+    from mindspeed_rl.models.mamba_layout import MambaShape
+
+    own = ("parallel_hybrid", "embedding_multiplier_scale", "output_multiplier_scale", "mlp_gate_multiplier",
+           "mlp_down_multiplier", *MULTIPLIERS.values())
+    rest = {k: v for k, v in args.items() if not k.startswith("mamba_") and k not in own}
+    base = _config_from_args(rest, vocab_size, dtype)
+    if base["model_type"] != "llama" or not args.get("swiglu", True):
+        raise ValueError(f"a parallel_hybrid model has a config.json form only as Falcon-H1 (Llama's attention and "
+                         f"SwiGLU MLP beside Mamba-2, without biases or q / k norms); this one's layers are a "
+                         f"{base['model_type']}'s.")
+    shape = MambaShape.from_args(args)
+    keep = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size",
+            "max_position_embeddings", "tie_word_embeddings", "rms_norm_eps", "num_hidden_layers", "rope_parameters",
+            "rope_theta", "torch_dtype", "bos_token_id", "eos_token_id", "pad_token_id", "hidden_act")
+    config = {k: base[k] for k in keep if k in base}
+    config.update(architectures=["FalconH1ForCausalLM"], model_type="falcon_h1", attention_bias=False, mlp_bias=False,
+                  projectors_bias=False, mamba_proj_bias=False, mamba_d_ssm=shape.inner, mamba_n_heads=shape.heads,
+                  mamba_d_head=shape.head_dim, mamba_n_groups=shape.groups, mamba_d_state=shape.state,
+                  mamba_d_conv=shape.conv_kernel, mamba_chunk_size=shape.chunk, mamba_conv_bias=shape.conv_bias,
+                  mamba_rms_norm=shape.norm, mamba_norm_before_gate=False, time_step_limit=[0.0, float("inf")],
+                  ssm_multipliers=list(shape.in_multipliers or [1.0] * 5),
+                  embedding_multiplier=float(args.get("embedding_multiplier_scale") or 1.0),
+                  lm_head_multiplier=float(args.get("output_multiplier_scale") or 1.0),
+                  mlp_multipliers=[float(args.get("mlp_gate_multiplier") or 1.0),
+                                   float(args.get("mlp_down_multiplier") or 1.0)],
+                  **{key: float(args.get(arg) or 1.0) for key, arg in MULTIPLIERS.items()})
+    if "rope_theta" not in config:  # (transformers 5 keeps it in rope_parameters; written at the top level too)
+        config["rope_theta"] = float((config.get("rope_parameters") or {}).get("rope_theta", args.get("rotary_base", 1e4)))
+    return config

@@ -1271,3 +1271,63 @@ def test_granite_4_h_config_json_round_trip():
         model_config_from_hf(dict(release, layer_types=["mamba"] * 39 + ["moe"]))
     with pytest.raises(ValueError, match="apply RoPE or none does"):
         hf_config_from_args(dict(args, no_rope_freq=[1] * 39 + [0]), vocab_size=100352)
+
+
+# A config.json in Falcon-H1-0.5B-Instruct's shape (its release is not downloadable here: the sizes and multipliers
+# as its model card's config lists them, every key transformers' FalconH1Config reads; mamba_d_ssm 1536, not
+# mamba_expand x hidden_size; head_dim 64, not hidden_size / heads)
+FALCON_H1_0_5B = {
+    "architectures": ["FalconH1ForCausalLM"], "model_type": "falcon_h1", "attention_bias": False,
+    "attention_in_multiplier": 1.0, "attention_out_multiplier": 0.9375, "attn_layer_indices": None,
+    "embedding_multiplier": 5.656854249492381, "head_dim": 64, "hidden_act": "silu", "hidden_size": 1024,
+    "intermediate_size": 2048, "key_multiplier": 0.390625, "lm_head_multiplier": 0.0390625, "mamba_chunk_size": 128,
+    "mamba_conv_bias": True, "mamba_d_conv": 4, "mamba_d_head": 64, "mamba_d_ssm": 1536, "mamba_d_state": 128,
+    "mamba_expand": 2, "mamba_n_groups": 1, "mamba_n_heads": 24, "mamba_norm_before_gate": False,
+    "mamba_proj_bias": False, "mamba_rms_norm": False, "mamba_use_mlp": True, "max_position_embeddings": 16384,
+    "mlp_bias": False, "mlp_expansion_factor": 8, "mlp_multipliers": [0.8838834764831844, 0.5859375],
+    "num_attention_heads": 8, "num_hidden_layers": 36, "num_key_value_heads": 2, "projectors_bias": False,
+    "rms_norm_eps": 1e-05, "rope_theta": 100000000000.0, "ssm_in_multiplier": 1.25,
+    "ssm_multipliers": [0.3535533905932738, 0.25, 0.3535533905932738, 0.5, 0.3535533905932738],
+    "ssm_out_multiplier": 0.23570226039551587, "tie_word_embeddings": False, "vocab_size": 32784,
+    "bos_token_id": 1, "eos_token_id": 11, "pad_token_id": 0}
+
+
+def test_falcon_h1_config_json_round_trip():
+    """Falcon-H1: attention and Mamba-2 side by side in every layer (parallel_hybrid), its inner width and head
+    dimension its own, every multiplier; exported from megatron's args alone as falcon_h1 and read back the same,
+    transformers taking it; what transformers and vLLM would compute differently refused in one sentence."""
+    from transformers import FalconH1Config
+
+    from mindspeed_rl.models.hf_export_config import hf_config_from_args
+
+    args = model_config_from_hf(FALCON_H1_0_5B)
+    assert args["parallel_hybrid"] and "mamba_layers" not in args and args["num_layers"] == 36
+    assert (args["mamba_num_heads"], args["mamba_head_dim"], args["mamba_num_groups"], args["mamba_state_dim"],
+            args["mamba_chunk_size"], args["mamba_norm"], args["kv_channels"], args["rotary_base"],
+            args["norm_epsilon"]) == (24, 64, 1, 128, 128, False, 64, 1e11, 1e-5)
+    assert (args["key_multiplier"], args["mlp_gate_multiplier"], args["output_multiplier_scale"]) == (
+        0.390625, 0.8838834764831844, 0.0390625)
+    written = hf_config_from_args(args, vocab_size=32784)
+    assert (written["model_type"], written["architectures"], written["mamba_d_ssm"]) == (
+        "falcon_h1", ["FalconH1ForCausalLM"], 1536)
+    assert model_config_from_hf(written) == args
+    config = FalconH1Config(**written)  # transformers takes it, with the same sizes
+    assert config.mamba_d_head * config.mamba_n_heads == 1536 and config.ssm_multipliers == FALCON_H1_0_5B["ssm_multipliers"]
+    assert model_config_from_hf(config.to_dict()) == args
+    # mamba_d_ssm null: mamba_expand x hidden_size (2048, so 32 heads of 64); absent: transformers' 1024 (of 24 heads
+    # that cannot be: one sentence)
+    null = model_config_from_hf(dict(FALCON_H1_0_5B, mamba_d_ssm=None, mamba_d_head="auto", mamba_n_heads=32))
+    assert null["mamba_head_dim"] == 64 and hf_config_from_args(null, vocab_size=32784)["mamba_d_ssm"] == 2048
+    with pytest.raises(ValueError, match="must equal the Mamba-2 inner width 1024"):
+        model_config_from_hf({k: v for k, v in FALCON_H1_0_5B.items() if k != "mamba_d_ssm"})
+    for key, value, match in (("projectors_bias", True, "projectors_bias=true"),
+                              ("mamba_rms_norm", True, "mamba_rms_norm=true needs mamba_norm_before_gate=false"),
+                              ("attn_layer_indices", [0, 2], "attn_layer_indices \\[0, 2\\] is not supported"),
+                              ("mamba_use_mlp", False, "mamba_use_mlp=false"),
+                              ("attn_rotary_emb", 32, "attn_rotary_emb 32"),
+                              ("rope_theta", None, "has no rope_theta"),
+                              ("mlp_multipliers", [1.0], "mlp_multipliers must list 2 numbers"),
+                              ("time_step_limit", [0.001, 0.1], "time_step_limit \\[0.001, 0.1\\] is not supported")):
+        with pytest.raises(ValueError, match=match):
+            model_config_from_hf(dict({k: v for k, v in FALCON_H1_0_5B.items() if k != "mamba_norm_before_gate"}
+                                      if key == "mamba_rms_norm" else FALCON_H1_0_5B, **{key: value}))
