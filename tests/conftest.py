@@ -113,7 +113,9 @@ NON_CORE_ARCHS = frozenset((
     "qwen3_5_moe_text", "qwen3_next", "qwen3_5_moe",
     # Nemotron-H's MoE variant (its experts without a gate are megatron's own MLP; its dense variant, the one-block
     # layers, stays core)
-    "nemotron_h-moe"))
+    "nemotron_h-moe",
+    # Falcon-H1 without the mixer's gated norm (the same modules as its core variant, one fewer)
+    "falcon_h1-nonorm"))
 
 
 def pytest_collection_modifyitems(config, items):

@@ -23,7 +23,7 @@ def mixer_problems(role: RoleConfig, path: str, tp: int) -> list[str]:
 def _check_parallel_hybrid(role: RoleConfig, path: str, tp: int, problems: list[str]) -> None:
     """Falcon-H1's layers (models/parallel_hybrid.py): attention and Mamba-2 in every layer, so no other layer kinds;
     the Mamba-2 sizes set and fitting TP."""
-    from mindspeed_rl.models.mamba_layout import KEYS, MambaShape
+    from mindspeed_rl.models.mamba_layout import KEYS
 
     a = role.arch
     others = [k for k in ("mamba_layers", "linear_attention_layers", "hybrid_override_pattern")
@@ -32,17 +32,7 @@ def _check_parallel_hybrid(role: RoleConfig, path: str, tp: int, problems: list[
         problems.append(f"model {role.model_name}: parallel_hybrid (attention and Mamba-2 side by side in every layer, "
                         f"Falcon-H1) cannot go with {', '.join(others)}; drop {'it' if len(others) == 1 else 'them'}.")
         return
-    missing = [k for k in KEYS if getattr(a, k) is None]
-    if missing:
-        problems.append(f"model {role.model_name}: parallel_hybrid needs the Mamba-2 sizes, but {', '.join(missing)} "
-                        f"{'is' if len(missing) == 1 else 'are'} not set; set them or load a Hugging Face checkpoint "
-                        f"whose config.json has them.")
-        return
-    multipliers = tuple(a.mamba_in_multipliers or ())
-    problem = MambaShape(a.mamba_num_heads, a.mamba_head_dim, a.mamba_num_groups, a.mamba_state_dim,
-                         in_multipliers=multipliers).problem(tp)
-    if problem:
-        problems.append(f"`{path}`: model {role.model_name}: {problem}")
+    _sizes_and_shape(role, path, tp, problems, "parallel_hybrid needs the Mamba-2 sizes, but", KEYS, _mamba_shape)
 
 
 def _check_mixer_layers(role: RoleConfig, path: str, tp: int, problems: list[str], key: str, mixer: str,
@@ -58,15 +48,30 @@ def _check_mixer_layers(role: RoleConfig, path: str, tp: int, problems: list[str
         return
     if not any(marks):
         return
+    _sizes_and_shape(role, path, tp, problems, f"{key} marks {mixer} layers but", sizes, shape)
+
+
+def _sizes_and_shape(role: RoleConfig, path: str, tp: int, problems: list[str], needs: str, sizes: tuple,
+                     shape) -> None:
+    """The mixer's `sizes` set (`needs`: the sentence's start, what asks for them), and its shape (`shape(arch)`,
+    with .problem(tp)) fitting TP."""
+    a = role.arch
     missing = [k for k in sizes if getattr(a, k) is None]
     if missing:
-        problems.append(f"model {role.model_name}: {key} marks {mixer} layers but "
-                        f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set; set them or load a "
-                        f"Hugging Face checkpoint whose config.json has them.")
+        problems.append(f"model {role.model_name}: {needs} {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} "
+                        f"not set; set them or load a Hugging Face checkpoint whose config.json has them.")
         return
     problem = shape(a).problem(tp)
     if problem:
         problems.append(f"`{path}`: model {role.model_name}: {problem}")
+
+
+def _mamba_shape(a):
+    """The Mamba-2 shape of a model's arch keys (mamba_layout.MambaShape)."""
+    from mindspeed_rl.models.mamba_layout import MambaShape
+
+    return MambaShape(a.mamba_num_heads, a.mamba_head_dim, a.mamba_num_groups, a.mamba_state_dim,
+                      in_multipliers=tuple(a.mamba_in_multipliers or ()))
 
 
 def _check_linear_attention(role: RoleConfig, path: str, tp: int, problems: list[str]) -> None:
@@ -82,12 +87,11 @@ def _check_linear_attention(role: RoleConfig, path: str, tp: int, problems: list
 def _check_mamba(role: RoleConfig, path: str, tp: int, problems: list[str]) -> None:
     """Granite 4.0-H's Mamba-2 layers: one 0 / 1 per layer, not beside Gated DeltaNet ones, their sizes set, TP
     dividing the heads."""
-    from mindspeed_rl.models.mamba_layout import KEYS, MambaShape
+    from mindspeed_rl.models.mamba_layout import KEYS
 
     a = role.arch
     if any(a.linear_attention_layers or ()) and isinstance(a.mamba_layers, (list, tuple)) and any(a.mamba_layers):
         problems.append(f"model {role.model_name}: mamba_layers and linear_attention_layers are both set; a model "
                         f"mixes tokens with one kind of linear layer (Granite 4.0-H: Mamba-2, Qwen3.5: Gated DeltaNet).")
         return
-    _check_mixer_layers(role, path, tp, problems, "mamba_layers", "Mamba-2", KEYS,
-                        lambda a: MambaShape(a.mamba_num_heads, a.mamba_head_dim, a.mamba_num_groups, a.mamba_state_dim))
+    _check_mixer_layers(role, path, tp, problems, "mamba_layers", "Mamba-2", KEYS, _mamba_shape)

@@ -17,6 +17,7 @@ from mindspeed_rl.models.hf_layernorm_config import (LAYERNORM_ARCHS, OWN_ACTIVA
                                                      layernorm_checks, neox_keys)
 from mindspeed_rl.models.hf_moe_config import expert_count, mla_args, moe_args_from_hf
 from mindspeed_rl.models.hf_falcon_h1_config import falcon_h1_args, falcon_h1_config
+from mindspeed_rl.models.mamba_layout import mamba_step_limit
 from mindspeed_rl.models.hf_nemotron_h_config import nemotron_h_args, nemotron_h_config
 from mindspeed_rl.models.hf_rope_config import llama4_scaling_limit, longrope_args, yarn_args
 
@@ -649,15 +650,6 @@ def granite_hybrid_args(hf: Mapping[str, Any], num_layers: int) -> dict[str, Any
             "mamba_conv_kernel": int(hf.get("mamba_d_conv") or 4),
             "mamba_chunk_size": int(hf.get("mamba_chunk_size") or 256),
             "mamba_conv_bias": hf.get("mamba_conv_bias", True) is not False}
-
-
-def mamba_step_limit(hf: Mapping[str, Any]) -> None:
-    """Refuse a config.json time_step_limit other than (0, inf): the Mamba-2 step is used unclamped, as the Granite
-    4.0-H and Nemotron-H releases' default says (transformers 5 writes its infinity as {"__float__": "Infinity"})."""
-    limit = [float(v["__float__"]) if isinstance(v, Mapping) else float(v) for v in hf.get("time_step_limit") or ()]
-    if limit and limit != [0.0, float("inf")]:
-        raise ValueError(f"config.json time_step_limit {limit} is not supported; the Mamba-2 step is used "
-                         f"unclamped, as the releases' default (0.0, inf) says.")
 
 
 def granite_args(hf: Mapping[str, Any]) -> dict[str, Any]:

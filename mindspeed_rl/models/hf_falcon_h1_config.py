@@ -69,7 +69,7 @@ def falcon_h1_config(hf: Mapping[str, Any]) -> dict[str, Any]:
 def falcon_h1_args(hf: Mapping[str, Any]) -> dict[str, Any]:
     """The Megatron-named args beyond the common ones, from falcon_h1_config's output: every layer parallel_hybrid
     with its Mamba-2 sizes, and the multipliers."""
-    from mindspeed_rl.models.hf_config import mamba_step_limit
+    from mindspeed_rl.models.mamba_layout import mamba_step_limit
 
     mamba_step_limit(hf)
     hidden, heads = int(hf["hidden_size"]), int(hf["mamba_n_heads"])

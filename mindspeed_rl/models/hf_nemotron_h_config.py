@@ -78,7 +78,7 @@ def nemotron_h_config(hf: Mapping[str, Any]) -> dict[str, Any]:
 def nemotron_h_args(hf: Mapping[str, Any]) -> dict[str, Any]:
     """The Megatron-named args beyond the common ones, from nemotron_h_config's output: the one-block layers, their
     Mamba-2 sizes, the MLP without a gate (squared ReLU) and attention without RoPE (no_rope_freq on every layer)."""
-    from mindspeed_rl.models.hf_config import mamba_step_limit
+    from mindspeed_rl.models.mamba_layout import mamba_step_limit
     from mindspeed_rl.models.hf_moe_config import glm4_moe_args
 
     mamba_step_limit(hf)

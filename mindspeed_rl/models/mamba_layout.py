@@ -31,6 +31,15 @@ def has_mamba(args: Mapping[str, Any]) -> bool:
     return any(args.get("mamba_layers") or ()) or bool(args.get("parallel_hybrid"))
 
 
+def mamba_step_limit(hf: Mapping[str, Any]) -> None:
+    """Refuse a config.json time_step_limit other than (0, inf): the Mamba-2 step is used unclamped, as the Granite
+    4.0-H and Nemotron-H releases' default says (transformers 5 writes its infinity as {"__float__": "Infinity"})."""
+    limit = [float(v["__float__"]) if isinstance(v, Mapping) else float(v) for v in hf.get("time_step_limit") or ()]
+    if limit and limit != [0.0, float("inf")]:
+        raise ValueError(f"config.json time_step_limit {limit} is not supported; the Mamba-2 step is used "
+                         f"unclamped, as the releases' default (0.0, inf) says.")
+
+
 @dataclasses.dataclass(frozen=True)
 class MambaShape:
     heads: int

@@ -86,6 +86,7 @@ VARIANTS = {
     # Granite 4.0-H: vLLM's GraniteMoeHybridForCausalLM with its Mamba-2 layer (hidden 128: 4 heads of 64)
     "granitemoehybrid-h": dict(testing_utils.HF_VARIANTS["granitemoehybrid-h"], mamba_d_head=64),
     "granitemoehybrid-hmoe": dict(testing_utils.HF_VARIANTS["granitemoehybrid-hmoe"], mamba_d_head=64),
+    "falcon_h1": dict(mamba_d_ssm=256, mamba_d_head=64),  # Falcon-H1: 4 Mamba-2 heads of 64 beside the attention
 }
 
 
@@ -121,7 +122,7 @@ CI_ARCHS = ("mixtral", "phi3", "phi3-partiallongrope", "qwen2-yarn", "smollm3-ya
 EXTENDED_ARCHS = ("mistral3", "gemma", "olmo3", "ministral3", "exaone4", "seed_oss", "ernie4_5", "arcee", "glm4_moe",
                   "deepseek_v2", "minimax_m2", "glm4_moe_lite", "ernie4_5_moe", "apertus", "olmoe", "flex_olmo",
                   "hunyuan_v1_moe", "granitemoeshared", "glm", "starcoder2", "nemotron", "phi", "falcon", "olmo-clip",
-                  "granitemoehybrid-hmoe", "nemotron_h")
+                  "granitemoehybrid-hmoe", "nemotron_h", "falcon_h1")
 
 
 @pytest.mark.parametrize("arch", with_extended(CI_ARCHS, EXTENDED_ARCHS))

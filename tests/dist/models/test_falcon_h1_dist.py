@@ -74,7 +74,8 @@ def _falcon_job(rank, world_size, hf_dir, work):
     return res
 
 
-@pytest.fixture(scope="module", params=["falcon_h1", "falcon_h1-nonorm"])
+# -nonorm (one group on both ranks, tied) is `extended` for CI's time (passed here on 2026-11-30)
+@pytest.fixture(scope="module", params=["falcon_h1", pytest.param("falcon_h1-nonorm", marks=pytest.mark.extended)])
 def falcon(request, tmp_path_factory):
     from mindspeed_rl.models.forward import position_ids_from_mask
     from mindspeed_rl.models.hf_bridge.names import canonical_name, grouped_parts
