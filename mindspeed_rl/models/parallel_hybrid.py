@@ -31,7 +31,7 @@ from megatron.core.transformer.spec_utils import ModuleSpec, build_module  # noq
 
 from mindspeed_rl.models.mamba2 import mamba2_spec  # noqa: E402
 from mindspeed_rl.models.mamba_layout import MambaShape  # noqa: E402
-from mindspeed_rl.models.multipliers import scaled  # noqa: E402
+from mindspeed_rl.models.multipliers import _scale_output, scaled  # noqa: E402
 
 
 class ParallelHybridAttention(SelfAttention):
@@ -81,7 +81,7 @@ def install_mlp_multipliers(model: torch.nn.Module, gate: float, down: float) ->
         if gate != 1.0:
             mlp.linear_fc1.register_forward_hook(_gate_half(gate))
         if down != 1.0:
-            mlp.register_forward_hook(_scale_first(down))
+            mlp.register_forward_hook(_scale_output(down))  # (Granite's residual_multiplier hook)
 
 
 def _gate_half(factor: float):
@@ -94,8 +94,3 @@ def _gate_half(factor: float):
         return (out, None) if isinstance(output, tuple) else out
     return hook
 
-
-def _scale_first(factor: float):
-    def hook(module, args, output):
-        return (output[0] * factor, *(o * factor if o is not None else None for o in output[1:2]), *output[2:])
-    return hook
