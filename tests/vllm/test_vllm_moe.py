@@ -152,6 +152,8 @@ def test_moe_actor_at_tp2_with_vllm_at_inference_tp2(tmp_path):
 
 
 @pytest.mark.e2e
+@pytest.mark.extended  # CI's time (105 s of the vLLM stage, 2026-11-30): the EP ranks' experts gathered for a generation
+# rank of the split are tests/dist/workers/test_roles_dist.py's moe-ep2 case, an EP-2 actor synced to vLLM the first e2e's
 def test_moe_actor_at_ep2_on_the_split_with_vllm_generating(tmp_path):
     """The train/infer split with an MoE actor at EP=2 on 2 training ranks (each holding half of the
     experts) and vLLM on the third rank: the export collects every expert from both EP ranks, and
