@@ -13,14 +13,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from mindspeed_rl.distributed.cluster import GCS_WAIT_ENV, GCS_WAIT_S
+from mindspeed_rl.distributed.cluster import GCS_WAIT_ENV, GCS_WAIT_S, NICENESS_ENV, WORKER_NICENESS
 from mindspeed_rl.platform import get_platform
 from testing_utils import free_port
 
 
 # Every Ray instance the tests start (ray_session, the e2e runs' drivers, Ray's Cluster) gives its GCS
-# as long to come up on a busy machine as the product's local starts do.
+# as long to come up on a busy machine as the product's local starts do, and starts its workers at normal priority
+# as those do.
 os.environ.setdefault(GCS_WAIT_ENV, GCS_WAIT_S)
+os.environ.setdefault(NICENESS_ENV, WORKER_NICENESS)
 
 
 def pytest_configure(config):

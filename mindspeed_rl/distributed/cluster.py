@@ -34,6 +34,13 @@ LOCAL_START_ATTEMPTS = 3  # tries to start a local Ray instance before giving up
 # the 20 s ran out three times in a row; 120 is what Ray itself allows a RocksDB-backed GCS. A value
 # already in the environment is kept.
 GCS_WAIT_ENV, GCS_WAIT_S = "RAY_gcs_server_port_wait_time_s", "120"
+# The niceness Ray starts a worker process at (Ray's default: 15). Our CPU workers renice to 0 once they run
+# (platform/cpu.configure_host_threads), but a worker's start-up before that (imports, model build and load) ran at
+# nice 15 and crawled whenever anything else kept the cores busy: a ray_gpt run from a Granite 4.0-H checkpoint
+# spent 117 s starting its workers beside one 2-thread matmul loop on 2 cores, 7 s at 0 (alone: 5 s). An instance we
+# start gets 0; a value already in the environment is kept; a `ray start` cluster takes it from the environment of
+# its `ray start` (README, Multi-node).
+NICENESS_ENV, WORKER_NICENESS = "RAY_worker_niceness", "0"
 
 
 class ClusterError(RuntimeError):
@@ -100,6 +107,7 @@ def connect(plan: list[RolePlacement], platform, *, address: str | None = None,
         kwargs["resources"] = {resource: need}
     log.info("starting a local Ray instance (%s)", ", ".join(f"{k}={v}" for k, v in kwargs.items()))
     os.environ.setdefault(GCS_WAIT_ENV, GCS_WAIT_S)
+    os.environ.setdefault(NICENESS_ENV, WORKER_NICENESS)
     with _quiet_npu_probe(platform.name == "cpu"):
         for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
             try:

@@ -1,7 +1,8 @@
 """CPU workers compute with the CPU units of their device bundle, at normal priority.
 
 Ray would start a colocated actor (num_cpus = bundle CPUs x 1/2) with OMP_NUM_THREADS=1 and
-niceness 15; init_distributed sizes torch's pool to the bundle's CPUs and renices to 0.
+niceness 15; the Ray instances we start start their workers at 0 (cluster.NICENESS_ENV), and init_distributed sizes
+torch's pool to the bundle's CPUs and renices to 0 where a cluster gave more.
 """
 import os
 
@@ -28,6 +29,7 @@ def test_colocated_cpu_worker_gets_the_bundle_cpus_at_normal_priority(ray_sessio
     assert pools["actor_rollout"].share == 0.5  # Ray saw num_cpus=1 for this actor
     assert report["threads"] == 2 and report["omp"] == "2", report
     assert report["info"]["threads"] == 2
+    assert report["given"]["nice"] == 0, report  # started at normal priority (cluster.NICENESS_ENV), not Ray's 15
     if os.geteuid() == 0 or report["given"]["nice"] == 0:  # renicing down needs CAP_SYS_NICE (root here)
         assert report["nice"] == 0 and report["info"]["nice"] == 0, report
 

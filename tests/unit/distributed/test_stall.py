@@ -75,15 +75,20 @@ def test_ray_start_timing_out_is_a_sentence(monkeypatch):
     monkeypatch.setattr(cluster, "_describe", lambda *args: "described")
     monkeypatch.setenv(cluster.GCS_WAIT_ENV, "0")
     monkeypatch.delenv(cluster.GCS_WAIT_ENV)  # restored (unset) after the test whatever connect sets
+    monkeypatch.setenv(cluster.NICENESS_ENV, "15")
+    monkeypatch.delenv(cluster.NICENESS_ENV)
     fail_times = 2  # a busy machine: the second start makes it
     assert cluster.connect([], get_platform("cpu"), address="local") == "described"
     assert len(calls) == 2 and len(shutdowns) == 1
     assert [c["include_dashboard"] for c in calls] == [False, False]  # training.ray_dashboard's default
     assert os.environ[cluster.GCS_WAIT_ENV] == "120"  # Ray's GCS gets 120 s to start and answer, not 20
+    assert os.environ[cluster.NICENESS_ENV] == "0"  # its workers start at normal priority, not Ray's nice 15
     monkeypatch.setenv(cluster.GCS_WAIT_ENV, "300")
+    monkeypatch.setenv(cluster.NICENESS_ENV, "5")
     calls.clear()
     cluster.connect([], get_platform("cpu"), address="local", dashboard=True)
     assert os.environ[cluster.GCS_WAIT_ENV] == "300"  # the user's value is kept
+    assert os.environ[cluster.NICENESS_ENV] == "5"
     assert calls[-1]["include_dashboard"] and calls[-1]["dashboard_host"] == "127.0.0.1"  # asked for: loopback only
     calls.clear()
     fail_times = cluster.LOCAL_START_ATTEMPTS + 1  # never: one sentence, not a traceback
