@@ -37,7 +37,7 @@ GCS_WAIT_ENV, GCS_WAIT_S = "RAY_gcs_server_port_wait_time_s", "120"
 # The niceness Ray starts a worker process at (Ray's default: 15). Our CPU workers renice to 0 once they run
 # (platform/cpu.configure_host_threads), but a worker's start-up before that (imports, model build and load) ran at
 # nice 15 and crawled whenever anything else kept the cores busy: a ray_gpt run from a Granite 4.0-H checkpoint
-# spent 117 s starting its workers beside one 2-thread matmul loop on 2 cores, 7 s at 0 (alone: 5 s). An instance we
+# spent 117 s starting its workers beside one 2-thread matmul loop on 2 cores, 7 s at 0. An instance we
 # start gets 0; a value already in the environment is kept; a `ray start` cluster takes it from the environment of
 # its `ray start` (README, Multi-node).
 NICENESS_ENV, WORKER_NICENESS = "RAY_worker_niceness", "0"
