@@ -181,6 +181,10 @@ HF_VARIANTS = {
                        "routed_scaling_factor": 1.5, "n_group": 2, "topk_group": 1},
     # Falcon-H1-0.5B's layout: no gated norm in the Mamba-2 mixer, one group of B / C, tied embedding
     "falcon_h1-nonorm": {"mamba_rms_norm": False, "mamba_n_groups": 1, "tie_word_embeddings": True},
+    # LFM2's older config.json form (full_attn_idxs instead of layer_types), a multiplier on the MLP width (2/3 of
+    # 180 x 1.5, rounded up to 192), untied
+    "lfm2-idxs": {"layer_types": None, "full_attn_idxs": [1], "block_ffn_dim_multiplier": 1.5,
+                  "tie_word_embeddings": False},
     "mistral-window": {"sliding_window": 12},  # Mistral 7B v0.1's every-layer window, scaled down
     "phi3-window": {"sliding_window": 12},  # Phi-3-mini-4k's
     "starcoder2-window": {"sliding_window": 12},  # StarCoder2's 4096 of 16384, scaled down
@@ -353,6 +357,12 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
             "attention_in_multiplier": 1.1, "attention_out_multiplier": 0.9, "ssm_in_multiplier": 1.25,
             "ssm_out_multiplier": 0.7, "ssm_multipliers": [0.35, 0.25, 0.4, 0.5, 0.3], "mlp_multipliers": [0.9, 0.6],
             "pad_token_id": 0, "eos_token_id": 2, "bos_token_id": 1, **tiny}),
+        # LFM2's layout: conv layers (kernel 3) and attention ones with per-head q / k norms alternating, the MLP
+        # width adjusted as its releases' (2/3 of 180, rounded up to a multiple of 32: 128), rope theta 1e6, tied
+        "lfm2": lambda: tf.Lfm2Config(**{
+            "layer_types": ["conv", "full_attention"] * (tiny["num_hidden_layers"] // 2), "block_multiple_of": 32,
+            "block_auto_adjust_ff_dim": True, "block_ffn_dim_multiplier": 1.0, "conv_L_cache": 3,
+            "pad_token_id": 0, "eos_token_id": 2, "bos_token_id": 1, **tiny, "intermediate_size": 180}),
         "nemotron_h": lambda: tf.NemotronHConfig(**{
             "layers_block_type": ["linear_attention", "mlp", "full_attention", "mlp"], "mamba_num_heads": 4, "mamba_head_dim": 32,
             "n_groups": 2, "ssm_state_size": 16, "chunk_size": 16, "head_dim": 16,
@@ -581,7 +591,7 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
            "hunyuan_v1_dense": tf.HunYuanDenseV1ForCausalLM, "hunyuan_v1_moe": tf.HunYuanMoEV1ForCausalLM,
            "granitemoe": tf.GraniteMoeForCausalLM, "granitemoeshared": tf.GraniteMoeSharedForCausalLM,
            "granitemoehybrid": tf.GraniteMoeHybridForCausalLM, "glm": tf.GlmForCausalLM,
-           "helium": tf.HeliumForCausalLM, "stablelm": tf.StableLmForCausalLM, "nemotron_h": tf.NemotronHForCausalLM, "falcon_h1": tf.FalconH1ForCausalLM,
+           "helium": tf.HeliumForCausalLM, "stablelm": tf.StableLmForCausalLM, "nemotron_h": tf.NemotronHForCausalLM, "falcon_h1": tf.FalconH1ForCausalLM, "lfm2": tf.Lfm2ForCausalLM,
            "starcoder2": tf.Starcoder2ForCausalLM, "nemotron": tf.NemotronForCausalLM,
            "cohere": tf.CohereForCausalLM, "cohere2": tf.Cohere2ForCausalLM, "phi": tf.PhiForCausalLM,
            "gpt_neox": tf.GPTNeoXForCausalLM, "falcon": tf.FalconForCausalLM, "olmo": tf.OlmoForCausalLM}[arch]

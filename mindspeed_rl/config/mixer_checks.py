@@ -1,6 +1,6 @@
 """Config checks of the layers whose token mixer is not attention (config/validate.py calls mixer_problems): Qwen3.5's
-Gated DeltaNet and Granite 4.0-H's Mamba-2 layers (marks, sizes, TP), Nemotron-H's one-block layers
-(models/hybrid_pattern.py) and Falcon-H1's attention with Mamba-2 beside it (models/parallel_hybrid.py)."""
+Gated DeltaNet, Granite 4.0-H's Mamba-2 and LFM2's short-convolution layers (marks, sizes, TP), Nemotron-H's one-block
+layers (models/hybrid_pattern.py) and Falcon-H1's attention with Mamba-2 beside it (models/parallel_hybrid.py)."""
 from __future__ import annotations
 
 from mindspeed_rl.config.schema import RoleConfig
@@ -17,6 +17,8 @@ def mixer_problems(role: RoleConfig, path: str, tp: int) -> list[str]:
         _check_mamba(role, path, tp, problems)
     if role.arch.parallel_hybrid:
         _check_parallel_hybrid(role, path, tp, problems)
+    if role.arch.short_conv_layers is not None:
+        _check_short_conv(role, path, tp, problems)
     return problems + hybrid_pattern.config_problems(role.arch, role.model_name)
 
 
@@ -95,3 +97,26 @@ def _check_mamba(role: RoleConfig, path: str, tp: int, problems: list[str]) -> N
                         f"mixes tokens with one kind of linear layer (Granite 4.0-H: Mamba-2, Qwen3.5: Gated DeltaNet).")
         return
     _check_mixer_layers(role, path, tp, problems, "mamba_layers", "Mamba-2", KEYS, _mamba_shape)
+
+
+def _check_short_conv(role: RoleConfig, path: str, tp: int, problems: list[str]) -> None:
+    """LFM2's short-convolution layers (models/short_conv.py): one 0 / 1 per layer, no other kind of non-attention
+    layer beside them, TP dividing hidden_size (their channels)."""
+    a = role.arch
+    marks = a.short_conv_layers
+    if not isinstance(marks, (list, tuple)) or any(m not in (0, 1) for m in marks) or \
+            (a.num_layers and len(marks) != a.num_layers):
+        problems.append(f"model {role.model_name}: short_conv_layers must list one 0 or 1 per layer "
+                        f"({a.num_layers} layers); it is {marks!r}.")
+        return
+    if not any(marks):
+        return
+    others = [k for k in ("mamba_layers", "linear_attention_layers", "hybrid_override_pattern", "parallel_hybrid")
+              if getattr(a, k) not in (None, [], "", False) and (not isinstance(getattr(a, k), list) or any(getattr(a, k)))]
+    if others:
+        problems.append(f"model {role.model_name}: short_conv_layers (LFM2's conv layers) cannot go with "
+                        f"{', '.join(others)}; a model mixes tokens with one kind of layer beside attention.")
+        return
+    if a.hidden_size and a.hidden_size % tp:
+        problems.append(f"`{path}`: model {role.model_name}: tensor_model_parallel_size {tp} does not divide hidden_size "
+                        f"{a.hidden_size} (the conv layers are split over TP by channels): use a TP size that divides it.")

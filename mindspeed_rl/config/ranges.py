@@ -39,6 +39,7 @@ RANGES = {
     "ModelArch.mamba_state_dim": "[1, inf)",
     "ModelArch.mamba_conv_kernel": "[1, inf)",
     "ModelArch.mamba_chunk_size": "[1, inf)",
+    "ModelArch.short_conv_kernel": "[1, inf)",  # LFM2's conv_L_cache
     "ModelArch.kv_channels": "[1, inf)",
     "ModelArch.padded_vocab_size": "[1, inf)",
     "ModelArch.make_vocab_size_divisible_by": "[1, inf)",

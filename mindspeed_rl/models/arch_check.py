@@ -220,8 +220,9 @@ def expected_hf_shapes(args: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ..
     moe = moe_layers(args)
     linear = list(args.get("linear_attention_layers") or ())
     mamba = list(args.get("mamba_layers") or ())  # Granite 4.0-H's Mamba-2 layers: no attention tensors either
-    linear = [int(bool(a) or (i < len(mamba) and bool(mamba[i])))
-              for i, a in enumerate(linear + [0] * (len(mamba) - len(linear)))]
+    conv = list(args.get("short_conv_layers") or ())  # LFM2's conv layers: nor these
+    n = max(len(linear), len(mamba), len(conv))
+    linear = [int(any(i < len(m) and bool(m[i]) for m in (linear, mamba, conv))) for i in range(n)]
     gate = 2 if args.get("attention_output_gate") else 1  # Qwen3.5: q_proj holds each head's query and gate
     pattern = hybrid_pattern.pattern_of(args)  # Nemotron-H: one block per layer, the other half absent
     for i in range(int(args["num_layers"])):
@@ -229,6 +230,8 @@ def expected_hf_shapes(args: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ..
         before = set(shapes)
         if i < len(mamba) and mamba[i]:
             shapes.update(_mamba_shapes(args, p, h))
+        elif i < len(conv) and conv[i]:
+            shapes.update(_short_conv_shapes(args, p, h))
         elif i < len(linear) and linear[i]:
             shapes.update(_delta_net_shapes(args, p, h))
         elif args.get("multi_latent_attention"):
@@ -270,6 +273,20 @@ def expected_hf_shapes(args: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ..
             if not hybrid_pattern.param_kept(pattern, i, name[len(p):]):
                 del shapes[name]
     return shapes
+
+
+def _short_conv_shapes(args: Mapping[str, Any], p: str, h: int) -> dict[str, tuple[tuple[int, ...], str]]:
+    """One LFM2 conv layer's tensors (models/short_conv.py)."""
+    kernel = int(args.get("short_conv_kernel") or 3)
+    why = f"hidden_size {h}"
+    out = {p + "conv.in_proj.weight": ((3 * h, h), f"3 x {why}, {why}"),
+           p + "conv.conv.weight": ((h, 1, kernel), f"{why}, short_conv_kernel {kernel}"),
+           p + "conv.out_proj.weight": ((h, h), f"{why}, {why}")}
+    if args.get("short_conv_bias"):
+        out.update({p + "conv.in_proj.bias": ((3 * h,), f"short_conv_bias, 3 x {why}"),
+                    p + "conv.conv.bias": ((h,), f"short_conv_bias, {why}"),
+                    p + "conv.out_proj.bias": ((h,), f"short_conv_bias, {why}")})
+    return out
 
 
 def _delta_net_shapes(args: Mapping[str, Any], p: str, h: int) -> dict[str, tuple[tuple[int, ...], str]]:

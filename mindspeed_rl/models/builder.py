@@ -575,6 +575,14 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
                                       parallel_state.get_pipeline_model_parallel_rank(),
                                       config.virtual_pipeline_model_parallel_size or 1)[vp_stage or 0]
         spec = mamba2.hybrid_block_spec(spec, dict(args), layers)
+    if any(_get(args, "short_conv_layers") or ()):  # LFM2 (models/short_conv.py)
+        from mindspeed_rl.models import short_conv
+        from mindspeed_rl.models.chunks import virtual_layer_ranges
+
+        layers = virtual_layer_ranges(config.num_layers, config.pipeline_model_parallel_size,
+                                      parallel_state.get_pipeline_model_parallel_rank(),
+                                      config.virtual_pipeline_model_parallel_size or 1)[vp_stage or 0]
+        spec = short_conv.hybrid_block_spec(spec, dict(args), layers)
     if _get(args, "parallel_hybrid"):  # Falcon-H1: attention and Mamba-2 side by side (models/parallel_hybrid.py)
         from mindspeed_rl.models import parallel_hybrid
         from mindspeed_rl.models.chunks import virtual_layer_ranges

@@ -82,7 +82,8 @@ def _forward(layer: TransformerLayer, attention_type: type, compiled, *args, **k
 
 def compilable(layer: torch.nn.Module) -> bool:
     """A dense megatron decoder layer this module compiles (MoE and other layer kinds stay eager, and so do layers
-    whose token mixer is not attention alone: Gated DeltaNet, Mamba-2, Falcon-H1's attention with Mamba-2 beside it)."""
+    whose token mixer is not attention alone: Gated DeltaNet, Mamba-2, LFM2's short convolution, Falcon-H1's attention
+    with Mamba-2 beside it)."""
     attention = getattr(layer, "self_attention", None)
     return (type(layer) is TransformerLayer and type(getattr(layer, "mlp", None)) is MLP
             and hasattr(attention, "core_attention") and not hasattr(attention, "mamba"))

@@ -65,18 +65,24 @@ class DeltaState:
         self.recurrent = None if self.recurrent is None else self.recurrent[rows]
 
 
-def causal_conv_silu(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-                     state: Optional[DeltaState]) -> torch.Tensor:
-    """Causal depthwise conv (+ bias) and SiLU on x (B, channels, S), weight (channels, 1, kernel); with a state,
-    from its conv history (the last kernel - 1 inputs), which it updates. Gated DeltaNet's and Mamba-2's."""
+def causal_conv(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                state: Optional[DeltaState]) -> torch.Tensor:
+    """Causal depthwise conv (+ bias) on x (B, channels, S), weight (channels, 1, kernel); with a state, from its
+    conv history (the last kernel - 1 inputs), which it updates. LFM2's short convolution (models/short_conv.py)."""
     seq, history = x.shape[-1], weight.shape[-1] - 1
     if state is None:
-        return F.silu(F.conv1d(x, weight, bias, padding=history, groups=x.shape[1])[..., :seq])
+        return F.conv1d(x, weight, bias, padding=history, groups=x.shape[1])[..., :seq]
     if state.conv is None:
         state.conv = x.new_zeros(x.shape[0], x.shape[1], history)
     full = torch.cat([state.conv.to(x.dtype), x], dim=-1)
     state.conv = full[..., -history:].detach().clone() if history else full[..., :0]
-    return F.silu(F.conv1d(full, weight, bias, groups=x.shape[1]))
+    return F.conv1d(full, weight, bias, groups=x.shape[1])
+
+
+def causal_conv_silu(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                     state: Optional[DeltaState]) -> torch.Tensor:
+    """causal_conv, then SiLU: Gated DeltaNet's and Mamba-2's."""
+    return F.silu(causal_conv(x, weight, bias, state))
 
 
 class GatedRMSNorm(torch.nn.Module):

@@ -44,6 +44,9 @@ def _config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.dty
     if args.get("parallel_hybrid"):  # attention and Mamba-2 side by side: Falcon-H1 (models/hf_falcon_h1_config.py)
         from mindspeed_rl.models.hf_falcon_h1_config import falcon_h1_export_config
         return falcon_h1_export_config(args, vocab_size, dtype)
+    if any(args.get("short_conv_layers") or ()):  # LFM2's conv layers (models/hf_lfm2_config.py)
+        from mindspeed_rl.models.hf_lfm2_config import lfm2_export_config
+        return lfm2_export_config(args, vocab_size, dtype)
     if any(args.get("mamba_layers") or ()):
         return granite_hybrid_config(args, vocab_size, dtype)
     if args.get("quick_geglu") or args.get("softmax_type") == "learnable":

@@ -363,7 +363,7 @@ def new_cache(model: torch.nn.Module, batch: int, max_len: int, zeroed: bool = F
                        None, zeroed, v_head_dim=config.qk_pos_emb_head_dim)
     freqs = model.rotary_pos_emb(max_len)  # (max_len, 1, 1, rot); megatron lru-caches it
     # Gated DeltaNet layers (Qwen3.5) and Mamba-2 ones (Granite 4.0-H, models/mamba2.py) keep a conv history and a
-    # state per row instead of keys and values
+    # state per row instead of keys and values; LFM2's short-convolution layers (models/short_conv.py) a conv history
     delta = {i: layer.self_attention for i, layer in enumerate(model.decoder.layers)
              if getattr(layer.self_attention, "delta_state", None) is not None}
     # Falcon-H1's layers (models/parallel_hybrid.py) keep both: keys and values, and their Mamba-2 mixer's state
@@ -545,7 +545,7 @@ def compile_unsupported(model: torch.nn.Module, platform_name: str) -> Optional[
     if not lean_supported(model):
         c = model.config
         hybrid = any(type(layer.self_attention).__name__ in ("GatedDeltaNet", "OutputGatedSelfAttention", "Mamba2Mixer",
-                                                             "ParallelHybridAttention")
+                                                             "ParallelHybridAttention", "ShortConv")
                      or isinstance(layer.self_attention, IdentityOp) or isinstance(getattr(layer, "mlp", None), IdentityOp)
                      for layer in model.decoder.layers)  # (IdentityOp: Nemotron-H's one-block layers)
         return (f"only dense models on one rank are compiled (TP 1, PP 1, no MoE, no multi-latent attention, no "
@@ -553,7 +553,7 @@ def compile_unsupported(model: torch.nn.Module, platform_name: str) -> Optional[
                 f"{c.tensor_model_parallel_size}, {'all stages' if model.pre_process and model.post_process else 'one pipeline stage'}"
                 f"{', MoE' if getattr(c, 'num_moe_experts', None) else ''}"
                 f"{', multi-latent attention' if getattr(c, 'multi_latent_attention', False) else ''}"
-                f"{', Gated DeltaNet / Mamba-2 / output-gated attention / one-block layers' if hybrid else ''}")
+                f"{', Gated DeltaNet / Mamba-2 / short-convolution / output-gated attention / one-block layers' if hybrid else ''}")
     return None
 
 

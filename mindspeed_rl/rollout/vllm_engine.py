@@ -105,9 +105,12 @@ def vllm_config(config: Mapping[str, Any]) -> dict[str, Any]:
     (granitemoeshared); Granite 4.0-H (Mamba-2 layers, attention without RoPE) as it is, to vLLM's
     GraniteMoeHybridForCausalLM. Cohere 2 (cohere2) with its sliding_window one smaller: vLLM 0.32 lets its sliding
     layers see sliding_window + 1 positions (its comment: Cohere's training convention), transformers and the trainer
-    sliding_window (models/sliding_window.py), so the rollout sees what the trainer does. Other config.json pass
-    unchanged."""
+    sliding_window (models/sliding_window.py), so the rollout sees what the trainer does. LFM2 (lfm2) with its
+    releases' block_dim and conv_dim (hidden_size), which vLLM 0.32's Lfm2ForCausalLM reads and transformers 5 no
+    longer writes. Other config.json pass unchanged."""
     config = dict(config)
+    if config.get("model_type") == "lfm2":
+        return {"block_dim": config["hidden_size"], "conv_dim": config["hidden_size"], **config}
     if config.get("model_type") == "cohere2" and config.get("sliding_window"):
         return {**config, "sliding_window": int(config["sliding_window"]) - 1}
     if (config.get("model_type") != "granitemoehybrid" or mamba_kinds(config)
@@ -293,12 +296,14 @@ def _xielu_in_model_dtype(model: torch.nn.Module, dtype: str) -> int:
     return done
 
 
-def _native_cpu_mla_rope(model: torch.nn.Module) -> int:
-    """vLLM 0.32 on CPU, multi-latent attention: plain RoPE in torch instead of vLLM's CPU rotary kernel.
+def _native_cpu_rope(model: torch.nn.Module) -> int:
+    """vLLM 0.32 on CPU, multi-latent attention and LFM2: plain RoPE in torch instead of vLLM's CPU rotary kernel.
     That kernel, given MLA's query / key rotary parts (views into the wider query heads and the
     compressed key / value), rotates them wrongly: a GLM-4.7-Flash (or Moonlight, plain RoPE) served
     this way was 0.34 in log-prob from transformers, and 5.7e-6 with the rotation in torch. DeepSeek's
-    YaRN rotation is vLLM's own torch code already. Returns the rotary modules changed."""
+    YaRN rotation is vLLM's own torch code already. LFM2's attention hands it (tokens, heads, head_dim)
+    queries and keys, which it rotates wrongly too (errors up to 6 against 1e-7 flattened; greedy tokens
+    differed from transformers' from the second one on). Returns the rotary modules changed."""
     try:
         from vllm.model_executor.layers.rotary_embedding.base import RotaryEmbedding
     except ImportError:
@@ -510,6 +515,10 @@ class VLLMEngine:
                 raise UserInputError(f"config.json ffn_hidden_size {width}: vLLM's Falcon builds its MLP 4 x hidden_size "
                                      f"({4 * hidden}) wide whatever config.json says, so it cannot load these weights; "
                                      f"use rollout_engine: megatron.")
+        if kind == "lfm2" and hf_config.get("tie_word_embeddings") is False:
+            raise UserInputError("config.json tie_word_embeddings false for an lfm2 model: vLLM's Lfm2ForCausalLM ties "
+                                 "lm_head to the embedding whatever config.json says, so rollout and training would "
+                                 "differ; use rollout_engine: megatron.")
         latent = int(hf_config.get("kv_lora_rank") or 0) + int(hf_config.get("qk_rope_head_dim") or 0)
         if self.platform_name == "cpu" and latent and latent != CPU_MLA_LATENT:
             raise UserInputError(f"multi-latent attention with kv_lora_rank + qk_rope_head_dim = {latent}: vLLM's CPU "
@@ -535,8 +544,8 @@ class VLLMEngine:
             _unlink_cpu_shm(shm_token)
         if self.platform_name == "cpu" and self._moe:
             self.llm.apply_model(_group_cpu_sigmoid_routers)
-        if self.platform_name == "cpu" and latent:
-            self.llm.apply_model(_native_cpu_mla_rope)
+        if self.platform_name == "cpu" and (latent or kind == "lfm2"):
+            self.llm.apply_model(_native_cpu_rope)
         if kind == "apertus":
             self.llm.apply_model(functools.partial(_xielu_in_model_dtype, dtype=dtype))
         if kind == "phi":  # lm_head.bias (models/builder._add_output_bias's)

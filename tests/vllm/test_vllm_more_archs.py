@@ -112,13 +112,14 @@ def _make_in_child(arch, out, overrides):
 # (gemma3), soft-capping (gemma2), RoPE on interleaved pairs of half a head (glm4), a tied image-text text model
 # (qwen3_vl), MLA (deepseek_v3), sinks and biased experts (gpt_oss), Granite's multipliers (granitemoehybrid, served as
 # Granite), LayerNorm with Cohere's parallel layer (cohere2), per-head query_key_value through the Transformers
-# backend (gpt_neox) and Falcon-40B's ln_attn / ln_mlp with its tied head re-pointed (falcon-40b). The `extended`
+# backend (gpt_neox), Falcon-40B's ln_attn / ln_mlp with its tied head re-pointed (falcon-40b), Mamba-2's state
+# (granitemoehybrid-h) and LFM2's short-convolution state with its rotation in torch (lfm2). The `extended`
 # cases (pytest -m vllm --extended tests/vllm) are the other architectures on those paths: each passed here on
 # 2026-11-29 (StableLM 2's StablelmForCausalLM and Helium's Transformers backend passed and are not listed); run them
 # after a change to hf_bridge/names.py or rollout/vllm_engine.py. CI leaves them out for the stage's time.
 CI_ARCHS = ("mixtral", "phi3", "phi3-partiallongrope", "qwen2-yarn", "smollm3-yarn", "gemma3", "gemma2", "glm4",
             "qwen3_vl", "deepseek_v3", "gpt_oss", "granitemoehybrid", "cohere2", "gpt_neox", "falcon-40b",
-            "granitemoehybrid-h")
+            "granitemoehybrid-h", "lfm2")
 EXTENDED_ARCHS = ("mistral3", "gemma", "olmo3", "ministral3", "exaone4", "seed_oss", "ernie4_5", "arcee", "glm4_moe",
                   "deepseek_v2", "minimax_m2", "glm4_moe_lite", "ernie4_5_moe", "apertus", "olmoe", "flex_olmo",
                   "hunyuan_v1_moe", "granitemoeshared", "glm", "starcoder2", "nemotron", "phi", "falcon", "olmo-clip",

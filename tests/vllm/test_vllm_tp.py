@@ -64,18 +64,20 @@ def test_tp2_generates_what_tp1_generates(tmp_path, arch, world):
 
 
 # Mamba-2 at inference TP 2: vLLM's own loader splits the in_proj / conv1d we stream whole (vllm_engine.STORED_FORM)
-# by heads and groups, each rank its two heads and its group. Both are extended for CI's time (passed here on
-# 2026-11-30: 191 s / 159 s on a busy machine; the first vLLM Mamba-2 engine of a fresh machine took 700 s).
+# by heads and groups, each rank its two heads and its group; LFM2's conv layers by channels. All are extended for CI's
+# time (passed here on 2026-11-30: 191 s / 159 s on a busy machine; the first vLLM Mamba-2 engine of a fresh machine
+# took 700 s).
 @pytest.mark.extended
-@pytest.mark.parametrize("arch", ["nemotron_h", "granitemoehybrid-h", "falcon_h1"])
+@pytest.mark.parametrize("arch", ["nemotron_h", "granitemoehybrid-h", "falcon_h1", "lfm2"])
 def test_mamba2_at_tp2_generates_what_tp1_generates(tmp_path, arch):
     """Nemotron-H's layers (Mamba-2 of 4 heads in 2 groups, an MLP, attention, an MLP), Granite 4.0-H's and Falcon-H1's
-    (attention and Mamba-2 side by side, its multipliers) at inference TP 2: the tokens and log-probs of TP 1, as for
+    (attention and Mamba-2 side by side, its multipliers), and LFM2's (a short convolution, its in_proj [B | C | x]
+    split by channels by vLLM's loader, beside attention) at inference TP 2: the tokens and log-probs of TP 1, as for
     attention-only models above."""
     hf_dir = str(tmp_path / arch)
     overrides = {"nemotron_h": dict(head_dim=32),  # vLLM's CPU attention needs head_dim >= 32
                  "granitemoehybrid-h": dict(testing_utils.HF_VARIANTS["granitemoehybrid-h"], mamba_d_head=64),
-                 "falcon_h1": dict(mamba_d_ssm=256, mamba_d_head=64)}[arch]
+                 "falcon_h1": dict(mamba_d_ssm=256, mamba_d_head=64), "lfm2": {}}[arch]
     old = dict(testing_utils.TINY_HF)
     testing_utils.TINY_HF.update(hidden_size=128)
     try:

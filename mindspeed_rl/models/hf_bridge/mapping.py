@@ -45,6 +45,7 @@ import torch
 
 from mindspeed_rl.models.delta_layout import DeltaNetShape, conv_from_hf, conv_to_hf, in_proj_from_parts, in_proj_to_parts
 from mindspeed_rl.models.hf_bridge.checkpoint_io import TensorReader, check_shape
+from mindspeed_rl.models.short_conv_layout import bcx_from_parts, bcx_to_hf
 from mindspeed_rl.models.mamba_layout import MambaShape, has_mamba, zxdt_from_parts, zxdt_to_parts
 from mindspeed_rl.models.hf_config import HF_ARCHS, kv_channels
 from mindspeed_rl.utils.errors import UserInputError
@@ -132,6 +133,11 @@ _LAYER_MAP = {
     **{f"self_attention.ssm_{k}": ("column", (f"model.layers.{{i}}.mamba.{k}",)) for k in ("A_log", "D", "dt_bias")},
     "self_attention.ssm_norm.weight": ("column", ("model.layers.{i}.mamba.norm.weight",)),
     "self_attention.ssm_out_proj.weight": ("mamba_row", ("model.layers.{i}.mamba.out_proj.weight",)),
+    # LFM2's short convolution in the self-attention slot (models/short_conv.py; layout: models/short_conv_layout.py)
+    **{f"self_attention.in_proj_bcx.{k}": ("conv_in", (f"model.layers.{{i}}.conv.in_proj.{k}",)) for k in ("weight", "bias")},
+    **{f"self_attention.conv.{k}": ("column", (f"model.layers.{{i}}.conv.conv.{k}",)) for k in ("weight", "bias")},
+    "self_attention.conv_out_proj.weight": ("conv_row", ("model.layers.{i}.conv.out_proj.weight",)),
+    "self_attention.conv_out_proj.bias": ("replicated", ("model.layers.{i}.conv.out_proj.bias",)),
     "pre_mlp_layernorm.weight": ("replicated", ("model.layers.{i}.post_attention_layernorm.weight",)),
     "pre_mlp_layernorm.bias": ("replicated", ("model.layers.{i}.post_attention_layernorm.bias",)),
     "mlp.linear_fc1.weight": ("fc1", ("model.layers.{i}.mlp.gate_proj.weight",
@@ -331,6 +337,15 @@ def read_shard(reader: TensorReader, kind: str, names: tuple[str, ...], dims: Di
         expected = (d.hidden, d.mamba.inner)
         check_shape(reader, names[0], expected)
         return reader.read(names[0], cols=_chunk(expected[1], tp, rank, names[0] + " columns"))
+    if kind == "conv_in":  # LFM2's in_proj [B | C | x] (3h, ...): this rank's channels of each, interleaved
+        tail = () if names[0].endswith(".bias") else (d.hidden,)
+        check_shape(reader, names[0], (3 * d.hidden, *tail))
+        ch = _chunk(d.hidden, tp, rank, "hidden_size")
+        return bcx_from_parts(*(reader.read(names[0], rows=slice(o + ch.start, o + ch.stop))
+                                for o in (0, d.hidden, 2 * d.hidden)))
+    if kind == "conv_row":  # LFM2's conv out_proj (h, h): split the input dim
+        check_shape(reader, names[0], (d.hidden, d.hidden))
+        return reader.read(names[0], cols=_chunk(d.hidden, tp, rank, names[0] + " columns"))
     if kind == "delta_row":  # Gated DeltaNet's out_proj (h, value heads * dv): split the input dim
         expected = (d.hidden, d.delta.value_heads * d.delta.value_head_dim)
         check_shape(reader, names[0], expected)
@@ -356,8 +371,10 @@ def to_hf(mcore: Mapping[str, torch.Tensor], args: Mapping[str, Any], vocab_size
             continue
         kind, names = hf_names(name, None, tied=False, gated=gated_mlp(args))
         if kind in ("replicated", "row", "expert_row", "shared_row", "column", "expert_bias", "delta_row", "mamba_row",
-                    "expert_up", "shared_up"):
+                    "expert_up", "shared_up", "conv_row"):
             out[names[0]] = tensor
+        elif kind == "conv_in":
+            out[names[0]] = bcx_to_hf(tensor)
         elif kind == "mamba_in":
             out.update(zip(names, zxdt_to_parts(tensor, d.mamba)))
         elif kind == "delta_in":

@@ -104,6 +104,16 @@ _STORED_AS["nemotron_h"] = (*((f"self_attn.{p}_proj.weight", f"mixer.{p}_proj.we
 # Granite 4.0-H's: _GROUPED; its final norm: _PREFIX_AS)
 _STORED_AS["falcon_h1"] = (("post_attention_layernorm.weight", "pre_ff_layernorm.weight"),
                            *((f"mlp.{p}_proj.weight", f"feed_forward.{p}_proj.weight") for p in ("gate", "up", "down")))
+# LFM2: its norms named for what they precede (operator_norm before the attention or conv, ffn_norm before the MLP),
+# o_proj as out_proj, Qwen3's q / k norms as q_layernorm / k_layernorm, the MLP's gate / up / down as w1 / w3 / w2
+# (its conv layers' in_proj / conv / out_proj are stored as the bridge names them: hf_bridge/mapping.py; its final
+# norm: _PREFIX_AS)
+_STORED_AS["lfm2"] = (("input_layernorm.weight", "operator_norm.weight"),
+                      ("post_attention_layernorm.weight", "ffn_norm.weight"),
+                      ("self_attn.o_proj.weight", "self_attn.out_proj.weight"),
+                      *((f"self_attn.{p}_norm.weight", f"self_attn.{p}_layernorm.weight") for p in "qk"),
+                      *((f"mlp.{p}_proj.weight", f"feed_forward.{w}.weight")
+                        for p, w in (("gate", "w1"), ("up", "w3"), ("down", "w2"))))
 _ONE_NORM = {"nemotron_h": "norm.weight"}  # model_type -> its layers' one norm (hybrid_pattern.py)
 
 
@@ -168,6 +178,7 @@ _PREFIX_AS["nemotron_h"] = (("model.layers.", "backbone.layers."), ("model.embed
                             ("model.norm.", "backbone.norm_f."), ("model.embed_tokens.", "model.embeddings."),
                             ("model.norm.", "model.norm_f."))
 _PREFIX_AS["falcon_h1"] = (("model.norm.", "model.final_layernorm."),)  # Falcon-H1's final norm
+_PREFIX_AS["lfm2"] = (("model.norm.", "model.embedding_norm."),)  # LFM2's final norm
 
 
 def _prefix(name: str, model_type: str | None, reverse: bool) -> str:

@@ -11,6 +11,8 @@ split-then-merge round trip is bit for bit):
                  (models/delta_layout.py): concatenate along dim 0; its out_proj as row
   mamba_in / mamba_row   Mamba-2's in_proj_zxdt, grouped by whole heads (models/mamba_layout.py):
                  concatenate along dim 0; its out_proj as row
+  conv_in / conv_row   LFM2's short-convolution in_proj_bcx, interleaved per channel
+                 (models/short_conv_layout.py): concatenate along dim 0; its out_proj as row
   qkv            (ng/TP*(q+2)*hn, ...) per rank, whole query groups: concatenate along dim 0
   fc1            [gate_r | up_r] per rank: concatenate the gate halves, then the up halves
   expert_row / expert_fc1   as row / fc1, over the expert-tensor-parallel (ETP) ranks
@@ -30,6 +32,7 @@ import torch
 
 from mindspeed_rl.models import hybrid_pattern
 from mindspeed_rl.models.mamba_layout import has_mamba
+from mindspeed_rl.models.short_conv_layout import has_short_conv, is_conv_layer
 from mindspeed_rl.models.hf_bridge.mapping import Dims, hf_names, to_hf
 from mindspeed_rl.utils.errors import UserInputError
 
@@ -59,6 +62,8 @@ def check_tp(args: Mapping[str, Any], tp_size: int, ep_size: int = 1, etp_size: 
         checks.append(("tensor_model_parallel_size", tp_size, "linear_num_key_heads", int(args["linear_num_key_heads"])))
     if has_mamba(args):  # Mamba-2: split by heads
         checks.append(("tensor_model_parallel_size", tp_size, "mamba_num_heads", int(args["mamba_num_heads"])))
+    if has_short_conv(args):  # LFM2's conv layers: split by channels
+        checks.append(("tensor_model_parallel_size", tp_size, "hidden_size", d.hidden))
     if is_moe(args):
         checks += [("expert_model_parallel_size", ep_size, "num_experts", int(args["num_experts"])),
                    ("expert_tensor_parallel_size", etp_size or tp_size, "moe_ffn_hidden_size", d.moe_ffn)]
@@ -131,6 +136,10 @@ def stage_param_names(args: Mapping[str, Any], pp_size: int, pp_rank: int, vpp_s
                    + ["self_attention.ssm_norm.weight"] * (args.get("mamba_norm", True) is not False)
                    + ["self_attention.ssm_out_proj.weight"])
 
+    # LFM2's short-convolution layers (models/short_conv.py), in the order the module registers them
+    keys = ["weight", "bias"] if args.get("short_conv_bias") else ["weight"]
+    conv_mixer = [f"self_attention.{m}.{k}" for m in ("in_proj_bcx", "conv", "conv_out_proj") for k in keys]
+
     def with_mixer(layer: list, mixer: list = mixer) -> list:  # the attention's names replaced by the mixer's
         at = next(i for i, n in enumerate(layer) if n.startswith("self_attention."))
         return layer[:at] + mixer + [n for n in layer[at:] if not n.startswith("self_attention.")]
@@ -149,6 +158,8 @@ def stage_param_names(args: Mapping[str, Any], pp_size: int, pp_rank: int, vpp_s
         layer = moe_layer if moe[i] else per_layer
         if i < len(mamba) and mamba[i]:
             layer = with_mixer(layer, mamba_mixer)
+        elif is_conv_layer(args, i):
+            layer = with_mixer(layer, conv_mixer)
         elif i < len(linear) and linear[i]:
             layer = with_mixer(layer)
         elif args.get("parallel_hybrid"):  # Falcon-H1: the attention's names, then its child mamba's
@@ -208,9 +219,9 @@ def merge_tp(kind: str, shards: Sequence[torch.Tensor]) -> torch.Tensor:
     """Full megatron tensor from its TP shards (rank order). See the module docstring."""
     if len(shards) == 1 or kind in ("replicated", "expert_bias"):
         return shards[0]
-    if kind in ("row", "expert_row", "shared_row", "delta_row", "mamba_row"):
+    if kind in ("row", "expert_row", "shared_row", "delta_row", "mamba_row", "conv_row"):
         return torch.cat(list(shards), dim=1)
-    if kind in ("vocab", "qkv", "column", "delta_in", "delta_conv", "mamba_in", "expert_up", "shared_up"):
+    if kind in ("vocab", "qkv", "column", "delta_in", "delta_conv", "mamba_in", "conv_in", "expert_up", "shared_up"):
         return torch.cat(list(shards), dim=0)
     if kind in ("fc1", "expert_fc1", "shared_fc1"):
         halves = [s.chunk(2, dim=0) for s in shards]

@@ -134,6 +134,15 @@ CASES = [
                                      "training.mamba_head_dim=8", "training.mamba_state_dim=8",
                                      "training.mamba_in_multipliers=[1,2]"],
      ["mamba_in_multipliers must list 5 numbers (z, x, B, C, dt: Falcon-H1's ssm_multipliers); it is [1, 2]."]),
+    # LFM2's short-convolution layers
+    ("short-conv-marks", ["training.short_conv_layers=[1,0,1]"],
+     ["short_conv_layers must list one 0 or 1 per layer (2 layers); it is [1, 0, 1]."]),
+    ("short-conv-and-mamba", ["training.short_conv_layers=[1,0]", "training.mamba_layers=[0,1]",
+                              "training.mamba_num_heads=4", "training.mamba_head_dim=8", "training.mamba_state_dim=8"],
+     ["short_conv_layers (LFM2's conv layers) cannot go with mamba_layers; a model mixes tokens with one kind of layer "
+      "beside attention."]),
+    ("short-conv-kernel", ["training.short_conv_layers=[1,0]", "training.short_conv_kernel=0"],
+     ["short_conv_kernel"]),
     # one block per layer (Nemotron-H: hybrid_override_pattern)
     ("pattern-symbol", ["training.hybrid_override_pattern=MX"],
      ["hybrid_override_pattern has 'X'; each character must be one of M (Mamba-2), * (attention), - (MLP), E (MoE)."]),

@@ -42,8 +42,14 @@ VLLM = [f"{A}.rollout_engine=vllm", "training.hidden_size=128", "training.kv_cha
       "training.mamba_num_groups=2", "training.mamba_state_dim=16", "resource_pool.actor_rollout=[6]",
       f"{A}.num_gpus_for_train=2", f"{A}.num_gpus_for_infer=4", f"{A}.infer_tensor_parallel_size=4"],
      ["infer_tensor_parallel_size: 4` does not divide mamba_num_groups 2 of model tiny (vLLM's Mamba-2 layer"]),
+    (["training.short_conv_layers=[1,0]", "training.untie_embeddings_and_output_weights=true",
+      "resource_pool.actor_rollout=[5]", f"{A}.num_gpus_for_train=2", f"{A}.num_gpus_for_infer=3",
+      f"{A}.infer_tensor_parallel_size=3"],
+     ["with an untied LFM2 (model tiny: short_conv_layers and untie_embeddings_and_output_weights): vLLM's "
+      "Lfm2ForCausalLM ties lm_head", "infer_tensor_parallel_size: 3` does not divide hidden_size 128 of model tiny "
+      "(vLLM splits LFM2's conv layers by channels)"]),
 ], ids=["heads", "colocated-tp", "split-tp", "colocated-pp", "memory-and-tolerance", "qwen2-head-dim", "tis",
-        "qwen3_5-cpu", "mamba", "mamba-groups"])
+        "qwen3_5-cpu", "mamba", "mamba-groups", "lfm2"])
 def test_vllm_rules(overrides, fragments, capsys):
     assert ray_gpt.main(["--config-name", TINY, *VLLM, *overrides, "dry_run=true"]) == 2
     err = capsys.readouterr().err

@@ -209,7 +209,7 @@ def test_load_weights_takes_either_format(gloo_world1, tmp_path):
 
 
 @pytest.mark.parametrize("arch", ["qwen2", "qwen3", "gemma3_text", "olmo2", "qwen3_5_text", "granitemoehybrid-h",
-                                  "nemotron_h", "falcon_h1", "falcon_h1-nonorm"])
+                                  "nemotron_h", "falcon_h1", "falcon_h1-nonorm", "lfm2"])
 def test_stage_param_names_match_the_model(gloo_world1, tmp_path, arch):
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.checkpoint import chunk_state_dict
@@ -263,7 +263,7 @@ def load_exported(out):
                                              ("olmo-clip", True), ("granitemoehybrid-h", True),
                                              ("granitemoehybrid-hmoe", True), ("nemotron_h", True),
                                              ("nemotron_h-moe", True), ("falcon_h1", True),
-                                             ("falcon_h1-nonorm", True)])
+                                             ("falcon_h1-nonorm", True), ("lfm2", True), ("lfm2-idxs", True)])
 def test_live_export_loads_in_transformers(gloo_world1, tmp_path, arch, synthesize):
     """synthesize: config.json written from the Megatron args (a yaml-built model or a Megatron
     checkpoint): Gemma 3 / 2 in their own config.json, partial rotary as Phi-3's, and the tensors

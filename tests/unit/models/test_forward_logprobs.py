@@ -59,7 +59,7 @@ def _batches():
                                   "qwen3_5_moe_text", "qwen3_5_moe", "qwen3_next", "qwen3_next-mlponly",
                                   "qwen3_moe-mlponly", "olmoe", "flex_olmo", "hunyuan_v1_dense",
                                   "hunyuan_v1_moe", "granitemoe", "granitemoeshared", "granitemoehybrid",
-                                  "granitemoehybrid-moe", "granitemoehybrid-h", "granitemoehybrid-hmoe", "nemotron_h", "nemotron_h-moe", "falcon_h1", "falcon_h1-nonorm", "glm",
+                                  "granitemoehybrid-moe", "granitemoehybrid-h", "granitemoehybrid-hmoe", "nemotron_h", "nemotron_h-moe", "falcon_h1", "falcon_h1-nonorm", "lfm2", "lfm2-idxs", "glm",
                                   "helium", "stablelm",
                                   "starcoder2", "starcoder2-window", "nemotron", "nemotron-bias", "cohere", "cohere2", "phi",
                                   "gpt_neox", "gpt_neox-seq", "falcon", "falcon-40b", "falcon-11b", "falcon-seq",
@@ -131,7 +131,9 @@ def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     layer an MoE one (experts and a shared expert without a gate, DeepSeek-V3's routing with groups); falcon_h1:
     Falcon-H1, attention and Mamba-2 side by side in every layer (models/parallel_hybrid.py) with every muP multiplier
     its own, the mixer's inner width its own (mamba_d_ssm); falcon_h1-nonorm: without the mixer's gated norm, one group,
-    tied."""
+    tied; lfm2: LFM2, a short convolution (models/short_conv.py, left padding included) and attention with per-head
+    q / k norms, its MLP width adjusted from config.json; lfm2-idxs: its older full_attn_idxs, a width multiplier,
+    untied."""
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
 
@@ -158,6 +160,9 @@ def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     if arch.startswith("falcon_h1"):  # attention with Mamba-2 beside it in every layer
         assert {type(layer.self_attention).__name__ for layer in model.decoder.layers} == {"ParallelHybridAttention"}
         assert (model.decoder.layers[0].self_attention.mamba.ssm_norm is None) == arch.endswith("nonorm")
+    if arch.startswith("lfm2"):  # a short convolution in the conv layers, attention in the others
+        kinds = [type(layer.self_attention).__name__ for layer in model.decoder.layers]
+        assert kinds == ["ShortConv", "SelfAttention"] and args["ffn_hidden_size"] == (192 if arch.endswith("idxs") else 128)
     if arch == "arcee":  # no gate: fc1 as wide as the MLP
         assert model.decoder.layers[0].mlp.linear_fc1.weight.shape[0] == args["ffn_hidden_size"]
     if arch == "olmo3":  # the attention factor on the full layer's rotation; the sliding one's config at 1

@@ -1331,3 +1331,49 @@ def test_falcon_h1_config_json_round_trip():
         with pytest.raises(ValueError, match=match):
             model_config_from_hf(dict({k: v for k, v in FALCON_H1_0_5B.items() if k != "mamba_norm_before_gate"}
                                       if key == "mamba_rms_norm" else FALCON_H1_0_5B, **{key: value}))
+
+
+# A config.json in LFM2-1.2B's shape (its release is not downloadable here: typed from its model card's config.json as
+# first published, transformers 4.54's keys: block_ff_dim for intermediate_size, full_attn_idxs for the attention
+# layers, the releases' block_dim / conv_dim)
+LFM2_1_2B = {
+    "architectures": ["Lfm2ForCausalLM"], "model_type": "lfm2", "block_auto_adjust_ff_dim": True, "block_dim": 2048,
+    "block_ff_dim": 12288, "block_ffn_dim_multiplier": 1.0, "block_multiple_of": 256, "block_norm_eps": 1e-05,
+    "bos_token_id": 1, "conv_L_cache": 3, "conv_bias": False, "conv_dim": 2048, "conv_dim_out": 2048,
+    "eos_token_id": 7, "full_attn_idxs": [2, 5, 8, 10, 12, 14], "hidden_size": 2048, "max_position_embeddings": 128000,
+    "norm_eps": 1e-05, "num_attention_heads": 32, "num_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8,
+    "pad_token_id": 0, "rope_theta": 1000000.0, "torch_dtype": "bfloat16", "use_cache": True, "vocab_size": 65536}
+
+
+def test_lfm2_config_json_round_trip():
+    """LFM2: short-convolution layers where full_attn_idxs leaves them (or layer_types says conv), its MLP width
+    adjusted as transformers does (2/3 of block_ff_dim 12288, rounded to a multiple of 256: 8192), per-head q / k
+    norms, tied; exported from megatron's args alone as lfm2 with the width as it is and read back the same,
+    transformers taking it; what transformers and vLLM would build differently refused in one sentence."""
+    from transformers import Lfm2Config
+
+    from mindspeed_rl.models.hf_export_config import hf_config_from_args
+
+    args = model_config_from_hf(LFM2_1_2B)
+    attends = {2, 5, 8, 10, 12, 14}
+    assert args["short_conv_layers"] == [int(i not in attends) for i in range(16)]
+    assert (args["ffn_hidden_size"], args["kv_channels"], args["num_query_groups"], args["short_conv_kernel"],
+            args["short_conv_bias"], args["qk_layernorm"], args["rotary_base"], args["norm_epsilon"]) == (
+        8192, 64, 8, 3, False, True, 1e6, 1e-5)
+    assert not args["untie_embeddings_and_output_weights"]
+    written = hf_config_from_args(args, vocab_size=65536)
+    assert (written["model_type"], written["architectures"], written["intermediate_size"],
+            written["block_auto_adjust_ff_dim"], written["conv_dim"]) == ("lfm2", ["Lfm2ForCausalLM"], 8192, False, 2048)
+    assert model_config_from_hf(written) == args
+    assert model_config_from_hf(Lfm2Config(**written).to_dict()) == args  # transformers takes it, the same model
+    assert model_config_from_hf(Lfm2Config(**LFM2_1_2B).to_dict()) == args  # and the release as transformers reads it
+    layer_types = ["full_attention" if i in attends else "conv" for i in range(16)]
+    assert model_config_from_hf(dict(LFM2_1_2B, full_attn_idxs=None, layer_types=layer_types)) == args
+    wider = model_config_from_hf(dict(LFM2_1_2B, block_ffn_dim_multiplier=1.3))  # int(8192 x 1.3) rounded up: 10752
+    assert wider["ffn_hidden_size"] == 10752
+    for key, value, match in (("conv_dim", 1024, "conv_dim 1024 differs from hidden_size 2048"),
+                              ("layer_types", ["conv"] * 15, "layer_types lists 15 layers but num_hidden_layers is 16"),
+                              ("layer_types", ["conv"] * 15 + ["sliding_attention"], "layer_types has 'sliding_attention'"),
+                              ("hidden_act", "gelu", "hidden_act 'gelu' is not supported for lfm2")):
+        with pytest.raises(ValueError, match=match):
+            model_config_from_hf(dict(LFM2_1_2B, **{key: value}))

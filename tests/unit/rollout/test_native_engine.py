@@ -587,7 +587,7 @@ def test_no_packing_when_host_memory_is_short(tiny, monkeypatch, caplog):
                                      "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo",
                                      "hunyuan_v1_dense", "hunyuan_v1_moe", "granitemoeshared", "starcoder2-window",
                                      "cohere2", "phi", "gpt_neox", "falcon", "falcon-40b", "olmo-clip",
-                                     "granitemoehybrid-h", "nemotron_h", "nemotron_h-moe", "falcon_h1",
+                                     "granitemoehybrid-h", "nemotron_h", "nemotron_h-moe", "falcon_h1", "lfm2",
                                      pytest.param("falcon_h1-nonorm", marks=pytest.mark.extended)])
 def test_greedy_equals_transformers_generate_on_more_architectures(variant, tmp_path, gloo_world1):
     """Phi-3 (fused q/k/v and gate/up in the checkpoint), Phi-3 with LongRoPE (short factors and the
@@ -619,7 +619,9 @@ def test_greedy_equals_transformers_generate_on_more_architectures(variant, tmp_
     every decode path), GPT-NeoX (the MLP on its own norm of the layer input in the lean and compiled steps), Falcon-7B
     (multi-query attention, one norm beside attention and MLP, tied) and Falcon-40B (grouped, ln_attn / ln_mlp), OLMo
     (LayerNorms without weights, q / k / v clamped in the lean and compiled steps), Falcon-H1 (each layer's attention
-    over the KV cache and its Mamba-2 mixer from its state, side by side, every multiplier; StableLM 2 and Granite 4.0 passed
+    over the KV cache and its Mamba-2 mixer from its state, side by side, every multiplier), LFM2 (a short
+    convolution's history carried from the prefill through the one-token steps and compaction, beside attention layers
+    with per-head q / k norms over the cache; StableLM 2 and Granite 4.0 passed
     here on 2026-11-29 and were left out for CI's time: their layers are StarCoder2's and Granite's): the native engine's greedy tokens, with and
     without the KV cache, are transformers', and its sampled log-probs the training forward's."""
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
@@ -645,6 +647,12 @@ def test_greedy_equals_transformers_generate_on_more_architectures(variant, tmp_
         cache = new_cache(model, 2, 8)
         assert cache.hybrid == frozenset(cache.delta) == frozenset({0, 1}) and all(k.shape[2] == 8 for k in cache.k)
         assert "linear or gated attention" in compile_unsupported(model, "cpu")
+    if variant == "lfm2":  # the conv layer keeps its conv history (kernel - 1 inputs), not keys / values; eager, said so
+        from mindspeed_rl.rollout.kv_cache import compile_unsupported, new_cache
+
+        cache = new_cache(model, 2, 8)
+        assert set(cache.delta) == {0} and cache.delta[0].conv.shape == (2, 64, 2) and cache.delta[0].recurrent is None
+        assert "short-convolution" in compile_unsupported(model, "cpu")
     # compiled once per distinct decode feature (CI time): partial rotary with mscale, NoPE, multipliers, Gemma's
     # norms / window / local table, soft caps, OLMo's post and across-heads norms with an unscaled local table,
     # megatron's interleaved rotation, an MLP without a gate, q / k norms after RoPE at each row's positions, LayerNorm;

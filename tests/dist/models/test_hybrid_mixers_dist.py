@@ -1,8 +1,9 @@
-"""Falcon-H1 (models/parallel_hybrid.py: attention and Mamba-2 side by side, every muP multiplier) on 2 gloo
-processes, against transformers: at DP 2, TP 2 and TP 2 with sequence parallelism, the logits and the gradient
+"""Falcon-H1 (models/parallel_hybrid.py: attention and Mamba-2 side by side, every muP multiplier) and LFM2
+(models/short_conv.py: short-convolution layers split over TP by channels beside attention layers with per-head
+q / k norms) on 2 gloo processes, against transformers: at DP 2, TP 2 and TP 2 with sequence parallelism, the logits and the gradient
 of every tensor of a summed log-prob loss (each DP rank its slice of the batch, reduced as megatron's DDP does);
 the tensors a colocated vLLM engine is fed are the checkpoint's bit for bit; a live TP-2 checkpoint reloads at
-TP 1 and both export the checkpoint's tensors under its own names. Both tiny variants: the gated norm with two
+TP 1 and both export the checkpoint's tensors under its own names. Falcon-H1's two tiny variants: the gated norm with two
 groups of B / C (one per rank at TP 2), and without the norm with one group (on both ranks), tied."""
 
 import pytest
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.dist
 
 
 def _batch():
-    """test_moe_dist's batch without the pad token (0): transformers' Falcon-H1 embedding has padding_idx =
+    """test_moe_dist's batch without the pad token (0): transformers' Falcon-H1 (and LFM2) embedding has padding_idx =
     pad_token_id, so that row never gets a gradient there, wherever the token stands; megatron's embedding (ours)
     has none. A pad token stands only at masked positions in a real batch, where neither gives it one."""
     ids, mask = _moe_batch()
@@ -26,7 +27,7 @@ def _batch():
 LAYOUTS = ((1, False), (2, False), (2, True))  # (tp, sequence_parallel); TP 1 on 2 ranks is DP 2
 
 
-def _falcon_job(rank, world_size, hf_dir, work):
+def _hybrid_job(rank, world_size, hf_dir, work):
     from megatron.core import parallel_state as ps
     from megatron.core.tensor_parallel.mappings import gather_from_tensor_model_parallel_region
 
@@ -75,27 +76,28 @@ def _falcon_job(rank, world_size, hf_dir, work):
 
 
 # -nonorm (one group on both ranks, tied) is `extended` for CI's time (passed here on 2026-11-30)
-@pytest.fixture(scope="module", params=["falcon_h1", pytest.param("falcon_h1-nonorm", marks=pytest.mark.extended)])
+@pytest.fixture(scope="module", params=["falcon_h1", "lfm2", pytest.param("falcon_h1-nonorm", marks=pytest.mark.extended)])
 def falcon(request, tmp_path_factory):
     from mindspeed_rl.models.forward import position_ids_from_mask
     from mindspeed_rl.models.hf_bridge.names import canonical_name, grouped_parts
 
     hf_dir = str(tmp_path_factory.mktemp(request.param))
     work = str(tmp_path_factory.mktemp("falcon_work"))
-    hf = make_tiny_hf("falcon_h1", hf_dir, **HF_VARIANTS.get(request.param, {}))
+    arch = request.param.split("-")[0]
+    hf = make_tiny_hf(arch, hf_dir, **HF_VARIANTS.get(request.param, {}))
     ids, mask = _batch()
     logits = hf(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask)).logits
     lp = torch.log_softmax(logits[:, :-1].float(), dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
     _loss(lp, ids, mask).backward()
     cfg = hf.config.to_dict()
-    grads = {canonical_name(n, "falcon_h1", cfg): p.grad.detach().clone() for n, p in hf.named_parameters()}
+    grads = {canonical_name(n, arch, cfg): p.grad.detach().clone() for n, p in hf.named_parameters()}
     for name in list(grads):  # Mamba-2's in_proj / conv1d by the bridge's parts of them
         parts = grouped_parts(name, cfg)
         for part, rows in parts or ():
             grads[part] = grads[name][rows]
         if parts:
             del grads[name]
-    per_rank = run_gloo(_falcon_job, 2, hf_dir, work, timeout_s=300, name="Falcon-H1 parity job")
+    per_rank = run_gloo(_hybrid_job, 2, hf_dir, work, timeout_s=300, name=f"{request.param} parity job")
     return per_rank, logits.detach(), grads, hf_dir, work
 
 
