@@ -117,7 +117,9 @@ NON_CORE_ARCHS = frozenset((
     # layers, stays core)
     "nemotron_h-moe",
     # Falcon-H1 without the mixer's gated norm (the same modules as its core variant, one fewer)
-    "falcon_h1-nonorm"))
+    "falcon_h1-nonorm",
+    # LFM2-MoE (LFM2's layers, core, with DeepSeek-V3's routing without groups) and LFM2's older config.json form
+    "lfm2_moe", "lfm2-idxs"))
 
 
 def pytest_collection_modifyitems(config, items):

@@ -363,6 +363,13 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
             "layer_types": ["conv", "full_attention"] * (tiny["num_hidden_layers"] // 2), "block_multiple_of": 32,
             "block_auto_adjust_ff_dim": True, "block_ffn_dim_multiplier": 1.0, "conv_L_cache": 3,
             "pad_token_id": 0, "eos_token_id": 2, "bos_token_id": 1, **tiny, "intermediate_size": 180}),
+        # LFM2-MoE's layout: a conv layer with a dense MLP (intermediate_size wide, no adjusting), then attention, conv
+        # and attention layers with 4 experts of width 32, top-2 by sigmoid score + a random expert bias, renormalised,
+        # x 1.5
+        "lfm2_moe": lambda: tf.Lfm2MoeConfig(**{
+            "layer_types": ["conv", "full_attention"] * 2, "num_dense_layers": 1, "num_experts": 4,
+            "num_experts_per_tok": 2, "moe_intermediate_size": 32, "routed_scaling_factor": 1.5, "use_expert_bias": True,
+            "pad_token_id": 0, "eos_token_id": 2, "bos_token_id": 1, **tiny, "num_hidden_layers": 4}),
         "nemotron_h": lambda: tf.NemotronHConfig(**{
             "layers_block_type": ["linear_attention", "mlp", "full_attention", "mlp"], "mamba_num_heads": 4, "mamba_head_dim": 32,
             "n_groups": 2, "ssm_state_size": 16, "chunk_size": 16, "head_dim": 16,
@@ -591,7 +598,7 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
            "hunyuan_v1_dense": tf.HunYuanDenseV1ForCausalLM, "hunyuan_v1_moe": tf.HunYuanMoEV1ForCausalLM,
            "granitemoe": tf.GraniteMoeForCausalLM, "granitemoeshared": tf.GraniteMoeSharedForCausalLM,
            "granitemoehybrid": tf.GraniteMoeHybridForCausalLM, "glm": tf.GlmForCausalLM,
-           "helium": tf.HeliumForCausalLM, "stablelm": tf.StableLmForCausalLM, "nemotron_h": tf.NemotronHForCausalLM, "falcon_h1": tf.FalconH1ForCausalLM, "lfm2": tf.Lfm2ForCausalLM,
+           "helium": tf.HeliumForCausalLM, "stablelm": tf.StableLmForCausalLM, "nemotron_h": tf.NemotronHForCausalLM, "falcon_h1": tf.FalconH1ForCausalLM, "lfm2": tf.Lfm2ForCausalLM, "lfm2_moe": tf.Lfm2MoeForCausalLM,
            "starcoder2": tf.Starcoder2ForCausalLM, "nemotron": tf.NemotronForCausalLM,
            "cohere": tf.CohereForCausalLM, "cohere2": tf.Cohere2ForCausalLM, "phi": tf.PhiForCausalLM,
            "gpt_neox": tf.GPTNeoXForCausalLM, "falcon": tf.FalconForCausalLM, "olmo": tf.OlmoForCausalLM}[arch]
@@ -604,7 +611,7 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
             if name.endswith("norm.weight") and not (arch.startswith("gemma") or arch == "nemotron"):  # theirs scale by 1 + weight
                 p.add_(1.0)
         for name, b in model.named_buffers():  # sigmoid routing's expert bias (GLM-4.5): a buffer, not 0
-            if name.endswith("e_score_correction_bias"):
+            if name.endswith(("e_score_correction_bias", "feed_forward.expert_bias")):  # (LFM2-MoE's name)
                 b.normal_(0.0, 0.1)
     kwargs = {"max_shard_size": max_shard_size} if max_shard_size else {}
     model.save_pretrained(out_dir, **kwargs)
@@ -818,6 +825,7 @@ def per_expert(tensors, model_type=None):
     for name, t in tensors.items():
         name = name.replace(".block_sparse_moe.experts.", ".mlp.experts.").replace(".block_sparse_moe.router.weight",
                                                                                    ".mlp.gate.weight")
+        name = name.replace(".feed_forward.experts.", ".mlp.experts.")  # LFM2-MoE's
         parts = stacked_parts(name, model_type, t.shape[0])
         if name.endswith("shared_mlp.input_linear.weight"):  # Granite's shared MLP: [gate; up]
             prefix = name[:-len("shared_mlp.input_linear.weight")]

@@ -514,7 +514,7 @@ def _check_vllm(role: RoleConfig, problems: list[str], platform: str) -> None:
                         f"of model {role.model_name}; pick one that divides it.")
     if any(a.short_conv_layers or ()) and a.untie_embeddings_and_output_weights:
         problems.append(f"`{A}.rollout_engine: vllm` with an untied LFM2 (model {role.model_name}: short_conv_layers and "
-                        f"untie_embeddings_and_output_weights): vLLM's Lfm2ForCausalLM ties lm_head to the embedding "
+                        f"untie_embeddings_and_output_weights): vLLM's LFM2 models tie lm_head to the embedding "
                         f"whatever config.json says, so rollout and training would differ; use rollout_engine: megatron.")
     if any(a.short_conv_layers or ()) and a.hidden_size and a.hidden_size % itp:
         problems.append(f"`{A}.infer_tensor_parallel_size: {itp}` does not divide hidden_size {a.hidden_size} of model "

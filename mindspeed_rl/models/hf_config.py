@@ -28,7 +28,7 @@ HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_mo
             "qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_dense", "hunyuan_v1_moe",
             "granitemoe", "granitemoeshared", "granitemoehybrid", "glm", "helium", "stablelm",
             "starcoder2", "nemotron", "cohere", "cohere2", "phi", "gpt_neox", "falcon", "olmo", "nemotron_h", "falcon_h1",
-            "lfm2")
+            "lfm2", "lfm2_moe")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss",
              "minimax_m2", "ernie4_5_moe", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_moe",
@@ -177,7 +177,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     Granite's four scalars (granite_args) around Mixtral's routing (granite_moe_args); Granite 4.0 (granitemoehybrid)
     whose every layer attends is Granite with its shared_mlp as the MLP, or with experts granitemoeshared's layers
     (granite_hybrid_config), its -H models' Mamba-2 layers as models/mamba2.py (granite_hybrid_args).
-    LFM2 (lfm2) is Qwen3's attention with most layers a short convolution instead (models/hf_lfm2_config.py).
+    LFM2 (lfm2) is Qwen3's attention with most layers a short convolution instead, LFM2-MoE (lfm2_moe) that with
+    sigmoid-routed experts (models/hf_lfm2_config.py).
     A quantized checkpoint is read dequantized where its format is one the reader knows (check_quantization).
     Apertus (apertus: Apertus-8B / 70B base / instruct) is Llama's attention with Qwen3's per-head q / k
     norms, llama3 rope scaling and an MLP without a gate, down(xIELU(up(x))) with two learnable scalars per
@@ -211,7 +212,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         hf = falcon_keys(hf)
     if model_type == "falcon_h1":  # attention and Mamba-2 side by side (models/hf_falcon_h1_config.py)
         hf = falcon_h1_config(hf)
-    if model_type == "lfm2":  # short-convolution layers (models/hf_lfm2_config.py)
+    if model_type in ("lfm2", "lfm2_moe"):  # short-convolution layers (models/hf_lfm2_config.py)
         hf = lfm2_config(hf)
     heads = int(hf["num_attention_heads"])
     kv_heads = int(hf.get("num_key_value_heads") or heads)
@@ -337,7 +338,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         args.update(nemotron_h_args(hf))
     if model_type == "falcon_h1":
         args.update(falcon_h1_args(hf))
-    if model_type == "lfm2":
+    if model_type in ("lfm2", "lfm2_moe"):
         args.update(lfm2_args(hf, args["num_layers"]))
     if model_type in GEMMA_ARCHS:
         args.update(gemma_args(hf, args["num_layers"], head_dim))

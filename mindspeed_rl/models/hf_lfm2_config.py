@@ -1,4 +1,4 @@
-"""LFM2's config.json (model_type lfm2) as Megatron-named args, without megatron.
+"""LFM2's config.json (model_type lfm2, and lfm2_moe) as Megatron-named args, without megatron.
 
 LFM2 (Liquid AI: LFM2-350M, 700M, 1.2B, 2.6B) is Llama's layer with most token mixers a short convolution
 (models/short_conv.py; config.json layer_types "conv", or the older full_attn_idxs listing the attention
@@ -6,6 +6,11 @@ layers) and Qwen3's per-head q / k RMSNorms in the attention layers; the MLP is 
 is called embedding_norm, the embedding tied. Its MLP width is computed from config.json as transformers
 does (block_auto_adjust_ff_dim: 2/3 of intermediate_size, times block_ffn_dim_multiplier, rounded up to a
 multiple of block_multiple_of); block_ff_dim, the releases' spelling, stands for intermediate_size.
+
+LFM2-MoE (lfm2_moe: LFM2-8B-A1B) has the same layers with every MLP after the first num_dense_layers a mixture of
+experts (intermediate_size wide dense MLPs, as config.json says, no adjusting; moe_intermediate_size wide experts)
+routed as DeepSeek-V3 without groups: sigmoid scores, the top-k chosen by score + the checkpoint's expert_bias
+(megatron's expert_bias, loaded and kept fixed), weighted by their scores renormalised, times routed_scaling_factor.
 """
 from __future__ import annotations
 
@@ -63,7 +68,8 @@ def lfm2_config(hf: Mapping[str, Any]) -> dict[str, Any]:
     if hf.get("hidden_act", "silu") != "silu":
         raise ValueError(f"config.json hidden_act {hf['hidden_act']!r} is not supported for lfm2; its MLP is SwiGLU "
                          f"(silu), whatever the key says in transformers.")
-    return {**hf, "intermediate_size": lfm2_ffn(hf), "rms_norm_eps": float(hf["norm_eps"]), "hidden_act": "silu"}
+    width = int(hf["intermediate_size"]) if hf.get("model_type") == "lfm2_moe" else lfm2_ffn(hf)
+    return {**hf, "intermediate_size": width, "rms_norm_eps": float(hf["norm_eps"]), "hidden_act": "silu"}
 
 
 def lfm2_args(hf: Mapping[str, Any], num_layers: int) -> dict[str, Any]:
@@ -73,6 +79,32 @@ def lfm2_args(hf: Mapping[str, Any], num_layers: int) -> dict[str, Any]:
     marks = conv_marks(hf, num_layers)
     if any(marks):
         args["short_conv_layers"] = marks
+    if hf.get("model_type") == "lfm2_moe":
+        args.update(lfm2_moe_args(hf, num_layers))
+    return args
+
+
+def lfm2_moe_args(hf: Mapping[str, Any], num_layers: int) -> dict[str, Any]:
+    """LFM2-MoE's experts and routing (the module docstring), refusing what megatron would route otherwise."""
+    experts, topk, dense = int(hf["num_experts"]), int(hf["num_experts_per_tok"]), int(hf.get("num_dense_layers") or 0)
+    if experts < 2 or not 1 <= topk <= experts:
+        raise ValueError(f"config.json num_experts {experts} / num_experts_per_tok {topk}: an lfm2_moe model needs at "
+                         f"least 2 experts and 1 to num_experts of them per token.")
+    if not 0 <= dense < num_layers:
+        raise ValueError(f"config.json num_dense_layers {dense} leaves no MoE layer of {num_layers}; a dense model is an "
+                         f"lfm2 config.json.")
+    if hf.get("norm_topk_prob", True) is False:
+        raise ValueError("config.json norm_topk_prob false for lfm2_moe is not supported: megatron renormalises the "
+                         "top-k sigmoid scores; LFM2-MoE's releases set it true.")
+    args = {"num_experts": experts, "moe_router_topk": topk, "moe_ffn_hidden_size": int(hf["moe_intermediate_size"]),
+            "norm_topk_prob": True, "moe_router_score_function": "sigmoid",
+            "moe_router_enable_expert_bias": hf.get("use_expert_bias", True) is not False,
+            "moe_layer_freq": [0] * dense + [1] * (num_layers - dense)}
+    if args["moe_router_enable_expert_bias"]:
+        args["moe_router_bias_update_rate"] = 0.0
+    scale = float(hf.get("routed_scaling_factor") or 1.0)
+    if scale != 1.0:
+        args["moe_router_topk_scaling_factor"] = scale
     return args
 
 
@@ -82,7 +114,9 @@ def lfm2_export_config(args: Mapping[str, Any], vocab_size: int, dtype) -> dict[
     there), the MLP width as it is (block_auto_adjust_ff_dim false), the layer types and the conv's kernel and biases."""
     from mindspeed_rl.models.hf_export_config import _config_from_args
 
-    rest = {k: v for k, v in args.items() if not k.startswith("short_conv_")}
+    moe = int(args.get("num_experts") or 0) > 1
+    rest = {k: v for k, v in args.items() if not k.startswith(("short_conv_", "moe_")) and k not in (
+        "num_experts", "norm_topk_prob")} if moe else {k: v for k, v in args.items() if not k.startswith("short_conv_")}
     base = _config_from_args(rest, vocab_size, dtype)
     head_dim = int(args["hidden_size"]) // int(args["num_attention_heads"])
     if base["model_type"] != "qwen3" or not args.get("swiglu", True) or int(base["head_dim"]) != head_dim:
@@ -101,4 +135,32 @@ def lfm2_export_config(args: Mapping[str, Any], vocab_size: int, dtype) -> dict[
                                                                          int(args["hidden_size"])))
     if "rope_theta" not in config:  # (transformers 5 keeps it in rope_parameters; written at the top level too)
         config["rope_theta"] = float((config.get("rope_parameters") or {}).get("rope_theta", args.get("rotary_base", 1e6)))
+    if moe:
+        config.update(lfm2_moe_config_json(args))
     return config
+
+
+def lfm2_moe_config_json(args: Mapping[str, Any]) -> dict[str, Any]:
+    """LFM2-MoE's config.json keys for an MoE model with short-convolution layers (read back the same by lfm2_moe_args);
+    what its config.json cannot say refused in one sentence."""
+    from mindspeed_rl.models.hf_moe_config import moe_layer_pattern
+
+    layers = int(args["num_layers"])
+    pattern = moe_layer_pattern(args.get("moe_layer_freq", 1), layers)
+    dense = pattern.index(1) if 1 in pattern else layers
+    problems = [why for bad, why in (
+        (pattern != [0] * dense + [1] * (layers - dense), f"MoE layers {pattern} that are not all after the dense ones"),
+        ((args.get("moe_router_score_function") or "softmax") != "sigmoid", "routing other than by sigmoid scores"),
+        (args.get("norm_topk_prob") is False, "top-k scores not renormalised"),
+        (bool(args.get("moe_shared_expert_intermediate_size")), "a shared expert"),
+        (int(args.get("moe_router_num_groups") or 1) > 1, "expert groups"),
+        (args.get("moe_router_enable_expert_bias") and float(args.get("moe_router_bias_update_rate") or 0.0) != 0.0,
+         "an expert bias that training updates")) if bad]
+    if problems:
+        raise ValueError(f"an MoE model with short-convolution layers has a config.json form only as LFM2-MoE (dense "
+                         f"layers first, sigmoid routing with the top-k renormalised); this one has {', '.join(problems)}.")
+    return {"model_type": "lfm2_moe", "architectures": ["Lfm2MoeForCausalLM"], "num_experts": int(args["num_experts"]),
+            "num_experts_per_tok": int(args.get("moe_router_topk") or 2),
+            "moe_intermediate_size": int(args.get("moe_ffn_hidden_size") or args["ffn_hidden_size"]),
+            "num_dense_layers": dense, "use_expert_bias": bool(args.get("moe_router_enable_expert_bias")),
+            "routed_scaling_factor": float(args.get("moe_router_topk_scaling_factor") or 1.0), "norm_topk_prob": True}

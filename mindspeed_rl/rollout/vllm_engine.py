@@ -515,8 +515,8 @@ class VLLMEngine:
                 raise UserInputError(f"config.json ffn_hidden_size {width}: vLLM's Falcon builds its MLP 4 x hidden_size "
                                      f"({4 * hidden}) wide whatever config.json says, so it cannot load these weights; "
                                      f"use rollout_engine: megatron.")
-        if kind == "lfm2" and hf_config.get("tie_word_embeddings") is False:
-            raise UserInputError("config.json tie_word_embeddings false for an lfm2 model: vLLM's Lfm2ForCausalLM ties "
+        if kind in ("lfm2", "lfm2_moe") and hf_config.get("tie_word_embeddings") is False:
+            raise UserInputError(f"config.json tie_word_embeddings false for an {kind} model: vLLM's LFM2 ties "
                                  "lm_head to the embedding whatever config.json says, so rollout and training would "
                                  "differ; use rollout_engine: megatron.")
         latent = int(hf_config.get("kv_lora_rank") or 0) + int(hf_config.get("qk_rope_head_dim") or 0)
@@ -544,7 +544,7 @@ class VLLMEngine:
             _unlink_cpu_shm(shm_token)
         if self.platform_name == "cpu" and self._moe:
             self.llm.apply_model(_group_cpu_sigmoid_routers)
-        if self.platform_name == "cpu" and (latent or kind == "lfm2"):
+        if self.platform_name == "cpu" and (latent or kind in ("lfm2", "lfm2_moe")):
             self.llm.apply_model(_native_cpu_rope)
         if kind == "apertus":
             self.llm.apply_model(functools.partial(_xielu_in_model_dtype, dtype=dtype))

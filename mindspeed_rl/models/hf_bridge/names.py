@@ -114,6 +114,13 @@ _STORED_AS["lfm2"] = (("input_layernorm.weight", "operator_norm.weight"),
                       *((f"self_attn.{p}_norm.weight", f"self_attn.{p}_layernorm.weight") for p in "qk"),
                       *((f"mlp.{p}_proj.weight", f"feed_forward.{w}.weight")
                         for p, w in (("gate", "w1"), ("up", "w3"), ("down", "w2"))))
+# LFM2-MoE: LFM2's names, its experts under feed_forward.experts (Mixtral's w1 / w3 / w2, one tensor per expert), its
+# router feed_forward.gate and expert bias feed_forward.expert_bias
+_STORED_AS["lfm2_moe"] = (*_STORED_AS["lfm2"],
+                          *((f"mlp.experts.{{e}}.{p}_proj.weight", f"feed_forward.experts.{{e}}.{w}.weight")
+                            for p, w in (("gate", "w1"), ("up", "w3"), ("down", "w2"))),
+                          ("mlp.gate.weight", "feed_forward.gate.weight"),
+                          ("mlp.gate.e_score_correction_bias", "feed_forward.expert_bias"))
 _ONE_NORM = {"nemotron_h": "norm.weight"}  # model_type -> its layers' one norm (hybrid_pattern.py)
 
 
@@ -178,7 +185,7 @@ _PREFIX_AS["nemotron_h"] = (("model.layers.", "backbone.layers."), ("model.embed
                             ("model.norm.", "backbone.norm_f."), ("model.embed_tokens.", "model.embeddings."),
                             ("model.norm.", "model.norm_f."))
 _PREFIX_AS["falcon_h1"] = (("model.norm.", "model.final_layernorm."),)  # Falcon-H1's final norm
-_PREFIX_AS["lfm2"] = (("model.norm.", "model.embedding_norm."),)  # LFM2's final norm
+_PREFIX_AS["lfm2"] = _PREFIX_AS["lfm2_moe"] = (("model.norm.", "model.embedding_norm."),)  # LFM2's final norm
 
 
 def _prefix(name: str, model_type: str | None, reverse: bool) -> str:

@@ -267,14 +267,15 @@ def _moe_job(rank, world_size, hf_dir, work):
 
 def _moe_layers(moe) -> int:
     """MoE layers of the fixture's model (GLM-4.5's first layer is dense)."""
-    return sum(hasattr(getattr(layer, "mlp", None) or getattr(layer, "block_sparse_moe", None) or layer.mixer, "experts")
-               for layer in moe[3].model.layers)  # (Nemotron-H's one block per layer: its mixer)
+    return sum(hasattr(getattr(layer, "mlp", None) or getattr(layer, "block_sparse_moe", None)
+                       or getattr(layer, "feed_forward", None) or layer.mixer, "experts")
+               for layer in moe[3].model.layers)  # (Nemotron-H's one block per layer: its mixer; LFM2-MoE's feed_forward)
 
 
 @pytest.fixture(scope="module", params=["qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3",
                                                  "deepseek_v2", "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe",
                                                  "olmoe", "flex_olmo", "hunyuan_v1_moe", "granitemoeshared",
-                                                 "nemotron_h-moe"])
+                                                 "nemotron_h-moe", "lfm2_moe"])
 def moe(request, tmp_path_factory):
     """Every test below runs on Qwen3-MoE, on Qwen2-MoE (qkv biases, top-k not renormalised, and
     a shared expert with its sigmoid gate: megatron's SharedExpertMLP, split over TP), on Mixtral
@@ -290,13 +291,18 @@ def moe(request, tmp_path_factory):
     post norms only) and HunYuan-MoE (q / k norms after RoPE, an ungated shared expert, the router stored as gate.wg) and
     Granite MoE (Granite's multipliers, experts stored stacked as block_sparse_moe.input_linear / output_linear, a
     shared MLP without a gate whose gate / up are fused as shared_mlp.input_linear) and Nemotron-H's MoE layer (experts
-    and a shared expert without a gate, relu(up)^2, DeepSeek-V3's routing, beside Mamba-2, attention and MLP layers)."""
+    and a shared expert without a gate, relu(up)^2, DeepSeek-V3's routing, beside Mamba-2, attention and MLP layers) and
+    LFM2-MoE's (sigmoid routing with the expert bias and a routed scale, experts as feed_forward.experts.{e}.w1 / w3 / w2,
+    beside short-convolution layers)."""
     from mindspeed_rl.models.forward import position_ids_from_mask
     from mindspeed_rl.models.hf_bridge.names import canonical_name, grouped_parts
 
     hf_dir = str(tmp_path_factory.mktemp(request.param))
     work = str(tmp_path_factory.mktemp("moe_work"))
-    hf = make_tiny_hf(request.param.split("-")[0], hf_dir, **HF_VARIANTS.get(request.param, {}))
+    # LFM2-MoE's embedding has padding_idx = pad_token_id (transformers'), which this batch's token 0 would hit:
+    # without a pad token (test_hybrid_mixers_dist.py's note)
+    unpadded = {"pad_token_id": None} if request.param == "lfm2_moe" else {}
+    hf = make_tiny_hf(request.param.split("-")[0], hf_dir, **HF_VARIANTS.get(request.param, {}), **unpadded)
     ids, mask = _batch()
     logits = hf(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask)).logits
     lp = torch.log_softmax(logits[:, :-1].float(), dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)

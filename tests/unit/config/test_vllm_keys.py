@@ -46,7 +46,7 @@ VLLM = [f"{A}.rollout_engine=vllm", "training.hidden_size=128", "training.kv_cha
       "resource_pool.actor_rollout=[5]", f"{A}.num_gpus_for_train=2", f"{A}.num_gpus_for_infer=3",
       f"{A}.infer_tensor_parallel_size=3"],
      ["with an untied LFM2 (model tiny: short_conv_layers and untie_embeddings_and_output_weights): vLLM's "
-      "Lfm2ForCausalLM ties lm_head", "infer_tensor_parallel_size: 3` does not divide hidden_size 128 of model tiny "
+      "LFM2 models tie lm_head", "infer_tensor_parallel_size: 3` does not divide hidden_size 128 of model tiny "
       "(vLLM splits LFM2's conv layers by channels)"]),
 ], ids=["heads", "colocated-tp", "split-tp", "colocated-pp", "memory-and-tolerance", "qwen2-head-dim", "tis",
         "qwen3_5-cpu", "mamba", "mamba-groups", "lfm2"])

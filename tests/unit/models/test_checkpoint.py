@@ -248,6 +248,19 @@ def load_exported(out):
             m = expert.match(k)
             stacked.setdefault(f"{m.group(1)}.{m.group(3)}_proj", {})[int(m.group(2))] = tensors.pop(k)
         tensors.update({k: torch.stack([v[e] for e in sorted(v)]) for k, v in stacked.items()})
+    if model.config.model_type == "lfm2_moe":  # saved as its releases are (experts one by one, w1 / w3 / w2), stacked
+        # as transformers loads them: gate_up_proj (E, 2f, h) with each expert's w1 then w3, down_proj (E, h, f)
+        import re
+
+        expert = re.compile(r"^(.*\.feed_forward\.experts)\.(\d+)\.(w1|w2|w3)\.weight$")
+        parts = {}
+        for k in [k for k in tensors if expert.match(k)]:
+            m = expert.match(k)
+            parts.setdefault(m.group(1), {})[(int(m.group(2)), m.group(3))] = tensors.pop(k)
+        for prefix, p in parts.items():
+            experts = sorted({e for e, _ in p})
+            tensors[prefix + ".gate_up_proj"] = torch.stack([torch.cat([p[(e, "w1")], p[(e, "w3")]]) for e in experts])
+            tensors[prefix + ".down_proj"] = torch.stack([p[(e, "w2")] for e in experts])
     missing, unexpected = model.load_state_dict(tensors, strict=False)
     assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)  # tied: lm_head is the embedding
     return model
@@ -263,7 +276,8 @@ def load_exported(out):
                                              ("olmo-clip", True), ("granitemoehybrid-h", True),
                                              ("granitemoehybrid-hmoe", True), ("nemotron_h", True),
                                              ("nemotron_h-moe", True), ("falcon_h1", True),
-                                             ("falcon_h1-nonorm", True), ("lfm2", True), ("lfm2-idxs", True)])
+                                             ("falcon_h1-nonorm", True), ("lfm2", True), ("lfm2-idxs", True),
+                                             ("lfm2_moe", True)])
 def test_live_export_loads_in_transformers(gloo_world1, tmp_path, arch, synthesize):
     """synthesize: config.json written from the Megatron args (a yaml-built model or a Megatron
     checkpoint): Gemma 3 / 2 in their own config.json, partial rotary as Phi-3's, and the tensors

@@ -1377,3 +1377,36 @@ def test_lfm2_config_json_round_trip():
                               ("hidden_act", "gelu", "hidden_act 'gelu' is not supported for lfm2")):
         with pytest.raises(ValueError, match=match):
             model_config_from_hf(dict(LFM2_1_2B, **{key: value}))
+
+
+def test_lfm2_moe_config_json_round_trip():
+    """LFM2-MoE in transformers' Lfm2MoeConfig defaults (LFM2-8B-A1B's style: 32 experts of 1792, top-4, two dense
+    layers first, 7168 wide and not adjusted; attention every fourth layer here): sigmoid routing with the expert bias,
+    renormalised; exported from megatron's args alone as lfm2_moe and read back the same, transformers taking it;
+    what megatron would route otherwise refused in one sentence."""
+    from transformers import Lfm2MoeConfig
+
+    from mindspeed_rl.models.hf_export_config import hf_config_from_args
+
+    types = ["full_attention" if i % 4 == 3 else "conv" for i in range(32)]
+    release = Lfm2MoeConfig(layer_types=types).to_dict()
+    args = model_config_from_hf(release)
+    assert (args["num_experts"], args["moe_router_topk"], args["moe_ffn_hidden_size"], args["ffn_hidden_size"],
+            args["moe_router_score_function"], args["moe_router_enable_expert_bias"], args["norm_topk_prob"]) == (
+        32, 4, 1792, 7168, "sigmoid", True, True)
+    assert args["moe_layer_freq"] == [0, 0] + [1] * 30 and args["short_conv_layers"] == [int(t == "conv") for t in types]
+    assert "moe_router_topk_scaling_factor" not in args and args["moe_router_bias_update_rate"] == 0.0
+    written = hf_config_from_args(args, vocab_size=65536)
+    assert (written["model_type"], written["architectures"], written["num_dense_layers"], written["use_expert_bias"]) == (
+        "lfm2_moe", ["Lfm2MoeForCausalLM"], 2, True)
+    assert model_config_from_hf(written) == args
+    assert model_config_from_hf(Lfm2MoeConfig(**written).to_dict()) == args
+    scaled = model_config_from_hf(dict(release, routed_scaling_factor=2.5, use_expert_bias=False))
+    assert scaled["moe_router_topk_scaling_factor"] == 2.5 and not scaled["moe_router_enable_expert_bias"]
+    assert model_config_from_hf(hf_config_from_args(scaled, vocab_size=65536)) == scaled
+    for key, value, match in (("norm_topk_prob", False, "norm_topk_prob false for lfm2_moe is not supported"),
+                              ("num_dense_layers", 32, "num_dense_layers 32 leaves no MoE layer of 32")):
+        with pytest.raises(ValueError, match=match):
+            model_config_from_hf(dict(release, **{key: value}))
+    with pytest.raises(ValueError, match="has a config.json form only as LFM2-MoE .* routing other than by sigmoid"):
+        hf_config_from_args(dict(args, moe_router_score_function="softmax"), vocab_size=65536)
