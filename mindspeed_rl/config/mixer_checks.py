@@ -41,16 +41,21 @@ def _check_mixer_layers(role: RoleConfig, path: str, tp: int, problems: list[str
                         sizes: tuple, shape) -> None:
     """Layers whose token mixer is not attention, marked by `key` (one 0 / 1 per layer): their `sizes` set, and the
     mixer's shape (`shape(arch)`, with .problem(tp)) fitting TP."""
+    if _marked(role, key, problems):
+        _sizes_and_shape(role, path, tp, problems, f"{key} marks {mixer} layers but", sizes, shape)
+
+
+def _marked(role: RoleConfig, key: str, problems: list[str]) -> bool:
+    """Whether the layer marks `key` (one 0 / 1 per layer) mark any layer; a sentence in `problems` when they are not
+    one 0 / 1 per layer."""
     a = role.arch
     marks = getattr(a, key)
     if not isinstance(marks, (list, tuple)) or any(m not in (0, 1) for m in marks) or \
             (a.num_layers and len(marks) != a.num_layers):
         problems.append(f"model {role.model_name}: {key} must list one 0 or 1 per layer "
                         f"({a.num_layers} layers); it is {marks!r}.")
-        return
-    if not any(marks):
-        return
-    _sizes_and_shape(role, path, tp, problems, f"{key} marks {mixer} layers but", sizes, shape)
+        return False
+    return any(marks)
 
 
 def _sizes_and_shape(role: RoleConfig, path: str, tp: int, problems: list[str], needs: str, sizes: tuple,
@@ -103,13 +108,7 @@ def _check_short_conv(role: RoleConfig, path: str, tp: int, problems: list[str])
     """LFM2's short-convolution layers (models/short_conv.py): one 0 / 1 per layer, no other kind of non-attention
     layer beside them, TP dividing hidden_size (their channels)."""
     a = role.arch
-    marks = a.short_conv_layers
-    if not isinstance(marks, (list, tuple)) or any(m not in (0, 1) for m in marks) or \
-            (a.num_layers and len(marks) != a.num_layers):
-        problems.append(f"model {role.model_name}: short_conv_layers must list one 0 or 1 per layer "
-                        f"({a.num_layers} layers); it is {marks!r}.")
-        return
-    if not any(marks):
+    if not _marked(role, "short_conv_layers", problems):
         return
     others = [k for k in ("mamba_layers", "linear_attention_layers", "hybrid_override_pattern", "parallel_hybrid")
               if getattr(a, k) not in (None, [], "", False) and (not isinstance(getattr(a, k), list) or any(getattr(a, k)))]

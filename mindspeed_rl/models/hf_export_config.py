@@ -185,7 +185,7 @@ def _config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.dty
 
 
 def gpt_oss_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
-    """gpt-oss's config.json (gpt_oss) for Megatron-named args (models/hf_config.gpt_oss_args, read back the
+    """gpt-oss's config.json (gpt_oss) for Megatron-named args (models/hf_moe_config.gpt_oss_args, read back the
     same); what it cannot say is refused."""
     layers, heads = int(args["num_layers"]), int(args["num_attention_heads"])
     experts = int(args.get("num_experts") or 0)

@@ -370,3 +370,30 @@ def mla_args(hf: Mapping[str, Any]) -> dict[str, Any]:
             "qk_pos_emb_head_dim": int(hf["qk_rope_head_dim"]), "v_head_dim": v_dim, "kv_channels": v_dim,
             "group_query_attention": False, "num_query_groups": int(hf["num_attention_heads"]),
             "qk_layernorm": True}  # megatron's MLA norms (q_a_layernorm, kv_a_layernorm), as MindSpeed-LLM spells them
+
+
+def gpt_oss_args(hf: Mapping[str, Any], num_layers: int) -> dict[str, Any]:
+    """gpt-oss (gpt_oss: gpt-oss-20b, gpt-oss-120b) in megatron-core 0.16's names (models/gpt_oss.py):
+    Mixtral's routing (softmax over the top-k logits) with a biased router; biases on q / k / v,
+    o_proj and the experts (add_bias_linear); attention sinks (softmax_type learnable); the experts'
+    clamped SwiGLU (quick_geglu: gate x sigmoid(1.702 gate) x (up + 1), gate <= swiglu_limit, up
+    within +-swiglu_limit); every sliding_attention layer of layer_types (the even ones) within
+    sliding_window positions; YaRN without rounding the ramp's ends (truncate: false, yarn_args)."""
+    from mindspeed_rl.models.hf_config import layer_types
+
+    alpha = float(hf.get("swiglu_alpha") or 1.702)
+    if alpha != 1.702:
+        raise ValueError(f"config.json swiglu_alpha {alpha} is not supported; gpt-oss's experts use 1.702 "
+                         f"(megatron's quick_gelu).")
+    if not hf.get("attention_bias", True):
+        raise ValueError("config.json attention_bias false for gpt_oss is not supported: its biases on the "
+                         "attention, router and experts come as one (add_bias_linear); gpt-oss's releases have them.")
+    args: dict[str, Any] = {"disable_bias_linear": False, "add_qkv_bias": True, "softmax_type": "learnable",
+                            "quick_geglu": True, "glu_linear_offset": 1.0, "swiglu": True,
+                            "window_attn_skip_freq": layer_types(hf, num_layers, 2)}
+    if hf.get("swiglu_limit") is not None:
+        args["activation_func_clamp_value"] = float(hf["swiglu_limit"])
+    window = hf.get("sliding_window")
+    if window and int(window) < int(hf.get("max_position_embeddings", 4096)):
+        args["sliding_window"] = int(window)
+    return args
