@@ -26,6 +26,7 @@ def _megatron(hf_dir, seed=0, params_dtype=torch.float32):
         import datetime
         import os
 
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")  # (unset when no test before this one made a group)
         os.environ["MASTER_PORT"] = str(testing_utils.free_port())
         torch.distributed.init_process_group("gloo", rank=0, world_size=1, timeout=datetime.timedelta(seconds=60))
     args = dict(model_config_from_hf(read_hf_config(hf_dir)), padded_vocab_size=128)  # padded like training

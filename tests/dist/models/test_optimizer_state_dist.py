@@ -22,8 +22,10 @@ LAYOUTS = {"tp2": (2, 1, 1, False), "pp2": (1, 2, 1, False), "dp2": (1, 1, 1, Tr
 PAIRS = {"dense": [("tp2", "pp2"), ("pp2", "dp2"), ("dp2", "tp2"), ("dp2", "dp2plain"), ("dp2plain", "dp2")],
          "moe": [("ep2", "dp2"), ("dp2", "ep2")],
          # Granite 4.0-H (a Mamba-2 layer): its heads' state split over TP, B / C's (whole on every TP rank) not
-         "mamba": [("tp2", "dp2"), ("dp2", "tp2")]}
-CASES = [("float32", "dense"), ("bfloat16", "dense"), ("float32", "moe"), ("float32", "mamba")]
+         "mamba": [("tp2", "dp2"), ("dp2", "tp2")],
+         # LFM2 (a short-convolution layer): its channels' state split over TP, in_proj_bcx interleaved per channel
+         "conv": [("tp2", "dp2"), ("dp2", "tp2")]}
+CASES = [("float32", "dense"), ("bfloat16", "dense"), ("float32", "moe"), ("float32", "mamba"), ("float32", "conv")]
 KEYS = ("weights", "param", "exp_avg", "exp_avg_sq")
 
 
@@ -48,7 +50,7 @@ def _job(rank, world, root, dtype_name, kind, hf_dir):
 
     dtype = getattr(torch, dtype_name)
     args = ARGS
-    if kind in ("moe", "mamba"):  # a tiny Qwen3-MoE (4 experts, top 2): the experts' state in their own files
+    if kind in ("moe", "mamba", "conv"):  # a tiny Qwen3-MoE (4 experts, top 2): the experts' state in their own files
         from mindspeed_rl.models.hf_bridge import read_hf_config
         from mindspeed_rl.models.hf_config import model_config_from_hf
 
@@ -119,6 +121,8 @@ def diffs(request, tmp_path_factory):
         from testing_utils import HF_VARIANTS
 
         make_tiny_hf("granitemoehybrid", str(root / "hf"), **HF_VARIANTS["granitemoehybrid-h"])
+    if kind == "conv":
+        make_tiny_hf("lfm2", str(root / "hf"))
     return dtype, run_gloo(_job, 2, str(root), dtype, kind, str(root / "hf"), timeout_s=300, name="optimizer state job")[0]
 
 
