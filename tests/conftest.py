@@ -119,7 +119,9 @@ NON_CORE_ARCHS = frozenset((
     # Falcon-H1 without the mixer's gated norm (the same modules as its core variant, one fewer)
     "falcon_h1-nonorm",
     # LFM2-MoE (LFM2's layers, core, with DeepSeek-V3's routing without groups) and LFM2's older config.json form
-    "lfm2_moe", "lfm2-idxs"))
+    "lfm2_moe", "lfm2-idxs",
+    # EXAONE 3.0 / 3.5 (Llama under its own names)
+    "exaone"))
 
 
 def pytest_collection_modifyitems(config, items):

@@ -370,6 +370,12 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
             "layer_types": ["conv", "full_attention"] * 2, "num_dense_layers": 1, "num_experts": 4,
             "num_experts_per_tok": 2, "moe_intermediate_size": 32, "routed_scaling_factor": 1.5, "use_expert_bias": True,
             "pad_token_id": 0, "eos_token_id": 2, "bos_token_id": 1, **tiny, "num_hidden_layers": 4}),
+        # EXAONE 3.5's layout (Llama under its own names: transformer.h.*, attn.attention.*, c_fc_0 / c_fc_1 / c_proj),
+        # llama3 rope scaling x 4 over 32 positions at theta 1e6, untied
+        "exaone": lambda: getattr(tf, "ExaoneConfig", tf.LlamaConfig)(**{  # (the vLLM venv's transformers has none)
+            "rope_parameters": {"rope_type": "llama3", "rope_theta": 1e6, "factor": 4.0, "low_freq_factor": 1.0,
+                                "high_freq_factor": 4.0, "original_max_position_embeddings": 32},
+            "pad_token_id": 0, "eos_token_id": 2, "bos_token_id": 1, **tiny}),
         "nemotron_h": lambda: tf.NemotronHConfig(**{
             "layers_block_type": ["linear_attention", "mlp", "full_attention", "mlp"], "mamba_num_heads": 4, "mamba_head_dim": 32,
             "n_groups": 2, "ssm_state_size": 16, "chunk_size": 16, "head_dim": 16,
@@ -598,7 +604,7 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
            "hunyuan_v1_dense": tf.HunYuanDenseV1ForCausalLM, "hunyuan_v1_moe": tf.HunYuanMoEV1ForCausalLM,
            "granitemoe": tf.GraniteMoeForCausalLM, "granitemoeshared": tf.GraniteMoeSharedForCausalLM,
            "granitemoehybrid": tf.GraniteMoeHybridForCausalLM, "glm": tf.GlmForCausalLM,
-           "helium": tf.HeliumForCausalLM, "stablelm": tf.StableLmForCausalLM, "nemotron_h": tf.NemotronHForCausalLM, "falcon_h1": tf.FalconH1ForCausalLM, "lfm2": tf.Lfm2ForCausalLM, "lfm2_moe": tf.Lfm2MoeForCausalLM,
+           "helium": tf.HeliumForCausalLM, "stablelm": tf.StableLmForCausalLM, "nemotron_h": tf.NemotronHForCausalLM, "falcon_h1": tf.FalconH1ForCausalLM, "lfm2": tf.Lfm2ForCausalLM, "lfm2_moe": tf.Lfm2MoeForCausalLM, "exaone": tf.LlamaForCausalLM,
            "starcoder2": tf.Starcoder2ForCausalLM, "nemotron": tf.NemotronForCausalLM,
            "cohere": tf.CohereForCausalLM, "cohere2": tf.Cohere2ForCausalLM, "phi": tf.PhiForCausalLM,
            "gpt_neox": tf.GPTNeoXForCausalLM, "falcon": tf.FalconForCausalLM, "olmo": tf.OlmoForCausalLM}[arch]
@@ -615,7 +621,35 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
                 b.normal_(0.0, 0.1)
     kwargs = {"max_shard_size": max_shard_size} if max_shard_size else {}
     model.save_pretrained(out_dir, **kwargs)
+    if arch == "exaone" and not hasattr(tf, "ExaoneConfig"):  # saved as a Llama: as EXAONE's releases store it instead
+        _as_exaone_release(out_dir)
     return model
+
+
+# EXAONE 3.0 / 3.5's release names for a Llama's (transformers >= 5.20 saves them so itself: test_checkpoint.py checks it)
+EXAONE_RELEASE_NAMES = ((r"^model\.embed_tokens\.", "transformer.wte."), (r"^model\.layers\.", "transformer.h."),
+                        (r"^model\.norm\.", "transformer.ln_f."), (r"\.self_attn\.o_proj\.", ".attn.attention.out_proj."),
+                        (r"\.self_attn\.", ".attn.attention."), (r"\.input_layernorm\.", ".ln_1."),
+                        (r"\.post_attention_layernorm\.", ".ln_2."), (r"\.mlp\.gate_proj\.", ".mlp.c_fc_0."),
+                        (r"\.mlp\.up_proj\.", ".mlp.c_fc_1."), (r"\.mlp\.down_proj\.", ".mlp.c_proj."))
+
+
+def _as_exaone_release(out_dir):
+    """A Llama saved in `out_dir` renamed as EXAONE 3.5's release: its tensor names and config.json's model_type."""
+    import re
+
+    from safetensors.torch import load_file, save_file
+
+    path = os.path.join(out_dir, "model.safetensors")
+    tensors = load_file(path)
+    for pattern, repl in EXAONE_RELEASE_NAMES:
+        tensors = {re.sub(pattern, repl, k): v for k, v in tensors.items()}
+    save_file(tensors, path, metadata={"format": "pt"})
+    with open(os.path.join(out_dir, "config.json")) as f:
+        config = json.load(f)
+    config.update(model_type="exaone", architectures=["ExaoneForCausalLM"])
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(config, f)
 
 
 # config.json of released checkpoints, as published (not downloadable here)

@@ -28,7 +28,7 @@ HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_mo
             "qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_dense", "hunyuan_v1_moe",
             "granitemoe", "granitemoeshared", "granitemoehybrid", "glm", "helium", "stablelm",
             "starcoder2", "nemotron", "cohere", "cohere2", "phi", "gpt_neox", "falcon", "olmo", "nemotron_h", "falcon_h1",
-            "lfm2", "lfm2_moe")
+            "lfm2", "lfm2_moe", "exaone")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss",
              "minimax_m2", "ernie4_5_moe", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_moe",
@@ -56,6 +56,7 @@ HF_DEFAULTS = {
     "ernie4_5_moe": {"tie_word_embeddings": True, "rope_theta": 500000.0, "moe_k": 6, "moe_num_experts": 64,
                      "moe_num_shared_experts": 2, "moe_layer_start_index": 1, "moe_layer_end_index": -1,
                      "moe_layer_interval": 1, "moe_intermediate_size": 1536},
+    "exaone": {"rope_theta": 500000.0},  # transformers' ExaoneConfig (EXAONE 3.0 / 3.5)
     "glm4": {"head_dim": 128, "partial_rotary_factor": 0.5, "attention_bias": True},
     "glm": {"head_dim": 128, "partial_rotary_factor": 0.5, "attention_bias": True},  # transformers' GlmConfig
     "helium": {"head_dim": 128, "rms_norm_eps": 1e-8},  # transformers' HeliumConfig
@@ -177,6 +178,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     Granite's four scalars (granite_args) around Mixtral's routing (granite_moe_args); Granite 4.0 (granitemoehybrid)
     whose every layer attends is Granite with its shared_mlp as the MLP, or with experts granitemoeshared's layers
     (granite_hybrid_config), its -H models' Mamba-2 layers as models/mamba2.py (granite_hybrid_args).
+    EXAONE 3.0 / 3.5 (exaone) is Llama under its own names (transformer.h.*, attn.attention.*, c_fc_0 / c_fc_1).
     LFM2 (lfm2) is Qwen3's attention with most layers a short convolution instead, LFM2-MoE (lfm2_moe) that with
     sigmoid-routed experts (models/hf_lfm2_config.py).
     A quantized checkpoint is read dequantized where its format is one the reader knows (check_quantization).
@@ -204,6 +206,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         hf = without_mrope(hf)
     if model_type not in HF_ARCHS:
         raise ValueError(f"config.json model_type {model_type!r} is not supported; supported: {supported_types()}.")
+    if model_type == "exaone":  # EXAONE 3.0 / 3.5: Llama under the releases' spellings (ExaoneConfig's attribute_map)
+        hf = {EXAONE_ALIASES.get(k, k): v for k, v in hf.items()}
     hf = {**hf, **{k: v for k, v in HF_DEFAULTS.get(model_type, {}).items() if hf.get(k) is None}}
     check_quantization(hf)
     if model_type == "gpt_neox":
@@ -242,7 +246,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         hf = nemotron_h_config(hf)
         head_dim = int(hf["head_dim"])
         kv_heads = int(hf["num_key_value_heads"])
-    if model_type in (*GRANITE_ARCHS, "llama", "olmo", "olmo2", "olmo3", "exaone4", "arcee", "apertus", "olmoe", "flex_olmo", "cohere",
+    if model_type in (*GRANITE_ARCHS, "llama", "exaone", "olmo", "olmo2", "olmo3", "exaone4", "arcee", "apertus", "olmoe", "flex_olmo", "cohere",
                       "cohere2",
                       *HUNYUAN_ARCHS, *GEMMA_ARCHS) and hf.get("attention_bias"):
         raise ValueError(f"config.json attention_bias=true for {model_type} (bias on o_proj) is not supported.")
@@ -377,6 +381,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     return args
 
 
+EXAONE_ALIASES = {"num_layers": "num_hidden_layers", "layer_norm_epsilon": "rms_norm_eps", "activation_function": "hidden_act"}
 # transformers' ApertusConfig's rope when config.json has none (its releases write the same)
 APERTUS_ROPE = {"rope_type": "llama3", "rope_theta": 12000000.0, "factor": 8.0, "original_max_position_embeddings": 8192,
                 "low_freq_factor": 1.0, "high_freq_factor": 4.0}

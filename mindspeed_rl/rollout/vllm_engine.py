@@ -107,8 +107,15 @@ def vllm_config(config: Mapping[str, Any]) -> dict[str, Any]:
     layers see sliding_window + 1 positions (its comment: Cohere's training convention), transformers and the trainer
     sliding_window (models/sliding_window.py), so the rollout sees what the trainer does. LFM2 (lfm2) with its
     releases' block_dim and conv_dim (hidden_size), which vLLM 0.32's Lfm2ForCausalLM reads and transformers 5 no
-    longer writes. Other config.json pass unchanged."""
+    longer writes. EXAONE 3.0 / 3.5 (exaone) as vLLM's ExaoneForCausalLM, which reads its releases' tensor names
+    (transformers 5 writes LlamaForCausalLM into the config.json it saves), under Llama's config class (the
+    transformers vLLM pairs with, < 5.20, has no ExaoneConfig; the releases bring theirs as remote code) with the
+    releases' activation_function / layer_norm_epsilon, which vLLM's module reads. Other config.json pass unchanged."""
     config = dict(config)
+    if config.get("model_type") == "exaone":
+        return {**config, "model_type": "llama", "architectures": ["ExaoneForCausalLM"],
+                "activation_function": config.get("hidden_act", "silu"),
+                "layer_norm_epsilon": config.get("rms_norm_eps", 1e-5)}
     if config.get("model_type") == "lfm2":
         return {"block_dim": config["hidden_size"], "conv_dim": config["hidden_size"], **config}
     if config.get("model_type") == "cohere2" and config.get("sliding_window"):
@@ -515,6 +522,11 @@ class VLLMEngine:
                 raise UserInputError(f"config.json ffn_hidden_size {width}: vLLM's Falcon builds its MLP 4 x hidden_size "
                                      f"({4 * hidden}) wide whatever config.json says, so it cannot load these weights; "
                                      f"use rollout_engine: megatron.")
+        heads = int(hf_config.get("num_attention_heads") or 1)
+        if kind == "exaone" and int(hf_config.get("head_dim") or 0) not in (0, int(hf_config["hidden_size"]) // heads):
+            raise UserInputError(f"config.json head_dim {hf_config['head_dim']}: vLLM's EXAONE takes the head dimension "
+                                 f"as hidden_size / num_attention_heads ({int(hf_config['hidden_size']) // heads}) "
+                                 f"whatever config.json says; use rollout_engine: megatron.")
         if kind in ("lfm2", "lfm2_moe") and hf_config.get("tie_word_embeddings") is False:
             raise UserInputError(f"config.json tie_word_embeddings false for an {kind} model: vLLM's LFM2 ties "
                                  "lm_head to the embedding whatever config.json says, so rollout and training would "

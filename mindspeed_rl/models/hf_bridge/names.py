@@ -121,6 +121,12 @@ _STORED_AS["lfm2_moe"] = (*_STORED_AS["lfm2"],
                             for p, w in (("gate", "w1"), ("up", "w3"), ("down", "w2"))),
                           ("mlp.gate.weight", "feed_forward.gate.weight"),
                           ("mlp.gate.e_score_correction_bias", "feed_forward.expert_bias"))
+# EXAONE 3.0 / 3.5: Llama's tensors under GPT-2-style names (its model transformer.*: _PREFIX_AS)
+_STORED_AS["exaone"] = (*((f"self_attn.{p}_proj.weight", f"attn.attention.{p}_proj.weight") for p in "qkv"),
+                        ("self_attn.o_proj.weight", "attn.attention.out_proj.weight"),
+                        ("input_layernorm.weight", "ln_1.weight"), ("post_attention_layernorm.weight", "ln_2.weight"),
+                        *((f"mlp.{p}_proj.weight", f"mlp.{s}.weight")
+                          for p, s in (("gate", "c_fc_0"), ("up", "c_fc_1"), ("down", "c_proj"))))
 _ONE_NORM = {"nemotron_h": "norm.weight"}  # model_type -> its layers' one norm (hybrid_pattern.py)
 
 
@@ -149,9 +155,12 @@ _STORED_AS["starcoder2"] = tuple((f"mlp.{c}_proj.{k}", f"mlp.{s}.{k}") for c, s 
 
 def names_type(config) -> str | None:
     """The key of a config.json's tensor names in the tables here: its model_type, except Granite 4.0's dense models
-    (granitemoehybrid without experts: `granitemoehybrid_dense`), whose shared_mlp is their only MLP, and Falcon's
-    with two norms beside each other (`falcon_2ln`: ln_attn, ln_mlp)."""
+    (granitemoehybrid without experts: `granitemoehybrid_dense`), whose shared_mlp is their only MLP, Falcon's
+    with two norms beside each other (`falcon_2ln`: ln_attn, ln_mlp), and EXAONE 3.x by its architecture (the vLLM
+    engine gives it to vLLM as a llama model_type: rollout/vllm_engine.vllm_config)."""
     model_type = (config or {}).get("model_type")
+    if list((config or {}).get("architectures") or ()) == ["ExaoneForCausalLM"]:  # (the vLLM engine's llama-typed EXAONE)
+        return "exaone"
     if model_type == "granitemoehybrid" and not int(config.get("num_local_experts", 8) or 0):
         return "granitemoehybrid_dense"
     if model_type == "falcon" and config.get("new_decoder_architecture") and falcon_norms(config) == 2:
@@ -185,6 +194,8 @@ _PREFIX_AS["nemotron_h"] = (("model.layers.", "backbone.layers."), ("model.embed
                             ("model.norm.", "backbone.norm_f."), ("model.embed_tokens.", "model.embeddings."),
                             ("model.norm.", "model.norm_f."))
 _PREFIX_AS["falcon_h1"] = (("model.norm.", "model.final_layernorm."),)  # Falcon-H1's final norm
+_PREFIX_AS["exaone"] = (("model.layers.", "transformer.h."), ("model.embed_tokens.", "transformer.wte."),
+                        ("model.norm.", "transformer.ln_f."))  # EXAONE 3.0 / 3.5's model, embedding and final norm
 _PREFIX_AS["lfm2"] = _PREFIX_AS["lfm2_moe"] = (("model.norm.", "model.embedding_norm."),)  # LFM2's final norm
 
 

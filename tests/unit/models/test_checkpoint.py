@@ -248,6 +248,13 @@ def load_exported(out):
             m = expert.match(k)
             stacked.setdefault(f"{m.group(1)}.{m.group(3)}_proj", {})[int(m.group(2))] = tensors.pop(k)
         tensors.update({k: torch.stack([v[e] for e in sorted(v)]) for k, v in stacked.items()})
+    if model.config.model_type == "exaone":  # saved under its releases' names, renamed as transformers loads them
+        import re
+
+        from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+
+        for rule in get_checkpoint_conversion_mapping("exaone"):
+            tensors = {re.sub(rule.source_patterns[0], rule.target_patterns[0], k): v for k, v in tensors.items()}
     if model.config.model_type == "lfm2_moe":  # saved as its releases are (experts one by one, w1 / w3 / w2), stacked
         # as transformers loads them: gate_up_proj (E, 2f, h) with each expert's w1 then w3, down_proj (E, h, f)
         import re
@@ -277,7 +284,7 @@ def load_exported(out):
                                              ("granitemoehybrid-hmoe", True), ("nemotron_h", True),
                                              ("nemotron_h-moe", True), ("falcon_h1", True),
                                              ("falcon_h1-nonorm", True), ("lfm2", True), ("lfm2-idxs", True),
-                                             ("lfm2_moe", True)])
+                                             ("lfm2_moe", True), ("exaone", False)])
 def test_live_export_loads_in_transformers(gloo_world1, tmp_path, arch, synthesize):
     """synthesize: config.json written from the Megatron args (a yaml-built model or a Megatron
     checkpoint): Gemma 3 / 2 in their own config.json, partial rotary as Phi-3's, and the tensors

@@ -492,3 +492,27 @@ def test_block_fp8_weights_are_read_dequantized_by_their_blocks(tmp_path, gloo_w
                          ({"quant_method": "mxfp4"}, "quant_method 'mxfp4'")):
         with pytest.raises(ValueError, match=match + r"\) is a quantization load: does not read"):
             model_config_from_hf(dict(config, quantization_config=quant))
+
+
+def test_exaone_release_names_are_what_transformers_saves(tmp_path):
+    """The vLLM stage's tiny EXAONE (its transformers has no ExaoneConfig: a Llama renamed by
+    testing_utils.EXAONE_RELEASE_NAMES) stores the tensors under the names this transformers saves them, and the bridge
+    reads both as the same canonical tensors."""
+    import transformers
+    from safetensors import safe_open
+
+    from testing_utils import _as_exaone_release, make_tiny_hf
+    from mindspeed_rl.models.hf_bridge.names import canonical_name
+
+    make_tiny_hf("exaone", str(tmp_path / "transformers"))
+    config = transformers.ExaoneConfig.from_pretrained(str(tmp_path / "transformers"))
+    transformers.LlamaForCausalLM(transformers.LlamaConfig(**config.to_dict())).save_pretrained(str(tmp_path / "llama"))
+    _as_exaone_release(str(tmp_path / "llama"))
+
+    def names(d):
+        with safe_open(str(d / "model.safetensors"), "pt") as f:
+            return sorted(f.keys())
+    assert names(tmp_path / "llama") == names(tmp_path / "transformers")
+    assert "transformer.h.1.attn.attention.out_proj.weight" in names(tmp_path / "llama")
+    canonical = {canonical_name(n, "exaone", config.to_dict()) for n in names(tmp_path / "llama")}
+    assert "model.layers.1.self_attn.o_proj.weight" in canonical and "model.norm.weight" in canonical

@@ -1410,3 +1410,35 @@ def test_lfm2_moe_config_json_round_trip():
             model_config_from_hf(dict(release, **{key: value}))
     with pytest.raises(ValueError, match="has a config.json form only as LFM2-MoE .* routing other than by sigmoid"):
         hf_config_from_args(dict(args, moe_router_score_function="softmax"), vocab_size=65536)
+
+
+# A config.json in EXAONE-3.5-2.4B-Instruct's shape (typed from its model card's config.json as published; not
+# downloadable here): Llama under its own spellings (num_layers, layer_norm_epsilon, activation_function), llama3 rope
+# scaling, tied
+EXAONE_3_5_2_4B = {
+    "activation_function": "silu", "architectures": ["ExaoneForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1,
+    "embed_dropout": 0.0, "eos_token_id": 361, "head_dim": 80, "hidden_size": 2560, "intermediate_size": 7168,
+    "layer_norm_epsilon": 1e-05, "max_position_embeddings": 32768, "model_type": "exaone", "num_attention_heads": 32,
+    "num_key_value_heads": 8, "num_layers": 30, "pad_token_id": 0, "rope_theta": 1000000.0,
+    "rope_scaling": {"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "tie_word_embeddings": True, "torch_dtype": "bfloat16", "vocab_size": 102400}
+
+
+def test_exaone_release_config_json():
+    """EXAONE 3.5 is read under its releases' spellings, as transformers' ExaoneConfig reads them; vLLM is handed it as
+    its ExaoneForCausalLM under Llama's config class, its tensors named as the release's."""
+    from mindspeed_rl.models.hf_bridge.names import names_type
+    from mindspeed_rl.rollout.vllm_engine import vllm_config
+
+    args = model_config_from_hf(EXAONE_3_5_2_4B)
+    assert (args["num_layers"], args["hidden_size"], args["ffn_hidden_size"], args["kv_channels"], args["num_query_groups"],
+            args["norm_epsilon"], args["rotary_base"], args["rope_scaling_type"], args["rope_scaling_factor"]) == (
+        30, 2560, 7168, 80, 8, 1e-5, 1e6, "llama3", 8.0)
+    assert not args["untie_embeddings_and_output_weights"] and not args.get("qk_layernorm")
+    engine = vllm_config(EXAONE_3_5_2_4B)
+    assert (engine["model_type"], engine["architectures"], engine["layer_norm_epsilon"]) == (
+        "llama", ["ExaoneForCausalLM"], 1e-5)
+    assert names_type(engine) == "exaone" == names_type(EXAONE_3_5_2_4B)
+    with pytest.raises(ValueError, match="hidden_act 'gelu' is not supported for exaone"):
+        model_config_from_hf(dict(EXAONE_3_5_2_4B, activation_function="gelu"))
