@@ -579,6 +579,12 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
         "qwen3_5_moe": lambda: tf.Qwen3_5MoeConfig(text_config=QWEN3_5_MOE_TEXT(tiny), tie_word_embeddings=False,
                                                    **QWEN3_5_VISION(tiny)),
         # Mistral Small 3.1's image-text layout around a tiny Mistral (a tiny Pixtral tower; untied)
+        # LFM2-VL's image-text layout (model.language_model.*, model.vision_tower.*, tied) around the tiny LFM2
+        "lfm2_vl": lambda: tf.Lfm2VlConfig(
+            text_config=dict(model_type="lfm2", layer_types=["conv", "full_attention"] * (tiny["num_hidden_layers"] // 2),
+                             block_auto_adjust_ff_dim=False, pad_token_id=0, eos_token_id=2, bos_token_id=1, **tiny),
+            vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2),
+            image_token_id=119),
         "mistral3": lambda: tf.Mistral3Config(
             text_config=tf.MistralConfig(**{"sliding_window": None, "rope_theta": 1e6, **tiny}).to_dict(),
             image_token_index=119, tie_word_embeddings=False,
@@ -604,7 +610,7 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
            "hunyuan_v1_dense": tf.HunYuanDenseV1ForCausalLM, "hunyuan_v1_moe": tf.HunYuanMoEV1ForCausalLM,
            "granitemoe": tf.GraniteMoeForCausalLM, "granitemoeshared": tf.GraniteMoeSharedForCausalLM,
            "granitemoehybrid": tf.GraniteMoeHybridForCausalLM, "glm": tf.GlmForCausalLM,
-           "helium": tf.HeliumForCausalLM, "stablelm": tf.StableLmForCausalLM, "nemotron_h": tf.NemotronHForCausalLM, "falcon_h1": tf.FalconH1ForCausalLM, "lfm2": tf.Lfm2ForCausalLM, "lfm2_moe": tf.Lfm2MoeForCausalLM, "exaone": tf.LlamaForCausalLM,
+           "helium": tf.HeliumForCausalLM, "stablelm": tf.StableLmForCausalLM, "nemotron_h": tf.NemotronHForCausalLM, "falcon_h1": tf.FalconH1ForCausalLM, "lfm2": tf.Lfm2ForCausalLM, "lfm2_moe": tf.Lfm2MoeForCausalLM, "lfm2_vl": tf.Lfm2VlForConditionalGeneration, "exaone": tf.LlamaForCausalLM,
            "starcoder2": tf.Starcoder2ForCausalLM, "nemotron": tf.NemotronForCausalLM,
            "cohere": tf.CohereForCausalLM, "cohere2": tf.Cohere2ForCausalLM, "phi": tf.PhiForCausalLM,
            "gpt_neox": tf.GPTNeoXForCausalLM, "falcon": tf.FalconForCausalLM, "olmo": tf.OlmoForCausalLM}[arch]

@@ -394,7 +394,7 @@ SAME_AS = {"kimi_k2": "deepseek_v3"}
 IMAGE_TEXT_ARCHS = {"gemma3": ("gemma3_text", "Gemma3ForCausalLM"), "mistral3": ("mistral", "MistralForCausalLM"),
                     "qwen2_vl": ("qwen2", "Qwen2ForCausalLM"), "qwen2_5_vl": ("qwen2", "Qwen2ForCausalLM"),
                     "qwen3_vl": ("qwen3", "Qwen3ForCausalLM"), "qwen3_vl_moe": ("qwen3_moe", "Qwen3MoeForCausalLM"),
-                    "qwen3_5": ("qwen3_5_text", "Qwen3_5ForCausalLM"),
+                    "qwen3_5": ("qwen3_5_text", "Qwen3_5ForCausalLM"), "lfm2_vl": ("lfm2", "Lfm2ForCausalLM"),
                     "qwen3_5_moe": ("qwen3_5_moe_text", "Qwen3_5MoeForCausalLM")}
 MROPE_ARCHS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe")  # multimodal RoPE, the 1-D RoPE on text (text_model_config)
 # a text_config model_type that names its own text model (else IMAGE_TEXT_ARCHS' default): Ministral 3's

@@ -287,6 +287,33 @@ def test_image_text_checkpoint_trains_its_text_model(arch, prefix, tmp_path, glo
     assert (out[..., :120] - ref)[mask.bool()].abs().max() <= 1e-4
 
 
+def test_lfm2_vl_checkpoint_trains_its_text_model(tmp_path, gloo_world1):
+    """LFM2-VL (lfm2_vl: model.language_model.*, model.vision_tower.*, tied) trains its LFM2 text model: the text
+    model's config.json and weights read from the image-text checkpoint, the vision tower left unread; logits on
+    text equal the image-text model's within 1e-4, with left padding."""
+    from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
+    from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
+
+    hf = make_tiny_hf("lfm2_vl", str(tmp_path))
+    config = read_hf_config(str(tmp_path))
+    assert (config["model_type"], config["architectures"], config["tie_word_embeddings"]) == (
+        "lfm2", ["Lfm2ForCausalLM"], True)
+    args = dict(model_config_from_hf(config), padded_vocab_size=128)
+    assert args["short_conv_layers"] == [1, 0] and not args["untie_embeddings_and_output_weights"]
+    init_parallel_state(1, 1)
+    model = build_gpt_model(args).eval()
+    load_hf_checkpoint(model, str(tmp_path), args)
+    torch.manual_seed(1)
+    ids = torch.randint(3, 119, (2, 32))  # below the image token
+    mask = torch.ones_like(ids)
+    mask[0, :7] = 0
+    pos = position_ids_from_mask(mask)
+    with torch.no_grad():
+        ref = hf(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+        out = model(ids, pos, attention_mask_4d(mask))
+    assert (out[..., :120] - ref)[mask.bool()].abs().max() <= 1e-4
+
+
 @pytest.mark.parametrize("arch", ["qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "ministral3"])
 def test_vl_and_ministral3_checkpoints_train_their_text_model(arch, tmp_path, gloo_world1):
     """Qwen2.5-VL (qwen2_5_vl; its hub files' layout: model.layers.*, visual.*, lm_head, untied) and
