@@ -28,11 +28,11 @@ HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_mo
             "qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_dense", "hunyuan_v1_moe",
             "granitemoe", "granitemoeshared", "granitemoehybrid", "glm", "helium", "stablelm",
             "starcoder2", "nemotron", "cohere", "cohere2", "phi", "gpt_neox", "falcon", "olmo", "nemotron_h", "falcon_h1",
-            "lfm2", "lfm2_moe", "exaone")
+            "lfm2", "lfm2_moe", "exaone", "exaone_moe")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss",
              "minimax_m2", "ernie4_5_moe", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_moe",
-             "granitemoe", "granitemoeshared", "granitemoehybrid")
+             "granitemoe", "granitemoeshared", "granitemoehybrid", "exaone_moe")
 # Granite's four scalars (granite_args); the MoE ones route as Mixtral, with a shared MLP beside the experts
 # (granitemoeshared, granitemoehybrid) or none (granitemoe); Granite 4.0's granitemoehybrid without experts is dense
 GRANITE_ARCHS = ("granite", "granitemoe", "granitemoeshared", "granitemoehybrid")
@@ -57,6 +57,10 @@ HF_DEFAULTS = {
                      "moe_num_shared_experts": 2, "moe_layer_start_index": 1, "moe_layer_end_index": -1,
                      "moe_layer_interval": 1, "moe_intermediate_size": 1536},
     "exaone": {"rope_theta": 500000.0},  # transformers' ExaoneConfig (EXAONE 3.0 / 3.5)
+    # transformers' ExaoneMoeConfig (K-EXAONE): EXAONE 4.0's attention with DeepSeek-V3's routing
+    "exaone_moe": {"rms_norm_eps": 1e-5, "first_k_dense_replace": 1, "moe_intermediate_size": 1024, "num_experts": 64,
+                   "num_experts_per_tok": 8, "num_shared_experts": 1, "norm_topk_prob": True,
+                   "routed_scaling_factor": 2.5, "n_group": 1, "topk_group": 1, "sliding_window_pattern": 4},
     "glm4": {"head_dim": 128, "partial_rotary_factor": 0.5, "attention_bias": True},
     "glm": {"head_dim": 128, "partial_rotary_factor": 0.5, "attention_bias": True},  # transformers' GlmConfig
     "helium": {"head_dim": 128, "rms_norm_eps": 1e-8},  # transformers' HeliumConfig
@@ -178,7 +182,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     Granite's four scalars (granite_args) around Mixtral's routing (granite_moe_args); Granite 4.0 (granitemoehybrid)
     whose every layer attends is Granite with its shared_mlp as the MLP, or with experts granitemoeshared's layers
     (granite_hybrid_config), its -H models' Mamba-2 layers as models/mamba2.py (granite_hybrid_args).
-    EXAONE 3.0 / 3.5 (exaone) is Llama under its own names (transformer.h.*, attn.attention.*, c_fc_0 / c_fc_1).
+    EXAONE 3.0 / 3.5 (exaone) is Llama under its own names (transformer.h.*, attn.attention.*, c_fc_0 / c_fc_1);
+    EXAONE MoE (exaone_moe: K-EXAONE) EXAONE 4.0's attention under pre-norms with DeepSeek-V3's routing.
     LFM2 (lfm2) is Qwen3's attention with most layers a short convolution instead, LFM2-MoE (lfm2_moe) that with
     sigmoid-routed experts (models/hf_lfm2_config.py).
     A quantized checkpoint is read dequantized where its format is one the reader knows (check_quantization).
@@ -358,6 +363,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         args.update(olmo3_args(hf, args["num_layers"], rope_type, args["rotary_base"]))
     if model_type == "exaone4":
         args.update(exaone4_args(hf, args["num_layers"]))
+    if model_type == "exaone_moe":  # EXAONE 4.0's attention under pre-norms (OLMoE's layer)
+        args.update(qk_layernorm=True, **sliding_nope_args(hf, args["num_layers"]))
     if model_type == "glm4":  # GLM-4-0414 / GLM-Z1: norms after attention and MLP too, RoPE on interleaved pairs
         args.update(post_norm=True, rotary_interleaved=True)
     if model_type == "glm":  # GLM-4 (glm-4-9b-hf / -chat-hf): GLM-4-0414's layers without the norms after

@@ -71,6 +71,9 @@ def _config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.dty
     gemma = [k for k in GEMMA_KEYS if args.get(k)]
     if gemma:
         return gemma_config(args, vocab_size, dtype, gemma)
+    if int(args.get("num_experts") or 0) > 1 and args.get("moe_router_score_function") == "sigmoid" and \
+            sliding_nope_layout(args)[0]:  # sliding layers in a sigmoid-routed MoE: EXAONE MoE's
+        return exaone_moe_config(args, vocab_size, dtype)
     if args.get("window_attn_skip_freq") is not None or args.get("rope_local_base_freq"):
         raise ValueError("window_attn_skip_freq / rope_local_base_freq have a config.json form only in a Gemma 3 "
                          "model (add_rmsnorm_offset, post_norm, input_embeds_norm, geglu, qk_layernorm) or an OLMo 3 "
@@ -696,6 +699,29 @@ def exaone4_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype)
                   layer_types=["full_attention"] * layers)
     if hybrid:
         config.update(layer_types_config(args, config))
+    return config
+
+
+def exaone_moe_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
+    """EXAONE MoE's config.json (exaone_moe, ExaoneMoeForCausalLM; models/hf_config reads it back the same): GLM-4.5's
+    mixture of experts (glm4_moe_config, what it refuses refused) with per-head q / k norms under pre-norms, RoPE on
+    whole heads, no biases, and EXAONE 4.0's sliding layers with RoPE and full ones without."""
+    problems = [what for what, bad in (
+        ("per-head q / k norms, no biases, RoPE on whole heads",
+         not args.get("qk_layernorm") or args.get("add_qkv_bias") or float(args.get("rotary_percent") or 1.0) != 1.0),
+        ("RoPE in the sliding layers only (no_rope_freq exactly on the full ones)", not sliding_nope_layout(args)[1]),
+    ) if bad]
+    if problems:
+        raise ValueError(f"sliding layers in a sigmoid-routed mixture of experts have a config.json form only as EXAONE "
+                         f"MoE (exaone_moe), which needs {'; '.join(problems)}.")
+    moe = glm4_moe_config({k: v for k, v in args.items() if k not in ("sliding_window", "window_attn_skip_freq",
+                                                                     "no_rope_freq")}, vocab_size, dtype)
+    layers, dense = moe["num_hidden_layers"], moe["first_k_dense_replace"]
+    config = {k: v for k, v in moe.items() if k not in ("n_routed_experts", "n_shared_experts", "num_nextn_predict_layers",
+                                                        "partial_rotary_factor", "use_qk_norm", "attention_bias")}
+    config.update(model_type="exaone_moe", architectures=["ExaoneMoeForCausalLM"], num_experts=moe["n_routed_experts"],
+                  num_shared_experts=moe["n_shared_experts"], mlp_layer_types=["dense"] * dense + ["sparse"] * (layers - dense),
+                  **layer_types_config(args, config))
     return config
 
 

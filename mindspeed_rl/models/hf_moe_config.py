@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 # DeepSeek-V3's MoE routing (glm4_moe_args): sigmoid scores + expert bias, groups, routed scale, shared experts
-V3_ROUTING = ("glm4_moe", "deepseek_v3", "glm4_moe_lite")
+V3_ROUTING = ("glm4_moe", "deepseek_v3", "glm4_moe_lite", "exaone_moe")
 
 
 def hunyuan_moe_args(hf: Mapping[str, Any]) -> dict[str, Any]:
@@ -263,7 +263,7 @@ def first_dense_layers(hf: Mapping[str, Any]) -> int:
     GLM-4.7-Flash (glm4_moe_lite) its mlp_layer_types, which transformers reads (default: the first layer
     dense) while vLLM reads first_k_dense_replace; a pattern other than dense layers first, or the two
     keys disagreeing, is refused."""
-    if hf.get("model_type") != "glm4_moe_lite":
+    if hf.get("model_type") not in ("glm4_moe_lite", "exaone_moe"):  # (EXAONE MoE: vLLM reads mlp_layer_types too)
         return int(hf.get("first_k_dense_replace") or 0)
     layers = int(hf["num_hidden_layers"])
     types = list(hf.get("mlp_layer_types") or ["dense"] + ["sparse"] * (layers - 1))
@@ -279,12 +279,12 @@ def first_dense_layers(hf: Mapping[str, Any]) -> int:
 
 
 def _scale_and_shared_experts(hf: Mapping[str, Any], args: dict[str, Any]) -> dict[str, Any]:
-    """`args` with GLM-4.5's / DeepSeek's routed_scaling_factor (when not 1) and its n_shared_experts
-    x moe_intermediate_size wide shared experts (when any)."""
+    """`args` with GLM-4.5's / DeepSeek's routed_scaling_factor (when not 1) and its n_shared_experts (EXAONE MoE's
+    num_shared_experts) x moe_intermediate_size wide shared experts (when any)."""
     scale = float(hf.get("routed_scaling_factor") or 1.0)
     if scale != 1.0:
         args["moe_router_topk_scaling_factor"] = scale
-    shared = int(hf.get("n_shared_experts") or 0) * int(hf["moe_intermediate_size"])
+    shared = int(hf.get("n_shared_experts") or hf.get("num_shared_experts") or 0) * int(hf["moe_intermediate_size"])
     if shared:
         args["moe_shared_expert_intermediate_size"] = shared
     return args

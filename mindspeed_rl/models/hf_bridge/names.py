@@ -127,6 +127,8 @@ _STORED_AS["exaone"] = (*((f"self_attn.{p}_proj.weight", f"attn.attention.{p}_pr
                         ("input_layernorm.weight", "ln_1.weight"), ("post_attention_layernorm.weight", "ln_2.weight"),
                         *((f"mlp.{p}_proj.weight", f"mlp.{s}.weight")
                           for p, s in (("gate", "c_fc_0"), ("up", "c_fc_1"), ("down", "c_proj"))))
+# EXAONE MoE: GLM-4.5's shared_experts, its expert bias under the MoE block rather than its router
+_STORED_AS["exaone_moe"] = (*_STORED_AS["glm4_moe"], ("mlp.gate.e_score_correction_bias", "mlp.e_score_correction_bias"))
 _ONE_NORM = {"nemotron_h": "norm.weight"}  # model_type -> its layers' one norm (hybrid_pattern.py)
 
 

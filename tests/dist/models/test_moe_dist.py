@@ -275,7 +275,7 @@ def _moe_layers(moe) -> int:
 @pytest.fixture(scope="module", params=["qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3",
                                                  "deepseek_v2", "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe",
                                                  "olmoe", "flex_olmo", "hunyuan_v1_moe", "granitemoeshared",
-                                                 "nemotron_h-moe", "lfm2_moe"])
+                                                 "nemotron_h-moe", "lfm2_moe", "exaone_moe"])
 def moe(request, tmp_path_factory):
     """Every test below runs on Qwen3-MoE, on Qwen2-MoE (qkv biases, top-k not renormalised, and
     a shared expert with its sigmoid gate: megatron's SharedExpertMLP, split over TP), on Mixtral
@@ -293,15 +293,16 @@ def moe(request, tmp_path_factory):
     shared MLP without a gate whose gate / up are fused as shared_mlp.input_linear) and Nemotron-H's MoE layer (experts
     and a shared expert without a gate, relu(up)^2, DeepSeek-V3's routing, beside Mamba-2, attention and MLP layers) and
     LFM2-MoE's (sigmoid routing with the expert bias and a routed scale, experts as feed_forward.experts.{e}.w1 / w3 / w2,
-    beside short-convolution layers)."""
+    beside short-convolution layers) and EXAONE MoE's (DeepSeek-V3's routing with groups and a shared expert, its expert
+    bias stored under the MoE block, beside EXAONE 4.0's sliding and NoPE layers)."""
     from mindspeed_rl.models.forward import position_ids_from_mask
     from mindspeed_rl.models.hf_bridge.names import canonical_name, grouped_parts
 
     hf_dir = str(tmp_path_factory.mktemp(request.param))
     work = str(tmp_path_factory.mktemp("moe_work"))
-    # LFM2-MoE's embedding has padding_idx = pad_token_id (transformers'), which this batch's token 0 would hit:
-    # without a pad token (test_hybrid_mixers_dist.py's note)
-    unpadded = {"pad_token_id": None} if request.param == "lfm2_moe" else {}
+    # LFM2-MoE's and EXAONE MoE's embeddings have padding_idx = pad_token_id (transformers'), which this batch's token 0
+    # would hit: without a pad token (test_hybrid_mixers_dist.py's note)
+    unpadded = {"pad_token_id": None} if request.param in ("lfm2_moe", "exaone_moe") else {}
     hf = make_tiny_hf(request.param.split("-")[0], hf_dir, **HF_VARIANTS.get(request.param, {}), **unpadded)
     ids, mask = _batch()
     logits = hf(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask)).logits

@@ -1,7 +1,7 @@
 """`load:` a HF directory with an empty model yaml: the architecture comes from config.json.
 
 Table over every architecture the model builder supports (Llama with llama3 rope scaling, Mistral,
-Phi-3, Qwen2 / Qwen2.5, Qwen3, Qwen3-MoE, Qwen2-MoE, Mixtral, SmolLM3, Granite, Gemma 3, Gemma 2, Gemma 1, OLMo 2, OLMo 3, Ministral 3, EXAONE 4.0, Seed-OSS, GLM-4, ERNIE 4.5, Arcee, GLM-4.5, DeepSeek-V3, DeepSeek-V2, GLM-4.7-Flash, gpt-oss, MiniMax-M2, Qwen3.5, Qwen3-Next, OLMoE, FlexOlmo, HunYuan, HunYuan-MoE, Granite MoE, Granite 4.0, GLM-4 (glm), Helium, StableLM 2, Nemotron, Cohere, Cohere 2, Phi-2, GPT-NeoX, Falcon, OLMo, StarCoder2, Nemotron-H, Falcon-H1, LFM2, LFM2-MoE, EXAONE 3.5): an empty model entry (or none at all) dry-runs; a key the user did set that
+Phi-3, Qwen2 / Qwen2.5, Qwen3, Qwen3-MoE, Qwen2-MoE, Mixtral, SmolLM3, Granite, Gemma 3, Gemma 2, Gemma 1, OLMo 2, OLMo 3, Ministral 3, EXAONE 4.0, Seed-OSS, GLM-4, ERNIE 4.5, Arcee, GLM-4.5, DeepSeek-V3, DeepSeek-V2, GLM-4.7-Flash, gpt-oss, MiniMax-M2, Qwen3.5, Qwen3-Next, OLMoE, FlexOlmo, HunYuan, HunYuan-MoE, Granite MoE, Granite 4.0, GLM-4 (glm), Helium, StableLM 2, Nemotron, Cohere, Cohere 2, Phi-2, GPT-NeoX, Falcon, OLMo, StarCoder2, Nemotron-H, Falcon-H1, LFM2, LFM2-MoE, EXAONE 3.5, EXAONE MoE): an empty model entry (or none at all) dry-runs; a key the user did set that
 disagrees fails in dry_run with one sentence naming both values; weights whose safetensors
 headers do not fit config.json fail in dry_run too (headers only).
 """
@@ -187,6 +187,13 @@ ARCHS = {"llama": dict(rotary_base=5000.0, rope_scaling_type="llama3", untie_emb
          # EXAONE 3.5: Llama's layout under its own names, llama3 rope scaling over 32 positions at theta 1e6, untied
          "exaone": dict(rotary_base=1e6, rope_scaling_type="llama3", rope_scaling_factor=4.0,
                         untie_embeddings_and_output_weights=True, norm_epsilon=1e-5),
+         # EXAONE MoE: three sliding layers (window 12, RoPE) and a full one without, per-head q / k norms, the first
+         # MLP dense, then 4 experts of 32 in 2 groups (1 chosen), sigmoid + expert bias, x 2.5, a shared expert
+         "exaone_moe": dict(qk_layernorm=True, sliding_window=12, window_attn_skip_freq=[1, 1, 1, 0],
+                            no_rope_freq=[0, 0, 0, 1], num_experts=4, moe_router_topk=2, moe_ffn_hidden_size=32,
+                            moe_layer_freq=[0, 1, 1, 1], moe_router_num_groups=2, moe_router_group_topk=1,
+                            moe_router_topk_scaling_factor=2.5, moe_shared_expert_intermediate_size=32,
+                            moe_router_score_function="sigmoid", moe_router_enable_expert_bias=True),
          # Ministral 3's image-text checkpoint: its text model, the length limit where Llama 4's query scaling starts
          "ministral3": dict(rope_scaling_type="yarn", rope_scaling_factor=4.0, max_position_embeddings=64,
                             untie_embeddings_and_output_weights=True, kv_channels=16)}
@@ -217,7 +224,7 @@ def test_empty_model_yaml_takes_config_json(arch, hf_dirs, capsys):
         # config.json's 2 KV heads, not the schema default group_query_attention=false (MLA: one per head)
         # Qwen3.5-MoE has no dense width: its experts'; Granite 4.0's dense MLP is its shared_mlp (96 wide)
         ffn = 32 if arch == "qwen3_5_moe_text" else 96 if arch == "granitemoehybrid" else 128
-        layers = 4 if arch in ("nemotron_h", "lfm2_moe") else 2  # (its tiny model's four kinds of block; LFM2-MoE's four)
+        layers = 4 if arch in ("nemotron_h", "lfm2_moe", "exaone_moe") else 2  # (its tiny model's four kinds of block; LFM2-MoE's four)
         assert (a.num_layers, a.hidden_size, a.ffn_hidden_size, a.num_attention_heads) == (layers, 64, ffn, 4)
         if not arch.startswith("deepseek") and arch not in ("glm4_moe_lite", "gpt_neox", "falcon"):
             assert a.group_query_attention is True and a.num_query_groups == 2  # (GPT-NeoX: multi-head; Falcon-7B: 1)
