@@ -28,7 +28,7 @@ HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_mo
             "qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_dense", "hunyuan_v1_moe",
             "granitemoe", "granitemoeshared", "granitemoehybrid", "glm", "helium", "stablelm",
             "starcoder2", "nemotron", "cohere", "cohere2", "phi", "gpt_neox", "falcon", "olmo", "nemotron_h", "falcon_h1",
-            "lfm2", "lfm2_moe", "exaone", "exaone_moe")
+            "lfm2", "lfm2_moe", "exaone", "exaone_moe", "hyperclovax")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss",
              "minimax_m2", "ernie4_5_moe", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_moe",
@@ -251,7 +251,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         hf = nemotron_h_config(hf)
         head_dim = int(hf["head_dim"])
         kv_heads = int(hf["num_key_value_heads"])
-    if model_type in (*GRANITE_ARCHS, "llama", "exaone", "olmo", "olmo2", "olmo3", "exaone4", "arcee", "apertus", "olmoe", "flex_olmo", "cohere",
+    if model_type in (*GRANITE_ARCHS, "llama", "exaone", "hyperclovax", "olmo", "olmo2", "olmo3", "exaone4", "arcee", "apertus", "olmoe", "flex_olmo", "cohere",
                       "cohere2",
                       *HUNYUAN_ARCHS, *GEMMA_ARCHS) and hf.get("attention_bias"):
         raise ValueError(f"config.json attention_bias=true for {model_type} (bias on o_proj) is not supported.")
@@ -341,6 +341,11 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         args.update(smollm3_args(hf, args["num_layers"]))
     if model_type in GRANITE_ARCHS:
         args.update(granite_args(hf))
+    if model_type == "hyperclovax":  # HyperCLOVA X SEED Think: Granite's scalars, its logits_scaling a multiplier,
+        # and Peri-LN (a norm on each attention / MLP output before the residual multiplier: Gemma 3's post norms)
+        args.update(granite_args(hf), output_multiplier_scale=float(hf.get("logits_scaling") or 1.0),
+                    softmax_scale=float(hf.get("attention_multiplier") or head_dim ** -0.5),
+                    post_norm=hf.get("use_post_norm", True) is not False)
     if model_type == "granitemoehybrid":
         args.update(granite_hybrid_args(hf, args["num_layers"]))
     if model_type == "nemotron_h":

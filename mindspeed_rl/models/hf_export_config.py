@@ -68,6 +68,9 @@ def _config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.dty
         return olmo_config(args, vocab_size, dtype)
     if args.get("rotary_interleaved") and int(args.get("num_experts") or 0) <= 1 and not args.get("multi_latent_attention"):
         return interleaved_rope_config(args, vocab_size, dtype)
+    if args.get("post_norm") and int(args.get("num_experts") or 0) <= 1 and \
+            not any(args.get(k) for k in ("add_rmsnorm_offset", "input_embeds_norm", "geglu")):
+        return hyperclovax_config(args, vocab_size, dtype)  # pre- and post norms, plain RMSNorms: Peri-LN
     gemma = [k for k in GEMMA_KEYS if args.get(k)]
     if gemma:
         return gemma_config(args, vocab_size, dtype, gemma)
@@ -700,6 +703,22 @@ def exaone4_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype)
     if hybrid:
         config.update(layer_types_config(args, config))
     return config
+
+
+def hyperclovax_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
+    """HyperCLOVA X's config.json (hyperclovax, HyperCLOVAXForCausalLM; models/hf_config reads it back the same): a
+    Llama or Granite model (its four scalars, logits_scaling a multiplier here) with Peri-LN, plain RMSNorms on the
+    attention and MLP outputs beside the pre-norms."""
+    base = _config_from_args({k: v for k, v in args.items() if k != "post_norm"}, vocab_size, dtype)
+    if base["model_type"] not in ("llama", "granite"):
+        raise ValueError(f"norms on the attention and MLP outputs beside the pre-norms (post_norm) have a config.json "
+                         f"form here only as HyperCLOVA X (a Llama or Granite model around them); this one's layers are a "
+                         f"{base['model_type']}'s.")
+    return dict(base, model_type="hyperclovax", architectures=["HyperCLOVAXForCausalLM"], use_post_norm=True,
+                embedding_multiplier=float(args.get("embedding_multiplier_scale") or 1.0),
+                residual_multiplier=float(args.get("residual_multiplier") or 1.0),
+                logits_scaling=float(args.get("output_multiplier_scale") or 1.0),
+                attention_multiplier=float(args.get("softmax_scale") or base["head_dim"] ** -0.5))
 
 
 def exaone_moe_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:

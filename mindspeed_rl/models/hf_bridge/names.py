@@ -129,6 +129,9 @@ _STORED_AS["exaone"] = (*((f"self_attn.{p}_proj.weight", f"attn.attention.{p}_pr
                           for p, s in (("gate", "c_fc_0"), ("up", "c_fc_1"), ("down", "c_proj"))))
 # EXAONE MoE: GLM-4.5's shared_experts, its expert bias under the MoE block rather than its router
 _STORED_AS["exaone_moe"] = (*_STORED_AS["glm4_moe"], ("mlp.gate.e_score_correction_bias", "mlp.e_score_correction_bias"))
+# HyperCLOVA X (Peri-LN): the norms on the attention and MLP outputs as post_norm1 / post_norm2
+_STORED_AS["hyperclovax"] = (("post_self_attn_layernorm.weight", "post_norm1.weight"),
+                             ("post_feedforward_layernorm.weight", "post_norm2.weight"))
 _ONE_NORM = {"nemotron_h": "norm.weight"}  # model_type -> its layers' one norm (hybrid_pattern.py)
 
 
