@@ -123,7 +123,9 @@ NON_CORE_ARCHS = frozenset((
     # EXAONE 3.0 / 3.5 (Llama under its own names) and EXAONE MoE (EXAONE 4.0's attention, DeepSeek-V3's routing)
     "exaone", "exaone_moe",
     # HyperCLOVA X (Granite's scalars with Gemma 3's post norms)
-    "hyperclovax"))
+    "hyperclovax",
+    # IQuest-Coder (Llama under its own model_type)
+    "iquestcoder"))
 
 
 def pytest_collection_modifyitems(config, items):

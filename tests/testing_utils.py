@@ -389,6 +389,9 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
         "hyperclovax": lambda: tf.HyperCLOVAXConfig(**{
             "embedding_multiplier": 2.0, "residual_multiplier": 0.5, "logits_scaling": 0.5, "attention_multiplier": 0.2,
             "use_post_norm": True, "pad_token_id": 0, "eos_token_id": 2, "bos_token_id": 1, **tiny}),
+        # IQuest-Coder's layout: Llama with head_dim 32 (not hidden / heads), untied
+        "iquestcoder": lambda: getattr(tf, "IQuestCoderConfig", tf.LlamaConfig)(**{"head_dim": 32, "pad_token_id": 0, "eos_token_id": 2,
+                                                       "bos_token_id": 1, **tiny}),
         "nemotron_h": lambda: tf.NemotronHConfig(**{
             "layers_block_type": ["linear_attention", "mlp", "full_attention", "mlp"], "mamba_num_heads": 4, "mamba_head_dim": 32,
             "n_groups": 2, "ssm_state_size": 16, "chunk_size": 16, "head_dim": 16,
@@ -623,7 +626,7 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
            "hunyuan_v1_dense": tf.HunYuanDenseV1ForCausalLM, "hunyuan_v1_moe": tf.HunYuanMoEV1ForCausalLM,
            "granitemoe": tf.GraniteMoeForCausalLM, "granitemoeshared": tf.GraniteMoeSharedForCausalLM,
            "granitemoehybrid": tf.GraniteMoeHybridForCausalLM, "glm": tf.GlmForCausalLM,
-           "helium": tf.HeliumForCausalLM, "stablelm": tf.StableLmForCausalLM, "nemotron_h": tf.NemotronHForCausalLM, "falcon_h1": tf.FalconH1ForCausalLM, "lfm2": tf.Lfm2ForCausalLM, "lfm2_moe": tf.Lfm2MoeForCausalLM, "lfm2_vl": tf.Lfm2VlForConditionalGeneration, "exaone_moe": tf.ExaoneMoeForCausalLM, "hyperclovax": tf.HyperCLOVAXForCausalLM, "exaone": tf.LlamaForCausalLM,
+           "helium": tf.HeliumForCausalLM, "stablelm": tf.StableLmForCausalLM, "nemotron_h": tf.NemotronHForCausalLM, "falcon_h1": tf.FalconH1ForCausalLM, "lfm2": tf.Lfm2ForCausalLM, "lfm2_moe": tf.Lfm2MoeForCausalLM, "lfm2_vl": tf.Lfm2VlForConditionalGeneration, "exaone_moe": tf.ExaoneMoeForCausalLM, "hyperclovax": tf.HyperCLOVAXForCausalLM, "iquestcoder": tf.LlamaForCausalLM, "exaone": tf.LlamaForCausalLM,
            "starcoder2": tf.Starcoder2ForCausalLM, "nemotron": tf.NemotronForCausalLM,
            "cohere": tf.CohereForCausalLM, "cohere2": tf.Cohere2ForCausalLM, "phi": tf.PhiForCausalLM,
            "gpt_neox": tf.GPTNeoXForCausalLM, "falcon": tf.FalconForCausalLM, "olmo": tf.OlmoForCausalLM}[arch]
@@ -642,6 +645,8 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
     model.save_pretrained(out_dir, **kwargs)
     if arch == "exaone" and not hasattr(tf, "ExaoneConfig"):  # saved as a Llama: as EXAONE's releases store it instead
         _as_exaone_release(out_dir)
+    if arch == "iquestcoder" and not hasattr(tf, "IQuestCoderConfig"):  # (the vLLM venv's transformers has none)
+        _retype(out_dir, "iquestcoder", "IQuestCoderForCausalLM")
     return model
 
 
@@ -664,9 +669,14 @@ def _as_exaone_release(out_dir):
     for pattern, repl in EXAONE_RELEASE_NAMES:
         tensors = {re.sub(pattern, repl, k): v for k, v in tensors.items()}
     save_file(tensors, path, metadata={"format": "pt"})
+    _retype(out_dir, "exaone", "ExaoneForCausalLM")
+
+
+def _retype(out_dir, model_type, architecture):
+    """config.json in `out_dir` saying `model_type` and `architecture` (a Llama saved in their stead)."""
     with open(os.path.join(out_dir, "config.json")) as f:
         config = json.load(f)
-    config.update(model_type="exaone", architectures=["ExaoneForCausalLM"])
+    config.update(model_type=model_type, architectures=[architecture])
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(config, f)
 

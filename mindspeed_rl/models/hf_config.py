@@ -28,7 +28,7 @@ HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_mo
             "qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_dense", "hunyuan_v1_moe",
             "granitemoe", "granitemoeshared", "granitemoehybrid", "glm", "helium", "stablelm",
             "starcoder2", "nemotron", "cohere", "cohere2", "phi", "gpt_neox", "falcon", "olmo", "nemotron_h", "falcon_h1",
-            "lfm2", "lfm2_moe", "exaone", "exaone_moe", "hyperclovax")
+            "lfm2", "lfm2_moe", "exaone", "exaone_moe", "hyperclovax", "iquestcoder")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss",
              "minimax_m2", "ernie4_5_moe", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_moe",
@@ -57,6 +57,7 @@ HF_DEFAULTS = {
                      "moe_num_shared_experts": 2, "moe_layer_start_index": 1, "moe_layer_end_index": -1,
                      "moe_layer_interval": 1, "moe_intermediate_size": 1536},
     "exaone": {"rope_theta": 500000.0},  # transformers' ExaoneConfig (EXAONE 3.0 / 3.5)
+    "iquestcoder": {"head_dim": 128},  # transformers' IQuestCoderConfig (IQuest-Coder-V1: Llama, head_dim 128)
     # transformers' ExaoneMoeConfig (K-EXAONE): EXAONE 4.0's attention with DeepSeek-V3's routing
     "exaone_moe": {"rms_norm_eps": 1e-5, "first_k_dense_replace": 1, "moe_intermediate_size": 1024, "num_experts": 64,
                    "num_experts_per_tok": 8, "num_shared_experts": 1, "norm_topk_prob": True,
@@ -251,7 +252,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         hf = nemotron_h_config(hf)
         head_dim = int(hf["head_dim"])
         kv_heads = int(hf["num_key_value_heads"])
-    if model_type in (*GRANITE_ARCHS, "llama", "exaone", "hyperclovax", "olmo", "olmo2", "olmo3", "exaone4", "arcee", "apertus", "olmoe", "flex_olmo", "cohere",
+    if model_type in (*GRANITE_ARCHS, "llama", "exaone", "hyperclovax", "iquestcoder", "olmo", "olmo2", "olmo3", "exaone4", "arcee", "apertus", "olmoe", "flex_olmo", "cohere",
                       "cohere2",
                       *HUNYUAN_ARCHS, *GEMMA_ARCHS) and hf.get("attention_bias"):
         raise ValueError(f"config.json attention_bias=true for {model_type} (bias on o_proj) is not supported.")

@@ -110,8 +110,11 @@ def vllm_config(config: Mapping[str, Any]) -> dict[str, Any]:
     longer writes. EXAONE 3.0 / 3.5 (exaone) as vLLM's ExaoneForCausalLM, which reads its releases' tensor names
     (transformers 5 writes LlamaForCausalLM into the config.json it saves), under Llama's config class (the
     transformers vLLM pairs with, < 5.20, has no ExaoneConfig; the releases bring theirs as remote code) with the
-    releases' activation_function / layer_norm_epsilon, which vLLM's module reads. Other config.json pass unchanged."""
+    releases' activation_function / layer_norm_epsilon, which vLLM's module reads. IQuest-Coder (iquestcoder) as the
+    Llama it is. Other config.json pass unchanged."""
     config = dict(config)
+    if config.get("model_type") == "iquestcoder":  # IQuest-Coder: Llama under its own model_type (vLLM: Llama's)
+        return {**config, "model_type": "llama", "architectures": ["LlamaForCausalLM"]}
     if config.get("model_type") == "exaone":
         return {**config, "model_type": "llama", "architectures": ["ExaoneForCausalLM"],
                 "activation_function": config.get("hidden_act", "silu"),
