@@ -107,7 +107,7 @@ def vllm_config(config: Mapping[str, Any]) -> dict[str, Any]:
     layers see sliding_window + 1 positions (its comment: Cohere's training convention), transformers and the trainer
     sliding_window (models/sliding_window.py), so the rollout sees what the trainer does. LFM2 (lfm2) with its
     releases' block_dim and conv_dim (hidden_size), which vLLM 0.32's Lfm2ForCausalLM reads and transformers 5 no
-    longer writes. EXAONE 3.0 / 3.5 (exaone) as vLLM's ExaoneForCausalLM, which reads its releases' tensor names
+    longer writes, and its MLP width as transformers computes it (block_auto_adjust_ff_dim false). EXAONE 3.0 / 3.5 (exaone) as vLLM's ExaoneForCausalLM, which reads its releases' tensor names
     (transformers 5 writes LlamaForCausalLM into the config.json it saves), under Llama's config class (the
     transformers vLLM pairs with, < 5.20, has no ExaoneConfig; the releases bring theirs as remote code) with the
     releases' activation_function / layer_norm_epsilon, which vLLM's module reads. IQuest-Coder (iquestcoder) as the
@@ -119,8 +119,14 @@ def vllm_config(config: Mapping[str, Any]) -> dict[str, Any]:
         return {**config, "model_type": "llama", "architectures": ["ExaoneForCausalLM"],
                 "activation_function": config.get("hidden_act", "silu"),
                 "layer_norm_epsilon": config.get("rms_norm_eps", 1e-5)}
-    if config.get("model_type") == "lfm2":
-        return {"block_dim": config["hidden_size"], "conv_dim": config["hidden_size"], **config}
+    if config.get("model_type") == "lfm2":  # the MLP width as transformers computes it, given as it is: vLLM rounds it
+        # to block_multiple_of even without block_ffn_dim_multiplier, where transformers does not
+        from mindspeed_rl.models.hf_lfm2_config import lfm2_config
+
+        width = lfm2_config(config)["intermediate_size"]
+        config.pop("block_ff_dim", None)  # (transformers' Lfm2Config reads it over intermediate_size)
+        return {"block_dim": config["hidden_size"], "conv_dim": config["hidden_size"], **config,
+                "intermediate_size": width, "block_auto_adjust_ff_dim": False}
     if config.get("model_type") == "cohere2" and config.get("sliding_window"):
         return {**config, "sliding_window": int(config["sliding_window"]) - 1}
     if (config.get("model_type") != "granitemoehybrid" or mamba_kinds(config)

@@ -1371,6 +1371,17 @@ def test_lfm2_config_json_round_trip():
     assert model_config_from_hf(dict(LFM2_1_2B, full_attn_idxs=None, layer_types=layer_types)) == args
     wider = model_config_from_hf(dict(LFM2_1_2B, block_ffn_dim_multiplier=1.3))  # int(8192 x 1.3) rounded up: 10752
     assert wider["ffn_hidden_size"] == 10752
+    from mindspeed_rl.rollout.vllm_engine import vllm_config
+
+    # vLLM is handed the width as it is: it would round 2/3 of 12000 (8000) up to 8192 without a multiplier, where
+    # transformers keeps 8000
+    for release in (LFM2_1_2B, dict(LFM2_1_2B, block_ff_dim=12000, block_ffn_dim_multiplier=None)):
+        engine = vllm_config(release)
+        assert (engine["intermediate_size"], engine["block_auto_adjust_ff_dim"], engine["conv_dim"]) == (
+            model_config_from_hf(release)["ffn_hidden_size"], False, 2048)
+        assert "block_ff_dim" not in engine
+    assert Lfm2Config(**vllm_config(LFM2_1_2B)).intermediate_size == 8192  # (transformers 5.24 takes no null multiplier)
+    assert model_config_from_hf(dict(LFM2_1_2B, block_ff_dim=12000, block_ffn_dim_multiplier=None))["ffn_hidden_size"] == 8000
     for key, value, match in (("conv_dim", 1024, "conv_dim 1024 differs from hidden_size 2048"),
                               ("layer_types", ["conv"] * 15, "layer_types lists 15 layers but num_hidden_layers is 16"),
                               ("layer_types", ["conv"] * 15 + ["sliding_attention"], "layer_types has 'sliding_attention'"),
