@@ -232,6 +232,21 @@ def test_sliding_window_is_exact_past_the_window(arch, tmp_path, gloo_world1):
     assert (out - ref).abs().max() <= 1e-4
 
 
+def _text_logits_match(hf, model, tokens: range, hf_positions: bool = True) -> None:
+    """A left-padded batch of text (token ids in `tokens`: below an image-text model's image / video tokens) gives the
+    image-text model's logits within 1e-4 (hf_positions false: the HF model computes its own positions from the mask,
+    as Qwen-VL's M-RoPE does)."""
+    torch.manual_seed(1)
+    ids = torch.randint(tokens.start, tokens.stop, (2, 32))
+    mask = torch.ones_like(ids)
+    mask[0, :7] = 0
+    pos = position_ids_from_mask(mask)
+    with torch.no_grad():
+        ref = hf(input_ids=ids, attention_mask=mask, **({"position_ids": pos} if hf_positions else {})).logits
+        out = model(ids, pos, attention_mask_4d(mask))
+    assert (out[..., :120] - ref)[mask.bool()].abs().max() <= 1e-4
+
+
 @pytest.mark.parametrize("arch", ["gemma3", "mistral3"])
 @pytest.mark.parametrize("prefix", ["language_model.model.", "model.language_model."])
 def test_image_text_checkpoint_trains_its_text_model(arch, prefix, tmp_path, gloo_world1):
@@ -279,15 +294,7 @@ def test_image_text_checkpoint_trains_its_text_model(arch, prefix, tmp_path, glo
     init_parallel_state(1, 1)
     model = build_gpt_model(args).eval()
     load_hf_checkpoint(model, str(tmp_path), args)
-    torch.manual_seed(1)
-    ids = torch.randint(0, 117, (2, 32))  # below the image tokens
-    mask = torch.ones_like(ids)
-    mask[0, :7] = 0
-    pos = position_ids_from_mask(mask)
-    with torch.no_grad():
-        ref = hf(input_ids=ids, attention_mask=mask, position_ids=pos).logits
-        out = model(ids, pos, attention_mask_4d(mask))
-    assert (out[..., :120] - ref)[mask.bool()].abs().max() <= 1e-4
+    _text_logits_match(hf, model, range(0, 117))  # below the image tokens
 
 
 def test_lfm2_vl_checkpoint_trains_its_text_model(tmp_path, gloo_world1):
@@ -306,15 +313,7 @@ def test_lfm2_vl_checkpoint_trains_its_text_model(tmp_path, gloo_world1):
     init_parallel_state(1, 1)
     model = build_gpt_model(args).eval()
     load_hf_checkpoint(model, str(tmp_path), args)
-    torch.manual_seed(1)
-    ids = torch.randint(3, 119, (2, 32))  # below the image token
-    mask = torch.ones_like(ids)
-    mask[0, :7] = 0
-    pos = position_ids_from_mask(mask)
-    with torch.no_grad():
-        ref = hf(input_ids=ids, attention_mask=mask, position_ids=pos).logits
-        out = model(ids, pos, attention_mask_4d(mask))
-    assert (out[..., :120] - ref)[mask.bool()].abs().max() <= 1e-4
+    _text_logits_match(hf, model, range(3, 119))  # below the image token
 
 
 @pytest.mark.parametrize("arch", ["qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "ministral3"])
@@ -359,15 +358,7 @@ def test_vl_and_ministral3_checkpoints_train_their_text_model(arch, tmp_path, gl
     init_parallel_state(1, 1)
     model = build_gpt_model(args).eval()
     load_hf_checkpoint(model, str(tmp_path), args)
-    torch.manual_seed(1)
-    ids = torch.randint(0, 116, (2, 32))  # below the image / video / vision marker tokens
-    mask = torch.ones_like(ids)
-    mask[0, :7] = 0
-    pos = position_ids_from_mask(mask)
-    with torch.no_grad():
-        ref = hf(input_ids=ids, attention_mask=mask).logits
-        out = model(ids, pos, attention_mask_4d(mask))
-    assert (out[..., :120] - ref)[mask.bool()].abs().max() <= 1e-4
+    _text_logits_match(hf, model, range(0, 116), hf_positions=False)  # below the image / video / vision marker tokens
     if arch == "qwen3_vl_moe":  # the releases' layout, (E, h, 2f) / (E, f, h): the same weights read
         save_file({n: t.transpose(1, 2).contiguous() if n.endswith(("experts.gate_up_proj", "experts.down_proj")) else t
                    for n, t in tensors.items()}, str(tmp_path / "model.safetensors"))
