@@ -115,10 +115,12 @@ def vllm_config(config: Mapping[str, Any]) -> dict[str, Any]:
     config = dict(config)
     if config.get("model_type") == "iquestcoder":  # IQuest-Coder: Llama under its own model_type (vLLM: Llama's)
         return {**config, "model_type": "llama", "architectures": ["LlamaForCausalLM"]}
-    if config.get("model_type") == "exaone":
-        return {**config, "model_type": "llama", "architectures": ["ExaoneForCausalLM"],
-                "activation_function": config.get("hidden_act", "silu"),
-                "layer_norm_epsilon": config.get("rms_norm_eps", 1e-5)}
+    if config.get("model_type") == "exaone":  # both spellings: Llama's config class reads the one, vLLM's module the other
+        from mindspeed_rl.models.hf_config import EXAONE_ALIASES
+
+        llama = {EXAONE_ALIASES.get(k, k): v for k, v in config.items()}
+        return {**llama, "model_type": "llama", "architectures": ["ExaoneForCausalLM"],
+                **{release: llama[name] for release, name in EXAONE_ALIASES.items() if name in llama}}
     if config.get("model_type") == "lfm2":  # the MLP width as transformers computes it, given as it is: vLLM rounds it
         # to block_multiple_of even without block_ffn_dim_multiplier, where transformers does not
         from mindspeed_rl.models.hf_lfm2_config import lfm2_config

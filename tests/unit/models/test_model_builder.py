@@ -1447,9 +1447,13 @@ def test_exaone_release_config_json():
             args["norm_epsilon"], args["rotary_base"], args["rope_scaling_type"], args["rope_scaling_factor"]) == (
         30, 2560, 7168, 80, 8, 1e-5, 1e6, "llama3", 8.0)
     assert not args["untie_embeddings_and_output_weights"] and not args.get("qk_layernorm")
-    engine = vllm_config(EXAONE_3_5_2_4B)
-    assert (engine["model_type"], engine["architectures"], engine["layer_norm_epsilon"]) == (
-        "llama", ["ExaoneForCausalLM"], 1e-5)
+    from transformers import LlamaConfig
+
+    engine = vllm_config(dict(EXAONE_3_5_2_4B, layer_norm_epsilon=1e-6))
+    assert (engine["model_type"], engine["architectures"], engine["layer_norm_epsilon"], engine["num_layers"]) == (
+        "llama", ["ExaoneForCausalLM"], 1e-6, 30)
+    llama = LlamaConfig(**{k: v for k, v in engine.items() if k != "model_type"})  # as vLLM reads it
+    assert (llama.num_hidden_layers, llama.rms_norm_eps, llama.hidden_act) == (30, 1e-6, "silu")
     assert names_type(engine) == "exaone" == names_type(EXAONE_3_5_2_4B)
     with pytest.raises(ValueError, match="hidden_act 'gelu' is not supported for exaone"):
         model_config_from_hf(dict(EXAONE_3_5_2_4B, activation_function="gelu"))
