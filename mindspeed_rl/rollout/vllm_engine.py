@@ -113,8 +113,10 @@ def vllm_config(config: Mapping[str, Any]) -> dict[str, Any]:
     releases' activation_function / layer_norm_epsilon, which vLLM's module reads. IQuest-Coder (iquestcoder) as the
     Llama it is. Other config.json pass unchanged."""
     config = dict(config)
-    if config.get("model_type") == "iquestcoder":  # IQuest-Coder: Llama under its own model_type (vLLM: Llama's)
-        return {**config, "model_type": "llama", "architectures": ["LlamaForCausalLM"]}
+    if config.get("model_type") == "iquestcoder":  # IQuest-Coder: Llama under its own model_type (vLLM: Llama's), its
+        # head_dim 128 unless config.json says (Llama's default would be hidden_size / heads)
+        return {**config, "model_type": "llama", "architectures": ["LlamaForCausalLM"],
+                "head_dim": config.get("head_dim") or HF_DEFAULTS["iquestcoder"]["head_dim"]}
     if config.get("model_type") == "exaone":  # both spellings: Llama's config class reads the one, vLLM's module the other
         from mindspeed_rl.models.hf_config import EXAONE_ALIASES
 

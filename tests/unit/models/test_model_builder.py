@@ -1457,3 +1457,17 @@ def test_exaone_release_config_json():
     assert names_type(engine) == "exaone" == names_type(EXAONE_3_5_2_4B)
     with pytest.raises(ValueError, match="hidden_act 'gelu' is not supported for exaone"):
         model_config_from_hf(dict(EXAONE_3_5_2_4B, activation_function="gelu"))
+
+
+def test_iquestcoder_is_handed_to_vllm_as_llama_with_its_head_dim():
+    """IQuest-Coder's head_dim defaults to 128 (transformers' IQuestCoderConfig), where Llama's config class, which vLLM
+    is handed, would take hidden_size / heads: the engine's config.json says it."""
+    from mindspeed_rl.rollout.vllm_engine import vllm_config
+
+    release = {"architectures": ["IQuestCoderForCausalLM"], "model_type": "iquestcoder", "hidden_size": 5120,
+               "num_attention_heads": 40, "num_key_value_heads": 8, "num_hidden_layers": 80, "intermediate_size": 27648,
+               "vocab_size": 76800}
+    assert model_config_from_hf(release)["kv_channels"] == 128
+    engine = vllm_config(release)
+    assert (engine["model_type"], engine["architectures"], engine["head_dim"]) == ("llama", ["LlamaForCausalLM"], 128)
+    assert vllm_config(dict(release, head_dim=96))["head_dim"] == 96
