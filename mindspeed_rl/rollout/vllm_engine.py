@@ -121,6 +121,8 @@ def vllm_config(config: Mapping[str, Any]) -> dict[str, Any]:
         from mindspeed_rl.models.hf_config import EXAONE_ALIASES
 
         llama = {EXAONE_ALIASES.get(k, k): v for k, v in config.items()}
+        if llama.get("rope_theta") is None and not llama.get("rope_parameters"):  # ExaoneConfig's theta, not Llama's
+            llama["rope_theta"] = HF_DEFAULTS["exaone"]["rope_theta"]
         return {**llama, "model_type": "llama", "architectures": ["ExaoneForCausalLM"],
                 **{release: llama[name] for release, name in EXAONE_ALIASES.items() if name in llama}}
     if config.get("model_type") == "lfm2":  # the MLP width as transformers computes it, given as it is: vLLM rounds it

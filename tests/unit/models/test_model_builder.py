@@ -1454,6 +1454,8 @@ def test_exaone_release_config_json():
         "llama", ["ExaoneForCausalLM"], 1e-6, 30)
     llama = LlamaConfig(**{k: v for k, v in engine.items() if k != "model_type"})  # as vLLM reads it
     assert (llama.num_hidden_layers, llama.rms_norm_eps, llama.hidden_act) == (30, 1e-6, "silu")
+    bare = {k: v for k, v in EXAONE_3_5_2_4B.items() if k not in ("rope_theta", "rope_scaling")}  # EXAONE 3.0's theta
+    assert model_config_from_hf(bare)["rotary_base"] == 500000.0 == vllm_config(bare)["rope_theta"]
     assert names_type(engine) == "exaone" == names_type(EXAONE_3_5_2_4B)
     with pytest.raises(ValueError, match="hidden_act 'gelu' is not supported for exaone"):
         model_config_from_hf(dict(EXAONE_3_5_2_4B, activation_function="gelu"))
