@@ -45,6 +45,7 @@ from megatron.core.transformer.spec_utils import ModuleSpec, build_module  # noq
 
 from mindspeed_rl.models.gated_delta_net import DeltaState, causal_conv_silu, token_keep  # noqa: E402
 from mindspeed_rl.models.mamba_layout import MambaShape  # noqa: E402
+from mindspeed_rl.models.spec_tree import with_mixers  # noqa: E402
 from mindspeed_rl.platform.ssd import kernels  # noqa: E402
 
 
@@ -205,19 +206,6 @@ def mamba2_spec(attention_spec: ModuleSpec, shape: MambaShape) -> ModuleSpec:
 def hybrid_block_spec(block: Any, args: dict, layers) -> Any:
     """`block` (a layer spec, or a block spec of the layers `layers`: global indices) with Mamba-2 in the
     self-attention slot of the layers mamba_layers marks."""
-    from megatron.core.transformer.transformer_block import TransformerBlockSubmodules
-
-    marks = args.get("mamba_layers") or []
-    shape = MambaShape.from_args(args)
-    specs = block.layer_specs if isinstance(block, TransformerBlockSubmodules) else [block] * len(layers)
-    out = []
-    for spec, layer in zip(specs, layers):
-        if layer < len(marks) and marks[layer]:
-            mixer = mamba2_spec(spec.submodules.self_attention, shape)
-            spec = dataclasses.replace(spec, submodules=dataclasses.replace(spec.submodules, self_attention=mixer))
-        out.append(spec)
-    if isinstance(block, TransformerBlockSubmodules):
-        return dataclasses.replace(block, layer_specs=out)
-    from megatron.core.transformer.transformer_block import LayerNormImpl
-
-    return TransformerBlockSubmodules(layer_specs=out, layer_norm=LayerNormImpl)
+    marks, shape = args.get("mamba_layers") or [], MambaShape.from_args(args)
+    return with_mixers(block, layers, lambda attention, layer: mamba2_spec(attention, shape)
+                       if layer < len(marks) and marks[layer] else None)

@@ -37,6 +37,7 @@ from megatron.core.transformer.spec_utils import ModuleSpec, build_module  # noq
 
 from mindspeed_rl.models.gated_delta_net import DeltaState, causal_conv, token_keep  # noqa: E402
 from mindspeed_rl.models.short_conv_layout import is_conv_layer  # noqa: E402
+from mindspeed_rl.models.spec_tree import with_mixers  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -102,16 +103,6 @@ def short_conv_spec(attention_spec: ModuleSpec, kernel: int, bias: bool) -> Modu
 def hybrid_block_spec(block: Any, args: dict, layers) -> Any:
     """`block` (a layer spec, or a block spec of the layers `layers`: global indices) with the short convolution
     in the self-attention slot of the layers short_conv_layers marks."""
-    from megatron.core.transformer.transformer_block import LayerNormImpl, TransformerBlockSubmodules
-
     kernel, bias = int(args.get("short_conv_kernel") or 3), bool(args.get("short_conv_bias"))
-    specs = block.layer_specs if isinstance(block, TransformerBlockSubmodules) else [block] * len(layers)
-    out = []
-    for spec, layer in zip(specs, layers):
-        if is_conv_layer(args, layer):
-            mixer = short_conv_spec(spec.submodules.self_attention, kernel, bias)
-            spec = dataclasses.replace(spec, submodules=dataclasses.replace(spec.submodules, self_attention=mixer))
-        out.append(spec)
-    if isinstance(block, TransformerBlockSubmodules):
-        return dataclasses.replace(block, layer_specs=out)
-    return TransformerBlockSubmodules(layer_specs=out, layer_norm=LayerNormImpl)
+    return with_mixers(block, layers, lambda attention, layer: short_conv_spec(attention, kernel, bias)
+                       if is_conv_layer(args, layer) else None)
