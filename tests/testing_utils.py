@@ -384,6 +384,13 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
             "moe_intermediate_size": 32, "num_experts": 4, "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1,
             "first_k_dense_replace": 1, "num_shared_experts": 1, "routed_scaling_factor": 2.5,
             "pad_token_id": 0, "eos_token_id": 2, "bos_token_id": 1, **tiny, "num_hidden_layers": 4}),
+        # Hy3's layout (Hy3-preview): per-head q / k norms, head_dim 32; the first MLP dense, then 4 experts of 32, top-2
+        # by sigmoid score + a random expert bias, renormalised, x 2.826, beside a shared expert; with the keys the
+        # releases also carry for vLLM (first_k_dense_replace, expert_hidden_dim, qk_norm, route_norm)
+        "hy_v3": lambda: tf.HYV3Config(**{
+            "head_dim": 32, "moe_intermediate_size": 32, "num_experts": 4, "num_experts_per_tok": 2,
+            "num_shared_experts": 1, "router_scaling_factor": 2.826, "first_k_dense_replace": 1, "expert_hidden_dim": 32,
+            "qk_norm": True, "route_norm": True, "pad_token_id": 0, "eos_token_id": 2, "bos_token_id": 1, **tiny}),
         # HyperCLOVA X SEED Think's layout: Granite's four scalars (logits x 0.5: a multiplier here), Peri-LN's norms on
         # the attention and MLP outputs, untied
         "hyperclovax": lambda: tf.HyperCLOVAXConfig(**{
@@ -626,7 +633,7 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
            "hunyuan_v1_dense": tf.HunYuanDenseV1ForCausalLM, "hunyuan_v1_moe": tf.HunYuanMoEV1ForCausalLM,
            "granitemoe": tf.GraniteMoeForCausalLM, "granitemoeshared": tf.GraniteMoeSharedForCausalLM,
            "granitemoehybrid": tf.GraniteMoeHybridForCausalLM, "glm": tf.GlmForCausalLM,
-           "helium": tf.HeliumForCausalLM, "stablelm": tf.StableLmForCausalLM, "nemotron_h": tf.NemotronHForCausalLM, "falcon_h1": tf.FalconH1ForCausalLM, "lfm2": tf.Lfm2ForCausalLM, "lfm2_moe": tf.Lfm2MoeForCausalLM, "lfm2_vl": tf.Lfm2VlForConditionalGeneration, "exaone_moe": tf.ExaoneMoeForCausalLM, "hyperclovax": tf.HyperCLOVAXForCausalLM, "iquestcoder": tf.LlamaForCausalLM, "exaone": tf.LlamaForCausalLM,
+           "helium": tf.HeliumForCausalLM, "stablelm": tf.StableLmForCausalLM, "nemotron_h": tf.NemotronHForCausalLM, "falcon_h1": tf.FalconH1ForCausalLM, "lfm2": tf.Lfm2ForCausalLM, "lfm2_moe": tf.Lfm2MoeForCausalLM, "lfm2_vl": tf.Lfm2VlForConditionalGeneration, "exaone_moe": tf.ExaoneMoeForCausalLM, "hy_v3": tf.HYV3ForCausalLM, "hyperclovax": tf.HyperCLOVAXForCausalLM, "iquestcoder": tf.LlamaForCausalLM, "exaone": tf.LlamaForCausalLM,
            "starcoder2": tf.Starcoder2ForCausalLM, "nemotron": tf.NemotronForCausalLM,
            "cohere": tf.CohereForCausalLM, "cohere2": tf.Cohere2ForCausalLM, "phi": tf.PhiForCausalLM,
            "gpt_neox": tf.GPTNeoXForCausalLM, "falcon": tf.FalconForCausalLM, "olmo": tf.OlmoForCausalLM}[arch]

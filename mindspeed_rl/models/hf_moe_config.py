@@ -10,7 +10,38 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 # DeepSeek-V3's MoE routing (glm4_moe_args): sigmoid scores + expert bias, groups, routed scale, shared experts
-V3_ROUTING = ("glm4_moe", "deepseek_v3", "glm4_moe_lite", "exaone_moe")
+V3_ROUTING = ("glm4_moe", "deepseek_v3", "glm4_moe_lite", "exaone_moe", "hy_v3")
+
+# transformers' HYV3Config (Hy3-preview's sizes) where config.json leaves a key out
+HY_V3_DEFAULTS = {"rope_theta": 11158840.0, "rms_norm_eps": 1e-5, "head_dim": 128, "num_experts": 192,
+                  "num_experts_per_tok": 8, "num_shared_experts": 1, "moe_intermediate_size": 1536,
+                  "router_scaling_factor": 2.826}
+
+
+def hy_v3_config(hf: Mapping[str, Any]) -> dict[str, Any]:
+    """Hy3 (hy_v3: Tencent's Hy3-preview) config.json under the names glm4_moe_args takes, as transformers' HYV3
+    reads it: Llama's attention with per-head q / k norms before RoPE, the first layers dense (mlp_layer_types, or
+    first_k_dense_replace, which vLLM reads: first_dense_layers), then DeepSeek-V3's routing without groups (sigmoid
+    scores, the top-k chosen by score + expert_bias, renormalised, x router_scaling_factor) beside
+    num_shared_experts x moe_intermediate_size wide shared experts. Its releases also carry the keys vLLM's module
+    reads (expert_hidden_dim for moe_intermediate_size, route_norm, qk_norm); where they say other than transformers
+    does, it is refused, since rollout and training would differ. enable_moe_fp32_combine (the shared experts' output
+    added in fp32) is exact in fp32 and within rounding in bf16."""
+    hf = dict(hf)
+    theirs, ours = "expert_hidden_dim", "moe_intermediate_size"
+    if hf.get(theirs) is not None and hf.get(ours) is not None and int(hf[theirs]) != int(hf[ours]):
+        raise ValueError(f"config.json {theirs} {hf[theirs]} disagrees with {ours} {hf[ours]}: vLLM reads the one and "
+                         f"transformers the other; make them agree.")
+    if hf.get(ours) is None:
+        hf[ours] = hf.get(theirs)
+    for key, what in (("route_norm", "renormalises the top-k expert weights"), ("qk_norm", "normalises q and k")):
+        if hf.get(key) is False:
+            raise ValueError(f"config.json {key} false is not supported for hy_v3: transformers' HYV3 always {what} "
+                             f"(vLLM would not); Hy3's releases set it true.")
+    hf = {**hf, **{k: v for k, v in HY_V3_DEFAULTS.items() if hf.get(k) is None}}
+    # (transformers' HYV3 and vLLM's route over all experts at once, whatever n_group says)
+    return {**hf, "n_group": None, "topk_group": None, "routed_scaling_factor": hf["router_scaling_factor"],
+            "norm_topk_prob": True}
 
 
 def hunyuan_moe_args(hf: Mapping[str, Any]) -> dict[str, Any]:
@@ -263,14 +294,14 @@ def first_dense_layers(hf: Mapping[str, Any]) -> int:
     GLM-4.7-Flash (glm4_moe_lite) its mlp_layer_types, which transformers reads (default: the first layer
     dense) while vLLM reads first_k_dense_replace; a pattern other than dense layers first, or the two
     keys disagreeing, is refused."""
-    if hf.get("model_type") not in ("glm4_moe_lite", "exaone_moe"):  # (EXAONE MoE: vLLM reads mlp_layer_types too)
+    if hf.get("model_type") not in ("glm4_moe_lite", "exaone_moe", "hy_v3"):  # (EXAONE MoE: vLLM reads mlp_layer_types too)
         return int(hf.get("first_k_dense_replace") or 0)
     layers = int(hf["num_hidden_layers"])
     types = list(hf.get("mlp_layer_types") or ["dense"] + ["sparse"] * (layers - 1))
     dense = next((i for i, t in enumerate(types) if t != "dense"), len(types))
     if len(types) != layers or types != ["dense"] * dense + ["sparse"] * (layers - dense):
         raise ValueError(f"config.json mlp_layer_types {types} must name one layer type per layer ({layers}), "
-                         f"'dense' ones first and 'sparse' (MoE) after them, as GLM-4.7-Flash's releases do.")
+                         f"'dense' ones first and 'sparse' (MoE) after them, as the releases do.")
     if hf.get("first_k_dense_replace") is not None and int(hf["first_k_dense_replace"]) != dense:
         raise ValueError(f"config.json first_k_dense_replace {hf['first_k_dense_replace']} disagrees with "
                          f"mlp_layer_types ({dense} dense layers first): transformers reads the one and vLLM the "

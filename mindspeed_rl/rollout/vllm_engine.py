@@ -111,7 +111,9 @@ def vllm_config(config: Mapping[str, Any]) -> dict[str, Any]:
     (transformers 5 writes LlamaForCausalLM into the config.json it saves), under Llama's config class (the
     transformers vLLM pairs with, < 5.20, has no ExaoneConfig; the releases bring theirs as remote code) with the
     releases' activation_function / layer_norm_epsilon, which vLLM's module reads. IQuest-Coder (iquestcoder) as the
-    Llama it is. Other config.json pass unchanged."""
+    Llama it is. Hy3 (hy_v3) with the keys its releases carry for vLLM, whose defaults differ from transformers'
+    (first_k_dense_replace: none, qk_norm / route_norm: false, router_scaling_factor: 1; the expert width as
+    expert_hidden_dim), written as transformers reads the model. Other config.json pass unchanged."""
     config = dict(config)
     if config.get("model_type") == "iquestcoder":  # IQuest-Coder: Llama under its own model_type (vLLM: Llama's), its
         # head_dim 128 unless config.json says (Llama's default would be hidden_size / heads)
@@ -133,6 +135,12 @@ def vllm_config(config: Mapping[str, Any]) -> dict[str, Any]:
         config.pop("block_ff_dim", None)  # (transformers' Lfm2Config reads it over intermediate_size)
         return {"block_dim": config["hidden_size"], "conv_dim": config["hidden_size"], **config,
                 "intermediate_size": width, "block_auto_adjust_ff_dim": False}
+    if config.get("model_type") == "hy_v3":  # Hy3: the keys vLLM's HYV3ForCausalLM reads and transformers' config lacks
+        from mindspeed_rl.models.hf_moe_config import first_dense_layers, hy_v3_config
+
+        hy = hy_v3_config(config)
+        return {**config, "first_k_dense_replace": first_dense_layers(hy), "expert_hidden_dim": hy["moe_intermediate_size"],
+                "router_scaling_factor": hy["router_scaling_factor"], "qk_norm": True, "route_norm": True}
     if config.get("model_type") == "cohere2" and config.get("sliding_window"):
         return {**config, "sliding_window": int(config["sliding_window"]) - 1}
     if (config.get("model_type") != "granitemoehybrid" or mamba_kinds(config)

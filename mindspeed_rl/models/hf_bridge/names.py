@@ -129,6 +129,10 @@ _STORED_AS["exaone"] = (*((f"self_attn.{p}_proj.weight", f"attn.attention.{p}_pr
                           for p, s in (("gate", "c_fc_0"), ("up", "c_fc_1"), ("down", "c_proj"))))
 # EXAONE MoE: GLM-4.5's shared_experts, its expert bias under the MoE block rather than its router
 _STORED_AS["exaone_moe"] = (*_STORED_AS["glm4_moe"], ("mlp.gate.e_score_correction_bias", "mlp.e_score_correction_bias"))
+# Hy3: the router as mlp.router.gate, its expert bias as mlp.expert_bias, the shared experts as shared_mlp
+_STORED_AS["hy_v3"] = (("mlp.gate.weight", "mlp.router.gate.weight"), ("mlp.gate.e_score_correction_bias", "mlp.expert_bias"),
+                       *((f"mlp.shared_expert.{n}_proj.weight", f"mlp.shared_mlp.{n}_proj.weight")
+                         for n in ("gate", "up", "down")))
 # HyperCLOVA X (Peri-LN): the norms on the attention and MLP outputs as post_norm1 / post_norm2
 _STORED_AS["hyperclovax"] = (("post_self_attn_layernorm.weight", "post_norm1.weight"),
                              ("post_feedforward_layernorm.weight", "post_norm2.weight"))

@@ -275,7 +275,7 @@ def _moe_layers(moe) -> int:
 @pytest.fixture(scope="module", params=["qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3",
                                                  "deepseek_v2", "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe",
                                                  "olmoe", "flex_olmo", "hunyuan_v1_moe", "granitemoeshared",
-                                                 "nemotron_h-moe", "lfm2_moe", "exaone_moe"])
+                                                 "nemotron_h-moe", "lfm2_moe", "exaone_moe", "hy_v3"])
 def moe(request, tmp_path_factory):
     """Every test below runs on Qwen3-MoE, on Qwen2-MoE (qkv biases, top-k not renormalised, and
     a shared expert with its sigmoid gate: megatron's SharedExpertMLP, split over TP), on Mixtral
@@ -294,22 +294,25 @@ def moe(request, tmp_path_factory):
     and a shared expert without a gate, relu(up)^2, DeepSeek-V3's routing, beside Mamba-2, attention and MLP layers) and
     LFM2-MoE's (sigmoid routing with the expert bias and a routed scale, experts as feed_forward.experts.{e}.w1 / w3 / w2,
     beside short-convolution layers) and EXAONE MoE's (DeepSeek-V3's routing with groups and a shared expert, its expert
-    bias stored under the MoE block, beside EXAONE 4.0's sliding and NoPE layers)."""
+    bias stored under the MoE block, beside EXAONE 4.0's sliding and NoPE layers) and Hy3's (that routing without groups,
+    the router, expert bias and shared expert under the release's names, per-head q / k norms)."""
     from mindspeed_rl.models.forward import position_ids_from_mask
     from mindspeed_rl.models.hf_bridge.names import canonical_name, grouped_parts
 
     hf_dir = str(tmp_path_factory.mktemp(request.param))
     work = str(tmp_path_factory.mktemp("moe_work"))
-    # LFM2-MoE's and EXAONE MoE's embeddings have padding_idx = pad_token_id (transformers'), which this batch's token 0
-    # would hit: without a pad token (test_hybrid_mixers_dist.py's note)
-    unpadded = {"pad_token_id": None} if request.param in ("lfm2_moe", "exaone_moe") else {}
+    # LFM2-MoE's, EXAONE MoE's and Hy3's embeddings have padding_idx = pad_token_id (transformers'), which this batch's
+    # token 0 would hit: without a pad token (test_hybrid_mixers_dist.py's note)
+    unpadded = {"pad_token_id": None} if request.param in ("lfm2_moe", "exaone_moe", "hy_v3") else {}
     hf = make_tiny_hf(request.param.split("-")[0], hf_dir, **HF_VARIANTS.get(request.param, {}), **unpadded)
     ids, mask = _batch()
     logits = hf(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask)).logits
     lp = torch.log_softmax(logits[:, :-1].float(), dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
     _loss(lp, ids, mask).backward()
-    # under the bridge's canonical names (GLM-4.5's shared_experts: hf_bridge/names.py)
-    grads = per_expert({canonical_name(n, hf.config.model_type, hf.config.to_dict()): p.grad.detach().clone()
+    # under the bridge's canonical names (GLM-4.5's shared_experts: hf_bridge/names.py; Hy3's modules are named as
+    # GLM-4.5's, which transformers renames its checkpoints' names to as it loads them)
+    kind = "glm4_moe" if hf.config.model_type == "hy_v3" else hf.config.model_type
+    grads = per_expert({canonical_name(n, kind, hf.config.to_dict()): p.grad.detach().clone()
                         for n, p in hf.named_parameters()
                       if p.grad is not None},  # (ERNIE's expert bias: a parameter without a gradient)
                        hf.config.model_type)

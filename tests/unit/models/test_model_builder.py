@@ -1473,3 +1473,40 @@ def test_iquestcoder_is_handed_to_vllm_as_llama_with_its_head_dim():
     engine = vllm_config(release)
     assert (engine["model_type"], engine["architectures"], engine["head_dim"]) == ("llama", ["LlamaForCausalLM"], 128)
     assert vllm_config(dict(release, head_dim=96))["head_dim"] == 96
+
+
+def test_hy_v3_config_json_and_what_vllm_is_handed():
+    """Hy3 (hy_v3): transformers' HYV3Config defaults are Hy3-preview's sizes (80 layers, the first dense 13312 wide,
+    then 192 experts of 1536, 8 per token, sigmoid routing with the expert bias x 2.826, one shared expert; 64 heads of
+    128, 8 KV heads, theta 11158840). Read with its keys for vLLM or without them; exported from args as GLM-4.5 (the same
+    model) and read back the same; the keys vLLM reads that would make it compute another model are refused in one
+    sentence, and the engine hands vLLM what transformers computes."""
+    from transformers import HYV3Config
+
+    from mindspeed_rl.models.hf_export_config import hf_config_from_args
+    from mindspeed_rl.rollout.vllm_engine import vllm_config
+
+    bare = HYV3Config().to_dict()
+    release = dict(bare, first_k_dense_replace=1, expert_hidden_dim=1536, qk_norm=True, route_norm=True)
+    args = model_config_from_hf(release)
+    assert args == model_config_from_hf(bare)
+    assert (args["num_layers"], args["num_experts"], args["moe_router_topk"], args["moe_ffn_hidden_size"],
+            args["moe_router_topk_scaling_factor"], args["moe_shared_expert_intermediate_size"],
+            args["ffn_hidden_size"]) == (80, 192, 8, 1536, 2.826, 1536, 13312)
+    assert (args["kv_channels"], args["num_query_groups"], args["rotary_base"], args["norm_epsilon"]) == \
+        (128, 8, 11158840.0, 1e-5)
+    assert args["qk_layernorm"] and args["moe_layer_freq"] == [0] + [1] * 79 and "moe_router_num_groups" not in args
+    assert args["moe_router_score_function"] == "sigmoid" and args["moe_router_enable_expert_bias"]
+    written = hf_config_from_args(args, vocab_size=120832)
+    assert written["model_type"] == "glm4_moe" and model_config_from_hf(written) == args
+    for key, value in (("expert_hidden_dim", 1536), ("first_k_dense_replace", 1), ("qk_norm", True),
+                       ("route_norm", True), ("router_scaling_factor", 2.826)):
+        assert vllm_config(bare)[key] == value, key
+    assert vllm_config(dict(bare, mlp_layer_types=["dense"] * 3 + ["sparse"] * 77))["first_k_dense_replace"] == 3
+    for change, match in ((dict(expert_hidden_dim=2048), "expert_hidden_dim 2048 disagrees with moe_intermediate_size 1536"),
+                          (dict(route_norm=False), "route_norm false is not supported for hy_v3"),
+                          (dict(qk_norm=False), "qk_norm false is not supported for hy_v3"),
+                          (dict(first_k_dense_replace=2), "first_k_dense_replace 2 disagrees with mlp_layer_types"),
+                          (dict(attention_bias=True), "attention_bias=true for hy_v3")):
+        with pytest.raises(ValueError, match=match):
+            model_config_from_hf(dict(release, **change))

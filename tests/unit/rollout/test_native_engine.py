@@ -587,7 +587,7 @@ def test_no_packing_when_host_memory_is_short(tiny, monkeypatch, caplog):
                                      "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo",
                                      "hunyuan_v1_dense", "hunyuan_v1_moe", "granitemoeshared", "starcoder2-window",
                                      "cohere2", "phi", "gpt_neox", "falcon", "falcon-40b", "olmo-clip",
-                                     "granitemoehybrid-h", "nemotron_h", "nemotron_h-moe", "falcon_h1", "lfm2", "lfm2_moe", "exaone_moe", "hyperclovax",
+                                     "granitemoehybrid-h", "nemotron_h", "nemotron_h-moe", "falcon_h1", "lfm2", "lfm2_moe", "exaone_moe", "hy_v3", "hyperclovax",
                                      pytest.param("falcon_h1-nonorm", marks=pytest.mark.extended)])
 def test_greedy_equals_transformers_generate_on_more_architectures(variant, tmp_path, gloo_world1):
     """Phi-3 (fused q/k/v and gate/up in the checkpoint), Phi-3 with LongRoPE (short factors and the
@@ -622,8 +622,8 @@ def test_greedy_equals_transformers_generate_on_more_architectures(variant, tmp_
     over the KV cache and its Mamba-2 mixer from its state, side by side, every multiplier), LFM2 (a short
     convolution's history carried from the prefill through the one-token steps and compaction, beside attention layers
     with per-head q / k norms over the cache), LFM2-MoE (that, its experts routed by sigmoid score + the expert bias) and
-    EXAONE MoE (EXAONE 4.0's sliding layers with RoPE and full ones without, under pre-norms, DeepSeek-V3's routing) and
-    HyperCLOVA X (Peri-LN's norms before Granite's residual multiplier, in the lean and compiled steps too;
+    EXAONE MoE (EXAONE 4.0's sliding layers with RoPE and full ones without, under pre-norms, DeepSeek-V3's routing), Hy3
+    (that routing without groups, per-head q / k norms) and HyperCLOVA X (Peri-LN's norms before Granite's residual multiplier, in the lean and compiled steps too;
     StableLM 2 and Granite 4.0 passed
     here on 2026-11-29 and were left out for CI's time: their layers are StarCoder2's and Granite's): the native engine's greedy tokens, with and
     without the KV cache, are transformers', and its sampled log-probs the training forward's."""
