@@ -391,6 +391,13 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
             "head_dim": 32, "moe_intermediate_size": 32, "num_experts": 4, "num_experts_per_tok": 2,
             "num_shared_experts": 1, "router_scaling_factor": 2.826, "first_k_dense_replace": 1, "expert_hidden_dim": 32,
             "qk_norm": True, "route_norm": True, "pad_token_id": 0, "eos_token_id": 2, "bos_token_id": 1, **tiny}),
+        # AFMoE's layout (Trinity): a sliding layer (window 12, RoPE; dense MLP) and a full one without RoPE (4 experts of
+        # 32, top-2 by sigmoid score + a random expert bias, renormalised, x 2, beside a shared expert); sandwich norms,
+        # per-head q / k norms, the attention output gated by its own projection, embeddings x sqrt(hidden) (mup)
+        "afmoe": lambda: tf.AfmoeConfig(**{
+            "head_dim": 32, "sliding_window": 12, "global_attn_every_n_layers": 2, "num_dense_layers": 1,
+            "moe_intermediate_size": 32, "num_experts": 4, "num_experts_per_tok": 2, "num_shared_experts": 1,
+            "route_scale": 2.0, "mup_enabled": True, "pad_token_id": 0, "eos_token_id": 2, "bos_token_id": 1, **tiny}),
         # HyperCLOVA X SEED Think's layout: Granite's four scalars (logits x 0.5: a multiplier here), Peri-LN's norms on
         # the attention and MLP outputs, untied
         "hyperclovax": lambda: tf.HyperCLOVAXConfig(**{
@@ -633,7 +640,7 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
            "hunyuan_v1_dense": tf.HunYuanDenseV1ForCausalLM, "hunyuan_v1_moe": tf.HunYuanMoEV1ForCausalLM,
            "granitemoe": tf.GraniteMoeForCausalLM, "granitemoeshared": tf.GraniteMoeSharedForCausalLM,
            "granitemoehybrid": tf.GraniteMoeHybridForCausalLM, "glm": tf.GlmForCausalLM,
-           "helium": tf.HeliumForCausalLM, "stablelm": tf.StableLmForCausalLM, "nemotron_h": tf.NemotronHForCausalLM, "falcon_h1": tf.FalconH1ForCausalLM, "lfm2": tf.Lfm2ForCausalLM, "lfm2_moe": tf.Lfm2MoeForCausalLM, "lfm2_vl": tf.Lfm2VlForConditionalGeneration, "exaone_moe": tf.ExaoneMoeForCausalLM, "hy_v3": tf.HYV3ForCausalLM, "hyperclovax": tf.HyperCLOVAXForCausalLM, "iquestcoder": tf.LlamaForCausalLM, "exaone": tf.LlamaForCausalLM,
+           "helium": tf.HeliumForCausalLM, "stablelm": tf.StableLmForCausalLM, "nemotron_h": tf.NemotronHForCausalLM, "falcon_h1": tf.FalconH1ForCausalLM, "lfm2": tf.Lfm2ForCausalLM, "lfm2_moe": tf.Lfm2MoeForCausalLM, "lfm2_vl": tf.Lfm2VlForConditionalGeneration, "exaone_moe": tf.ExaoneMoeForCausalLM, "hy_v3": tf.HYV3ForCausalLM, "afmoe": tf.AfmoeForCausalLM, "hyperclovax": tf.HyperCLOVAXForCausalLM, "iquestcoder": tf.LlamaForCausalLM, "exaone": tf.LlamaForCausalLM,
            "starcoder2": tf.Starcoder2ForCausalLM, "nemotron": tf.NemotronForCausalLM,
            "cohere": tf.CohereForCausalLM, "cohere2": tf.Cohere2ForCausalLM, "phi": tf.PhiForCausalLM,
            "gpt_neox": tf.GPTNeoXForCausalLM, "falcon": tf.FalconForCausalLM, "olmo": tf.OlmoForCausalLM}[arch]

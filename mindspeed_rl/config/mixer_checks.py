@@ -19,6 +19,9 @@ def mixer_problems(role: RoleConfig, path: str, tp: int) -> list[str]:
         _check_parallel_hybrid(role, path, tp, problems)
     if role.arch.short_conv_layers is not None:
         _check_short_conv(role, path, tp, problems)
+    if role.arch.attention_gate_proj and not role.arch.attention_output_gate:
+        problems.append(f"model {role.model_name}: attention_gate_proj (the output gate's own projection, AFMoE's) needs "
+                        f"attention_output_gate: true; set it, or drop attention_gate_proj.")
     return problems + hybrid_pattern.config_problems(role.arch, role.model_name)
 
 

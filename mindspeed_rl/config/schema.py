@@ -100,6 +100,7 @@ class ModelArch:
     v_head_dim: Optional[int] = doc(None, "MLA: per-head value dimension (HF v_head_dim); kv_channels is set to it")
     # Qwen3.5's hybrid layers (models/gated_delta_net.py, models/qwen3_5.py); HF's names for the linear_* sizes
     attention_output_gate: bool = doc(False, "the attention's output multiplied by sigmoid of a second query-sized projection before o_proj, per head and feature (Qwen3.5's gated attention; megatron-core 0.16's key); HF stores it inside q_proj after each head's query rows")
+    attention_gate_proj: bool = doc(False, "attention_output_gate's projection is its own linear of the layer input (HF self_attn.gate_proj: AFMoE, Arcee's Trinity models) rather than rows of q_proj (Qwen3.5); needs attention_output_gate")
     linear_attention_layers: Optional[list] = doc(None, "which layers mix tokens with Gated DeltaNet instead of attention: one 0 / 1 per layer, 1 = Gated DeltaNet (Qwen3.5's layer_types linear_attention: three of every four); null = attention everywhere")
     linear_num_key_heads: Optional[int] = doc(None, "Gated DeltaNet: query / key heads (HF linear_num_key_heads); divisible by tensor_model_parallel_size")
     linear_num_value_heads: Optional[int] = doc(None, "Gated DeltaNet: value heads, a multiple of linear_num_key_heads (HF linear_num_value_heads)")

@@ -223,7 +223,8 @@ def expected_hf_shapes(args: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ..
     conv = list(args.get("short_conv_layers") or ())  # LFM2's conv layers: nor these
     n = max(len(linear), len(mamba), len(conv))
     linear = [int(any(i < len(m) and bool(m[i]) for m in (linear, mamba, conv))) for i in range(n)]
-    gate = 2 if args.get("attention_output_gate") else 1  # Qwen3.5: q_proj holds each head's query and gate
+    own_gate = bool(args.get("attention_output_gate") and args.get("attention_gate_proj"))  # AFMoE: its gate_proj
+    gate = 2 if args.get("attention_output_gate") and not own_gate else 1  # Qwen3.5: q_proj holds each head's query and gate
     pattern = hybrid_pattern.pattern_of(args)  # Nemotron-H: one block per layer, the other half absent
     for i in range(int(args["num_layers"])):
         p = f"model.layers.{i}."
@@ -242,6 +243,8 @@ def expected_hf_shapes(args: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ..
                                                 + f"{why_q}, hidden_size {h}"),
                 p + "self_attn.k_proj.weight": ((kv, h), f"{why_kv}, hidden_size {h}"),
                 p + "self_attn.v_proj.weight": ((kv, h), f"{why_kv}, hidden_size {h}"),
+                **({p + "self_attn.gate_proj.weight": ((q, h), f"attention_gate_proj, {why_q}, hidden_size {h}")}
+                   if own_gate else {}),
             })
         if not (i < len(linear) and linear[i]):
             shapes[p + "self_attn.o_proj.weight"] = ((h, q), f"hidden_size {h}, {why_q}")

@@ -15,6 +15,7 @@ from typing import Any, Mapping, Optional
 
 from mindspeed_rl.models.hf_layernorm_config import (LAYERNORM_ARCHS, OWN_ACTIVATION, falcon_keys, layernorm_args,
                                                      layernorm_checks, neox_keys)
+from mindspeed_rl.models.hf_afmoe_config import afmoe_config
 from mindspeed_rl.models.hf_moe_config import expert_count, gpt_oss_args, hy_v3_config, mla_args, moe_args_from_hf
 from mindspeed_rl.models.hf_falcon_h1_config import falcon_h1_args, falcon_h1_config
 from mindspeed_rl.models.mamba_layout import mamba_step_limit
@@ -28,11 +29,11 @@ HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_mo
             "qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_dense", "hunyuan_v1_moe",
             "granitemoe", "granitemoeshared", "granitemoehybrid", "glm", "helium", "stablelm",
             "starcoder2", "nemotron", "cohere", "cohere2", "phi", "gpt_neox", "falcon", "olmo", "nemotron_h", "falcon_h1",
-            "lfm2", "lfm2_moe", "exaone", "exaone_moe", "hyperclovax", "iquestcoder", "hy_v3")
+            "lfm2", "lfm2_moe", "exaone", "exaone_moe", "hyperclovax", "iquestcoder", "hy_v3", "afmoe")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss",
              "minimax_m2", "ernie4_5_moe", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_moe",
-             "granitemoe", "granitemoeshared", "granitemoehybrid", "exaone_moe", "hy_v3")
+             "granitemoe", "granitemoeshared", "granitemoehybrid", "exaone_moe", "hy_v3", "afmoe")
 # Granite's four scalars (granite_args); the MoE ones route as Mixtral, with a shared MLP beside the experts
 # (granitemoeshared, granitemoehybrid) or none (granitemoe); Granite 4.0's granitemoehybrid without experts is dense
 GRANITE_ARCHS = ("granite", "granitemoe", "granitemoeshared", "granitemoehybrid")
@@ -185,7 +186,9 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     (granite_hybrid_config), its -H models' Mamba-2 layers as models/mamba2.py (granite_hybrid_args).
     EXAONE 3.0 / 3.5 (exaone) is Llama under its own names (transformer.h.*, attn.attention.*, c_fc_0 / c_fc_1);
     EXAONE MoE (exaone_moe: K-EXAONE) EXAONE 4.0's attention under pre-norms with DeepSeek-V3's routing.
-    Hy3 (hy_v3: Hy3-preview) is Qwen3's attention with DeepSeek-V3's routing without groups (hy_v3_config).
+    Hy3 (hy_v3: Hy3-preview) is Qwen3's attention with DeepSeek-V3's routing without groups (hy_v3_config). AFMoE
+    (afmoe: Trinity) is that routing under sandwich norms, its attention output gated by its own projection
+    (attention_gate_proj), sliding layers with RoPE and full ones without, embeddings x sqrt(hidden) with mup_enabled.
     LFM2 (lfm2) is Qwen3's attention with most layers a short convolution instead, LFM2-MoE (lfm2_moe) that with
     sigmoid-routed experts (models/hf_lfm2_config.py).
     A quantized checkpoint is read dequantized where its format is one the reader knows (check_quantization).
@@ -225,8 +228,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         hf = falcon_h1_config(hf)
     if model_type in ("lfm2", "lfm2_moe"):  # short-convolution layers (models/hf_lfm2_config.py)
         hf = lfm2_config(hf)
-    if model_type == "hy_v3":  # its keys as the GLM-4.5 reader names them (models/hf_moe_config.py)
-        hf = hy_v3_config(hf)
+    if model_type in ("hy_v3", "afmoe"):  # their keys as the GLM-4.5 reader names them (models/hf_moe_config.py)
+        hf = hy_v3_config(hf) if model_type == "hy_v3" else afmoe_config(hf)
     heads = int(hf["num_attention_heads"])
     kv_heads = int(hf.get("num_key_value_heads") or heads)
     head_dim = int(hf.get("head_dim") or hf["hidden_size"] // heads)
@@ -255,7 +258,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         hf = nemotron_h_config(hf)
         head_dim = int(hf["head_dim"])
         kv_heads = int(hf["num_key_value_heads"])
-    if model_type in (*GRANITE_ARCHS, "llama", "exaone", "hyperclovax", "hy_v3", "iquestcoder", "olmo", "olmo2", "olmo3", "exaone4", "arcee", "apertus", "olmoe", "flex_olmo", "cohere",
+    if model_type in (*GRANITE_ARCHS, "llama", "exaone", "hyperclovax", "hy_v3", "afmoe", "iquestcoder", "olmo", "olmo2", "olmo3", "exaone4", "arcee", "apertus", "olmoe", "flex_olmo", "cohere",
                       "cohere2",
                       *HUNYUAN_ARCHS, *GEMMA_ARCHS) and hf.get("attention_bias"):
         raise ValueError(f"config.json attention_bias=true for {model_type} (bias on o_proj) is not supported.")
@@ -315,7 +318,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
                          or (model_type == "qwen2_moe" and bool(hf.get("qkv_bias", True)))),
         "disable_bias_linear": True,
         "untie_embeddings_and_output_weights": not hf.get("tie_word_embeddings", False),
-        "qk_layernorm": model_type in ("qwen3", "qwen3_moe", "hy_v3") or (model_type == "glm4_moe" and bool(hf.get("use_qk_norm"))),
+        "qk_layernorm": model_type in ("qwen3", "qwen3_moe", "hy_v3", "afmoe") or (model_type == "glm4_moe" and bool(hf.get("use_qk_norm"))),
         "position_embedding_type": "rope",
     }
     if hf.get("clip_qkv") is not None:  # OLMo-7B-0424 / 0724's 8 (models/olmo.py)
@@ -372,6 +375,9 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         args.update(olmo3_args(hf, args["num_layers"], rope_type, args["rotary_base"]))
     if model_type == "exaone4":
         args.update(exaone4_args(hf, args["num_layers"]))
+    if model_type == "afmoe":  # sandwich norms, the gate's own projection (models/qwen3_5.py), sliding / NoPE layers
+        args.update(post_norm=True, attention_output_gate=True, attention_gate_proj=True,
+                    input_embeds_norm=bool(hf.get("mup_enabled")), **sliding_nope_args(hf, args["num_layers"]))
     if model_type == "exaone_moe":  # EXAONE 4.0's attention under pre-norms (OLMoE's layer)
         args.update(qk_layernorm=True, **sliding_nope_args(hf, args["num_layers"]))
     if model_type == "glm4":  # GLM-4-0414 / GLM-Z1: norms after attention and MLP too, RoPE on interleaved pairs

@@ -53,6 +53,9 @@ def _config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.dty
         return gpt_oss_config(args, vocab_size, dtype)
     if args.get("normalization") == "LayerNorm":  # models/hf_export_layernorm.py
         return layernorm_config(args, vocab_size, dtype)
+    if args.get("attention_gate_proj") and not any(args.get("linear_attention_layers") or ()):  # (hf_afmoe_config.py)
+        from mindspeed_rl.models.hf_afmoe_config import afmoe_export_config
+        return afmoe_export_config(args, vocab_size, dtype)
     if args.get("linear_attention_layers") is not None or args.get("attention_output_gate"):
         return qwen3_5_config(args, vocab_size, dtype)
     if args.get("qk_layernorm_after_rope"):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 # DeepSeek-V3's MoE routing (glm4_moe_args): sigmoid scores + expert bias, groups, routed scale, shared experts
-V3_ROUTING = ("glm4_moe", "deepseek_v3", "glm4_moe_lite", "exaone_moe", "hy_v3")
+V3_ROUTING = ("glm4_moe", "deepseek_v3", "glm4_moe_lite", "exaone_moe", "hy_v3", "afmoe")
 
 # transformers' HYV3Config (Hy3-preview's sizes) where config.json leaves a key out
 HY_V3_DEFAULTS = {"rope_theta": 11158840.0, "rms_norm_eps": 1e-5, "head_dim": 128, "num_experts": 192,

@@ -14,6 +14,11 @@ The gate is taken from linear_qkv's output while the query, key and value are sp
 (get_query_key_value_tensors) and applied by a pre-hook on linear_proj, so megatron's forward runs
 unchanged on 0.12 and 0.16 (whose own output gate stays off), in every path that calls the attention's
 forward (training, the native engine's cached decode).
+
+AFMoE (Arcee's Trinity models) gates the same way with the gate's projection its own linear
+(attention_gate_proj: HF self_attn.gate_proj, (heads x head_dim, hidden)): `ProjGatedSelfAttention`'s
+linear_gate, column-parallel like linear_qkv (a TP shard holds its heads' gate rows, head-major as core
+attention's output is), applied by the same pre-hook.
 """
 from __future__ import annotations
 
@@ -70,9 +75,28 @@ class OutputGatedSelfAttention(SelfAttention):
         return query, key, value
 
 
-def gated_attention_spec(layer_spec: ModuleSpec) -> ModuleSpec:
-    """A layer spec whose self-attention is OutputGatedSelfAttention."""
-    attention = dataclasses.replace(layer_spec.submodules.self_attention, module=OutputGatedSelfAttention)
+class ProjGatedSelfAttention(OutputGatedSelfAttention):
+    """megatron's SelfAttention with AFMoE's sigmoid output gate: sigmoid(linear_gate(x)) per head and feature."""
+
+    def __init__(self, config, submodules, *args, **kwargs):
+        SelfAttention.__init__(self, config, submodules, *args, **kwargs)  # (linear_qkv as megatron builds it)
+        self.linear_gate = build_module(
+            submodules.linear_qkv, config.hidden_size, self.query_projection_size, config=config,
+            init_method=config.init_method, gather_output=False, bias=False, skip_bias_add=False, is_expert=False,
+            tp_comm_buffer_name="qkv")
+        self._gate: Optional[torch.Tensor] = None
+        self.linear_proj.register_forward_pre_hook(self._apply_gate)
+
+    def get_query_key_value_tensors(self, hidden_states, key_value_states=None, *args, **kwargs):
+        gate, _ = self.linear_gate(hidden_states)  # (s, b, this rank's heads * hn): core attention's output layout
+        self._gate = gate
+        return SelfAttention.get_query_key_value_tensors(self, hidden_states, key_value_states, *args, **kwargs)
+
+
+def gated_attention_spec(layer_spec: ModuleSpec, own_projection: bool = False) -> ModuleSpec:
+    """A layer spec whose self-attention is OutputGatedSelfAttention (ProjGatedSelfAttention with own_projection)."""
+    cls = ProjGatedSelfAttention if own_projection else OutputGatedSelfAttention
+    attention = dataclasses.replace(layer_spec.submodules.self_attention, module=cls)
     return dataclasses.replace(layer_spec, submodules=dataclasses.replace(layer_spec.submodules,
                                                                           self_attention=attention))
 
@@ -89,7 +113,7 @@ def hybrid_block_spec(block: Any, args: dict, layers: Sequence[int]) -> Any:
     mixer as args say: Gated DeltaNet where linear_attention_layers marks it, else the attention,
     output-gated with attention_output_gate."""
     marks = args.get("linear_attention_layers") or []
-    gated = bool(args.get("attention_output_gate"))
+    gated, own = bool(args.get("attention_output_gate")), bool(args.get("attention_gate_proj"))
     shape = DeltaNetShape.from_args(args) if any(marks) else None
     specs = block.layer_specs if isinstance(block, TransformerBlockSubmodules) else [block] * len(layers)
     out = []
@@ -97,7 +121,7 @@ def hybrid_block_spec(block: Any, args: dict, layers: Sequence[int]) -> Any:
         if layer < len(marks) and marks[layer]:
             out.append(linear_attention_spec(spec, shape))
         else:
-            out.append(gated_attention_spec(spec) if gated else spec)
+            out.append(gated_attention_spec(spec, own) if gated else spec)
     if isinstance(block, TransformerBlockSubmodules):
         return dataclasses.replace(block, layer_specs=out)
     from megatron.core.transformer.transformer_block import LayerNormImpl

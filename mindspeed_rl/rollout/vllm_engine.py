@@ -113,7 +113,9 @@ def vllm_config(config: Mapping[str, Any]) -> dict[str, Any]:
     releases' activation_function / layer_norm_epsilon, which vLLM's module reads. IQuest-Coder (iquestcoder) as the
     Llama it is. Hy3 (hy_v3) with the keys its releases carry for vLLM, whose defaults differ from transformers'
     (first_k_dense_replace: none, qk_norm / route_norm: false, router_scaling_factor: 1; the expert width as
-    expert_hidden_dim), written as transformers reads the model. Other config.json pass unchanged."""
+    expert_hidden_dim), written as transformers reads the model; AFMoE (afmoe) with the routing keys vLLM reads
+    (score_func, route_norm, n_group, topk_group) where its config.json leaves them out. Other config.json pass
+    unchanged."""
     config = dict(config)
     if config.get("model_type") == "iquestcoder":  # IQuest-Coder: Llama under its own model_type (vLLM: Llama's), its
         # head_dim 128 unless config.json says (Llama's default would be hidden_size / heads)
@@ -141,6 +143,9 @@ def vllm_config(config: Mapping[str, Any]) -> dict[str, Any]:
         hy = hy_v3_config(config)
         return {**config, "first_k_dense_replace": first_dense_layers(hy), "expert_hidden_dim": hy["moe_intermediate_size"],
                 "router_scaling_factor": hy["router_scaling_factor"], "qk_norm": True, "route_norm": True}
+    if config.get("model_type") == "afmoe":  # AFMoE: the routing keys vLLM's AfmoeForCausalLM reads and transformers'
+        # config lacks, as transformers routes (hf_moe_config.afmoe_config refuses any other)
+        return {"score_func": "sigmoid", "route_norm": True, "n_group": 1, "topk_group": 1, **config}
     if config.get("model_type") == "cohere2" and config.get("sliding_window"):
         return {**config, "sliding_window": int(config["sliding_window"]) - 1}
     if (config.get("model_type") != "granitemoehybrid" or mamba_kinds(config)

@@ -78,7 +78,7 @@ class Dims:
         return cls(hidden, ffn, heads, groups, kv_channels(args),
                    int(args["padded_vocab_size"]), int(args.get("moe_ffn_hidden_size") or ffn),
                    int(args.get("moe_shared_expert_intermediate_size") or 0),
-                   bool(args.get("attention_output_gate")),
+                   bool(args.get("attention_output_gate")) and not args.get("attention_gate_proj"),
                    DeltaNetShape.from_args(args) if any(args.get("linear_attention_layers") or ()) else None,
                    MambaShape.from_args(args) if has_mamba(args) else None)
 
@@ -99,6 +99,8 @@ _LAYER_MAP = {
     "self_attention.q_layernorm.sharded_weight": ("column", ("model.layers.{i}.self_attn.q_norm.weight",)),
     "self_attention.k_layernorm.sharded_weight": ("column", ("model.layers.{i}.self_attn.k_norm.weight",)),
     "self_attention.linear_proj.weight": ("row", ("model.layers.{i}.self_attn.o_proj.weight",)),
+    # AFMoE's attention output gate, its own projection (models/qwen3_5.ProjGatedSelfAttention): split by heads
+    "self_attention.linear_gate.weight": ("column", ("model.layers.{i}.self_attn.gate_proj.weight",)),
     "self_attention.linear_proj.bias": ("replicated", ("model.layers.{i}.self_attn.o_proj.bias",)),  # gpt-oss
     # gpt-oss's attention sinks, one per head: split over TP with the heads (models/gpt_oss.py)
     "self_attention.core_attention.softmax_offset": ("column", ("model.layers.{i}.self_attn.sinks",)),

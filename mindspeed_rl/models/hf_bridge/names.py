@@ -133,6 +133,12 @@ _STORED_AS["exaone_moe"] = (*_STORED_AS["glm4_moe"], ("mlp.gate.e_score_correcti
 _STORED_AS["hy_v3"] = (("mlp.gate.weight", "mlp.router.gate.weight"), ("mlp.gate.e_score_correction_bias", "mlp.expert_bias"),
                        *((f"mlp.shared_expert.{n}_proj.weight", f"mlp.shared_mlp.{n}_proj.weight")
                          for n in ("gate", "up", "down")))
+# AFMoE: Hy3's router and expert bias names, GLM-4.5's shared_experts, its norms named for what they follow or precede
+# (post_attention_layernorm on the attention output, pre_mlp_layernorm before the MLP, post_mlp_layernorm after it)
+_STORED_AS["afmoe"] = (*_STORED_AS["hy_v3"][:2], *_STORED_AS["glm4_moe"],
+                       ("post_attention_layernorm.weight", "pre_mlp_layernorm.weight"),
+                       ("post_self_attn_layernorm.weight", "post_attention_layernorm.weight"),
+                       ("post_feedforward_layernorm.weight", "post_mlp_layernorm.weight"))
 # HyperCLOVA X (Peri-LN): the norms on the attention and MLP outputs as post_norm1 / post_norm2
 _STORED_AS["hyperclovax"] = (("post_self_attn_layernorm.weight", "post_norm1.weight"),
                              ("post_feedforward_layernorm.weight", "post_norm2.weight"))

@@ -106,6 +106,8 @@ def stage_param_names(args: Mapping[str, Any], pp_size: int, pp_rank: int, vpp_s
     if args.get("qk_layernorm") and not args.get("multi_latent_attention"):
         norm = "sharded_weight" if args.get("qk_layernorm_across_heads") else "weight"
         per_layer += [f"self_attention.q_layernorm.{norm}", f"self_attention.k_layernorm.{norm}"]
+    if args.get("attention_output_gate") and args.get("attention_gate_proj"):  # AFMoE's gate (models/qwen3_5.py)
+        per_layer.append("self_attention.linear_gate.weight")
     # Cohere's MLP reads input_layernorm's output, GPT-NeoX's its own norm's (models/cohere.py)
     if pre_norm and (not args.get("parallel_residual") or args.get("parallel_residual_mlp_norm")):
         per_layer += [f"pre_mlp_layernorm.{n}" for n in norms]

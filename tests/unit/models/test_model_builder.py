@@ -1510,3 +1510,42 @@ def test_hy_v3_config_json_and_what_vllm_is_handed():
                           (dict(attention_bias=True), "attention_bias=true for hy_v3")):
         with pytest.raises(ValueError, match=match):
             model_config_from_hf(dict(release, **change))
+
+
+def test_afmoe_config_json_and_what_vllm_is_handed():
+    """AFMoE (afmoe): transformers' AfmoeConfig defaults are Trinity-Mini's sizes (32 layers, the first dense 6144 wide,
+    then 64 experts of 1408, 6 per token, sigmoid routing with the expert bias, two shared experts; every fourth layer
+    full without RoPE, the others a 1024-token window). vLLM's AfmoeForCausalLM also reads score_func, route_norm and
+    the expert groups, which transformers' config lacks: the engine hands it transformers' routing, and a config.json
+    that says otherwise is refused in one sentence. From megatron's args alone it is written as AFMoE again."""
+    from transformers import AfmoeConfig
+
+    from mindspeed_rl.models.hf_export_config import hf_config_from_args
+    from mindspeed_rl.rollout.vllm_engine import vllm_config
+
+    mini = AfmoeConfig().to_dict()
+    args = model_config_from_hf(mini)
+    assert (args["num_layers"], args["num_experts"], args["moe_router_topk"], args["moe_ffn_hidden_size"],
+            args["moe_shared_expert_intermediate_size"], args["ffn_hidden_size"], args["kv_channels"]) == \
+        (32, 64, 6, 1408, 2816, 6144, 128)
+    assert args["moe_layer_freq"] == [0] + [1] * 31 and "moe_router_topk_scaling_factor" not in args  # route_scale 1
+    assert args["window_attn_skip_freq"] == [1, 1, 1, 0] * 8 and args["no_rope_freq"] == [0, 0, 0, 1] * 8
+    assert args["sliding_window"] == 1024 and args["post_norm"] and args["qk_layernorm"]
+    assert args["attention_output_gate"] and args["attention_gate_proj"] and not args["input_embeds_norm"]
+    no_types = {k: v for k, v in mini.items() if k != "layer_types"}  # (then global_attn_every_n_layers says)
+    assert model_config_from_hf(dict(no_types, global_attn_every_n_layers=2))["no_rope_freq"] == [0, 1] * 16
+    assert model_config_from_hf(dict(mini, mup_enabled=True, route_scale=2.5))["moe_router_topk_scaling_factor"] == 2.5
+    written = hf_config_from_args(args, vocab_size=200192)  # from args alone: AFMoE's own config.json, read back the same
+    assert written["model_type"] == "afmoe" and model_config_from_hf(written) == args
+    assert AfmoeConfig(**written).layer_types == mini["layer_types"]
+    with pytest.raises(ValueError, match="form only as AFMoE .afmoe., which needs per-head q / k norms, pre- and post"):
+        hf_config_from_args(dict(args, post_norm=False), vocab_size=200192)
+    engine = vllm_config(mini)
+    assert (engine["score_func"], engine["route_norm"], engine["n_group"], engine["topk_group"]) == ("sigmoid", True, 1, 1)
+    assert vllm_config(dict(mini, n_group=1, topk_group=1)) == {**mini, "score_func": "sigmoid", "route_norm": True,
+                                                                "n_group": 1, "topk_group": 1}
+    for change, match in ((dict(score_func="softmax"), "score_func 'softmax'"), (dict(route_norm=False), "route_norm false"),
+                          (dict(n_group=8, topk_group=4), "n_group 8 with topk_group 4")):
+        with pytest.raises(ValueError, match=match + ".* is not supported for afmoe"):
+            model_config_from_hf(dict(mini, **change))
+    assert model_config_from_hf(dict(mini, n_group=8, topk_group=8)) == args  # every group chosen: no groups
