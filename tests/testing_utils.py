@@ -398,6 +398,15 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
             "head_dim": 32, "sliding_window": 12, "global_attn_every_n_layers": 2, "num_dense_layers": 1,
             "moe_intermediate_size": 32, "num_experts": 4, "num_experts_per_tok": 2, "num_shared_experts": 1,
             "route_scale": 2.0, "mup_enabled": True, "pad_token_id": 0, "eos_token_id": 2, "bos_token_id": 1, **tiny}),
+        # Sarvam MoE's layout (Sarvam-30B): GLM-4.5's model under Ling's names, per-head q / k norms, RoPE on whole
+        # heads, head_dim 32; the first MLP dense, then 4 experts of 32 in 2 groups (1 chosen), top-2 by sigmoid score + a
+        # random expert bias, x 2.5, and a shared expert (the vLLM venv's transformers has no SarvamMoEConfig: a GLM-4.5
+        # saved and renamed as the release stores it, _as_sarvam_release)
+        "sarvam_moe": lambda: getattr(tf, "SarvamMoEConfig", tf.Glm4MoeConfig)(**{
+            "head_dim": 32, "moe_intermediate_size": 32, "n_routed_experts": 4, "num_experts_per_tok": 2, "n_group": 2,
+            "topk_group": 1, "n_shared_experts": 1, "routed_scaling_factor": 2.5, "first_k_dense_replace": 1,
+            "use_qk_norm": True, "partial_rotary_factor": 1.0, "pad_token_id": 0, "eos_token_id": 2, "bos_token_id": 1,
+            **tiny}),
         # HyperCLOVA X SEED Think's layout: Granite's four scalars (logits x 0.5: a multiplier here), Peri-LN's norms on
         # the attention and MLP outputs, untied
         "hyperclovax": lambda: tf.HyperCLOVAXConfig(**{
@@ -640,7 +649,7 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
            "hunyuan_v1_dense": tf.HunYuanDenseV1ForCausalLM, "hunyuan_v1_moe": tf.HunYuanMoEV1ForCausalLM,
            "granitemoe": tf.GraniteMoeForCausalLM, "granitemoeshared": tf.GraniteMoeSharedForCausalLM,
            "granitemoehybrid": tf.GraniteMoeHybridForCausalLM, "glm": tf.GlmForCausalLM,
-           "helium": tf.HeliumForCausalLM, "stablelm": tf.StableLmForCausalLM, "nemotron_h": tf.NemotronHForCausalLM, "falcon_h1": tf.FalconH1ForCausalLM, "lfm2": tf.Lfm2ForCausalLM, "lfm2_moe": tf.Lfm2MoeForCausalLM, "lfm2_vl": tf.Lfm2VlForConditionalGeneration, "exaone_moe": tf.ExaoneMoeForCausalLM, "hy_v3": tf.HYV3ForCausalLM, "afmoe": tf.AfmoeForCausalLM, "hyperclovax": tf.HyperCLOVAXForCausalLM, "iquestcoder": tf.LlamaForCausalLM, "exaone": tf.LlamaForCausalLM,
+           "helium": tf.HeliumForCausalLM, "stablelm": tf.StableLmForCausalLM, "nemotron_h": tf.NemotronHForCausalLM, "falcon_h1": tf.FalconH1ForCausalLM, "lfm2": tf.Lfm2ForCausalLM, "lfm2_moe": tf.Lfm2MoeForCausalLM, "lfm2_vl": tf.Lfm2VlForConditionalGeneration, "exaone_moe": tf.ExaoneMoeForCausalLM, "hy_v3": tf.HYV3ForCausalLM, "afmoe": tf.AfmoeForCausalLM, "sarvam_moe": tf.Glm4MoeForCausalLM, "hyperclovax": tf.HyperCLOVAXForCausalLM, "iquestcoder": tf.LlamaForCausalLM, "exaone": tf.LlamaForCausalLM,
            "starcoder2": tf.Starcoder2ForCausalLM, "nemotron": tf.NemotronForCausalLM,
            "cohere": tf.CohereForCausalLM, "cohere2": tf.Cohere2ForCausalLM, "phi": tf.PhiForCausalLM,
            "gpt_neox": tf.GPTNeoXForCausalLM, "falcon": tf.FalconForCausalLM, "olmo": tf.OlmoForCausalLM}[arch]
@@ -661,6 +670,8 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
         _as_exaone_release(out_dir)
     if arch == "iquestcoder" and not hasattr(tf, "IQuestCoderConfig"):  # (the vLLM venv's transformers has none)
         _retype(out_dir, "iquestcoder", "IQuestCoderForCausalLM")
+    if arch == "sarvam_moe" and not hasattr(tf, "SarvamMoEConfig"):  # (nor this)
+        _as_sarvam_release(out_dir)
     return model
 
 
@@ -684,6 +695,32 @@ def _as_exaone_release(out_dir):
         tensors = {re.sub(pattern, repl, k): v for k, v in tensors.items()}
     save_file(tensors, path, metadata={"format": "pt"})
     _retype(out_dir, "exaone", "ExaoneForCausalLM")
+
+
+# Sarvam MoE's (Ling's) release names for a GLM-4.5's (transformers >= 5.24 saves them so itself: test_hf_bridge_io.py
+# checks it); q / k / v are fused as attention.query_key_value by _as_sarvam_release
+SARVAM_RELEASE_NAMES = ((r"^model\.embed_tokens\.", "model.word_embeddings."), (r"\.self_attn\.o_proj\.", ".attention.dense."),
+                        (r"\.self_attn\.q_norm\.", ".attention.query_layernorm."),
+                        (r"\.self_attn\.k_norm\.", ".attention.key_layernorm."),
+                        (r"\.mlp\.gate\.e_score_correction_bias$", ".mlp.gate.expert_bias"))
+
+
+def _as_sarvam_release(out_dir):
+    """A GLM-4.5 saved in `out_dir` renamed as Sarvam MoE's release: q / k / v (and their biases) fused as
+    attention.query_key_value, SARVAM_RELEASE_NAMES, config.json's model_type and architecture."""
+    import re
+
+    from safetensors.torch import load_file, save_file
+
+    path = os.path.join(out_dir, "model.safetensors")
+    tensors = load_file(path)
+    for name in [n for n in tensors if ".self_attn.q_proj." in n]:
+        parts = [tensors.pop(name.replace(".q_proj.", f".{p}_proj.")) for p in "qkv"]
+        tensors[name.replace(".self_attn.q_proj.", ".attention.query_key_value.")] = torch.cat(parts)
+    for pattern, repl in SARVAM_RELEASE_NAMES:
+        tensors = {re.sub(pattern, repl, k): v for k, v in tensors.items()}
+    save_file(tensors, path, metadata={"format": "pt"})
+    _retype(out_dir, "sarvam_moe", "SarvamMoEForCausalLM")
 
 
 def _retype(out_dir, model_type, architecture):

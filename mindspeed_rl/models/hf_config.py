@@ -16,7 +16,8 @@ from typing import Any, Mapping, Optional
 from mindspeed_rl.models.hf_layernorm_config import (LAYERNORM_ARCHS, OWN_ACTIVATION, falcon_keys, layernorm_args,
                                                      layernorm_checks, neox_keys)
 from mindspeed_rl.models.hf_afmoe_config import afmoe_config
-from mindspeed_rl.models.hf_moe_config import expert_count, gpt_oss_args, hy_v3_config, mla_args, moe_args_from_hf
+from mindspeed_rl.models.hf_moe_config import (expert_count, gpt_oss_args, hy_v3_config, mla_args, moe_args_from_hf,
+                                                sarvam_moe_config)
 from mindspeed_rl.models.hf_falcon_h1_config import falcon_h1_args, falcon_h1_config
 from mindspeed_rl.models.mamba_layout import mamba_step_limit
 from mindspeed_rl.models.hf_nemotron_h_config import nemotron_h_args, nemotron_h_config
@@ -29,11 +30,11 @@ HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_mo
             "qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_dense", "hunyuan_v1_moe",
             "granitemoe", "granitemoeshared", "granitemoehybrid", "glm", "helium", "stablelm",
             "starcoder2", "nemotron", "cohere", "cohere2", "phi", "gpt_neox", "falcon", "olmo", "nemotron_h", "falcon_h1",
-            "lfm2", "lfm2_moe", "exaone", "exaone_moe", "hyperclovax", "iquestcoder", "hy_v3", "afmoe")
+            "lfm2", "lfm2_moe", "exaone", "exaone_moe", "hyperclovax", "iquestcoder", "hy_v3", "afmoe", "sarvam_moe")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss",
              "minimax_m2", "ernie4_5_moe", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_moe",
-             "granitemoe", "granitemoeshared", "granitemoehybrid", "exaone_moe", "hy_v3", "afmoe")
+             "granitemoe", "granitemoeshared", "granitemoehybrid", "exaone_moe", "hy_v3", "afmoe", "sarvam_moe")
 # Granite's four scalars (granite_args); the MoE ones route as Mixtral, with a shared MLP beside the experts
 # (granitemoeshared, granitemoehybrid) or none (granitemoe); Granite 4.0's granitemoehybrid without experts is dense
 GRANITE_ARCHS = ("granite", "granitemoe", "granitemoeshared", "granitemoehybrid")
@@ -189,6 +190,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     Hy3 (hy_v3: Hy3-preview) is Qwen3's attention with DeepSeek-V3's routing without groups (hy_v3_config). AFMoE
     (afmoe: Trinity) is that routing under sandwich norms, its attention output gated by its own projection
     (attention_gate_proj), sliding layers with RoPE and full ones without, embeddings x sqrt(hidden) with mup_enabled.
+    Sarvam MoE (sarvam_moe: Sarvam-30B) is GLM-4.5 under Ling's names (sarvam_moe_config).
     LFM2 (lfm2) is Qwen3's attention with most layers a short convolution instead, LFM2-MoE (lfm2_moe) that with
     sigmoid-routed experts (models/hf_lfm2_config.py).
     A quantized checkpoint is read dequantized where its format is one the reader knows (check_quantization).
@@ -228,8 +230,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         hf = falcon_h1_config(hf)
     if model_type in ("lfm2", "lfm2_moe"):  # short-convolution layers (models/hf_lfm2_config.py)
         hf = lfm2_config(hf)
-    if model_type in ("hy_v3", "afmoe"):  # their keys as the GLM-4.5 reader names them (models/hf_moe_config.py)
-        hf = hy_v3_config(hf) if model_type == "hy_v3" else afmoe_config(hf)
+    if model_type in ("hy_v3", "afmoe", "sarvam_moe"):  # their keys as the GLM-4.5 reader names them
+        hf = {"hy_v3": hy_v3_config, "afmoe": afmoe_config, "sarvam_moe": sarvam_moe_config}[model_type](hf)
     heads = int(hf["num_attention_heads"])
     kv_heads = int(hf.get("num_key_value_heads") or heads)
     head_dim = int(hf.get("head_dim") or hf["hidden_size"] // heads)
@@ -265,10 +267,10 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     # transformers 5 keeps it in rope_parameters, 4.x at the top level
     partial = float(rope.get("partial_rotary_factor") or hf.get("partial_rotary_factor") or 1.0)
     rotary_percent = partial if partial != 1.0 else None
-    if rotary_percent is not None and model_type not in ("phi3", "glm", "glm4", "glm4_moe", "minimax_m2", "stablelm",
-                                                         "nemotron", "phi", "gpt_neox", *QWEN3_5_ARCHS):
+    if rotary_percent is not None and model_type not in ("phi3", "glm", "glm4", "glm4_moe", "sarvam_moe", "minimax_m2",
+                                                         "stablelm", "nemotron", "phi", "gpt_neox", *QWEN3_5_ARCHS):
         raise ValueError(f"config.json partial_rotary_factor {partial} is supported for phi3, glm, glm4, glm4_moe, "
-                         f"stablelm, nemotron, phi, gpt_neox, "
+                         f"sarvam_moe, stablelm, nemotron, phi, gpt_neox, "
                          f"minimax_m2, qwen3_5_text and qwen3_next models only, not {model_type}.")
     if hf.get("clip_qkv") is not None and model_type != "olmo":  # OLMoE clamps after its q / k norms; vLLM does not
         raise ValueError(f"config.json clip_qkv {hf['clip_qkv']} (queries, keys and values clamped to +-clip_qkv) is "
@@ -318,7 +320,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
                          or (model_type == "qwen2_moe" and bool(hf.get("qkv_bias", True)))),
         "disable_bias_linear": True,
         "untie_embeddings_and_output_weights": not hf.get("tie_word_embeddings", False),
-        "qk_layernorm": model_type in ("qwen3", "qwen3_moe", "hy_v3", "afmoe") or (model_type == "glm4_moe" and bool(hf.get("use_qk_norm"))),
+        "qk_layernorm": model_type in ("qwen3", "qwen3_moe", "hy_v3", "afmoe")
+        or (model_type in ("glm4_moe", "sarvam_moe") and bool(hf.get("use_qk_norm"))),
         "position_embedding_type": "rope",
     }
     if hf.get("clip_qkv") is not None:  # OLMo-7B-0424 / 0724's 8 (models/olmo.py)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 # DeepSeek-V3's MoE routing (glm4_moe_args): sigmoid scores + expert bias, groups, routed scale, shared experts
-V3_ROUTING = ("glm4_moe", "deepseek_v3", "glm4_moe_lite", "exaone_moe", "hy_v3", "afmoe")
+V3_ROUTING = ("glm4_moe", "deepseek_v3", "glm4_moe_lite", "exaone_moe", "hy_v3", "afmoe", "sarvam_moe")
 
 # transformers' HYV3Config (Hy3-preview's sizes) where config.json leaves a key out
 HY_V3_DEFAULTS = {"rope_theta": 11158840.0, "rms_norm_eps": 1e-5, "head_dim": 128, "num_experts": 192,
@@ -42,6 +42,43 @@ def hy_v3_config(hf: Mapping[str, Any]) -> dict[str, Any]:
     # (transformers' HYV3 and vLLM's route over all experts at once, whatever n_group says)
     return {**hf, "n_group": None, "topk_group": None, "routed_scaling_factor": hf["router_scaling_factor"],
             "norm_topk_prob": True}
+
+
+# transformers' SarvamMoEConfig (Sarvam-30B's sizes) where config.json leaves a key out
+SARVAM_MOE_DEFAULTS = {"rope_theta": 8000000.0, "head_dim": 64, "use_qk_norm": True, "first_k_dense_replace": 1,
+                       "moe_intermediate_size": 1024, "num_experts_per_tok": 6, "routed_scaling_factor": 2.5,
+                       "norm_topk_prob": True, "n_group": 1, "topk_group": 1}
+
+
+def sarvam_moe_config(hf: Mapping[str, Any]) -> dict[str, Any]:
+    """Sarvam MoE (sarvam_moe: Sarvam-30B) config.json as transformers reads it: GLM-4.5's model (Glm4MoeForCausalLM:
+    per-head q / k RMSNorms, DeepSeek-V3's routing, num_shared_experts x moe_intermediate_size wide shared experts)
+    under Ling's (Bailing's) names and keys, RoPE on whole heads unless partial_rotary_factor says. Its releases also
+    carry keys vLLM's SarvamMoEForCausalLM (Bailing's module) reads; where they say what transformers does not compute
+    (another score_function, no expert bias, biases on every linear, RoPE on rotary_dim dimensions, shared experts of
+    another width), it is refused in one sentence, since rollout and training would differ."""
+    hf = {**hf, **{k: v for k, v in SARVAM_MOE_DEFAULTS.items() if hf.get(k) is None}}
+    heads = int(hf["num_attention_heads"])
+    head_dim = int(hf.get("head_dim") or int(hf["hidden_size"]) // heads)
+    rope = dict(hf.get("rope_parameters") or {})
+    rotary = int(head_dim * float(rope.get("partial_rotary_factor") or hf.get("partial_rotary_factor") or 1.0))
+    problems = [what for what, bad in (
+        (f"score_function {hf.get('score_function')!r} (transformers scores by sigmoid)",
+         hf.get("score_function") not in (None, "sigmoid")),
+        ("moe_router_enable_expert_bias false (transformers adds the expert bias)",
+         hf.get("moe_router_enable_expert_bias") is False),
+        ("use_bias true (transformers has no biases on o_proj and the MLPs)", bool(hf.get("use_bias"))),
+        (f"rotary_dim {hf.get('rotary_dim')} (transformers rotates {rotary} dimensions of each head)",
+         hf.get("rotary_dim") is not None and int(hf["rotary_dim"]) != rotary),
+        (f"moe_shared_expert_intermediate_size {hf.get('moe_shared_expert_intermediate_size')} (transformers' shared "
+         f"experts are moe_intermediate_size {hf['moe_intermediate_size']} wide each)",
+         hf.get("moe_shared_expert_intermediate_size") not in (None, hf["moe_intermediate_size"])),
+        ("use_rmsnorm false (transformers' q / k norms are RMSNorms)", hf.get("use_rmsnorm") is False and hf["use_qk_norm"]),
+    ) if bad]
+    if problems:
+        raise ValueError(f"config.json {'; '.join(problems)} is not supported for sarvam_moe: vLLM would compute it, "
+                         f"transformers and the trainer would not. Sarvam's releases do not set it.")
+    return hf
 
 
 def hunyuan_moe_args(hf: Mapping[str, Any]) -> dict[str, Any]:

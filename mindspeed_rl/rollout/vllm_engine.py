@@ -95,7 +95,8 @@ def chunked(named: Iterable[tuple[str, torch.Tensor]], max_bytes: int) -> Iterat
 
 # model types whose fused and stacked tensors vLLM's loader takes only in the checkpoints' form (grouped_chunks):
 # Granite MoE's (its own classes), GLM-4's gate_up_proj (vLLM 0.32 serves GlmForCausalLM with its Transformers backend)
-STORED_FORM = ("granitemoe", "granitemoeshared", "glm", "granitemoehybrid", "granitemoehybrid_dense", "nemotron_h")
+STORED_FORM = ("granitemoe", "granitemoeshared", "glm", "granitemoehybrid", "granitemoehybrid_dense", "nemotron_h",
+               "sarvam_moe")
 
 
 def vllm_config(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -114,8 +115,10 @@ def vllm_config(config: Mapping[str, Any]) -> dict[str, Any]:
     Llama it is. Hy3 (hy_v3) with the keys its releases carry for vLLM, whose defaults differ from transformers'
     (first_k_dense_replace: none, qk_norm / route_norm: false, router_scaling_factor: 1; the expert width as
     expert_hidden_dim), written as transformers reads the model; AFMoE (afmoe) with the routing keys vLLM reads
-    (score_func, route_norm, n_group, topk_group) where its config.json leaves them out. Other config.json pass
-    unchanged."""
+    (score_func, route_norm, n_group, topk_group) where its config.json leaves them out. Sarvam MoE (sarvam_moe)
+    under GLM-4.5's config class (vLLM's transformers has none of its own) with the keys of Ling's module, which vLLM
+    runs it with, saying transformers' model (sigmoid routing with the expert bias in fp32, RMSNorm q / k norms, no
+    other biases). Other config.json pass unchanged."""
     config = dict(config)
     if config.get("model_type") == "iquestcoder":  # IQuest-Coder: Llama under its own model_type (vLLM: Llama's), its
         # head_dim 128 unless config.json says (Llama's default would be hidden_size / heads)
@@ -143,6 +146,20 @@ def vllm_config(config: Mapping[str, Any]) -> dict[str, Any]:
         hy = hy_v3_config(config)
         return {**config, "first_k_dense_replace": first_dense_layers(hy), "expert_hidden_dim": hy["moe_intermediate_size"],
                 "router_scaling_factor": hy["router_scaling_factor"], "qk_norm": True, "route_norm": True}
+    if config.get("model_type") == "sarvam_moe":  # Sarvam MoE: under GLM-4.5's config class (vLLM's transformers has
+        # no SarvamMoEConfig; the releases bring theirs as remote code), with the keys of Ling's module vLLM runs it with
+        from mindspeed_rl.models.hf_moe_config import expert_count, sarvam_moe_config
+
+        hf = sarvam_moe_config(config)
+        experts, shared = expert_count(hf), int(hf.get("num_shared_experts") or hf.get("n_shared_experts") or 0)
+        rope = dict(hf.get("rope_parameters") or {})
+        bias = bool(hf.get("use_qkv_bias") or hf.get("attention_bias"))
+        return {**hf, "model_type": "glm4_moe", "architectures": ["SarvamMoEForCausalLM"], "num_experts": experts,
+                "n_routed_experts": experts, "num_shared_experts": shared, "n_shared_experts": shared,
+                "moe_shared_expert_intermediate_size": hf["moe_intermediate_size"], "score_function": "sigmoid",
+                "moe_router_enable_expert_bias": True, "router_dtype": "fp32", "use_rmsnorm": True, "use_bias": False,
+                "use_qkv_bias": bias, "attention_bias": bias, "embedding_dropout": 0.0,
+                "partial_rotary_factor": float(rope.get("partial_rotary_factor") or hf.get("partial_rotary_factor") or 1.0)}
     if config.get("model_type") == "afmoe":  # AFMoE: the routing keys vLLM's AfmoeForCausalLM reads and transformers'
         # config lacks, as transformers routes (hf_moe_config.afmoe_config refuses any other)
         return {"score_func": "sigmoid", "route_norm": True, "n_group": 1, "topk_group": 1, **config}

@@ -139,6 +139,13 @@ _STORED_AS["afmoe"] = (*_STORED_AS["hy_v3"][:2], *_STORED_AS["glm4_moe"],
                        ("post_attention_layernorm.weight", "pre_mlp_layernorm.weight"),
                        ("post_self_attn_layernorm.weight", "post_attention_layernorm.weight"),
                        ("post_feedforward_layernorm.weight", "post_mlp_layernorm.weight"))
+# Sarvam MoE: Ling's (Bailing's) names for GLM-4.5's tensors: the attention as attention.* (q / k / v fused as
+# query_key_value: _FUSED; o_proj as dense; q / k norms as query_layernorm / key_layernorm), the expert bias beside the
+# router as gate.expert_bias, the shared experts as shared_experts (its embedding: _PREFIX_AS)
+_STORED_AS["sarvam_moe"] = (("self_attn.o_proj.weight", "attention.dense.weight"),
+                            ("self_attn.q_norm.weight", "attention.query_layernorm.weight"),
+                            ("self_attn.k_norm.weight", "attention.key_layernorm.weight"),
+                            ("mlp.gate.e_score_correction_bias", "mlp.gate.expert_bias"), *_STORED_AS["glm4_moe"])
 # HyperCLOVA X (Peri-LN): the norms on the attention and MLP outputs as post_norm1 / post_norm2
 _STORED_AS["hyperclovax"] = (("post_self_attn_layernorm.weight", "post_norm1.weight"),
                              ("post_feedforward_layernorm.weight", "post_norm2.weight"))
@@ -171,11 +178,13 @@ _STORED_AS["starcoder2"] = tuple((f"mlp.{c}_proj.{k}", f"mlp.{s}.{k}") for c, s 
 def names_type(config) -> str | None:
     """The key of a config.json's tensor names in the tables here: its model_type, except Granite 4.0's dense models
     (granitemoehybrid without experts: `granitemoehybrid_dense`), whose shared_mlp is their only MLP, Falcon's
-    with two norms beside each other (`falcon_2ln`: ln_attn, ln_mlp), and EXAONE 3.x by its architecture (the vLLM
-    engine gives it to vLLM as a llama model_type: rollout/vllm_engine.vllm_config)."""
+    with two norms beside each other (`falcon_2ln`: ln_attn, ln_mlp), and EXAONE 3.x and Sarvam MoE by their
+    architecture (the vLLM engine gives them to vLLM as llama / glm4_moe model_types: rollout/vllm_engine.vllm_config)."""
     model_type = (config or {}).get("model_type")
     if list((config or {}).get("architectures") or ()) == ["ExaoneForCausalLM"]:  # (the vLLM engine's llama-typed EXAONE)
         return "exaone"
+    if list((config or {}).get("architectures") or ()) == ["SarvamMoEForCausalLM"]:  # (and its GLM-4.5-typed Sarvam MoE)
+        return "sarvam_moe"
     if model_type == "granitemoehybrid" and not int(config.get("num_local_experts", 8) or 0):
         return "granitemoehybrid_dense"
     if model_type == "falcon" and config.get("new_decoder_architecture") and falcon_norms(config) == 2:
@@ -212,6 +221,7 @@ _PREFIX_AS["falcon_h1"] = (("model.norm.", "model.final_layernorm."),)  # Falcon
 _PREFIX_AS["exaone"] = (("model.layers.", "transformer.h."), ("model.embed_tokens.", "transformer.wte."),
                         ("model.norm.", "transformer.ln_f."))  # EXAONE 3.0 / 3.5's model, embedding and final norm
 _PREFIX_AS["lfm2"] = _PREFIX_AS["lfm2_moe"] = (("model.norm.", "model.embedding_norm."),)  # LFM2's final norm
+_PREFIX_AS["sarvam_moe"] = (("model.embed_tokens.", "model.word_embeddings."),)  # Sarvam MoE's (Ling's) embedding
 
 
 def _prefix(name: str, model_type: str | None, reverse: bool) -> str:
@@ -244,6 +254,9 @@ _FUSED = {
     "granitemoehybrid_dense": {"shared_mlp.input_linear.weight": ("mlp.gate_proj.weight", "mlp.up_proj.weight")},
 }
 _FUSED["granitemoehybrid"] = _FUSED["granitemoeshared"]
+# Sarvam MoE (Ling's names): q / k / v as attention.query_key_value, biases too (use_qkv_bias)
+_FUSED["sarvam_moe"] = {f"attention.query_key_value.{k}": tuple(f"self_attn.{p}_proj.{k}" for p in "qkv")
+                        for k in ("weight", "bias")}
 _FUSED["glm"] = _FUSED["glm4"]  # GLM-4 (glm-4-9b-hf): gate / up fused as GLM-4-0414's
 _LAYER = re.compile(r"^(model\.layers\.\d+\.)(.+)$")
 
@@ -550,9 +563,9 @@ def part_rows(hf_config: dict, canonical: str) -> int:
         return int(hf_config["shared_intermediate_size"])
     heads = int(hf_config["num_attention_heads"])
     head_dim = int(hf_config.get("head_dim") or int(hf_config["hidden_size"]) // heads)
-    if canonical.endswith("q_proj.weight"):
+    if canonical.endswith(("q_proj.weight", "q_proj.bias")):
         return heads * head_dim
-    if canonical.endswith(("k_proj.weight", "v_proj.weight")):
+    if canonical.endswith(("k_proj.weight", "v_proj.weight", "k_proj.bias", "v_proj.bias")):
         return int(hf_config.get("num_key_value_heads") or heads) * head_dim
     return int(hf_config["intermediate_size"])
 

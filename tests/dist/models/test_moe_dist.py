@@ -275,7 +275,7 @@ def _moe_layers(moe) -> int:
 @pytest.fixture(scope="module", params=["qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3",
                                                  "deepseek_v2", "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe",
                                                  "olmoe", "flex_olmo", "hunyuan_v1_moe", "granitemoeshared",
-                                                 "nemotron_h-moe", "lfm2_moe", "exaone_moe", "hy_v3", "afmoe"])
+                                                 "nemotron_h-moe", "lfm2_moe", "exaone_moe", "hy_v3", "afmoe", "sarvam_moe"])
 def moe(request, tmp_path_factory):
     """Every test below runs on Qwen3-MoE, on Qwen2-MoE (qkv biases, top-k not renormalised, and
     a shared expert with its sigmoid gate: megatron's SharedExpertMLP, split over TP), on Mixtral
@@ -303,15 +303,15 @@ def moe(request, tmp_path_factory):
     work = str(tmp_path_factory.mktemp("moe_work"))
     # LFM2-MoE's, EXAONE MoE's, Hy3's and AFMoE's embeddings have padding_idx = pad_token_id (transformers'), which this batch's
     # token 0 would hit: without a pad token (test_hybrid_mixers_dist.py's note)
-    unpadded = {"pad_token_id": None} if request.param in ("lfm2_moe", "exaone_moe", "hy_v3", "afmoe") else {}
+    unpadded = {"pad_token_id": None} if request.param in ("lfm2_moe", "exaone_moe", "hy_v3", "afmoe", "sarvam_moe") else {}
     hf = make_tiny_hf(request.param.split("-")[0], hf_dir, **HF_VARIANTS.get(request.param, {}), **unpadded)
     ids, mask = _batch()
     logits = hf(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask)).logits
     lp = torch.log_softmax(logits[:, :-1].float(), dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
     _loss(lp, ids, mask).backward()
-    # under the bridge's canonical names (GLM-4.5's shared_experts: hf_bridge/names.py; Hy3's modules are named as
-    # GLM-4.5's, which transformers renames its checkpoints' names to as it loads them)
-    kind = "glm4_moe" if hf.config.model_type == "hy_v3" else hf.config.model_type
+    # under the bridge's canonical names (GLM-4.5's shared_experts: hf_bridge/names.py; Hy3's and Sarvam MoE's modules
+    # are named as GLM-4.5's, which transformers renames its checkpoints' names to as it loads them)
+    kind = "glm4_moe" if hf.config.model_type in ("hy_v3", "sarvam_moe") else hf.config.model_type
     grads = per_expert({canonical_name(n, kind, hf.config.to_dict()): p.grad.detach().clone()
                         for n, p in hf.named_parameters()
                       if p.grad is not None},  # (ERNIE's expert bias: a parameter without a gradient)

@@ -516,3 +516,25 @@ def test_exaone_release_names_are_what_transformers_saves(tmp_path):
     assert "transformer.h.1.attn.attention.out_proj.weight" in names(tmp_path / "llama")
     canonical = {canonical_name(n, "exaone", config.to_dict()) for n in names(tmp_path / "llama")}
     assert "model.layers.1.self_attn.o_proj.weight" in canonical and "model.norm.weight" in canonical
+
+
+def test_sarvam_release_names_are_what_transformers_saves(tmp_path):
+    """The vLLM stage's tiny Sarvam MoE (its transformers has no SarvamMoEConfig: a GLM-4.5 renamed and q / k / v fused
+    by testing_utils._as_sarvam_release) stores the same tensors under the names this transformers saves them, and the
+    bridge reads both as the same canonical tensors."""
+    import transformers
+    from safetensors.torch import load_file
+
+    from testing_utils import _as_sarvam_release, make_tiny_hf
+
+    make_tiny_hf("sarvam_moe", str(tmp_path / "transformers"))
+    config = transformers.SarvamMoEConfig.from_pretrained(str(tmp_path / "transformers")).to_dict()
+    glm = transformers.Glm4MoeConfig(**{k: v for k, v in config.items() if k not in ("model_type", "architectures")})
+    model = transformers.Glm4MoeForCausalLM(glm)
+    model.load_state_dict(transformers.Glm4MoeForCausalLM.from_pretrained(str(tmp_path / "transformers")).state_dict())
+    model.save_pretrained(str(tmp_path / "glm"))
+    _as_sarvam_release(str(tmp_path / "glm"))
+    ours, theirs = load_file(str(tmp_path / "glm" / "model.safetensors")), load_file(
+        str(tmp_path / "transformers" / "model.safetensors"))
+    assert sorted(ours) == sorted(theirs) and all(torch.equal(ours[n], theirs[n]) for n in ours)
+    assert "model.layers.1.attention.query_key_value.weight" in ours and "model.word_embeddings.weight" in ours

@@ -1549,3 +1549,45 @@ def test_afmoe_config_json_and_what_vllm_is_handed():
         with pytest.raises(ValueError, match=match + ".* is not supported for afmoe"):
             model_config_from_hf(dict(mini, **change))
     assert model_config_from_hf(dict(mini, n_group=8, topk_group=8)) == args  # every group chosen: no groups
+
+
+def test_sarvam_moe_config_json_and_what_vllm_is_handed():
+    """Sarvam MoE (sarvam_moe): transformers' SarvamMoEConfig defaults are Sarvam-30B's sizes (19 layers, the first dense,
+    then 128 experts of 1024, 6 per token, sigmoid routing with the expert bias x 2.5, one shared expert; 64 heads of 64,
+    4 KV heads, theta 8e6, q / k norms). Read as transformers saves it and with the keys of Ling's module (Bailing's) that
+    the releases carry for vLLM; exported from args as GLM-4.5 (the same model) and read back the same; the vLLM keys
+    that would make it compute another model are refused in one sentence, and the engine hands vLLM transformers' model
+    under GLM-4.5's config class."""
+    from transformers import SarvamMoEConfig
+
+    from mindspeed_rl.models.hf_export_config import hf_config_from_args
+    from mindspeed_rl.rollout.vllm_engine import vllm_config
+
+    saved = SarvamMoEConfig().to_dict()
+    args = model_config_from_hf(saved)
+    assert (args["num_layers"], args["num_experts"], args["moe_router_topk"], args["moe_ffn_hidden_size"],
+            args["moe_router_topk_scaling_factor"], args["moe_shared_expert_intermediate_size"],
+            args["kv_channels"], args["num_query_groups"], args["rotary_base"]) == \
+        (19, 128, 6, 1024, 2.5, 1024, 64, 4, 8000000.0)
+    assert args["qk_layernorm"] and args["moe_layer_freq"] == [0] + [1] * 18 and "rotary_percent" not in args
+    ling = {k: v for k, v in saved.items() if k not in ("n_routed_experts", "n_shared_experts", "attention_bias")}
+    ling.update(num_experts=128, num_shared_experts=1, use_qkv_bias=False, use_bias=False, score_function="sigmoid",
+                moe_router_enable_expert_bias=True, use_rmsnorm=True, rotary_dim=64, router_dtype="fp32",
+                moe_shared_expert_intermediate_size=1024, embedding_dropout=0.0, architectures=["SarvamMoEForCausalLM"])
+    assert model_config_from_hf(ling) == args
+    written = hf_config_from_args(args, vocab_size=262144)
+    assert written["model_type"] == "glm4_moe" and model_config_from_hf(written) == args
+    engine = vllm_config(ling)
+    assert (engine["model_type"], engine["architectures"], engine["num_experts"], engine["num_shared_experts"],
+            engine["score_function"], engine["moe_router_enable_expert_bias"], engine["use_rmsnorm"],
+            engine["use_qk_norm"], engine["partial_rotary_factor"], engine["moe_shared_expert_intermediate_size"]) == \
+        ("glm4_moe", ["SarvamMoEForCausalLM"], 128, 1, "sigmoid", True, True, True, 1.0, 1024)
+    assert vllm_config(saved)["num_experts"] == 128 and vllm_config(saved)["use_qkv_bias"] is False
+    for change, match in ((dict(score_function="softmax"), "score_function 'softmax'"),
+                          (dict(moe_router_enable_expert_bias=False), "moe_router_enable_expert_bias false"),
+                          (dict(use_bias=True), "use_bias true"), (dict(rotary_dim=32), "rotary_dim 32 .transformers "
+                                                                                          "rotates 64"),
+                          (dict(moe_shared_expert_intermediate_size=2048), "moe_shared_expert_intermediate_size 2048"),
+                          (dict(use_rmsnorm=False), "use_rmsnorm false")):
+        with pytest.raises(ValueError, match=match + ".* is not supported for sarvam_moe"):
+            model_config_from_hf(dict(ling, **change))
