@@ -491,6 +491,18 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
                                 "original_max_position_embeddings": 32, "beta_fast": 32, "beta_slow": 1,
                                 "mscale": 1.0, "mscale_all_dim": 0.8},
             **tiny, "num_key_value_heads": tiny["num_attention_heads"]}),
+        # Sarvam-105B's layout scaled down (sarvam_mla): DeepSeek-V3's with one full-rank query projection, YaRN x 4
+        # (two different mscales), routing over all 4 experts (no groups), x 2.5, a dense first layer and a shared
+        # expert; written as the release spells it (_as_sarvam_mla_release: Ling's keys, deepseek_yarn)
+        "sarvam_mla": lambda: tf.DeepseekV3Config(**{
+            "q_lora_rank": None, "kv_lora_rank": 16, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16,
+            "moe_intermediate_size": 32, "n_routed_experts": 4, "num_experts_per_tok": 2, "n_shared_experts": 1,
+            "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1, "routed_scaling_factor": 2.5,
+            "pad_token_id": None, "eos_token_id": 2,
+            "rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0,
+                                "original_max_position_embeddings": 32, "beta_fast": 32, "beta_slow": 1,
+                                "mscale": 1.0, "mscale_all_dim": 0.8},
+            **tiny, "num_key_value_heads": tiny["num_attention_heads"]}),
         # DeepSeek-V2-Lite's layout scaled down: multi-latent attention with one full-rank query projection, YaRN x 4
         # (mscale = mscale_all_dim 0.707), softmax routing without renormalising (top-2 of 4, weights x 2), a dense
         # first layer and one shared expert
@@ -639,7 +651,7 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
            "gemma3": tf.Gemma3ForConditionalGeneration, "gemma2": tf.Gemma2ForCausalLM,
            "mistral3": tf.Mistral3ForConditionalGeneration, "gemma": tf.GemmaForCausalLM,
            "olmo2": tf.Olmo2ForCausalLM, "olmo3": tf.Olmo3ForCausalLM, "exaone4": tf.Exaone4ForCausalLM, "seed_oss": tf.SeedOssForCausalLM, "glm4": tf.Glm4ForCausalLM, "ernie4_5": tf.Ernie4_5ForCausalLM, "ernie4_5_moe": tf.Ernie4_5_MoeForCausalLM, "apertus": tf.ApertusForCausalLM,
-           "arcee": tf.ArceeForCausalLM, "glm4_moe": tf.Glm4MoeForCausalLM, "deepseek_v3": tf.DeepseekV3ForCausalLM,
+           "arcee": tf.ArceeForCausalLM, "glm4_moe": tf.Glm4MoeForCausalLM, "deepseek_v3": tf.DeepseekV3ForCausalLM, "sarvam_mla": tf.DeepseekV3ForCausalLM,
            "deepseek_v2": tf.DeepseekV2ForCausalLM, "gpt_oss": tf.GptOssForCausalLM,
            "minimax_m2": tf.MiniMaxM2ForCausalLM, "glm4_moe_lite": tf.Glm4MoeLiteForCausalLM, "ministral3": tf.Mistral3ForConditionalGeneration, "qwen2_5_vl": tf.Qwen2_5_VLForConditionalGeneration, "qwen3_vl": tf.Qwen3VLForConditionalGeneration,
            "qwen3_vl_moe": tf.Qwen3VLMoeForConditionalGeneration, "qwen3_5_text": tf.Qwen3_5ForCausalLM,
@@ -672,6 +684,8 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
         _retype(out_dir, "iquestcoder", "IQuestCoderForCausalLM")
     if arch == "sarvam_moe" and not hasattr(tf, "SarvamMoEConfig"):  # (nor this)
         _as_sarvam_release(out_dir)
+    if arch == "sarvam_mla":
+        _as_sarvam_mla_release(out_dir)
     return model
 
 
@@ -721,6 +735,22 @@ def _as_sarvam_release(out_dir):
         tensors = {re.sub(pattern, repl, k): v for k, v in tensors.items()}
     save_file(tensors, path, metadata={"format": "pt"})
     _retype(out_dir, "sarvam_moe", "SarvamMoEForCausalLM")
+
+
+def _as_sarvam_mla_release(out_dir):
+    """A DeepSeek-V3 saved in `out_dir` with config.json as Sarvam-105B's release spells it: model_type sarvam_mla, Ling's
+    num_experts / num_shared_experts, rope type deepseek_yarn, the legacy head_dim (= qk_rope_head_dim) and the keys of
+    vLLM's Sarvam module (score_function, moe_router_enable_expert_bias). The tensors keep DeepSeek-V3's names."""
+    with open(os.path.join(out_dir, "config.json")) as f:
+        config = json.load(f)
+    config["num_experts"], config["num_shared_experts"] = config.pop("n_routed_experts"), config.pop("n_shared_experts")
+    rope = config.pop("rope_parameters")
+    config.update(rope_theta=rope.pop("rope_theta"), rope_scaling={**{k: v for k, v in rope.items() if k != "rope_type"},
+                                                                   "type": "deepseek_yarn"},
+                  head_dim=config["qk_rope_head_dim"], score_function="sigmoid", moe_router_enable_expert_bias=True,
+                  model_type="sarvam_mla", architectures=["SarvamMLAForCausalLM"])
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(config, f)
 
 
 def _retype(out_dir, model_type, architecture):

@@ -17,7 +17,7 @@ from mindspeed_rl.models.hf_layernorm_config import (LAYERNORM_ARCHS, OWN_ACTIVA
                                                      layernorm_checks, neox_keys)
 from mindspeed_rl.models.hf_afmoe_config import afmoe_config
 from mindspeed_rl.models.hf_moe_config import (expert_count, gpt_oss_args, hy_v3_config, mla_args, moe_args_from_hf,
-                                                sarvam_moe_config)
+                                                sarvam_mla_config, sarvam_moe_config)
 from mindspeed_rl.models.hf_falcon_h1_config import falcon_h1_args, falcon_h1_config
 from mindspeed_rl.models.mamba_layout import mamba_step_limit
 from mindspeed_rl.models.hf_nemotron_h_config import nemotron_h_args, nemotron_h_config
@@ -414,7 +414,7 @@ APERTUS_ROPE = {"rope_type": "llama3", "rope_theta": 12000000.0, "factor": 8.0, 
 
 # model types that are another's layout and math under their own name -> that one (text_model_config):
 # Kimi K2 (moonshotai/Kimi-K2-*: DeepseekV3ForCausalLM with remote code for its config class)
-SAME_AS = {"kimi_k2": "deepseek_v3"}
+SAME_AS = {"kimi_k2": "deepseek_v3", "sarvam_mla": "deepseek_v3"}  # (Sarvam-105B: hf_moe_config.sarvam_mla_config)
 # image-text model_type -> its text model's model_type and class (text_model_config)
 IMAGE_TEXT_ARCHS = {"gemma3": ("gemma3_text", "Gemma3ForCausalLM"), "mistral3": ("mistral", "MistralForCausalLM"),
                     "qwen2_vl": ("qwen2", "Qwen2ForCausalLM"), "qwen2_5_vl": ("qwen2", "Qwen2ForCausalLM"),
@@ -447,9 +447,10 @@ def text_model_config(config: Mapping[str, Any]) -> dict[str, Any]:
     defaults differ from Mistral's (no window). The vision tower's weights stay in
     the checkpoint unread (hf_bridge/names.py maps the language model's prefixed names). Tied
     embeddings: config.json's top-level tie_word_embeddings where it has one (transformers 5 ties by
-    it), else the text model's (4.x: Gemma 3 tied, Mistral untied). A model type in SAME_AS (Kimi K2)
-    becomes the one it is (deepseek_v3), without its remote-code `auto_map`."""
+    it), else the text model's (4.x: Gemma 3 tied, Mistral untied). A model type in SAME_AS (Kimi K2, Sarvam MLA with
+    its keys renamed) becomes the one it is (deepseek_v3), without its remote-code `auto_map`."""
     if config.get("model_type") in SAME_AS:  # read, served and exported as that model type, no remote code
+        config = sarvam_mla_config(config) if config["model_type"] == "sarvam_mla" else config
         return {**{k: v for k, v in config.items() if k != "auto_map"}, "model_type": SAME_AS[config["model_type"]]}
     text_type, cls = IMAGE_TEXT_ARCHS.get(config.get("model_type"), (None, None))
     if text_type is None:

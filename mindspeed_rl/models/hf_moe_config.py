@@ -81,6 +81,54 @@ def sarvam_moe_config(hf: Mapping[str, Any]) -> dict[str, Any]:
     return hf
 
 
+# transformers' SarvamMLAConfig (Sarvam-105B's sizes) where they differ from DeepseekV3Config's, for keys config.json
+# leaves out (q_lora_rank null: one full-rank query projection)
+SARVAM_MLA_DEFAULTS = {"vocab_size": 262144, "hidden_size": 4096, "intermediate_size": 16384, "num_hidden_layers": 32,
+                       "num_attention_heads": 64, "n_routed_experts": 128, "q_lora_rank": None, "n_group": 1,
+                       "topk_group": 1, "first_k_dense_replace": 1}
+# its releases' (Ling's) spellings -> DeepSeek-V3's
+SARVAM_MLA_KEYS = {"num_experts": "n_routed_experts", "num_shared_experts": "n_shared_experts",
+                   "num_mtp_layers": "num_nextn_predict_layers"}
+
+
+def sarvam_mla_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Sarvam MLA (sarvam_mla: Sarvam-105B) config.json as the DeepSeek-V3 one it is (transformers runs it as
+    DeepseekV3ForCausalLM, under DeepSeek-V3's tensor names): Ling's key spellings (num_experts, num_shared_experts,
+    num_mtp_layers) as DeepSeek-V3's, its rope type deepseek_yarn as yarn (what transformers' SarvamMLAConfig does), its
+    legacy head_dim / q_head_dim dropped, SarvamMLAConfig's defaults where config.json leaves a key out. Read, served
+    (vLLM's DeepSeek-V3) and exported as deepseek_v3 (hf_config.SAME_AS). The keys of vLLM's own Sarvam module that
+    would say another model than transformers computes (score_function, moe_router_enable_expert_bias,
+    moe_shared_expert_intermediate_size, moe_layer_freq) are refused in one sentence."""
+    hf = {k: v for k, v in config.items() if k not in ("auto_map", "head_dim", "q_head_dim")}
+    for theirs, ours in SARVAM_MLA_KEYS.items():
+        if theirs in hf:
+            value = hf.pop(theirs)
+            if hf.get(ours) is not None and value is not None and hf[ours] != value:
+                raise ValueError(f"config.json {theirs} {value} disagrees with {ours} {hf[ours]}; make them agree.")
+            hf.setdefault(ours, value)
+    hf = {**{k: v for k, v in SARVAM_MLA_DEFAULTS.items() if k not in hf}, **hf}
+    problems = [what for what, bad in (
+        (f"score_function {hf.get('score_function')!r} (transformers scores by sigmoid)",
+         hf.get("score_function") not in (None, "sigmoid")),
+        ("moe_router_enable_expert_bias false (transformers adds the expert bias)",
+         hf.get("moe_router_enable_expert_bias") is False),
+        (f"moe_shared_expert_intermediate_size {hf.get('moe_shared_expert_intermediate_size')} (transformers' shared "
+         f"experts are moe_intermediate_size wide each)", hf.get("moe_shared_expert_intermediate_size") not in (
+            None, hf.get("moe_intermediate_size"))),
+        (f"moe_layer_freq {hf.get('moe_layer_freq')} (transformers makes every layer after first_k_dense_replace MoE)",
+         hf.get("moe_layer_freq") not in (None, 1)),
+    ) if bad]
+    if problems:
+        raise ValueError(f"config.json {'; '.join(problems)} is not supported for sarvam_mla: vLLM's Sarvam module "
+                         f"would compute it, transformers and the trainer would not. Sarvam's releases do not set it.")
+    for key in ("rope_parameters", "rope_scaling"):
+        rope = dict(hf.get(key) or {})
+        if "deepseek_yarn" in (rope.get("type"), rope.get("rope_type")):
+            hf[key] = {**{k: v for k, v in rope.items() if k != "type"}, "rope_type": "yarn"}
+    hf.update(architectures=["DeepseekV3ForCausalLM"], scoring_func="sigmoid", topk_method="noaux_tc")
+    return hf
+
+
 def hunyuan_moe_args(hf: Mapping[str, Any]) -> dict[str, Any]:
     """Megatron MoE args of a HunYuan-MoE config.json (hunyuan_v1_moe: Hunyuan-A13B), as transformers computes it:
     every layer MoE, softmax over num_experts routed experts, the top moe_topk renormalised, experts and one shared

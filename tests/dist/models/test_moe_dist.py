@@ -275,7 +275,7 @@ def _moe_layers(moe) -> int:
 @pytest.fixture(scope="module", params=["qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3",
                                                  "deepseek_v2", "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe",
                                                  "olmoe", "flex_olmo", "hunyuan_v1_moe", "granitemoeshared",
-                                                 "nemotron_h-moe", "lfm2_moe", "exaone_moe", "hy_v3", "afmoe", "sarvam_moe"])
+                                                 "nemotron_h-moe", "lfm2_moe", "exaone_moe", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla"])
 def moe(request, tmp_path_factory):
     """Every test below runs on Qwen3-MoE, on Qwen2-MoE (qkv biases, top-k not renormalised, and
     a shared expert with its sigmoid gate: megatron's SharedExpertMLP, split over TP), on Mixtral

@@ -1,7 +1,7 @@
 """`load:` a HF directory with an empty model yaml: the architecture comes from config.json.
 
 Table over every architecture the model builder supports (Llama with llama3 rope scaling, Mistral,
-Phi-3, Qwen2 / Qwen2.5, Qwen3, Qwen3-MoE, Qwen2-MoE, Mixtral, SmolLM3, Granite, Gemma 3, Gemma 2, Gemma 1, OLMo 2, OLMo 3, Ministral 3, EXAONE 4.0, Seed-OSS, GLM-4, ERNIE 4.5, Arcee, GLM-4.5, DeepSeek-V3, DeepSeek-V2, GLM-4.7-Flash, gpt-oss, MiniMax-M2, Qwen3.5, Qwen3-Next, OLMoE, FlexOlmo, HunYuan, HunYuan-MoE, Granite MoE, Granite 4.0, GLM-4 (glm), Helium, StableLM 2, Nemotron, Cohere, Cohere 2, Phi-2, GPT-NeoX, Falcon, OLMo, StarCoder2, Nemotron-H, Falcon-H1, LFM2, LFM2-MoE, EXAONE 3.5, EXAONE MoE, HyperCLOVA X, IQuest-Coder, Hy3, AFMoE, Sarvam MoE): an empty model entry (or none at all) dry-runs; a key the user did set that
+Phi-3, Qwen2 / Qwen2.5, Qwen3, Qwen3-MoE, Qwen2-MoE, Mixtral, SmolLM3, Granite, Gemma 3, Gemma 2, Gemma 1, OLMo 2, OLMo 3, Ministral 3, EXAONE 4.0, Seed-OSS, GLM-4, ERNIE 4.5, Arcee, GLM-4.5, DeepSeek-V3, DeepSeek-V2, GLM-4.7-Flash, gpt-oss, MiniMax-M2, Qwen3.5, Qwen3-Next, OLMoE, FlexOlmo, HunYuan, HunYuan-MoE, Granite MoE, Granite 4.0, GLM-4 (glm), Helium, StableLM 2, Nemotron, Cohere, Cohere 2, Phi-2, GPT-NeoX, Falcon, OLMo, StarCoder2, Nemotron-H, Falcon-H1, LFM2, LFM2-MoE, EXAONE 3.5, EXAONE MoE, HyperCLOVA X, IQuest-Coder, Hy3, AFMoE, Sarvam MoE, Sarvam MLA): an empty model entry (or none at all) dry-runs; a key the user did set that
 disagrees fails in dry_run with one sentence naming both values; weights whose safetensors
 headers do not fit config.json fail in dry_run too (headers only).
 """
@@ -97,6 +97,12 @@ ARCHS = {"llama": dict(rotary_base=5000.0, rope_scaling_type="llama3", untie_emb
                              num_query_groups=4, num_experts=4, moe_layer_freq=[0, 1],
                              moe_router_score_function="sigmoid", rope_scaling_type="yarn",
                              rope_scaling_mscale_all_dim=0.8),
+         # Sarvam-105B: DeepSeek-V3's MLA without a query rank, routing without groups x 2.5, under its release's spellings
+         "sarvam_mla": dict(multi_latent_attention=True, qk_layernorm=True, q_lora_rank=None, kv_lora_rank=16,
+                            qk_head_dim=16, qk_pos_emb_head_dim=8, v_head_dim=16, kv_channels=16,
+                            group_query_attention=False, num_query_groups=4, num_experts=4, moe_layer_freq=[0, 1],
+                            moe_router_score_function="sigmoid", moe_router_topk_scaling_factor=2.5,
+                            rope_scaling_type="yarn", rope_scaling_mscale_all_dim=0.8),
          # DeepSeek-V2-Lite: MLA without a query rank, softmax routing not renormalised, weights x 2
          "deepseek_v2": dict(multi_latent_attention=True, q_lora_rank=None, kv_lora_rank=16, qk_pos_emb_head_dim=8,
                              num_experts=4, moe_router_score_function="softmax", norm_topk_prob=False,
@@ -252,7 +258,7 @@ def test_empty_model_yaml_takes_config_json(arch, hf_dirs, capsys):
         ffn = 32 if arch == "qwen3_5_moe_text" else 96 if arch == "granitemoehybrid" else 128
         layers = 4 if arch in ("nemotron_h", "lfm2_moe", "exaone_moe") else 2  # (its tiny model's four kinds of block; LFM2-MoE's four)
         assert (a.num_layers, a.hidden_size, a.ffn_hidden_size, a.num_attention_heads) == (layers, 64, ffn, 4)
-        if not arch.startswith("deepseek") and arch not in ("glm4_moe_lite", "gpt_neox", "falcon"):
+        if not arch.startswith("deepseek") and arch not in ("glm4_moe_lite", "gpt_neox", "falcon", "sarvam_mla"):
             assert a.group_query_attention is True and a.num_query_groups == 2  # (GPT-NeoX: multi-head; Falcon-7B: 1)
         assert a.padded_vocab_size == 120
         for key, value in ARCHS[arch].items():

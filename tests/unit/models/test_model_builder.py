@@ -1591,3 +1591,43 @@ def test_sarvam_moe_config_json_and_what_vllm_is_handed():
                           (dict(use_rmsnorm=False), "use_rmsnorm false")):
         with pytest.raises(ValueError, match=match + ".* is not supported for sarvam_moe"):
             model_config_from_hf(dict(ling, **change))
+
+
+def test_sarvam_mla_is_read_served_and_exported_as_deepseek_v3():
+    """Sarvam MLA (sarvam_mla: Sarvam-105B) is DeepSeek-V3's model (transformers runs it as DeepseekV3ForCausalLM;
+    SarvamMLAConfig's defaults are Sarvam-105B's sizes: 32 layers, 64 heads of multi-latent attention without a query
+    rank, 128 experts routed without groups). Its releases' spellings (Ling's num_experts / num_shared_experts, rope type
+    deepseek_yarn, the legacy head_dim) read as transformers reads them, into DeepSeek-V3's config.json, which vLLM
+    serves (DeepseekV3ForCausalLM) and exports write; the keys of vLLM's own Sarvam module that would say another
+    model are refused in one sentence."""
+    from transformers import SarvamMLAConfig
+
+    from mindspeed_rl.models.hf_config import text_model_config
+
+    saved = SarvamMLAConfig().to_dict()
+    args = model_config_from_hf(saved)
+    assert (args["num_layers"], args["num_attention_heads"], args["q_lora_rank"], args["num_experts"],
+            args["moe_layer_freq"][:2], args["kv_channels"]) == (32, 64, None, 128, [0, 1], 128)
+    assert "moe_router_num_groups" not in args and args["moe_router_topk_scaling_factor"] == 2.5
+    yarn = {"type": "deepseek_yarn", "factor": 40.0, "mscale": 1.0, "mscale_all_dim": 1.0, "beta_fast": 32,
+            "beta_slow": 1, "original_max_position_embeddings": 4096}
+    release = {k: v for k, v in saved.items() if k not in ("n_routed_experts", "n_shared_experts", "rope_parameters")}
+    release.update(model_type="sarvam_mla", architectures=["SarvamMLAForCausalLM"], num_experts=128,
+                   num_shared_experts=1, rope_theta=10000.0, rope_scaling=yarn, head_dim=64, score_function="sigmoid",
+                   moe_router_enable_expert_bias=True, auto_map={"AutoConfig": "configuration_sarvam_mla.SarvamMLAConfig"})
+    theirs = SarvamMLAConfig(**{k: v for k, v in release.items() if k not in ("model_type", "auto_map")}).to_dict()
+    assert model_config_from_hf(release) == model_config_from_hf(theirs)
+    assert model_config_from_hf(release)["rope_scaling_type"] == "yarn"
+    served = text_model_config(release)
+    assert (served["model_type"], served["architectures"], served["scoring_func"], served["topk_method"],
+            served["n_routed_experts"], served["n_shared_experts"]) == \
+        ("deepseek_v3", ["DeepseekV3ForCausalLM"], "sigmoid", "noaux_tc", 128, 1)
+    assert "auto_map" not in served and "head_dim" not in served and served["rope_scaling"]["rope_type"] == "yarn"
+    for change, match in ((dict(score_function="softmax"), "score_function 'softmax'"),
+                          (dict(moe_router_enable_expert_bias=False), "moe_router_enable_expert_bias false"),
+                          (dict(moe_layer_freq=2), "moe_layer_freq 2"),
+                          (dict(moe_shared_expert_intermediate_size=4096), "moe_shared_expert_intermediate_size 4096")):
+        with pytest.raises(ValueError, match=match + ".* is not supported for sarvam_mla"):
+            model_config_from_hf(dict(release, **change))
+    with pytest.raises(ValueError, match="num_experts 64 disagrees with n_routed_experts 128"):
+        model_config_from_hf(dict(release, n_routed_experts=128, num_experts=64))
