@@ -30,7 +30,7 @@ HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_mo
             "qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_dense", "hunyuan_v1_moe",
             "granitemoe", "granitemoeshared", "granitemoehybrid", "glm", "helium", "stablelm",
             "starcoder2", "nemotron", "cohere", "cohere2", "phi", "gpt_neox", "falcon", "olmo", "nemotron_h", "falcon_h1",
-            "lfm2", "lfm2_moe", "exaone", "exaone_moe", "hyperclovax", "iquestcoder", "hy_v3", "afmoe", "sarvam_moe")
+            "lfm2", "lfm2_moe", "exaone", "exaone_moe", "hyperclovax", "iquestcoder", "hy_v3", "afmoe", "sarvam_moe", "jais2")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss",
              "minimax_m2", "ernie4_5_moe", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_moe",
@@ -70,6 +70,7 @@ HF_DEFAULTS = {
     "stablelm": {"partial_rotary_factor": 0.25, "layer_norm_eps": 1e-5},  # transformers' StableLmConfig
     "starcoder2": {"norm_epsilon": 1e-5, "use_bias": True, "hidden_act": "gelu_pytorch_tanh"},  # its Starcoder2Config
     "nemotron": {"partial_rotary_factor": 0.5, "norm_eps": 1e-5, "hidden_act": "relu2"},  # its NemotronConfig
+    "jais2": {"layer_norm_eps": 1e-5, "hidden_act": "relu2", "attention_bias": True, "mlp_bias": True},  # Jais2Config
     "phi": {"partial_rotary_factor": 0.5, "layer_norm_eps": 1e-5, "hidden_act": "gelu_new"},  # its PhiConfig
     # transformers' GPTNeoXConfig; rotary_pct / rotary_emb_base: the releases' (4.x) spelling (neox_keys)
     "gpt_neox": {"layer_norm_eps": 1e-5, "hidden_act": "gelu", "use_parallel_residual": True, "attention_bias": True,
@@ -252,7 +253,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError("config.json attention_out_bias=true (a bias on o_proj) is not supported; Seed-OSS's "
                          "releases have none.")
     layernorm_checks(hf, model_type)
-    if hf.get("mlp_bias") and model_type != "nemotron":
+    if hf.get("mlp_bias") and model_type not in ("nemotron", "jais2"):
         raise ValueError("config.json mlp_bias=true is not supported (Megatron has no MLP-only bias).")
     if model_type == "granitemoehybrid":
         hf = granite_hybrid_config(hf)
@@ -282,7 +283,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     wanted, mlp = (("gelu_pytorch_tanh", "GeGLU") if model_type in GEMMA_ARCHS else
                    ("gelu_pytorch_tanh", "GELU with the tanh approximation") if model_type == "starcoder2" else
                    ("gelu_new", "GELU with the tanh approximation") if model_type == "phi" else ("relu2", "squared ReLU")
-                   if model_type in ("arcee", "nemotron", "nemotron_h") else ("xielu", "xIELU") if model_type == "apertus" else ("silu", "SwiGLU"))
+                   if model_type in ("arcee", "nemotron", "nemotron_h", "jais2") else ("xielu", "xIELU") if model_type == "apertus" else ("silu", "SwiGLU"))
     if activation != wanted and model_type not in OWN_ACTIVATION:  # GPT-NeoX, Falcon: GELU (layernorm_checks)
         raise ValueError(f"config.json hidden_act {activation!r} is not supported for {model_type}; only {wanted} "
                          f"({mlp}).")
@@ -311,8 +312,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         "max_position_embeddings": int(hf.get("max_position_embeddings", 4096)),
         "rotary_base": float(rope.get("rope_theta", hf.get("rope_theta", 10000.0))),
         "normalization": "RMSNorm",
-        "norm_epsilon": float(hf["layer_norm_eps"] if model_type in ("stablelm", "cohere", "cohere2", "phi", "gpt_neox")
-                              else hf["layer_norm_epsilon"] if model_type == "falcon" else hf["norm_epsilon"]
+        "norm_epsilon": float(hf["layer_norm_eps"] if model_type in ("stablelm", "cohere", "cohere2", "phi", "gpt_neox",
+                                                                     "jais2") else hf["layer_norm_epsilon"] if model_type == "falcon" else hf["norm_epsilon"]
                               if model_type == "starcoder2" else hf["norm_eps"] if model_type == "nemotron"
                               else hf.get("rms_norm_eps", 1e-6)),
         "swiglu": True,

@@ -31,7 +31,7 @@ def llama_rope_everywhere(args: Mapping[str, Any]) -> bool:
 
 def layernorm_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
     """The config.json of a model with LayerNorms: Cohere's for weight-only LayerNorms, Phi-2's for parallel_residual
-    with an output-layer bias, Nemotron's for apply_layernorm_1p, StableLM's for a gated MLP; for an MLP without a gate
+    with an output-layer bias, Nemotron's for apply_layernorm_1p, Jais 2's for squared_relu, StableLM's for a gated MLP; for an MLP without a gate
     in a parallel-residual layer, or with exact GELU or partial RoPE, GPT-NeoX's with biases on every linear layer,
     multi-head attention and two norms (or the sequential layer), Falcon's otherwise; StarCoder2's for the rest."""
     if args.get("layernorm_affine") is False:
@@ -42,6 +42,8 @@ def layernorm_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtyp
         return phi_config(args, vocab_size, dtype)
     if args.get("apply_layernorm_1p"):
         return nemotron_config(args, vocab_size, dtype)
+    if args.get("squared_relu"):  # relu(x)^2 without LayerNorm1P: Jais 2's
+        return nemotron_config(args, vocab_size, dtype, jais2=True)
     if gated_mlp(args) and not args.get("parallel_residual"):
         return stablelm_config(args, vocab_size, dtype)
     if args.get("parallel_residual") or not args.get("openai_gelu") or float(args.get("rotary_percent") or 1.0) != 1.0:
@@ -286,11 +288,12 @@ def starcoder2_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dty
     return config
 
 
-def nemotron_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
+def nemotron_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype, jais2: bool = False) -> dict[str, Any]:
     """Nemotron's config.json (nemotron, NemotronForCausalLM) for a model with LayerNorm1P (apply_layernorm_1p; models/
     hf_config.py reads it back the same): an MLP without a gate, relu(x)^2 (squared_relu), biases on every linear layer
     or none (attention_bias and mlp_bias), norms before attention and MLP only, RoPE on Llama's pairs of the first
-    rotary_percent of each head, full attention."""
+    rotary_percent of each head, full attention. With `jais2`, Jais 2's (jais2, Jais2ForCausalLM) for the same layer
+    with plain LayerNorms and RoPE on whole heads."""
     bias = args.get("disable_bias_linear", True) is False
     problems = [what for what, bad in (
         ("a dense MLP without a gate, relu(x)^2 (squared_relu)",
@@ -302,10 +305,18 @@ def nemotron_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype
         ("RoPE on Llama's pairs in every layer, full attention, no Granite multipliers or softmax_scale",
          not llama_rope_everywhere(args)),
     ) if bad]
+    if jais2 and float(args.get("rotary_percent") or 1.0) != 1.0:
+        problems.append("RoPE on whole heads")
     if problems:
-        raise ValueError(f"apply_layernorm_1p has a config.json form only as Nemotron (nemotron), which needs "
+        raise ValueError(f"{'squared_relu with LayerNorms' if jais2 else 'apply_layernorm_1p'} has a config.json form "
+                         f"only as {'Jais 2 (jais2)' if jais2 else 'Nemotron (nemotron)'}, which needs "
                          f"{'; '.join(problems)}.")
     rope = partial_rope(args)
+    if jais2:
+        config = base_config(args, vocab_size, dtype, "jais2", "Jais2ForCausalLM", rope, eps=1e-5)
+        config.update(hidden_act="relu2", layer_norm_eps=config.pop("rms_norm_eps"), attention_bias=bias,
+                      mlp_bias=bias)
+        return config
     config = base_config(args, vocab_size, dtype, "nemotron", "NemotronForCausalLM", rope, eps=1e-5)
     config.update(hidden_act="relu2", norm_eps=config.pop("rms_norm_eps"), attention_bias=bias, mlp_bias=bias,
                   partial_rotary_factor=rope["partial_rotary_factor"], pad_token_id=None)

@@ -40,6 +40,9 @@ for the rest (models/hf_export_layernorm.py writes them back):
   (parallel_attn; new_decoder_architecture with num_ln_in_parallel_attn 1: Falcon2-11B), GPT-NeoX's with two (ln_attn,
   ln_mlp: new_decoder_architecture, Falcon-40B / 180B), or megatron's usual one (parallel_attn false). ALiBi
   (Falcon-RW) is refused.
+- Jais 2 (jais2: Jais-2-8B-Chat) is StableLM's LayerNorms (weight and bias) on Llama's attention with RoPE on whole
+  heads and Nemotron's MLP without a gate, down_proj(relu(up_proj(x))^2) (squared_relu), biases on every linear layer
+  (attention_bias with mlp_bias, both true in its releases) or none.
 - OLMo (olmo: OLMo-1B / 7B-hf, -0424, -0724, -Instruct) is Llama's layout (SwiGLU, no biases, RoPE on whole heads)
   with LayerNorms that have neither weight nor bias, in fp32 with eps 1e-5 (layernorm_affine false), and the
   queries, keys and values clamped to +-clip_qkv where config.json says (0424 / 0724: models/olmo.py).
@@ -48,7 +51,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-LAYERNORM_ARCHS = ("stablelm", "starcoder2", "nemotron", "cohere", "cohere2", "phi", "gpt_neox", "falcon", "olmo")
+LAYERNORM_ARCHS = ("stablelm", "starcoder2", "nemotron", "cohere", "cohere2", "phi", "gpt_neox", "falcon", "olmo", "jais2")
 NEOX_GELU = {"gelu": False, "gelu_fast": True, "gelu_new": True, "gelu_pytorch_tanh": True}  # -> openai_gelu
 # config.json's activation key and the values taken (-> openai_gelu), checked here: GPT-NeoX's exact or tanh GELU;
 # Falcon's exact GELU only (vLLM's Falcon computes it whatever config.json says; every release says gelu)
@@ -110,10 +113,11 @@ def layernorm_checks(hf: Mapping[str, Any], model_type: str) -> None:
     if model_type in ("cohere", "cohere2") and hf.get("use_qk_norm"):
         raise ValueError("config.json use_qk_norm=true (Command R+'s per-head LayerNorms on q and k) is not supported; "
                          "Command R's, Aya's and Command R7B's (false) are.")
-    if model_type == "nemotron" and bool(hf.get("mlp_bias")) != bool(hf.get("attention_bias")):
+    if model_type in ("nemotron", "jais2") and bool(hf.get("mlp_bias")) != bool(hf.get("attention_bias")):
         raise ValueError(f"config.json attention_bias={bool(hf.get('attention_bias'))} with "
-                         f"mlp_bias={bool(hf.get('mlp_bias'))} is not supported for nemotron: Megatron has biases on "
-                         f"every linear layer or none (Nemotron's releases have none).")
+                         f"mlp_bias={bool(hf.get('mlp_bias'))} is not supported for {model_type}: Megatron has biases on "
+                         f"every linear layer or none ({'Nemotron' if model_type == 'nemotron' else 'Jais 2'}'s releases "
+                         f"have {'none' if model_type == 'nemotron' else 'both'}).")
     if model_type == "falcon":
         if hf.get("alibi"):
             raise ValueError("config.json alibi=true (ALiBi positions: Falcon-RW) is not supported; Falcon's releases "
@@ -157,6 +161,10 @@ def layernorm_args(hf: Mapping[str, Any], model_type: str) -> dict[str, Any]:
         return dict(normalization="LayerNorm", parallel_residual=parallel, parallel_residual_mlp_norm=parallel,
                     swiglu=False, openai_gelu=NEOX_GELU[hf["hidden_act"]], add_qkv_bias=True,
                     disable_bias_linear=False)
+    if model_type == "jais2":  # Jais 2: StableLM's LayerNorms, Nemotron's relu(up_proj(x))^2, biases on all or none
+        bias = bool(hf.get("attention_bias"))
+        return dict(normalization="LayerNorm", swiglu=False, squared_relu=True, add_qkv_bias=bias,
+                    disable_bias_linear=not bias)
     if model_type == "olmo":  # OLMo 1: LayerNorms without weight or bias, eps 1e-5 whatever config.json says
         return dict(normalization="LayerNorm", layernorm_affine=False, norm_epsilon=1e-5)
     if model_type == "falcon":  # Falcon: one or two norms beside each other, or in sequence; biases on all or none

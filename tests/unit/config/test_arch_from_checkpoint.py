@@ -1,7 +1,7 @@
 """`load:` a HF directory with an empty model yaml: the architecture comes from config.json.
 
 Table over every architecture the model builder supports (Llama with llama3 rope scaling, Mistral,
-Phi-3, Qwen2 / Qwen2.5, Qwen3, Qwen3-MoE, Qwen2-MoE, Mixtral, SmolLM3, Granite, Gemma 3, Gemma 2, Gemma 1, OLMo 2, OLMo 3, Ministral 3, EXAONE 4.0, Seed-OSS, GLM-4, ERNIE 4.5, Arcee, GLM-4.5, DeepSeek-V3, DeepSeek-V2, GLM-4.7-Flash, gpt-oss, MiniMax-M2, Qwen3.5, Qwen3-Next, OLMoE, FlexOlmo, HunYuan, HunYuan-MoE, Granite MoE, Granite 4.0, GLM-4 (glm), Helium, StableLM 2, Nemotron, Cohere, Cohere 2, Phi-2, GPT-NeoX, Falcon, OLMo, StarCoder2, Nemotron-H, Falcon-H1, LFM2, LFM2-MoE, EXAONE 3.5, EXAONE MoE, HyperCLOVA X, IQuest-Coder, Hy3, AFMoE, Sarvam MoE, Sarvam MLA): an empty model entry (or none at all) dry-runs; a key the user did set that
+Phi-3, Qwen2 / Qwen2.5, Qwen3, Qwen3-MoE, Qwen2-MoE, Mixtral, SmolLM3, Granite, Gemma 3, Gemma 2, Gemma 1, OLMo 2, OLMo 3, Ministral 3, EXAONE 4.0, Seed-OSS, GLM-4, ERNIE 4.5, Arcee, GLM-4.5, DeepSeek-V3, DeepSeek-V2, GLM-4.7-Flash, gpt-oss, MiniMax-M2, Qwen3.5, Qwen3-Next, OLMoE, FlexOlmo, HunYuan, HunYuan-MoE, Granite MoE, Granite 4.0, GLM-4 (glm), Helium, StableLM 2, Nemotron, Cohere, Cohere 2, Phi-2, GPT-NeoX, Falcon, OLMo, StarCoder2, Nemotron-H, Falcon-H1, LFM2, LFM2-MoE, EXAONE 3.5, EXAONE MoE, HyperCLOVA X, IQuest-Coder, Hy3, AFMoE, Sarvam MoE, Sarvam MLA, Jais 2): an empty model entry (or none at all) dry-runs; a key the user did set that
 disagrees fails in dry_run with one sentence naming both values; weights whose safetensors
 headers do not fit config.json fail in dry_run too (headers only).
 """
@@ -52,6 +52,9 @@ ARCHS = {"llama": dict(rotary_base=5000.0, rope_scaling_type="llama3", untie_emb
          # Nemotron: LayerNorm1P, relu(up)^2 without a gate, RoPE on half of each head, no biases
          "nemotron": dict(normalization="LayerNorm", apply_layernorm_1p=True, swiglu=False, squared_relu=True,
                           rotary_percent=0.5, add_qkv_bias=False, disable_bias_linear=True, kv_channels=16),
+         # Jais 2: LayerNorms with biases, relu(up)^2 without a gate, biases on every linear layer
+         "jais2": dict(normalization="LayerNorm", swiglu=False, squared_relu=True, add_qkv_bias=True,
+                       disable_bias_linear=False, untie_embeddings_and_output_weights=True),
          # Command R: a parallel-residual layer with weight-only LayerNorms, interleaved RoPE, the logits x 0.25
          "cohere": dict(normalization="LayerNorm", layernorm_bias=False, parallel_residual=True, rotary_interleaved=True,
                         output_multiplier_scale=0.25, untie_embeddings_and_output_weights=False),

@@ -1631,3 +1631,23 @@ def test_sarvam_mla_is_read_served_and_exported_as_deepseek_v3():
             model_config_from_hf(dict(release, **change))
     with pytest.raises(ValueError, match="num_experts 64 disagrees with n_routed_experts 128"):
         model_config_from_hf(dict(release, n_routed_experts=128, num_experts=64))
+
+
+def test_jais2_config_json_round_trip():
+    """Jais 2 (jais2): transformers' Jais2Config defaults are Jais-2-8B's sizes (32 layers of 3328, 26 heads, an MLP of
+    26624 without a gate, relu(x)^2, LayerNorms, biases on every linear layer). Read, written from the args as Jais 2
+    again and read back the same; biases on the attention without the MLP's (or the reverse) are one sentence."""
+    from transformers import Jais2Config
+
+    from mindspeed_rl.models.hf_export_config import hf_config_from_args
+
+    eight = Jais2Config().to_dict()
+    args = model_config_from_hf(eight)
+    assert (args["num_layers"], args["hidden_size"], args["ffn_hidden_size"], args["num_attention_heads"],
+            args["normalization"], args["squared_relu"], args["swiglu"], args["add_qkv_bias"],
+            args["disable_bias_linear"], args["norm_epsilon"]) == (32, 3328, 26624, 26, "LayerNorm", True, False, True,
+                                                                   False, 1e-5)
+    written = hf_config_from_args(args, vocab_size=150272)
+    assert written["model_type"] == "jais2" and model_config_from_hf(written) == args
+    with pytest.raises(ValueError, match="attention_bias=True with mlp_bias=False is not supported for jais2"):
+        model_config_from_hf(dict(eight, mlp_bias=False))
