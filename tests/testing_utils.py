@@ -287,6 +287,17 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
             "rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e5},
                                 "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}, **tiny})
 
+    def deepseek_v3(**changes):  # DeepSeek-V3's layout (its entry below), with changes (Sarvam-105B's)
+        return tf.DeepseekV3Config(**{
+            "q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16,
+            "moe_intermediate_size": 32, "n_routed_experts": 4, "num_experts_per_tok": 2, "n_shared_experts": 1,
+            "first_k_dense_replace": 1, "n_group": 2, "topk_group": 1, "routed_scaling_factor": 1.5,
+            "pad_token_id": None, "eos_token_id": 2,
+            "rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0,
+                                "original_max_position_embeddings": 32, "beta_fast": 32, "beta_slow": 1,
+                                "mscale": 1.0, "mscale_all_dim": 0.8},
+            **tiny, "num_key_value_heads": tiny["num_attention_heads"], **changes})
+
     config = {
         "llama": lambda: tf.LlamaConfig(**tiny, rope_theta=5000.0, rope_scaling={
             "rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
@@ -485,27 +496,11 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
         # RoPE dimensions per head, values 16), YaRN x 4 over 32 positions with mscale 1 / mscale_all_dim 0.8 (so
         # cos / sin and the scores scale differently), and GLM-4.5's MoE layout (dense first layer, sigmoid
         # routing with a random expert bias, 2 groups of 2 experts, weights x 1.5, one shared expert)
-        "deepseek_v3": lambda: tf.DeepseekV3Config(**{
-            "q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16,
-            "moe_intermediate_size": 32, "n_routed_experts": 4, "num_experts_per_tok": 2, "n_shared_experts": 1,
-            "first_k_dense_replace": 1, "n_group": 2, "topk_group": 1, "routed_scaling_factor": 1.5,
-            "pad_token_id": None, "eos_token_id": 2,
-            "rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0,
-                                "original_max_position_embeddings": 32, "beta_fast": 32, "beta_slow": 1,
-                                "mscale": 1.0, "mscale_all_dim": 0.8},
-            **tiny, "num_key_value_heads": tiny["num_attention_heads"]}),
+        "deepseek_v3": lambda: deepseek_v3(),
         # Sarvam-105B's layout scaled down (sarvam_mla): DeepSeek-V3's with one full-rank query projection, YaRN x 4
         # (two different mscales), routing over all 4 experts (no groups), x 2.5, a dense first layer and a shared
         # expert; written as the release spells it (_as_sarvam_mla_release: Ling's keys, deepseek_yarn)
-        "sarvam_mla": lambda: tf.DeepseekV3Config(**{
-            "q_lora_rank": None, "kv_lora_rank": 16, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16,
-            "moe_intermediate_size": 32, "n_routed_experts": 4, "num_experts_per_tok": 2, "n_shared_experts": 1,
-            "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1, "routed_scaling_factor": 2.5,
-            "pad_token_id": None, "eos_token_id": 2,
-            "rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0,
-                                "original_max_position_embeddings": 32, "beta_fast": 32, "beta_slow": 1,
-                                "mscale": 1.0, "mscale_all_dim": 0.8},
-            **tiny, "num_key_value_heads": tiny["num_attention_heads"]}),
+        "sarvam_mla": lambda: deepseek_v3(q_lora_rank=None, n_group=1, topk_group=1, routed_scaling_factor=2.5),
         # DeepSeek-V2-Lite's layout scaled down: multi-latent attention with one full-rank query projection, YaRN x 4
         # (mscale = mscale_all_dim 0.707), softmax routing without renormalising (top-2 of 4, weights x 2), a dense
         # first layer and one shared expert

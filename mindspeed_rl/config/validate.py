@@ -721,7 +721,7 @@ def _check_moe(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
     hybrid = any(a.linear_attention_layers or ()) or bool(a.attention_output_gate)
     # q / k norms after RoPE: HunYuan-MoE, which vLLM serves as itself (its Transformers backend), shared MLP included
     hunyuan = bool(a.qk_layernorm_after_rope)
-    # Granite's multipliers: vLLM's Granite MoE (hf_export_config.granite_moe_config), a shared MLP without a gate or none
+    # Granite's multipliers: vLLM's Granite MoE (hf_granite_config.granite_moe_config), a shared MLP without a gate or none
     granite = _hf_config(role).get("model_type") in ("granitemoe", "granitemoeshared", "granitemoehybrid") or any(
         float(getattr(a, k) or 1.0) != 1.0 for k in ("embedding_multiplier_scale", "residual_multiplier",
                                                      "output_multiplier_scale"))

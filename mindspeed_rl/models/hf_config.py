@@ -19,7 +19,7 @@ from mindspeed_rl.models.hf_afmoe_config import afmoe_config
 from mindspeed_rl.models.hf_moe_config import (expert_count, gpt_oss_args, hy_v3_config, mla_args, moe_args_from_hf,
                                                 sarvam_mla_config, sarvam_moe_config)
 from mindspeed_rl.models.hf_falcon_h1_config import falcon_h1_args, falcon_h1_config
-from mindspeed_rl.models.mamba_layout import mamba_step_limit
+from mindspeed_rl.models.hf_granite_config import granite_args, granite_hybrid_args, granite_hybrid_config
 from mindspeed_rl.models.hf_nemotron_h_config import nemotron_h_args, nemotron_h_config
 from mindspeed_rl.models.hf_lfm2_config import lfm2_args, lfm2_config
 from mindspeed_rl.models.hf_rope_config import llama4_scaling_limit, longrope_args, yarn_args
@@ -641,66 +641,6 @@ def window_pattern(window_attn_skip_freq: Any, num_layers: int) -> Optional[list
         raise ValueError(f"window_attn_skip_freq {pattern} must hold one 0 or 1 per layer ({num_layers}; 1 = "
                          f"sliding window).")
     return [int(x) for x in pattern]
-
-
-def granite_hybrid_config(hf: Mapping[str, Any]) -> dict[str, Any]:
-    """A Granite 4.0 config.json (granitemoehybrid) as the Granite model it is: dense ones (Granite 4.0-350M / 1B
-    / Micro, and the -H 350M / 1B / Micro) have their shared_mlp as the MLP (shared_intermediate_size wide, read as
-    intermediate_size); ones with experts are granitemoeshared's layers. Its Mamba-2 layers (the -H models) are
-    granite_hybrid_args'."""
-    shared = int(hf.get("shared_intermediate_size") or 0)
-    if shared <= 0:
-        raise ValueError(f"config.json shared_intermediate_size {hf.get('shared_intermediate_size')} of a "
-                         f"granitemoehybrid model must be positive: it is the width of every layer's shared_mlp.")
-    return {**hf, "intermediate_size": shared} if not expert_count(hf) else dict(hf)
-
-
-def granite_hybrid_args(hf: Mapping[str, Any], num_layers: int) -> dict[str, Any]:
-    """Granite 4.0's layer kinds: Mamba-2 in the layers layer_types calls mamba (transformers: linear_attention;
-    models/mamba2.py, its sizes Megatron-LM's mamba_* keys), attention in the others; attention without RoPE
-    (position_embedding_type nope or null: the -H models) as megatron's no_rope_freq on every layer."""
-    kinds = list(hf.get("layer_types") or hf.get("layers_block_type") or ["mamba"] * num_layers)
-    mamba_kinds, attention_kinds = ("mamba", "linear_attention"), ("attention", "full_attention")
-    unknown = sorted({k for k in kinds[:num_layers] if k not in (*mamba_kinds, *attention_kinds)})
-    if unknown or len(kinds) < num_layers:
-        raise ValueError(f"config.json layer_types must name mamba or attention for each of {num_layers} layers; it has "
-                         f"{len(kinds)} entries{', and ' + ', '.join(map(repr, unknown)) if unknown else ''}.")
-    args: dict[str, Any] = {}
-    if hf.get("position_embedding_type") not in ("rope",):
-        if hf.get("position_embedding_type") not in (None, "nope"):
-            raise ValueError(f"config.json position_embedding_type {hf.get('position_embedding_type')!r} of a "
-                             f"granitemoehybrid model is not supported; its releases say 'rope' or 'nope'.")
-        args["no_rope_freq"] = [1] * num_layers
-    marks = [int(k in mamba_kinds) for k in kinds[:num_layers]]
-    if not any(marks):
-        return args
-    if hf.get("mamba_proj_bias"):
-        raise ValueError("config.json mamba_proj_bias=true (biases on the Mamba-2 in_proj / out_proj) is not supported; "
-                         "Granite 4.0-H's releases have none.")
-    mamba_step_limit(hf)
-    heads, hidden = int(hf["mamba_n_heads"]), int(hf["hidden_size"])
-    inner = int(hf.get("mamba_expand") or 2) * hidden
-    head_dim = hf.get("mamba_d_head")
-    head_dim = inner // heads if head_dim in (None, "auto") else int(head_dim)
-    if head_dim * heads != inner:
-        raise ValueError(f"config.json mamba_n_heads {heads} x mamba_d_head {head_dim} must equal mamba_expand x "
-                         f"hidden_size = {inner} (the Mamba-2 inner width).")
-    return {**args, "mamba_layers": marks, "mamba_num_heads": heads, "mamba_head_dim": head_dim,
-            "mamba_num_groups": int(hf.get("mamba_n_groups") or 1), "mamba_state_dim": int(hf["mamba_d_state"]),
-            "mamba_conv_kernel": int(hf.get("mamba_d_conv") or 4),
-            "mamba_chunk_size": int(hf.get("mamba_chunk_size") or 256),
-            "mamba_conv_bias": hf.get("mamba_conv_bias", True) is not False}
-
-
-def granite_args(hf: Mapping[str, Any]) -> dict[str, Any]:
-    """Granite (3.x dense, and the MoE models: granitemoe, granitemoeshared, granitemoehybrid) is Llama with four scalars: the embeddings times embedding_multiplier,
-    each attention / MLP output times residual_multiplier before its residual add, the logits
-    divided by logits_scaling, and attention_multiplier in place of 1 / sqrt(head_dim)
-    (models/multipliers.py; MindSpeed-LLM's embedding / output multiplier names)."""
-    return {"embedding_multiplier_scale": float(hf.get("embedding_multiplier", 1.0)),
-            "residual_multiplier": float(hf.get("residual_multiplier", 1.0)),
-            "output_multiplier_scale": 1.0 / float(hf.get("logits_scaling", 1.0)),
-            "softmax_scale": float(hf.get("attention_multiplier", 1.0))}
 
 
 def smollm3_args(hf: Mapping[str, Any], num_layers: int) -> dict[str, Any]:

@@ -4,7 +4,8 @@ gemma3_text with Gemma's keys, the MoE and hybrid forms, ...) and writes it, rea
 models/hf_config.model_config_from_hf; a combination no config.json can say is refused in one sentence.
 models/hf_export.py writes the weights beside it; the vLLM engine and validation take the engine's form of it.
 The pieces every writer shares (base_config, rope_parameters, ...) are in models/hf_export_base.py, the writers of the
-LayerNorm models (StableLM 2, StarCoder2, Nemotron, Cohere) in models/hf_export_layernorm.py.
+LayerNorm models (StableLM 2, StarCoder2, Nemotron, Jais 2, Cohere, ...) in models/hf_export_layernorm.py, Granite MoE's
+and Granite 4.0-H's in models/hf_granite_config.py, LFM2's and AFMoE's in their own readers' modules.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from mindspeed_rl.models.hf_config import kv_channels, no_rope_pattern, window_p
 from mindspeed_rl.models.hf_export_base import (DTYPE_NAMES, GRANITE_SCALARS, base_config, layer_types_config,  # noqa: F401
                                                 per_type_rope, plain_scaling, rope_parameters, sliding_nope_layout)
 from mindspeed_rl.models.hf_export_layernorm import layernorm_config
+from mindspeed_rl.models.hf_granite_config import granite_hybrid_export_config, granite_moe_config
 
 def hf_config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype = torch.float32) -> dict[str, Any]:
     """_config_from_args, with clip_qkv (OLMo's q / k / v clamp) written where config.json can say it (OLMo 1) and
@@ -48,7 +50,7 @@ def _config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.dty
         from mindspeed_rl.models.hf_lfm2_config import lfm2_export_config
         return lfm2_export_config(args, vocab_size, dtype)
     if any(args.get("mamba_layers") or ()):
-        return granite_hybrid_config(args, vocab_size, dtype)
+        return granite_hybrid_export_config(args, vocab_size, dtype)
     if args.get("quick_geglu") or args.get("softmax_type") == "learnable":
         return gpt_oss_config(args, vocab_size, dtype)
     if args.get("normalization") == "LayerNorm":  # models/hf_export_layernorm.py
@@ -443,86 +445,6 @@ def interleaved_rope_config(args: Mapping[str, Any], vocab_size: int, dtype: tor
         config.update(attention_bias=bool(args.get("add_qkv_bias")), partial_rotary_factor=partial)
         config["rope_parameters"]["partial_rotary_factor"] = partial
     return config
-
-
-def granite_moe_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
-    """Granite's MoE config.json for an MoE model with Granite's scalars (models/hf_config.granite_args and
-    hf_moe_config.granite_moe_args, read back the same): granitemoe (GraniteMoeForCausalLM) without a shared expert,
-    granitemoeshared (GraniteMoeSharedForCausalLM) with one without a gate; both need every layer MoE with
-    Mixtral's routing (softmax, the top-k renormalised; no expert bias, groups or routed scale) and a Llama-style
-    attention (no biases or q / k norms, pre-norms only, full rotary on whole heads, full attention)."""
-    heads = int(args["num_attention_heads"])
-    shared = int(args.get("moe_shared_expert_intermediate_size") or 0)
-    problems = [what for what, bad in (
-        ("every layer an MoE layer (moe_layer_freq)", not all(moe_layers(args))),
-        ("softmax routing with the top-k renormalised, without an expert bias, groups or routed scale",
-         (args.get("moe_router_score_function") or "softmax") != "softmax" or args.get("moe_router_enable_expert_bias")
-         or int(args.get("moe_router_num_groups") or 1) > 1 or float(args.get("moe_router_topk_scaling_factor") or 1.0) != 1.0
-         or not args.get("norm_topk_prob", not args.get("moe_router_pre_softmax", False))),
-        ("a shared expert without a gate, or none", shared and args.get("shared_expert_gate")),
-        ("no biases or q / k norms, norms before attention and MLP only (add_qkv_bias, qk_layernorm, post_norm)",
-         args.get("add_qkv_bias") or args.get("disable_bias_linear") is False or args.get("qk_layernorm")
-         or args.get("post_norm") or args.get("pre_norm") is False or not gated_mlp(args)),
-        ("full rotary on Llama's pairs of whole heads, full attention in every layer",
-         float(args.get("rotary_percent") or 1.0) != 1.0 or args.get("rotary_interleaved") or args.get("sliding_window")
-         or args.get("no_rope_freq") or args.get("multi_latent_attention")
-         or int(args.get("kv_channels") or args["hidden_size"] // heads) * heads != int(args["hidden_size"])),
-    ) if bad]
-    if problems:
-        raise ValueError(f"an MoE model with Granite's multipliers has a config.json form only as Granite MoE "
-                         f"(granitemoe / granitemoeshared), which needs {'; '.join(problems)}.")
-    model_type, cls = ("granitemoeshared", "GraniteMoeSharedForCausalLM") if shared else ("granitemoe",
-                                                                                          "GraniteMoeForCausalLM")
-    config = base_config(args, vocab_size, dtype, model_type, cls, rope_parameters(args), eps=1e-6)
-    scale = {k: float(args.get(k) or 1.0) for k in GRANITE_SCALARS}
-    config.update(hidden_act="silu", attention_bias=False, intermediate_size=int(args.get("moe_ffn_hidden_size") or args["ffn_hidden_size"]),
-                  num_local_experts=int(args["num_experts"]), num_experts_per_tok=int(args.get("moe_router_topk") or 2),
-                  embedding_multiplier=scale["embedding_multiplier_scale"], residual_multiplier=scale["residual_multiplier"],
-                  logits_scaling=1.0 / scale["output_multiplier_scale"],
-                  attention_multiplier=float(args.get("softmax_scale") or config["head_dim"] ** -0.5))
-    if shared:
-        config["shared_intermediate_size"] = shared
-    return config
-
-
-def granite_hybrid_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
-    """Granite 4.0-H's config.json (granitemoehybrid, GraniteMoeHybridForCausalLM) for a model with Mamba-2 layers
-    (mamba_layers; models/hf_config.granite_hybrid_args, read back the same): the other layers' attention and every
-    layer's MLP as Granite's dense model (the MLP its shared_mlp) or Granite MoE with a shared MLP (granitemoeshared's
-    layers), attention with RoPE in every attention layer or in none (no_rope_freq: position_embedding_type nope)."""
-    from mindspeed_rl.models.mamba_layout import MambaShape
-
-    layers = int(args["num_layers"])
-    no_rope = no_rope_pattern(args.get("no_rope_freq"), layers) or [0] * layers
-    if 0 < sum(no_rope) < layers:
-        raise ValueError("a model with Mamba-2 layers has a config.json form only as Granite 4.0-H, whose attention "
-                         "layers all apply RoPE or none does (position_embedding_type); no_rope_freq marks some.")
-    rest = {k: v for k, v in args.items() if not k.startswith("mamba_") and k != "no_rope_freq"}
-    moe = int(args.get("num_experts") or 0) > 1
-    if moe and not args.get("moe_shared_expert_intermediate_size"):
-        raise ValueError("an MoE model with Mamba-2 layers has a config.json form only as Granite 4.0-H, whose layers "
-                         "have a shared MLP beside the experts (moe_shared_expert_intermediate_size).")
-    base = granite_moe_config(rest, vocab_size, dtype) if moe else _config_from_args(rest, vocab_size, dtype)
-    if base["model_type"] not in ("llama", "granite", "granitemoeshared"):
-        raise ValueError(f"a model with Mamba-2 layers has a config.json form only as Granite 4.0-H (Granite's or "
-                         f"Llama's attention and MLP around them); this one's other layers are a {base['model_type']}'s.")
-    shape = MambaShape.from_args(args)
-    d = base["head_dim"]
-    base.update(model_type="granitemoehybrid", architectures=["GraniteMoeHybridForCausalLM"],
-                layer_types=["mamba" if m else "attention" for m in args["mamba_layers"]],
-                position_embedding_type="nope" if any(no_rope) else "rope",
-                embedding_multiplier=float(args.get("embedding_multiplier_scale") or 1.0),
-                residual_multiplier=float(args.get("residual_multiplier") or 1.0),
-                logits_scaling=1.0 / float(args.get("output_multiplier_scale") or 1.0),
-                attention_multiplier=float(args.get("softmax_scale") or d ** -0.5),
-                mamba_n_heads=shape.heads, mamba_d_head=shape.head_dim, mamba_n_groups=shape.groups,
-                mamba_d_state=shape.state, mamba_d_conv=shape.conv_kernel, mamba_chunk_size=shape.chunk,
-                mamba_conv_bias=shape.conv_bias, mamba_proj_bias=False,
-                mamba_expand=shape.inner // int(args["hidden_size"]) if shape.inner % int(args["hidden_size"]) == 0
-                else shape.inner / int(args["hidden_size"]))
-    if not moe:
-        base.update(shared_intermediate_size=int(args["ffn_hidden_size"]), num_local_experts=0)
-    return base
 
 
 def ernie4_5_moe_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:

@@ -56,7 +56,7 @@ class MambaShape:
 
     @classmethod
     def from_args(cls, args: Mapping[str, Any]) -> "MambaShape":
-        """From the Megatron-named model args (Megatron-LM's mamba_* names; hf_config.granite_hybrid_args)."""
+        """From the Megatron-named model args (Megatron-LM's mamba_* names; hf_granite_config.granite_hybrid_args)."""
         multipliers = tuple(float(m) for m in (args.get("mamba_in_multipliers") or ()))
         return cls(int(args["mamba_num_heads"]), int(args["mamba_head_dim"]), int(args.get("mamba_num_groups") or 1),
                    int(args["mamba_state_dim"]), int(args.get("mamba_conv_kernel") or 4),

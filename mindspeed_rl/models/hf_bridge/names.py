@@ -318,7 +318,7 @@ def _group_widths(what: str, hf_config: dict) -> tuple[int, list[int]]:
         d = int(hf_config["hidden_size"]) // heads
         return groups, [heads // groups * d, d, d]
     if what in ("mamba_in", "mamba_conv"):  # one group: the parts one after another
-        from mindspeed_rl.models.hf_config import granite_hybrid_args
+        from mindspeed_rl.models.hf_granite_config import granite_hybrid_args
         from mindspeed_rl.models.hf_nemotron_h_config import nemotron_h_args, nemotron_h_config
         from mindspeed_rl.models.mamba_layout import MambaShape
 

@@ -112,7 +112,7 @@ def test_hunyuan_moe_with_the_vllm_engine_dry_runs(capsys):
 def test_granite_moe_with_the_vllm_engine_dry_runs(capsys):
     """Granite's multipliers around experts without q / k norms, with a shared MLP without a gate or none, are neither
     vLLM's Qwen3-MoE nor its Qwen2-MoE, but vLLM serves them as Granite MoE (GraniteMoeSharedForCausalLM /
-    GraniteMoeForCausalLM; hf_export_config.granite_moe_config): no Qwen-MoE rule applies (ran end to end in the vLLM
+    GraniteMoeForCausalLM; hf_granite_config.granite_moe_config): no Qwen-MoE rule applies (ran end to end in the vLLM
     environment: README, Granite). Without the multipliers the rule still names the mismatch."""
     granite = ["training.embedding_multiplier_scale=2.0", f"{A}.rollout_engine=vllm"]
     for shared in ([], ["training.moe_shared_expert_intermediate_size=64"]):

@@ -291,7 +291,7 @@ def test_live_export_loads_in_transformers(gloo_world1, tmp_path, arch, synthesi
     checkpoint): Gemma 3 / 2 in their own config.json, partial rotary as Phi-3's, and the tensors
     under the names of the model type written (Mixtral's experts were written under the canonical names
     before, which transformers did not load); Granite 4.0-H's in_proj / conv1d put together whole from their parts, in
-    the config.json written from the Mamba-2 keys (hf_export_config.granite_hybrid_config)."""
+    the config.json written from the Mamba-2 keys (hf_granite_config.granite_hybrid_export_config)."""
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
     from mindspeed_rl.models.hf_export import export_hf
