@@ -121,7 +121,7 @@ NON_CORE_ARCHS = frozenset((
     # LFM2-MoE (LFM2's layers, core, with DeepSeek-V3's routing without groups) and LFM2's older config.json form
     "lfm2_moe", "lfm2-idxs",
     # EXAONE 3.0 / 3.5 (Llama under its own names) and EXAONE MoE (EXAONE 4.0's attention, DeepSeek-V3's routing)
-    "exaone", "exaone_moe", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla", "jais2",
+    "exaone", "exaone_moe", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla", "jais2", "mellum",
     # HyperCLOVA X (Granite's scalars with Gemma 3's post norms)
     "hyperclovax",
     # IQuest-Coder (Llama under its own model_type)

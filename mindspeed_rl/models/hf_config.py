@@ -30,11 +30,11 @@ HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_mo
             "qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_dense", "hunyuan_v1_moe",
             "granitemoe", "granitemoeshared", "granitemoehybrid", "glm", "helium", "stablelm",
             "starcoder2", "nemotron", "cohere", "cohere2", "phi", "gpt_neox", "falcon", "olmo", "nemotron_h", "falcon_h1",
-            "lfm2", "lfm2_moe", "exaone", "exaone_moe", "hyperclovax", "iquestcoder", "hy_v3", "afmoe", "sarvam_moe", "jais2")
+            "lfm2", "lfm2_moe", "exaone", "exaone_moe", "hyperclovax", "iquestcoder", "hy_v3", "afmoe", "sarvam_moe", "jais2", "mellum")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss",
              "minimax_m2", "ernie4_5_moe", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_moe",
-             "granitemoe", "granitemoeshared", "granitemoehybrid", "exaone_moe", "hy_v3", "afmoe", "sarvam_moe")
+             "granitemoe", "granitemoeshared", "granitemoehybrid", "exaone_moe", "hy_v3", "afmoe", "sarvam_moe", "mellum")
 # Granite's four scalars (granite_args); the MoE ones route as Mixtral, with a shared MLP beside the experts
 # (granitemoeshared, granitemoehybrid) or none (granitemoe); Granite 4.0's granitemoehybrid without experts is dense
 GRANITE_ARCHS = ("granite", "granitemoe", "granitemoeshared", "granitemoehybrid")
@@ -71,6 +71,10 @@ HF_DEFAULTS = {
     "starcoder2": {"norm_epsilon": 1e-5, "use_bias": True, "hidden_act": "gelu_pytorch_tanh"},  # its Starcoder2Config
     "nemotron": {"partial_rotary_factor": 0.5, "norm_eps": 1e-5, "hidden_act": "relu2"},  # its NemotronConfig
     "jais2": {"layer_norm_eps": 1e-5, "hidden_act": "relu2", "attention_bias": True, "mlp_bias": True},  # Jais2Config
+    # transformers' MellumConfig (Mellum2-12B-A2.5B): full layers at theta 5e5, sliding ones at 1e4
+    "mellum": {"head_dim": 128, "norm_topk_prob": True, "sliding_window": 1024,
+               "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 500000.0},
+                                   "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}},
     "phi": {"partial_rotary_factor": 0.5, "layer_norm_eps": 1e-5, "hidden_act": "gelu_new"},  # its PhiConfig
     # transformers' GPTNeoXConfig; rotary_pct / rotary_emb_base: the releases' (4.x) spelling (neox_keys)
     "gpt_neox": {"layer_norm_eps": 1e-5, "hidden_act": "gelu", "use_parallel_residual": True, "attention_bias": True,
@@ -269,9 +273,10 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     partial = float(rope.get("partial_rotary_factor") or hf.get("partial_rotary_factor") or 1.0)
     rotary_percent = partial if partial != 1.0 else None
     if rotary_percent is not None and model_type not in ("phi3", "glm", "glm4", "glm4_moe", "sarvam_moe", "minimax_m2",
-                                                         "stablelm", "nemotron", "phi", "gpt_neox", *QWEN3_5_ARCHS):
+                                                         "stablelm", "nemotron", "phi", "gpt_neox", "mellum",
+                                                         *QWEN3_5_ARCHS):
         raise ValueError(f"config.json partial_rotary_factor {partial} is supported for phi3, glm, glm4, glm4_moe, "
-                         f"sarvam_moe, stablelm, nemotron, phi, gpt_neox, "
+                         f"sarvam_moe, stablelm, nemotron, phi, gpt_neox, mellum, "
                          f"minimax_m2, qwen3_5_text and qwen3_next models only, not {model_type}.")
     if hf.get("clip_qkv") is not None and model_type != "olmo":  # OLMoE clamps after its q / k norms; vLLM does not
         raise ValueError(f"config.json clip_qkv {hf['clip_qkv']} (queries, keys and values clamped to +-clip_qkv) is "
@@ -321,7 +326,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
                          or (model_type == "qwen2_moe" and bool(hf.get("qkv_bias", True)))),
         "disable_bias_linear": True,
         "untie_embeddings_and_output_weights": not hf.get("tie_word_embeddings", False),
-        "qk_layernorm": model_type in ("qwen3", "qwen3_moe", "hy_v3", "afmoe")
+        "qk_layernorm": model_type in ("qwen3", "qwen3_moe", "hy_v3", "afmoe", "mellum")
         or (model_type in ("glm4_moe", "sarvam_moe") and bool(hf.get("use_qk_norm"))),
         "position_embedding_type": "rope",
     }
@@ -379,6 +384,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         args.update(olmo3_args(hf, args["num_layers"], rope_type, args["rotary_base"]))
     if model_type == "exaone4":
         args.update(exaone4_args(hf, args["num_layers"]))
+    if model_type == "mellum":
+        args.update(mellum_args(hf, args["num_layers"], args["rotary_base"], partial))
     if model_type == "afmoe":  # sandwich norms, the gate's own projection (models/qwen3_5.py), sliding / NoPE layers
         args.update(post_norm=True, attention_output_gate=True, attention_gate_proj=True,
                     input_embeds_norm=bool(hf.get("mup_enabled")), **sliding_nope_args(hf, args["num_layers"]))
@@ -574,6 +581,25 @@ def local_rope_parameters(hf: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError(f"config.json rope_parameters.sliding_attention rope_type {local['rope_type']!r} is not "
                          f"supported; the sliding layers of {hf.get('model_type')} rotate with the default rope.")
     return local
+
+
+def mellum_args(hf: Mapping[str, Any], num_layers: int, theta: float, partial: float) -> dict[str, Any]:
+    """Mellum (mellum: JetBrains' Mellum2-12B-A2.5B) is Qwen3-MoE's layer (hf_moe_config reads its mlp_layer_types)
+    with sliding layers where layer_types says (window sliding_window), which rotate with their own default rope
+    (rope_parameters.sliding_attention: rope_local_base_freq) on the same part of each head as the full layers."""
+    local = local_rope_parameters(hf)
+    if float(local.get("partial_rotary_factor") or 1.0) != partial:
+        raise ValueError(f"config.json rope_parameters.sliding_attention partial_rotary_factor "
+                         f"{local.get('partial_rotary_factor')} differs from the full layers' {partial}; megatron "
+                         f"rotates the same part of each head in every layer.")
+    types = layer_types(hf, num_layers, 1)
+    args: dict[str, Any] = {"window_attn_skip_freq": types} if any(types) else {}
+    window = hf.get("sliding_window")
+    if any(types) and window and int(window) < int(hf.get("max_position_embeddings", 4096)):
+        args["sliding_window"] = int(window)
+    if any(types) and float(local.get("rope_theta") or theta) != theta:
+        args["rope_local_base_freq"] = float(local["rope_theta"])
+    return args
 
 
 def qwen3_5_args(hf: Mapping[str, Any], num_layers: int) -> dict[str, Any]:

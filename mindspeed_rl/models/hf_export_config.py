@@ -82,10 +82,14 @@ def _config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.dty
     if int(args.get("num_experts") or 0) > 1 and args.get("moe_router_score_function") == "sigmoid" and \
             sliding_nope_layout(args)[0]:  # sliding layers in a sigmoid-routed MoE: EXAONE MoE's
         return exaone_moe_config(args, vocab_size, dtype)
+    if int(args.get("num_experts") or 0) > 1 and args.get("qk_layernorm") and \
+            (args.get("moe_router_score_function") or "softmax") == "softmax" and \
+            (args.get("window_attn_skip_freq") is not None or args.get("rope_local_base_freq")):  # Mellum's
+        return mellum_config(args, vocab_size, dtype)
     if args.get("window_attn_skip_freq") is not None or args.get("rope_local_base_freq"):
         raise ValueError("window_attn_skip_freq / rope_local_base_freq have a config.json form only in a Gemma 3 "
-                         "model (add_rmsnorm_offset, post_norm, input_embeds_norm, geglu, qk_layernorm) or an OLMo 3 "
-                         "(pre_norm: false, post_norm, qk_layernorm_across_heads).")
+                         "model (add_rmsnorm_offset, post_norm, input_embeds_norm, geglu, qk_layernorm), an OLMo 3 "
+                         "(pre_norm: false, post_norm, qk_layernorm_across_heads) or a Mellum (Qwen3-MoE's layers).")
     if int(args.get("num_experts") or 0) > 1 and args.get("moe_router_enable_expert_bias") and \
             (args.get("moe_router_score_function") or "softmax") == "softmax":  # softmax + bias: ERNIE 4.5's routing
         return ernie4_5_moe_config(args, vocab_size, dtype)
@@ -666,6 +670,28 @@ def exaone_moe_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dty
     config.update(model_type="exaone_moe", architectures=["ExaoneMoeForCausalLM"], num_experts=moe["n_routed_experts"],
                   num_shared_experts=moe["n_shared_experts"], mlp_layer_types=["dense"] * dense + ["sparse"] * (layers - dense),
                   **layer_types_config(args, config))
+    return config
+
+
+def mellum_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype) -> dict[str, Any]:
+    """Mellum's config.json (mellum, MellumForCausalLM; models/hf_config.mellum_args reads it back the same) for a model
+    with Qwen3-MoE's layers (what else Qwen3-MoE's config.json cannot say refused there) and sliding layers, which
+    rotate with the default rope at rope_local_base_freq on the same part of each head as the full layers; its dense
+    layers as mlp_layer_types."""
+    rest = {k: v for k, v in args.items() if k not in ("window_attn_skip_freq", "rope_local_base_freq", "sliding_window")}
+    base = _config_from_args(rest, vocab_size, dtype)
+    if base["model_type"] != "qwen3_moe" or base.get("no_rope_layers"):
+        raise ValueError(f"sliding layers in a softmax-routed mixture of experts with q / k norms have a config.json "
+                         f"form only as Mellum (Qwen3-MoE's layers, RoPE in every layer); this one's layers are a "
+                         f"{base['model_type']}'s{' with NoPE layers' if base.get('no_rope_layers') else ''}.")
+    config = {k: v for k, v in base.items() if k not in ("decoder_sparse_step", "mlp_only_layers", "use_sliding_window",
+                                                         "max_window_layers", "rope_theta")}
+    rope = per_type_rope(args, base["rope_parameters"])
+    partial = float(base["rope_parameters"].get("partial_rotary_factor") or 1.0)
+    if partial != 1.0:
+        rope["sliding_attention"]["partial_rotary_factor"] = partial
+    config.update(model_type="mellum", architectures=["MellumForCausalLM"], rope_parameters=rope,
+                  mlp_layer_types=["sparse" if m else "dense" for m in moe_layers(args)], **layer_types_config(args, config))
     return config
 
 

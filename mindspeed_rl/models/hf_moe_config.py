@@ -226,6 +226,12 @@ def moe_args_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
                   "shared_expert_gate": True}
     if dense_between:
         shared["moe_layer_freq"] = qwen_moe_layers(hf)
+    if hf.get("model_type") == "mellum" and "dense" in (hf.get("mlp_layer_types") or ()):  # Mellum: its dense layers
+        types = list(hf["mlp_layer_types"])
+        if len(types) != int(hf["num_hidden_layers"]) or set(types) - {"dense", "sparse"}:
+            raise ValueError(f"config.json mlp_layer_types must name dense or sparse for each of "
+                             f"{hf['num_hidden_layers']} layers; it has {types}.")
+        shared["moe_layer_freq"] = [int(t == "sparse") for t in types]
     return {**shared,
         "num_experts": int(experts),
         "moe_router_topk": int(hf["num_experts_per_tok"]),

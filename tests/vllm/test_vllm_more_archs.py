@@ -65,6 +65,7 @@ VARIANTS = {
     "exaone4": dict(sliding_window=16, max_position_embeddings=64),
     "exaone_moe": dict(sliding_window=16, max_position_embeddings=64),
     "afmoe": dict(sliding_window=16, max_position_embeddings=64),
+    "mellum": dict(sliding_window=16, max_position_embeddings=64),
     # Hy3 without the keys its releases carry for vLLM (as transformers' HYV3Config alone writes it): the engine supplies
     # them (vllm_engine.vllm_config), or vLLM would skip the q / k norms, the renormalisation and the routed scale
     "hy_v3": dict(first_k_dense_replace=None, expert_hidden_dim=None, qk_norm=None, route_norm=None),
@@ -97,7 +98,7 @@ VARIANTS = {
 
 
 TRANSFORMERS_BACKEND = ("smollm3", "arcee", "flex_olmo", "hunyuan_v1_dense", "hunyuan_v1_moe", "glm", "phi", "gpt_neox",
-                        "olmo", "jais2")  # architectures vLLM 0.32 serves with its Transformers backend
+                        "olmo", "jais2", "mellum")  # architectures vLLM 0.32 serves with its Transformers backend
 
 
 def _make_in_child(arch, out, overrides):
@@ -129,7 +130,7 @@ CI_ARCHS = ("mixtral", "phi3", "phi3-partiallongrope", "qwen2-yarn", "smollm3-ya
 EXTENDED_ARCHS = ("mistral3", "gemma", "olmo3", "ministral3", "exaone4", "seed_oss", "ernie4_5", "arcee", "glm4_moe",
                   "deepseek_v2", "minimax_m2", "glm4_moe_lite", "ernie4_5_moe", "apertus", "olmoe", "flex_olmo",
                   "hunyuan_v1_moe", "granitemoeshared", "glm", "starcoder2", "nemotron", "phi", "falcon", "olmo-clip",
-                  "granitemoehybrid-hmoe", "nemotron_h", "falcon_h1", "lfm2_moe", "exaone", "exaone_moe", "hyperclovax", "iquestcoder", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla", "jais2")
+                  "granitemoehybrid-hmoe", "nemotron_h", "falcon_h1", "lfm2_moe", "exaone", "exaone_moe", "hyperclovax", "iquestcoder", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla", "jais2", "mellum")
 
 
 @pytest.mark.parametrize("arch", with_extended(CI_ARCHS, EXTENDED_ARCHS))
@@ -151,7 +152,7 @@ def test_synced_engine_equals_the_training_model(arch, tmp_path, gloo_world1):
         testing_utils.TINY_HF.clear()
         testing_utils.TINY_HF.update(old)
     model, args = _megatron(str(tmp_path))
-    windowed = window or arch.startswith(("gemma3", "gemma2", "olmo3", "exaone4", "gpt_oss", "exaone_moe", "afmoe"))
+    windowed = window or arch.startswith(("gemma3", "gemma2", "olmo3", "exaone4", "gpt_oss", "exaone_moe", "afmoe", "mellum"))
     assert args["max_position_embeddings"] >= 64 and args.get("sliding_window") == (16 if windowed else None)
     hf_config = read_hf_config(str(tmp_path))  # an image-text model's: its text model's (hf_config_of too)
     engine = VLLMEngine(hf_config, vocab_size=HF_VOCAB, max_length=64, eos_token_ids=[0], pad_token_id=0, seed=0)

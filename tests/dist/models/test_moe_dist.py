@@ -275,7 +275,7 @@ def _moe_layers(moe) -> int:
 @pytest.fixture(scope="module", params=["qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3",
                                                  "deepseek_v2", "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe",
                                                  "olmoe", "flex_olmo", "hunyuan_v1_moe", "granitemoeshared",
-                                                 "nemotron_h-moe", "lfm2_moe", "exaone_moe", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla"])
+                                                 "nemotron_h-moe", "lfm2_moe", "exaone_moe", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla", "mellum"])
 def moe(request, tmp_path_factory):
     """Every test below runs on Qwen3-MoE, on Qwen2-MoE (qkv biases, top-k not renormalised, and
     a shared expert with its sigmoid gate: megatron's SharedExpertMLP, split over TP), on Mixtral
@@ -301,9 +301,9 @@ def moe(request, tmp_path_factory):
 
     hf_dir = str(tmp_path_factory.mktemp(request.param))
     work = str(tmp_path_factory.mktemp("moe_work"))
-    # LFM2-MoE's, EXAONE MoE's, Hy3's and AFMoE's embeddings have padding_idx = pad_token_id (transformers'), which this batch's
-    # token 0 would hit: without a pad token (test_hybrid_mixers_dist.py's note)
-    unpadded = {"pad_token_id": None} if request.param in ("lfm2_moe", "exaone_moe", "hy_v3", "afmoe", "sarvam_moe") else {}
+    # LFM2-MoE's, EXAONE MoE's, Hy3's, AFMoE's, Sarvam MoE's and Mellum's embeddings have padding_idx = pad_token_id
+    # (transformers'), which this batch's token 0 would hit: without a pad token (test_hybrid_mixers_dist.py's note)
+    unpadded = {"pad_token_id": None} if request.param in ("lfm2_moe", "exaone_moe", "hy_v3", "afmoe", "sarvam_moe", "mellum") else {}
     hf = make_tiny_hf(request.param.split("-")[0], hf_dir, **HF_VARIANTS.get(request.param, {}), **unpadded)
     ids, mask = _batch()
     logits = hf(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask)).logits

@@ -1,7 +1,7 @@
 """`load:` a HF directory with an empty model yaml: the architecture comes from config.json.
 
 Table over every architecture the model builder supports (Llama with llama3 rope scaling, Mistral,
-Phi-3, Qwen2 / Qwen2.5, Qwen3, Qwen3-MoE, Qwen2-MoE, Mixtral, SmolLM3, Granite, Gemma 3, Gemma 2, Gemma 1, OLMo 2, OLMo 3, Ministral 3, EXAONE 4.0, Seed-OSS, GLM-4, ERNIE 4.5, Arcee, GLM-4.5, DeepSeek-V3, DeepSeek-V2, GLM-4.7-Flash, gpt-oss, MiniMax-M2, Qwen3.5, Qwen3-Next, OLMoE, FlexOlmo, HunYuan, HunYuan-MoE, Granite MoE, Granite 4.0, GLM-4 (glm), Helium, StableLM 2, Nemotron, Cohere, Cohere 2, Phi-2, GPT-NeoX, Falcon, OLMo, StarCoder2, Nemotron-H, Falcon-H1, LFM2, LFM2-MoE, EXAONE 3.5, EXAONE MoE, HyperCLOVA X, IQuest-Coder, Hy3, AFMoE, Sarvam MoE, Sarvam MLA, Jais 2): an empty model entry (or none at all) dry-runs; a key the user did set that
+Phi-3, Qwen2 / Qwen2.5, Qwen3, Qwen3-MoE, Qwen2-MoE, Mixtral, SmolLM3, Granite, Gemma 3, Gemma 2, Gemma 1, OLMo 2, OLMo 3, Ministral 3, EXAONE 4.0, Seed-OSS, GLM-4, ERNIE 4.5, Arcee, GLM-4.5, DeepSeek-V3, DeepSeek-V2, GLM-4.7-Flash, gpt-oss, MiniMax-M2, Qwen3.5, Qwen3-Next, OLMoE, FlexOlmo, HunYuan, HunYuan-MoE, Granite MoE, Granite 4.0, GLM-4 (glm), Helium, StableLM 2, Nemotron, Cohere, Cohere 2, Phi-2, GPT-NeoX, Falcon, OLMo, StarCoder2, Nemotron-H, Falcon-H1, LFM2, LFM2-MoE, EXAONE 3.5, EXAONE MoE, HyperCLOVA X, IQuest-Coder, Hy3, AFMoE, Sarvam MoE, Sarvam MLA, Jais 2, Mellum): an empty model entry (or none at all) dry-runs; a key the user did set that
 disagrees fails in dry_run with one sentence naming both values; weights whose safetensors
 headers do not fit config.json fail in dry_run too (headers only).
 """
@@ -224,6 +224,10 @@ ARCHS = {"llama": dict(rotary_base=5000.0, rope_scaling_type="llama3", untie_emb
                             moe_router_group_topk=1, moe_router_topk_scaling_factor=2.5,
                             moe_shared_expert_intermediate_size=32, moe_router_score_function="sigmoid",
                             moe_router_enable_expert_bias=True, untie_embeddings_and_output_weights=True),
+         # Mellum2: Qwen3-MoE's layer, a sliding layer (window 12, theta 1e4; dense MLP) and a full one (theta 5e5; MoE)
+         "mellum": dict(qk_layernorm=True, kv_channels=32, rotary_base=500000.0, rope_local_base_freq=10000.0,
+                        sliding_window=12, window_attn_skip_freq=[1, 0], num_experts=4, moe_router_topk=2,
+                        moe_ffn_hidden_size=32, moe_layer_freq=[0, 1], untie_embeddings_and_output_weights=True),
          # HyperCLOVA X: Granite's scalars (logits x 0.5, a multiplier), Peri-LN's norms on the attention / MLP outputs
          "hyperclovax": dict(embedding_multiplier_scale=2.0, residual_multiplier=0.5, output_multiplier_scale=0.5,
                              softmax_scale=0.2, post_norm=True, pre_norm=True),

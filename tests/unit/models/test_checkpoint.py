@@ -285,7 +285,7 @@ def load_exported(out):
                                              ("nemotron_h-moe", True), ("falcon_h1", True),
                                              ("falcon_h1-nonorm", True), ("lfm2", True), ("lfm2-idxs", True),
                                              ("lfm2_moe", True), ("exaone", False),
-                                             ("exaone_moe", True), ("hyperclovax", True), ("hy_v3", False), ("afmoe", False), ("afmoe", True), ("sarvam_moe", False), ("jais2", True)])
+                                             ("exaone_moe", True), ("hyperclovax", True), ("hy_v3", False), ("afmoe", False), ("afmoe", True), ("sarvam_moe", False), ("jais2", True), ("mellum", False), ("mellum", True)])
 def test_live_export_loads_in_transformers(gloo_world1, tmp_path, arch, synthesize):
     """synthesize: config.json written from the Megatron args (a yaml-built model or a Megatron
     checkpoint): Gemma 3 / 2 in their own config.json, partial rotary as Phi-3's, and the tensors
@@ -306,7 +306,7 @@ def test_live_export_loads_in_transformers(gloo_world1, tmp_path, arch, synthesi
     out = export_hf(model, args, str(tmp_path / "out"), vocab_size=120, hf_config=None if synthesize else config,
                     tokenizer_dir=str(tmp_path / "hf"))
     assert os.path.isfile(os.path.join(out, "tokenizer_config.json"))
-    if arch in ("mixtral", "granitemoehybrid-hmoe", "exaone_moe", "hy_v3", "afmoe", "sarvam_moe"):  # transformers 5 converts experts in from_pretrained: the files
+    if arch in ("mixtral", "granitemoehybrid-hmoe", "exaone_moe", "hy_v3", "afmoe", "sarvam_moe", "mellum"):  # transformers 5 converts experts in from_pretrained: the files
         from safetensors.torch import load_file
 
         assert json.loads(open(os.path.join(out, "config.json")).read())["model_type"] == arch.split("-")[0]

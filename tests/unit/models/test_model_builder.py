@@ -1651,3 +1651,33 @@ def test_jais2_config_json_round_trip():
     assert written["model_type"] == "jais2" and model_config_from_hf(written) == args
     with pytest.raises(ValueError, match="attention_bias=True with mlp_bias=False is not supported for jais2"):
         model_config_from_hf(dict(eight, mlp_bias=False))
+
+
+def test_mellum_config_json_round_trip():
+    """Mellum (mellum): transformers' MellumConfig defaults are Mellum2-12B-A2.5B's sizes (28 layers, 64 experts of 896,
+    head_dim 128, theta 5e5; every layer full and MoE unless layer_types / mlp_layer_types say). With sliding layers
+    (their own theta 1e4) and dense ones it reads as Qwen3-MoE's layers with megatron's window pattern and local rotary
+    table; written from the args as Mellum again and read back the same; sliding layers rotating another part of each
+    head, or a malformed mlp_layer_types, are one sentence each."""
+    from transformers import MellumConfig
+
+    from mindspeed_rl.models.hf_export_config import hf_config_from_args
+
+    twelve = MellumConfig().to_dict()
+    args = model_config_from_hf(twelve)
+    assert (args["num_layers"], args["num_experts"], args["moe_ffn_hidden_size"], args["kv_channels"],
+            args["rotary_base"], args["qk_layernorm"]) == (28, 64, 896, 128, 500000.0, True)
+    assert "window_attn_skip_freq" not in args and "moe_layer_freq" not in args
+    hybrid = dict(twelve, layer_types=["sliding_attention", "sliding_attention", "full_attention"] * 9 + ["full_attention"],
+                  mlp_layer_types=["dense"] + ["sparse"] * 27)
+    args = model_config_from_hf(hybrid)
+    assert args["window_attn_skip_freq"] == [1, 1, 0] * 9 + [0] and args["sliding_window"] == 1024
+    assert args["rope_local_base_freq"] == 10000.0 and args["moe_layer_freq"] == [0] + [1] * 27
+    written = hf_config_from_args(args, vocab_size=98304)
+    assert written["model_type"] == "mellum" and model_config_from_hf(written) == args
+    assert MellumConfig(**{k: v for k, v in written.items() if k != "model_type"}).layer_types == hybrid["layer_types"]
+    sliding = dict(hybrid["rope_parameters"]["sliding_attention"], partial_rotary_factor=0.5)
+    with pytest.raises(ValueError, match="sliding_attention partial_rotary_factor 0.5 differs from the full layers' 1.0"):
+        model_config_from_hf(dict(hybrid, rope_parameters={**hybrid["rope_parameters"], "sliding_attention": sliding}))
+    with pytest.raises(ValueError, match="mlp_layer_types must name dense or sparse for each of 28 layers"):
+        model_config_from_hf(dict(hybrid, mlp_layer_types=["dense", "moe"] + ["sparse"] * 26))
