@@ -111,7 +111,7 @@ def test_falcon_config_json_as_released():
     ({"hidden_act": "gelu"}, "hidden_act"),
     ({"rope_scaling": {"rope_type": "dynamic", "factor": 4.0}}, "rope type 'dynamic' .* would disagree"),
     ({"rope_scaling": {"rope_type": "su", "factor": 4.0}}, "rope type 'su' is not supported; use one of"),
-    ({"partial_rotary_factor": 0.5}, "partial_rotary_factor 0.5 is supported for phi3, glm, glm4, glm4_moe, sarvam_moe, stablelm, nemotron, phi, gpt_neox, minimax_m2, qwen3_5_text and qwen3_next models only, not llama"),
+    ({"partial_rotary_factor": 0.5}, "partial_rotary_factor 0.5 is supported for phi3, glm, glm4, glm4_moe, sarvam_moe, stablelm, nemotron, phi, gpt_neox, mellum, minimax_m2, qwen3_5_text and qwen3_next models only, not llama"),
 ])
 def test_unsupported_hf_features_raise(change, match):
     with pytest.raises(ValueError, match=match):
