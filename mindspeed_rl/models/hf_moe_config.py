@@ -44,6 +44,18 @@ def hy_v3_config(hf: Mapping[str, Any]) -> dict[str, Any]:
             "norm_topk_prob": True}
 
 
+def _ling_routing_problems(hf: Mapping[str, Any]) -> list[tuple[str, bool]]:
+    """(what, whether config.json says it) for the routing keys of Ling's (Bailing's) vLLM modules, which Sarvam's
+    releases carry, that would make vLLM route otherwise than transformers' GLM-4.5 / DeepSeek-V3 does."""
+    return [(f"score_function {hf.get('score_function')!r} (transformers scores by sigmoid)",
+             hf.get("score_function") not in (None, "sigmoid")),
+            ("moe_router_enable_expert_bias false (transformers adds the expert bias)",
+             hf.get("moe_router_enable_expert_bias") is False),
+            (f"moe_shared_expert_intermediate_size {hf.get('moe_shared_expert_intermediate_size')} (transformers' shared "
+             f"experts are moe_intermediate_size {hf.get('moe_intermediate_size')} wide each)",
+             hf.get("moe_shared_expert_intermediate_size") not in (None, hf.get("moe_intermediate_size")))]
+
+
 # transformers' SarvamMoEConfig (Sarvam-30B's sizes) where config.json leaves a key out
 SARVAM_MOE_DEFAULTS = {"rope_theta": 8000000.0, "head_dim": 64, "use_qk_norm": True, "first_k_dense_replace": 1,
                        "moe_intermediate_size": 1024, "num_experts_per_tok": 6, "routed_scaling_factor": 2.5,
@@ -60,25 +72,19 @@ def sarvam_moe_config(hf: Mapping[str, Any]) -> dict[str, Any]:
     hf = {**hf, **{k: v for k, v in SARVAM_MOE_DEFAULTS.items() if hf.get(k) is None}}
     heads = int(hf["num_attention_heads"])
     head_dim = int(hf.get("head_dim") or int(hf["hidden_size"]) // heads)
-    rope = dict(hf.get("rope_parameters") or {})
-    rotary = int(head_dim * float(rope.get("partial_rotary_factor") or hf.get("partial_rotary_factor") or 1.0))
+    partial = float((hf.get("rope_parameters") or {}).get("partial_rotary_factor") or hf.get("partial_rotary_factor") or 1.0)
+    rotary = int(head_dim * partial)
     problems = [what for what, bad in (
-        (f"score_function {hf.get('score_function')!r} (transformers scores by sigmoid)",
-         hf.get("score_function") not in (None, "sigmoid")),
-        ("moe_router_enable_expert_bias false (transformers adds the expert bias)",
-         hf.get("moe_router_enable_expert_bias") is False),
+        *_ling_routing_problems(hf),
         ("use_bias true (transformers has no biases on o_proj and the MLPs)", bool(hf.get("use_bias"))),
         (f"rotary_dim {hf.get('rotary_dim')} (transformers rotates {rotary} dimensions of each head)",
          hf.get("rotary_dim") is not None and int(hf["rotary_dim"]) != rotary),
-        (f"moe_shared_expert_intermediate_size {hf.get('moe_shared_expert_intermediate_size')} (transformers' shared "
-         f"experts are moe_intermediate_size {hf['moe_intermediate_size']} wide each)",
-         hf.get("moe_shared_expert_intermediate_size") not in (None, hf["moe_intermediate_size"])),
         ("use_rmsnorm false (transformers' q / k norms are RMSNorms)", hf.get("use_rmsnorm") is False and hf["use_qk_norm"]),
     ) if bad]
     if problems:
         raise ValueError(f"config.json {'; '.join(problems)} is not supported for sarvam_moe: vLLM would compute it, "
                          f"transformers and the trainer would not. Sarvam's releases do not set it.")
-    return hf
+    return {**hf, "partial_rotary_factor": partial}
 
 
 # transformers' SarvamMLAConfig (Sarvam-105B's sizes) where they differ from DeepseekV3Config's, for keys config.json
@@ -108,13 +114,7 @@ def sarvam_mla_config(config: Mapping[str, Any]) -> dict[str, Any]:
             hf.setdefault(ours, value)
     hf = {**{k: v for k, v in SARVAM_MLA_DEFAULTS.items() if k not in hf}, **hf}
     problems = [what for what, bad in (
-        (f"score_function {hf.get('score_function')!r} (transformers scores by sigmoid)",
-         hf.get("score_function") not in (None, "sigmoid")),
-        ("moe_router_enable_expert_bias false (transformers adds the expert bias)",
-         hf.get("moe_router_enable_expert_bias") is False),
-        (f"moe_shared_expert_intermediate_size {hf.get('moe_shared_expert_intermediate_size')} (transformers' shared "
-         f"experts are moe_intermediate_size wide each)", hf.get("moe_shared_expert_intermediate_size") not in (
-            None, hf.get("moe_intermediate_size"))),
+        *_ling_routing_problems(hf),
         (f"moe_layer_freq {hf.get('moe_layer_freq')} (transformers makes every layer after first_k_dense_replace MoE)",
          hf.get("moe_layer_freq") not in (None, 1)),
     ) if bad]

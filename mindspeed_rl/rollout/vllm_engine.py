@@ -152,14 +152,12 @@ def vllm_config(config: Mapping[str, Any]) -> dict[str, Any]:
 
         hf = sarvam_moe_config(config)
         experts, shared = expert_count(hf), int(hf.get("num_shared_experts") or hf.get("n_shared_experts") or 0)
-        rope = dict(hf.get("rope_parameters") or {})
         bias = bool(hf.get("use_qkv_bias") or hf.get("attention_bias"))
         return {**hf, "model_type": "glm4_moe", "architectures": ["SarvamMoEForCausalLM"], "num_experts": experts,
                 "n_routed_experts": experts, "num_shared_experts": shared, "n_shared_experts": shared,
                 "moe_shared_expert_intermediate_size": hf["moe_intermediate_size"], "score_function": "sigmoid",
                 "moe_router_enable_expert_bias": True, "router_dtype": "fp32", "use_rmsnorm": True, "use_bias": False,
-                "use_qkv_bias": bias, "attention_bias": bias, "embedding_dropout": 0.0,
-                "partial_rotary_factor": float(rope.get("partial_rotary_factor") or hf.get("partial_rotary_factor") or 1.0)}
+                "use_qkv_bias": bias, "attention_bias": bias, "embedding_dropout": 0.0}
     if config.get("model_type") == "afmoe":  # AFMoE: the routing keys vLLM's AfmoeForCausalLM reads and transformers'
         # config lacks, as transformers routes (hf_moe_config.afmoe_config refuses any other)
         return {"score_func": "sigmoid", "route_norm": True, "n_group": 1, "topk_group": 1, **config}
