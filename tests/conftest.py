@@ -120,6 +120,9 @@ NON_CORE_ARCHS = frozenset((
     "falcon_h1-nonorm",
     # LFM2-MoE (LFM2's layers, core, with DeepSeek-V3's routing without groups) and LFM2's older config.json form
     "lfm2_moe", "lfm2-idxs",
+    # Gemma 4 read from its image-text checkpoint, and its full layers with values of their own (gemma4_text, core: two
+    # layer shapes, the keys as values)
+    "gemma4", "gemma4_text-kv",
     # EXAONE 3.0 / 3.5 (Llama under its own names) and EXAONE MoE (EXAONE 4.0's attention, DeepSeek-V3's routing)
     "exaone", "exaone_moe", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla", "jais2", "mellum",
     # HyperCLOVA X (Granite's scalars with Gemma 3's post norms)

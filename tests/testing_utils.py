@@ -164,6 +164,11 @@ def with_extended(ci, extended) -> list:
 # config.json variants (make_tiny_hf overrides) of the parity tests: arch-variant -> overrides
 
 HF_VARIANTS = {
+    # Gemma 4 without attention_k_eq_v (its full layers: v_proj, the sliding layers' 4 key / value heads, 32 wide),
+    # proportional RoPE on half of the pairs at theta 1e5
+    "gemma4_text-kv": {"attention_k_eq_v": False, "rope_parameters": {
+        "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.5, "rope_theta": 1e5},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}},
     # Granite 4.0 with experts: 4 of them (intermediate_size wide, top-2) beside its shared_mlp, every layer attention
     "granitemoehybrid-moe": {"num_local_experts": 4, "num_experts_per_tok": 2},
     # Granite 4.0-H: a Mamba-2 layer (4 heads of 32, one group of state 16, 16-token chunks) then an attention layer
@@ -286,6 +291,13 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
             "layer_types": ["sliding_attention", "full_attention"] * (tiny["num_hidden_layers"] // 2),
             "rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e5},
                                 "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}, **tiny})
+
+    def gemma4_text(**changes):  # Gemma 4's dense layout (its entry below), with changes
+        return tf.Gemma4TextConfig(**{
+            "head_dim": 16, "global_head_dim": 32, "num_global_key_value_heads": 2, "attention_k_eq_v": True,
+            "hidden_size_per_layer_input": 0, "sliding_window": 12, "final_logit_softcapping": 5.0,
+            "layer_types": ["sliding_attention", "full_attention"] * (tiny["num_hidden_layers"] // 2),
+            "pad_token_id": 0, "eos_token_id": 1, "bos_token_id": 2, **tiny, "num_key_value_heads": 4, **changes})
 
     def deepseek_v3(**changes):  # DeepSeek-V3's layout (its entry below), with changes (Sarvam-105B's)
         return tf.DeepseekV3Config(**{
@@ -420,6 +432,11 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
             **tiny}),
         # Mellum2's layout: Qwen3-MoE's layer, a sliding layer (window 12, its own theta 1e4; dense MLP) and a full one
         # (theta 5e5; 4 experts of 32, top-2 renormalised), head_dim 32
+        # Gemma 4's dense layout (31B): sliding layers (window 12, theta 1e4, 4 key / value heads of 16) and full ones
+        # (2 key / value heads of 32, the values their keys: no v_proj; proportional RoPE on a quarter of the pairs at
+        # theta 1e6), weight-scaled norms before and after attention and MLP, q / k / v norms, unscaled scores, a
+        # layer_scalar per layer, GeGLU, logits soft-capped at 5
+        "gemma4_text": gemma4_text,
         "mellum": lambda: tf.MellumConfig(**{
             "head_dim": 32, "sliding_window": 12, "layer_types": ["sliding_attention", "full_attention"],
             "mlp_layer_types": ["dense", "sparse"], "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
@@ -640,6 +657,10 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
                              block_auto_adjust_ff_dim=False, pad_token_id=0, eos_token_id=2, bos_token_id=1, **tiny),
             vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2),
             image_token_id=119),
+        "gemma4": lambda: tf.Gemma4Config(
+            text_config=gemma4_text().to_dict(), audio_config=None, image_token_id=119, boi_token_id=117,
+            eoi_token_id=118, vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                                 num_attention_heads=2, num_key_value_heads=2, head_dim=16)),
         "mistral3": lambda: tf.Mistral3Config(
             text_config=tf.MistralConfig(**{"sliding_window": None, "rope_theta": 1e6, **tiny}).to_dict(),
             image_token_index=119, tie_word_embeddings=False,
@@ -665,7 +686,7 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
            "hunyuan_v1_dense": tf.HunYuanDenseV1ForCausalLM, "hunyuan_v1_moe": tf.HunYuanMoEV1ForCausalLM,
            "granitemoe": tf.GraniteMoeForCausalLM, "granitemoeshared": tf.GraniteMoeSharedForCausalLM,
            "granitemoehybrid": tf.GraniteMoeHybridForCausalLM, "glm": tf.GlmForCausalLM,
-           "helium": tf.HeliumForCausalLM, "stablelm": tf.StableLmForCausalLM, "nemotron_h": tf.NemotronHForCausalLM, "falcon_h1": tf.FalconH1ForCausalLM, "lfm2": tf.Lfm2ForCausalLM, "lfm2_moe": tf.Lfm2MoeForCausalLM, "lfm2_vl": tf.Lfm2VlForConditionalGeneration, "exaone_moe": tf.ExaoneMoeForCausalLM, "hy_v3": tf.HYV3ForCausalLM, "afmoe": tf.AfmoeForCausalLM, "sarvam_moe": tf.Glm4MoeForCausalLM, "jais2": tf.Jais2ForCausalLM, "mellum": tf.MellumForCausalLM, "hyperclovax": tf.HyperCLOVAXForCausalLM, "iquestcoder": tf.LlamaForCausalLM, "exaone": tf.LlamaForCausalLM,
+           "helium": tf.HeliumForCausalLM, "stablelm": tf.StableLmForCausalLM, "nemotron_h": tf.NemotronHForCausalLM, "falcon_h1": tf.FalconH1ForCausalLM, "lfm2": tf.Lfm2ForCausalLM, "lfm2_moe": tf.Lfm2MoeForCausalLM, "lfm2_vl": tf.Lfm2VlForConditionalGeneration, "exaone_moe": tf.ExaoneMoeForCausalLM, "hy_v3": tf.HYV3ForCausalLM, "afmoe": tf.AfmoeForCausalLM, "sarvam_moe": tf.Glm4MoeForCausalLM, "jais2": tf.Jais2ForCausalLM, "mellum": tf.MellumForCausalLM, "gemma4_text": tf.Gemma4ForCausalLM, "gemma4": tf.Gemma4ForConditionalGeneration, "hyperclovax": tf.HyperCLOVAXForCausalLM, "iquestcoder": tf.LlamaForCausalLM, "exaone": tf.LlamaForCausalLM,
            "starcoder2": tf.Starcoder2ForCausalLM, "nemotron": tf.NemotronForCausalLM,
            "cohere": tf.CohereForCausalLM, "cohere2": tf.Cohere2ForCausalLM, "phi": tf.PhiForCausalLM,
            "gpt_neox": tf.GPTNeoXForCausalLM, "falcon": tf.FalconForCausalLM, "olmo": tf.OlmoForCausalLM}[arch]
@@ -675,11 +696,14 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
         for p in model.parameters():
             p.normal_(0.0, 0.1)
         for name, p in model.named_parameters():
-            if name.endswith("norm.weight") and not (arch.startswith("gemma") or arch == "nemotron"):  # theirs scale by 1 + weight
+            if name.endswith("norm.weight") and not (arch.startswith("gemma") and not arch.startswith("gemma4")
+                                                     or arch == "nemotron"):  # theirs scale by 1 + weight
                 p.add_(1.0)
         for name, b in model.named_buffers():  # sigmoid routing's expert bias (GLM-4.5): a buffer, not 0
             if name.endswith(("e_score_correction_bias", "feed_forward.expert_bias")):  # (LFM2-MoE's name)
                 b.normal_(0.0, 0.1)
+            if name.endswith("layer_scalar"):  # Gemma 4's per-layer constant: not 1
+                b.uniform_(0.5, 1.5)
     kwargs = {"max_shard_size": max_shard_size} if max_shard_size else {}
     model.save_pretrained(out_dir, **kwargs)
     if arch == "exaone" and not hasattr(tf, "ExaoneConfig"):  # saved as a Llama: as EXAONE's releases store it instead

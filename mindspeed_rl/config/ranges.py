@@ -41,6 +41,9 @@ RANGES = {
     "ModelArch.mamba_chunk_size": "[1, inf)",
     "ModelArch.short_conv_kernel": "[1, inf)",  # LFM2's conv_L_cache
     "ModelArch.kv_channels": "[1, inf)",
+    "ModelArch.sliding_kv_channels": "[1, inf)",  # Gemma 4's sliding layers' sizes
+    "ModelArch.sliding_num_query_groups": "[1, inf)",
+    "ModelArch.rope_proportion": "(0, 1]",
     "ModelArch.padded_vocab_size": "[1, inf)",
     "ModelArch.make_vocab_size_divisible_by": "[1, inf)",
     "ModelArch.max_position_embeddings": "[1, inf)",

@@ -30,6 +30,7 @@ from mindspeed_rl.models.hf_bridge.loader import read_hf_config
 from mindspeed_rl.models.hf_bridge.mapping import gated_mlp
 from mindspeed_rl.models.hf_bridge.sharding import moe_layers
 from mindspeed_rl.models.hf_config import kv_channels
+from mindspeed_rl.models.hf_gemma4_config import has_layer_shapes, layer_attention
 from mindspeed_rl.models.hf_moe_config import mtp_layer_count
 from mindspeed_rl.utils.errors import UserInputError
 
@@ -226,9 +227,18 @@ def expected_hf_shapes(args: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ..
     own_gate = bool(args.get("attention_output_gate") and args.get("attention_gate_proj"))  # AFMoE: its gate_proj
     gate = 2 if args.get("attention_output_gate") and not own_gate else 1  # Qwen3.5: q_proj holds each head's query and gate
     pattern = hybrid_pattern.pattern_of(args)  # Nemotron-H: one block per layer, the other half absent
+    shaped = has_layer_shapes(args)  # Gemma 4: the sliding and full layers' own sizes (hf_gemma4_config.layer_attention)
     for i in range(int(args["num_layers"])):
         p = f"model.layers.{i}."
         before = set(shapes)
+        k_eq_v = False
+        if shaped:
+            d, groups, k_eq_v = layer_attention(args, i)
+            q, kv = heads * d, groups * d
+            why_q = f"num_attention_heads {heads} x this layer's head dimension {d}"
+            why_kv = f"this layer's key / value heads {groups} x {d}"
+        if args.get("layer_scalar"):
+            shapes[p + "layer_scalar"] = ((1,), "layer_scalar")
         if i < len(mamba) and mamba[i]:
             shapes.update(_mamba_shapes(args, p, h))
         elif i < len(conv) and conv[i]:
@@ -242,7 +252,7 @@ def expected_hf_shapes(args: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ..
                 p + "self_attn.q_proj.weight": ((gate * q, h), ("attention_output_gate: 2 x " if gate == 2 else "")
                                                 + f"{why_q}, hidden_size {h}"),
                 p + "self_attn.k_proj.weight": ((kv, h), f"{why_kv}, hidden_size {h}"),
-                p + "self_attn.v_proj.weight": ((kv, h), f"{why_kv}, hidden_size {h}"),
+                **({} if k_eq_v else {p + "self_attn.v_proj.weight": ((kv, h), f"{why_kv}, hidden_size {h}")}),
                 **({p + "self_attn.gate_proj.weight": ((q, h), f"attention_gate_proj, {why_q}, hidden_size {h}")}
                    if own_gate else {}),
             })

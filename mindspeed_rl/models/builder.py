@@ -42,6 +42,7 @@ import torch.distributed.distributed_c10d as c10d
 import torch.nn.functional as F
 
 from mindspeed_rl.models.hf_config import ROPE_SCALINGS, kv_channels, no_rope_pattern, window_pattern
+from mindspeed_rl.models.hf_gemma4_config import has_layer_shapes
 from mindspeed_rl.models.hf_moe_config import moe_layer_pattern
 from mindspeed_rl.platform import get_platform, place_model
 from mindspeed_rl.platform.base import own_rotary, own_swiglu, sdpa_core_attention
@@ -209,6 +210,8 @@ def transformer_config(args: Mapping[str, Any], params_dtype: torch.dtype = torc
     if config.parallel_residual_mlp_norm and not config.parallel_residual:
         raise ValueError("parallel_residual_mlp_norm needs parallel_residual: true (GPT-NeoX's layer).")
     config.post_norm = bool(_get(args, "post_norm", False))  # Gemma's norms after attention / MLP
+    config.value_norm = bool(_get(args, "value_norm", False))  # Gemma 4's v_norm (models/gemma4.py)
+    config.attention_k_eq_v = bool(_get(args, "attention_k_eq_v", False))  # Gemma 4's full layers: values = keys
     config.pre_norm = bool(_get(args, "pre_norm", True))  # OLMo 2: false, its norms come after only
     config.qk_layernorm_across_heads = bool(_get(args, "qk_layernorm_across_heads", False))  # OLMo 2's q/k norms
     if not config.pre_norm and not config.post_norm:
@@ -488,6 +491,9 @@ def rotary_inv_freq(args: Mapping[str, Any], inv_freq: torch.Tensor) -> torch.Te
     inv_freq = inv_freq.detach().float().cpu()
     if scaling == "linear":  # position / factor == frequency / factor
         return inv_freq / factor
+    if scaling == "proportional":  # Gemma 4's full layers: the first pairs at their frequencies, the others still
+        kept = int(float(_get(args, "rope_proportion", 1.0)) * dim // 2)
+        return torch.cat([inv_freq[:kept], torch.zeros(inv_freq.numel() - kept)])
     if scaling == "longrope":  # up to the original length: the short factors (hf_config.longrope_args)
         short = torch.tensor([float(f) for f in _get(args, "rope_short_factor")], dtype=torch.float32)
         if short.numel() != inv_freq.numel():
@@ -561,44 +567,28 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
         spec = olmo.without_pre_norms(spec, config.qk_layernorm_across_heads, config.pre_norm)
     if _get(args, "linear_attention_layers") or _get(args, "attention_output_gate"):  # Qwen3.5 (models/qwen3_5.py)
         from mindspeed_rl.models import qwen3_5
-        from mindspeed_rl.models.chunks import virtual_layer_ranges
 
-        layers = virtual_layer_ranges(config.num_layers, config.pipeline_model_parallel_size,
-                                      parallel_state.get_pipeline_model_parallel_rank(),
-                                      config.virtual_pipeline_model_parallel_size or 1)[vp_stage or 0]
-        spec = qwen3_5.hybrid_block_spec(spec, dict(args), layers)
+        spec = qwen3_5.hybrid_block_spec(spec, dict(args), _chunk_layers(config, vp_stage))
     if any(_get(args, "mamba_layers") or ()):  # Granite 4.0-H (models/mamba2.py)
         from mindspeed_rl.models import mamba2
-        from mindspeed_rl.models.chunks import virtual_layer_ranges
 
-        layers = virtual_layer_ranges(config.num_layers, config.pipeline_model_parallel_size,
-                                      parallel_state.get_pipeline_model_parallel_rank(),
-                                      config.virtual_pipeline_model_parallel_size or 1)[vp_stage or 0]
-        spec = mamba2.hybrid_block_spec(spec, dict(args), layers)
+        spec = mamba2.hybrid_block_spec(spec, dict(args), _chunk_layers(config, vp_stage))
     if any(_get(args, "short_conv_layers") or ()):  # LFM2 (models/short_conv.py)
         from mindspeed_rl.models import short_conv
-        from mindspeed_rl.models.chunks import virtual_layer_ranges
 
-        layers = virtual_layer_ranges(config.num_layers, config.pipeline_model_parallel_size,
-                                      parallel_state.get_pipeline_model_parallel_rank(),
-                                      config.virtual_pipeline_model_parallel_size or 1)[vp_stage or 0]
-        spec = short_conv.hybrid_block_spec(spec, dict(args), layers)
+        spec = short_conv.hybrid_block_spec(spec, dict(args), _chunk_layers(config, vp_stage))
     if _get(args, "parallel_hybrid"):  # Falcon-H1: attention and Mamba-2 side by side (models/parallel_hybrid.py)
         from mindspeed_rl.models import parallel_hybrid
-        from mindspeed_rl.models.chunks import virtual_layer_ranges
 
-        layers = virtual_layer_ranges(config.num_layers, config.pipeline_model_parallel_size,
-                                      parallel_state.get_pipeline_model_parallel_rank(),
-                                      config.virtual_pipeline_model_parallel_size or 1)[vp_stage or 0]
-        spec = parallel_hybrid.block_spec(spec, dict(args), layers)
+        spec = parallel_hybrid.block_spec(spec, dict(args), _chunk_layers(config, vp_stage))
+    if _get(args, "value_norm") or has_layer_shapes(args):  # Gemma 4 (models/gemma4.py)
+        from mindspeed_rl.models import gemma4
+
+        spec = gemma4.block_spec(spec, dict(args), _chunk_layers(config, vp_stage))
     if _get(args, "hybrid_override_pattern"):  # Nemotron-H: one block per layer (models/hybrid_pattern.py)
         from mindspeed_rl.models import hybrid_pattern
-        from mindspeed_rl.models.chunks import virtual_layer_ranges
 
-        layers = virtual_layer_ranges(config.num_layers, config.pipeline_model_parallel_size,
-                                      parallel_state.get_pipeline_model_parallel_rank(),
-                                      config.virtual_pipeline_model_parallel_size or 1)[vp_stage or 0]
-        spec = hybrid_pattern.block_spec(spec, dict(args), layers)
+        spec = hybrid_pattern.block_spec(spec, dict(args), _chunk_layers(config, vp_stage))
     if vp_stage is not None:
         pre_process, post_process = _virtual_stage_ends(vp_stage, pre_process, post_process)
     # megatron's layers pass device=current_device() themselves; modules that do not (the torch-norm
@@ -623,6 +613,10 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
             from mindspeed_rl.models import qk_norm_after_rope
 
             qk_norm_after_rope.install(model)
+        if _get(args, "layer_scalar", False):  # Gemma 4: each layer's output times its constant (models/gemma4.py)
+            from mindspeed_rl.models import gemma4
+
+            gemma4.install_layer_scalar(model)
         if _get(args, "xielu", False):  # Apertus: an xIELU with its own scalars on every MLP (models/xielu.py)
             from mindspeed_rl.models import xielu
 
@@ -679,7 +673,8 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
             from mindspeed_rl.models.rotary import layer_uses_local_rope
 
             gemma.install_local_rope(model, config.rope_local_base,
-                                     functools.partial(layer_uses_local_rope, config))
+                                     functools.partial(layer_uses_local_rope, config),
+                                     int(_get(args, "sliding_kv_channels") or 0) or None)
     return model
 
 
@@ -699,14 +694,19 @@ def _mixed_block_spec(config: TransformerConfig, moe_spec: Any, vp_stage: Option
     same for its own specs; ours are the local spec with our changes)."""
     from megatron.core.transformer.transformer_block import LayerNormImpl, TransformerBlockSubmodules
 
+    dense = _layer_spec(config, None)
+    return TransformerBlockSubmodules(layer_specs=[moe_spec if config.moe_layer_freq[i] else dense
+                                                   for i in _chunk_layers(config, vp_stage)],
+                                      layer_norm=LayerNormImpl)
+
+
+def _chunk_layers(config: TransformerConfig, vp_stage: Optional[int]) -> range:
+    """Global indices of the layers of this rank's model chunk `vp_stage` (models/chunks.py's layout)."""
     from mindspeed_rl.models.chunks import virtual_layer_ranges
 
-    dense = _layer_spec(config, None)
-    vpp = config.virtual_pipeline_model_parallel_size or 1
-    layers = virtual_layer_ranges(config.num_layers, config.pipeline_model_parallel_size,
-                                  parallel_state.get_pipeline_model_parallel_rank(), vpp)[vp_stage or 0]
-    return TransformerBlockSubmodules(layer_specs=[moe_spec if config.moe_layer_freq[i] else dense for i in layers],
-                                      layer_norm=LayerNormImpl)
+    return virtual_layer_ranges(config.num_layers, config.pipeline_model_parallel_size,
+                                parallel_state.get_pipeline_model_parallel_rank(),
+                                config.virtual_pipeline_model_parallel_size or 1)[vp_stage or 0]
 
 
 def _skip_rope_in_marked_layers(model: GPTModel) -> None:

@@ -59,7 +59,7 @@ from safetensors.torch import save_file
 from mindspeed_rl.models.chunks import as_chunks
 from mindspeed_rl.models.hf_bridge.checkpoint_io import open_safetensors
 from mindspeed_rl.models.hf_bridge.loader import global_param_name, load_into_model, model_parallel_ranks
-from mindspeed_rl.models.hf_bridge.mapping import gated_mlp, hf_names
+from mindspeed_rl.models.hf_bridge.mapping import gated_mlp, model_hf_names
 from mindspeed_rl.models.hf_bridge.sharding import kind_of, mcore_to_hf, merge_tp, stage_expert_names
 from mindspeed_rl.models import optimizer_state
 from mindspeed_rl.utils.errors import UserInputError
@@ -249,7 +249,7 @@ class MegatronCheckpointReader:
             for name in (n for f in first if f for n in open_safetensors(f).keys()):
                 if name == "output_layer.weight" and tied:
                     continue  # the last stage's copy of the tied embedding
-                for hf_name in hf_names(name, None, tied, gated_mlp(self.args))[1]:
+                for hf_name in model_hf_names(name, None, self.args, tied)[1]:
                     self.hf_to_mcore[hf_name] = name
                     self.stages[-1].append(hf_name)
         self._cache: tuple[str, dict[str, torch.Tensor]] = ("", {})

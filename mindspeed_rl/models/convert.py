@@ -26,7 +26,7 @@ from mindspeed_rl.models.checkpoint import (FORMAT, MODEL_FILE, MegatronCheckpoi
                                             expert_rank_dir, finish_write, is_megatron_checkpoint, rank_dir)
 from mindspeed_rl.models.hf_bridge.checkpoint_io import SafetensorsReader, TensorReader
 from mindspeed_rl.models.hf_bridge.loader import read_hf_config
-from mindspeed_rl.models.hf_bridge.mapping import Dims, gated_mlp, hf_names, read_shard
+from mindspeed_rl.models.hf_bridge.mapping import Dims, gated_mlp, hf_names, model_hf_names, read_shard
 from mindspeed_rl.platform import PARAMS_DTYPES
 from mindspeed_rl.models.hf_bridge.sharding import (check_tp, is_moe, layer_range, stage_expert_names,
                                                     stage_param_names)
@@ -52,7 +52,7 @@ HF_TYPES = {"llama2": "llama", "llama3": "llama", "mistral": "mistral", "qwen2":
             "granitemoehybrid": "granitemoehybrid", "glm": "glm",
             "helium": "helium", "stablelm": "stablelm", "starcoder2": "starcoder2", "nemotron": "nemotron",
             "cohere": "cohere", "cohere2": "cohere2", "phi": "phi", "gpt_neox": "gpt_neox",
-            "falcon": "falcon", "olmo": "olmo", "nemotron_h": "nemotron_h", "falcon_h1": "falcon_h1", "lfm2": "lfm2", "lfm2_moe": "lfm2_moe", "exaone": "exaone", "exaone_moe": "exaone_moe", "hy_v3": "hy_v3", "afmoe": "afmoe", "sarvam_moe": "sarvam_moe", "sarvam_mla": "deepseek_v3", "jais2": "jais2", "mellum": "mellum", "hyperclovax": "hyperclovax"}  # MindSpeed-LLM's names where it has the model
+            "falcon": "falcon", "olmo": "olmo", "nemotron_h": "nemotron_h", "falcon_h1": "falcon_h1", "lfm2": "lfm2", "lfm2_moe": "lfm2_moe", "exaone": "exaone", "exaone_moe": "exaone_moe", "hy_v3": "hy_v3", "afmoe": "afmoe", "sarvam_moe": "sarvam_moe", "sarvam_mla": "deepseek_v3", "jais2": "jais2", "mellum": "mellum", "hyperclovax": "hyperclovax", "gemma4": "gemma4_text"}  # MindSpeed-LLM's names where it has the model
 
 
 def padded_vocab(vocab_size: int, divisible_by: int, tp: int) -> int:
@@ -118,7 +118,7 @@ def save_megatron(src: Source, save_dir: str, tp: int, pp: int, dtype: Optional[
         for tp_rank in range(tp):
             tensors = {}
             for name in names:  # (global layer names): read only this rank's slice of each tensor
-                t = read_shard(src.reader, *hf_names(name, None, tied, gated_mlp(args)), dims, tp, tp_rank)
+                t = read_shard(src.reader, *model_hf_names(name, None, args, tied), dims, tp, tp_rank)
                 tensors[name] = (t.to(dtype) if dtype else t).contiguous()
             os.makedirs(os.path.join(tmp, rank_dir(tp_rank, pp_rank)))
             save_file(tensors, os.path.join(tmp, rank_dir(tp_rank, pp_rank), MODEL_FILE), metadata={"format": FORMAT})

@@ -30,7 +30,7 @@ ops (MindSpeed's fused RMSNorm has no offset).
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
@@ -143,14 +143,15 @@ def install_output_softcap(model: torch.nn.Module, cap: float) -> None:
     model.output_layer.register_forward_hook(hook)
 
 
-def local_inv_freq(rotary: torch.nn.Module, base: float) -> torch.Tensor:
-    """The default inverse frequencies of `rotary`'s dimension at theta `base` (HF and megatron alike)."""
-    dim = rotary.inv_freq.numel() * 2
+def local_inv_freq(rotary: torch.nn.Module, base: float, dim: Optional[int] = None) -> torch.Tensor:
+    """The default inverse frequencies of `rotary`'s dimension (or `dim`) at theta `base` (HF and megatron alike)."""
+    dim = dim or rotary.inv_freq.numel() * 2
     return 1.0 / (float(base) ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
 
 
-def install_local_rope(model: torch.nn.Module, base: float, uses_local) -> None:
-    """model.local_rotary_pos_emb: a copy of its rotary embedding at theta `base`, unscaled; the
+def install_local_rope(model: torch.nn.Module, base: float, uses_local, dim: Optional[int] = None) -> None:
+    """model.local_rotary_pos_emb: a copy of its rotary embedding at theta `base`, unscaled (`dim` wide where the
+    local layers' heads differ from the model's: Gemma 4's sliding_kv_channels); the
     layers `uses_local(layer_number)` marks get its table instead of the model's (a forward
     pre-hook on every layer's attention, which receives `rotary_pos_emb` as a keyword in megatron-core
     0.12 and 0.16, acting where the attention's `local_rope` is true). The table is megatron's (s, 1, 1, rot) for the same length, one object per length
@@ -158,7 +159,7 @@ def install_local_rope(model: torch.nn.Module, base: float, uses_local) -> None:
     # a shallow copy: megatron's RotaryEmbedding has no parameters or buffers (inv_freq is a plain
     # attribute, replaced below), and megatron-core 0.16's holds a process group deepcopy cannot copy
     local = copy.copy(model.rotary_pos_emb)
-    local.inv_freq = local_inv_freq(model.rotary_pos_emb, base).to(model.rotary_pos_emb.inv_freq.device)
+    local.inv_freq = local_inv_freq(model.rotary_pos_emb, base, dim).to(model.rotary_pos_emb.inv_freq.device)
     model.local_rotary_pos_emb = local
 
     def swap(module, args, kwargs):

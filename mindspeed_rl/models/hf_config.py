@@ -19,6 +19,7 @@ from mindspeed_rl.models.hf_afmoe_config import afmoe_config
 from mindspeed_rl.models.hf_moe_config import (expert_count, gpt_oss_args, hy_v3_config, mla_args, moe_args_from_hf,
                                                 sarvam_mla_config, sarvam_moe_config)
 from mindspeed_rl.models.hf_falcon_h1_config import falcon_h1_args, falcon_h1_config
+from mindspeed_rl.models.hf_gemma4_config import gemma4_args, gemma4_config
 from mindspeed_rl.models.hf_granite_config import granite_args, granite_hybrid_args, granite_hybrid_config
 from mindspeed_rl.models.hf_nemotron_h_config import nemotron_h_args, nemotron_h_config
 from mindspeed_rl.models.hf_lfm2_config import lfm2_args, lfm2_config
@@ -30,7 +31,8 @@ HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_mo
             "qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_dense", "hunyuan_v1_moe",
             "granitemoe", "granitemoeshared", "granitemoehybrid", "glm", "helium", "stablelm",
             "starcoder2", "nemotron", "cohere", "cohere2", "phi", "gpt_neox", "falcon", "olmo", "nemotron_h", "falcon_h1",
-            "lfm2", "lfm2_moe", "exaone", "exaone_moe", "hyperclovax", "iquestcoder", "hy_v3", "afmoe", "sarvam_moe", "jais2", "mellum")
+            "lfm2", "lfm2_moe", "exaone", "exaone_moe", "hyperclovax", "iquestcoder", "hy_v3", "afmoe", "sarvam_moe", "jais2", "mellum",
+            "gemma4_text")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss",
              "minimax_m2", "ernie4_5_moe", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_moe",
@@ -44,7 +46,7 @@ HUNYUAN_ARCHS = ("hunyuan_v1_dense", "hunyuan_v1_moe")  # q / k norms after RoPE
 MLA_ARCHS = ("deepseek_v3", "deepseek_v2", "glm4_moe_lite")  # multi-latent attention (mla_args)
 WINDOW_ARCHS = ("mistral", "mixtral", "phi3", "ministral3", "starcoder2")  # a config.json sliding_window applies to every layer
 ROPE_TYPES = ("default", "linear", "llama3", "longrope", "yarn")  # config.json rope types computed exactly
-ROPE_SCALINGS = (None, "linear", "llama3", "longrope", "yarn")  # their rope_scaling_type (models/builder.py)
+ROPE_SCALINGS = (None, "linear", "llama3", "longrope", "yarn", "proportional")  # their rope_scaling_type (models/builder.py)
 # transformers' config-class defaults where they differ from what the reading below assumes for a key
 # config.json leaves out or null (rope_theta 10000, untied, head_dim = hidden / heads, full rotary, no biases)
 HF_DEFAULTS = {
@@ -195,7 +197,9 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     Hy3 (hy_v3: Hy3-preview) is Qwen3's attention with DeepSeek-V3's routing without groups (hy_v3_config). AFMoE
     (afmoe: Trinity) is that routing under sandwich norms, its attention output gated by its own projection
     (attention_gate_proj), sliding layers with RoPE and full ones without, embeddings x sqrt(hidden) with mup_enabled.
-    Sarvam MoE (sarvam_moe: Sarvam-30B) is GLM-4.5 under Ling's names (sarvam_moe_config).
+    Sarvam MoE (sarvam_moe: Sarvam-30B) is GLM-4.5 under Ling's names (sarvam_moe_config). Gemma 4 (gemma4_text: 31B)
+    is Gemma 3's layer with its full layers' own head dim and key / value heads, their values the keys, value norms,
+    unscaled scores, a scalar per layer and proportional RoPE (models/hf_gemma4_config.py).
     LFM2 (lfm2) is Qwen3's attention with most layers a short convolution instead, LFM2-MoE (lfm2_moe) that with
     sigmoid-routed experts (models/hf_lfm2_config.py).
     A quantized checkpoint is read dequantized where its format is one the reader knows (check_quantization).
@@ -235,6 +239,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         hf = falcon_h1_config(hf)
     if model_type in ("lfm2", "lfm2_moe"):  # short-convolution layers (models/hf_lfm2_config.py)
         hf = lfm2_config(hf)
+    if model_type == "gemma4_text":  # the full layers' sizes and RoPE here, the sliding ones' apart (hf_gemma4_config.py)
+        hf = gemma4_config(hf)
     if model_type in ("hy_v3", "afmoe", "sarvam_moe"):  # their keys as the GLM-4.5 reader names them
         hf = {"hy_v3": hy_v3_config, "afmoe": afmoe_config, "sarvam_moe": sarvam_moe_config}[model_type](hf)
     heads = int(hf["num_attention_heads"])
@@ -284,8 +290,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
                          + ("; OLMoE's releases set it null." if model_type == "olmoe" else "."))
     if hf.get("use_sliding_window"):
         raise ValueError("config.json use_sliding_window=true is not supported; set it to false.")
-    activation = gemma_activation(hf) if model_type in GEMMA_ARCHS else hf.get("hidden_act", "silu")
-    wanted, mlp = (("gelu_pytorch_tanh", "GeGLU") if model_type in GEMMA_ARCHS else
+    activation = gemma_activation(hf) if model_type in (*GEMMA_ARCHS, "gemma4_text") else hf.get("hidden_act", "silu")
+    wanted, mlp = (("gelu_pytorch_tanh", "GeGLU") if model_type in (*GEMMA_ARCHS, "gemma4_text") else
                    ("gelu_pytorch_tanh", "GELU with the tanh approximation") if model_type == "starcoder2" else
                    ("gelu_new", "GELU with the tanh approximation") if model_type == "phi" else ("relu2", "squared ReLU")
                    if model_type in ("arcee", "nemotron", "nemotron_h", "jais2") else ("xielu", "xIELU") if model_type == "apertus" else ("silu", "SwiGLU"))
@@ -372,6 +378,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         args.update(lfm2_args(hf, args["num_layers"]))
     if model_type in GEMMA_ARCHS:
         args.update(gemma_args(hf, args["num_layers"], head_dim))
+    if model_type == "gemma4_text":
+        args.update(gemma4_args(hf))
     if model_type in ("olmo2", "olmo3"):
         args.update(pre_norm=False, post_norm=True, qk_layernorm=True, qk_layernorm_across_heads=True)
     if model_type in ("minimax_m2", "olmoe"):  # OLMo 2's q / k norms over all heads, before the usual pre-norms' layers
@@ -428,7 +436,8 @@ IMAGE_TEXT_ARCHS = {"gemma3": ("gemma3_text", "Gemma3ForCausalLM"), "mistral3": 
                     "qwen2_vl": ("qwen2", "Qwen2ForCausalLM"), "qwen2_5_vl": ("qwen2", "Qwen2ForCausalLM"),
                     "qwen3_vl": ("qwen3", "Qwen3ForCausalLM"), "qwen3_vl_moe": ("qwen3_moe", "Qwen3MoeForCausalLM"),
                     "qwen3_5": ("qwen3_5_text", "Qwen3_5ForCausalLM"), "lfm2_vl": ("lfm2", "Lfm2ForCausalLM"),
-                    "qwen3_5_moe": ("qwen3_5_moe_text", "Qwen3_5MoeForCausalLM")}
+                    "qwen3_5_moe": ("qwen3_5_moe_text", "Qwen3_5MoeForCausalLM"),
+                    "gemma4": ("gemma4_text", "Gemma4ForCausalLM")}
 MROPE_ARCHS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe")  # multimodal RoPE, the 1-D RoPE on text (text_model_config)
 # a text_config model_type that names its own text model (else IMAGE_TEXT_ARCHS' default): Ministral 3's
 TEXT_MODELS = {"ministral3": "Ministral3ForCausalLM"}
@@ -450,7 +459,8 @@ def text_model_config(config: Mapping[str, Any]) -> dict[str, Any]:
     which is what GRPO trains, vLLM serves and the export writes. Likewise Qwen2-VL / Qwen2.5-VL
     (qwen2_vl, qwen2_5_vl: a Qwen2, their 4.x files with the text keys at the top level) and Qwen3-VL
     (qwen3_vl: a Qwen3) and Qwen3-VL-MoE (qwen3_vl_moe: a Qwen3-MoE whose router always renormalises, its
-    experts stored stacked: hf_bridge/names.py), whose multimodal RoPE is the 1-D one on text (without_mrope). Ministral 3
+    experts stored stacked: hf_bridge/names.py), whose multimodal RoPE is the 1-D one on text (without_mrope). Gemma 4
+    (gemma4: Gemma4ForConditionalGeneration) holds a gemma4_text. Ministral 3
     (mistral3 whose text_config is a ministral3) keeps its own text model type (TEXT_MODELS), whose
     defaults differ from Mistral's (no window). The vision tower's weights stay in
     the checkpoint unread (hf_bridge/names.py maps the language model's prefixed names). Tied

@@ -40,6 +40,9 @@ def _config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.dty
     (q/k norms) / Qwen2-MoE (shared expert) / Mixtral (other MoE, with or without a sliding_window)
     CausalLM with these Megatron-named args, its rotary embedding included (rope_parameters); a
     combination config.json cannot say is refused in one sentence."""
+    from mindspeed_rl.models.hf_gemma4_config import GEMMA4_KEYS, gemma4_export_config
+    if any(args.get(k) for k in GEMMA4_KEYS):  # Gemma 4 (models/hf_gemma4_config.py)
+        return gemma4_export_config(args, vocab_size, dtype)
     if args.get("hybrid_override_pattern"):  # one block per layer: Nemotron-H (models/hf_nemotron_h_config.py)
         from mindspeed_rl.models.hf_nemotron_h_config import nemotron_h_export_config
         return nemotron_h_export_config(args, vocab_size, dtype)

@@ -84,15 +84,18 @@ class KVCache:
     def __init__(self, num_layers: int, batch: int, groups: int, max_len: int, head_dim: int,
                  dtype: torch.dtype, device: torch.device, rotary_freqs: Optional[torch.Tensor], zeroed: bool = False,
                  mscale: float = 1.0, window: Optional[int] = None, local_freqs: Optional[torch.Tensor] = None,
-                 v_head_dim: Optional[int] = None, no_kv: frozenset = frozenset()):
+                 v_head_dim: Optional[int] = None, no_kv: frozenset = frozenset(), shapes: Optional[dict] = None):
         # zeroed: positions not written yet hold 0, not garbage (static_decode_step attends over
         # them, masked: 0 x NaN would poison the context)
         self.zeroed = zeroed
         new = torch.zeros if zeroed else torch.empty
-        k_shape, v_shape = (batch, groups, max_len, head_dim), (batch, groups, max_len, v_head_dim or head_dim)
+        # shapes: layer -> (groups, head_dim) where a layer's differ from the model's (Gemma 4's sliding layers)
+        own = lambda i: (shapes or {}).get(i, (groups, head_dim))  # noqa: E731
+        k_shape = lambda i: (batch, own(i)[0], max_len, own(i)[1])  # noqa: E731
+        v_shape = lambda i: (batch, own(i)[0], max_len, own(i)[1] if i in (shapes or {}) else v_head_dim or head_dim)  # noqa: E731
         kept = lambda shape, i: shape if i not in no_kv else (*shape[:2], 0, shape[3])  # noqa: E731  (no_kv: none)
-        self.k = [_static_dims(new(kept(k_shape, i), dtype=dtype, device=device), zeroed) for i in range(num_layers)]
-        self.v = [_static_dims(new(kept(v_shape, i), dtype=dtype, device=device), zeroed) for i in range(num_layers)]
+        self.k = [_static_dims(new(kept(k_shape(i), i), dtype=dtype, device=device), zeroed) for i in range(num_layers)]
+        self.v = [_static_dims(new(kept(v_shape(i), i), dtype=dtype, device=device), zeroed) for i in range(num_layers)]
         self.length = 0
         # (max_len, 1, 1, rot_dim) megatron RotaryEmbedding output; None for multi-latent attention, whose
         # layers rotate with their own table (mla_cached_attention)
@@ -371,9 +374,14 @@ def new_cache(model: torch.nn.Module, batch: int, max_len: int, zeroed: bool = F
               if getattr(layer.self_attention, "mamba", None) is not None}
     # layers whose one block is an MLP (Nemotron-H: models/hybrid_pattern.py) keep nothing
     free = frozenset(i for i, layer in enumerate(model.decoder.layers) if isinstance(layer.self_attention, IdentityOp))
+    # layers built from a config of their own sizes (Gemma 4's sliding layers: models/gemma4.ShapedLayer)
+    shapes = {i: (layer.self_attention.num_query_groups_per_partition, layer.self_attention.hidden_size_per_attention_head)
+              for i, layer in enumerate(model.decoder.layers) if i not in free and i not in delta
+              and layer.config is not config and (layer.config.kv_channels, layer.config.num_query_groups)
+              != (config.kv_channels, config.num_query_groups)}
     cache = KVCache(len(model.decoder.layers), batch, groups, max_len, config.kv_channels, param.dtype,
                     param.device, freqs, zeroed, rope_mscale(config), getattr(config, "attention_window", None), local,
-                    no_kv=frozenset(delta) | free)
+                    no_kv=frozenset(delta) | free, shapes=shapes)
     cache.delta = {i: mixer.delta_state(batch) for i, mixer in {**delta, **hybrid}.items()}
     cache.attention_free, cache.hybrid = free, frozenset(hybrid)
     return cache

@@ -15,7 +15,7 @@ import torch
 
 from mindspeed_rl.models.hf_bridge.checkpoint_io import DictReader
 from mindspeed_rl.models.hf_bridge.loader import global_param_name
-from mindspeed_rl.models.hf_bridge.mapping import Dims, gated_mlp, hf_names, read_shard
+from mindspeed_rl.models.hf_bridge.mapping import Dims, model_hf_names, read_shard
 from mindspeed_rl.utils.errors import UserInputError
 from mindspeed_rl.utils.logging import get_logger
 
@@ -48,7 +48,7 @@ def load_hf_tensors(model: torch.nn.Module, named_tensors: Iterable[tuple[str, t
         if local_name.endswith("_extra_state"):
             continue
         name, layer = global_param_name(model, local_name)
-        kind, names = hf_names(name, layer, tied, gated_mlp(args))
+        kind, names = model_hf_names(name, layer, args, tied)
         waiting[local_name] = (param, kind, names)
         for n in names:
             needed_by.setdefault(n, set()).add(local_name)

@@ -66,6 +66,8 @@ VARIANTS = {
     "exaone_moe": dict(sliding_window=16, max_position_embeddings=64),
     "afmoe": dict(sliding_window=16, max_position_embeddings=64),
     "mellum": dict(sliding_window=16, max_position_embeddings=64),
+    # Gemma 4: the sliding layer's heads 32 wide, the full layer's 64 (vLLM's CPU attention has kernels for both)
+    "gemma4_text": dict(head_dim=32, global_head_dim=64, sliding_window=16, max_position_embeddings=64),
     # Hy3 without the keys its releases carry for vLLM (as transformers' HYV3Config alone writes it): the engine supplies
     # them (vllm_engine.vllm_config), or vLLM would skip the q / k norms, the renormalisation and the routed scale
     "hy_v3": dict(first_k_dense_replace=None, expert_hidden_dim=None, qk_norm=None, route_norm=None),
@@ -120,13 +122,14 @@ def _make_in_child(arch, out, overrides):
 # (qwen3_vl), MLA (deepseek_v3), sinks and biased experts (gpt_oss), Granite's multipliers (granitemoehybrid, served as
 # Granite), LayerNorm with Cohere's parallel layer (cohere2), per-head query_key_value through the Transformers
 # backend (gpt_neox), Falcon-40B's ln_attn / ln_mlp with its tied head re-pointed (falcon-40b), Mamba-2's state
-# (granitemoehybrid-h) and LFM2's short-convolution state with its rotation in torch (lfm2). The `extended`
+# (granitemoehybrid-h), LFM2's short-convolution state with its rotation in torch (lfm2) and layers of two head
+# dimensions with the keys as values (gemma4_text: k_proj fills vLLM's V rows too). The `extended`
 # cases (pytest -m vllm --extended tests/vllm) are the other architectures on those paths: each passed here on
 # 2026-11-29 (StableLM 2's StablelmForCausalLM and Helium's Transformers backend passed and are not listed); run them
 # after a change to hf_bridge/names.py or rollout/vllm_engine.py. CI leaves them out for the stage's time.
 CI_ARCHS = ("mixtral", "phi3", "phi3-partiallongrope", "qwen2-yarn", "smollm3-yarn", "gemma3", "gemma2", "glm4",
             "qwen3_vl", "deepseek_v3", "gpt_oss", "granitemoehybrid", "cohere2", "gpt_neox", "falcon-40b",
-            "granitemoehybrid-h", "lfm2")
+            "granitemoehybrid-h", "lfm2", "gemma4_text")
 EXTENDED_ARCHS = ("mistral3", "gemma", "olmo3", "ministral3", "exaone4", "seed_oss", "ernie4_5", "arcee", "glm4_moe",
                   "deepseek_v2", "minimax_m2", "glm4_moe_lite", "ernie4_5_moe", "apertus", "olmoe", "flex_olmo",
                   "hunyuan_v1_moe", "granitemoeshared", "glm", "starcoder2", "nemotron", "phi", "falcon", "olmo-clip",
@@ -152,7 +155,7 @@ def test_synced_engine_equals_the_training_model(arch, tmp_path, gloo_world1):
         testing_utils.TINY_HF.clear()
         testing_utils.TINY_HF.update(old)
     model, args = _megatron(str(tmp_path))
-    windowed = window or arch.startswith(("gemma3", "gemma2", "olmo3", "exaone4", "gpt_oss", "exaone_moe", "afmoe", "mellum"))
+    windowed = window or arch.startswith(("gemma3", "gemma2", "olmo3", "exaone4", "gpt_oss", "exaone_moe", "afmoe", "mellum", "gemma4"))
     assert args["max_position_embeddings"] >= 64 and args.get("sliding_window") == (16 if windowed else None)
     hf_config = read_hf_config(str(tmp_path))  # an image-text model's: its text model's (hf_config_of too)
     engine = VLLMEngine(hf_config, vocab_size=HF_VOCAB, max_length=64, eos_token_ids=[0], pad_token_id=0, seed=0)

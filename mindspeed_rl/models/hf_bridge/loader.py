@@ -15,7 +15,7 @@ from typing import Any, Mapping, Optional
 import torch
 
 from mindspeed_rl.models.hf_bridge.checkpoint_io import SafetensorsReader, TensorReader
-from mindspeed_rl.models.hf_bridge.mapping import ARCHITECTURES, EXPERT_KINDS, Dims, gated_mlp, hf_names, read_shard
+from mindspeed_rl.models.hf_bridge.mapping import ARCHITECTURES, EXPERT_KINDS, Dims, model_hf_names, read_shard
 from mindspeed_rl.models.hf_config import supported_types, text_model_config
 from mindspeed_rl.utils.errors import UserInputError
 from mindspeed_rl.utils.logging import get_logger
@@ -98,7 +98,7 @@ def shard_for(model: torch.nn.Module, local_name: str, shape: tuple[int, ...], r
     (ETP) rank (load_into_model's unit; models/optimizer_state.py reads optimizer state with it)."""
     etp_size, etp_rank = (tp_size, tp_rank) if etp_size is None else (etp_size, etp_rank)
     name, layer = _global_name(model, local_name)
-    kind, names = hf_names(name, layer, not args.get("untie_embeddings_and_output_weights", False), gated_mlp(args))
+    kind, names = model_hf_names(name, layer, args, not args.get("untie_embeddings_and_output_weights", False))
     expert = kind in EXPERT_KINDS
     shard = read_shard(reader, kind, names, Dims.from_args(args), etp_size if expert else tp_size,
                        etp_rank if expert else tp_rank)

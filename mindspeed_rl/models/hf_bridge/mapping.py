@@ -33,11 +33,16 @@ split over TP like a dense MLP of width s (kinds "shared_fc1" / "shared_row"), a
   mlp.shared_experts.linear_fc1.weight  (2s, h)  [gate | up]   (HF: mlp.shared_expert.gate_proj / up_proj)
   mlp.shared_experts.linear_fc2.weight  (h, s)                 (HF: mlp.shared_expert.down_proj)
   mlp.shared_experts.gate_weight        (1, h)   replicated    (HF: mlp.shared_expert_gate.weight)
+
+Gemma 4's layers differ in their attention's sizes (models/gemma4.py): Dims.at(HF name) gives the sizes of the name's
+layer (hf_gemma4_config.layer_attention), and a full layer whose values are its keys (attention_k_eq_v) has linear_qkv
+per group [q | k] from q_proj / k_proj alone (model_hf_names leaves v_proj out); its layer_scalar is replicated.
 """
 
 from __future__ import annotations
 
 import re
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -48,10 +53,12 @@ from mindspeed_rl.models.hf_bridge.checkpoint_io import TensorReader, check_shap
 from mindspeed_rl.models.short_conv_layout import bcx_from_parts, bcx_to_hf
 from mindspeed_rl.models.mamba_layout import MambaShape, has_mamba, zxdt_from_parts, zxdt_to_parts
 from mindspeed_rl.models.hf_config import HF_ARCHS, kv_channels
+from mindspeed_rl.models.hf_gemma4_config import has_layer_shapes, layer_attention
 from mindspeed_rl.utils.errors import UserInputError
 
 ARCHITECTURES = HF_ARCHS  # one list: models/hf_config.py (config.json -> megatron args) reads the same ones
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
+_HF_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,17 @@ class Dims:
     attention_gate: bool = False  # Qwen3.5: q_proj holds each head's query and output-gate rows (models/qwen3_5.py)
     delta: DeltaNetShape | None = None  # Qwen3.5's Gated DeltaNet layers (models/delta_layout.py)
     mamba: MambaShape | None = None  # Granite 4.0-H's Mamba-2 layers (models/mamba_layout.py)
+    k_eq_v: bool = False  # this layer's linear_qkv holds no values: per group [q | k] (Gemma 4's full layers)
+    # (head_dim, groups, k_eq_v) of every layer where layers differ (Gemma 4: hf_gemma4_config.layer_attention)
+    layer_shapes: tuple | None = None
+
+    def at(self, hf_name: str) -> "Dims":
+        """These sizes as they are in the layer of `hf_name` (model.layers.{i}.*; the model's for other names)."""
+        m = _HF_LAYER.search(hf_name) if self.layer_shapes else None
+        if m is None:
+            return self
+        head_dim, groups, k_eq_v = self.layer_shapes[int(m.group(1))]
+        return dataclasses.replace(self, head_dim=head_dim, groups=groups, k_eq_v=k_eq_v, layer_shapes=None)
 
     @classmethod
     def from_args(cls, args: Mapping[str, Any]) -> "Dims":
@@ -80,7 +98,9 @@ class Dims:
                    int(args.get("moe_shared_expert_intermediate_size") or 0),
                    bool(args.get("attention_output_gate")) and not args.get("attention_gate_proj"),
                    DeltaNetShape.from_args(args) if any(args.get("linear_attention_layers") or ()) else None,
-                   MambaShape.from_args(args) if has_mamba(args) else None)
+                   MambaShape.from_args(args) if has_mamba(args) else None,
+                   layer_shapes=(tuple(layer_attention(args, i) for i in range(int(args["num_layers"])))
+                                 if has_layer_shapes(args) else None))
 
 
 # megatron name (layer-relative for "decoder.layers.N.*") -> (kind, HF names with {i} = layer)
@@ -99,6 +119,7 @@ _LAYER_MAP = {
     "self_attention.q_layernorm.sharded_weight": ("column", ("model.layers.{i}.self_attn.q_norm.weight",)),
     "self_attention.k_layernorm.sharded_weight": ("column", ("model.layers.{i}.self_attn.k_norm.weight",)),
     "self_attention.linear_proj.weight": ("row", ("model.layers.{i}.self_attn.o_proj.weight",)),
+    "layer_scalar": ("replicated", ("model.layers.{i}.layer_scalar",)),  # Gemma 4's (1,) constant (models/gemma4.py)
     # AFMoE's attention output gate, its own projection (models/qwen3_5.ProjGatedSelfAttention): split by heads
     "self_attention.linear_gate.weight": ("column", ("model.layers.{i}.self_attn.gate_proj.weight",)),
     "self_attention.linear_proj.bias": ("replicated", ("model.layers.{i}.self_attn.o_proj.bias",)),  # gpt-oss
@@ -224,6 +245,18 @@ def hf_names(mcore_name: str, global_layer: int | None, tied: bool, gated: bool 
     return _GLOBAL_MAP[mcore_name]
 
 
+def model_hf_names(mcore_name: str, global_layer: int | None, args: Mapping[str, Any],
+                   tied: bool) -> tuple[str, tuple[str, ...]]:
+    """hf_names for a parameter of the model of `args`: without v_proj in a layer whose values are its keys (Gemma 4's
+    full layers with attention_k_eq_v, hf_gemma4_config.layer_attention), where the checkpoint has none."""
+    kind, names = hf_names(mcore_name, global_layer, tied, gated_mlp(args))
+    if kind == "qkv" and has_layer_shapes(args):
+        layer = global_layer if global_layer is not None else int(_LAYER.match(mcore_name).group(1))
+        if layer_attention(args, layer)[2]:
+            names = names[:2]
+    return kind, names
+
+
 # ---------------------------------------------------------------------------------------------
 # HF -> one TP shard of a megatron tensor
 
@@ -239,7 +272,7 @@ def read_shard(reader: TensorReader, kind: str, names: tuple[str, ...], dims: Di
                tp: int, rank: int) -> torch.Tensor:
     """The rank-th TP shard of a megatron tensor, read (only that part) from HF tensors. For the
     expert kinds `tp`/`rank` are the expert-tensor-parallel size and rank."""
-    d = dims
+    d = dims.at(names[0])
     if kind == "expert_row":  # down_proj (h, f): split the input dim
         check_shape(reader, names[0], (d.hidden, d.moe_ffn))
         return reader.read(names[0], cols=_chunk(d.moe_ffn, tp, rank, names[0] + " columns"))
@@ -301,6 +334,12 @@ def read_shard(reader: TensorReader, kind: str, names: tuple[str, ...], dims: Di
         q_rows = 2 if d.attention_gate else 1  # Qwen3.5: each head's query rows, then its gate rows
         check_shape(reader, names[0], (q_rows * d.heads * d.head_dim, *tail))
         check_shape(reader, names[1], (d.groups * d.head_dim, *tail))
+        if d.k_eq_v:  # Gemma 4's full layers: no v_proj, per group [q | k]
+            q = reader.read(names[0], rows=slice(g.start * per_group * d.head_dim, g.stop * per_group * d.head_dim))
+            k = reader.read(names[1], rows=slice(g.start * d.head_dim, g.stop * d.head_dim))
+            n_local = g.stop - g.start
+            qk = torch.cat([q.reshape(n_local, per_group * d.head_dim, *tail), k.reshape(n_local, d.head_dim, *tail)], 1)
+            return qk.reshape(n_local * (per_group + 1) * d.head_dim, *tail)
         check_shape(reader, names[2], (d.groups * d.head_dim, *tail))
         q = reader.read(names[0], rows=slice(q_rows * g.start * per_group * d.head_dim,
                                              q_rows * g.stop * per_group * d.head_dim))
@@ -367,11 +406,12 @@ def to_hf(mcore: Mapping[str, torch.Tensor], args: Mapping[str, Any], vocab_size
         args: Megatron-named architecture args.
         vocab_size: the HF vocabulary (padding rows past it are dropped).
     """
-    d, out = Dims.from_args(args), {}  # tied embeddings: no output_layer.weight, hence no lm_head
+    model_dims, out = Dims.from_args(args), {}  # tied embeddings: no output_layer.weight, hence no lm_head
     for name, tensor in mcore.items():
         if name.endswith("_extra_state"):
             continue
-        kind, names = hf_names(name, None, tied=False, gated=gated_mlp(args))
+        kind, names = model_hf_names(name, None, args, tied=False)
+        d = model_dims.at(names[0])
         if kind in ("replicated", "row", "expert_row", "shared_row", "column", "expert_bias", "delta_row", "mamba_row",
                     "expert_up", "shared_up", "conv_row"):
             out[names[0]] = tensor
@@ -387,6 +427,12 @@ def to_hf(mcore: Mapping[str, torch.Tensor], args: Mapping[str, Any], vocab_size
             out[names[0]] = tensor[:vocab_size]
         elif kind in ("fc1", "expert_fc1", "shared_fc1"):
             out[names[0]], out[names[1]] = tensor.chunk(2, dim=0)
+        elif kind == "qkv" and d.k_eq_v:  # per group [q | k] (Gemma 4's full layers: no v_proj)
+            per_group = d.heads // d.groups
+            grouped = tensor.reshape(d.groups, (per_group + 1) * d.head_dim, *tensor.shape[1:])
+            q, k = grouped.split([per_group * d.head_dim, d.head_dim], dim=1)
+            for n, t in zip(names, (q, k)):
+                out[n] = t.reshape(-1, *tensor.shape[1:])
         elif kind == "qkv":
             per_group, q_rows = d.heads // d.groups, 2 if d.attention_gate else 1
             grouped = tensor.reshape(d.groups, (q_rows * per_group + 2) * d.head_dim, *tensor.shape[1:])

@@ -44,6 +44,7 @@ _STORED_AS = {
                     ("post_self_attn_layernorm.weight", "post_attention_layernorm.weight")),
 }
 _STORED_AS["gemma2"] = _STORED_AS["gemma3_text"]  # Gemma 2's names are Gemma 3's
+_STORED_AS["gemma4_text"] = _STORED_AS["gemma3_text"]  # and Gemma 4's (with its layer_scalar: hf_bridge/mapping.py)
 _STORED_AS["olmo2"] = _STORED_AS["gemma3_text"][1:]  # OLMo 2: the post norms alone, Gemma's names
 _STORED_AS["olmo3"] = _STORED_AS["olmo2"]  # OLMo 3's names are OLMo 2's
 _STORED_AS["exaone4"] = _STORED_AS["olmo2"]  # EXAONE 4.0's post norms: OLMo 2's names

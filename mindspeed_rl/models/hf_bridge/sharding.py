@@ -58,6 +58,9 @@ def check_tp(args: Mapping[str, Any], tp_size: int, ep_size: int = 1, etp_size: 
                     int(args["kv_lora_rank"]) + int(args["qk_pos_emb_head_dim"]))]
         if args.get("q_lora_rank"):
             checks.append(("tensor_model_parallel_size", tp_size, "q_lora_rank", int(args["q_lora_rank"])))
+    if args.get("sliding_num_query_groups"):  # Gemma 4's sliding layers' own key / value heads
+        checks.append(("tensor_model_parallel_size", tp_size, "sliding_num_query_groups",
+                       int(args["sliding_num_query_groups"])))
     if any(args.get("linear_attention_layers") or ()):  # Gated DeltaNet: split by key heads
         checks.append(("tensor_model_parallel_size", tp_size, "linear_num_key_heads", int(args["linear_num_key_heads"])))
     if has_mamba(args):  # Mamba-2: split by heads
@@ -89,7 +92,9 @@ def stage_param_names(args: Mapping[str, Any], pp_size: int, pp_rank: int, vpp_s
         else ["weight"]
     if args.get("layernorm_affine", True) is False:
         norms = []
-    per_layer = [f"input_layernorm.{n}" for n in norms] if pre_norm else []
+    # Gemma 4's layer_scalar: the layer's own buffer, listed before its children's tensors (models/gemma4.py)
+    per_layer = ["layer_scalar"] if args.get("layer_scalar") else []
+    per_layer += [f"input_layernorm.{n}" for n in norms] if pre_norm else []
     if args.get("softmax_type") == "learnable":  # gpt-oss's sinks (models/gpt_oss.py): the core attention's
         per_layer.append("self_attention.core_attention.softmax_offset")
     per_layer += ["self_attention.linear_proj.weight"] + (["self_attention.linear_proj.bias"] if bias else [])

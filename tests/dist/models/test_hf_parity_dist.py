@@ -33,11 +33,13 @@ pytestmark = pytest.mark.dist
 # heads and half of the Mamba-2 heads beside them, one group of B / C each (-nonorm: the one group on both); PP 2:
 # one parallel layer per stage, every multiplier on both), LFM2 (TP 2: half of the conv layer's channels and half of
 # the attention heads per rank; PP 2: the conv layer on the first stage, the attention on the second), LFM2-MoE (TP 2:
-# each rank half of every expert's width; PP 2: the dense layer and the first MoE one on the first stage)
+# each rank half of every expert's width; PP 2: the dense layer and the first MoE one on the first stage), Gemma 4 (TP 2:
+# each rank 2 of the sliding layer's 4 key / value heads of 16 and 1 of the full layer's 2 of 32 with its query heads,
+# the values its keys; PP 2: the sliding layer on the first stage with its own rotary table, the full one on the second)
 ARCHS = ("llama", "qwen2", "qwen3", "smollm3-yarn", "mistral-window", "phi3-partiallongrope", "granite", "gemma3_text",
          "gemma2", "olmo3", "qwen3_5_text", "qwen3_next", "hunyuan_v1_dense", "granitemoehybrid", "stablelm",
          "starcoder2-window", "cohere2", "phi", "gpt_neox", "falcon-40b", "olmo-clip", "granitemoehybrid-h",
-         "granitemoehybrid-hmoe", "nemotron_h", "falcon_h1", "falcon_h1-nonorm", "lfm2", "lfm2_moe")
+         "granitemoehybrid-hmoe", "nemotron_h", "falcon_h1", "falcon_h1-nonorm", "lfm2", "lfm2_moe", "gemma4_text")
 PARALLEL = ((2, 1), (1, 2))  # TP 1 / PP 1: tests/unit/models/test_forward_logprobs.py
 VOCAB, PADDED, SEQ, TEMP = 120, 128, 32, 0.7
 

@@ -110,12 +110,14 @@ _MASK = _batch()["attention_mask"].bool()
 REAL = _MASK[:, 1:] & _MASK[:, :-1]  # log-prob positions whose token and context are real
 
 
-@pytest.fixture(scope="module", params=["qwen3", "gemma3_text", "qwen3_5_text"])
+@pytest.fixture(scope="module", params=["qwen3", "gemma3_text", "qwen3_5_text", "gemma4_text"])
 def results(tmp_path_factory, request):
     """gemma3_text: its post norms' gradients under SP (all-reduced over TP like the other norms'),
     sliding and full layers spread over the virtual pipeline chunks; qwen3_5_text: Gated DeltaNet layers
     (the gated norm's weight, whole on both TP ranks, its gradient summed over TP in the graph) and
-    output-gated attention under SP, the DeltaNet layers on one rank's chunks, the attention on the other's."""
+    output-gated attention under SP, the DeltaNet layers on one rank's chunks, the attention on the other's;
+    gemma4_text: layers of two shapes (the sliding ones' own head dim and key / value heads, the full ones' keys as
+    values) under SP, on one rank's chunks each, their layer scalars through the checkpoint at PP 2 / VPP 2."""
     from mindspeed_rl.models.forward import position_ids_from_mask
 
     tmp = tmp_path_factory.mktemp("parallel")

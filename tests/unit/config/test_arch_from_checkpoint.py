@@ -228,6 +228,12 @@ ARCHS = {"llama": dict(rotary_base=5000.0, rope_scaling_type="llama3", untie_emb
          "mellum": dict(qk_layernorm=True, kv_channels=32, rotary_base=500000.0, rope_local_base_freq=10000.0,
                         sliding_window=12, window_attn_skip_freq=[1, 0], num_experts=4, moe_router_topk=2,
                         moe_ffn_hidden_size=32, moe_layer_freq=[0, 1], untie_embeddings_and_output_weights=True),
+         # Gemma 4: the full layers' 2 key / value heads of 32 (their values the keys, proportional RoPE on a quarter of the
+         # pairs), the sliding layer's 4 of 16 (window 12, theta 1e4), value norms, unscaled scores, each layer's scalar
+         "gemma4_text": dict(kv_channels=32, sliding_kv_channels=16, sliding_num_query_groups=4, attention_k_eq_v=True,
+                             value_norm=True, layer_scalar=True, softmax_scale=1.0, rope_scaling_type="proportional",
+                             rope_proportion=0.25, window_attn_skip_freq=[1, 0], sliding_window=12,
+                             output_logit_softcapping=5.0, rope_local_base_freq=10000.0, post_norm=True),
          # HyperCLOVA X: Granite's scalars (logits x 0.5, a multiplier), Peri-LN's norms on the attention / MLP outputs
          "hyperclovax": dict(embedding_multiplier_scale=2.0, residual_multiplier=0.5, output_multiplier_scale=0.5,
                              softmax_scale=0.2, post_norm=True, pre_norm=True),

@@ -70,7 +70,7 @@ CASES = [
     ("dropout-one", [f"{A}.hidden_dropout=1.0"], ["hidden_dropout: 1.0` must be in [0, 1)"]),
     ("rotary-percent", [f"{A}.rotary_percent=0"], ["rotary_percent: 0.0` must be in (0, 1]"]),
     ("rope-scaling-type", [f"{A}.rope_scaling_type=dynamic"],
-     ["rope_scaling_type: dynamic` is not supported; use one of: linear, llama3, longrope, yarn, or null."]),
+     ["rope_scaling_type: dynamic` is not supported; use one of: linear, llama3, longrope, yarn, proportional, or null."]),
     ("yarn-beta", [f"{A}.rope_scaling_beta_fast=0"], ["rope_scaling_beta_fast: 0.0` must be > 0"]),
     ("partial-yarn-npu", [f"{A}.rotary_percent=0.5", f"{A}.rope_scaling_type=yarn", "training.platform=npu"],
      ["yarn with rotary_percent 0.5 (partial rotary, e.g. Phi-4-mini) scales cos and sin of the rotated part only, "
@@ -156,6 +156,15 @@ CASES = [
      ["its layers have one norm before their one block"]),
     ("delta-net-sizes", ["training.linear_attention_layers=[1,0]"],
      ["linear_attention_layers marks Gated DeltaNet layers but linear_num_key_heads"]),
+    # Gemma 4's keys (models/gemma4.py)
+    ("sliding-sizes-without-pattern", ["training.sliding_num_query_groups=2"],
+     ["sliding_kv_channels / sliding_num_query_groups size the sliding-window layers, which window_attn_skip_freq names"]),
+    ("sliding-head-dim-without-table", ["training.sliding_kv_channels=16", "training.window_attn_skip_freq=[1,0]"],
+     ["sliding_kv_channels 16 needs rope_local_base_freq"]),
+    ("proportional-without-proportion", ["training.rope_scaling_type=proportional"],
+     ["rope_scaling_type proportional and rope_proportion go together"]),
+    ("proportion-out-of-range", ["training.rope_scaling_type=proportional", "training.rope_proportion=1.5"],
+     ["rope_proportion: 1.5", "in (0, 1]"]),
     # the user's own data with the tiny default and no tokenizer
     ("own-data-no-tokenizer", [f"{A}.data_path={Path(__file__).resolve().parents[2] / 'data/gsm8k_slice/train.jsonl'}"],
      ["is your own data, but no tokenizer is set", "training.tokenizer_name_or_path"]),

@@ -52,7 +52,7 @@ def _run(*argv):
                                                ("granitemoehybrid-hmoe", (2, 1), (1, 2)), ("nemotron_h", (2, 2), (1, 1)),
                                                ("falcon_h1", (2, 2), (1, 1)), ("lfm2", (2, 2), (1, 1)),
                                                ("lfm2_moe", (2, 2), (1, 1)), ("exaone", (2, 1), (1, 2)),
-                                               ("exaone_moe", (2, 2), (1, 1)), ("hy_v3", (2, 2), (1, 1)), ("afmoe", (2, 2), (1, 1)), ("sarvam_moe", (2, 1), (1, 2)), ("sarvam_mla", (2, 2), (1, 1)), ("jais2", (2, 1), (1, 2)), ("mellum", (2, 2), (1, 1)), ("hyperclovax", (2, 1), (1, 2))])
+                                               ("exaone_moe", (2, 2), (1, 1)), ("hy_v3", (2, 2), (1, 1)), ("afmoe", (2, 2), (1, 1)), ("sarvam_moe", (2, 1), (1, 2)), ("sarvam_mla", (2, 2), (1, 1)), ("jais2", (2, 1), (1, 2)), ("mellum", (2, 2), (1, 1)), ("hyperclovax", (2, 1), (1, 2)), ("gemma4_text", (2, 2), (1, 1)), ("gemma4_text-kv", (2, 1), (1, 2))])
 def test_round_trip_is_bit_exact(tmp_path, arch, first, second):
     """HF -> mg -> mg -> HF: every tensor back bit for bit under its stored name and layout (Mixtral's
     names, Phi-3's fused q/k/v and gate/up, Gemma 3's norm names, DeepSeek-V3's multi-latent attention,
@@ -70,7 +70,7 @@ TP by heads, B / C whole) and written back whole)."""
     a, b, back = tmp_path / "mg_a", tmp_path / "mg_b", tmp_path / "hf_back"
     assert _run("--load-model-type", "hf", "--save-model-type", "mg", "--load-dir", tmp_path / "hf",
                 "--save-dir", a, "--target-tensor-parallel-size", first[0],
-                "--target-pipeline-parallel-size", first[1], "--model-type-hf", {"llama": "llama3", "gemma3_text": "gemma3", "deepseek_v3": "deepseek3", "deepseek_v2": "deepseek2", "qwen3_5_text": "qwen3_5", "qwen3_5_moe_text": "qwen3_5_moe", "hunyuan_v1_dense": "hunyuan", "hunyuan_v1_moe": "hunyuan_moe"}.get(arch, arch.split("-")[0]),
+                "--target-pipeline-parallel-size", first[1], "--model-type-hf", {"llama": "llama3", "gemma3_text": "gemma3", "deepseek_v3": "deepseek3", "deepseek_v2": "deepseek2", "qwen3_5_text": "qwen3_5", "qwen3_5_moe_text": "qwen3_5_moe", "hunyuan_v1_dense": "hunyuan", "hunyuan_v1_moe": "hunyuan_moe", "gemma4_text": "gemma4"}.get(arch.split("-")[0], arch.split("-")[0]),
                 "--make-vocab-size-divisible-by", 16) == 0
     manifest = json.loads((a / "iter_0000000" / "manifest.json").read_text())
     assert (manifest["tp"], manifest["pp"], manifest["step"], manifest["vocab_size"]) == (*first, 0, 120)

@@ -59,7 +59,7 @@ def _batches():
                                   "qwen3_5_moe_text", "qwen3_5_moe", "qwen3_next", "qwen3_next-mlponly",
                                   "qwen3_moe-mlponly", "olmoe", "flex_olmo", "hunyuan_v1_dense",
                                   "hunyuan_v1_moe", "granitemoe", "granitemoeshared", "granitemoehybrid",
-                                  "granitemoehybrid-moe", "granitemoehybrid-h", "granitemoehybrid-hmoe", "nemotron_h", "nemotron_h-moe", "falcon_h1", "falcon_h1-nonorm", "lfm2", "lfm2-idxs", "lfm2_moe", "exaone", "exaone_moe", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla", "jais2", "mellum", "hyperclovax", "iquestcoder", "glm",
+                                  "granitemoehybrid-moe", "granitemoehybrid-h", "granitemoehybrid-hmoe", "nemotron_h", "nemotron_h-moe", "falcon_h1", "falcon_h1-nonorm", "lfm2", "lfm2-idxs", "lfm2_moe", "exaone", "exaone_moe", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla", "jais2", "mellum", "hyperclovax", "iquestcoder", "gemma4_text", "gemma4_text-kv", "glm",
                                   "helium", "stablelm",
                                   "starcoder2", "starcoder2-window", "nemotron", "nemotron-bias", "cohere", "cohere2", "phi",
                                   "gpt_neox", "gpt_neox-seq", "falcon", "falcon-40b", "falcon-11b", "falcon-seq",
@@ -138,7 +138,11 @@ def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     exaone_moe: EXAONE MoE, EXAONE 4.0's sliding / NoPE attention under pre-norms with DeepSeek-V3's routing;
     hyperclovax: HyperCLOVA X, Granite's scalars with Peri-LN norms on each attention / MLP output; iquestcoder:
     IQuest-Coder, Llama with head_dim 32 under its own model_type; hy_v3: Hy3, per-head q / k norms and DeepSeek-V3's
-    routing without groups under the release's names (mlp.router.gate, mlp.expert_bias, mlp.shared_mlp)."""
+    routing without groups under the release's names (mlp.router.gate, mlp.expert_bias, mlp.shared_mlp); gemma4_text:
+    Gemma 4, sliding layers (4 key / value heads of 16) and full ones (2 of 32, their values the keys, proportional RoPE on
+    a quarter of the pairs) in one model, value norms, unscaled scores, each layer's scalar (models/gemma4.py);
+    gemma4_text-kv: the full layers with values of their own; gemma4: that text model read from Gemma 4's image-text
+    checkpoint."""
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
 
@@ -248,11 +252,13 @@ def _text_logits_match(hf, model, tokens: range, hf_positions: bool = True) -> N
     assert (out[..., :120] - ref)[mask.bool()].abs().max() <= 1e-4
 
 
-@pytest.mark.parametrize("arch", ["gemma3", "mistral3"])
-@pytest.mark.parametrize("prefix", ["language_model.model.", "model.language_model."])
+@pytest.mark.parametrize("arch, prefix", [(a, p) for a in ("gemma3", "mistral3")
+                                          for p in ("language_model.model.", "model.language_model.")]
+                         + [("gemma4", "model.language_model.")])
 def test_image_text_checkpoint_trains_its_text_model(arch, prefix, tmp_path, gloo_world1):
-    """Gemma 3 4B and up (gemma3, Gemma3ForConditionalGeneration) and Mistral Small 3.1 (mistral3,
-    untied) are image-text checkpoints: their config.json's sparse text_config, completed with
+    """Gemma 3 4B and up (gemma3, Gemma3ForConditionalGeneration), Mistral Small 3.1 (mistral3,
+    untied) and Gemma 4 (gemma4, Gemma4ForConditionalGeneration: transformers 5's layout only, its text_config's
+    full layers in per_layer_config) are image-text checkpoints: their config.json's sparse text_config, completed with
     transformers' defaults, is the text model's (gemma3_text / mistral), and the language model's
     weights are read under either prefix (transformers 4.x hub files: language_model.model.*,
     language_model.lm_head; 5.x: model.language_model.*, lm_head), the vision tower left unread;
@@ -264,7 +270,8 @@ def test_image_text_checkpoint_trains_its_text_model(arch, prefix, tmp_path, glo
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
     from mindspeed_rl.models.hf_bridge.checkpoint_io import SafetensorsReader
 
-    text_type = {"gemma3": "gemma3_text", "mistral3": "mistral"}[arch]
+    text_type = {"gemma3": "gemma3_text", "mistral3": "mistral", "gemma4": "gemma4_text"}[arch]
+    tied = arch in ("gemma3", "gemma4")
     hf = make_tiny_hf(arch, str(tmp_path))
     raw = json.loads((tmp_path / "config.json").read_text())
     defaults = AutoConfig.for_model(text_type).to_dict()  # the hub's files list only what differs (gemma-3-4b-it)
@@ -272,7 +279,7 @@ def test_image_text_checkpoint_trains_its_text_model(arch, prefix, tmp_path, glo
     (tmp_path / "config.json").write_text(json.dumps(raw))
     assert raw["model_type"] == arch and "rms_norm_eps" not in raw["text_config"]
     tensors = load_file(str(tmp_path / "model.safetensors"))
-    assert any(n.startswith("vision_tower.") for n in tensors)
+    assert any(n.startswith(("vision_tower.", "model.vision_tower.")) for n in tensors)
     assert ("language_model.lm_head.weight" in tensors) == (arch == "mistral3")  # Mistral Small is untied
     if prefix != "language_model.model.":  # transformers 5's own layout
         renamed = {}
@@ -285,8 +292,8 @@ def test_image_text_checkpoint_trains_its_text_model(arch, prefix, tmp_path, glo
         save_file(renamed, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
     config = read_hf_config(str(tmp_path))
     assert (config["model_type"], config["num_attention_heads"]) == (text_type, 4)
-    assert config["tie_word_embeddings"] == (arch == "gemma3")
-    if arch == "gemma3":
+    assert config["tie_word_embeddings"] == tied
+    if tied:
         assert SafetensorsReader(str(tmp_path)).stored("model.layers.1.post_attention_layernorm.weight") == \
             prefix + "layers.1.pre_feedforward_layernorm.weight"
     args = dict(model_config_from_hf(raw), padded_vocab_size=128)

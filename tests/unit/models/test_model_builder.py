@@ -1681,3 +1681,44 @@ def test_mellum_config_json_round_trip():
         model_config_from_hf(dict(hybrid, rope_parameters={**hybrid["rope_parameters"], "sliding_attention": sliding}))
     with pytest.raises(ValueError, match="mlp_layer_types must name dense or sparse for each of 28 layers"):
         model_config_from_hf(dict(hybrid, mlp_layer_types=["dense", "moe"] + ["sparse"] * 26))
+
+
+def test_gemma4_config_json_round_trip():
+    """Gemma 4 (gemma4_text): transformers' Gemma4TextConfig defaults are an E2B-like model (per-layer inputs: refused
+    in one sentence, as KV sharing and the MoE block are); the 31B's keys (global_head_dim 512 with 4 key / value heads
+    whose values are the keys, 16 heads of 256 in the sliding layers, proportional RoPE on a quarter of the full layers'
+    pairs) read as the full layers' sizes with the sliding layers' own; transformers 5.24's per_layer_config form reads
+    the same; written from the args as Gemma 4 again, read back the same."""
+    from transformers import Gemma4TextConfig
+
+    from mindspeed_rl.models.hf_export_config import hf_config_from_args
+
+    with pytest.raises(ValueError, match="hidden_size_per_layer_input=256 .per-layer input embeddings"):
+        model_config_from_hf(Gemma4TextConfig().to_dict())
+    types = (["sliding_attention"] * 5 + ["full_attention"]) * 10
+    release = {"model_type": "gemma4_text", "hidden_size": 5376, "intermediate_size": 21504, "num_hidden_layers": 60,
+               "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 256, "global_head_dim": 512,
+               "num_global_key_value_heads": 4, "attention_k_eq_v": True, "hidden_size_per_layer_input": 0,
+               "sliding_window": 1024, "final_logit_softcapping": 30.0, "vocab_size": 262144,
+               "max_position_embeddings": 262144, "layer_types": types,
+               "rope_parameters": {"full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                                      "rope_theta": 1000000.0},
+                                   "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}}
+    args = model_config_from_hf(release)
+    assert (args["kv_channels"], args["num_query_groups"], args["sliding_kv_channels"], args["sliding_num_query_groups"],
+            args["rope_scaling_type"], args["rope_proportion"], args["softmax_scale"]) == \
+        (512, 4, 256, 16, "proportional", 0.25, 1.0)
+    assert args["window_attn_skip_freq"] == [int(t == "sliding_attention") for t in types]
+    assert args["attention_k_eq_v"] and args["value_norm"] and args["layer_scalar"] and not args["add_qkv_bias"]
+    saved = Gemma4TextConfig(**{k: v for k, v in release.items() if k != "model_type"}).to_dict()
+    assert "per_layer_config" in saved and "global_head_dim" not in saved  # transformers 5.24's own form
+    assert model_config_from_hf(saved) == args
+    written = hf_config_from_args(args, vocab_size=262144)
+    assert written["model_type"] == "gemma4_text" and model_config_from_hf(written) == args
+    for key, value, what in (("num_kv_shared_layers", 20, "layers sharing"), ("enable_moe_block", True, "mixture-of-experts"),
+                             ("attention_bias", True, "attention_bias=true")):
+        with pytest.raises(ValueError, match=what):
+            model_config_from_hf(dict(release, **{key: value}))
+    odd = {str(i): {"head_dim": 512} for i in range(5, 60, 6)} | {"0": {"head_dim": 128}}
+    with pytest.raises(ValueError, match="per_layer_config must give every full_attention layer, and only those"):
+        model_config_from_hf(dict(saved, per_layer_config=odd))

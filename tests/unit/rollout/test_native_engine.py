@@ -588,6 +588,7 @@ def test_no_packing_when_host_memory_is_short(tiny, monkeypatch, caplog):
                                      "hunyuan_v1_dense", "hunyuan_v1_moe", "granitemoeshared", "starcoder2-window",
                                      "cohere2", "phi", "gpt_neox", "falcon", "falcon-40b", "olmo-clip",
                                      "granitemoehybrid-h", "nemotron_h", "nemotron_h-moe", "falcon_h1", "lfm2", "lfm2_moe", "exaone_moe", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla", "jais2", "mellum", "hyperclovax",
+                                     "gemma4_text", pytest.param("gemma4_text-kv", marks=pytest.mark.extended),
                                      pytest.param("falcon_h1-nonorm", marks=pytest.mark.extended)])
 def test_greedy_equals_transformers_generate_on_more_architectures(variant, tmp_path, gloo_world1):
     """Phi-3 (fused q/k/v and gate/up in the checkpoint), Phi-3 with LongRoPE (short factors and the
@@ -623,7 +624,9 @@ def test_greedy_equals_transformers_generate_on_more_architectures(variant, tmp_
     convolution's history carried from the prefill through the one-token steps and compaction, beside attention layers
     with per-head q / k norms over the cache), LFM2-MoE (that, its experts routed by sigmoid score + the expert bias) and
     EXAONE MoE (EXAONE 4.0's sliding layers with RoPE and full ones without, under pre-norms, DeepSeek-V3's routing), Hy3
-    (that routing without groups, per-head q / k norms) and HyperCLOVA X (Peri-LN's norms before Granite's residual multiplier, in the lean and compiled steps too;
+    (that routing without groups, per-head q / k norms), HyperCLOVA X (Peri-LN's norms before Granite's residual multiplier, in the lean and compiled steps too)
+    and Gemma 4 (sliding and full layers of different head dims and key / value heads in one cache, the full layers'
+    values their keys, value norms, each layer's scalar; -kv: with values of their own);
     StableLM 2 and Granite 4.0 passed
     here on 2026-11-29 and were left out for CI's time: their layers are StarCoder2's and Granite's): the native engine's greedy tokens, with and
     without the KV cache, are transformers', and its sampled log-probs the training forward's."""
@@ -649,6 +652,13 @@ def test_greedy_equals_transformers_generate_on_more_architectures(variant, tmp_
 
         cache = new_cache(model, 2, 8)
         assert cache.hybrid == frozenset(cache.delta) == frozenset({0, 1}) and all(k.shape[2] == 8 for k in cache.k)
+        assert "linear or gated attention" in compile_unsupported(model, "cpu")
+    if variant.startswith("gemma4"):  # one cache of two shapes: the sliding layer's 4 heads of 16, the full one's 2 or 4 of 32
+        from mindspeed_rl.rollout.kv_cache import compile_unsupported, new_cache
+
+        cache = new_cache(model, 2, 8)
+        full_groups = 4 if variant.endswith("-kv") else 2
+        assert [tuple(k.shape) for k in cache.k] == [tuple(v.shape) for v in cache.v] == [(2, 4, 8, 16), (2, full_groups, 8, 32)]
         assert "linear or gated attention" in compile_unsupported(model, "cpu")
     if variant == "lfm2":  # the conv layer keeps its conv history (kernel - 1 inputs), not keys / values; eager, said so
         from mindspeed_rl.rollout.kv_cache import compile_unsupported, new_cache

@@ -1,0 +1,132 @@
+"""Gemma 4's layer pieces that megatron-core's local layer spec does not have (models/builder.py installs them from
+the keys hf_gemma4_config.gemma4_args sets; the rest of its layer is Gemma 3's: models/gemma.py):
+
+- layers of two shapes (sliding_kv_channels / sliding_num_query_groups): the sliding layers' attention has a head
+  dimension and key / value heads of its own. `ShapedLayer` is megatron's TransformerLayer built from a copy of the
+  model's config with those fields changed, so everything in the layer (its projections' sizes, the core
+  attention's grouping, TP's split by whole query groups, the native engine's cache: rollout/kv_cache.new_cache)
+  follows from the layer's own config;
+- `Gemma4Attention` (every layer): the values normalised by an RMSNorm without weight, in fp32 (value_norm, HF's
+  v_norm); with attention_k_eq_v (the full layers) linear_qkv holds per query group [its query heads | k] only and
+  the values are the keys as projected, before k_norm (HF: no v_proj; vLLM loads k_proj into its V rows too);
+- layer_scalar: each layer's output (the residual stream) times a constant of the layer, a buffer loaded from the
+  checkpoint (HF's layer_scalar), applied by a forward hook, so every path through the layer's forward (training,
+  log-probs, the native engine) applies it.
+
+The full layers' rotary table is the model's (kv_channels wide, rope_scaling_type proportional: builder.rotary_inv_freq),
+the sliding layers' the local one (models/gemma.install_local_rope, sliding_kv_channels wide).
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Any, Sequence
+
+import torch
+
+from mindspeed_rl.platform import get_platform
+
+get_platform().patch()  # megatron must be imported after the platform patch (no-op when done)
+
+from megatron.core.transformer.attention import SelfAttention  # noqa: E402
+from megatron.core.transformer.spec_utils import build_module  # noqa: E402
+from megatron.core.transformer.transformer_block import TransformerBlockSubmodules  # noqa: E402
+from megatron.core.transformer.transformer_layer import TransformerLayer  # noqa: E402
+
+from mindspeed_rl.models.hf_config import window_pattern  # noqa: E402
+
+
+def value_rms(value: torch.Tensor, eps: float) -> torch.Tensor:
+    """x / sqrt(mean(x^2) + eps) over each head, in fp32, cast back (HF's Gemma4RMSNorm without a weight)."""
+    h = value.float()
+    return (h * torch.pow(h.pow(2).mean(-1, keepdim=True) + eps, -0.5)).type_as(value)
+
+
+class Gemma4Attention(SelfAttention):
+    """megatron's SelfAttention with Gemma 4's value norm and, where the config says attention_k_eq_v, the keys as
+    values (module docstring)."""
+
+    def __init__(self, config, submodules, *args, **kwargs):
+        super().__init__(config, submodules, *args, **kwargs)
+        self.k_eq_v = bool(getattr(config, "attention_k_eq_v", False))
+        self.value_norm = bool(getattr(config, "value_norm", False))
+        if self.k_eq_v:  # linear_qkv again, without the value rows: per group [q heads | k]
+            self.linear_qkv = build_module(
+                submodules.linear_qkv, config.hidden_size, self.query_projection_size + self.kv_projection_size,
+                config=config, init_method=config.init_method, gather_output=False,
+                bias=config.add_bias_linear or config.add_qkv_bias, skip_bias_add=False, is_expert=False,
+                tp_comm_buffer_name="qkv")
+
+    def get_query_key_value_tensors(self, hidden_states, key_value_states=None, *args, **kwargs):
+        if self.k_eq_v:
+            mixed, _ = self.linear_qkv(hidden_states)  # (s, b, groups * (q + 1) * hn) of this rank
+            groups, hn = self.num_query_groups_per_partition, self.hidden_size_per_attention_head
+            per_group = self.num_attention_heads_per_partition // groups
+            mixed = mixed.view(*mixed.shape[:-1], groups, (per_group + 1) * hn)
+            query, key = torch.split(mixed, [per_group * hn, hn], dim=3)
+            value = key
+            query = query.reshape(*query.shape[:2], -1, hn)
+            if self.q_layernorm is not None:
+                query = self.q_layernorm(query)
+            if self.k_layernorm is not None:
+                key = self.k_layernorm(key)
+        else:
+            query, key, value = super().get_query_key_value_tensors(hidden_states, key_value_states, *args, **kwargs)
+        if self.value_norm:
+            value = value_rms(value, self.config.layernorm_epsilon)
+        return query, key, value
+
+
+class ShapedLayer(TransformerLayer):
+    """megatron's TransformerLayer built from a copy of the model's config with `shape`'s fields (module docstring)."""
+
+    def __init__(self, config, submodules, *args, shape: dict, **kwargs):
+        config = copy.copy(config)
+        for key, value in shape.items():
+            setattr(config, key, value)
+        super().__init__(config, submodules, *args, **kwargs)
+
+
+def sliding_shape(args: dict) -> dict[str, Any]:
+    """The config fields a sliding layer changes: its head dimension and key / value heads where args give them, and
+    no keys as values."""
+    shape: dict[str, Any] = {"attention_k_eq_v": False}
+    if args.get("sliding_kv_channels"):
+        shape["kv_channels"] = int(args["sliding_kv_channels"])
+    if args.get("sliding_num_query_groups"):
+        shape["num_query_groups"] = int(args["sliding_num_query_groups"])
+    return shape
+
+
+def block_spec(block: Any, args: dict, layers: Sequence[int]) -> Any:
+    """`block` (a layer spec, or a block spec of the layers `layers`: global indices) with Gemma4Attention in every
+    layer and the sliding layers (window_attn_skip_freq; all of them without it) ShapedLayers."""
+    pattern = window_pattern(args.get("window_attn_skip_freq"), int(args["num_layers"]))
+    shape = sliding_shape(args)
+    specs = block.layer_specs if isinstance(block, TransformerBlockSubmodules) else [block] * len(layers)
+    out = []
+    for spec, layer in zip(specs, layers):
+        attention = dataclasses.replace(spec.submodules.self_attention, module=Gemma4Attention)
+        spec = dataclasses.replace(spec, submodules=dataclasses.replace(spec.submodules, self_attention=attention))
+        if pattern is None or pattern[layer]:
+            spec = dataclasses.replace(spec, module=ShapedLayer, params={**(spec.params or {}), "shape": shape})
+        out.append(spec)
+    if isinstance(block, TransformerBlockSubmodules):
+        return dataclasses.replace(block, layer_specs=out)
+    from megatron.core.transformer.transformer_block import LayerNormImpl
+
+    return TransformerBlockSubmodules(layer_specs=out, layer_norm=LayerNormImpl)
+
+
+def _scale_output(module, args, output):
+    if isinstance(output, tuple):  # megatron's (hidden, context)
+        return (output[0] * module.layer_scalar.to(output[0].dtype), *output[1:])
+    return output * module.layer_scalar.to(output.dtype)
+
+
+def install_layer_scalar(model: torch.nn.Module) -> None:
+    """Give every layer of this GPTModel chunk its `layer_scalar` (1 until loaded; a buffer: in the state dict, not
+    trained) and multiply the layer's output by it. Call before the model is placed (models/builder.py)."""
+    for layer in model.decoder.layers:
+        layer.register_buffer("layer_scalar", torch.ones(1))
+        layer.register_forward_hook(_scale_output)
