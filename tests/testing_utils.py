@@ -166,6 +166,8 @@ def with_extended(ci, extended) -> list:
 HF_VARIANTS = {
     # Gemma 4 without attention_k_eq_v (its full layers: v_proj, the sliding layers' 4 key / value heads, 32 wide),
     # proportional RoPE on half of the pairs at theta 1e5
+    # Gemma 4 26B-A4B's layer: a dense MLP and 4 experts of 32 (top-2) side by side in every layer
+    "gemma4_text-moe": {"enable_moe_block": True, "num_experts": 4, "top_k_experts": 2, "moe_intermediate_size": 32},
     "gemma4_text-kv": {"attention_k_eq_v": False, "rope_parameters": {
         "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.5, "rope_theta": 1e5},
         "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}},
@@ -696,9 +698,9 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
         for p in model.parameters():
             p.normal_(0.0, 0.1)
         for name, p in model.named_parameters():
-            if name.endswith("norm.weight") and not (arch.startswith("gemma") and not arch.startswith("gemma4")
-                                                     or arch == "nemotron"):  # theirs scale by 1 + weight
-                p.add_(1.0)
+            if name.endswith(("norm.weight", "norm_1.weight", "norm_2.weight", "router.scale", "per_expert_scale")) \
+                    and not (arch.startswith("gemma") and not arch.startswith("gemma4") or arch == "nemotron"):
+                p.add_(1.0)  # (Gemma 1-3's norms scale by 1 + weight; Gemma 4's router scales by its own)
         for name, b in model.named_buffers():  # sigmoid routing's expert bias (GLM-4.5): a buffer, not 0
             if name.endswith(("e_score_correction_bias", "feed_forward.expert_bias")):  # (LFM2-MoE's name)
                 b.normal_(0.0, 0.1)
@@ -991,7 +993,7 @@ def per_expert(tensors, model_type=None):
     own layout (hf_bridge/names.py's _STACKED), read as the bridge reads them. Granite's MoE modules name the
     experts block_sparse_moe.experts, the router block_sparse_moe.router and keep the shared MLP's gate / up as
     shared_mlp.input_linear: named here as the bridge names them."""
-    from mindspeed_rl.models.hf_bridge.names import stacked_expert, stacked_parts
+    from mindspeed_rl.models.hf_bridge.names import stacked_expert, stacked_layout, stacked_module_layout, stacked_parts
 
     out = {}
     for name, t in tensors.items():
@@ -1004,7 +1006,8 @@ def per_expert(tensors, model_type=None):
             out[f"{prefix}mlp.shared_expert.gate_proj.weight"], out[f"{prefix}mlp.shared_expert.up_proj.weight"] = \
                 t.chunk(2, dim=0)
         elif parts is not None:
-            out.update({canonical: stacked_expert(t[e], part) for canonical, e, part in parts})
+            out.update({canonical: stacked_expert(t[e], part, stacked_layout(model_type), stacked_module_layout(model_type))
+                        for canonical, e, part in parts})
         elif name.endswith("mlp.experts.gate_up_proj"):
             for e, w in enumerate(t):
                 out[f"{name[:-len('gate_up_proj')]}{e}.gate_proj.weight"], \

@@ -410,7 +410,7 @@ def _check_gpt_oss(role: RoleConfig, platform: str, problems: list[str]) -> None
 def _layer_shape_problems(role) -> list[str]:
     """Gemma 4's keys (models/gemma4.py): the sliding layers' own sizes need window_attn_skip_freq to name them and,
     with their own head dimension, their own rotary table; proportional RoPE needs its proportion (its range:
-    config/ranges.py)."""
+    config/ranges.py); experts beside the dense MLP need experts."""
     a, m, problems = role.arch, f"model {role.model_name}", []
     if (a.sliding_kv_channels or a.sliding_num_query_groups) and not isinstance(a.window_attn_skip_freq, (list, int)):
         problems.append(f"{m}: sliding_kv_channels / sliding_num_query_groups size the sliding-window layers, which "
@@ -421,6 +421,9 @@ def _layer_shape_problems(role) -> list[str]:
     if (a.rope_scaling_type == "proportional") != (a.rope_proportion is not None):
         problems.append(f"{m}: rope_scaling_type proportional and rope_proportion go together (Gemma 4: proportional, "
                         f"0.25); set both or neither.")
+    if a.moe_dense_beside and (a.num_experts or 0) <= 1:
+        problems.append(f"{m}: moe_dense_beside puts experts beside each layer's dense MLP, but num_experts is "
+                        f"{a.num_experts}; set num_experts (Gemma 4 26B-A4B: 128) or drop moe_dense_beside.")
     return problems
 
 

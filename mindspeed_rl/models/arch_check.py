@@ -415,6 +415,12 @@ def _mlp_shapes(args: Mapping[str, Any], p: str, h: int, ffn: int, moe: int) -> 
                     q + "down_proj.weight": ((h, f), f"hidden_size {h}, moe_ffn_hidden_size {f}")})
         if gated_mlp(args):  # nor its experts
             out[q + "gate_proj.weight"] = ((f, h), f"moe_ffn_hidden_size {f}, hidden_size {h}")
+    if args.get("moe_dense_beside"):  # Gemma 4 26B-A4B: the dense MLP beside the experts, its norms, the router's scales
+        out.update(_mlp_shapes(args, p, h, ffn, 0))
+        out.update({p + "router.scale": ((h,), f"moe_dense_beside, hidden_size {h}"),
+                    p + "router.per_expert_scale": ((experts,), f"moe_dense_beside, num_experts {experts}"),
+                    **{p + f"{n}.weight": ((h,), f"moe_dense_beside, hidden_size {h}") for n in (
+                        "post_feedforward_layernorm_1", "pre_feedforward_layernorm_2", "post_feedforward_layernorm_2")}})
     return out
 
 

@@ -584,7 +584,7 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
     if _get(args, "value_norm") or has_layer_shapes(args):  # Gemma 4 (models/gemma4.py)
         from mindspeed_rl.models import gemma4
 
-        spec = gemma4.block_spec(spec, dict(args), _chunk_layers(config, vp_stage))
+        spec = gemma4.block_spec(spec, dict(args), _chunk_layers(config, vp_stage), _layer_spec(config, None).submodules.mlp)
     if _get(args, "hybrid_override_pattern"):  # Nemotron-H: one block per layer (models/hybrid_pattern.py)
         from mindspeed_rl.models import hybrid_pattern
 

@@ -13,6 +13,8 @@ the keys hf_gemma4_config.gemma4_args sets; the rest of its layer is Gemma 3's: 
   checkpoint (HF's layer_scalar), applied by a forward hook, so every path through the layer's forward (training,
   log-probs, the native engine) applies it.
 
+- Gemma 4 26B-A4B (moe_dense_beside): `Gemma4MoE` in the MLP slot, below.
+
 The full layers' rotary table is the model's (kv_channels wide, rope_scaling_type proportional: builder.rotary_inv_freq),
 the sliding layers' the local one (models/gemma.install_local_rope, sliding_kv_channels wide).
 """
@@ -29,6 +31,7 @@ from mindspeed_rl.platform import get_platform
 get_platform().patch()  # megatron must be imported after the platform patch (no-op when done)
 
 from megatron.core.transformer.attention import SelfAttention  # noqa: E402
+from megatron.core.transformer.moe.moe_layer import MoELayer  # noqa: E402
 from megatron.core.transformer.spec_utils import build_module  # noqa: E402
 from megatron.core.transformer.transformer_block import TransformerBlockSubmodules  # noqa: E402
 from megatron.core.transformer.transformer_layer import TransformerLayer  # noqa: E402
@@ -98,9 +101,10 @@ def sliding_shape(args: dict) -> dict[str, Any]:
     return shape
 
 
-def block_spec(block: Any, args: dict, layers: Sequence[int]) -> Any:
+def block_spec(block: Any, args: dict, layers: Sequence[int], dense_mlp: Any = None) -> Any:
     """`block` (a layer spec, or a block spec of the layers `layers`: global indices) with Gemma4Attention in every
-    layer and the sliding layers (window_attn_skip_freq; all of them without it) ShapedLayers."""
+    layer and the sliding layers (window_attn_skip_freq; all of them without it) ShapedLayers; with moe_dense_beside
+    each (MoE) layer's MLP slot Gemma4MoE, its dense MLP `dense_mlp` (a dense layer spec's MLP)."""
     pattern = window_pattern(args.get("window_attn_skip_freq"), int(args["num_layers"]))
     shape = sliding_shape(args)
     specs = block.layer_specs if isinstance(block, TransformerBlockSubmodules) else [block] * len(layers)
@@ -108,6 +112,8 @@ def block_spec(block: Any, args: dict, layers: Sequence[int]) -> Any:
     for spec, layer in zip(specs, layers):
         attention = dataclasses.replace(spec.submodules.self_attention, module=Gemma4Attention)
         spec = dataclasses.replace(spec, submodules=dataclasses.replace(spec.submodules, self_attention=attention))
+        if args.get("moe_dense_beside"):
+            spec = moe_block_spec(spec, dense_mlp)
         if pattern is None or pattern[layer]:
             spec = dataclasses.replace(spec, module=ShapedLayer, params={**(spec.params or {}), "shape": shape})
         out.append(spec)
@@ -130,3 +136,66 @@ def install_layer_scalar(model: torch.nn.Module) -> None:
     for layer in model.decoder.layers:
         layer.register_buffer("layer_scalar", torch.ones(1))
         layer.register_forward_hook(_scale_output)
+
+
+# ---------------------------------------------------------------------------------------------
+# Gemma 4 26B-A4B: a dense MLP and a mixture of experts side by side in every layer (moe_dense_beside)
+
+class Gemma4MoE(MoELayer):
+    """megatron's MoELayer (router, experts: their names and parallel layouts as every MoE model's) with Gemma 4's
+    dense MLP beside it (`dense`, ffn_hidden_size wide, split over TP as a dense layer's MLP) and the four norms around
+    the two: out = post_dense_norm(dense(pre_dense_norm(x))) + post_experts_norm(experts(pre_experts_norm(x))), x the
+    layer's residual stream (the layer's own pre-MLP norm is an identity; its post-MLP norm follows, models/gemma.py).
+    The router reads x RMS-normalised without weight, x its `scale` (per feature) x hidden^-0.5, routes softmax top-k
+    renormalised (megatron's top-k then softmax), and its probabilities are multiplied by `per_expert_scale`
+    (HF's router.scale / router.per_expert_scale). The experts' input norm is per token, so it is applied to the
+    dispatched tokens (a pre-hook on the experts), after any permutation or exchange between ranks."""
+
+    def __init__(self, config, submodules=None, *args, dense=None, **kwargs):
+        super().__init__(config, submodules, *args, **kwargs)
+        from mindspeed_rl.models.gemma import post_norm_cls
+
+        h, cls = config.hidden_size, post_norm_cls(config)
+        self.dense = build_module(dense, config=config)
+        self.pre_dense_norm, self.post_dense_norm, self.pre_experts_norm, self.post_experts_norm = (
+            cls(config, h, eps=config.layernorm_epsilon) for _ in range(4))
+        self.router.scale = torch.nn.Parameter(torch.ones(h, dtype=config.params_dtype))
+        self.router.per_expert_scale = torch.nn.Parameter(torch.ones(config.num_moe_experts, dtype=config.params_dtype))
+        for p in (self.router.scale, self.router.per_expert_scale):  # under SP each TP rank routes its own tokens: their
+            setattr(p, "sequence_parallel", bool(config.sequence_parallel))  # gradients summed over TP, as the router's
+        self.router.register_forward_pre_hook(_router_input)
+        self.router.register_forward_hook(_expert_scale)
+
+    def _experts_input(self, module, args):
+        return (self.pre_experts_norm(args[0]), *args[1:])
+
+    def forward(self, hidden_states, *args, **kwargs):
+        # the experts' input norm, hooked on the experts module this layer holds now (models/grouped_experts.py may
+        # have put its own in place of megatron's since construction)
+        if self.__dict__.get("_hooked_experts") is not self.experts:  # (kept out of the module tree: no submodule)
+            self.experts.register_forward_pre_hook(self._experts_input)
+            self.__dict__["_hooked_experts"] = self.experts
+        dense, _ = self.dense(self.pre_dense_norm(hidden_states))
+        routed, _ = super().forward(hidden_states, *args, **kwargs)
+        return self.post_dense_norm(dense) + self.post_experts_norm(routed), None
+
+
+def _router_input(router, args):
+    x = args[0]
+    normed = value_rms(x, router.config.layernorm_epsilon)
+    return (normed * router.scale.to(x.dtype) * (x.shape[-1] ** -0.5), *args[1:])
+
+
+def _expert_scale(router, args, output):
+    probs, routing_map = output[0], output[1]
+    return (probs * router.per_expert_scale.to(probs.dtype), routing_map, *output[2:])
+
+
+def moe_block_spec(layer_spec, dense_spec) -> Any:
+    """A MoE layer spec with Gemma4MoE in the MLP slot (the dense MLP's spec `dense_spec`) and no pre-MLP norm."""
+    from megatron.core.transformer.identity_op import IdentityOp
+
+    mlp = dataclasses.replace(layer_spec.submodules.mlp, module=Gemma4MoE,
+                              params={**(layer_spec.submodules.mlp.params or {}), "dense": dense_spec})
+    return dataclasses.replace(layer_spec, submodules=dataclasses.replace(
+        layer_spec.submodules, mlp=mlp, pre_mlp_layernorm=IdentityOp))

@@ -18,8 +18,9 @@ their own default RoPE, the final logits soft-capped) with these differences (mo
   the default frequencies of the whole head dimension, pairs (i, i + head_dim / 2) as every pair; the others do not
   (rope_scaling_type proportional, rope_proportion).
 
-Refused, each in one sentence: per-layer input embeddings (hidden_size_per_layer_input, the E2B / E4B models), KV
-sharing (num_kv_shared_layers), the MoE block (enable_moe_block: 26B-A4B), bidirectional attention.
+26B-A4B's MoE block (enable_moe_block: a dense MLP and experts side by side in every layer) is moe_dense_beside
+(models/gemma4.Gemma4MoE). Refused, each in one sentence: per-layer input embeddings (hidden_size_per_layer_input, the
+E2B / E4B models), KV sharing (num_kv_shared_layers), bidirectional attention.
 """
 from __future__ import annotations
 
@@ -41,11 +42,13 @@ def gemma4_config(hf: Mapping[str, Any]) -> dict[str, Any]:
     hf = {**hf, **{k: v for k, v in GEMMA4_DEFAULTS.items() if hf.get(k) is None}}
     for key, what in (("hidden_size_per_layer_input", "per-layer input embeddings (Gemma 4 E2B / E4B)"),
                       ("num_kv_shared_layers", "layers sharing an earlier layer's keys and values"),
-                      ("enable_moe_block", "the mixture-of-experts block (Gemma 4 26B-A4B)"),
                       ("use_bidirectional_attention", "bidirectional attention")):
         if hf.get(key):
             raise ValueError(f"config.json {key}={hf[key]!r} ({what}) is not supported for gemma4_text yet; the "
                              f"dense Gemma 4 models (31B) are.")
+    missing = [k for k in ("num_experts", "top_k_experts", "moe_intermediate_size") if not hf.get(k)]
+    if hf.get("enable_moe_block") and missing:
+        raise ValueError(f"config.json enable_moe_block=true needs {', '.join(missing)} (Gemma 4 26B-A4B: 128, 8, 704).")
     if hf.get("attention_bias"):
         raise ValueError("config.json attention_bias=true is not supported for gemma4_text; its releases have none.")
     num_layers = int(hf["num_hidden_layers"])
@@ -114,6 +117,9 @@ def gemma4_args(hf: Mapping[str, Any]) -> dict[str, Any]:
     if g["sliding_num_query_groups"] != int(hf["num_attention_heads"]):
         args["group_query_attention"] = True
     window = hf.get("sliding_window")
+    if hf.get("enable_moe_block"):  # 26B-A4B: experts beside the dense MLP in every layer (models/gemma4.Gemma4MoE)
+        args.update(num_experts=int(hf["num_experts"]), moe_router_topk=int(hf["top_k_experts"]),
+                    moe_ffn_hidden_size=int(hf["moe_intermediate_size"]), moe_dense_beside=True)
     if window and int(window) < int(hf.get("max_position_embeddings") or 0):
         args["sliding_window"] = int(window)
     if hf.get("final_logit_softcapping"):
@@ -152,7 +158,16 @@ def gemma4_export_config(args: Mapping[str, Any], vocab_size: int, dtype) -> dic
     want = {"value_norm": True, "layer_scalar": True, "post_norm": True, "input_embeds_norm": True, "geglu": True,
             "qk_layernorm": True}
     wrong = [k for k, v in want.items() if bool(args.get(k)) != v]
-    wrong += [k for k in ("add_rmsnorm_offset", "add_qkv_bias", "num_experts", "no_rope_freq", "attn_logit_softcapping",
+    if int(args.get("num_experts") or 0) > 1 and not args.get("moe_dense_beside"):
+        wrong.append("num_experts without moe_dense_beside (Gemma 4's experts sit beside a dense MLP)")
+    wrong += [k for k in ("moe_shared_expert_intermediate_size", "moe_router_enable_expert_bias", "moe_router_num_groups",
+                          "moe_router_topk_scaling_factor") if args.get(k)]
+    freq = args.get("moe_layer_freq")
+    if freq not in (None, 1) and not (isinstance(freq, list) and all(freq)):
+        wrong.append("moe_layer_freq (Gemma 4's experts are in every layer)")
+    if args.get("moe_router_score_function") not in (None, "softmax") or args.get("moe_router_pre_softmax"):
+        wrong.append("the router (Gemma 4's: softmax, the top-k renormalised)")
+    wrong += [k for k in ("add_rmsnorm_offset", "add_qkv_bias", "no_rope_freq", "attn_logit_softcapping",
                           "qk_layernorm_across_heads", "rotary_interleaved") if args.get(k)]
     wrong += [k for k in ("embedding_multiplier_scale", "residual_multiplier", "output_multiplier_scale",
                           "rotary_percent") if float(args.get(k) or 1.0) != 1.0]
@@ -191,4 +206,8 @@ def gemma4_export_config(args: Mapping[str, Any], vocab_size: int, dtype) -> dic
                                            if args.get("output_logit_softcapping") else None))
     if args.get("attention_k_eq_v"):
         config["num_global_key_value_heads"] = full[1]
+    if args.get("moe_dense_beside"):
+        config.update(enable_moe_block=True, num_experts=int(args["num_experts"]),
+                      top_k_experts=int(args.get("moe_router_topk") or 2),
+                      moe_intermediate_size=int(args.get("moe_ffn_hidden_size") or args["ffn_hidden_size"]))
     return config

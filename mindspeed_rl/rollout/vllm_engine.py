@@ -94,9 +94,10 @@ def chunked(named: Iterable[tuple[str, torch.Tensor]], max_bytes: int) -> Iterat
 
 
 # model types whose fused and stacked tensors vLLM's loader takes only in the checkpoints' form (grouped_chunks):
-# Granite MoE's (its own classes), GLM-4's gate_up_proj (vLLM 0.32 serves GlmForCausalLM with its Transformers backend)
+# Granite MoE's (its own classes), GLM-4's gate_up_proj (vLLM 0.32 serves GlmForCausalLM with its Transformers backend),
+# Gemma 4 26B-A4B's stacked experts (vLLM's Gemma4 loads experts.gate_up_proj / down_proj whole)
 STORED_FORM = ("granitemoe", "granitemoeshared", "glm", "granitemoehybrid", "granitemoehybrid_dense", "nemotron_h",
-               "sarvam_moe")
+               "sarvam_moe", "gemma4_text")
 
 
 def vllm_config(config: Mapping[str, Any]) -> dict[str, Any]:

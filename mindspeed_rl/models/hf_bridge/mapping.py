@@ -176,6 +176,16 @@ _LAYER_MAP = {
     "post_self_attn_layernorm.weight": ("replicated", ("model.layers.{i}.post_self_attn_layernorm.weight",)),
     "post_mlp_layernorm.weight": ("replicated", ("model.layers.{i}.post_feedforward_layernorm.weight",)),
     "mlp.router.weight": ("replicated", ("model.layers.{i}.mlp.gate.weight",)),
+    # Gemma 4 26B-A4B (models/gemma4.Gemma4MoE): the router's scales, the dense MLP beside the experts, their norms
+    # (the dense MLP's pre-norm is Gemma's pre_feedforward_layernorm: the canonical post_attention_layernorm)
+    **{f"mlp.router.{n}": ("replicated", (f"model.layers.{{i}}.router.{n}",)) for n in ("scale", "per_expert_scale")},
+    "mlp.dense.linear_fc1.weight": ("fc1", ("model.layers.{i}.mlp.gate_proj.weight", "model.layers.{i}.mlp.up_proj.weight")),
+    "mlp.dense.linear_fc2.weight": ("row", ("model.layers.{i}.mlp.down_proj.weight",)),
+    "mlp.pre_dense_norm.weight": ("replicated", ("model.layers.{i}.post_attention_layernorm.weight",)),
+    **{f"mlp.{ours}.weight": ("replicated", (f"model.layers.{{i}}.{theirs}.weight",))
+       for ours, theirs in (("post_dense_norm", "post_feedforward_layernorm_1"),
+                            ("pre_experts_norm", "pre_feedforward_layernorm_2"),
+                            ("post_experts_norm", "post_feedforward_layernorm_2"))},
     "mlp.router.bias": ("replicated", ("model.layers.{i}.mlp.gate.bias",)),  # gpt-oss's router bias
     # sigmoid routing's per-expert bias for choosing the top-k (megatron's buffer; GLM-4.5, DeepSeek-V3)
     "mlp.router.expert_bias": ("replicated", ("model.layers.{i}.mlp.gate.e_score_correction_bias",)),

@@ -44,7 +44,8 @@ _STORED_AS = {
                     ("post_self_attn_layernorm.weight", "post_attention_layernorm.weight")),
 }
 _STORED_AS["gemma2"] = _STORED_AS["gemma3_text"]  # Gemma 2's names are Gemma 3's
-_STORED_AS["gemma4_text"] = _STORED_AS["gemma3_text"]  # and Gemma 4's (with its layer_scalar: hf_bridge/mapping.py)
+# and Gemma 4's (with its layer_scalar: hf_bridge/mapping.py); 26B-A4B's router as router.proj (experts: _STACKED)
+_STORED_AS["gemma4_text"] = (*_STORED_AS["gemma3_text"], ("mlp.gate.weight", "router.proj.weight"))
 _STORED_AS["olmo2"] = _STORED_AS["gemma3_text"][1:]  # OLMo 2: the post norms alone, Gemma's names
 _STORED_AS["olmo3"] = _STORED_AS["olmo2"]  # OLMo 3's names are OLMo 2's
 _STORED_AS["exaone4"] = _STORED_AS["olmo2"]  # EXAONE 4.0's post norms: OLMo 2's names
@@ -435,6 +436,7 @@ def group(tensors: dict, model_type: str | None, hf_config: dict | None) -> dict
 # the reader tells by the shapes)).
 _STACKED = {"gpt_oss": ("interleaved", "mlp.experts.gate_up_proj", "mlp.experts.down_proj", False),
             "qwen3_vl_moe": ("halves", "mlp.experts.gate_up_proj", "mlp.experts.down_proj", False)}
+_STACKED["gemma4_text"] = ("halves", "experts.gate_up_proj", "experts.down_proj", True)  # Gemma 4 26B-A4B
 _STACKED.update(dict.fromkeys(("granitemoe", "granitemoeshared", "granitemoehybrid"), (
     "halves", "block_sparse_moe.input_linear.weight", "block_sparse_moe.output_linear.weight", True)))
 

@@ -117,9 +117,15 @@ def stage_param_names(args: Mapping[str, Any], pp_size: int, pp_rank: int, vpp_s
     if pre_norm and (not args.get("parallel_residual") or args.get("parallel_residual_mlp_norm")):
         per_layer += [f"pre_mlp_layernorm.{n}" for n in norms]
     moe_layer = list(per_layer)
+    if args.get("moe_dense_beside"):  # Gemma 4 26B-A4B: its MoE block's own norms, no pre-MLP norm (models/gemma4.py)
+        moe_layer = [n for n in moe_layer if not n.startswith("pre_mlp_layernorm.")]
     moe_layer += ["mlp.router.weight"] + (["mlp.router.bias"] if bias else [])
     if args.get("moe_router_enable_expert_bias"):  # a buffer, after the router's parameters
         moe_layer.append("mlp.router.expert_bias")
+    if args.get("moe_dense_beside"):  # the router's scales, then (after the experts) the dense MLP and the norms
+        moe_layer += ["mlp.router.scale", "mlp.router.per_expert_scale", "mlp.dense.linear_fc1.weight",
+                      "mlp.dense.linear_fc2.weight"] + [f"mlp.{n}.weight" for n in (
+                          "pre_dense_norm", "post_dense_norm", "pre_experts_norm", "post_experts_norm")]
     if args.get("moe_shared_expert_intermediate_size"):  # the module's own gate first, then its linears
         moe_layer += (["mlp.shared_experts.gate_weight"] if args.get("shared_expert_gate") else []) + \
             ["mlp.shared_experts.linear_fc1.weight", "mlp.shared_experts.linear_fc2.weight"]

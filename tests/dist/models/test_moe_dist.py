@@ -268,14 +268,15 @@ def _moe_job(rank, world_size, hf_dir, work):
 def _moe_layers(moe) -> int:
     """MoE layers of the fixture's model (GLM-4.5's first layer is dense)."""
     return sum(hasattr(getattr(layer, "mlp", None) or getattr(layer, "block_sparse_moe", None)
-                       or getattr(layer, "feed_forward", None) or layer.mixer, "experts")
-               for layer in moe[3].model.layers)  # (Nemotron-H's one block per layer: its mixer; LFM2-MoE's feed_forward)
+                       or getattr(layer, "feed_forward", None) or layer.mixer, "experts") or hasattr(layer, "experts")
+               for layer in moe[3].model.layers)  # (Gemma 4's experts: beside its mlp)  # (Nemotron-H's one block per layer: its mixer; LFM2-MoE's feed_forward)
 
 
 @pytest.fixture(scope="module", params=["qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3",
                                                  "deepseek_v2", "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe",
                                                  "olmoe", "flex_olmo", "hunyuan_v1_moe", "granitemoeshared",
-                                                 "nemotron_h-moe", "lfm2_moe", "exaone_moe", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla", "mellum"])
+                                                 "nemotron_h-moe", "lfm2_moe", "exaone_moe", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla", "mellum",
+                                                 "gemma4_text-moe"])
 def moe(request, tmp_path_factory):
     """Every test below runs on Qwen3-MoE, on Qwen2-MoE (qkv biases, top-k not renormalised, and
     a shared expert with its sigmoid gate: megatron's SharedExpertMLP, split over TP), on Mixtral
@@ -295,7 +296,9 @@ def moe(request, tmp_path_factory):
     LFM2-MoE's (sigmoid routing with the expert bias and a routed scale, experts as feed_forward.experts.{e}.w1 / w3 / w2,
     beside short-convolution layers) and EXAONE MoE's (DeepSeek-V3's routing with groups and a shared expert, its expert
     bias stored under the MoE block, beside EXAONE 4.0's sliding and NoPE layers) and Hy3's (that routing without groups,
-    the router, expert bias and shared expert under the release's names, per-head q / k norms)."""
+    the router, expert bias and shared expert under the release's names, per-head q / k norms) and Gemma 4 26B-A4B's
+    (a dense MLP beside the experts, each with its norms, the router's input norm and scales, experts stored stacked,
+    beside layers of two shapes: models/gemma4.Gemma4MoE)."""
     from mindspeed_rl.models.forward import position_ids_from_mask
     from mindspeed_rl.models.hf_bridge.names import canonical_name, grouped_parts
 
@@ -303,7 +306,8 @@ def moe(request, tmp_path_factory):
     work = str(tmp_path_factory.mktemp("moe_work"))
     # LFM2-MoE's, EXAONE MoE's, Hy3's, AFMoE's, Sarvam MoE's and Mellum's embeddings have padding_idx = pad_token_id
     # (transformers'), which this batch's token 0 would hit: without a pad token (test_hybrid_mixers_dist.py's note)
-    unpadded = {"pad_token_id": None} if request.param in ("lfm2_moe", "exaone_moe", "hy_v3", "afmoe", "sarvam_moe", "mellum") else {}
+    unpadded = {"pad_token_id": None} if request.param in ("lfm2_moe", "exaone_moe", "hy_v3", "afmoe", "sarvam_moe", "mellum",
+                                                           "gemma4_text-moe") else {}
     hf = make_tiny_hf(request.param.split("-")[0], hf_dir, **HF_VARIANTS.get(request.param, {}), **unpadded)
     ids, mask = _batch()
     logits = hf(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask)).logits

@@ -165,6 +165,8 @@ CASES = [
      ["rope_scaling_type proportional and rope_proportion go together"]),
     ("proportion-out-of-range", ["training.rope_scaling_type=proportional", "training.rope_proportion=1.5"],
      ["rope_proportion: 1.5", "in (0, 1]"]),
+    ("dense-beside-without-experts", ["training.moe_dense_beside=true"],
+     ["moe_dense_beside puts experts beside each layer's dense MLP, but num_experts is None"]),
     # the user's own data with the tiny default and no tokenizer
     ("own-data-no-tokenizer", [f"{A}.data_path={Path(__file__).resolve().parents[2] / 'data/gsm8k_slice/train.jsonl'}"],
      ["is your own data, but no tokenizer is set", "training.tokenizer_name_or_path"]),

@@ -59,7 +59,7 @@ def _batches():
                                   "qwen3_5_moe_text", "qwen3_5_moe", "qwen3_next", "qwen3_next-mlponly",
                                   "qwen3_moe-mlponly", "olmoe", "flex_olmo", "hunyuan_v1_dense",
                                   "hunyuan_v1_moe", "granitemoe", "granitemoeshared", "granitemoehybrid",
-                                  "granitemoehybrid-moe", "granitemoehybrid-h", "granitemoehybrid-hmoe", "nemotron_h", "nemotron_h-moe", "falcon_h1", "falcon_h1-nonorm", "lfm2", "lfm2-idxs", "lfm2_moe", "exaone", "exaone_moe", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla", "jais2", "mellum", "hyperclovax", "iquestcoder", "gemma4_text", "gemma4_text-kv", "glm",
+                                  "granitemoehybrid-moe", "granitemoehybrid-h", "granitemoehybrid-hmoe", "nemotron_h", "nemotron_h-moe", "falcon_h1", "falcon_h1-nonorm", "lfm2", "lfm2-idxs", "lfm2_moe", "exaone", "exaone_moe", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla", "jais2", "mellum", "hyperclovax", "iquestcoder", "gemma4_text", "gemma4_text-kv", "gemma4_text-moe", "glm",
                                   "helium", "stablelm",
                                   "starcoder2", "starcoder2-window", "nemotron", "nemotron-bias", "cohere", "cohere2", "phi",
                                   "gpt_neox", "gpt_neox-seq", "falcon", "falcon-40b", "falcon-11b", "falcon-seq",
@@ -141,8 +141,8 @@ def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     routing without groups under the release's names (mlp.router.gate, mlp.expert_bias, mlp.shared_mlp); gemma4_text:
     Gemma 4, sliding layers (4 key / value heads of 16) and full ones (2 of 32, their values the keys, proportional RoPE on
     a quarter of the pairs) in one model, value norms, unscaled scores, each layer's scalar (models/gemma4.py);
-    gemma4_text-kv: the full layers with values of their own; gemma4: that text model read from Gemma 4's image-text
-    checkpoint."""
+    gemma4_text-kv: the full layers with values of their own; gemma4_text-moe: Gemma 4 26B-A4B's layer, a dense MLP and
+    experts side by side (models/gemma4.Gemma4MoE); gemma4: that text model read from Gemma 4's image-text checkpoint."""
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state, model_config_from_hf
     from mindspeed_rl.models.hf_bridge import load_hf_checkpoint, read_hf_config
 

@@ -1685,10 +1685,10 @@ def test_mellum_config_json_round_trip():
 
 def test_gemma4_config_json_round_trip():
     """Gemma 4 (gemma4_text): transformers' Gemma4TextConfig defaults are an E2B-like model (per-layer inputs: refused
-    in one sentence, as KV sharing and the MoE block are); the 31B's keys (global_head_dim 512 with 4 key / value heads
+    in one sentence, as KV sharing is); the 31B's keys (global_head_dim 512 with 4 key / value heads
     whose values are the keys, 16 heads of 256 in the sliding layers, proportional RoPE on a quarter of the full layers'
     pairs) read as the full layers' sizes with the sliding layers' own; transformers 5.24's per_layer_config form reads
-    the same; written from the args as Gemma 4 again, read back the same."""
+    the same; written from the args as Gemma 4 again, read back the same (its MoE block: the next test)."""
     from transformers import Gemma4TextConfig
 
     from mindspeed_rl.models.hf_export_config import hf_config_from_args
@@ -1715,10 +1715,33 @@ def test_gemma4_config_json_round_trip():
     assert model_config_from_hf(saved) == args
     written = hf_config_from_args(args, vocab_size=262144)
     assert written["model_type"] == "gemma4_text" and model_config_from_hf(written) == args
-    for key, value, what in (("num_kv_shared_layers", 20, "layers sharing"), ("enable_moe_block", True, "mixture-of-experts"),
+    for key, value, what in (("num_kv_shared_layers", 20, "layers sharing"),
+                             ("enable_moe_block", True, "enable_moe_block=true needs num_experts, top_k_experts"),
                              ("attention_bias", True, "attention_bias=true")):
         with pytest.raises(ValueError, match=what):
             model_config_from_hf(dict(release, **{key: value}))
     odd = {str(i): {"head_dim": 512} for i in range(5, 60, 6)} | {"0": {"head_dim": 128}}
     with pytest.raises(ValueError, match="per_layer_config must give every full_attention layer, and only those"):
         model_config_from_hf(dict(saved, per_layer_config=odd))
+
+
+def test_gemma4_moe_config_json_round_trip():
+    """Gemma 4 26B-A4B (enable_moe_block): 128 experts of 704 (top-8) beside a dense MLP of 2112 in each of 30 layers
+    read as moe_dense_beside (models/gemma4.Gemma4MoE) with the dense width as ffn_hidden_size; written back as Gemma 4
+    with its MoE block and read back the same; experts without the dense MLP have no Gemma 4 form."""
+    from mindspeed_rl.models.hf_export_config import hf_config_from_args
+
+    types = (["sliding_attention"] * 5 + ["full_attention"]) * 5
+    release = {"model_type": "gemma4_text", "hidden_size": 2816, "intermediate_size": 2112, "num_hidden_layers": 30,
+               "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256, "global_head_dim": 512,
+               "num_global_key_value_heads": 2, "attention_k_eq_v": True, "hidden_size_per_layer_input": 0,
+               "enable_moe_block": True, "num_experts": 128, "top_k_experts": 8, "moe_intermediate_size": 704,
+               "sliding_window": 1024, "final_logit_softcapping": 30.0, "vocab_size": 262144,
+               "max_position_embeddings": 262144, "layer_types": types}
+    args = model_config_from_hf(release)
+    assert (args["num_experts"], args["moe_router_topk"], args["moe_ffn_hidden_size"], args["ffn_hidden_size"],
+            args["moe_dense_beside"]) == (128, 8, 704, 2112, True)
+    written = hf_config_from_args(args, vocab_size=262144)
+    assert written["enable_moe_block"] and model_config_from_hf(written) == args
+    with pytest.raises(ValueError, match="num_experts without moe_dense_beside"):
+        hf_config_from_args(dict(args, moe_dense_beside=False), vocab_size=262144)
