@@ -44,8 +44,8 @@ def gemma4_config(hf: Mapping[str, Any]) -> dict[str, Any]:
                       ("num_kv_shared_layers", "layers sharing an earlier layer's keys and values"),
                       ("use_bidirectional_attention", "bidirectional attention")):
         if hf.get(key):
-            raise ValueError(f"config.json {key}={hf[key]!r} ({what}) is not supported for gemma4_text yet; the "
-                             f"dense Gemma 4 models (31B) are.")
+            raise ValueError(f"config.json {key}={hf[key]!r} ({what}) is not supported for gemma4_text yet; "
+                             f"Gemma 4 31B and 26B-A4B are.")
     missing = [k for k in ("num_experts", "top_k_experts", "moe_intermediate_size") if not hf.get(k)]
     if hf.get("enable_moe_block") and missing:
         raise ValueError(f"config.json enable_moe_block=true needs {', '.join(missing)} (Gemma 4 26B-A4B: 128, 8, 704).")
