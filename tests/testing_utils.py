@@ -168,6 +168,10 @@ HF_VARIANTS = {
     # proportional RoPE on half of the pairs at theta 1e5
     # Gemma 4 26B-A4B's layer: a dense MLP and 4 experts of 32 (top-2) side by side in every layer
     "gemma4_text-moe": {"enable_moe_block": True, "num_experts": 4, "top_k_experts": 2, "moe_intermediate_size": 32},
+    # Gemma 4 E2B's layout: 4 layers (sliding, full, sliding, full), the last 2 reading the keys and values of the first
+    # 2 (num_kv_shared_layers) with MLPs twice as wide; per-layer inputs of 8 per layer from a 120-row table
+    "gemma4_text-ple": {"num_hidden_layers": 4, "attention_k_eq_v": False, "num_kv_shared_layers": 2,
+                        "use_double_wide_mlp": True, "hidden_size_per_layer_input": 8, "vocab_size_per_layer_input": 120},
     "gemma4_text-kv": {"attention_k_eq_v": False, "rope_parameters": {
         "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.5, "rope_theta": 1e5},
         "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}},

@@ -44,6 +44,9 @@ RANGES = {
     "ModelArch.sliding_kv_channels": "[1, inf)",  # Gemma 4's sliding layers' sizes
     "ModelArch.sliding_num_query_groups": "[1, inf)",
     "ModelArch.rope_proportion": "(0, 1]",
+    "ModelArch.per_layer_input_size": "[1, inf)",  # Gemma 4 E2B / E4B's per-layer inputs
+    "ModelArch.per_layer_input_vocab_size": "[1, inf)",
+    "ModelArch.num_kv_shared_layers": "[0, inf)",
     "ModelArch.padded_vocab_size": "[1, inf)",
     "ModelArch.make_vocab_size_divisible_by": "[1, inf)",
     "ModelArch.max_position_embeddings": "[1, inf)",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 from mindspeed_rl.config.schema import Config, RoleConfig
+from mindspeed_rl.config.gemma4_rules import gemma4_problems
 from mindspeed_rl.config.mixer_checks import mixer_problems
 from mindspeed_rl.utils.errors import UserInputError
 
@@ -323,7 +324,7 @@ def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
                         f"{a.num_attention_heads}; set kv_channels explicitly.")
     if a.multi_latent_attention:
         _check_mla(role, path, tp, hf_load, problems)
-    problems += _layer_shape_problems(role)  # Gemma 4's two layer shapes
+    problems += gemma4_problems(role, path, tp, pp)  # Gemma 4's layer shapes, per-layer inputs and KV sharing
     problems += mixer_problems(role, path, tp)  # Gated DeltaNet, Mamba-2, one-block layers
     if a.group_query_attention and not a.num_query_groups:
         problems.append(f"`model.{role.model_name}.group_query_attention` is true but num_query_groups is not set.")
@@ -405,26 +406,6 @@ def _check_gpt_oss(role: RoleConfig, platform: str, problems: list[str]) -> None
         problems.append(f"`{path}.expert_tensor_parallel_size: {etp}` with gpt-oss's expert biases is not supported "
                         f"(an expert's output bias would be summed once per expert-TP rank); set "
                         f"expert_tensor_parallel_size: 1 and split the experts by expert_model_parallel_size.")
-
-
-def _layer_shape_problems(role) -> list[str]:
-    """Gemma 4's keys (models/gemma4.py): the sliding layers' own sizes need window_attn_skip_freq to name them and,
-    with their own head dimension, their own rotary table; proportional RoPE needs its proportion (its range:
-    config/ranges.py); experts beside the dense MLP need experts."""
-    a, m, problems = role.arch, f"model {role.model_name}", []
-    if (a.sliding_kv_channels or a.sliding_num_query_groups) and not isinstance(a.window_attn_skip_freq, (list, int)):
-        problems.append(f"{m}: sliding_kv_channels / sliding_num_query_groups size the sliding-window layers, which "
-                        f"window_attn_skip_freq names; set it (a list, 1 = sliding) or drop them.")
-    if a.sliding_kv_channels and not a.rope_local_base_freq:
-        problems.append(f"{m}: sliding_kv_channels {a.sliding_kv_channels} needs rope_local_base_freq: the sliding "
-                        f"layers rotate with a table of their own head dimension (Gemma 4: 10000).")
-    if (a.rope_scaling_type == "proportional") != (a.rope_proportion is not None):
-        problems.append(f"{m}: rope_scaling_type proportional and rope_proportion go together (Gemma 4: proportional, "
-                        f"0.25); set both or neither.")
-    if a.moe_dense_beside and (a.num_experts or 0) <= 1:
-        problems.append(f"{m}: moe_dense_beside puts experts beside each layer's dense MLP, but num_experts is "
-                        f"{a.num_experts}; set num_experts (Gemma 4 26B-A4B: 128) or drop moe_dense_beside.")
-    return problems
 
 
 def _check_mla(role: RoleConfig, path: str, tp: int, hf_load: bool, problems: list[str]) -> None:

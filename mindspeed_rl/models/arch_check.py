@@ -30,7 +30,7 @@ from mindspeed_rl.models.hf_bridge.loader import read_hf_config
 from mindspeed_rl.models.hf_bridge.mapping import gated_mlp
 from mindspeed_rl.models.hf_bridge.sharding import moe_layers
 from mindspeed_rl.models.hf_config import kv_channels
-from mindspeed_rl.models.hf_gemma4_config import has_layer_shapes, layer_attention
+from mindspeed_rl.models.hf_gemma4_config import has_layer_shapes, kv_source, layer_attention, layer_ffn
 from mindspeed_rl.models.hf_moe_config import mtp_layer_count
 from mindspeed_rl.utils.errors import UserInputError
 
@@ -72,6 +72,8 @@ _HF_KEY = {
     "activation_func_clamp_value": "swiglu_limit",
     "multi_latent_attention": "model_type", "q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank",
     "qk_head_dim": "qk_nope_head_dim", "qk_pos_emb_head_dim": "qk_rope_head_dim", "v_head_dim": "v_head_dim",
+    "per_layer_input_size": "hidden_size_per_layer_input", "per_layer_input_vocab_size": "vocab_size_per_layer_input",
+    "num_kv_shared_layers": "num_kv_shared_layers", "kv_shared_double_mlp": "use_double_wide_mlp",
 }
 # the config.json keys of the models that name them otherwise (Llama's in _HF_KEY), for the message
 _HF_KEY_OF = {
@@ -96,7 +98,7 @@ _HF_DEFAULTS = {"embedding_multiplier_scale": 1.0, "residual_multiplier": 1.0, "
                 "squared_relu": False, "xielu": False, "openai_gelu": False, "moe_layer_freq": 1, "moe_router_score_function": "softmax",
                 "moe_router_enable_expert_bias": False, "multi_latent_attention": False,
                 "moe_router_topk_scaling_factor": 1.0, "quick_geglu": False, "glu_linear_offset": 0.0,
-                "softmax_type": "vanilla"}  # routed_scaling_factor 1 is read as no scale
+                "softmax_type": "vanilla", "num_kv_shared_layers": 0, "kv_shared_double_mlp": False}  # routed_scaling_factor 1 is read as no scale
 # keys a config.json without them leaves at their meaning-free default: a user value is not a contradiction
 _ROPE_DETAILS = ("rope_scaling_factor", "low_freq", "high_freq", "original_max", "rope_scaling_beta", "rope_scaling_mscale",
                  "rope_scaling_truncate", "rope_attention_factor")
@@ -218,6 +220,14 @@ def expected_hf_shapes(args: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ..
     why_q = f"num_attention_heads {heads} x kv_channels {d}"
     why_kv = f"num_query_groups {groups} x kv_channels {d}"
     shapes = {"model.norm.weight": ((h,), f"hidden_size {h}")} if args.get("layernorm_affine", True) is not False else {}
+    if args.get("per_layer_input_size"):  # Gemma 4 E2B / E4B's per-layer inputs (models/gemma4.PerLayerInputs)
+        size, layers = int(args["per_layer_input_size"]), int(args["num_layers"])
+        vocab = int(args["per_layer_input_vocab_size"])
+        why = f"per_layer_input_size {size} x num_layers {layers}"
+        shapes.update({"model.embed_tokens_per_layer.weight": ((vocab, layers * size),
+                                                               f"per_layer_input_vocab_size {vocab}, {why}"),
+                       "model.per_layer_model_projection.weight": ((layers * size, h), f"{why}, hidden_size {h}"),
+                       "model.per_layer_projection_norm.weight": ((size,), f"per_layer_input_size {size}")})
     moe = moe_layers(args)
     linear = list(args.get("linear_attention_layers") or ())
     mamba = list(args.get("mamba_layers") or ())  # Granite 4.0-H's Mamba-2 layers: no attention tensors either
@@ -231,12 +241,19 @@ def expected_hf_shapes(args: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ..
     for i in range(int(args["num_layers"])):
         p = f"model.layers.{i}."
         before = set(shapes)
-        k_eq_v = False
+        k_eq_v, shared, layer_ffn_size = False, False, ffn
         if shaped:
             d, groups, k_eq_v = layer_attention(args, i)
             q, kv = heads * d, groups * d
             why_q = f"num_attention_heads {heads} x this layer's head dimension {d}"
             why_kv = f"this layer's key / value heads {groups} x {d}"
+            shared = kv_source(args, i) is not None  # Gemma 4 E2B: q_proj alone (k / v / k_norm, if stored: unread)
+            layer_ffn_size = layer_ffn(args, i)
+        if args.get("per_layer_input_size"):  # Gemma 4 E2B / E4B's per-layer gate, projection and norm
+            size, why = int(args["per_layer_input_size"]), f"per_layer_input_size {args['per_layer_input_size']}"
+            shapes.update({p + "per_layer_input_gate.weight": ((size, h), f"{why}, hidden_size {h}"),
+                           p + "per_layer_projection.weight": ((h, size), f"hidden_size {h}, {why}"),
+                           p + "post_per_layer_input_norm.weight": ((h,), f"hidden_size {h}")})
         if args.get("layer_scalar"):
             shapes[p + "layer_scalar"] = ((1,), "layer_scalar")
         if i < len(mamba) and mamba[i]:
@@ -251,8 +268,8 @@ def expected_hf_shapes(args: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ..
             shapes.update({
                 p + "self_attn.q_proj.weight": ((gate * q, h), ("attention_output_gate: 2 x " if gate == 2 else "")
                                                 + f"{why_q}, hidden_size {h}"),
-                p + "self_attn.k_proj.weight": ((kv, h), f"{why_kv}, hidden_size {h}"),
-                **({} if k_eq_v else {p + "self_attn.v_proj.weight": ((kv, h), f"{why_kv}, hidden_size {h}")}),
+                **({} if shared else {p + "self_attn.k_proj.weight": ((kv, h), f"{why_kv}, hidden_size {h}")}),
+                **({} if k_eq_v or shared else {p + "self_attn.v_proj.weight": ((kv, h), f"{why_kv}, hidden_size {h}")}),
                 **({p + "self_attn.gate_proj.weight": ((q, h), f"attention_gate_proj, {why_q}, hidden_size {h}")}
                    if own_gate else {}),
             })
@@ -263,7 +280,7 @@ def expected_hf_shapes(args: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ..
             # Cohere's one norm before attention and MLP together (GPT-NeoX: one each)
             if not args.get("parallel_residual") or args.get("parallel_residual_mlp_norm"):
                 shapes[p + "post_attention_layernorm.weight"] = ((h,), f"hidden_size {h}")
-        shapes.update(_mlp_shapes(args, p, h, ffn, moe[i]))
+        shapes.update(_mlp_shapes(args, p, h, layer_ffn_size, moe[i]))
         if args.get("add_qkv_bias"):
             for name, n, why in (("q", q, why_q), ("k", kv, why_kv), ("v", kv, why_kv)):
                 shapes[p + f"self_attn.{name}_proj.bias"] = ((n,), f"add_qkv_bias, {why}")
@@ -273,7 +290,7 @@ def expected_hf_shapes(args: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ..
             shapes[p + "self_attn.q_norm.weight"] = ((q,), f"qk_layernorm_across_heads, {why_q}")
             shapes[p + "self_attn.k_norm.weight"] = ((kv,), f"qk_layernorm_across_heads, {why_kv}")
         elif args.get("qk_layernorm") and not args.get("multi_latent_attention"):
-            for name in ("q_norm", "k_norm"):
+            for name in ("q_norm",) if shared else ("q_norm", "k_norm"):
                 shapes[p + f"self_attn.{name}.weight"] = ((d,), f"qk_layernorm, kv_channels {d}")
         if args.get("post_norm"):  # Gemma's (canonical names: hf_bridge/names.py)
             for name in ("post_self_attn_layernorm", "post_feedforward_layernorm"):

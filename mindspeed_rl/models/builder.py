@@ -613,10 +613,11 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
             from mindspeed_rl.models import qk_norm_after_rope
 
             qk_norm_after_rope.install(model)
-        if _get(args, "layer_scalar", False):  # Gemma 4: each layer's output times its constant (models/gemma4.py)
-            from mindspeed_rl.models import gemma4
+        if _get(args, "layer_scalar", False) or _get(args, "per_layer_input_size") or _get(args, "num_kv_shared_layers"):
+            from mindspeed_rl.models import gemma4  # Gemma 4: per-layer inputs, KV sharing, layer scalars
 
-            gemma4.install_layer_scalar(model)
+            gemma4.install(model, _get(args, "per_layer_input_size"), _get(args, "per_layer_input_vocab_size"),
+                           bool(_get(args, "num_kv_shared_layers")), bool(_get(args, "layer_scalar", False)))
         if _get(args, "xielu", False):  # Apertus: an xIELU with its own scalars on every MLP (models/xielu.py)
             from mindspeed_rl.models import xielu
 

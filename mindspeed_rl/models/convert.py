@@ -104,6 +104,10 @@ def save_megatron(src: Source, save_dir: str, tp: int, pp: int, dtype: Optional[
                              "(num_experts > 1); drop them for this checkpoint.")
     check_tp(args, tp, ep, etp)
     layer_range(int(args["num_layers"]), pp, 0)  # PP must divide num_layers
+    if pp > 1 and (args.get("per_layer_input_size") or int(args.get("num_kv_shared_layers") or 0)):
+        raise UserInputError("--target-pipeline-parallel-size > 1 is not supported for this model: its layers read the "
+                             "per-layer inputs / keys and values computed before them in the same forward (Gemma 4 "
+                             "E2B / E4B); convert with --target-pipeline-parallel-size 1.")
     vpp = 1
     if layers_per_virtual_stage:
         vpp, rest = divmod(int(args["num_layers"]), pp * layers_per_virtual_stage)

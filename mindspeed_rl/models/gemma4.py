@@ -14,6 +14,10 @@ the keys hf_gemma4_config.gemma4_args sets; the rest of its layer is Gemma 3's: 
   log-probs, the native engine) applies it.
 
 - Gemma 4 26B-A4B (moe_dense_beside): `Gemma4MoE` in the MLP slot, below.
+- Gemma 4 E2B / E4B: `PerLayerInputs` (per_layer_input_size) and KV sharing (num_kv_shared_layers), below: the last
+  layers' Gemma4Attention project queries only and attend over the keys and values an earlier layer of their kind
+  computed in the same forward (its `shared_kv`, taken before RoPE, which each layer applies again with the same
+  table), their MLPs twice as wide with kv_shared_double_mlp (ShapedLayer's ffn_hidden_size).
 
 The full layers' rotary table is the model's (kv_channels wide, rope_scaling_type proportional: builder.rotary_inv_freq),
 the sliding layers' the local one (models/gemma.install_local_rope, sliding_kv_channels wide).
@@ -37,6 +41,7 @@ from megatron.core.transformer.transformer_block import TransformerBlockSubmodul
 from megatron.core.transformer.transformer_layer import TransformerLayer  # noqa: E402
 
 from mindspeed_rl.models.hf_config import window_pattern  # noqa: E402
+from mindspeed_rl.models.hf_gemma4_config import kv_source, layer_ffn  # noqa: E402
 
 
 def value_rms(value: torch.Tensor, eps: float) -> torch.Tensor:
@@ -51,16 +56,34 @@ class Gemma4Attention(SelfAttention):
 
     def __init__(self, config, submodules, *args, **kwargs):
         super().__init__(config, submodules, *args, **kwargs)
-        self.k_eq_v = bool(getattr(config, "attention_k_eq_v", False))
+        # the layer (0-based) whose keys and values this one attends over (KV sharing: install_kv_sharing), or None
+        self.kv_source = getattr(config, "kv_source_layer", None)
+        self.k_eq_v = bool(getattr(config, "attention_k_eq_v", False)) and self.kv_source is None
         self.value_norm = bool(getattr(config, "value_norm", False))
-        if self.k_eq_v:  # linear_qkv again, without the value rows: per group [q heads | k]
+        rows = (self.query_projection_size if self.kv_source is not None  # queries only
+                else self.query_projection_size + self.kv_projection_size if self.k_eq_v else None)
+        if rows is not None:  # linear_qkv again, without the value rows: per group [q heads | k]; or queries only
             self.linear_qkv = build_module(
-                submodules.linear_qkv, config.hidden_size, self.query_projection_size + self.kv_projection_size,
+                submodules.linear_qkv, config.hidden_size, rows,
                 config=config, init_method=config.init_method, gather_output=False,
                 bias=config.add_bias_linear or config.add_qkv_bias, skip_bias_add=False, is_expert=False,
                 tp_comm_buffer_name="qkv")
+        if self.kv_source is not None:
+            self.k_layernorm = None  # the keys come normalised from their layer
 
     def get_query_key_value_tensors(self, hidden_states, key_value_states=None, *args, **kwargs):
+        if self.kv_source is not None:
+            mixed, _ = self.linear_qkv(hidden_states)  # (s, b, heads * hn) of this rank
+            query = mixed.view(*mixed.shape[:2], -1, self.hidden_size_per_attention_head)
+            if self.q_layernorm is not None:
+                query = self.q_layernorm(query)
+            producer = self.__dict__.get("kv_producer")
+            shared = producer.__dict__.get("shared_kv") if producer is not None else None
+            if shared is None:
+                raise RuntimeError(f"layer {self.layer_number} attends over layer {self.kv_source + 1}'s keys and "
+                                   f"values (num_kv_shared_layers), which did not run before it in this forward "
+                                   f"(models/gemma4.install_kv_sharing links them in one model chunk).")
+            return query, shared[0], shared[1]
         if self.k_eq_v:
             mixed, _ = self.linear_qkv(hidden_states)  # (s, b, groups * (q + 1) * hn) of this rank
             groups, hn = self.num_query_groups_per_partition, self.hidden_size_per_attention_head
@@ -77,6 +100,8 @@ class Gemma4Attention(SelfAttention):
             query, key, value = super().get_query_key_value_tensors(hidden_states, key_value_states, *args, **kwargs)
         if self.value_norm:
             value = value_rms(value, self.config.layernorm_epsilon)
+        if self.__dict__.get("stores_kv"):  # read by the KV-sharing layers after this one (before RoPE)
+            self.__dict__["shared_kv"] = (key, value)
         return query, key, value
 
 
@@ -101,12 +126,25 @@ def sliding_shape(args: dict) -> dict[str, Any]:
     return shape
 
 
+def layer_shape(args: dict, layer: int, pattern=None) -> dict[str, Any]:
+    """The config fields layer `layer` (0-based) changes (ShapedLayer): a sliding layer's (sliding_shape), a
+    KV-sharing layer's source (kv_source_layer: Gemma4Attention) and, with kv_shared_double_mlp, its MLP's width."""
+    pattern = pattern if pattern is not None else window_pattern(args.get("window_attn_skip_freq"), int(args["num_layers"]))
+    shape = sliding_shape(args) if pattern is None or pattern[layer] else {}
+    source = kv_source(args, layer)
+    if source is not None:
+        shape["kv_source_layer"] = source
+        if args.get("kv_shared_double_mlp"):
+            shape["ffn_hidden_size"] = layer_ffn(args, layer)
+    return shape
+
+
 def block_spec(block: Any, args: dict, layers: Sequence[int], dense_mlp: Any = None) -> Any:
     """`block` (a layer spec, or a block spec of the layers `layers`: global indices) with Gemma4Attention in every
-    layer and the sliding layers (window_attn_skip_freq; all of them without it) ShapedLayers; with moe_dense_beside
-    each (MoE) layer's MLP slot Gemma4MoE, its dense MLP `dense_mlp` (a dense layer spec's MLP)."""
+    layer and the layers whose config differs (the sliding ones: window_attn_skip_freq, all of them without it; the
+    KV-sharing ones: layer_shape) ShapedLayers; with moe_dense_beside each (MoE) layer's MLP slot Gemma4MoE, its dense
+    MLP `dense_mlp` (a dense layer spec's MLP)."""
     pattern = window_pattern(args.get("window_attn_skip_freq"), int(args["num_layers"]))
-    shape = sliding_shape(args)
     specs = block.layer_specs if isinstance(block, TransformerBlockSubmodules) else [block] * len(layers)
     out = []
     for spec, layer in zip(specs, layers):
@@ -114,7 +152,8 @@ def block_spec(block: Any, args: dict, layers: Sequence[int], dense_mlp: Any = N
         spec = dataclasses.replace(spec, submodules=dataclasses.replace(spec.submodules, self_attention=attention))
         if args.get("moe_dense_beside"):
             spec = moe_block_spec(spec, dense_mlp)
-        if pattern is None or pattern[layer]:
+        shape = layer_shape(args, layer, pattern)
+        if shape:
             spec = dataclasses.replace(spec, module=ShapedLayer, params={**(spec.params or {}), "shape": shape})
         out.append(spec)
     if isinstance(block, TransformerBlockSubmodules):
@@ -128,6 +167,18 @@ def _scale_output(module, args, output):
     if isinstance(output, tuple):  # megatron's (hidden, context)
         return (output[0] * module.layer_scalar.to(output[0].dtype), *output[1:])
     return output * module.layer_scalar.to(output.dtype)
+
+
+def install(model: torch.nn.Module, per_layer_input_size=None, per_layer_input_vocab_size=None,
+            kv_sharing: bool = False, layer_scalar: bool = False) -> None:
+    """What Gemma 4 adds to a built GPTModel chunk (models/builder.py), in this order: E2B / E4B's per-layer inputs and
+    KV sharing, then each layer's scalar (whose hook must run after the per-layer input's)."""
+    if per_layer_input_size:
+        install_per_layer_inputs(model, int(per_layer_input_size), int(per_layer_input_vocab_size))
+    if kv_sharing:
+        install_kv_sharing(model)
+    if layer_scalar:
+        install_layer_scalar(model)
 
 
 def install_layer_scalar(model: torch.nn.Module) -> None:
@@ -199,3 +250,120 @@ def moe_block_spec(layer_spec, dense_spec) -> Any:
                               params={**(layer_spec.submodules.mlp.params or {}), "dense": dense_spec})
     return dataclasses.replace(layer_spec, submodules=dataclasses.replace(
         layer_spec.submodules, mlp=mlp, pre_mlp_layernorm=IdentityOp))
+
+
+# ---------------------------------------------------------------------------------------------
+# Gemma 4 E2B / E4B: KV sharing (num_kv_shared_layers) and per-layer inputs (per_layer_input_size)
+
+def install_kv_sharing(model: torch.nn.Module) -> None:
+    """Link each KV-sharing layer's attention (Gemma4Attention with a kv_source) to the attention of its source layer,
+    which then keeps its keys and values (`shared_kv`) for them until the decoder's forward ends. Both must be in this
+    model chunk (validation: pipeline_model_parallel_size 1)."""
+    by_layer = {layer.layer_number - 1: layer.self_attention for layer in model.decoder.layers}
+    producers = []
+    for attention in by_layer.values():
+        source = getattr(attention, "kv_source", None)
+        if source is None:
+            continue
+        if source not in by_layer:
+            raise ValueError(f"layer {attention.layer_number} attends over layer {source + 1}'s keys and values "
+                             f"(num_kv_shared_layers), which another pipeline stage holds; use "
+                             f"pipeline_model_parallel_size 1.")
+        attention.__dict__["kv_producer"] = by_layer[source]  # not a submodule: no second copy in the state dict
+        by_layer[source].__dict__["stores_kv"] = True
+        producers.append(by_layer[source])
+
+    def release(module, args, output):
+        for producer in producers:
+            producer.__dict__.pop("shared_kv", None)
+
+    model.decoder.register_forward_hook(release)
+
+
+class PerLayerInputs(torch.nn.Module):
+    """Gemma 4 E2B / E4B's per-layer inputs (HF's embed_tokens_per_layer, per_layer_model_projection,
+    per_layer_projection_norm): for every token a (num_layers, size) input, the layers' slices of
+
+        (norm(projection(e) * hidden^-0.5) + table[token] * sqrt(size)) * 2^-0.5
+
+    e the (scaled) embedding of the token. The table (vocab x num_layers * size) is split over TP by rows as the word
+    embeddings (megatron's VocabParallelEmbedding: under SP reduce-scattered to each rank's positions); the projection
+    and the norm are whole on every rank (their gradients summed over TP under SP: `sequence_parallel`)."""
+
+    def __init__(self, config, num_layers: int, size: int, vocab: int):
+        super().__init__()
+        from megatron.core.tensor_parallel import VocabParallelEmbedding
+
+        from mindspeed_rl.models.gemma import post_norm_cls
+
+        self.num_layers, self.size = num_layers, size
+        self.embeddings = VocabParallelEmbedding(vocab, num_layers * size, init_method=config.init_method,
+                                                 reduce_scatter_embeddings=bool(config.sequence_parallel), config=config)
+        self.projection = torch.nn.Linear(config.hidden_size, num_layers * size, bias=False)
+        with torch.no_grad():
+            config.init_method(self.projection.weight)
+        setattr(self.projection.weight, "sequence_parallel", bool(config.sequence_parallel))
+        self.norm = post_norm_cls(config)(config, size, eps=config.layernorm_epsilon)
+
+    def forward(self, input_ids: torch.Tensor, embedded: torch.Tensor) -> torch.Tensor:
+        """input_ids (b, s); embedded (s', b, h) the embedding's output (s' = s / TP under SP) -> (s', b, layers, size)."""
+        table = self.embeddings(input_ids)  # (b, s, n) whole, or (s', b, n) reduce-scattered under SP
+        if not self.embeddings.reduce_scatter_embeddings:
+            table = table.transpose(0, 1)
+        table = table * torch.tensor(self.size ** 0.5, dtype=table.dtype)  # HF's embed_scale, in the table's dtype
+        s, b, h = embedded.shape
+        projected = self.projection(embedded) * (h ** -0.5)
+        projected = self.norm(projected.reshape(s, b, self.num_layers, self.size))
+        return (projected + table.reshape(s, b, self.num_layers, self.size)) * (2.0 ** -0.5)
+
+
+def install_per_layer_inputs(model: torch.nn.Module, size: int, vocab: int) -> None:
+    """Give this GPTModel chunk Gemma 4's per-layer inputs: `embedding.per_layer` (PerLayerInputs) and in every layer
+    per_layer_input_gate (h -> size), per_layer_projection (size -> h) and post_per_layer_input_norm, whole on every TP
+    rank. Each layer's output x becomes x + norm(projection(gelu_tanh(gate(x)) * its input)), before its layer_scalar
+    (install before install_layer_scalar). The inputs reach the layers as the decoder's `context` (which megatron's
+    layers pass through untouched and its full recompute checkpoints with the hidden states): a pre-hook on the
+    embedding keeps the token ids, one on the decoder computes the inputs from them and the embedding's output."""
+    from mindspeed_rl.models.gemma import post_norm_cls
+
+    config, h = model.config, model.config.hidden_size
+    if not model.pre_process:
+        raise ValueError("per_layer_input_size: the per-layer inputs are computed with the embedding; use "
+                         "pipeline_model_parallel_size 1.")
+    embedding = model.embedding
+    embedding.per_layer = PerLayerInputs(config, len(model.decoder.layers), size, vocab)
+    norm_cls = post_norm_cls(config)
+    for layer in model.decoder.layers:
+        layer.per_layer_input_gate = torch.nn.Linear(h, size, bias=False)
+        layer.per_layer_projection = torch.nn.Linear(size, h, bias=False)
+        layer.post_per_layer_input_norm = norm_cls(config, h, eps=config.layernorm_epsilon)
+        for linear in (layer.per_layer_input_gate, layer.per_layer_projection):
+            with torch.no_grad():
+                config.init_method(linear.weight)
+            setattr(linear.weight, "sequence_parallel", bool(config.sequence_parallel))
+        layer.register_forward_hook(_add_per_layer_input, with_kwargs=True)
+
+    def remember_ids(module, args, kwargs):
+        module.__dict__["per_layer_ids"] = kwargs["input_ids"] if "input_ids" in kwargs else args[0]
+
+    def per_layer_context(decoder, args, kwargs):
+        hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
+        ids = embedding.__dict__.pop("per_layer_ids", None)
+        if ids is None:
+            raise RuntimeError("per-layer inputs (per_layer_input_size): the decoder ran without the embedding "
+                               "before it, so there are no token ids to read the per-layer table with.")
+        return args, {**kwargs, "context": embedding.per_layer(ids, hidden)}
+
+    embedding.register_forward_pre_hook(remember_ids, with_kwargs=True)
+    model.decoder.register_forward_pre_hook(per_layer_context, with_kwargs=True)
+
+
+def _add_per_layer_input(layer, args, kwargs, output):
+    hidden, context = output if isinstance(output, tuple) else (output, None)
+    inputs = kwargs.get("context")
+    if inputs is None:
+        raise RuntimeError(f"layer {layer.layer_number}: no per-layer inputs reached it (the decoder's context).")
+    gate = torch.nn.functional.gelu(layer.per_layer_input_gate(hidden), approximate="tanh")
+    out = layer.post_per_layer_input_norm(layer.per_layer_projection(gate * inputs[:, :, layer.layer_number - 1]))
+    hidden = hidden + out
+    return (hidden, context) if isinstance(output, tuple) else hidden

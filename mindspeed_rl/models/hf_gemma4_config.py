@@ -19,12 +19,14 @@ their own default RoPE, the final logits soft-capped) with these differences (mo
   (rope_scaling_type proportional, rope_proportion).
 
 26B-A4B's MoE block (enable_moe_block: a dense MLP and experts side by side in every layer) is moe_dense_beside
-(models/gemma4.Gemma4MoE). Refused, each in one sentence: per-layer input embeddings (hidden_size_per_layer_input, the
-E2B / E4B models), KV sharing (num_kv_shared_layers), bidirectional attention.
+(models/gemma4.Gemma4MoE). E2B / E4B's per-layer input embeddings (hidden_size_per_layer_input: per_layer_input_size,
+vocab_size_per_layer_input: per_layer_input_vocab_size), their last layers reading an earlier layer's keys and values
+(num_kv_shared_layers) and those layers' MLPs twice as wide (use_double_wide_mlp: kv_shared_double_mlp) are
+models/gemma4.py's PerLayerInputs and kv sharing. Refused in one sentence: bidirectional attention.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 # transformers' Gemma4TextConfig defaults where config.json leaves a key out (global_head_dim is popped by its
 # __post_init__, 512 when absent)
@@ -40,12 +42,10 @@ def gemma4_config(hf: Mapping[str, Any]) -> dict[str, Any]:
     num_key_value_heads are the full-attention layers', rope_parameters their RoPE at its theta (the proportion kept
     apart in `_gemma4`, with the sliding layers' sizes and theta). ValueError for what is not supported."""
     hf = {**hf, **{k: v for k, v in GEMMA4_DEFAULTS.items() if hf.get(k) is None}}
-    for key, what in (("hidden_size_per_layer_input", "per-layer input embeddings (Gemma 4 E2B / E4B)"),
-                      ("num_kv_shared_layers", "layers sharing an earlier layer's keys and values"),
-                      ("use_bidirectional_attention", "bidirectional attention")):
-        if hf.get(key):
-            raise ValueError(f"config.json {key}={hf[key]!r} ({what}) is not supported for gemma4_text yet; "
-                             f"Gemma 4 31B and 26B-A4B are.")
+    if hf.get("use_bidirectional_attention"):
+        raise ValueError(f"config.json use_bidirectional_attention={hf['use_bidirectional_attention']!r} "
+                         f"(bidirectional attention) is not supported for gemma4_text; its causal language models "
+                         f"(31B, 26B-A4B, E4B, E2B) attend causally.")
     missing = [k for k in ("num_experts", "top_k_experts", "moe_intermediate_size") if not hf.get(k)]
     if hf.get("enable_moe_block") and missing:
         raise ValueError(f"config.json enable_moe_block=true needs {', '.join(missing)} (Gemma 4 26B-A4B: 128, 8, 704).")
@@ -56,6 +56,13 @@ def gemma4_config(hf: Mapping[str, Any]) -> dict[str, Any]:
                                            for i in range(num_layers)])
     if types and types[-1] != "full_attention":  # transformers forces it (with a warning)
         types[-1] = "full_attention"
+    shared = int(hf.get("num_kv_shared_layers") or 0)
+    first_shared = num_layers - shared
+    if shared and (shared >= num_layers or not set(types[first_shared:]) <= set(types[:first_shared])):
+        raise ValueError(f"config.json num_kv_shared_layers={shared} leaves no earlier layer of every attention type "
+                         f"the last {shared} of {num_layers} layers read their keys and values from "
+                         f"({sorted(set(types[first_shared:]) - set(types[:first_shared])) or 'no layer left'}); "
+                         f"Gemma 4 E2B shares the last 20 of 35.")
     heads = int(hf["num_attention_heads"])
     sliding_groups = int(hf.get("num_key_value_heads") or heads)
     sliding_dim = int(hf["head_dim"])
@@ -124,6 +131,13 @@ def gemma4_args(hf: Mapping[str, Any]) -> dict[str, Any]:
         args["sliding_window"] = int(window)
     if hf.get("final_logit_softcapping"):
         args["output_logit_softcapping"] = float(hf["final_logit_softcapping"])
+    if int(hf.get("hidden_size_per_layer_input") or 0):  # E2B / E4B (models/gemma4.PerLayerInputs)
+        args.update(per_layer_input_size=int(hf["hidden_size_per_layer_input"]),
+                    per_layer_input_vocab_size=int(hf.get("vocab_size_per_layer_input") or 262144))
+    if int(hf.get("num_kv_shared_layers") or 0):  # E2B / E4B: the last layers read an earlier layer's keys / values
+        args["num_kv_shared_layers"] = int(hf["num_kv_shared_layers"])
+        if hf.get("use_double_wide_mlp"):
+            args["kv_shared_double_mlp"] = True
     return args
 
 
@@ -131,23 +145,53 @@ def layer_attention(args: Mapping[str, Any], layer: int) -> tuple[int, int, bool
     """(head dim, key / value heads, values = keys) of layer `layer` (0-based) of Megatron-named args: a sliding layer
     (window_attn_skip_freq; without it every layer when there is a sliding_window) has sliding_kv_channels /
     sliding_num_query_groups where set and its own values; attention_k_eq_v applies to the full layers."""
-    from mindspeed_rl.models.hf_config import kv_channels, window_pattern
+    from mindspeed_rl.models.hf_config import kv_channels
 
     heads = int(args["num_attention_heads"])
     groups = int(args.get("num_query_groups") or heads) if args.get("group_query_attention") else heads
-    pattern = window_pattern(args.get("window_attn_skip_freq"), int(args["num_layers"]))
-    sliding = bool(pattern[layer]) if pattern is not None else bool(args.get("sliding_window"))
-    if sliding:
+    if _sliding(args, layer):
         return int(args.get("sliding_kv_channels") or kv_channels(args)), int(args.get("sliding_num_query_groups") or groups), False
     return kv_channels(args), groups, bool(args.get("attention_k_eq_v"))
 
 
 def has_layer_shapes(args: Mapping[str, Any]) -> bool:
-    """Whether the layers of these args differ in their attention's sizes or values (layer_attention)."""
-    return bool(args.get("sliding_kv_channels") or args.get("sliding_num_query_groups") or args.get("attention_k_eq_v"))
+    """Whether the layers of these args differ in their attention's sizes or values (layer_attention), in whether
+    they have keys and values of their own (kv_source) or in their MLP's width (layer_ffn)."""
+    return bool(args.get("sliding_kv_channels") or args.get("sliding_num_query_groups") or args.get("attention_k_eq_v")
+                or int(args.get("num_kv_shared_layers") or 0))
 
 
-GEMMA4_KEYS = ("value_norm", "layer_scalar")  # what only Gemma 4's config.json says
+def _sliding(args: Mapping[str, Any], layer: int) -> bool:
+    from mindspeed_rl.models.hf_config import window_pattern
+
+    pattern = window_pattern(args.get("window_attn_skip_freq"), int(args["num_layers"]))
+    return bool(pattern[layer]) if pattern is not None else bool(args.get("sliding_window"))
+
+
+def kv_source(args: Mapping[str, Any], layer: int) -> Optional[int]:
+    """The layer (0-based) whose keys and values layer `layer` attends over, None for its own: each of the last
+    num_kv_shared_layers layers reads the last earlier layer of its kind (sliding or full; window_attn_skip_freq)
+    that has its own (HF's kv_sharing_modes "reuse" / "store"). ValueError where there is none."""
+    layers, shared = int(args["num_layers"]), int(args.get("num_kv_shared_layers") or 0)
+    first = layers - shared
+    if not shared or layer < first:
+        return None
+    kind = _sliding(args, layer)
+    for source in range(first - 1, -1, -1):
+        if _sliding(args, source) == kind:
+            return source
+    raise ValueError(f"num_kv_shared_layers {shared}: layer {layer} ({'sliding' if kind else 'full'} attention) has "
+                     f"no earlier layer of its kind to read keys and values from; lower num_kv_shared_layers.")
+
+
+def layer_ffn(args: Mapping[str, Any], layer: int) -> int:
+    """The MLP width of layer `layer`: ffn_hidden_size, twice it in a KV-sharing layer with kv_shared_double_mlp."""
+    ffn = int(args.get("ffn_hidden_size") or 4 * int(args["hidden_size"]))
+    return 2 * ffn if args.get("kv_shared_double_mlp") and kv_source(args, layer) is not None else ffn
+
+
+# what only Gemma 4's config.json says
+GEMMA4_KEYS = ("value_norm", "layer_scalar", "per_layer_input_size", "num_kv_shared_layers")
 
 
 def gemma4_export_config(args: Mapping[str, Any], vocab_size: int, dtype) -> dict[str, Any]:
@@ -176,7 +220,7 @@ def gemma4_export_config(args: Mapping[str, Any], vocab_size: int, dtype) -> dic
     if args.get("rope_scaling_type") not in (None, "proportional"):
         wrong.append(f"rope_scaling_type {args['rope_scaling_type']}")
     if wrong:
-        raise ValueError(f"value_norm / layer_scalar have a config.json form only as Gemma 4 (gemma4_text: "
+        raise ValueError(f"{' / '.join(k for k in GEMMA4_KEYS if args.get(k))} ha{'s' if sum(bool(args.get(k)) for k in GEMMA4_KEYS) == 1 else 've'} a config.json form only as Gemma 4 (gemma4_text: "
                          f"{', '.join(want)}, softmax_scale 1, nothing else); this model differs in {', '.join(wrong)}.")
     layers = int(args["num_layers"])
     shapes = [layer_attention(args, i) for i in range(layers)]
@@ -206,6 +250,12 @@ def gemma4_export_config(args: Mapping[str, Any], vocab_size: int, dtype) -> dic
                                            if args.get("output_logit_softcapping") else None))
     if args.get("attention_k_eq_v"):
         config["num_global_key_value_heads"] = full[1]
+    if args.get("per_layer_input_size"):  # E2B / E4B (models/gemma4.PerLayerInputs)
+        config.update(hidden_size_per_layer_input=int(args["per_layer_input_size"]),
+                      vocab_size_per_layer_input=int(args["per_layer_input_vocab_size"]))
+    if int(args.get("num_kv_shared_layers") or 0):
+        config.update(num_kv_shared_layers=int(args["num_kv_shared_layers"]),
+                      use_double_wide_mlp=bool(args.get("kv_shared_double_mlp")))
     if args.get("moe_dense_beside"):
         config.update(enable_moe_block=True, num_experts=int(args["num_experts"]),
                       top_k_experts=int(args.get("moe_router_topk") or 2),

@@ -178,10 +178,13 @@ class CachedCoreAttention(torch.nn.Module):
     """
 
     def __init__(self, index: int, original: torch.nn.Module, cache: KVCache, rope: bool = True,
-                 windowed: bool = True, local: bool = False, norms=None):
+                 windowed: bool = True, local: bool = False, norms=None, source: Optional[int] = None):
         super().__init__()
         config = original.config
         self.index, self.cache, self.config = index, cache, config
+        # KV sharing (Gemma 4 E2B: models/gemma4.py): the cache index of the layer whose keys and values this one
+        # attends over (written by that layer earlier in the same step); this layer keeps none of its own
+        self.source = source
         groups = config.num_query_groups or config.num_attention_heads
         self.groups = groups // config.tensor_model_parallel_size  # this TP rank's query groups
         self.scale = _attention_scale(config)
@@ -211,6 +214,10 @@ class CachedCoreAttention(torch.nn.Module):
         s = query.shape[0]  # query (s, b, np, hn); key/value (s, b, ng, hn)
         start, end = cache.length, cache.length + s
         query = self._rotate(query, start, end)
+        if self.source is not None:
+            k, v = cache.k[self.source][:, :, :end], cache.v[self.source][:, :, :end]
+            mask = cache.windowed(attention_mask, start, end) if self.windowed else attention_mask
+            return grouped_attention(query, k, v, mask, self.groups, self.scale, _score_cap(self.config), self.sinks)
         key = self._rotate(key, start, end)
         if self.norms is not None:
             query, key = self.norms(query, key, start)
@@ -330,6 +337,7 @@ def cached_attention(model: torch.nn.Module, cache: KVCache) -> Iterator[None]:
     attentions = [layer.self_attention for layer in layers]
     originals = [getattr(a, "core_attention", None) for a in attentions]
     mla = getattr(model.config, "multi_latent_attention", False)
+    index_of = {layer.layer_number - 1: i for i, layer in enumerate(layers)}  # global layer -> cache index
     try:
         for i, (layer, a, orig) in enumerate(zip(layers, attentions, originals)):
             n = layer.layer_number
@@ -345,7 +353,8 @@ def cached_attention(model: torch.nn.Module, cache: KVCache) -> Iterator[None]:
             a.core_attention = CachedCoreAttention(i, orig, cache, layer_uses_rope(model.config, n),
                                                    layer_window(model.config, n) is not None,
                                                    layer_uses_local_rope(model.config, n),
-                                                   cached_norms(model, a))
+                                                   cached_norms(model, a),
+                                                   index_of.get(getattr(a, "kv_source", None)))
         yield
     finally:
         for a, orig in zip(attentions, originals):
@@ -374,6 +383,9 @@ def new_cache(model: torch.nn.Module, batch: int, max_len: int, zeroed: bool = F
               if getattr(layer.self_attention, "mamba", None) is not None}
     # layers whose one block is an MLP (Nemotron-H: models/hybrid_pattern.py) keep nothing
     free = frozenset(i for i, layer in enumerate(model.decoder.layers) if isinstance(layer.self_attention, IdentityOp))
+    # layers attending over an earlier layer's keys and values (Gemma 4 E2B's KV sharing) keep none of their own
+    shared = frozenset(i for i, layer in enumerate(model.decoder.layers)
+                       if getattr(layer.self_attention, "kv_source", None) is not None)
     # layers built from a config of their own sizes (Gemma 4's sliding layers: models/gemma4.ShapedLayer)
     shapes = {i: (layer.self_attention.num_query_groups_per_partition, layer.self_attention.hidden_size_per_attention_head)
               for i, layer in enumerate(model.decoder.layers) if i not in free and i not in delta
@@ -381,7 +393,7 @@ def new_cache(model: torch.nn.Module, batch: int, max_len: int, zeroed: bool = F
               != (config.kv_channels, config.num_query_groups)}
     cache = KVCache(len(model.decoder.layers), batch, groups, max_len, config.kv_channels, param.dtype,
                     param.device, freqs, zeroed, rope_mscale(config), getattr(config, "attention_window", None), local,
-                    no_kv=frozenset(delta) | free, shapes=shapes)
+                    no_kv=frozenset(delta) | free | shared, shapes=shapes)
     cache.delta = {i: mixer.delta_state(batch) for i, mixer in {**delta, **hybrid}.items()}
     cache.attention_free, cache.hybrid = free, frozenset(hybrid)
     return cache

@@ -70,6 +70,8 @@ VARIANTS = {
     "gemma4_text": dict(head_dim=32, global_head_dim=64, sliding_window=16, max_position_embeddings=64),
     "gemma4_text-moe": dict(testing_utils.HF_VARIANTS["gemma4_text-moe"], head_dim=32, global_head_dim=64,
                             sliding_window=16, max_position_embeddings=64),  # 26B-A4B's layer
+    "gemma4_text-ple": dict(testing_utils.HF_VARIANTS["gemma4_text-ple"], head_dim=32, global_head_dim=64,
+                            sliding_window=16, max_position_embeddings=64),  # E2B's layer: per-layer inputs, KV sharing
     # Hy3 without the keys its releases carry for vLLM (as transformers' HYV3Config alone writes it): the engine supplies
     # them (vllm_engine.vllm_config), or vLLM would skip the q / k norms, the renormalisation and the routed scale
     "hy_v3": dict(first_k_dense_replace=None, expert_hidden_dim=None, qk_norm=None, route_norm=None),
@@ -131,7 +133,7 @@ def _make_in_child(arch, out, overrides):
 # after a change to hf_bridge/names.py or rollout/vllm_engine.py. CI leaves them out for the stage's time.
 CI_ARCHS = ("mixtral", "phi3", "phi3-partiallongrope", "qwen2-yarn", "smollm3-yarn", "gemma3", "gemma2", "glm4",
             "qwen3_vl", "deepseek_v3", "gpt_oss", "granitemoehybrid", "cohere2", "gpt_neox", "falcon-40b",
-            "granitemoehybrid-h", "lfm2", "gemma4_text")
+            "granitemoehybrid-h", "lfm2", "gemma4_text", "gemma4_text-ple")
 EXTENDED_ARCHS = ("mistral3", "gemma", "olmo3", "ministral3", "exaone4", "seed_oss", "ernie4_5", "arcee", "glm4_moe",
                   "deepseek_v2", "minimax_m2", "glm4_moe_lite", "ernie4_5_moe", "apertus", "olmoe", "flex_olmo",
                   "hunyuan_v1_moe", "granitemoeshared", "glm", "starcoder2", "nemotron", "phi", "falcon", "olmo-clip",

@@ -37,6 +37,9 @@ split over TP like a dense MLP of width s (kinds "shared_fc1" / "shared_row"), a
 Gemma 4's layers differ in their attention's sizes (models/gemma4.py): Dims.at(HF name) gives the sizes of the name's
 layer (hf_gemma4_config.layer_attention), and a full layer whose values are its keys (attention_k_eq_v) has linear_qkv
 per group [q | k] from q_proj / k_proj alone (model_hf_names leaves v_proj out); its layer_scalar is replicated.
+Gemma 4 E2B / E4B's KV-sharing layers' linear_qkv is q_proj alone (Dims.q_only; the k_proj / v_proj / k_norm some
+checkpoints still hold for them are not read), their MLPs Dims.ffn wide (twice with kv_shared_double_mlp); the
+per-layer inputs' table (model.embed_tokens_per_layer) is split over TP by rows ("column"), the rest replicated.
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ from mindspeed_rl.models.hf_bridge.checkpoint_io import TensorReader, check_shap
 from mindspeed_rl.models.short_conv_layout import bcx_from_parts, bcx_to_hf
 from mindspeed_rl.models.mamba_layout import MambaShape, has_mamba, zxdt_from_parts, zxdt_to_parts
 from mindspeed_rl.models.hf_config import HF_ARCHS, kv_channels
-from mindspeed_rl.models.hf_gemma4_config import has_layer_shapes, layer_attention
+from mindspeed_rl.models.hf_gemma4_config import has_layer_shapes, kv_source, layer_attention, layer_ffn
 from mindspeed_rl.utils.errors import UserInputError
 
 ARCHITECTURES = HF_ARCHS  # one list: models/hf_config.py (config.json -> megatron args) reads the same ones
@@ -77,7 +80,8 @@ class Dims:
     delta: DeltaNetShape | None = None  # Qwen3.5's Gated DeltaNet layers (models/delta_layout.py)
     mamba: MambaShape | None = None  # Granite 4.0-H's Mamba-2 layers (models/mamba_layout.py)
     k_eq_v: bool = False  # this layer's linear_qkv holds no values: per group [q | k] (Gemma 4's full layers)
-    # (head_dim, groups, k_eq_v) of every layer where layers differ (Gemma 4: hf_gemma4_config.layer_attention)
+    q_only: bool = False  # this layer's linear_qkv holds queries only (Gemma 4 E2B's KV-sharing layers)
+    # (head_dim, groups, k_eq_v, q_only, ffn) of every layer where layers differ (Gemma 4: hf_gemma4_config)
     layer_shapes: tuple | None = None
 
     def at(self, hf_name: str) -> "Dims":
@@ -85,8 +89,9 @@ class Dims:
         m = _HF_LAYER.search(hf_name) if self.layer_shapes else None
         if m is None:
             return self
-        head_dim, groups, k_eq_v = self.layer_shapes[int(m.group(1))]
-        return dataclasses.replace(self, head_dim=head_dim, groups=groups, k_eq_v=k_eq_v, layer_shapes=None)
+        head_dim, groups, k_eq_v, q_only, ffn = self.layer_shapes[int(m.group(1))]
+        return dataclasses.replace(self, head_dim=head_dim, groups=groups, k_eq_v=k_eq_v, q_only=q_only, ffn=ffn,
+                                   layer_shapes=None)
 
     @classmethod
     def from_args(cls, args: Mapping[str, Any]) -> "Dims":
@@ -99,8 +104,8 @@ class Dims:
                    bool(args.get("attention_output_gate")) and not args.get("attention_gate_proj"),
                    DeltaNetShape.from_args(args) if any(args.get("linear_attention_layers") or ()) else None,
                    MambaShape.from_args(args) if has_mamba(args) else None,
-                   layer_shapes=(tuple(layer_attention(args, i) for i in range(int(args["num_layers"])))
-                                 if has_layer_shapes(args) else None))
+                   layer_shapes=(tuple((*layer_attention(args, i), kv_source(args, i) is not None, layer_ffn(args, i))
+                                       for i in range(int(args["num_layers"]))) if has_layer_shapes(args) else None))
 
 
 # megatron name (layer-relative for "decoder.layers.N.*") -> (kind, HF names with {i} = layer)
@@ -120,6 +125,9 @@ _LAYER_MAP = {
     "self_attention.k_layernorm.sharded_weight": ("column", ("model.layers.{i}.self_attn.k_norm.weight",)),
     "self_attention.linear_proj.weight": ("row", ("model.layers.{i}.self_attn.o_proj.weight",)),
     "layer_scalar": ("replicated", ("model.layers.{i}.layer_scalar",)),  # Gemma 4's (1,) constant (models/gemma4.py)
+    # Gemma 4 E2B / E4B's per-layer input gate, projection and norm (models/gemma4.install_per_layer_inputs)
+    **{f"{n}.weight": ("replicated", (f"model.layers.{{i}}.{n}.weight",))
+       for n in ("per_layer_input_gate", "per_layer_projection", "post_per_layer_input_norm")},
     # AFMoE's attention output gate, its own projection (models/qwen3_5.ProjGatedSelfAttention): split by heads
     "self_attention.linear_gate.weight": ("column", ("model.layers.{i}.self_attn.gate_proj.weight",)),
     "self_attention.linear_proj.bias": ("replicated", ("model.layers.{i}.self_attn.o_proj.bias",)),  # gpt-oss
@@ -220,6 +228,10 @@ _GLOBAL_MAP = {
     "output_layer.bias": ("vocab", ("lm_head.bias",)),  # add_output_layer_bias (Phi-2): (V,), padded and split alike
     # reward models (models/reward_model.py): the (1, h) head of *ForSequenceClassification
     "output_layer.score.weight": ("replicated", ("score.weight",)),
+    # Gemma 4 E2B / E4B's per-layer inputs (models/gemma4.PerLayerInputs): the table split over TP by rows
+    "embedding.per_layer.embeddings.weight": ("column", ("model.embed_tokens_per_layer.weight",)),
+    "embedding.per_layer.projection.weight": ("replicated", ("model.per_layer_model_projection.weight",)),
+    "embedding.per_layer.norm.weight": ("replicated", ("model.per_layer_projection_norm.weight",)),
 }
 TIED_OUTPUT = "model.embed_tokens.weight"  # what output_layer loads when embeddings are tied
 
@@ -262,7 +274,9 @@ def model_hf_names(mcore_name: str, global_layer: int | None, args: Mapping[str,
     kind, names = hf_names(mcore_name, global_layer, tied, gated_mlp(args))
     if kind == "qkv" and has_layer_shapes(args):
         layer = global_layer if global_layer is not None else int(_LAYER.match(mcore_name).group(1))
-        if layer_attention(args, layer)[2]:
+        if kv_source(args, layer) is not None:  # a KV-sharing layer (Gemma 4 E2B): q_proj alone
+            names = names[:1]
+        elif layer_attention(args, layer)[2]:
             names = names[:2]
     return kind, names
 
@@ -343,6 +357,8 @@ def read_shard(reader: TensorReader, kind: str, names: tuple[str, ...], dims: Di
         tail = () if names[0].endswith(".bias") else (d.hidden,)
         q_rows = 2 if d.attention_gate else 1  # Qwen3.5: each head's query rows, then its gate rows
         check_shape(reader, names[0], (q_rows * d.heads * d.head_dim, *tail))
+        if d.q_only:  # a KV-sharing layer (Gemma 4 E2B): this rank's query heads alone
+            return reader.read(names[0], rows=slice(g.start * per_group * d.head_dim, g.stop * per_group * d.head_dim))
         check_shape(reader, names[1], (d.groups * d.head_dim, *tail))
         if d.k_eq_v:  # Gemma 4's full layers: no v_proj, per group [q | k]
             q = reader.read(names[0], rows=slice(g.start * per_group * d.head_dim, g.stop * per_group * d.head_dim))
@@ -437,6 +453,8 @@ def to_hf(mcore: Mapping[str, torch.Tensor], args: Mapping[str, Any], vocab_size
             out[names[0]] = tensor[:vocab_size]
         elif kind in ("fc1", "expert_fc1", "shared_fc1"):
             out[names[0]], out[names[1]] = tensor.chunk(2, dim=0)
+        elif kind == "qkv" and d.q_only:  # queries only (Gemma 4 E2B's KV-sharing layers)
+            out[names[0]] = tensor
         elif kind == "qkv" and d.k_eq_v:  # per group [q | k] (Gemma 4's full layers: no v_proj)
             per_group = d.heads // d.groups
             grouped = tensor.reshape(d.groups, (per_group + 1) * d.head_dim, *tensor.shape[1:])

@@ -34,6 +34,7 @@ from mindspeed_rl.models import hybrid_pattern
 from mindspeed_rl.models.mamba_layout import has_mamba
 from mindspeed_rl.models.short_conv_layout import has_short_conv, is_conv_layer
 from mindspeed_rl.models.hf_bridge.mapping import Dims, hf_names, to_hf
+from mindspeed_rl.models.hf_gemma4_config import kv_source
 from mindspeed_rl.utils.errors import UserInputError
 
 
@@ -61,6 +62,9 @@ def check_tp(args: Mapping[str, Any], tp_size: int, ep_size: int = 1, etp_size: 
     if args.get("sliding_num_query_groups"):  # Gemma 4's sliding layers' own key / value heads
         checks.append(("tensor_model_parallel_size", tp_size, "sliding_num_query_groups",
                        int(args["sliding_num_query_groups"])))
+    if args.get("per_layer_input_size"):  # Gemma 4 E2B / E4B's per-layer input table: split by rows
+        checks.append(("tensor_model_parallel_size", tp_size, "per_layer_input_vocab_size",
+                       int(args["per_layer_input_vocab_size"])))
     if any(args.get("linear_attention_layers") or ()):  # Gated DeltaNet: split by key heads
         checks.append(("tensor_model_parallel_size", tp_size, "linear_num_key_heads", int(args["linear_num_key_heads"])))
     if has_mamba(args):  # Mamba-2: split by heads
@@ -137,6 +141,9 @@ def stage_param_names(args: Mapping[str, Any], pp_size: int, pp_rank: int, vpp_s
     if args.get("post_norm"):  # Gemma's, added to each layer after megatron built it (models/gemma.py)
         per_layer += ["post_self_attn_layernorm.weight", "post_mlp_layernorm.weight"]
         moe_layer += ["post_self_attn_layernorm.weight", "post_mlp_layernorm.weight"]
+    if args.get("per_layer_input_size"):  # Gemma 4 E2B / E4B's, added after those (models/gemma4.py)
+        ple = [f"{n}.weight" for n in ("per_layer_input_gate", "per_layer_projection", "post_per_layer_input_norm")]
+        per_layer, moe_layer = per_layer + ple, moe_layer + ple
     # Qwen3.5's Gated DeltaNet layers (models/gated_delta_net.py): the mixer's own parameters, then its linears
     mixer = [f"self_attention.{n}" for n in ("dt_bias", "A_log", "in_proj.weight", "conv1d.weight", "norm.weight",
                                              "out_proj.weight")]
@@ -162,6 +169,8 @@ def stage_param_names(args: Mapping[str, Any], pp_size: int, pp_rank: int, vpp_s
     moe = moe_layers(args)
     pattern = hybrid_pattern.pattern_of(args)
     names = ["embedding.word_embeddings.weight"] if first else []
+    if first and args.get("per_layer_input_size"):  # Gemma 4 E2B / E4B's per-layer inputs (models/gemma4.PerLayerInputs)
+        names += [f"embedding.per_layer.{n}.weight" for n in ("embeddings", "projection", "norm")]
     if vpp_size > 1:
         from mindspeed_rl.models.chunks import virtual_layer_ranges
         layers = [i for r in virtual_layer_ranges(int(args["num_layers"]), pp_size, pp_rank, vpp_size) for i in r]
@@ -180,6 +189,8 @@ def stage_param_names(args: Mapping[str, Any], pp_size: int, pp_rank: int, vpp_s
             layer = layer[:at] + [n.replace("self_attention.", "self_attention.mamba.", 1) for n in mamba_mixer] + layer[at:]
         if pattern:  # Nemotron-H: the half of the layer its one block leaves out has none (models/hybrid_pattern.py)
             layer = [n for n in layer if hybrid_pattern.param_kept(pattern, i, n)]
+        if kv_source(args, i) is not None:  # a KV-sharing layer (Gemma 4 E2B): no key norm (models/gemma4.py)
+            layer = [n for n in layer if not n.startswith("self_attention.k_layernorm.")]
         names += [f"decoder.layers.{i}.{n}" for n in layer]
     if last:
         names += [f"decoder.final_layernorm.{n}" for n in norms]

@@ -1684,8 +1684,8 @@ def test_mellum_config_json_round_trip():
 
 
 def test_gemma4_config_json_round_trip():
-    """Gemma 4 (gemma4_text): transformers' Gemma4TextConfig defaults are an E2B-like model (per-layer inputs: refused
-    in one sentence, as KV sharing is); the 31B's keys (global_head_dim 512 with 4 key / value heads
+    """Gemma 4 (gemma4_text): transformers' Gemma4TextConfig defaults are an E2B-like model (per-layer inputs of 256:
+    the next test but one); the 31B's keys (global_head_dim 512 with 4 key / value heads
     whose values are the keys, 16 heads of 256 in the sliding layers, proportional RoPE on a quarter of the full layers'
     pairs) read as the full layers' sizes with the sliding layers' own; transformers 5.24's per_layer_config form reads
     the same; written from the args as Gemma 4 again, read back the same (its MoE block: the next test)."""
@@ -1693,8 +1693,8 @@ def test_gemma4_config_json_round_trip():
 
     from mindspeed_rl.models.hf_export_config import hf_config_from_args
 
-    with pytest.raises(ValueError, match="hidden_size_per_layer_input=256 .per-layer input embeddings"):
-        model_config_from_hf(Gemma4TextConfig().to_dict())
+    defaults = model_config_from_hf(Gemma4TextConfig().to_dict())
+    assert (defaults["per_layer_input_size"], defaults["per_layer_input_vocab_size"]) == (256, 262144)
     types = (["sliding_attention"] * 5 + ["full_attention"]) * 10
     release = {"model_type": "gemma4_text", "hidden_size": 5376, "intermediate_size": 21504, "num_hidden_layers": 60,
                "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 256, "global_head_dim": 512,
@@ -1715,7 +1715,7 @@ def test_gemma4_config_json_round_trip():
     assert model_config_from_hf(saved) == args
     written = hf_config_from_args(args, vocab_size=262144)
     assert written["model_type"] == "gemma4_text" and model_config_from_hf(written) == args
-    for key, value, what in (("num_kv_shared_layers", 20, "layers sharing"),
+    for key, value, what in (("use_bidirectional_attention", "all", "bidirectional attention"),
                              ("enable_moe_block", True, "enable_moe_block=true needs num_experts, top_k_experts"),
                              ("attention_bias", True, "attention_bias=true")):
         with pytest.raises(ValueError, match=what):
@@ -1723,6 +1723,34 @@ def test_gemma4_config_json_round_trip():
     odd = {str(i): {"head_dim": 512} for i in range(5, 60, 6)} | {"0": {"head_dim": 128}}
     with pytest.raises(ValueError, match="per_layer_config must give every full_attention layer, and only those"):
         model_config_from_hf(dict(saved, per_layer_config=odd))
+
+
+def test_gemma4_e2b_config_json_round_trip():
+    """Gemma 4 E2B (its release's text_config): per-layer inputs of 256 from a 262144-row table, the last 20 of 35
+    layers reading the keys and values of layer 13 (the last sliding one before them) or 14 (the last full one), their
+    MLPs twice as wide; read as per_layer_input_size / num_kv_shared_layers / kv_shared_double_mlp, written back as
+    Gemma 4 and read back the same; too many shared layers refused in one sentence."""
+    from mindspeed_rl.models.hf_export_config import hf_config_from_args
+    from mindspeed_rl.models.hf_gemma4_config import kv_source, layer_ffn
+
+    types = (["sliding_attention"] * 4 + ["full_attention"]) * 7
+    release = {"model_type": "gemma4_text", "hidden_size": 1536, "intermediate_size": 6144, "num_hidden_layers": 35,
+               "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 256, "global_head_dim": 512,
+               "num_global_key_value_heads": None, "attention_k_eq_v": False, "sliding_window": 512,
+               "vocab_size": 262144, "vocab_size_per_layer_input": 262144, "hidden_size_per_layer_input": 256,
+               "num_kv_shared_layers": 20, "use_double_wide_mlp": True, "max_position_embeddings": 131072,
+               "final_logit_softcapping": 30.0, "layer_types": types}
+    args = model_config_from_hf(release)
+    assert (args["per_layer_input_size"], args["per_layer_input_vocab_size"], args["num_kv_shared_layers"],
+            args["kv_shared_double_mlp"], args["kv_channels"], args["num_query_groups"],
+            args["sliding_kv_channels"]) == (256, 262144, 20, True, 512, 1, 256)
+    assert [kv_source(args, i) for i in (0, 14, 15, 19, 33, 34)] == [None, None, 13, 14, 13, 14]
+    assert [layer_ffn(args, i) for i in (14, 15)] == [6144, 12288]
+    written = hf_config_from_args(args, vocab_size=262144)
+    assert (written["hidden_size_per_layer_input"], written["num_kv_shared_layers"], written["use_double_wide_mlp"]) \
+        == (256, 20, True) and model_config_from_hf(written) == args
+    with pytest.raises(ValueError, match="num_kv_shared_layers=35 leaves no earlier layer of every attention type"):
+        model_config_from_hf(dict(release, num_kv_shared_layers=35))
 
 
 def test_gemma4_moe_config_json_round_trip():

@@ -588,7 +588,7 @@ def test_no_packing_when_host_memory_is_short(tiny, monkeypatch, caplog):
                                      "hunyuan_v1_dense", "hunyuan_v1_moe", "granitemoeshared", "starcoder2-window",
                                      "cohere2", "phi", "gpt_neox", "falcon", "falcon-40b", "olmo-clip",
                                      "granitemoehybrid-h", "nemotron_h", "nemotron_h-moe", "falcon_h1", "lfm2", "lfm2_moe", "exaone_moe", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla", "jais2", "mellum", "hyperclovax",
-                                     "gemma4_text", "gemma4_text-moe", pytest.param("gemma4_text-kv", marks=pytest.mark.extended),
+                                     "gemma4_text", "gemma4_text-moe", "gemma4_text-ple", pytest.param("gemma4_text-kv", marks=pytest.mark.extended),
                                      pytest.param("falcon_h1-nonorm", marks=pytest.mark.extended)])
 def test_greedy_equals_transformers_generate_on_more_architectures(variant, tmp_path, gloo_world1):
     """Phi-3 (fused q/k/v and gate/up in the checkpoint), Phi-3 with LongRoPE (short factors and the
@@ -657,8 +657,11 @@ def test_greedy_equals_transformers_generate_on_more_architectures(variant, tmp_
         from mindspeed_rl.rollout.kv_cache import compile_unsupported, new_cache
 
         cache = new_cache(model, 2, 8)
-        full_groups = 4 if variant.endswith("-kv") else 2  # (-moe: 26B-A4B's layer, experts beside the dense MLP)
-        assert [tuple(k.shape) for k in cache.k] == [tuple(v.shape) for v in cache.v] == [(2, 4, 8, 16), (2, full_groups, 8, 32)]
+        full_groups = 2 if variant in ("gemma4_text", "gemma4_text-moe") else 4  # (-moe: 26B-A4B's layer, experts beside
+        shapes = [(2, 4, 8, 16), (2, full_groups, 8, 32)]  # the dense MLP)
+        if variant.endswith("-ple"):  # E2B's layout: the last two layers read the first two's keys and values, keep none
+            shapes += [(2, 4, 0, 16), (2, 4, 0, 32)]
+        assert [tuple(k.shape) for k in cache.k] == [tuple(v.shape) for v in cache.v] == shapes
         assert "linear or gated attention" in compile_unsupported(model, "cpu")
     if variant == "lfm2":  # the conv layer keeps its conv history (kernel - 1 inputs), not keys / values; eager, said so
         from mindspeed_rl.rollout.kv_cache import compile_unsupported, new_cache
