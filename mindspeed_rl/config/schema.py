@@ -196,6 +196,7 @@ class OptimConfig:
     adam_eps: float = doc(1e-8, "Adam epsilon")
     use_distributed_optimizer: bool = doc(True, "shard optimizer state over data-parallel ranks (Megatron); used only when DP > 1")
     initial_loss_scale: float = doc(4096.0, "starting dynamic loss scale (fp16 only)")
+    freeze_parameters: Optional[list] = doc(None, "actor: parameters not trained, as shell-style patterns over megatron's parameter names with global layer numbers (e.g. [embedding.per_layer.embeddings.weight]: Gemma 4 E2B's per-layer table; [\"decoder.layers.[0-9].*\"]): no gradient, no optimizer state, still synced and saved (models/freeze.py; README, Freezing parameters); each pattern must match a parameter; null = train all")
     bf16_stochastic_rounding: bool = doc(False, "bf16 only: round the fp32 main params into the bf16 model stochastically (unbiased) instead of to nearest, so updates below half a bf16 ulp reach the model in expectation (models/stochastic_rounding.py; README, bf16 on CPU)")
 
 

@@ -39,8 +39,30 @@ def validate(cfg: Config, check_paths: bool = True) -> None:
     _check_algorithm(cfg, problems)
     if check_paths:
         _check_paths(cfg, problems)
+    _check_freeze(cfg.actor, problems)
     if problems:
         raise UserInputError("\n".join(dict.fromkeys(problems)))
+
+
+def _check_freeze(role: RoleConfig, problems: list[str]) -> None:
+    """The actor's freeze_parameters against its model's parameter names (models/freeze.py), where the architecture
+    is complete enough to name them (a missing size is reported elsewhere)."""
+    patterns = role.optim.freeze_parameters
+    if not patterns:
+        return
+    from dataclasses import asdict
+
+    from mindspeed_rl.models.freeze import patterns_problem
+    from mindspeed_rl.models.hf_bridge.sharding import stage_expert_names, stage_param_names
+    try:
+        args = asdict(role.arch)
+        names = stage_param_names(args, 1, 0) + stage_expert_names(args, 1, 0, 1, 0)
+    except (KeyError, TypeError, ValueError, UserInputError):
+        names = None
+    err = patterns_problem(patterns, names or [], f"{A}.freeze_parameters") if names or \
+        not isinstance(patterns, (list, tuple)) else None
+    if err:
+        problems.append(err)
 
 
 def _active_roles(cfg: Config) -> list[RoleConfig]:

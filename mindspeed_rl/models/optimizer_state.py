@@ -170,8 +170,9 @@ class _SliceIndex:
     def _parts(self, directory: str, name: str) -> list[tuple[str, int, int]]:
         parts = self.entries(directory).get(name)
         if not parts:
-            raise UserInputError(f"{directory} holds no optimizer state for {name}; the checkpoint is incomplete or "
-                                 f"from another model: {_WEIGHTS_ONLY.format(self.root)}")
+            raise UserInputError(f"{directory} holds no optimizer state for {name}; the checkpoint is incomplete, "
+                                 f"from another model, or its run froze {name} (freeze_parameters): "
+                                 f"{_WEIGHTS_ONLY.format(self.root)}")
         return parts
 
     def tp_local(self, directory: str, name: str, key: str, shape: tuple[int, ...]) -> torch.Tensor:

@@ -35,6 +35,7 @@ from megatron.core.utils import get_model_config  # noqa: E402
 
 from mindspeed_rl.models import olmo, xielu  # noqa: E402
 from mindspeed_rl.models.chunks import as_chunks  # noqa: E402
+from mindspeed_rl.models.freeze import tied_sync_of_frozen_skipped  # noqa: E402
 from mindspeed_rl.models.moe_replay import columns, replay_routing  # noqa: E402
 from mindspeed_rl.models.forward import (  # noqa: E402
     attention_mask_4d, output_columns, padding_span, position_ids_from_mask, shape_free, token_log_probs,
@@ -119,9 +120,9 @@ def rows_to_run(batch: dict, s: PolicyLossSettings, chunks: list, micro_batch_si
 def finalize_grads(chunks: list) -> None:
     """megatron's finalize_model_grads (DP reduction, the TP sums of SP and q / k norm gradients, tied
     embeddings) with OLMo 2's / MiniMax-M2's TP-split q / k norm weights kept out of the TP sum
-    (models/olmo.kept_from_tp_sum), and the gradients each TP rank holds a part of summed over TP (Apertus's
+    (models/olmo.kept_from_tp_sum), a frozen tied embedding's stages not synced (models/freeze.py), and the gradients each TP rank holds a part of summed over TP (Apertus's
     xIELU scalars: models/xielu.py)."""
-    with olmo.kept_from_tp_sum(chunks):
+    with olmo.kept_from_tp_sum(chunks), tied_sync_of_frozen_skipped(chunks):
         finalize_model_grads(chunks)
     if parallel_state.get_tensor_model_parallel_world_size() > 1:
         for p in xielu.tp_partial_grads(chunks):

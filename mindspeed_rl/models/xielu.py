@@ -61,5 +61,7 @@ def install(model) -> int:
 
 
 def tp_partial_grads(chunks) -> list[torch.Tensor]:
-    """The parameters of `chunks` whose gradient each TP rank holds only a part of (tp_partial_grad)."""
-    return [p for chunk in chunks for p in chunk.parameters() if getattr(p, "tp_partial_grad", False)]
+    """The trained parameters of `chunks` whose gradient each TP rank holds only a part of (tp_partial_grad; frozen
+    ones, freeze_parameters, have none)."""
+    return [p for chunk in chunks for p in chunk.parameters()
+            if getattr(p, "tp_partial_grad", False) and p.requires_grad]

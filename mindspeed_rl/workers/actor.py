@@ -215,6 +215,10 @@ class ActorRolloutWorker(_ModelWorker):
         # later multi-threaded op of the process slower after its first (size-1) parameter all-gather
         # (bench/grpo_step.py: step 3.05 s -> 2.42 s at 10M params). Same maths either way.
         distributed = o.use_distributed_optimizer and parallel_state.get_data_parallel_world_size() > 1
+        if o.freeze_parameters:  # not trained: no gradient buffer or optimizer state (models/freeze.py)
+            from mindspeed_rl.models.freeze import freeze
+
+            self.frozen = freeze(as_chunks(self.model), o.freeze_parameters)
         ddp = [wrap_ddp(chunk, distributed, bucketing=i == 0) for i, chunk in enumerate(as_chunks(self.model))]
         self.ddp = ddp[0] if len(ddp) == 1 else ddp
         mini_batches = cfg.run.global_batch_size // cfg.actor.ppo.ppo_mini_batch_size

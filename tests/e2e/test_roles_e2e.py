@@ -4,7 +4,8 @@
     (a tiny Qwen2ForSequenceClassification) on its own device, added to the rule verifier;
 (b) split: resource_pool.actor_rollout=[2] with num_gpus_for_train=1 + num_gpus_for_infer=1; the
     generation rank's log-probs equal the training rank's on every step (weights synced), also
-    after validation generated right after an update.
+    after validation generated right after an update; with layer 0 frozen (freeze_parameters), which the
+    checkpoints of steps 1 and 3 hold unchanged while every other weight moved.
 """
 import json
 import os
@@ -55,8 +56,17 @@ def test_reward_model_role_next_to_tp2_actor_and_own_reference(tmp_path):
 def test_train_infer_split_syncs_weights(tmp_path):
     proc = ray_gpt("training.train_iters=3", f"training.output_dir={tmp_path}", "training.test_freq=2",
                    "resource_pool.actor_rollout=[2]", f"{A}.num_gpus_for_train=1", f"{A}.num_gpus_for_infer=1",
-                   f"{A}.ppo_mini_batch_size=8")  # 2 mini-batches: old log-probs are computed by the trainer
+                   f"{A}.ppo_mini_batch_size=8",  # 2 mini-batches: old log-probs are computed by the trainer
+                   f"{A}.freeze_parameters=[decoder.layers.0.*]", "training.save_interval=2")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    from safetensors.torch import load_file
+
+    ckpt = [load_file(tmp_path / "checkpoints" / f"iter_000000{i}" / "mp_rank_00_000" / "model.safetensors")
+            for i in (2, 3)]
+    frozen = [n for n in ckpt[0] if n.startswith("decoder.layers.0.")]
+    assert frozen and all(ckpt[0][n].equal(ckpt[1][n]) for n in frozen)
+    assert all(not ckpt[0][n].equal(ckpt[1][n]) for n in ckpt[0] if n not in frozen and "layernorm" not in n), \
+        [n for n in ckpt[0] if n not in frozen and ckpt[0][n].equal(ckpt[1][n])]
     assert "ranks 0: train" in proc.stdout and "ranks 1: generate" in proc.stdout
     rows = metrics(tmp_path)
     assert len(rows) == 3 and "val/score/mean" in rows[1]

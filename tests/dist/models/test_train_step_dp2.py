@@ -7,14 +7,18 @@ from testing_utils import run_gloo
 pytestmark = pytest.mark.dist
 
 
-def _update(rank, world, mode, kl=True):
+def _update(rank, world, mode, kl=True, frozen=()):
     from mindspeed_rl.models.builder import build_gpt_model, init_parallel_state
+    from mindspeed_rl.models.freeze import freeze
     from mindspeed_rl.models.optimizer import build_optimizer, wrap_ddp
     from mindspeed_rl.models.train_step import PolicyLossSettings, policy_update_step
     from tests.unit.models.test_train_step import ARGS, P, make_batch
 
     init_parallel_state(1, 1, seed=7)  # same seed on every rank: identical initial weights
-    ddp = wrap_ddp(build_gpt_model(ARGS), use_distributed_optimizer=True)
+    model = build_gpt_model(ARGS)
+    initial = {n: p.detach().clone() for n, p in model.named_parameters()}
+    freeze([model], frozen)
+    ddp = wrap_ddp(model, use_distributed_optimizer=True)
     opt, sched = build_optimizer([ddp], lr=1e-3, train_iters=10, clip_grad=1e9)
     batch = make_batch()
     if not kl:  # policy loss only: zero-advantage rows are not run, so rank 0 runs 1 micro-batch, rank 1 runs 2
@@ -23,7 +27,8 @@ def _update(rank, world, mode, kl=True):
         batch = {k: v[rank * 2:(rank + 1) * 2] for k, v in batch.items()}
     stats = policy_update_step(ddp, opt, sched, batch, P, 1,
                                PolicyLossSettings(loss_agg_mode=mode, use_kl_loss=kl))
-    return {"params": [p.detach().clone() for p in ddp.module.parameters()], "stats": stats}
+    return {"params": [p.detach().clone() for p in ddp.module.parameters()], "stats": stats,
+            "unchanged": sorted(n for n, p in ddp.module.named_parameters() if torch.equal(p.detach(), initial[n]))}
 
 
 @pytest.mark.parametrize("mode,kl", [("token-mean", True), ("seq-mean-token-mean", True), ("token-mean", False)])
@@ -37,6 +42,20 @@ def test_dp2_equals_dp1(mode, kl):
         assert worst < 1e-6, worst
     mean_pg = sum(r["stats"]["actor/pg_loss"] for r in two) / 2
     assert abs(mean_pg - one["stats"]["actor/pg_loss"]) < 1e-6
+
+
+def test_dp2_with_frozen_parameters_equals_dp1():
+    """freeze_parameters (models/freeze.py) under the distributed optimizer at DP=2: the frozen tensors are left out of
+    its buffers and keep their values on both ranks; the rest take DP=1's step."""
+    frozen = ("embedding.word_embeddings.weight", "decoder.layers.0.mlp.*")
+    one = run_gloo(_update, 1, "token-mean", True, frozen)[0]
+    two = run_gloo(_update, 2, "token-mean", True, frozen)
+    assert one["unchanged"] == ["decoder.layers.0.mlp.linear_fc1.weight", "decoder.layers.0.mlp.linear_fc2.weight",
+                                "embedding.word_embeddings.weight"]
+    for rank_out in two:
+        assert rank_out["unchanged"] == one["unchanged"]
+        worst = max((a - b).abs().max().item() for a, b in zip(rank_out["params"], one["params"]))
+        assert worst < 1e-6, worst
 
 
 def _bf16_stochastic(rank, world, tp, distributed):

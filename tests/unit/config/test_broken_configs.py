@@ -186,6 +186,11 @@ CASES = [
     ("double-mlp-without-sharing", ["training.kv_shared_double_mlp=true"],
      ["kv_shared_double_mlp widens the MLPs of the num_kv_shared_layers layers, but num_kv_shared_layers is 0"]),
     ("kv-sharing-negative", ["training.num_kv_shared_layers=-1"], ["num_kv_shared_layers: -1"]),
+    # freeze_parameters (models/freeze.py): each pattern names a parameter of the model, some are left to train
+    ("freeze-matches-nothing", [f"{A}.freeze_parameters=[embedding.per_layer.embeddings.weight]"],
+     ["freeze_parameters`: 'embedding.per_layer.embeddings.weight' matches no parameter of the model, whose names look "
+      "like embedding.word_embeddings.weight"]),
+    ("freeze-everything", [f"{A}.freeze_parameters=[embedding.*,decoder.*]"], ["freezes every parameter of the model"]),
     # the user's own data with the tiny default and no tokenizer
     ("own-data-no-tokenizer", [f"{A}.data_path={Path(__file__).resolve().parents[2] / 'data/gsm8k_slice/train.jsonl'}"],
      ["is your own data, but no tokenizer is set", "training.tokenizer_name_or_path"]),
