@@ -73,6 +73,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     # HuggingFaceTokenizer is MindSpeed-RL's name for the same thing
     t.add_argument("--tokenizer-type", default="PretrainedFromHF", choices=["PretrainedFromHF", "HuggingFaceTokenizer"])
     t.add_argument("--tokenizer-name-or-path", required=True, help="a local Hugging Face tokenizer directory")
+    t.add_argument("--trust-remote-code", action="store_true",
+                   help="run the tokenizer class the directory ships as Python (tokenizer_config.json's auto_map)")
     t.add_argument("--seq-length", type=int, default=None, help="drop samples with a sequence this long or longer")
     t.add_argument("--append-eod", action="store_true", help="GeneralPretrainHandler: end documents with EOS")
     o = p.add_argument_group("output and runtime")
@@ -102,6 +104,7 @@ def main(argv=None) -> int:
         result = preprocess(
             input=args.input,
             tokenizer_name_or_path=args.tokenizer_name_or_path,
+            trust_remote_code=args.trust_remote_code,
             output_prefix=args.output_prefix,
             handler_name=args.handler_name or "GeneralPretrainHandler",
             json_keys=tuple(args.json_keys),

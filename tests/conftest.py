@@ -127,8 +127,8 @@ NON_CORE_ARCHS = frozenset((
     "exaone", "exaone_moe", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla", "jais2", "mellum",
     # HyperCLOVA X (Granite's scalars with Gemma 3's post norms)
     "hyperclovax",
-    # IQuest-Coder (Llama under its own model_type)
-    "iquestcoder"))
+    # IQuest-Coder and InternLM3 (Llama under their own model_types; InternLM3's dynamic NTK RoPE)
+    "iquestcoder", "internlm3"))
 
 
 def pytest_collection_modifyitems(config, items):

@@ -455,6 +455,11 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
         # IQuest-Coder's layout: Llama with head_dim 32 (not hidden / heads), untied
         "iquestcoder": lambda: getattr(tf, "IQuestCoderConfig", tf.LlamaConfig)(**{"head_dim": 32, "pad_token_id": 0, "eos_token_id": 2,
                                                        "bos_token_id": 1, **tiny}),
+        # InternLM3's layout: Llama with head_dim 32 under its own model_type, its dynamic NTK RoPE (factor 6: the
+        # default RoPE within max_position_embeddings), untied; saved with the release's architecture name
+        "internlm3": lambda: getattr(tf, "InternLM3Config", tf.LlamaConfig)(**{
+            "head_dim": 32, "rope_parameters": {"rope_type": "dynamic", "factor": 6.0, "rope_theta": 10000.0},
+            "pad_token_id": 0, "eos_token_id": 2, "bos_token_id": 1, **tiny}),
         "nemotron_h": lambda: tf.NemotronHConfig(**{
             "layers_block_type": ["linear_attention", "mlp", "full_attention", "mlp"], "mamba_num_heads": 4, "mamba_head_dim": 32,
             "n_groups": 2, "ssm_state_size": 16, "chunk_size": 16, "head_dim": 16,
@@ -692,7 +697,7 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
            "hunyuan_v1_dense": tf.HunYuanDenseV1ForCausalLM, "hunyuan_v1_moe": tf.HunYuanMoEV1ForCausalLM,
            "granitemoe": tf.GraniteMoeForCausalLM, "granitemoeshared": tf.GraniteMoeSharedForCausalLM,
            "granitemoehybrid": tf.GraniteMoeHybridForCausalLM, "glm": tf.GlmForCausalLM,
-           "helium": tf.HeliumForCausalLM, "stablelm": tf.StableLmForCausalLM, "nemotron_h": tf.NemotronHForCausalLM, "falcon_h1": tf.FalconH1ForCausalLM, "lfm2": tf.Lfm2ForCausalLM, "lfm2_moe": tf.Lfm2MoeForCausalLM, "lfm2_vl": tf.Lfm2VlForConditionalGeneration, "exaone_moe": tf.ExaoneMoeForCausalLM, "hy_v3": tf.HYV3ForCausalLM, "afmoe": tf.AfmoeForCausalLM, "sarvam_moe": tf.Glm4MoeForCausalLM, "jais2": tf.Jais2ForCausalLM, "mellum": tf.MellumForCausalLM, "gemma4_text": tf.Gemma4ForCausalLM, "gemma4": tf.Gemma4ForConditionalGeneration, "hyperclovax": tf.HyperCLOVAXForCausalLM, "iquestcoder": tf.LlamaForCausalLM, "exaone": tf.LlamaForCausalLM,
+           "helium": tf.HeliumForCausalLM, "stablelm": tf.StableLmForCausalLM, "nemotron_h": tf.NemotronHForCausalLM, "falcon_h1": tf.FalconH1ForCausalLM, "lfm2": tf.Lfm2ForCausalLM, "lfm2_moe": tf.Lfm2MoeForCausalLM, "lfm2_vl": tf.Lfm2VlForConditionalGeneration, "exaone_moe": tf.ExaoneMoeForCausalLM, "hy_v3": tf.HYV3ForCausalLM, "afmoe": tf.AfmoeForCausalLM, "sarvam_moe": tf.Glm4MoeForCausalLM, "jais2": tf.Jais2ForCausalLM, "mellum": tf.MellumForCausalLM, "gemma4_text": tf.Gemma4ForCausalLM, "gemma4": tf.Gemma4ForConditionalGeneration, "hyperclovax": tf.HyperCLOVAXForCausalLM, "iquestcoder": tf.LlamaForCausalLM, "internlm3": tf.LlamaForCausalLM, "exaone": tf.LlamaForCausalLM,
            "starcoder2": tf.Starcoder2ForCausalLM, "nemotron": tf.NemotronForCausalLM,
            "cohere": tf.CohereForCausalLM, "cohere2": tf.Cohere2ForCausalLM, "phi": tf.PhiForCausalLM,
            "gpt_neox": tf.GPTNeoXForCausalLM, "falcon": tf.FalconForCausalLM, "olmo": tf.OlmoForCausalLM}[arch]
@@ -716,6 +721,8 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
         _as_exaone_release(out_dir)
     if arch == "iquestcoder" and not hasattr(tf, "IQuestCoderConfig"):  # (the vLLM venv's transformers has none)
         _retype(out_dir, "iquestcoder", "IQuestCoderForCausalLM")
+    if arch == "internlm3":  # as the release names its class (transformers saves LlamaForCausalLM)
+        _retype(out_dir, "internlm3", "InternLM3ForCausalLM")
     if arch == "sarvam_moe" and not hasattr(tf, "SarvamMoEConfig"):  # (nor this)
         _as_sarvam_release(out_dir)
     if arch == "sarvam_mla":

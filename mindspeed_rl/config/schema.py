@@ -302,6 +302,7 @@ class RunConfig:
     seq_length: int = doc(1024, "longest prompt + response")
     tokenizer_type: str = doc("PretrainedFromHF", "PretrainedFromHF (the only one supported)")
     tokenizer_name_or_path: Optional[str] = doc(None, "HF tokenizer directory (default: the load checkpoint's, or the tiny task's)")
+    trust_remote_code: bool = doc(False, "load a tokenizer whose directory ships its own Python class (tokenizer_config.json's auto_map, e.g. InternLM3's): runs that code")
     output_dir: Optional[str] = doc(None, "metrics.jsonl, tensorboard, resolved config, checkpoints (default outputs/<config name>)")
     save_interval: int = doc(0, "save a checkpoint every this many steps; one is also saved at the last step (see save_final) and on SIGTERM/SIGINT (0 = only those)")
     keep_last_n: int = doc(0, "keep only the newest this many checkpoints under the actor's save dir (0 = keep all)")

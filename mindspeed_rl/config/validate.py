@@ -476,7 +476,7 @@ def _hf_config(role: RoleConfig) -> dict:
 def _length_limit_note(role: RoleConfig) -> str:
     """Why a HF model's length limit is below its config.json's max_position_embeddings
     (models/hf_config.longrope_args, llama4_scaling_limit): LongRoPE's or Ministral 3's original
-    length; else nothing."""
+    length; or why it is the limit (dynamic NTK: hf_rope_config.dynamic_ntk_as_default); else nothing."""
     if role.arch.rope_scaling_type == "longrope":
         return (" (config.json's original_max_position_embeddings: LongRoPE is computed with its short factors, "
                 "which hold up to that length)")
@@ -484,6 +484,9 @@ def _length_limit_note(role: RoleConfig) -> str:
     if float(rope.get("llama_4_scaling_beta") or 0.0):
         return (" (config.json's rope_parameters.original_max_position_embeddings: Ministral 3's query scaling "
                 "(llama_4_scaling_beta) is 1 up to that length and is not computed past it)")
+    rope = rope or _hf_config(role).get("rope_scaling") or {}
+    if rope.get("rope_type", rope.get("type")) == "dynamic" and not rope.get("alpha"):
+        return " (its dynamic NTK RoPE is no scaling up to that length and is not computed past it)"
     return ""
 
 
@@ -627,6 +630,10 @@ def _check_paths(cfg: Config, problems: list[str]) -> None:
     if tok is not None and not os.path.isdir(tok):
         problems.append(f"`training.tokenizer_name_or_path: {tok}` does not exist; point it at a Hugging Face "
                         f"tokenizer directory (tokenizer.json / tokenizer_config.json).")
+    elif tok is not None and not cfg.run.trust_remote_code:
+        from mindspeed_rl.data.tokenizer import own_code_problem
+
+        problems += [p for p in [own_code_problem(tok, f"`training.tokenizer_name_or_path: {tok}`")] if p]
     for role in _active_roles(cfg):
         if role.load and not os.path.exists(role.load):
             problems.append(f"`{role_path(role)}.load: {role.load}` does not exist; point it at a Hugging Face or "

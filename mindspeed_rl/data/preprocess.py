@@ -54,6 +54,7 @@ class _ShardTask:
     start: int  # first row's 0-based index in the whole input
     data: object  # datasets.Dataset slice (pickles as a reference to its Arrow cache files)
     tokenizer_path: str
+    trust_remote_code: bool
     settings: EncodeSettings
     seq_length: Optional[int]
     stage: str
@@ -67,7 +68,8 @@ _TOKENIZERS: dict = {}  # per worker process: path -> tokenizer
 def _encode_shard(task: _ShardTask) -> tuple[dict, int, int]:
     """Encode one shard into staged datasets. Returns ({key: staged prefix}, written, skipped)."""
     if task.tokenizer_path not in _TOKENIZERS:
-        _TOKENIZERS[task.tokenizer_path] = load_tokenizer(task.tokenizer_path, "--tokenizer-name-or-path")
+        _TOKENIZERS[task.tokenizer_path] = load_tokenizer(task.tokenizer_path, "--tokenizer-name-or-path",
+                                                          task.trust_remote_code, "--trust-remote-code")
     encode = make_encoder(task.settings, _TOKENIZERS[task.tokenizer_path])
     keys = output_keys(task.settings)
     writers = {key: SequenceWriter(os.path.join(task.stage, f"part{task.index:05d}_{key}")) for key in keys}
@@ -124,6 +126,7 @@ def preprocess(
     log_interval: int = 100,
     max_samples: Optional[int] = None,
     cache_dir: Optional[str] = None,
+    trust_remote_code: bool = False,
 ) -> PreprocessResult:
     """Tokenize raw data with a handler and write megatron-core indexed datasets.
 
@@ -146,6 +149,7 @@ def preprocess(
         log_interval: log progress every this many rows per shard (0 = never).
         max_samples: only the first this many rows.
         cache_dir: the `datasets` cache directory.
+        trust_remote_code: run the tokenizer class the directory ships as Python (tokenization_*.py).
 
     Returns:
         PreprocessResult.
@@ -178,7 +182,7 @@ def preprocess(
     thinking = thinking_problem(prompt_type, enable_thinking, "--prompt-type", "--enable-thinking")
     if thinking:
         raise UserInputError(thinking)
-    tokenizer = load_tokenizer(tokenizer_name_or_path, "--tokenizer-name-or-path")
+    tokenizer = load_tokenizer(tokenizer_name_or_path, "--tokenizer-name-or-path", trust_remote_code, "--trust-remote-code")
     _TOKENIZERS[os.fspath(tokenizer_name_or_path)] = tokenizer  # reused in-process and by forked workers
     import_megatron_indexed()  # once here, not once per forked worker (seconds each)
     data = load_raw_dataset(input, cache_dir=cache_dir, max_samples=max_samples)
@@ -193,7 +197,8 @@ def preprocess(
     with staging_dir(output_prefix) as stage:
         tasks = [
             _ShardTask(k, start, data.select(range(start, end)) if len(bounds) > 1 else data,
-                       os.fspath(tokenizer_name_or_path), settings, seq_length, stage, input, log_interval)
+                       os.fspath(tokenizer_name_or_path), trust_remote_code, settings, seq_length, stage, input,
+                       log_interval)
             for k, (start, end) in enumerate(bounds)
         ]
         if workers == 1 or len(tasks) == 1:

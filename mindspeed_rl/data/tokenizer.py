@@ -15,7 +15,8 @@ from mindspeed_rl.utils.errors import UserInputError
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
-def load_tokenizer(path: str | os.PathLike, what: str = "tokenizer_name_or_path"):
+def load_tokenizer(path: str | os.PathLike, what: str = "tokenizer_name_or_path", trust_remote_code: bool = False,
+                   remote_key: str = "training.trust_remote_code"):
     """Load a `transformers` tokenizer from a local directory.
 
     A tokenizer without a pad token gets its EOS token as pad (Llama-3 has none); prompts are
@@ -24,6 +25,9 @@ def load_tokenizer(path: str | os.PathLike, what: str = "tokenizer_name_or_path"
     Args:
         path: a directory made by `tokenizer.save_pretrained` (or a model checkpoint directory).
         what: the option or key the path came from, named in error messages.
+        trust_remote_code: run the tokenizer class a directory ships as Python (tokenizer_config.json's auto_map:
+            InternLM3's); without it such a directory is refused in one sentence naming `remote_key`.
+        remote_key: the key or option that turns trust_remote_code on, named in that sentence.
 
     Returns:
         A `transformers.PreTrainedTokenizerBase`.
@@ -46,8 +50,11 @@ def load_tokenizer(path: str | os.PathLike, what: str = "tokenizer_name_or_path"
 
     from transformers import AutoTokenizer  # heavy import, only when a tokenizer is needed
 
+    problem = None if trust_remote_code else own_code_problem(path, f"{what} {path!r}", remote_key)
+    if problem:
+        raise UserInputError(problem)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code)
     except Exception as err:  # transformers raises many types for a broken directory
         first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise UserInputError(
@@ -57,6 +64,40 @@ def load_tokenizer(path: str | os.PathLike, what: str = "tokenizer_name_or_path"
     if tokenizer.pad_token_id is None and tokenizer.eos_token is not None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
+
+
+def own_code_problem(path: str, named: str, remote_key: str = "training.trust_remote_code"):
+    """The sentence for a tokenizer directory whose class is Python it ships (`named`: how the path is named in it),
+    or None for any other directory (config/validate.py says it before any worker starts)."""
+    own_code = _own_tokenizer_code(path)
+    if not own_code:
+        return None
+    turn_on = f"pass {remote_key}" if remote_key.startswith("--") else f"set {remote_key}=true"
+    return (f"{named} is a tokenizer with its own Python code ({own_code}); {turn_on} to run it, or pass a directory "
+            f"with a tokenizer.json saved by tokenizer.save_pretrained.")
+
+
+def _own_tokenizer_code(path: str):
+    """'<class> in <file>' when tokenizer_config.json names a tokenizer class that transformers does not have and that
+    the directory ships as Python (auto_map.AutoTokenizer), else None."""
+    import json
+
+    try:
+        with open(os.path.join(path, "tokenizer_config.json"), encoding="utf-8") as f:
+            config = json.load(f)
+    except (OSError, ValueError):
+        return None
+    auto = (config.get("auto_map") or {}).get("AutoTokenizer") if isinstance(config, dict) else None
+    ref = next((r for r in (auto if isinstance(auto, (list, tuple)) else [auto]) if isinstance(r, str)), None)
+    name = config.get("tokenizer_class")
+    if not ref or not isinstance(name, str):
+        return None
+    import transformers
+
+    if hasattr(transformers, name) or hasattr(transformers, name.removesuffix("Fast")):
+        return None  # (transformers' own class: it loads without the shipped code)
+    module, _, cls = ref.rpartition(".")
+    return f"{cls} in {module.split('--')[-1]}.py"
 
 
 def eos_token_ids(tokenizer, load) -> list[int]:

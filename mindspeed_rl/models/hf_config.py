@@ -23,7 +23,7 @@ from mindspeed_rl.models.hf_gemma4_config import gemma4_args, gemma4_config
 from mindspeed_rl.models.hf_granite_config import granite_args, granite_hybrid_args, granite_hybrid_config
 from mindspeed_rl.models.hf_nemotron_h_config import nemotron_h_args, nemotron_h_config
 from mindspeed_rl.models.hf_lfm2_config import lfm2_args, lfm2_config
-from mindspeed_rl.models.hf_rope_config import llama4_scaling_limit, longrope_args, yarn_args
+from mindspeed_rl.models.hf_rope_config import dynamic_ntk_as_default, llama4_scaling_limit, longrope_args, yarn_args
 
 HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "smollm3", "granite",
             "gemma3_text", "gemma2", "gemma", "olmo2", "olmo3", "ministral3", "exaone4", "seed_oss", "glm4",
@@ -32,7 +32,7 @@ HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_mo
             "granitemoe", "granitemoeshared", "granitemoehybrid", "glm", "helium", "stablelm",
             "starcoder2", "nemotron", "cohere", "cohere2", "phi", "gpt_neox", "falcon", "olmo", "nemotron_h", "falcon_h1",
             "lfm2", "lfm2_moe", "exaone", "exaone_moe", "hyperclovax", "iquestcoder", "hy_v3", "afmoe", "sarvam_moe", "jais2", "mellum",
-            "gemma4_text")
+            "gemma4_text", "internlm3")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss",
              "minimax_m2", "ernie4_5_moe", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_moe",
@@ -62,6 +62,7 @@ HF_DEFAULTS = {
                      "moe_layer_interval": 1, "moe_intermediate_size": 1536},
     "exaone": {"rope_theta": 500000.0},  # transformers' ExaoneConfig (EXAONE 3.0 / 3.5)
     "iquestcoder": {"head_dim": 128},  # transformers' IQuestCoderConfig (IQuest-Coder-V1: Llama, head_dim 128)
+    "internlm3": {"head_dim": 128},  # transformers' InternLM3Config (internlm3-8b-instruct: Llama, head_dim 128)
     # transformers' ExaoneMoeConfig (K-EXAONE): EXAONE 4.0's attention with DeepSeek-V3's routing
     "exaone_moe": {"rms_norm_eps": 1e-5, "first_k_dense_replace": 1, "moe_intermediate_size": 1024, "num_experts": 64,
                    "num_experts_per_tok": 8, "num_shared_experts": 1, "norm_topk_prob": True,
@@ -219,8 +220,10 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     partial_rotary_factor as megatron's rotary_percent; longrope (its 128k variants, Phi-3.5-mini,
     Phi-4-mini) up to the original length (longrope_args). Rope types: linear (positions divided by
     the factor), llama3, longrope and yarn (yarn_args: Qwen2.5 / Qwen3 beyond 32k, as their model
-    cards tell users to set it); dynamic NTK is refused (transformers rescales with the sequence
-    length past the original, vLLM once for the longest: the engines would disagree)."""
+    cards tell users to set it); dynamic NTK (InternLM3) is the default RoPE up to max_position_embeddings, which
+    is then the length limit (dynamic_ntk_as_default).
+    InternLM3 (internlm3: internlm3-8b-instruct) is Llama with head_dim 128 under its own model_type, its biases
+    spelled qkv_bias / bias (none in the release; with them, refused)."""
     hf = text_model_config(hf)
     model_type = hf.get("model_type")
     if model_type in QWEN3_5_ARCHS:  # its own config.json keeps M-RoPE's sections: the 1-D RoPE on text
@@ -229,6 +232,10 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError(f"config.json model_type {model_type!r} is not supported; supported: {supported_types()}.")
     if model_type == "exaone":  # EXAONE 3.0 / 3.5: Llama under the releases' spellings (ExaoneConfig's attribute_map)
         hf = {EXAONE_ALIASES.get(k, k): v for k, v in hf.items()}
+    if model_type == "internlm3" and (hf.get("qkv_bias") or hf.get("bias") or hf.get("attention_bias")
+                                      or hf.get("mlp_bias")):
+        raise ValueError("config.json qkv_bias / bias true (biases on q, k, v, o_proj and the MLP) is not supported for "
+                         "internlm3; InternLM3's releases have none.")
     hf = {**hf, **{k: v for k, v in HF_DEFAULTS.get(model_type, {}).items() if hf.get(k) is None}}
     check_quantization(hf)
     if model_type == "gpt_neox":
@@ -304,11 +311,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         theta = float(rope.get("rope_theta", hf.get("rope_theta", 10000.0)))
         rope = {"rope_type": "default", "rope_theta": theta * float(rope["alpha"]) ** (head_dim / (head_dim - 2))}
         rope_type = "default"
-    if rope_type == "dynamic":
-        raise ValueError("config.json rope type 'dynamic' (dynamic NTK) is not supported: transformers rescales "
-                         "it with the sequence length and vLLM once for the longest, so rollout and training would "
-                         "disagree; use yarn or linear scaling instead, or remove rope_scaling (up to "
-                         "original_max_position_embeddings dynamic NTK is no scaling at all).")
+    if rope_type == "dynamic":  # dynamic NTK (InternLM3): no scaling up to max_position_embeddings, the trainer's limit
+        rope, rope_type = dynamic_ntk_as_default(hf, rope)
     if rope_type not in ROPE_TYPES:
         raise ValueError(f"config.json rope type {rope_type!r} is not supported; use one of: {', '.join(ROPE_TYPES)}.")
     args: dict[str, Any] = {

@@ -1,5 +1,6 @@
-"""config.json's rope scalings that need more than a rotary base: LongRoPE (longrope_args), YaRN (yarn_args) and
-Ministral 3's Llama 4 query scaling, read as a length limit (llama4_scaling_limit). models/hf_config.py calls them
+"""config.json's rope scalings that need more than a rotary base: LongRoPE (longrope_args), YaRN (yarn_args),
+Ministral 3's Llama 4 query scaling, read as a length limit (llama4_scaling_limit), and dynamic NTK, read as the
+default RoPE up to max_position_embeddings (dynamic_ntk_as_default). models/hf_config.py calls them
 while reading a config.json into megatron's args.
 """
 
@@ -54,3 +55,24 @@ def yarn_args(hf: Mapping[str, Any], rope: Mapping[str, Any]) -> dict[str, Any]:
     if rope.get("attention_factor") is not None:
         args["rope_attention_factor"] = float(rope["attention_factor"])
     return args
+
+
+def dynamic_ntk_as_default(hf: Mapping[str, Any], rope: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+    """Dynamic NTK RoPE (rope type `dynamic` with a factor: InternLM3) as the (rope parameters, rope type) the trainer
+    computes: the default RoPE at the config's theta. transformers computes the base as
+    theta x (factor x max(L, max_position_embeddings) / max_position_embeddings - (factor - 1))^(d / (d - 2)), which is
+    theta itself for sequences up to max_position_embeddings, and vLLM's DynamicNTKScalingRotaryEmbedding the same
+    with its max_trained_positions at max_position_embeddings (and the engine hands vLLM the default RoPE:
+    rollout/vllm_hf_config.vllm_config). Longer sequences are refused (max_position_embeddings is the model's limit)."""
+    if not rope.get("factor"):
+        raise ValueError("config.json rope type 'dynamic' without a factor is not supported; dynamic NTK needs "
+                         "rope_scaling.factor (or remove rope_scaling: up to max_position_embeddings it is no "
+                         "scaling at all).")
+    original = rope.get("original_max_position_embeddings")
+    if original and int(original) != int(hf.get("max_position_embeddings") or 0):
+        raise ValueError(f"config.json rope type 'dynamic' with original_max_position_embeddings {original} != "
+                         f"max_position_embeddings {hf.get('max_position_embeddings')} is not supported (transformers "
+                         f"scales from max_position_embeddings); make them equal or remove rope_scaling.")
+    theta = rope.get("rope_theta", hf.get("rope_theta", 10000.0))
+    kept = {k: v for k, v in rope.items() if k not in ("type", "rope_type", "factor", "original_max_position_embeddings")}
+    return {**kept, "rope_type": "default", "rope_theta": theta}, "default"

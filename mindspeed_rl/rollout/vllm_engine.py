@@ -20,6 +20,9 @@ vllm.model_executor.model_loader.reload in the vLLM versions we pair with (platf
 MoE (Qwen3-MoE): vLLM 0.32's CPU experts kernel is prepacked once at start; a reload copies plain
 weights into that storage without prepacking them, so the engine prepacks them again after each
 update (_prepack_cpu_experts).
+Frozen parameters (freeze_parameters): the first sync loads each tensor on its own and records the vLLM layers it
+feeds (learn_layers); `skippable` then names the frozen tensors later syncs may leave out, whole layers only (the
+reload keeps a layer that gets nothing). The trainer's sync check still runs on the result.
 
 Log-probs: vLLM's `processed_logprobs` mode returns log_softmax(logits / T) over the full vocabulary
 (the default raw mode returns T = 1 values), the trainer's quantity. With top_k > 0 or top_p < 1
@@ -57,12 +60,12 @@ from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
 import torch
 
-from mindspeed_rl.models.hf_config import HF_DEFAULTS
 from mindspeed_rl.models.hf_moe_config import expert_count, first_dense_layers
 from mindspeed_rl.models.hf_bridge.names import fuse, group, group_members, names_type, stored_members, stored_name
 from mindspeed_rl.platform import get_platform
 from mindspeed_rl.platform import vllm_env
 from mindspeed_rl.rollout.interface import check_prompts, FINISH_EOS, FINISH_LENGTH, RolloutOutput, SamplingParams
+from mindspeed_rl.rollout.vllm_hf_config import vllm_config
 from mindspeed_rl.utils.errors import UserInputError
 from mindspeed_rl.utils.logging import get_logger
 
@@ -98,93 +101,6 @@ def chunked(named: Iterable[tuple[str, torch.Tensor]], max_bytes: int) -> Iterat
 # Gemma 4 26B-A4B's stacked experts (vLLM's Gemma4 loads experts.gate_up_proj / down_proj whole)
 STORED_FORM = ("granitemoe", "granitemoeshared", "glm", "granitemoehybrid", "granitemoehybrid_dense", "nemotron_h",
                "sarvam_moe", "gemma4_text")
-
-
-def vllm_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """config.json as the engine gives it to vLLM: Granite 4.0 whose every layer attends with RoPE (granitemoehybrid
-    without Mamba-2 layers) as the model of the same math and names vLLM serves without its Mamba-2 machinery:
-    Granite (granite, the shared_mlp as the MLP: names.names_type) or, with experts, Granite MoE with a shared MLP
-    (granitemoeshared); Granite 4.0-H (Mamba-2 layers, attention without RoPE) as it is, to vLLM's
-    GraniteMoeHybridForCausalLM. Cohere 2 (cohere2) with its sliding_window one smaller: vLLM 0.32 lets its sliding
-    layers see sliding_window + 1 positions (its comment: Cohere's training convention), transformers and the trainer
-    sliding_window (models/sliding_window.py), so the rollout sees what the trainer does. LFM2 (lfm2) with its
-    releases' block_dim and conv_dim (hidden_size), which vLLM 0.32's Lfm2ForCausalLM reads and transformers 5 no
-    longer writes, and its MLP width as transformers computes it (block_auto_adjust_ff_dim false). EXAONE 3.0 / 3.5 (exaone) as vLLM's ExaoneForCausalLM, which reads its releases' tensor names
-    (transformers 5 writes LlamaForCausalLM into the config.json it saves), under Llama's config class (the
-    transformers vLLM pairs with, < 5.20, has no ExaoneConfig; the releases bring theirs as remote code) with the
-    releases' activation_function / layer_norm_epsilon, which vLLM's module reads. IQuest-Coder (iquestcoder) as the
-    Llama it is. Hy3 (hy_v3) with the keys its releases carry for vLLM, whose defaults differ from transformers'
-    (first_k_dense_replace: none, qk_norm / route_norm: false, router_scaling_factor: 1; the expert width as
-    expert_hidden_dim), written as transformers reads the model; AFMoE (afmoe) with the routing keys vLLM reads
-    (score_func, route_norm, n_group, topk_group) where its config.json leaves them out. Sarvam MoE (sarvam_moe)
-    under GLM-4.5's config class (vLLM's transformers has none of its own) with the keys of Ling's module, which vLLM
-    runs it with, saying transformers' model (sigmoid routing with the expert bias in fp32, RMSNorm q / k norms, no
-    other biases). Other config.json pass unchanged."""
-    config = dict(config)
-    if config.get("model_type") == "iquestcoder":  # IQuest-Coder: Llama under its own model_type (vLLM: Llama's), its
-        # head_dim 128 unless config.json says (Llama's default would be hidden_size / heads)
-        return {**config, "model_type": "llama", "architectures": ["LlamaForCausalLM"],
-                "head_dim": config.get("head_dim") or HF_DEFAULTS["iquestcoder"]["head_dim"]}
-    if config.get("model_type") == "exaone":  # both spellings: Llama's config class reads the one, vLLM's module the other
-        from mindspeed_rl.models.hf_config import EXAONE_ALIASES
-
-        llama = {EXAONE_ALIASES.get(k, k): v for k, v in config.items()}
-        if llama.get("rope_theta") is None and not llama.get("rope_parameters"):  # ExaoneConfig's theta, not Llama's
-            llama["rope_theta"] = HF_DEFAULTS["exaone"]["rope_theta"]
-        return {**llama, "model_type": "llama", "architectures": ["ExaoneForCausalLM"],
-                **{release: llama[name] for release, name in EXAONE_ALIASES.items() if name in llama}}
-    if config.get("model_type") == "lfm2":  # the MLP width as transformers computes it, given as it is: vLLM rounds it
-        # to block_multiple_of even without block_ffn_dim_multiplier, where transformers does not
-        from mindspeed_rl.models.hf_lfm2_config import lfm2_config
-
-        width = lfm2_config(config)["intermediate_size"]
-        config.pop("block_ff_dim", None)  # (transformers' Lfm2Config reads it over intermediate_size)
-        return {"block_dim": config["hidden_size"], "conv_dim": config["hidden_size"], **config,
-                "intermediate_size": width, "block_auto_adjust_ff_dim": False}
-    if config.get("model_type") == "hy_v3":  # Hy3: the keys vLLM's HYV3ForCausalLM reads and transformers' config lacks
-        from mindspeed_rl.models.hf_moe_config import first_dense_layers, hy_v3_config
-
-        hy = hy_v3_config(config)
-        return {**config, "first_k_dense_replace": first_dense_layers(hy), "expert_hidden_dim": hy["moe_intermediate_size"],
-                "router_scaling_factor": hy["router_scaling_factor"], "qk_norm": True, "route_norm": True}
-    if config.get("model_type") == "sarvam_moe":  # Sarvam MoE: under GLM-4.5's config class (vLLM's transformers has
-        # no SarvamMoEConfig; the releases bring theirs as remote code), with the keys of Ling's module vLLM runs it with
-        from mindspeed_rl.models.hf_moe_config import expert_count, sarvam_moe_config
-
-        hf = sarvam_moe_config(config)
-        experts, shared = expert_count(hf), int(hf.get("num_shared_experts") or hf.get("n_shared_experts") or 0)
-        bias = bool(hf.get("use_qkv_bias") or hf.get("attention_bias"))
-        return {**hf, "model_type": "glm4_moe", "architectures": ["SarvamMoEForCausalLM"], "num_experts": experts,
-                "n_routed_experts": experts, "num_shared_experts": shared, "n_shared_experts": shared,
-                "moe_shared_expert_intermediate_size": hf["moe_intermediate_size"], "score_function": "sigmoid",
-                "moe_router_enable_expert_bias": True, "router_dtype": "fp32", "use_rmsnorm": True, "use_bias": False,
-                "use_qkv_bias": bias, "attention_bias": bias, "embedding_dropout": 0.0}
-    if config.get("model_type") == "afmoe":  # AFMoE: the routing keys vLLM's AfmoeForCausalLM reads and transformers'
-        # config lacks, as transformers routes (hf_moe_config.afmoe_config refuses any other)
-        return {"score_func": "sigmoid", "route_norm": True, "n_group": 1, "topk_group": 1, **config}
-    if config.get("model_type") == "cohere2" and config.get("sliding_window"):
-        return {**config, "sliding_window": int(config["sliding_window"]) - 1}
-    if (config.get("model_type") != "granitemoehybrid" or mamba_kinds(config)
-            or config.get("position_embedding_type") != "rope"):
-        return config
-    dense = names_type(config) == "granitemoehybrid_dense"
-    config = {k: v for k, v in config.items() if not k.startswith("mamba_") and k not in (
-        "layer_types", "layers_block_type", "position_embedding_type", "time_step_limit")}
-    # GraniteMoeHybridConfig's default where config.json leaves it out (GraniteMoeSharedConfig's is 0: no shared MLP)
-    config.setdefault("shared_intermediate_size", HF_DEFAULTS["granitemoehybrid"]["shared_intermediate_size"])
-    if dense:
-        config.update(model_type="granite", architectures=["GraniteForCausalLM"],
-                      intermediate_size=int(config["shared_intermediate_size"]))
-    else:
-        config.update(model_type="granitemoeshared", architectures=["GraniteMoeSharedForCausalLM"])
-    return config
-
-
-def mamba_kinds(config: Mapping[str, Any]) -> bool:
-    """Whether a granitemoehybrid config.json has Mamba-2 layers (layer_types mamba; transformers 5: linear_attention;
-    none given: transformers' default, all Mamba-2)."""
-    kinds = config.get("layer_types") or config.get("layers_block_type")
-    return kinds is None or any(k in ("mamba", "linear_attention") for k in kinds)
 
 
 _EXPERT_TENSOR = re.compile(r"^(model\.layers\.\d+\.)mlp\.experts\.(\d+)\.(gate|up|down)_proj\.(weight|bias)$")
@@ -285,6 +201,29 @@ def _keep_torch_threads():
     finally:
         torch.set_num_threads = set_num_threads
         torch.set_num_threads(threads)
+
+
+@contextlib.contextmanager
+def _quiet_kept_layers(active: bool):
+    """While a sync leaves frozen layers out (VLLMEngine.skippable): vLLM's layer-wise reload warns "<layer>: Failed
+    to load weights" for each layer that got nothing and keeps its weights, which is the point here; those lines
+    are dropped (one per frozen layer and sync), every other message passes."""
+    if not active:
+        yield
+        return
+    import logging
+
+    class KeptLayers(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            return record.msg != "%s: Failed to load weights"
+
+    logger = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
+    quiet = KeptLayers()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
 
 
 def _name_partial_loaders(model: torch.nn.Module) -> None:
@@ -533,6 +472,8 @@ class VLLMEngine:
         self._moe = expert_count(hf_config) > 1
         self.sleep_level = vllm_env.sleep_level(self.platform_name, self._moe)
         self.last_sync: dict[str, float] = {}
+        self.layers_fed: Optional[dict[str, Optional[frozenset]]] = None  # HF name -> vLLM layers (learn_layers)
+        self.skipped: frozenset = frozenset()  # HF names this engine was told it can do without (skippable)
         self._asleep = False
         self._said_no_sleep = False
         self._dir = tempfile.mkdtemp(prefix="mindspeed_rl_vllm_")
@@ -656,14 +597,16 @@ class VLLMEngine:
         self.last_stats = out.stats  # the actor reports them with the next update's stats
         return out
 
-    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], learn_layers: bool = False) -> None:
         """Load (HF name, full tensor) pairs into the engine in chunks of at most bucket_bytes,
         then reset the prefix cache. Sets last_sync: seconds, peak chunk bytes, tensors."""
-        self.update_weights_chunks(chunked(named_tensors, self.bucket_bytes))
+        self.update_weights_chunks(chunked(named_tensors, self.bucket_bytes), learn_layers)
 
-    def update_weights_chunks(self, chunks: Iterable[Sequence[tuple[str, torch.Tensor]]]) -> None:
+    def update_weights_chunks(self, chunks: Iterable[Sequence[tuple[str, torch.Tensor]]],
+                              learn_layers: bool = False) -> None:
         """update_weights on chunks the caller made (e.g. the Ray object-store buckets); every
-        chunk is loaded and dropped before the next is asked for."""
+        chunk is loaded and dropped before the next is asked for. learn_layers (a full sync of a model with
+        frozen parameters): each tensor is loaded on its own, recording which vLLM layers it feeds (`skippable`)."""
         from vllm.model_executor.model_loader.reload import finalize_layerwise_reload, initialize_layerwise_reload
 
         self._check_open()
@@ -679,10 +622,13 @@ class VLLMEngine:
             sinks: dict[int, torch.Tensor] = {}
             hf_config = model_config.hf_config.to_dict()  # Qwen3-Next's grouped tensors' sizes
             for chunk in stacked_chunks(grouped_chunks(chunks, model_type, hf_config), model_type, sinks):
-                chunk = [(stored_name(n, model_type), self._fit_vocab(n, t)) for n, t in chunk]
                 stats["peak_bytes"] = max(stats["peak_bytes"], sum(t.numel() * t.element_size() for _, t in chunk))
                 stats["tensors"] += len(chunk)
-                model.load_weights(iter(chunk))
+                if learned is None:
+                    model.load_weights(iter([(stored_name(n, model_type), self._fit_vocab(n, t)) for n, t in chunk]))
+                for n, t in chunk if learned is not None else ():  # one by one: the layers each one feeds
+                    loaded = model.load_weights(iter([(stored_name(n, model_type), self._fit_vocab(n, t))]))
+                    learned[n] = None if loaded is None else frozenset(p.rpartition(".")[0] for p in loaded)
                 del chunk
             finalize_layerwise_reload(model, model_config)
             copy_sinks(model, sinks)
@@ -692,11 +638,40 @@ class VLLMEngine:
         # on a device, the reload materialises each layer there (vllm-ascend's own reload runs under
         # the device context; vLLM 0.32 records the device itself)
         device = get_platform().current_device() if self.platform_name != "cpu" else None
-        with torch.no_grad(), _keep_torch_threads(), (torch.device(device) if device else contextlib.nullcontext()):
+        learned: Optional[dict] = {} if learn_layers else None
+        with torch.no_grad(), _keep_torch_threads(), (torch.device(device) if device else contextlib.nullcontext()), \
+                _quiet_kept_layers(bool(self.skipped)):
             self.llm.apply_model(load)
+        if learned is not None:
+            self.layers_fed = learned
         self.llm.reset_prefix_cache()
         self.last_sync = {"seconds": time.perf_counter() - t0, "peak_bytes": float(stats["peak_bytes"]),
                           "tensors": float(stats["tensors"])}
+
+    def skippable(self, names: Iterable[str]) -> frozenset:
+        """Which of `names` (HF names of frozen tensors) later syncs can leave out: those that feed only vLLM layers
+        all of whose tensors are left out too (a layer-wise reload keeps a layer that gets nothing, but would finish
+        a layer fed in part with the rest uninitialised), as the learning sync found them; never MoE experts (vLLM's
+        CPU experts are re-prepacked after every sync). Empty before a learning sync, or when this vLLM's model does
+        not say which layers a tensor fed (its load_weights returned None)."""
+        fed = self.layers_fed
+        if not fed or any(layers is None for layers in fed.values()):
+            return frozenset()
+        candidates = {n for n in names if n in fed and ".experts." not in n}
+        sent = set(fed) - candidates
+        feeders: dict[str, set[str]] = {}
+        for name, layers in fed.items():
+            for layer in layers:
+                feeders.setdefault(layer, set()).add(name)
+        grown = True
+        while grown:  # a layer with one tensor sent gets all of its tensors sent
+            grown = False
+            for members in feeders.values():
+                if members & sent and not members <= sent:
+                    sent |= members
+                    grown = True
+        self.skipped = frozenset(candidates - sent)
+        return self.skipped
 
     def sleep(self) -> None:
         """Release the KV cache (and offload the weights) before the training step; a no-op where

@@ -4,13 +4,17 @@
     refs = export_hf_buckets(model, args)        # DP rank 0 puts ~BUCKET_MB buckets in the object store
     pairs = fetch_buckets(refs, timeout_s, who)  # the receiving side, one bucket in memory at a time
 
+Frozen parameters (freeze_parameters) never change: after the first sync, the HF tensors the receiving engine can do
+without (RolloutSkip: all of an engine layer's tensors frozen) are neither gathered nor sent again.
+
 Shared by the actor (colocated vLLM sync, split export) and the generation-only ranks; it lives
 below workers/ so that the roles do not import each other.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator, Mapping, Optional
 
 import torch
 
@@ -21,7 +25,37 @@ BUCKET_MB = 256.0  # weights per object-store entry: a few entries per billion p
 # training side: a live sharded model -> HF-named full tensors
 
 
-def gathered_hf_tensors(model: torch.nn.Module, args: Mapping[str, Any]) -> Iterator[tuple[str, torch.Tensor]]:
+@dataclass
+class RolloutSkip:
+    """What a rank's syncs leave out: `skip`, HF names the engine keeps from an earlier sync (frozen parameters
+    only; set the same on every rank by the trainer: trainer/roles.py), and `hf_names`, each frozen megatron
+    tensor's HF names, recorded by a full sync (`record`). A megatron tensor all of whose HF names are skipped is
+    not even gathered."""
+
+    skip: frozenset = frozenset()
+    hf_names: dict = field(default_factory=dict)  # frozen megatron name -> its HF names
+    record: bool = False  # the next sync records hf_names (a full sync: skip must be empty)
+
+    def frozen_hf_names(self) -> set:
+        return {n for names in self.hf_names.values() for n in names}
+
+
+def frozen_names(model) -> set:
+    """Global megatron names of this rank's frozen parameters (requires_grad off: models/freeze.py)."""
+    from mindspeed_rl.models.chunks import as_chunks
+    from mindspeed_rl.models.hf_bridge.loader import global_param_name
+
+    out = set()
+    for chunk in as_chunks(model):
+        chunk = getattr(chunk, "module", chunk)
+        for local, tensor in chunk.state_dict(keep_vars=True).items():
+            if isinstance(tensor, torch.nn.Parameter) and not tensor.requires_grad:
+                out.add(global_param_name(chunk, local)[0])
+    return out
+
+
+def gathered_hf_tensors(model: torch.nn.Module, args: Mapping[str, Any],
+                        skip: Optional[RolloutSkip] = None) -> Iterator[tuple[str, torch.Tensor]]:
     """(HF name, full tensor) of this rank's pipeline stage, TP shards merged; MoE experts merged
     over their expert-TP group and collected from every expert-parallel rank.
 
@@ -29,7 +63,7 @@ def gathered_hf_tensors(model: torch.nn.Module, args: Mapping[str, Any]) -> Iter
     together (each parameter is an all-gather over the group); all of them get the same full
     tensors. At most one parameter's shards (one expert's, times EP) are held beyond the model.
     Vocabulary rows are kept up to padded_vocab_size, the tied output layer is left out (it is
-    the embedding).
+    the embedding). `skip` (RolloutSkip): its HF names are left out, and recorded when asked.
     """
     from megatron.core import parallel_state as ps
 
@@ -41,16 +75,26 @@ def gathered_hf_tensors(model: torch.nn.Module, args: Mapping[str, Any]) -> Iter
     tied = not args.get("untie_embeddings_and_output_weights", False)
     vocab = int(args["padded_vocab_size"])
     ep = ps.get_expert_model_parallel_world_size() if is_moe(args) else 1
+    skip = skip or RolloutSkip()
+    frozen = frozen_names(model) if skip.record else set()
     for name, tensor in chunk_state_dict(model).items():
         kind = kind_of(name, tied, gated_mlp(args))
+        experts_elsewhere = kind in EXPERT_KINDS and ep > 1  # (an all-gather over EP: its ranks freeze other experts)
+        known = skip.hf_names.get(name)
+        if known and not experts_elsewhere and all(n in skip.skip for n in known):
+            continue  # (the same on every rank of the TP group: frozen by global name, one skip set)
         full = gather_tp(tensor, kind)
-        if kind not in EXPERT_KINDS or ep == 1:
-            yield from mcore_to_hf(name, full, args, vocab).items()
+        if not experts_elsewhere:
+            named = mcore_to_hf(name, full, args, vocab)
+            if skip.record and name in frozen:
+                skip.hf_names[name] = tuple(named)
+            yield from ((n, t) for n, t in named.items() if n not in skip.skip)
             continue
         parts = [torch.empty_like(full) for _ in range(ep)]
         torch.distributed.all_gather(parts, full.contiguous(), group=ps.get_expert_model_parallel_group())
         for r, part in enumerate(parts):
-            yield from mcore_to_hf(expert_on_rank(name, args, ep, r), part, args, vocab).items()
+            named = mcore_to_hf(expert_on_rank(name, args, ep, r), part, args, vocab)
+            yield from ((n, t) for n, t in named.items() if n not in skip.skip)
 
 
 def expert_on_rank(name: str, args: Mapping[str, Any], ep: int, ep_rank: int) -> str:
@@ -81,13 +125,15 @@ def hf_buckets(named: Iterable[tuple[str, torch.Tensor]], bucket_mb: float) -> I
         yield bucket
 
 
-def export_hf_buckets(model: torch.nn.Module, args: Mapping[str, Any], bucket_mb: float = BUCKET_MB) -> list:
+def export_hf_buckets(model: torch.nn.Module, args: Mapping[str, Any], bucket_mb: float = BUCKET_MB,
+                      skip: Optional[RolloutSkip] = None) -> list:
     """Put this stage's HF-named weights in the Ray object store; returns the object refs.
 
     DP rank 0 takes part (DP replicas hold the same weights): its TP ranks gather together and TP
     rank 0 puts the buckets ({HF name: tensor}, about bucket_mb each). An MoE model at EP > 1 keeps
     the other experts on other DP ranks: then every rank runs the gathers (each TP group its own,
     each EP group its experts) and still only that one rank puts buckets. Other ranks return [].
+    `skip`: as gathered_hf_tensors'.
     """
     import ray
     from megatron.core import parallel_state as ps
@@ -98,7 +144,7 @@ def export_hf_buckets(model: torch.nn.Module, args: Mapping[str, Any], bucket_mb
     sender = ps.get_data_parallel_rank() == 0 and ps.get_tensor_model_parallel_rank() == 0
     if ps.get_data_parallel_rank() != 0 and not experts_elsewhere:
         return []
-    named = gathered_hf_tensors(model, args)
+    named = gathered_hf_tensors(model, args, skip)
     if not sender:
         for _ in named:  # take part in every all-gather; the sender puts the buckets
             pass

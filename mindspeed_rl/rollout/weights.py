@@ -9,7 +9,7 @@ layer's worth is held at a time. Names, layouts and TP slicing come from models/
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Any, Collection, Iterable, Mapping
 
 import torch
 
@@ -24,13 +24,15 @@ log = get_logger(__name__)
 
 @torch.no_grad()
 def load_hf_tensors(model: torch.nn.Module, named_tensors: Iterable[tuple[str, torch.Tensor]],
-                    args: Mapping[str, Any]) -> int:
+                    args: Mapping[str, Any], absent: Collection[str] = ()) -> int:
     """Copy streamed HF tensors into `model` (this rank's TP shard, PP=1). Returns params written.
 
     Args:
         model: GPTModel chunk built from `args`.
         named_tensors: (HF name, full tensor) pairs; every tensor the model needs must come once.
         args: the Megatron-named args the model was built from.
+        absent: HF names that do not come (frozen, sent before): a parameter all of whose tensors are
+            among them keeps its value.
 
     Raises:
         UserInputError naming the HF tensors that never arrived.
@@ -75,6 +77,7 @@ def load_hf_tensors(model: torch.nn.Module, named_tensors: Iterable[tuple[str, t
                 needed_by[n].discard(local_name)
                 if not needed_by[n]:
                     held.pop(n, None)
+    waiting = {k: v for k, v in waiting.items() if not all(n in absent for n in v[2])}
     if waiting:
         missing = sorted({n for _, _, names in waiting.values() for n in names if n not in held})
         raise UserInputError(f"update_weights: {len(waiting)} parameters got no weights; missing HF tensors: "

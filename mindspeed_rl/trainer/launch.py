@@ -68,7 +68,7 @@ def run(cfg, plan) -> int:
         f.write(config_yaml)
 
     # ---- data, reward and the checkpoint to resume first: bad input fails before any worker starts
-    tokenizer = load_tokenizer(cfg.run.tokenizer_name_or_path)
+    tokenizer = load_tokenizer(cfg.run.tokenizer_name_or_path, trust_remote_code=cfg.run.trust_remote_code)
     d, run_cfg = cfg.data, cfg.run
     train = build_prompt_loader(d.data_path, tokenizer, run_cfg.global_batch_size, d.max_prompt_length,
                                 d.truncation, run_cfg.seed, shuffle=not d.no_shuffle, prompt_type=d.prompt_type,

@@ -19,7 +19,8 @@ the weights into it (`rollout/sync_peak_bytes`: the largest chunk held at once),
 it (`verify_sync`; the first sync and every `sync_check_interval`-th): the engine generates on a
 fixed probe, the training ranks score the same tokens, and a difference above the tolerance stops
 the run with a sentence naming the step and the largest difference (rollout/sync_check.py; metrics
-rollout/logp_diff_max / _mean).
+rollout/logp_diff_max / _mean). Frozen parameters (freeze_parameters) go to such an engine once: later syncs leave
+out what it keeps (ActorFacade._leave_frozen_out; `rollout/sync_tensors`: tensors loaded by the busiest rank).
 """
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ class ActorFacade(_ShardedRole):
 
     def __init__(self, group, layout, rollout: Optional["RolloutFacade"] = None, colocated_copy: bool = False,
                  verify_sync: bool = False, sync_tolerance: float = 1e-4, sync_check_interval: int = 1,
-                 moe: bool = False):
+                 moe: bool = False, frozen: bool = False):
         """
         Args:
             colocated_copy: the training ranks generate with an engine holding its own weights (vLLM):
@@ -59,12 +60,14 @@ class ActorFacade(_ShardedRole):
             verify_sync: check syncs with the probe (rollout/sync_check.py), at sync_tolerance: the first
                 sync, then every sync_check_interval-th (1: every sync; 0: none).
             moe: the actor is an MoE model (the check allows near-tie routing: rollout/sync_check.py).
+            frozen: the actor has frozen parameters (freeze_parameters): after the first sync, the frozen tensors
+                every engine can do without are left out of later syncs (_leave_frozen_out).
         """
         super().__init__(group, layout)
         self.rollout = rollout
         self.colocated_copy = colocated_copy and rollout is None
         self.stale = self.colocated_copy  # the engine starts with dummy weights
-        self.verify_sync, self.sync_tolerance, self.moe = verify_sync, sync_tolerance, moe
+        self.verify_sync, self.sync_tolerance, self.moe, self.frozen = verify_sync, sync_tolerance, moe, frozen
         self.sync_check_interval = int(sync_check_interval)  # 0: never
         self.syncs = 0  # weight syncs done by this facade (the check runs on the 1st, 1+k-th, 1+2k-th, ...)
         self.send_rollout_log_probs = False  # TIS on: the update weighs tokens by old / rollout probability
@@ -100,13 +103,28 @@ class ActorFacade(_ShardedRole):
             # what the check costs (probe generation + training forward + Ray round trips)
             self._pending_metrics["timing/sync_check"] = (self._pending_metrics.get("timing/sync_check", 0.0)
                                                           + time.perf_counter() - start)
+        if self.frozen and self.syncs == 1:
+            self._leave_frozen_out(target)
+
+    def _leave_frozen_out(self, target: "_ShardedRole") -> None:
+        """After the first (full, checked) sync: the frozen HF tensors that every engine of `target` can do without
+        (whole vLLM layers; any for the native engine) are neither gathered nor sent again. One set for every
+        rank: the training ranks' gathers are collectives."""
+        frozen = set().union(*[set(n) for n in self.group.run_all("frozen_hf_names")])
+        per_rank = target.group.run_all("skippable_weights", frozen) if frozen else []
+        skip = set.intersection(*[set(s) for s in per_rank]) if per_rank else set()
+        self.group.run_all("set_rollout_skip", skip)
+        if target is not self:
+            target.group.run_all("set_rollout_skip", skip)
+        print(f"weight sync: {len(skip)} of the {len(frozen)} frozen tensors are left out of later syncs (the engines "
+              f"keep them)", flush=True)  # (the driver's console, as its other lines)
 
     def _add_sync_metrics(self, seconds: float, per_rank: list) -> None:
         self._pending_metrics["timing/sync_weights"] = self._pending_metrics.get("timing/sync_weights", 0.0) + seconds
-        peaks = [r["rollout/sync_peak_bytes"] for r in per_rank or [] if isinstance(r, dict) and r]
-        if peaks:
-            self._pending_metrics["rollout/sync_peak_bytes"] = max(
-                peaks + [self._pending_metrics.get("rollout/sync_peak_bytes", 0.0)])
+        for key in ("rollout/sync_peak_bytes", "rollout/sync_tensors"):  # the busiest rank's
+            values = [r[key] for r in per_rank or [] if isinstance(r, dict) and key in r]
+            if values:
+                self._pending_metrics[key] = max(values + [self._pending_metrics.get(key, 0.0)])
 
     def _verify(self, target: "_ShardedRole") -> None:
         """Every engine of `target` generates on the probe; the training ranks score those tokens."""
@@ -334,7 +352,7 @@ def build_roles(cfg, plan, pools, needs_reference: bool, groups: list) -> Roles:
                         rollout=rollout, colocated_copy=vllm, verify_sync=vllm,
                         sync_tolerance=tolerance(cfg.actor.params_dtype, cfg.actor.rollout.sync_check_tolerance),
                         sync_check_interval=cfg.actor.rollout.sync_check_interval,
-                        moe=int(cfg.actor.arch.num_experts or 0) > 1)
+                        moe=int(cfg.actor.arch.num_experts or 0) > 1, frozen=bool(cfg.actor.optim.freeze_parameters))
     actor.send_rollout_log_probs = cfg.actor.ppo.tis_mode != "off"
     reference = None
     if ref_in_actor:  # one process per device holds both models: no reference group to spawn

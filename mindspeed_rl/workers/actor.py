@@ -116,7 +116,7 @@ class _ModelWorker:
         self.device = platform.device(self.env.device_index)  # models live here; @on_device moves batches here
         par = role_cfg.parallel
         tp, pp = par.tensor_model_parallel_size, par.pipeline_model_parallel_size
-        self.tokenizer = load_tokenizer(cfg.run.tokenizer_name_or_path)
+        self.tokenizer = load_tokenizer(cfg.run.tokenizer_name_or_path, trust_remote_code=cfg.run.trust_remote_code)
         self.vocab_size = len(self.tokenizer)
         self.args = model_args(role_cfg, self.vocab_size)
         overrides = _parallel_kwargs(role_cfg, self.args["num_layers"])  # SP / virtual pipeline / recompute
@@ -219,6 +219,10 @@ class ActorRolloutWorker(_ModelWorker):
             from mindspeed_rl.models.freeze import freeze
 
             self.frozen = freeze(as_chunks(self.model), o.freeze_parameters)
+        from mindspeed_rl.rollout.weight_buckets import RolloutSkip
+
+        # frozen tensors go to a rollout engine with its own weights once (the first sync records their HF names)
+        self.rollout_skip = RolloutSkip(record=bool(o.freeze_parameters))
         ddp = [wrap_ddp(chunk, distributed, bucketing=i == 0) for i, chunk in enumerate(as_chunks(self.model))]
         self.ddp = ddp[0] if len(ddp) == 1 else ddp
         mini_batches = cfg.run.global_batch_size // cfg.actor.ppo.ppo_mini_batch_size
@@ -323,9 +327,24 @@ class ActorRolloutWorker(_ModelWorker):
             return {}
         from mindspeed_rl.rollout.weight_buckets import gathered_hf_tensors
 
-        self.engine.update_weights(gathered_hf_tensors(self.model, self.args))
+        self.engine.update_weights(gathered_hf_tensors(self.model, self.args, self.rollout_skip),
+                                   learn_layers=self.rollout_skip.record)
+        self.rollout_skip.record = False
         return {"timing/sync_weights": self.engine.last_sync["seconds"],
-                "rollout/sync_peak_bytes": self.engine.last_sync["peak_bytes"]}
+                "rollout/sync_peak_bytes": self.engine.last_sync["peak_bytes"],
+                "rollout/sync_tensors": self.engine.last_sync["tensors"]}
+
+    def frozen_hf_names(self) -> set:
+        """HF names of this rank's frozen tensors, as the first sync recorded them (empty before it or unfrozen)."""
+        return self.rollout_skip.frozen_hf_names()
+
+    def skippable_weights(self, names) -> set:
+        """Colocated vLLM: which of these (frozen) HF names this rank's engine can do without from now on."""
+        return set(self.engine.skippable(names)) if self.engine_kind == "vllm" and self.engine is not None else set()
+
+    def set_rollout_skip(self, names) -> None:
+        """The HF names every sync leaves out from now on (the same on every rank: trainer/roles.py)."""
+        self.rollout_skip.skip = frozenset(names)
 
     @on_device(move_inputs=False)
     def generate_probe(self) -> dict:
@@ -468,7 +487,9 @@ class ActorRolloutWorker(_ModelWorker):
         rank must call it (TP all-gathers); workers/rollout.py describes the hand-over."""
         from mindspeed_rl.rollout.weight_buckets import export_hf_buckets
 
-        return export_hf_buckets(self.model, self.args, bucket_mb)
+        refs = export_hf_buckets(self.model, self.args, bucket_mb, self.rollout_skip)
+        self.rollout_skip.record = False
+        return refs
 
 
 def _decide_ref_offload(platform, setting, chunks) -> bool:

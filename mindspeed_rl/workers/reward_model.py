@@ -36,7 +36,7 @@ class RewardModelWorker:
         self.device = platform.device(self.env.device_index)  # the model lives here; @on_device moves batches
         init_parallel_state(role.parallel.tensor_model_parallel_size, role.parallel.pipeline_model_parallel_size,
                             seed=cfg.run.seed)
-        vocab = len(load_tokenizer(cfg.run.tokenizer_name_or_path))
+        vocab = len(load_tokenizer(cfg.run.tokenizer_name_or_path, trust_remote_code=cfg.run.trust_remote_code))
         self.args = reward_args(model_args(role, vocab))
         if int(self.args["padded_vocab_size"]) < vocab:
             raise UserInputError(f"`reward.load: {role.load}` has a vocabulary of {self.args['padded_vocab_size']} "

@@ -57,7 +57,7 @@ class RolloutWorker:
         self.env = init_distributed(platform)
         self.device = platform.device(self.env.device_index)
         init_parallel_state(generation_tp(cfg), 1, seed=cfg.run.seed)
-        self.tokenizer = load_tokenizer(cfg.run.tokenizer_name_or_path)
+        self.tokenizer = load_tokenizer(cfg.run.tokenizer_name_or_path, trust_remote_code=cfg.run.trust_remote_code)
         self.vocab_size = len(self.tokenizer)
         self.args = model_args(a, self.vocab_size)  # the training ranks' args: same TP, same padding
         self.engine_kind = r.rollout_engine
@@ -80,6 +80,7 @@ class RolloutWorker:
             top_p=r.top_p, top_k=r.top_k, max_new_tokens=r.max_new_tokens, seq_length=cfg.run.seq_length, seed=seed)
         self.calls = 0
         self.weight_updates = 0
+        self.kept: frozenset = frozenset()  # frozen HF names the syncs leave out (set_rollout_skip)
 
     def rank_info(self) -> dict:
         from mindspeed_rl.distributed.worker_env import rank_info
@@ -88,7 +89,8 @@ class RolloutWorker:
     def update_weights(self, refs: list, timeout_s: float = 600.0, with_stats: bool = False):
         """Load the training ranks' buckets (object refs from export_hf_buckets), one bucket in
         memory at a time. Returns the params (native) or tensors (vLLM) written; with_stats: a dict
-        of timing/sync_weights (this rank's load) and rollout/sync_peak_bytes instead."""
+        of timing/sync_weights (this rank's load), rollout/sync_peak_bytes and rollout/sync_tensors (that
+        count) instead."""
         import time
 
         from mindspeed_rl.rollout.weight_buckets import fetch_buckets
@@ -96,15 +98,27 @@ class RolloutWorker:
 
         who = f"rollout rank {self.env.rank}"
         start = time.perf_counter()
-        if self.engine_kind == "vllm":
-            self.engine.update_weights(fetch_buckets(refs, timeout_s, who))
+        if self.engine_kind == "vllm":  # (a first sync with frozen parameters learns which layers each tensor feeds)
+            learn = self.weight_updates == 0 and bool(self.cfg.actor.optim.freeze_parameters)
+            self.engine.update_weights(fetch_buckets(refs, timeout_s, who), learn_layers=learn)
             written, peak = int(self.engine.last_sync["tensors"]), self.engine.last_sync["peak_bytes"]
         else:
-            written, peak = load_hf_tensors(self.model, fetch_buckets(refs, timeout_s, who), self.args), float("nan")
+            written = load_hf_tensors(self.model, fetch_buckets(refs, timeout_s, who), self.args, absent=self.kept)
+            peak = float("nan")
         self.weight_updates += 1
         if with_stats:
-            return {"timing/sync_load": time.perf_counter() - start, "rollout/sync_peak_bytes": peak}
+            return {"timing/sync_load": time.perf_counter() - start, "rollout/sync_peak_bytes": peak,
+                    "rollout/sync_tensors": float(written)}
         return written
+
+    def skippable_weights(self, names) -> set:
+        """Which of these frozen HF names later syncs may leave out: vLLM's whole layers (VLLMEngine.skippable); all
+        of them for the native engine, whose model keeps every tensor that does not come."""
+        return set(self.engine.skippable(names)) if self.engine_kind == "vllm" else set(names)
+
+    def set_rollout_skip(self, names) -> None:
+        """The HF names later syncs leave out (the native engine then does not wait for them)."""
+        self.kept = frozenset(names)
 
     @on_device(move_inputs=False)
     def generate_probe(self) -> dict:

@@ -5,7 +5,8 @@
 (b) split: resource_pool.actor_rollout=[2] with num_gpus_for_train=1 + num_gpus_for_infer=1; the
     generation rank's log-probs equal the training rank's on every step (weights synced), also
     after validation generated right after an update; with layer 0 frozen (freeze_parameters), which the
-    checkpoints of steps 1 and 3 hold unchanged while every other weight moved.
+    checkpoints of steps 2 and 3 hold unchanged while every other weight moved, and which only the first
+    sync sends (the generation rank keeps it).
 """
 import json
 import os
@@ -68,6 +69,10 @@ def test_train_infer_split_syncs_weights(tmp_path):
     assert all(not ckpt[0][n].equal(ckpt[1][n]) for n in ckpt[0] if n not in frozen and "layernorm" not in n), \
         [n for n in ckpt[0] if n not in frozen and ckpt[0][n].equal(ckpt[1][n])]
     assert "ranks 0: train" in proc.stdout and "ranks 1: generate" in proc.stdout
+    # after the first sync, layer 0's 12 frozen HF tensors stay on the generation rank (its engine keeps them): the
+    # log-prob check below then holds with them not sent
+    assert "weight sync: 12 of the 12 frozen tensors are left out of later syncs" in proc.stdout + proc.stderr, \
+        (proc.stdout + proc.stderr)[-3000:]
     rows = metrics(tmp_path)
     assert len(rows) == 3 and "val/score/mean" in rows[1]
     for r in rows:

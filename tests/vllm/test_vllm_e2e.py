@@ -54,14 +54,21 @@ def test_vllm_on_the_generation_rank_of_the_split_and_sync_check_interval_0(tmp_
     """The split's generation rank runs vLLM, synced every step; with `sync_check_interval: 0` and a
     tolerance no check could meet (1e-12), no probe check runs, so the run finishes: the key reaches
     the trainer, and the weights still sync every step (the probe check on the split runs in the
-    inference-TP-2 test below)."""
+    inference-TP-2 test below). Layer 0's attention is frozen: after the first sync its tensors stay in the engine
+    (the syncs load that many fewer) and the batch log-probs still agree."""
+    import re
+
     proc = ray_gpt("training.train_iters=4", f"training.output_dir={tmp_path}", "training.test_freq=2",
                    "resource_pool.actor_rollout=[2]", f"{A}.num_gpus_for_train=1", f"{A}.num_gpus_for_infer=1",
                    f"{A}.ppo_mini_batch_size=8", f"{A}.tis_mode=token",  # 2 mini-batches: old log-probs computed
-                   f"{A}.sync_check_tolerance=1e-12", f"{A}.sync_check_interval=0")
+                   f"{A}.sync_check_tolerance=1e-12", f"{A}.sync_check_interval=0",
+                   f"{A}.freeze_parameters=[decoder.layers.0.self_attention.*]")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert "ranks 1: generate" in proc.stdout
+    left_out = re.search(r"weight sync: (\d+) of the (\d+) frozen tensors are left out of later syncs", proc.stdout)
+    assert left_out and int(left_out[1]) == int(left_out[2]) > 0, proc.stdout[-3000:]
     rows = metrics(tmp_path)
+    assert [r["rollout/sync_tensors"] for r in rows[1:]] == [rows[0]["rollout/sync_tensors"] - int(left_out[1])] * 3
     assert len(rows) == 4 and "val/score/mean" in rows[1]
     for r in rows:
         # batch log-probs of the vLLM generation rank vs the training rank, same weights

@@ -1,7 +1,7 @@
 """The vLLM engine in-process against the training model (megatron) on random Llama and Qwen2:
 greedy tokens equal the native engine's, sampled log-probs equal the training forward's, a weight
-update streamed in shuffled chunks that split layers equals a fresh engine, and the sync check
-fires on corrupted weights. Head dim 32: vLLM's CPU attention has no kernel for 16."""
+update streamed in shuffled chunks that split layers equals a fresh engine, one that leaves frozen layers out
+equals a full one, and the sync check fires on corrupted weights. Head dim 32: vLLM's CPU attention has no kernel for 16."""
 import json
 import os
 import random
@@ -171,6 +171,47 @@ def test_sync_check_fires_on_corrupted_weights(setup):
     engine.update_weights(gathered_hf_tensors(model, args))  # leave the shared engine as it was
 
 
+def test_frozen_tensors_left_out_after_a_learning_sync_equal_a_full_update(setup, tmp_path):
+    """freeze_parameters: a learning sync (each tensor alone) records the vLLM layers each feeds; the embedding and
+    layer 0's attention (q / k / v / o and, Qwen2, the q / k / v biases) are then left out, but never part of a fused
+    layer (q alone, or q / k / v without their biases). An update without them (new weights for every other tensor)
+    generates what a fresh engine given all the new weights, the frozen ones unchanged, does."""
+    from mindspeed_rl.rollout.vllm_engine import VLLMEngine
+
+    arch, _, _, _, _, hf_config, extra = setup
+    states = []
+    old = dict(testing_utils.TINY_HF)
+    testing_utils.TINY_HF.update(hidden_size=128)
+    try:
+        for seed in (3, 4):
+            hf = testing_utils.make_tiny_hf(arch, str(tmp_path / str(seed)), seed=seed)
+            states.append({k: v for k, v in hf.state_dict().items()
+                           if not (k == "lm_head.weight" and hf_config.get("tie_word_embeddings"))})
+    finally:
+        testing_utils.TINY_HF.clear()
+        testing_utils.TINY_HF.update(old)
+    attention = {n for n in states[0] if n.startswith("model.layers.0.self_attn.")}
+    frozen = attention | {"model.embed_tokens.weight"}
+    learner = VLLMEngine(hf_config, vocab_size=HF_VOCAB, max_length=128, eos_token_ids=[0], seed=0)
+    extra.append(learner)
+    learner.update_weights(states[0].items(), learn_layers=True)
+    assert set(learner.layers_fed) == set(states[0])
+    qkv = {f"model.layers.0.self_attn.{p}_proj.weight" for p in "qkv"}
+    assert learner.skippable({"model.layers.0.self_attn.q_proj.weight"}) == set()
+    assert learner.skippable(qkv) == (qkv if arch == "llama" else set())  # Qwen2's biases are in the fused layer
+    assert learner.skippable(frozen) == frozen
+    new = {n: states[0][n] if n in frozen else t for n, t in states[1].items()}
+    learner.update_weights((n, t) for n, t in new.items() if n not in frozen)
+    assert learner.last_sync["tensors"] == len(new) - len(frozen)
+    fresh = VLLMEngine(hf_config, vocab_size=HF_VOCAB, max_length=128, eos_token_ids=[0], seed=0)
+    extra.append(fresh)
+    fresh.update_weights(new.items())
+    for params in (SamplingParams(do_sample=False, max_new_tokens=16, ignore_eos=True),
+                   SamplingParams(n=2, temperature=1.0, max_new_tokens=16, seed=11, ignore_eos=True)):
+        a, b = learner.generate(PROMPTS, params), fresh.generate(PROMPTS, params)
+        assert torch.equal(a.responses, b.responses) and torch.equal(a.log_probs, b.log_probs)
+
+
 def test_threads_sleep_and_close(setup, caplog):
     """The training side keeps torch.set_num_threads; CPU sleep/wake are no-ops said once."""
     _, _, _, _, engine, _, _ = setup
@@ -194,6 +235,7 @@ def test_a_tokenizer_with_more_ids_than_the_model_has_rows(setup):
     from types import SimpleNamespace
 
     from mindspeed_rl.rollout.vllm_engine import build_vllm_engine
+    from mindspeed_rl.rollout.weight_buckets import RolloutSkip
     from mindspeed_rl.workers.actor import ActorRolloutWorker
 
     _, out, model, args, _, _, extra = setup
@@ -207,7 +249,7 @@ def test_a_tokenizer_with_more_ids_than_the_model_has_rows(setup):
     assert engine.vocab_size == rows
     # the actor's own methods on a stand-in holding what they read (a whole actor needs Ray and a trainer)
     actor = SimpleNamespace(engine_kind="vllm", engine=engine, model=model, args=args, cfg=cfg,
-                            vocab_size=tokenizer_ids)
+                            vocab_size=tokenizer_ids, rollout_skip=RolloutSkip())
     sync = ActorRolloutWorker.sync_rollout_weights(actor)
     assert sync["timing/sync_weights"] > 0 and engine.last_sync["tensors"] > 0
     probe = ActorRolloutWorker.generate_probe(actor)

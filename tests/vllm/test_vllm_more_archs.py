@@ -73,7 +73,7 @@ VARIANTS = {
     "gemma4_text-ple": dict(testing_utils.HF_VARIANTS["gemma4_text-ple"], head_dim=32, global_head_dim=64,
                             sliding_window=16, max_position_embeddings=64),  # E2B's layer: per-layer inputs, KV sharing
     # Hy3 without the keys its releases carry for vLLM (as transformers' HYV3Config alone writes it): the engine supplies
-    # them (vllm_engine.vllm_config), or vLLM would skip the q / k norms, the renormalisation and the routed scale
+    # them (vllm_hf_config.vllm_config), or vLLM would skip the q / k norms, the renormalisation and the routed scale
     "hy_v3": dict(first_k_dense_replace=None, expert_hidden_dim=None, qk_norm=None, route_norm=None),
     "glm4": dict(head_dim=32),
     "glm": dict(head_dim=32),
@@ -137,7 +137,7 @@ CI_ARCHS = ("mixtral", "phi3", "phi3-partiallongrope", "qwen2-yarn", "smollm3-ya
 EXTENDED_ARCHS = ("mistral3", "gemma", "olmo3", "ministral3", "exaone4", "seed_oss", "ernie4_5", "arcee", "glm4_moe",
                   "deepseek_v2", "minimax_m2", "glm4_moe_lite", "ernie4_5_moe", "apertus", "olmoe", "flex_olmo",
                   "hunyuan_v1_moe", "granitemoeshared", "glm", "starcoder2", "nemotron", "phi", "falcon", "olmo-clip",
-                  "granitemoehybrid-hmoe", "nemotron_h", "falcon_h1", "lfm2_moe", "exaone", "exaone_moe", "hyperclovax", "iquestcoder", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla", "jais2", "mellum", "gemma4_text-moe")
+                  "granitemoehybrid-hmoe", "nemotron_h", "falcon_h1", "lfm2_moe", "exaone", "exaone_moe", "hyperclovax", "iquestcoder", "internlm3", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla", "jais2", "mellum", "gemma4_text-moe")
 
 
 @pytest.mark.parametrize("arch", with_extended(CI_ARCHS, EXTENDED_ARCHS))

@@ -182,7 +182,7 @@ def names_type(config) -> str | None:
     """The key of a config.json's tensor names in the tables here: its model_type, except Granite 4.0's dense models
     (granitemoehybrid without experts: `granitemoehybrid_dense`), whose shared_mlp is their only MLP, Falcon's
     with two norms beside each other (`falcon_2ln`: ln_attn, ln_mlp), and EXAONE 3.x and Sarvam MoE by their
-    architecture (the vLLM engine gives them to vLLM as llama / glm4_moe model_types: rollout/vllm_engine.vllm_config)."""
+    architecture (the vLLM engine gives them to vLLM as llama / glm4_moe model_types: rollout/vllm_hf_config.vllm_config)."""
     model_type = (config or {}).get("model_type")
     if list((config or {}).get("architectures") or ()) == ["ExaoneForCausalLM"]:  # (the vLLM engine's llama-typed EXAONE)
         return "exaone"

@@ -239,6 +239,9 @@ ARCHS = {"llama": dict(rotary_base=5000.0, rope_scaling_type="llama3", untie_emb
                              softmax_scale=0.2, post_norm=True, pre_norm=True),
          # IQuest-Coder: Llama with head_dim 32 (transformers' default 128 when config.json has none), untied
          "iquestcoder": dict(kv_channels=32, untie_embeddings_and_output_weights=True, qk_layernorm=False),
+         # InternLM3: that under its own model_type, its dynamic NTK RoPE read as the default RoPE at its theta
+         "internlm3": dict(kv_channels=32, untie_embeddings_and_output_weights=True, rotary_base=10000.0,
+                           rope_scaling_type=None, max_position_embeddings=128),
          # Ministral 3's image-text checkpoint: its text model, the length limit where Llama 4's query scaling starts
          "ministral3": dict(rope_scaling_type="yarn", rope_scaling_factor=4.0, max_position_embeddings=64,
                             untie_embeddings_and_output_weights=True, kv_channels=16)}

@@ -185,7 +185,7 @@ def test_granite_stacked_experts_and_fused_shared_mlp_read_and_fed_as_stored(tmp
     with the parts split over chunks in any order, hands vLLM the stored tensors once complete. Granite 4.0's dense
     checkpoint (granitemoehybrid without experts) calls its only MLP shared_mlp, and vLLM is given it as Granite;
     Granite 4.0-H (Mamba-2 layers) goes to vLLM as it is, its in_proj / conv1d read by part and fed whole;
-    Cohere 2 is given to vLLM with its window one smaller (vllm_engine.vllm_config)."""
+    Cohere 2 is given to vLLM with its window one smaller (vllm_hf_config.vllm_config)."""
     import random
 
     from mindspeed_rl.models.hf_bridge.names import fuse, names_type, stored_name

@@ -109,7 +109,9 @@ def test_falcon_config_json_as_released():
     ({"mlp_bias": True}, "mlp_bias"),
     ({"attention_bias": True}, "attention_bias"),
     ({"hidden_act": "gelu"}, "hidden_act"),
-    ({"rope_scaling": {"rope_type": "dynamic", "factor": 4.0}}, "rope type 'dynamic' .* would disagree"),
+    ({"rope_scaling": {"rope_type": "dynamic"}}, "rope type 'dynamic' without a factor is not supported"),
+    ({"rope_scaling": {"rope_type": "dynamic", "factor": 4.0, "original_max_position_embeddings": 8192}},
+     "'dynamic' with original_max_position_embeddings 8192 != max_position_embeddings 131072 is not supported"),
     ({"rope_scaling": {"rope_type": "su", "factor": 4.0}}, "rope type 'su' is not supported; use one of"),
     ({"partial_rotary_factor": 0.5}, "partial_rotary_factor 0.5 is supported for phi3, glm, glm4, glm4_moe, sarvam_moe, stablelm, nemotron, phi, gpt_neox, mellum, minimax_m2, qwen3_5_text and qwen3_next models only, not llama"),
 ])
@@ -876,7 +878,8 @@ def test_hunyuan_config_json_round_trip():
     """Hunyuan-7B-Instruct's config.json (its keys as published: per-head q / k norms after RoPE, head_dim 128,
     NTK alpha 1000 labelled dynamic, with its unused YaRN-style keys): the default RoPE at theta x alpha^(128 / 126),
     as transformers' HunYuan computes it; exported as HunYuan with that theta and read back the same; dynamic NTK
-    without an alpha stays refused, and so do the RoPE variants the position turn does not take."""
+    without an alpha (generic dynamic NTK) is the default RoPE at the config's theta, and the RoPE variants the
+    position turn does not take are refused."""
     from transformers import HunYuanDenseV1Config
 
     from mindspeed_rl.models.hf_export_config import hf_config_from_args
@@ -889,8 +892,8 @@ def test_hunyuan_config_json_round_trip():
     assert (written["model_type"], written["architectures"]) == ("hunyuan_v1_dense", ["HunYuanDenseV1ForCausalLM"])
     assert model_config_from_hf(written) == args
     assert HunYuanDenseV1Config(**written).rope_parameters["rope_type"] == "default"
-    with pytest.raises(ValueError, match="rope type 'dynamic' .dynamic NTK. is not supported"):
-        model_config_from_hf(dict(HUNYUAN_7B, rope_scaling={"type": "dynamic", "factor": 2.0}))
+    generic = model_config_from_hf(dict(HUNYUAN_7B, rope_scaling={"type": "dynamic", "factor": 2.0}))
+    assert generic["rotary_base"] == 10000.0 and "rope_scaling_type" not in generic
     with pytest.raises(ValueError, match="only as HunYuan .hunyuan_v1_dense.*which has no sliding_window"):
         hf_config_from_args(dict(args, sliding_window=16), vocab_size=128167)
 

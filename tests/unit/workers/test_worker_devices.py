@@ -94,7 +94,8 @@ def spies(monkeypatch):
     monkeypatch.setattr(train_step, "policy_update_step", policy_update_step)
     monkeypatch.setattr(interface, "generate_batch", generate_batch)
     monkeypatch.setattr(reward_model, "compute_scores", compute_scores)
-    monkeypatch.setattr(weight_buckets, "gathered_hf_tensors", lambda model, args: iter([("w", torch.ones(2, device=META))]))
+    monkeypatch.setattr(weight_buckets, "gathered_hf_tensors",
+                        lambda model, args, skip=None: iter([("w", torch.ones(2, device=META))]))
     return seen
 
 
@@ -138,13 +139,14 @@ def test_the_worker_builds_its_model_on_its_device(gloo_world1, monkeypatch):
                 max_position_embeddings=32, normalization="RMSNorm", swiglu=True, disable_bias_linear=True)
     monkeypatch.setattr(Platform, "device", lambda self, local_rank=0: META)
     monkeypatch.setattr(worker_env, "init_distributed", lambda platform: SimpleNamespace(device_index=0))
-    monkeypatch.setattr(tokenizer, "load_tokenizer", lambda path: [0] * 40)
+    monkeypatch.setattr(tokenizer, "load_tokenizer", lambda path, trust_remote_code=False: [0] * 40)
     monkeypatch.setattr(actor, "model_args", lambda role_cfg, vocab: dict(args))
     from mindspeed_rl.config.schema import ParallelConfig
 
     role = SimpleNamespace(mindspeed_switches={}, parallel=ParallelConfig(), params_dtype="bf16", load=None,
                            micro_batch_size=2, use_torch_compile=False)
-    cfg = SimpleNamespace(run=SimpleNamespace(platform="auto", seed=1, tokenizer_name_or_path=None), ref=role,
+    cfg = SimpleNamespace(run=SimpleNamespace(platform="auto", seed=1, tokenizer_name_or_path=None, trust_remote_code=False),
+                          ref=role,
                           actor=SimpleNamespace(rollout=SimpleNamespace(temperature=1.0, do_sample=False)),
                           resource_pool=SimpleNamespace(ref=[1]))
     w = ReferenceWorker(cfg)
