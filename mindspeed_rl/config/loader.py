@@ -164,7 +164,7 @@ def _section(parent: dict, key: str) -> dict:
 
 def _suggest(key: str, known) -> str:
     close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
-    return f"; did you mean `{close[0]}`?" if close else "; see the key reference in the README."
+    return f"; did you mean `{close[0]}`?" if close else "; see the key reference, docs/config_keys.md."
 
 
 def _check_keys(prefix: str, section: dict, allowed, extra_hint: dict | None = None) -> None:

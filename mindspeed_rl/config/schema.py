@@ -197,7 +197,7 @@ class OptimConfig:
     use_distributed_optimizer: bool = doc(True, "shard optimizer state over data-parallel ranks (Megatron); used only when DP > 1")
     initial_loss_scale: float = doc(4096.0, "starting dynamic loss scale (fp16 only)")
     freeze_parameters: Optional[list] = doc(None, "actor: parameters not trained, as shell-style patterns over megatron's parameter names with global layer numbers (e.g. [embedding.per_layer.embeddings.weight]: Gemma 4 E2B's per-layer table; [\"decoder.layers.[0-9].*\"]): no gradient, no optimizer state, still synced and saved (models/freeze.py; README, Freezing parameters); each pattern must match a parameter; null = train all")
-    bf16_stochastic_rounding: bool = doc(False, "bf16 only: round the fp32 main params into the bf16 model stochastically (unbiased) instead of to nearest, so updates below half a bf16 ulp reach the model in expectation (models/stochastic_rounding.py; README, bf16 on CPU)")
+    bf16_stochastic_rounding: bool = doc(False, "bf16 only: round the fp32 main params into the bf16 model stochastically (unbiased) instead of to nearest, so updates below half a bf16 ulp reach the model in expectation (models/stochastic_rounding.py; docs/benchmarks.md, bf16 on CPU)")
 
 
 @dataclass
@@ -252,12 +252,12 @@ class RoleConfig:
     load: Optional[str] = doc(None, "HF checkpoint directory, Megatron checkpoint directory, or null for a seeded random init")
     save: Optional[str] = doc(None, "where checkpoints of this role go (default <output_dir>/checkpoints)")
     micro_batch_size: int = doc(1, "sequences per forward/backward micro-batch")
-    bf16: bool = doc(False, "bfloat16 parameters and compute; the optimizer steps fp32 main params (on CPU attention is computed in fp32). Updates below half a bf16 ulp reach the model only once they add up: at real-model learning rates a short run may not move unless bf16_stochastic_rounding is on (README, bf16 on CPU)")
+    bf16: bool = doc(False, "bfloat16 parameters and compute; the optimizer steps fp32 main params (on CPU attention is computed in fp32). Updates below half a bf16 ulp reach the model only once they add up: at real-model learning rates a short run may not move unless bf16_stochastic_rounding is on (docs/benchmarks.md, bf16 on CPU)")
     fp16: bool = doc(False, "float16 parameters and compute with loss scaling")
     num_gpus_for_train: Optional[int] = doc(None, "actor devices that train; with num_gpus_for_infer the actor pool is split (ray_gpt). Default: all, colocated")
     num_gpus_for_infer: Optional[int] = doc(None, "actor devices that only generate (0 or null = the training ranks generate)")
     use_torch_compile: bool = doc(False, "actor and ref: compile the decoder layers of the training and log-prob forwards with torch.compile (verl's name; models/compiled_layers.py): inductor fuses the element-wise work between the matmuls, forward and backward. Dense layers; not on Ascend. CPU, bf16: updates take 0.72-0.87x the CPU time (10M to the SmolLM2-135M shape); the first update compiles (~20 s on CPU, seconds once inductor's disk cache has it). On a GPU it costs: an H200 bf16 update took 1.35x eager's time; leave it off there")
-    param_offload: Optional[bool] = doc(None, "ref only, colocated on an accelerator: keep the reference's weights in host memory between uses (true), on the device (false), or null = auto: offloaded when they exceed 5 % of the device's memory (README, Accelerators)")
+    param_offload: Optional[bool] = doc(None, "ref only, colocated on an accelerator: keep the reference's weights in host memory between uses (true), on the device (false), or null = auto: offloaded when they exceed 5 % of the device's memory (docs/accelerators.md)")
     verifier: bool = doc(False, "reward: score with the rule verifiers of algorithm.verifier_function (ray_gpt default: off)")
     arch: ModelArch = field(default_factory=ModelArch)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)

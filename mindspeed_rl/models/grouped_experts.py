@@ -3,7 +3,7 @@
 Why: megatron's `SequentialMLP` runs the local experts one after another: two small matmuls per
 expert, a `tokens_per_expert.tolist()` (a host sync) to split the tokens, and a cat. On one H200 a
 bf16 update of a 16-expert, top-4 model took 2.65x transformers' (which groups the experts' GEMMs),
-at 2 % of the matmul peak (README, Accelerators). megatron's own `GroupedMLP` needs the
+at 2 % of the matmul peak (docs/accelerators.md). megatron's own `GroupedMLP` needs the
 `grouped_gemm` package (or Transformer Engine) and stores the experts stacked, under other names
 than every checkpoint, export and weight-sync path of this project reads.
 

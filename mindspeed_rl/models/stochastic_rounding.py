@@ -7,7 +7,7 @@ With `bf16: true` megatron's mixed-precision optimizer steps fp32 main params an
 the bf16 parameters the model computes with, rounding to nearest. An update smaller than half a bf16
 ulp then never reaches the model until the fp32 copy has drifted across a rounding boundary: at real
 learning rates (1e-6 .. 1e-5, weights ~0.05, ulp 2.4e-4) most bf16 weights stay where they started
-for tens of steps (README, bf16 on CPU). Stochastic rounding rounds up with probability equal to
+for tens of steps (docs/benchmarks.md, bf16 on CPU). Stochastic rounding rounds up with probability equal to
 the distance to the lower neighbour, so the bf16 weight is an unbiased estimate of the fp32 one at
 every step: E[round(x)] = x. The copy becomes: add 16 random bits to the fp32 bit pattern, keep the
 upper 16 (the bf16 of a truncation). Values a bf16 holds exactly are copied unchanged; non-finite

@@ -100,7 +100,7 @@ def test_moe_with_the_vllm_engine_colocated_dry_runs(capsys):
 def test_hunyuan_moe_with_the_vllm_engine_dry_runs(capsys):
     """HunYuan-MoE's ungated shared expert with per-head q / k norms is not vLLM's Qwen2-MoE, but vLLM serves it as
     itself (HunYuanMoEV1ForCausalLM, its Transformers backend): no Qwen-MoE rule applies (ran end to end in the vLLM
-    environment: README, HunYuan-MoE)."""
+    environment: docs/models.md, HunYuan-MoE)."""
     over = MOE + ["training.moe_shared_expert_intermediate_size=64", "training.qk_layernorm=true",
                   "training.qk_layernorm_after_rope=true", f"{A}.rollout_engine=vllm"]
     assert ray_gpt.main(["--config-name", TINY, *over, "dry_run=true"]) == 0, capsys.readouterr().err
@@ -113,7 +113,7 @@ def test_granite_moe_with_the_vllm_engine_dry_runs(capsys):
     """Granite's multipliers around experts without q / k norms, with a shared MLP without a gate or none, are neither
     vLLM's Qwen3-MoE nor its Qwen2-MoE, but vLLM serves them as Granite MoE (GraniteMoeSharedForCausalLM /
     GraniteMoeForCausalLM; hf_granite_config.granite_moe_config): no Qwen-MoE rule applies (ran end to end in the vLLM
-    environment: README, Granite). Without the multipliers the rule still names the mismatch."""
+    environment: docs/moe.md, Granite MoE and Granite 4.0). Without the multipliers the rule still names the mismatch."""
     granite = ["training.embedding_multiplier_scale=2.0", f"{A}.rollout_engine=vllm"]
     for shared in ([], ["training.moe_shared_expert_intermediate_size=64"]):
         assert ray_gpt.main(["--config-name", TINY, *MOE, *granite, *shared, "dry_run=true"]) == 0, \
