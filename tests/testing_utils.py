@@ -460,6 +460,12 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
         "internlm3": lambda: getattr(tf, "InternLM3Config", tf.LlamaConfig)(**{
             "head_dim": 32, "rope_parameters": {"rope_type": "dynamic", "factor": 6.0, "rope_theta": 10000.0},
             "pad_token_id": 0, "eos_token_id": 2, "bos_token_id": 1, **tiny}),
+        # Youtu-LLM's layout scaled down: DeepSeek-V3's multi-latent attention (query rank 24, key / value rank 16, 16 + 8
+        # RoPE dimensions per head over interleaved pairs, values 16) with a dense SwiGLU MLP in every layer, tied
+        "youtu": lambda: getattr(tf, "YoutuConfig")(**{
+            "q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1.6e6}, "pad_token_id": None, "eos_token_id": 2,
+            "bos_token_id": 1, **tiny, "num_key_value_heads": tiny["num_attention_heads"]}),
         "nemotron_h": lambda: tf.NemotronHConfig(**{
             "layers_block_type": ["linear_attention", "mlp", "full_attention", "mlp"], "mamba_num_heads": 4, "mamba_head_dim": 32,
             "n_groups": 2, "ssm_state_size": 16, "chunk_size": 16, "head_dim": 16,
@@ -535,6 +541,9 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
         # (two different mscales), routing over all 4 experts (no groups), x 2.5, a dense first layer and a shared
         # expert; written as the release spells it (_as_sarvam_mla_release: Ling's keys, deepseek_yarn)
         "sarvam_mla": lambda: deepseek_v3(q_lora_rank=None, n_group=1, topk_group=1, routed_scaling_factor=2.5),
+        # MiMo-7B's layout: a Qwen2 (q / k / v biases, untied, rope theta 640000), saved as the release stores it
+        # (_as_mimo_release: model_type mimo and one multi-token-prediction layer's tensors, which are not read)
+        "mimo": lambda: tf.Qwen2Config(**tiny, rope_theta=640000.0, tie_word_embeddings=False),
         # DeepSeek-V2-Lite's layout scaled down: multi-latent attention with one full-rank query projection, YaRN x 4
         # (mscale = mscale_all_dim 0.707), softmax routing without renormalising (top-2 of 4, weights x 2), a dense
         # first layer and one shared expert
@@ -697,7 +706,7 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
            "hunyuan_v1_dense": tf.HunYuanDenseV1ForCausalLM, "hunyuan_v1_moe": tf.HunYuanMoEV1ForCausalLM,
            "granitemoe": tf.GraniteMoeForCausalLM, "granitemoeshared": tf.GraniteMoeSharedForCausalLM,
            "granitemoehybrid": tf.GraniteMoeHybridForCausalLM, "glm": tf.GlmForCausalLM,
-           "helium": tf.HeliumForCausalLM, "stablelm": tf.StableLmForCausalLM, "nemotron_h": tf.NemotronHForCausalLM, "falcon_h1": tf.FalconH1ForCausalLM, "lfm2": tf.Lfm2ForCausalLM, "lfm2_moe": tf.Lfm2MoeForCausalLM, "lfm2_vl": tf.Lfm2VlForConditionalGeneration, "exaone_moe": tf.ExaoneMoeForCausalLM, "hy_v3": tf.HYV3ForCausalLM, "afmoe": tf.AfmoeForCausalLM, "sarvam_moe": tf.Glm4MoeForCausalLM, "jais2": tf.Jais2ForCausalLM, "mellum": tf.MellumForCausalLM, "gemma4_text": tf.Gemma4ForCausalLM, "gemma4": tf.Gemma4ForConditionalGeneration, "hyperclovax": tf.HyperCLOVAXForCausalLM, "iquestcoder": tf.LlamaForCausalLM, "internlm3": tf.LlamaForCausalLM, "exaone": tf.LlamaForCausalLM,
+           "helium": tf.HeliumForCausalLM, "stablelm": tf.StableLmForCausalLM, "nemotron_h": tf.NemotronHForCausalLM, "falcon_h1": tf.FalconH1ForCausalLM, "lfm2": tf.Lfm2ForCausalLM, "lfm2_moe": tf.Lfm2MoeForCausalLM, "lfm2_vl": tf.Lfm2VlForConditionalGeneration, "exaone_moe": tf.ExaoneMoeForCausalLM, "hy_v3": tf.HYV3ForCausalLM, "afmoe": tf.AfmoeForCausalLM, "sarvam_moe": tf.Glm4MoeForCausalLM, "jais2": tf.Jais2ForCausalLM, "mellum": tf.MellumForCausalLM, "gemma4_text": tf.Gemma4ForCausalLM, "gemma4": tf.Gemma4ForConditionalGeneration, "hyperclovax": tf.HyperCLOVAXForCausalLM, "iquestcoder": tf.LlamaForCausalLM, "internlm3": tf.LlamaForCausalLM, "youtu": tf.YoutuForCausalLM, "mimo": tf.Qwen2ForCausalLM, "exaone": tf.LlamaForCausalLM,
            "starcoder2": tf.Starcoder2ForCausalLM, "nemotron": tf.NemotronForCausalLM,
            "cohere": tf.CohereForCausalLM, "cohere2": tf.Cohere2ForCausalLM, "phi": tf.PhiForCausalLM,
            "gpt_neox": tf.GPTNeoXForCausalLM, "falcon": tf.FalconForCausalLM, "olmo": tf.OlmoForCausalLM}[arch]
@@ -727,6 +736,8 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
         _as_sarvam_release(out_dir)
     if arch == "sarvam_mla":
         _as_sarvam_mla_release(out_dir)
+    if arch == "mimo":
+        _as_mimo_release(out_dir)
     return model
 
 
@@ -776,6 +787,31 @@ def _as_sarvam_release(out_dir):
         tensors = {re.sub(pattern, repl, k): v for k, v in tensors.items()}
     save_file(tensors, path, metadata={"format": "pt"})
     _retype(out_dir, "sarvam_moe", "SarvamMoEForCausalLM")
+
+
+def _as_mimo_release(out_dir):
+    """A Qwen2 saved in `out_dir` as MiMo-7B's release stores it: config.json's model_type mimo (MiMoForCausalLM, its
+    remote code in auto_map, attention_bias true, one multi-token-prediction layer) and that layer's tensors
+    (model.mtp_layers.0.*: norms, the input projection and a Qwen2 layer, random) beside the model's."""
+    from safetensors.torch import load_file, save_file
+
+    path = os.path.join(out_dir, "model.safetensors")
+    tensors = load_file(path)
+    g = torch.Generator().manual_seed(7)
+    mtp = {n.replace("model.layers.0.", "model.mtp_layers.0."): torch.randn(t.shape, generator=g) * 0.02
+           for n, t in tensors.items() if n.startswith("model.layers.0.")}
+    hidden = tensors["model.norm.weight"].shape[0]
+    mtp.update({f"model.mtp_layers.0.{n}.weight": torch.ones(hidden) for n in ("token_layernorm", "hidden_layernorm",
+                                                                                "final_layernorm")})
+    mtp["model.mtp_layers.0.input_proj.weight"] = torch.randn(hidden, 2 * hidden, generator=g) * 0.02
+    save_file({**tensors, **mtp}, path, metadata={"format": "pt"})
+    with open(os.path.join(out_dir, "config.json")) as f:
+        config = json.load(f)
+    config.update(model_type="mimo", architectures=["MiMoForCausalLM"], attention_bias=True, num_nextn_predict_layers=1,
+                  auto_map={"AutoConfig": "configuration_mimo.MiMoConfig",
+                            "AutoModelForCausalLM": "modeling_mimo.MiMoForCausalLM"})
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(config, f)
 
 
 def _as_sarvam_mla_release(out_dir):

@@ -32,7 +32,7 @@ HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_mo
             "granitemoe", "granitemoeshared", "granitemoehybrid", "glm", "helium", "stablelm",
             "starcoder2", "nemotron", "cohere", "cohere2", "phi", "gpt_neox", "falcon", "olmo", "nemotron_h", "falcon_h1",
             "lfm2", "lfm2_moe", "exaone", "exaone_moe", "hyperclovax", "iquestcoder", "hy_v3", "afmoe", "sarvam_moe", "jais2", "mellum",
-            "gemma4_text", "internlm3")
+            "gemma4_text", "internlm3", "youtu")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss",
              "minimax_m2", "ernie4_5_moe", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_moe",
@@ -43,7 +43,7 @@ GRANITE_ARCHS = ("granite", "granitemoe", "granitemoeshared", "granitemoehybrid"
 # Gated DeltaNet and gated attention (qwen3_5_args): Qwen3.5, Qwen3.5-MoE, Qwen3-Next
 QWEN3_5_ARCHS = ("qwen3_5_text", "qwen3_5_moe_text", "qwen3_next")
 HUNYUAN_ARCHS = ("hunyuan_v1_dense", "hunyuan_v1_moe")  # q / k norms after RoPE, NTK alpha RoPE
-MLA_ARCHS = ("deepseek_v3", "deepseek_v2", "glm4_moe_lite")  # multi-latent attention (mla_args)
+MLA_ARCHS = ("deepseek_v3", "deepseek_v2", "glm4_moe_lite", "youtu")  # multi-latent attention (mla_args)
 WINDOW_ARCHS = ("mistral", "mixtral", "phi3", "ministral3", "starcoder2")  # a config.json sliding_window applies to every layer
 ROPE_TYPES = ("default", "linear", "llama3", "longrope", "yarn")  # config.json rope types computed exactly
 ROPE_SCALINGS = (None, "linear", "llama3", "longrope", "yarn", "proportional")  # their rope_scaling_type (models/builder.py)
@@ -63,6 +63,8 @@ HF_DEFAULTS = {
     "exaone": {"rope_theta": 500000.0},  # transformers' ExaoneConfig (EXAONE 3.0 / 3.5)
     "iquestcoder": {"head_dim": 128},  # transformers' IQuestCoderConfig (IQuest-Coder-V1: Llama, head_dim 128)
     "internlm3": {"head_dim": 128},  # transformers' InternLM3Config (internlm3-8b-instruct: Llama, head_dim 128)
+    "youtu": {"kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,  # YoutuConfig's
+              "tie_word_embeddings": True, "max_position_embeddings": 131072},  # (q_lora_rank 1536: mla_args')
     # transformers' ExaoneMoeConfig (K-EXAONE): EXAONE 4.0's attention with DeepSeek-V3's routing
     "exaone_moe": {"rms_norm_eps": 1e-5, "first_k_dense_replace": 1, "moe_intermediate_size": 1024, "num_experts": 64,
                    "num_experts_per_tok": 8, "num_shared_experts": 1, "norm_topk_prob": True,
@@ -223,7 +225,9 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     cards tell users to set it); dynamic NTK (InternLM3) is the default RoPE up to max_position_embeddings, which
     is then the length limit (dynamic_ntk_as_default).
     InternLM3 (internlm3: internlm3-8b-instruct) is Llama with head_dim 128 under its own model_type, its biases
-    spelled qkv_bias / bias (none in the release; with them, refused)."""
+    spelled qkv_bias / bias (none in the release; with them, refused).
+    Youtu-LLM (youtu: Youtu-LLM-2B and -Base) is DeepSeek-V3's multi-latent attention (mla_args) with Llama's dense
+    SwiGLU MLP in every layer, tied by default."""
     hf = text_model_config(hf)
     model_type = hf.get("model_type")
     if model_type in QWEN3_5_ARCHS:  # its own config.json keeps M-RoPE's sections: the 1-D RoPE on text
@@ -434,7 +438,8 @@ APERTUS_ROPE = {"rope_type": "llama3", "rope_theta": 12000000.0, "factor": 8.0, 
 
 # model types that are another's layout and math under their own name -> that one (text_model_config):
 # Kimi K2 (moonshotai/Kimi-K2-*: DeepseekV3ForCausalLM with remote code for its config class)
-SAME_AS = {"kimi_k2": "deepseek_v3", "sarvam_mla": "deepseek_v3"}  # (Sarvam-105B: hf_moe_config.sarvam_mla_config)
+# (Sarvam-105B: hf_moe_config.sarvam_mla_config); MiMo-7B (mimo): Qwen2 with multi-token-prediction layers, not read
+SAME_AS = {"kimi_k2": "deepseek_v3", "sarvam_mla": "deepseek_v3", "mimo": "qwen2"}
 # image-text model_type -> its text model's model_type and class (text_model_config)
 IMAGE_TEXT_ARCHS = {"gemma3": ("gemma3_text", "Gemma3ForCausalLM"), "mistral3": ("mistral", "MistralForCausalLM"),
                     "qwen2_vl": ("qwen2", "Qwen2ForCausalLM"), "qwen2_5_vl": ("qwen2", "Qwen2ForCausalLM"),
@@ -470,9 +475,13 @@ def text_model_config(config: Mapping[str, Any]) -> dict[str, Any]:
     the checkpoint unread (hf_bridge/names.py maps the language model's prefixed names). Tied
     embeddings: config.json's top-level tie_word_embeddings where it has one (transformers 5 ties by
     it), else the text model's (4.x: Gemma 3 tied, Mistral untied). A model type in SAME_AS (Kimi K2, Sarvam MLA with
-    its keys renamed) becomes the one it is (deepseek_v3), without its remote-code `auto_map`."""
+    its keys renamed) becomes the one it is (deepseek_v3), without its remote-code `auto_map`; MiMo-7B (mimo) the
+    Qwen2 it is, its multi-token-prediction layers (model.mtp_layers.*) left unread as GLM-4.5's are."""
     if config.get("model_type") in SAME_AS:  # read, served and exported as that model type, no remote code
         config = sarvam_mla_config(config) if config["model_type"] == "sarvam_mla" else config
+        if config["model_type"] == "mimo" and config.get("attention_bias") is False:  # (Qwen2's are always there)
+            raise ValueError("config.json attention_bias false is not supported for mimo (Qwen2's q / k / v biases).")
+        config = dict(config, architectures=["Qwen2ForCausalLM"]) if config["model_type"] == "mimo" else config
         return {**{k: v for k, v in config.items() if k != "auto_map"}, "model_type": SAME_AS[config["model_type"]]}
     text_type, cls = IMAGE_TEXT_ARCHS.get(config.get("model_type"), (None, None))
     if text_type is None:

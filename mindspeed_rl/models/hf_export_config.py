@@ -96,6 +96,9 @@ def _config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.dty
     if int(args.get("num_experts") or 0) > 1 and args.get("moe_router_enable_expert_bias") and \
             (args.get("moe_router_score_function") or "softmax") == "softmax":  # softmax + bias: ERNIE 4.5's routing
         return ernie4_5_moe_config(args, vocab_size, dtype)
+    if args.get("multi_latent_attention") and int(args.get("num_experts") or 0) <= 1:  # dense: Youtu-LLM's
+        from mindspeed_rl.models.hf_youtu_config import youtu_config
+        return youtu_config(args, vocab_size, dtype)
     if args.get("multi_latent_attention"):  # DeepSeek-V2's softmax routing, else V3's sigmoid
         v2 = (args.get("moe_router_score_function") or "softmax") == "softmax"
         return glm4_moe_config(args, vocab_size, dtype, "deepseek_v2" if v2 else "deepseek_v3")

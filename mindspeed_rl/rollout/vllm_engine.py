@@ -626,9 +626,10 @@ class VLLMEngine:
                 stats["tensors"] += len(chunk)
                 if learned is None:
                     model.load_weights(iter([(stored_name(n, model_type), self._fit_vocab(n, t)) for n, t in chunk]))
-                for n, t in chunk if learned is not None else ():  # one by one: the layers each one feeds
-                    loaded = model.load_weights(iter([(stored_name(n, model_type), self._fit_vocab(n, t))]))
-                    learned[n] = None if loaded is None else frozenset(p.rpartition(".")[0] for p in loaded)
+                else:
+                    for n, t in chunk:  # one by one: the layers each one feeds
+                        loaded = model.load_weights(iter([(stored_name(n, model_type), self._fit_vocab(n, t))]))
+                        learned[n] = None if loaded is None else frozenset(p.rpartition(".")[0] for p in loaded)
                 del chunk
             finalize_layerwise_reload(model, model_config)
             copy_sinks(model, sinks)

@@ -31,7 +31,9 @@ def vllm_config(config: Mapping[str, Any]) -> dict[str, Any]:
     under GLM-4.5's config class (vLLM's transformers has none of its own) with the keys of Ling's module, which vLLM
     runs it with, saying transformers' model (sigmoid routing with the expert bias in fp32, RMSNorm q / k norms, no
     other biases). InternLM3 (internlm3) as the Llama it is (vLLM's registry serves it so) with its head_dim and its
-    biases under Llama's key. Dynamic NTK RoPE without an alpha (InternLM3) as the default RoPE it is up to
+    biases under Llama's key. Youtu-LLM (youtu) as the DeepSeek-V3 whose every layer is dense (first_k_dense_replace: all),
+    the module vLLM has for its attention, names and dense MLP (vLLM has no Youtu module; its tied lm_head is put back on
+    the embedding after every sync: vllm_engine._retie_embeddings). Dynamic NTK RoPE without an alpha (InternLM3) as the default RoPE it is up to
     max_position_embeddings, the run's limit (hf_rope_config.dynamic_ntk_as_default), so that vLLM never rescales it.
     Other config.json pass unchanged."""
     config = without_dynamic_ntk(dict(config))
@@ -39,6 +41,10 @@ def vllm_config(config: Mapping[str, Any]) -> dict[str, Any]:
         return {**config, "model_type": "llama", "architectures": ["LlamaForCausalLM"],
                 "head_dim": config.get("head_dim") or HF_DEFAULTS["internlm3"]["head_dim"],
                 "attention_bias": bool(config.get("qkv_bias", config.get("attention_bias", False)))}
+    if config.get("model_type") == "youtu":  # Youtu-LLM: DeepSeek-V3's module with every layer dense (no experts)
+        return {**config, "model_type": "deepseek_v3", "architectures": ["DeepseekV3ForCausalLM"],
+                "first_k_dense_replace": int(config["num_hidden_layers"]), "num_nextn_predict_layers": 0,
+                **{k: config.get(k, v) for k, v in HF_DEFAULTS["youtu"].items()}}
     if config.get("model_type") == "iquestcoder":  # IQuest-Coder: Llama under its own model_type (vLLM: Llama's), its
         # head_dim 128 unless config.json says (Llama's default would be hidden_size / heads)
         return {**config, "model_type": "llama", "architectures": ["LlamaForCausalLM"],

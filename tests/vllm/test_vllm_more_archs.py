@@ -87,6 +87,7 @@ VARIANTS = {
     "deepseek_v2": dict(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=32, v_head_dim=32),
     "glm4_moe_lite": dict(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=32, v_head_dim=32),
     "sarvam_mla": dict(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=32, v_head_dim=32),
+    "youtu": dict(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=32, v_head_dim=32),
     # vLLM's CPU attention (sinks included) takes head_dim 32; vLLM's gpt-oss clamps at 7 whatever config.json says
     "gpt_oss": dict(head_dim=32, sliding_window=16, swiglu_limit=7.0),
     "minimax_m2": dict(head_dim=32, rotary_dim=16),  # RoPE on half of each head, as the releases' 64 of 128
@@ -137,7 +138,7 @@ CI_ARCHS = ("mixtral", "phi3", "phi3-partiallongrope", "qwen2-yarn", "smollm3-ya
 EXTENDED_ARCHS = ("mistral3", "gemma", "olmo3", "ministral3", "exaone4", "seed_oss", "ernie4_5", "arcee", "glm4_moe",
                   "deepseek_v2", "minimax_m2", "glm4_moe_lite", "ernie4_5_moe", "apertus", "olmoe", "flex_olmo",
                   "hunyuan_v1_moe", "granitemoeshared", "glm", "starcoder2", "nemotron", "phi", "falcon", "olmo-clip",
-                  "granitemoehybrid-hmoe", "nemotron_h", "falcon_h1", "lfm2_moe", "exaone", "exaone_moe", "hyperclovax", "iquestcoder", "internlm3", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla", "jais2", "mellum", "gemma4_text-moe")
+                  "granitemoehybrid-hmoe", "nemotron_h", "falcon_h1", "lfm2_moe", "exaone", "exaone_moe", "hyperclovax", "iquestcoder", "internlm3", "youtu", "mimo", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla", "jais2", "mellum", "gemma4_text-moe")
 
 
 @pytest.mark.parametrize("arch", with_extended(CI_ARCHS, EXTENDED_ARCHS))

@@ -242,6 +242,12 @@ ARCHS = {"llama": dict(rotary_base=5000.0, rope_scaling_type="llama3", untie_emb
          # InternLM3: that under its own model_type, its dynamic NTK RoPE read as the default RoPE at its theta
          "internlm3": dict(kv_channels=32, untie_embeddings_and_output_weights=True, rotary_base=10000.0,
                            rope_scaling_type=None, max_position_embeddings=128),
+         # Youtu-LLM: DeepSeek-V3's attention (ranks 24 / 16, 16 + 8 dimensions per head, values 16), dense, tied
+         "youtu": dict(multi_latent_attention=True, qk_layernorm=True, q_lora_rank=24, kv_lora_rank=16, qk_head_dim=16,
+                       qk_pos_emb_head_dim=8, v_head_dim=16, kv_channels=16, rotary_base=1.6e6,
+                       untie_embeddings_and_output_weights=False, num_query_groups=4),
+         # MiMo-7B: a Qwen2 (q / k / v biases, untied) under its own model_type, its multi-token-prediction layer unread
+         "mimo": dict(add_qkv_bias=True, untie_embeddings_and_output_weights=True, rotary_base=640000.0),
          # Ministral 3's image-text checkpoint: its text model, the length limit where Llama 4's query scaling starts
          "ministral3": dict(rope_scaling_type="yarn", rope_scaling_factor=4.0, max_position_embeddings=64,
                             untie_embeddings_and_output_weights=True, kv_channels=16)}
@@ -260,7 +266,7 @@ def _overrides(hf_dir, *extra):
 
 
 def test_table_covers_every_builder_architecture():
-    assert set(ARCHS) == set(HF_ARCHS) | {"sarvam_mla"}  # (read as deepseek_v3: hf_config.SAME_AS)
+    assert set(ARCHS) == set(HF_ARCHS) | {"sarvam_mla", "mimo"}  # (read as deepseek_v3 / qwen2: hf_config.SAME_AS)
 
 
 @pytest.mark.parametrize("arch", sorted(ARCHS))
@@ -274,7 +280,7 @@ def test_empty_model_yaml_takes_config_json(arch, hf_dirs, capsys):
         ffn = 32 if arch == "qwen3_5_moe_text" else 96 if arch == "granitemoehybrid" else 128
         layers = 4 if arch in ("nemotron_h", "lfm2_moe", "exaone_moe") else 2  # (its tiny model's four kinds of block; LFM2-MoE's four)
         assert (a.num_layers, a.hidden_size, a.ffn_hidden_size, a.num_attention_heads) == (layers, 64, ffn, 4)
-        if not arch.startswith("deepseek") and arch not in ("glm4_moe_lite", "gpt_neox", "falcon", "sarvam_mla"):
+        if not arch.startswith("deepseek") and arch not in ("glm4_moe_lite", "gpt_neox", "falcon", "sarvam_mla", "youtu"):
             assert a.group_query_attention is True and a.num_query_groups == 2  # (GPT-NeoX: multi-head; Falcon-7B: 1)
         assert a.padded_vocab_size == 120
         for key, value in ARCHS[arch].items():

@@ -59,7 +59,7 @@ def _batches():
                                   "qwen3_5_moe_text", "qwen3_5_moe", "qwen3_next", "qwen3_next-mlponly",
                                   "qwen3_moe-mlponly", "olmoe", "flex_olmo", "hunyuan_v1_dense",
                                   "hunyuan_v1_moe", "granitemoe", "granitemoeshared", "granitemoehybrid",
-                                  "granitemoehybrid-moe", "granitemoehybrid-h", "granitemoehybrid-hmoe", "nemotron_h", "nemotron_h-moe", "falcon_h1", "falcon_h1-nonorm", "lfm2", "lfm2-idxs", "lfm2_moe", "exaone", "exaone_moe", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla", "jais2", "mellum", "hyperclovax", "iquestcoder", "internlm3", "gemma4_text", "gemma4_text-kv", "gemma4_text-moe", "gemma4_text-ple", "glm",
+                                  "granitemoehybrid-moe", "granitemoehybrid-h", "granitemoehybrid-hmoe", "nemotron_h", "nemotron_h-moe", "falcon_h1", "falcon_h1-nonorm", "lfm2", "lfm2-idxs", "lfm2_moe", "exaone", "exaone_moe", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla", "jais2", "mellum", "hyperclovax", "iquestcoder", "internlm3", "youtu", "mimo", "gemma4_text", "gemma4_text-kv", "gemma4_text-moe", "gemma4_text-ple", "glm",
                                   "helium", "stablelm",
                                   "starcoder2", "starcoder2-window", "nemotron", "nemotron-bias", "cohere", "cohere2", "phi",
                                   "gpt_neox", "gpt_neox-seq", "falcon", "falcon-40b", "falcon-11b", "falcon-seq",
@@ -138,7 +138,9 @@ def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     exaone_moe: EXAONE MoE, EXAONE 4.0's sliding / NoPE attention under pre-norms with DeepSeek-V3's routing;
     hyperclovax: HyperCLOVA X, Granite's scalars with Peri-LN norms on each attention / MLP output; iquestcoder:
     IQuest-Coder, Llama with head_dim 32 under its own model_type; internlm3: InternLM3, that with dynamic NTK RoPE
-    (factor 6: the default RoPE within max_position_embeddings); hy_v3: Hy3, per-head q / k norms and DeepSeek-V3's
+    (factor 6: the default RoPE within max_position_embeddings); youtu: Youtu-LLM, DeepSeek-V3's multi-latent
+    attention with a dense SwiGLU MLP in every layer, tied; mimo: MiMo-7B, a Qwen2 whose checkpoint also holds a
+    multi-token-prediction layer (model.mtp_layers.0.*, not read); hy_v3: Hy3, per-head q / k norms and DeepSeek-V3's
     routing without groups under the release's names (mlp.router.gate, mlp.expert_bias, mlp.shared_mlp); gemma4_text:
     Gemma 4, sliding layers (4 key / value heads of 16) and full ones (2 of 32, their values the keys, proportional RoPE on
     a quarter of the pairs) in one model, value norms, unscaled scores, each layer's scalar (models/gemma4.py);

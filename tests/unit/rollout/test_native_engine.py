@@ -587,10 +587,11 @@ def test_no_packing_when_host_memory_is_short(tiny, monkeypatch, caplog):
                                      "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo",
                                      "hunyuan_v1_dense", "hunyuan_v1_moe", "granitemoeshared", "starcoder2-window",
                                      "cohere2", "phi", "gpt_neox", "falcon", "falcon-40b", "olmo-clip",
-                                     "granitemoehybrid-h", "nemotron_h", "nemotron_h-moe", "falcon_h1", "lfm2", "lfm2_moe", "exaone_moe", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla", "jais2", "mellum", "hyperclovax",
+                                     "granitemoehybrid-h", "nemotron_h", "nemotron_h-moe", "falcon_h1", "lfm2", "lfm2_moe", "exaone_moe", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla", "jais2", "mellum", "hyperclovax", "youtu",
                                      "gemma4_text", "gemma4_text-moe", "gemma4_text-ple", pytest.param("gemma4_text-kv", marks=pytest.mark.extended),
                                      pytest.param("falcon_h1-nonorm", marks=pytest.mark.extended),
-                                     pytest.param("internlm3", marks=pytest.mark.extended)])
+                                     pytest.param("internlm3", marks=pytest.mark.extended),
+                                     pytest.param("mimo", marks=pytest.mark.extended)])
 def test_greedy_equals_transformers_generate_on_more_architectures(variant, tmp_path, gloo_world1):
     """Phi-3 (fused q/k/v and gate/up in the checkpoint), Phi-3 with LongRoPE (short factors and the
     attention factor as softmax_scale, up to its original length 32), Mixtral, Phi-4-mini's partial
