@@ -141,7 +141,7 @@ CHECKED_ELSEWHERE = {
     "RolloutConfig.top_p", "RolloutConfig.top_k", "RolloutConfig.max_new_tokens", "PPOConfig.ppo_epochs",
     "PPOConfig.clip_ratio_c", "RunConfig.global_batch_size", "RunConfig.train_iters", "RunConfig.save_interval",
     "RunConfig.keep_last_n", "RunConfig.max_skipped_updates",
-    # rollout_engine: vllm and TIS (validate._check_vllm / _check_ppo): checked only when that engine / mode is on
+    # rollout_engine: vllm and TIS (vllm_checks.check_vllm / validate._check_ppo): checked only when that engine / mode is on
     "RolloutConfig.infer_tensor_parallel_size", "RolloutConfig.gpu_memory_utilization",
     "RolloutConfig.vllm_kv_cache_gb", "RolloutConfig.sync_check_tolerance", "RolloutConfig.sync_check_interval",
     "PPOConfig.tis_cap",
