@@ -22,7 +22,7 @@ import sys
 import time
 import warnings
 
-MODEL_TYPES_HF = ("llama2", "llama3", "mistral", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "phi3", "smollm3", "granite", "gemma3", "gemma2", "gemma", "olmo2", "olmo3", "ministral3", "exaone4", "seed_oss", "glm4", "ernie4_5", "arcee", "glm4_moe", "deepseek3", "deepseek2", "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus", "qwen3_5", "qwen3_5_moe", "qwen3_next", "olmoe", "flex_olmo", "hunyuan", "hunyuan_moe", "granitemoe", "granitemoeshared", "granitemoehybrid", "glm", "helium", "stablelm", "starcoder2", "nemotron", "cohere", "cohere2", "phi", "gpt_neox", "falcon", "olmo", "nemotron_h", "falcon_h1", "lfm2", "lfm2_moe", "exaone", "exaone_moe", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla", "jais2", "mellum", "hyperclovax", "gemma4", "youtu", "mimo")  # = convert.HF_TYPES
+MODEL_TYPES_HF = ("llama2", "llama3", "mistral", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "phi3", "smollm3", "granite", "gemma3", "gemma2", "gemma", "olmo2", "olmo3", "ministral3", "exaone4", "seed_oss", "glm4", "ernie4_5", "arcee", "glm4_moe", "deepseek3", "deepseek2", "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus", "qwen3_5", "qwen3_5_moe", "qwen3_next", "olmoe", "flex_olmo", "hunyuan", "hunyuan_moe", "granitemoe", "granitemoeshared", "granitemoehybrid", "glm", "helium", "stablelm", "starcoder2", "nemotron", "cohere", "cohere2", "phi", "gpt_neox", "falcon", "olmo", "nemotron_h", "falcon_h1", "lfm2", "lfm2_moe", "exaone", "exaone_moe", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla", "jais2", "mellum", "hyperclovax", "gemma4", "youtu", "mimo", "nanochat")  # = convert.HF_TYPES
 IGNORED = ("use_mcore_models", "model_type", "tokenizer_model", "add_qkv_bias")
 
 

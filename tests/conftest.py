@@ -105,7 +105,8 @@ def pytest_addoption(parser):
 # the MoE routers and experts (qwen3_moe, qwen2_moe's shared expert, mixtral, deepseek_v3's MLA with sigmoid routing and
 # the expert bias, gpt_oss's biased experts and sinks), sandwich and post norms (gemma3_text, olmo2), soft caps (gemma2),
 # Gated DeltaNet (qwen3_5_text), fused checkpoints and partial RoPE (phi3), LayerNorm with biases (starcoder2), the
-# parallel layer (cohere2), multipliers (granite), NoPE layers (smollm3) and one-block layers (nemotron_h). The rest
+# parallel layer (cohere2), multipliers (granite), NoPE layers (smollm3), one-block layers (nemotron_h) and weightless
+# RMSNorms with the embeddings' norm and negated RoPE angles (nanochat). The rest
 # (tests/testing_utils.py's tiny models) are other checkpoints on those layers: the main stage runs all of them.
 NON_CORE_ARCHS = frozenset((
     "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "ministral3", "mistral3", "gemma3", "gemma", "olmo", "olmo3", "olmoe",

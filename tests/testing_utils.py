@@ -285,7 +285,8 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
     gpt_neox-seq: megatron's usual layer, gelu_fast); falcon: Falcon-7B (multi-query, one norm beside attention and MLP,
     no biases, tied; HF_VARIANTS falcon-40b, falcon-11b, falcon-seq); olmo: OLMo 1 (LayerNorms without weights; olmo-clip:
     q / k / v clamped); nemotron_h: Nemotron-H (four layers of one block each: Mamba-2, MLP, attention, MLP; the
-    HF_VARIANTS nemotron_h-moe: its second layer MoE). `overrides` change TINY_HF
+    HF_VARIANTS nemotron_h-moe: its second layer MoE); nanochat: nanochat (weightless RMSNorms, the embeddings' too, RoPE
+    by minus the angle, relu(x)^2 without a gate, logits soft-capped at 15). `overrides` change TINY_HF
     (num_hidden_layers=4). `config_only`: return the config.json it would save (as a dict), building nothing."""
     import transformers as tf
 
@@ -518,6 +519,9 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
                                              "pad_token_id": None, "bos_token_id": 1, "eos_token_id": 2,
                                              "ffn_hidden_size": tiny["intermediate_size"],
                                              **{k: v for k, v in tiny.items() if k != "num_key_value_heads"}}),
+        # nanochat: Llama's layout with weightless RMSNorms (layers, final, per-head q / k, the embeddings), RoPE by minus
+        # the angle, fc2(relu(fc1 x)^2), untied, logits soft-capped at 15 (transformers' default)
+        "nanochat": lambda: tf.NanoChatConfig(**{"pad_token_id": 1, "eos_token_id": 2, "bos_token_id": 0, **tiny}),
         # OLMo 1: Llama's layout with LayerNorms without weight or bias; the HF_VARIANTS olmo-clip clamps q / k / v at 0.5
         # (the 0424 / 0724 releases at 8, scaled to these random weights: it clamps about half of them)
         "olmo": lambda: tf.OlmoConfig(**{"pad_token_id": 1, "eos_token_id": 2, "bos_token_id": None, **tiny}),
@@ -709,7 +713,8 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
            "helium": tf.HeliumForCausalLM, "stablelm": tf.StableLmForCausalLM, "nemotron_h": tf.NemotronHForCausalLM, "falcon_h1": tf.FalconH1ForCausalLM, "lfm2": tf.Lfm2ForCausalLM, "lfm2_moe": tf.Lfm2MoeForCausalLM, "lfm2_vl": tf.Lfm2VlForConditionalGeneration, "exaone_moe": tf.ExaoneMoeForCausalLM, "hy_v3": tf.HYV3ForCausalLM, "afmoe": tf.AfmoeForCausalLM, "sarvam_moe": tf.Glm4MoeForCausalLM, "jais2": tf.Jais2ForCausalLM, "mellum": tf.MellumForCausalLM, "gemma4_text": tf.Gemma4ForCausalLM, "gemma4": tf.Gemma4ForConditionalGeneration, "hyperclovax": tf.HyperCLOVAXForCausalLM, "iquestcoder": tf.LlamaForCausalLM, "internlm3": tf.LlamaForCausalLM, "youtu": tf.YoutuForCausalLM, "mimo": tf.Qwen2ForCausalLM, "exaone": tf.LlamaForCausalLM,
            "starcoder2": tf.Starcoder2ForCausalLM, "nemotron": tf.NemotronForCausalLM,
            "cohere": tf.CohereForCausalLM, "cohere2": tf.Cohere2ForCausalLM, "phi": tf.PhiForCausalLM,
-           "gpt_neox": tf.GPTNeoXForCausalLM, "falcon": tf.FalconForCausalLM, "olmo": tf.OlmoForCausalLM}[arch]
+           "gpt_neox": tf.GPTNeoXForCausalLM, "falcon": tf.FalconForCausalLM, "olmo": tf.OlmoForCausalLM,
+           "nanochat": tf.NanoChatForCausalLM}[arch]
     torch.manual_seed(seed)
     model = cls(config).eval()
     with torch.no_grad():

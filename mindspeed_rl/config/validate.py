@@ -271,12 +271,22 @@ def _check_role(role: RoleConfig, cfg: Config, problems: list[str]) -> None:
         what = "pre_norm: false" if not a.pre_norm else "post_norm: true" if a.post_norm else f"num_experts {a.num_experts}"
         problems.append(f"model {role.model_name}: parallel_residual (Cohere's attention and MLP on the same normed "
                         f"input) is supported on dense layers with one norm before both only; {what} is not.")
-    if not a.layernorm_affine and (a.normalization != "LayerNorm" or a.apply_layernorm_1p or not a.layernorm_bias):
-        what = (f"normalization {a.normalization}" if a.normalization != "LayerNorm" else "apply_layernorm_1p"
-                if a.apply_layernorm_1p else "layernorm_bias: false")
-        problems.append(f"model {role.model_name}: layernorm_affine: false (OLMo 1's LayerNorm without weight or bias) "
-                        f"needs normalization: LayerNorm with neither apply_layernorm_1p nor layernorm_bias: false; "
-                        f"{what} is not.")
+    bad = [what for what, on in ((f"normalization {a.normalization}", a.normalization not in ("LayerNorm", "RMSNorm")),
+                                 ("apply_layernorm_1p", a.apply_layernorm_1p), ("add_rmsnorm_offset", a.add_rmsnorm_offset),
+                                 ("layernorm_bias: false", not a.layernorm_bias), ("post_norm", a.post_norm),
+                                 ("qk_layernorm_across_heads", a.qk_layernorm_across_heads)) if on]
+    if not a.layernorm_affine and bad:  # (models/olmo.NonParametricLayerNorm)
+        problems.append(f"model {role.model_name}: layernorm_affine: false (norms without weight or bias: OLMo 1's "
+                        f"LayerNorm, nanochat's RMSNorm) needs normalization LayerNorm or RMSNorm without "
+                        f"apply_layernorm_1p, add_rmsnorm_offset, layernorm_bias: false, post_norm or "
+                        f"qk_layernorm_across_heads; this model has {', '.join(bad)}.")
+    if a.embedding_norm and (a.layernorm_affine or a.normalization != "RMSNorm"):  # (models/nanochat.py)
+        problems.append(f"model {role.model_name}: embedding_norm (nanochat's weightless RMSNorm on the embeddings) "
+                        f"needs normalization: RMSNorm with layernorm_affine: false.")
+    if a.rotary_negated and (a.multi_latent_attention or a.rope_local_base_freq):
+        problems.append(f"model {role.model_name}: rotary_negated (nanochat's RoPE) turns the model's one rotary table; "
+                        f"{'multi_latent_attention' if a.multi_latent_attention else 'rope_local_base_freq'} has "
+                        f"another: remove one of them.")
     if a.clip_qkv is not None and (a.multi_latent_attention or a.linear_attention_layers):  # its range: ranges.py
         problems.append(f"model {role.model_name}: clip_qkv (OLMo's q / k / v clamp) needs attention with one "
                         f"q / k / v projection, not "

@@ -59,7 +59,8 @@ _HF_KEY = {
     "softmax_scale": "attention_multiplier / query_pre_attn_scalar^-1/2",
     "window_attn_skip_freq": "layer_types / sliding_window_pattern", "rope_local_base_freq": "rope_local_base_freq",
     "geglu": "hidden_activation", "add_rmsnorm_offset": "model_type", "apply_layernorm_1p": "model_type",
-    "layernorm_bias": "model_type", "layernorm_affine": "model_type", "clip_qkv": "clip_qkv", "parallel_residual": "model_type / use_parallel_residual",
+    "layernorm_bias": "model_type", "layernorm_affine": "model_type", "embedding_norm": "model_type",
+    "rotary_negated": "model_type", "clip_qkv": "clip_qkv", "parallel_residual": "model_type / use_parallel_residual",
     "parallel_residual_mlp_norm": "model_type / use_parallel_residual", "add_output_layer_bias": "model_type",
     "post_norm": "model_type",
     "input_embeds_norm": "model_type", "attn_logit_softcapping": "attn_logit_softcapping",
@@ -91,7 +92,7 @@ _HF_KEY_OF.update(starcoder2={"norm_epsilon": "norm_epsilon"}, nemotron={"norm_e
 # what a config.json without the key means (not Granite: no multiplier)
 _HF_DEFAULTS = {"embedding_multiplier_scale": 1.0, "residual_multiplier": 1.0, "output_multiplier_scale": 1.0,
                 "geglu": False, "add_rmsnorm_offset": False, "apply_layernorm_1p": False, "layernorm_bias": True,
-                "layernorm_affine": True,
+                "layernorm_affine": True, "embedding_norm": False, "rotary_negated": False,
                 "parallel_residual": False, "parallel_residual_mlp_norm": False, "add_output_layer_bias": False, "post_norm": False, "input_embeds_norm": False,
                 "pre_norm": True, "qk_layernorm_across_heads": False, "qk_layernorm_after_rope": False,
                 "rotary_interleaved": False,
@@ -289,7 +290,8 @@ def expected_hf_shapes(args: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ..
         elif args.get("qk_layernorm") and args.get("qk_layernorm_across_heads"):  # OLMo 2: all heads
             shapes[p + "self_attn.q_norm.weight"] = ((q,), f"qk_layernorm_across_heads, {why_q}")
             shapes[p + "self_attn.k_norm.weight"] = ((kv,), f"qk_layernorm_across_heads, {why_kv}")
-        elif args.get("qk_layernorm") and not args.get("multi_latent_attention"):
+        elif args.get("qk_layernorm") and not args.get("multi_latent_attention") and \
+                args.get("layernorm_affine", True) is not False:  # (nanochat's q / k norms have no weights)
             for name in ("q_norm",) if shared else ("q_norm", "k_norm"):
                 shapes[p + f"self_attn.{name}.weight"] = ((d,), f"qk_layernorm, kv_channels {d}")
         if args.get("post_norm"):  # Gemma's (canonical names: hf_bridge/names.py)

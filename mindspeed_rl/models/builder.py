@@ -200,11 +200,9 @@ def transformer_config(args: Mapping[str, Any], params_dtype: torch.dtype = torc
     config.add_rmsnorm_offset = bool(_get(args, "add_rmsnorm_offset", False))  # Gemma's (1 + w) norms
     config.apply_layernorm_1p = bool(_get(args, "apply_layernorm_1p", False))  # Nemotron's (1 + w) LayerNorms
     config.layernorm_bias = bool(_get(args, "layernorm_bias", True))  # false: Cohere's weight-only LayerNorms
-    config.layernorm_affine = bool(_get(args, "layernorm_affine", True))  # false: OLMo 1's LayerNorms without weights
+    config.layernorm_affine = bool(_get(args, "layernorm_affine", True))  # false: OLMo 1's, nanochat's norms without weights
     clip = _get(args, "clip_qkv")
     config.clip_qkv = float(clip) if clip is not None else None  # OLMo's q / k / v clamp (models/olmo.py)
-    if not config.layernorm_affine and config.normalization != "LayerNorm":
-        raise ValueError("layernorm_affine: false needs normalization: LayerNorm (OLMo 1's).")
     config.parallel_residual = bool(_get(args, "parallel_residual", False))  # Cohere's x + attn(ln x) + mlp(ln x)
     config.parallel_residual_mlp_norm = bool(_get(args, "parallel_residual_mlp_norm", False))  # GPT-NeoX's ln2 for mlp
     if config.parallel_residual_mlp_norm and not config.parallel_residual:
@@ -676,6 +674,9 @@ def build_gpt_model(args: Mapping[str, Any], params_dtype: torch.dtype = torch.f
             gemma.install_local_rope(model, config.rope_local_base,
                                      functools.partial(layer_uses_local_rope, config),
                                      int(_get(args, "sliding_kv_channels") or 0) or None)
+    if _get(args, "embedding_norm") or _get(args, "rotary_negated"):  # nanochat (models/nanochat.py)
+        from mindspeed_rl.models import nanochat
+        nanochat.install(model, bool(_get(args, "embedding_norm")), bool(_get(args, "rotary_negated")), config.layernorm_epsilon)
     return model
 
 

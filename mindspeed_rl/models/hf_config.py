@@ -23,6 +23,8 @@ from mindspeed_rl.models.hf_gemma4_config import gemma4_args, gemma4_config
 from mindspeed_rl.models.hf_granite_config import granite_args, granite_hybrid_args, granite_hybrid_config
 from mindspeed_rl.models.hf_nemotron_h_config import nemotron_h_args, nemotron_h_config
 from mindspeed_rl.models.hf_lfm2_config import lfm2_args, lfm2_config
+from mindspeed_rl.models.hf_nanochat_config import DEFAULTS as NANOCHAT_DEFAULTS, nanochat_args
+from mindspeed_rl.models.hf_quantization import check_quantization
 from mindspeed_rl.models.hf_rope_config import dynamic_ntk_as_default, llama4_scaling_limit, longrope_args, yarn_args
 
 HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "smollm3", "granite",
@@ -32,7 +34,7 @@ HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_mo
             "granitemoe", "granitemoeshared", "granitemoehybrid", "glm", "helium", "stablelm",
             "starcoder2", "nemotron", "cohere", "cohere2", "phi", "gpt_neox", "falcon", "olmo", "nemotron_h", "falcon_h1",
             "lfm2", "lfm2_moe", "exaone", "exaone_moe", "hyperclovax", "iquestcoder", "hy_v3", "afmoe", "sarvam_moe", "jais2", "mellum",
-            "gemma4_text", "internlm3", "youtu")
+            "gemma4_text", "internlm3", "youtu", "nanochat")
 GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss",
              "minimax_m2", "ernie4_5_moe", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_moe",
@@ -63,6 +65,7 @@ HF_DEFAULTS = {
     "exaone": {"rope_theta": 500000.0},  # transformers' ExaoneConfig (EXAONE 3.0 / 3.5)
     "iquestcoder": {"head_dim": 128},  # transformers' IQuestCoderConfig (IQuest-Coder-V1: Llama, head_dim 128)
     "internlm3": {"head_dim": 128},  # transformers' InternLM3Config (internlm3-8b-instruct: Llama, head_dim 128)
+    "nanochat": NANOCHAT_DEFAULTS,  # transformers' NanoChatConfig (models/hf_nanochat_config.py)
     "youtu": {"kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,  # YoutuConfig's
               "tie_word_embeddings": True, "max_position_embeddings": 131072},  # (q_lora_rank 1536: mla_args')
     # transformers' ExaoneMoeConfig (K-EXAONE): EXAONE 4.0's attention with DeepSeek-V3's routing
@@ -227,7 +230,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     InternLM3 (internlm3: internlm3-8b-instruct) is Llama with head_dim 128 under its own model_type, its biases
     spelled qkv_bias / bias (none in the release; with them, refused).
     Youtu-LLM (youtu: Youtu-LLM-2B and -Base) is DeepSeek-V3's multi-latent attention (mla_args) with Llama's dense
-    SwiGLU MLP in every layer, tied by default."""
+    SwiGLU MLP in every layer, tied by default. nanochat (nanochat: karpathy/nanochat-d32) is Llama's layer with
+    weightless RMSNorms (the embeddings' too), negated RoPE angles and relu(x)^2 (models/hf_nanochat_config.py)."""
     hf = text_model_config(hf)
     model_type = hf.get("model_type")
     if model_type in QWEN3_5_ARCHS:  # its own config.json keeps M-RoPE's sections: the 1-D RoPE on text
@@ -282,7 +286,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         hf = nemotron_h_config(hf)
         head_dim = int(hf["head_dim"])
         kv_heads = int(hf["num_key_value_heads"])
-    if model_type in (*GRANITE_ARCHS, "llama", "exaone", "hyperclovax", "hy_v3", "afmoe", "iquestcoder", "olmo", "olmo2", "olmo3", "exaone4", "arcee", "apertus", "olmoe", "flex_olmo", "cohere",
+    if model_type in (*GRANITE_ARCHS, "llama", "nanochat", "exaone", "hyperclovax", "hy_v3", "afmoe", "iquestcoder", "olmo", "olmo2", "olmo3", "exaone4", "arcee", "apertus", "olmoe", "flex_olmo", "cohere",
                       "cohere2",
                       *HUNYUAN_ARCHS, *GEMMA_ARCHS) and hf.get("attention_bias"):
         raise ValueError(f"config.json attention_bias=true for {model_type} (bias on o_proj) is not supported.")
@@ -305,7 +309,7 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     wanted, mlp = (("gelu_pytorch_tanh", "GeGLU") if model_type in (*GEMMA_ARCHS, "gemma4_text") else
                    ("gelu_pytorch_tanh", "GELU with the tanh approximation") if model_type == "starcoder2" else
                    ("gelu_new", "GELU with the tanh approximation") if model_type == "phi" else ("relu2", "squared ReLU")
-                   if model_type in ("arcee", "nemotron", "nemotron_h", "jais2") else ("xielu", "xIELU") if model_type == "apertus" else ("silu", "SwiGLU"))
+                   if model_type in ("arcee", "nemotron", "nemotron_h", "jais2", "nanochat") else ("xielu", "xIELU") if model_type == "apertus" else ("silu", "SwiGLU"))
     if activation != wanted and model_type not in OWN_ACTIVATION:  # GPT-NeoX, Falcon: GELU (layernorm_checks)
         raise ValueError(f"config.json hidden_act {activation!r} is not supported for {model_type}; only {wanted} "
                          f"({mlp}).")
@@ -417,6 +421,8 @@ def model_config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         args.update(sliding_nope_args(hf, args["num_layers"]))
     if model_type in ("ernie4_5", "ernie4_5_moe", "helium"):  # ERNIE 4.5, Helium: Llama with RoPE on interleaved pairs
         args["rotary_interleaved"] = True
+    if model_type == "nanochat":  # weightless RMSNorms, negated RoPE, fc1 / fc2 with relu(x)^2 (models/nanochat.py)
+        args.update(nanochat_args(hf))
     if model_type == "arcee":  # Arcee: up_proj alone, relu(x)^2
         args.update(swiglu=False, squared_relu=True)
     if model_type == "apertus":  # Apertus: up_proj alone, xIELU (models/xielu.py), Qwen3's per-head q / k norms
@@ -768,26 +774,6 @@ def sliding_window(hf: Mapping[str, Any]) -> Optional[int]:
     window = hf.get("sliding_window") if hf.get("model_type") in WINDOW_ARCHS else None
     longest = int(hf.get("max_position_embeddings", 4096))
     return int(window) if window and int(window) < longest else None
-
-
-def check_quantization(hf: Mapping[str, Any]) -> None:
-    """A quantized checkpoint is read dequantized (hf_bridge/checkpoint_io.py) when its format is one
-    the reader knows: gpt-oss's MXFP4 experts (quant_method mxfp4) and block-wise FP8 with 128 x 128
-    blocks (quant_method fp8, weight_block_size [128, 128]: DeepSeek-V3 / R1, Kimi K2, Qwen3-FP8);
-    anything else is refused in one sentence (its weights would be read as if they were not quantized)."""
-    quant = hf.get("quantization_config")
-    if not quant:
-        return
-    method = quant.get("quant_method") if isinstance(quant, Mapping) else None
-    if method == "mxfp4" and hf.get("model_type") == "gpt_oss":
-        return
-    block = list(quant.get("weight_block_size") or []) if isinstance(quant, Mapping) else []
-    if method == "fp8" and block == [128, 128] and quant.get("fmt", "e4m3") in ("e4m3", "float8_e4m3fn"):
-        return
-    raise ValueError(f"config.json quantization_config (quant_method {method!r}"
-                     f"{f', weight_block_size {block}' if block else ''}) is a quantization load: does not read; "
-                     f"it reads bf16 / fp16 / fp32 weights, block-wise FP8 with 128 x 128 blocks (DeepSeek-V3's) and "
-                     f"gpt-oss's MXFP4 experts. Load the model's unquantized release instead.")
 
 
 def kv_channels(args: Mapping[str, Any]) -> int:

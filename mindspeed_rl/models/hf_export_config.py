@@ -43,6 +43,10 @@ def _config_from_args(args: Mapping[str, Any], vocab_size: int, dtype: torch.dty
     from mindspeed_rl.models.hf_gemma4_config import GEMMA4_KEYS, gemma4_export_config
     if any(args.get(k) for k in GEMMA4_KEYS):  # Gemma 4 (models/hf_gemma4_config.py)
         return gemma4_export_config(args, vocab_size, dtype)
+    if args.get("embedding_norm") or args.get("rotary_negated") or (args.get("layernorm_affine") is False and
+                                                                     args.get("normalization", "RMSNorm") == "RMSNorm"):
+        from mindspeed_rl.models.hf_nanochat_config import nanochat_export_config  # weightless RMSNorms: nanochat
+        return nanochat_export_config(args, vocab_size, dtype)
     if args.get("hybrid_override_pattern"):  # one block per layer: Nemotron-H (models/hf_nemotron_h_config.py)
         from mindspeed_rl.models.hf_nemotron_h_config import nemotron_h_export_config
         return nemotron_h_export_config(args, vocab_size, dtype)

@@ -3,7 +3,8 @@ installs them from the keys hf_config.model_config_from_hf sets):
 
 - layernorm_affine: false — OLMo 1 (olmo) normalises with LayerNorms that have neither weight nor bias,
   computed in fp32 and cast back (transformers' OlmoLayerNorm): `NonParametricLayerNorm`, swapped into the
-  spec for every norm (the final one too), so those layers have no norm parameters at all;
+  spec for every norm (the final one too), so those layers have no norm parameters at all; with normalization
+  RMSNorm the same for nanochat's weightless RMSNorms (their q / k norms included: models/nanochat.py);
 - clip_qkv — OLMo 1 (OLMo-7B-0424 / 0724: 8) clamps the query, key and value projections to +-clip_qkv
   before anything else uses them (OLMoE clamps after its q / k norms, and vLLM's OLMoE not at all: refused): a forward hook on each layer's linear_qkv
   (`install_clip_qkv`); the rollout's decode steps clamp themselves (rollout/kv_cache.py, `clipped_qkv`);
@@ -44,17 +45,28 @@ from megatron.core.transformer.transformer_block import TransformerBlockSubmodul
 
 
 class NonParametricLayerNorm(torch.nn.Module):
-    """LayerNorm without weight or bias in fp32, cast back (OLMo 1's), built with megatron's norm signature."""
+    """A norm without weight or bias in fp32, cast back, built with megatron's norm signature: OLMo 1's LayerNorm
+    (normalization LayerNorm), nanochat's RMSNorm x * rsqrt(mean(x^2) + eps) (normalization RMSNorm; transformers'
+    NanoChatRMSNorm, in the layers, the final norm and per head as q / k norms)."""
 
     def __init__(self, config, hidden_size: int, eps: float = 1e-5, persist_layer_norm: bool = False,
                  zero_centered_gamma: bool = False, normalization: str = "LayerNorm"):
         super().__init__()
-        if config.normalization != "LayerNorm":
-            raise ValueError(f"layernorm_affine: false needs normalization: LayerNorm, not {config.normalization!r}.")
-        self.hidden_size, self.eps = int(hidden_size), float(eps)
+        if config.normalization not in ("LayerNorm", "RMSNorm"):
+            raise ValueError(f"layernorm_affine: false needs normalization LayerNorm or RMSNorm, not "
+                             f"{config.normalization!r}.")
+        self.hidden_size, self.eps, self.rms = int(hidden_size), float(eps), config.normalization == "RMSNorm"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.rms:
+            return rms_normalized(x, self.eps)
         return torch.nn.functional.layer_norm(x.float(), (self.hidden_size,), None, None, self.eps).to(x.dtype)
+
+
+def rms_normalized(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """x * rsqrt(mean(x^2) + eps) over the last dimension in fp32, cast back (a weightless RMSNorm)."""
+    h = x.float()
+    return (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 
 
 def clipped_qkv(qkv: torch.Tensor, clip) -> torch.Tensor:

@@ -105,7 +105,7 @@ VARIANTS = {
 
 
 TRANSFORMERS_BACKEND = ("smollm3", "arcee", "flex_olmo", "hunyuan_v1_dense", "hunyuan_v1_moe", "glm", "phi", "gpt_neox",
-                        "olmo", "jais2", "mellum")  # architectures vLLM 0.32 serves with its Transformers backend
+                        "olmo", "jais2", "mellum", "nanochat")  # architectures vLLM 0.32 serves with its Transformers backend
 
 
 def _make_in_child(arch, out, overrides):
@@ -138,7 +138,7 @@ CI_ARCHS = ("mixtral", "phi3", "phi3-partiallongrope", "qwen2-yarn", "smollm3-ya
 EXTENDED_ARCHS = ("mistral3", "gemma", "olmo3", "ministral3", "exaone4", "seed_oss", "ernie4_5", "arcee", "glm4_moe",
                   "deepseek_v2", "minimax_m2", "glm4_moe_lite", "ernie4_5_moe", "apertus", "olmoe", "flex_olmo",
                   "hunyuan_v1_moe", "granitemoeshared", "glm", "starcoder2", "nemotron", "phi", "falcon", "olmo-clip",
-                  "granitemoehybrid-hmoe", "nemotron_h", "falcon_h1", "lfm2_moe", "exaone", "exaone_moe", "hyperclovax", "iquestcoder", "internlm3", "youtu", "mimo", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla", "jais2", "mellum", "gemma4_text-moe")
+                  "granitemoehybrid-hmoe", "nemotron_h", "falcon_h1", "lfm2_moe", "exaone", "exaone_moe", "hyperclovax", "iquestcoder", "internlm3", "youtu", "mimo", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla", "jais2", "mellum", "gemma4_text-moe", "nanochat")
 
 
 @pytest.mark.parametrize("arch", with_extended(CI_ARCHS, EXTENDED_ARCHS))

@@ -7,7 +7,7 @@ gate/up, by config.json's model_type) is translated here (hf_bridge/names.py), a
 the stored tensor. Files are opened lazily with `safetensors.safe_open` and only the
 requested slice is read, so a TP rank reads only its shard of each tensor. Quantized weights are
 read dequantized: gpt-oss's MXFP4 experts (names.stacked_expert) and block-wise FP8 (`_fp8`: DeepSeek-V3's
-release); their scales are no tensors of their own (`_aux`), and models/hf_config.check_quantization
+release); their scales are no tensors of their own (`_aux`), and models/hf_quantization.check_quantization
 refuses other formats. Every failure is one
 sentence naming the tensor and file: a missing shard, a missing tensor, a shape mismatch.
 

@@ -67,6 +67,8 @@ _STORED_AS["kimi_k2"] = _STORED_AS["deepseek_v3"]  # Kimi K2's checkpoints are D
 _STORED_AS["sarvam_mla"] = _STORED_AS["deepseek_v3"]  # and Sarvam-105B's
 _STORED_AS["glm4_moe_lite"] = _STORED_AS["deepseek_v3"]  # GLM-4.7-Flash's names are DeepSeek-V3's
 _STORED_AS["youtu"] = _STORED_AS["deepseek_v3"]  # Youtu-LLM's attention names are DeepSeek-V3's (its MLP Llama's)
+# nanochat: its MLP without a gate as CLIP's fc1 / fc2 (it has no norm weights at all)
+_STORED_AS["nanochat"] = (("mlp.up_proj.weight", "mlp.fc1.weight"), ("mlp.down_proj.weight", "mlp.fc2.weight"))
 # MiniMax-M2: Mixtral's names, its expert bias beside the router (GLM-4.5's is the router's own)
 _STORED_AS["minimax_m2"] = (*_STORED_AS["mixtral"],
                             ("mlp.gate.e_score_correction_bias", "block_sparse_moe.e_score_correction_bias"))

@@ -112,7 +112,7 @@ def stage_param_names(args: Mapping[str, Any], pp_size: int, pp_rank: int, vpp_s
         per_layer.append("self_attention.linear_qkv.weight")
     if args.get("add_qkv_bias"):
         per_layer.append("self_attention.linear_qkv.bias")
-    if args.get("qk_layernorm") and not args.get("multi_latent_attention"):
+    if args.get("qk_layernorm") and not args.get("multi_latent_attention") and norms:  # (nanochat's: no weights)
         norm = "sharded_weight" if args.get("qk_layernorm_across_heads") else "weight"
         per_layer += [f"self_attention.q_layernorm.{norm}", f"self_attention.k_layernorm.{norm}"]
     if args.get("attention_output_gate") and args.get("attention_gate_proj"):  # AFMoE's gate (models/qwen3_5.py)

@@ -44,7 +44,7 @@ def _tp2_job(rank, world_size, hf_dirs):
 
 def test_tp2_greedy_parity_and_rank_agreement(tmp_path):
     hf_models, hf_dirs = {}, {}
-    for arch in ("llama", "qwen2", "deepseek_v3", "gpt_oss", "qwen3_5_text", "youtu"):
+    for arch in ("llama", "qwen2", "deepseek_v3", "gpt_oss", "qwen3_5_text", "youtu", "nanochat"):
         hf_dirs[arch] = str(tmp_path / arch)
         hf_models[arch] = make_tiny_hf(arch, hf_dirs[arch])
     r0, r1 = run_gloo(_tp2_job, 2, hf_dirs, timeout_s=120)

@@ -248,6 +248,11 @@ ARCHS = {"llama": dict(rotary_base=5000.0, rope_scaling_type="llama3", untie_emb
                        untie_embeddings_and_output_weights=False, num_query_groups=4),
          # MiMo-7B: a Qwen2 (q / k / v biases, untied) under its own model_type, its multi-token-prediction layer unread
          "mimo": dict(add_qkv_bias=True, untie_embeddings_and_output_weights=True, rotary_base=640000.0),
+         # nanochat: weightless RMSNorms (the embeddings' and per-head q / k ones too), RoPE by minus the angle, relu^2
+         # without a gate, untied, logits soft-capped at 15
+         "nanochat": dict(layernorm_affine=False, embedding_norm=True, rotary_negated=True, qk_layernorm=True,
+                          swiglu=False, squared_relu=True, output_logit_softcapping=15.0,
+                          untie_embeddings_and_output_weights=True, norm_epsilon=1e-6),
          # Ministral 3's image-text checkpoint: its text model, the length limit where Llama 4's query scaling starts
          "ministral3": dict(rope_scaling_type="yarn", rope_scaling_factor=4.0, max_position_embeddings=64,
                             untie_embeddings_and_output_weights=True, kv_channels=16)}

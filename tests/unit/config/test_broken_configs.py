@@ -100,9 +100,17 @@ CASES = [
     ("mlp-norm-without-parallel-residual", [f"{A}.parallel_residual_mlp_norm=true"],
      ["parallel_residual_mlp_norm (GPT-NeoX's own norm for the MLP in a parallel-residual layer) needs "
       "parallel_residual: true; set it, or drop parallel_residual_mlp_norm."]),
-    ("non-parametric-rmsnorm", [f"{A}.layernorm_affine=false"],
-     ["layernorm_affine: false (OLMo 1's LayerNorm without weight or bias) needs normalization: LayerNorm with neither "
-      "apply_layernorm_1p nor layernorm_bias: false; normalization RMSNorm is not."]),
+    ("non-parametric-post-norm", [f"{A}.layernorm_affine=false", f"{A}.post_norm=true"],
+     ["layernorm_affine: false (norms without weight or bias: OLMo 1's LayerNorm, nanochat's RMSNorm) needs "
+      "normalization LayerNorm or RMSNorm without apply_layernorm_1p, add_rmsnorm_offset, layernorm_bias: false, "
+      "post_norm or qk_layernorm_across_heads; this model has post_norm."]),
+    ("embedding-norm-with-weights", [f"{A}.embedding_norm=true"],
+     ["embedding_norm (nanochat's weightless RMSNorm on the embeddings) needs normalization: RMSNorm with "
+      "layernorm_affine: false."]),
+    ("negated-rope-with-local-rope", [f"{A}.rotary_negated=true", f"{A}.rope_local_base_freq=10000",
+                                      f"{A}.sliding_window=8", f"{A}.window_attn_skip_freq=2"],
+     ["rotary_negated (nanochat's RoPE) turns the model's one rotary table; rope_local_base_freq has another: remove "
+      "one of them."]),
     ("negative-clip-qkv", [f"{A}.clip_qkv=-1"],
      ["`actor_rollout_ref.actor_rollout.clip_qkv: -1.0` must be > 0; it is the queries, keys and values clamped"]),
     ("clip-qkv-on-mla", [f"{A}.clip_qkv=8", f"{A}.multi_latent_attention=true"],

@@ -587,7 +587,7 @@ def test_no_packing_when_host_memory_is_short(tiny, monkeypatch, caplog):
                                      "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo",
                                      "hunyuan_v1_dense", "hunyuan_v1_moe", "granitemoeshared", "starcoder2-window",
                                      "cohere2", "phi", "gpt_neox", "falcon", "falcon-40b", "olmo-clip",
-                                     "granitemoehybrid-h", "nemotron_h", "nemotron_h-moe", "falcon_h1", "lfm2", "lfm2_moe", "exaone_moe", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla", "jais2", "mellum", "hyperclovax", "youtu",
+                                     "granitemoehybrid-h", "nemotron_h", "nemotron_h-moe", "falcon_h1", "lfm2", "lfm2_moe", "exaone_moe", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla", "jais2", "mellum", "hyperclovax", "youtu", "nanochat",
                                      "gemma4_text", "gemma4_text-moe", "gemma4_text-ple", pytest.param("gemma4_text-kv", marks=pytest.mark.extended),
                                      pytest.param("falcon_h1-nonorm", marks=pytest.mark.extended),
                                      pytest.param("internlm3", marks=pytest.mark.extended),
@@ -626,7 +626,8 @@ def test_greedy_equals_transformers_generate_on_more_architectures(variant, tmp_
     convolution's history carried from the prefill through the one-token steps and compaction, beside attention layers
     with per-head q / k norms over the cache), LFM2-MoE (that, its experts routed by sigmoid score + the expert bias) and
     EXAONE MoE (EXAONE 4.0's sliding layers with RoPE and full ones without, under pre-norms, DeepSeek-V3's routing), Hy3
-    (that routing without groups, per-head q / k norms), HyperCLOVA X (Peri-LN's norms before Granite's residual multiplier, in the lean and compiled steps too)
+    (that routing without groups, per-head q / k norms), HyperCLOVA X (Peri-LN's norms before Granite's residual multiplier, in the lean and compiled steps too),
+    nanochat (weightless RMSNorms, the embeddings' too, and RoPE by minus the angle, in the lean and compiled steps too)
     and Gemma 4 (sliding and full layers of different head dims and key / value heads in one cache, the full layers'
     values their keys, value norms, each layer's scalar; -kv: with values of their own);
     StableLM 2 and Granite 4.0 passed
@@ -673,10 +674,12 @@ def test_greedy_equals_transformers_generate_on_more_architectures(variant, tmp_
         assert "short-convolution" in compile_unsupported(model, "cpu")
     # compiled once per distinct decode feature (CI time): partial rotary with mscale, NoPE, multipliers, Gemma's
     # norms / window / local table, soft caps, OLMo's post and across-heads norms with an unscaled local table,
-    # megatron's interleaved rotation, an MLP without a gate, q / k norms after RoPE at each row's positions, LayerNorm;
+    # megatron's interleaved rotation, an MLP without a gate, q / k norms after RoPE at each row's positions, LayerNorm,
+    # the embeddings' norm and negated RoPE angles (nanochat);
     # Mistral's every-layer window, OLMo 2 and EXAONE 4.0 have no feature of their own
     if variant in ("phi3-partiallongrope", "smollm3", "granite", "gemma3_text", "gemma2", "olmo3", "glm4", "nemotron",
-                   "apertus", "hunyuan_v1_dense", "starcoder2-window", "cohere2", "gpt_neox", "olmo-clip", "hyperclovax", "jais2"):
+                   "apertus", "hunyuan_v1_dense", "starcoder2-window", "cohere2", "gpt_neox", "olmo-clip", "hyperclovax", "jais2",
+                   "nanochat"):
         engines.append(dict(compile_decode=True))
     for kw in engines:
         engine = _engine(model, **kw)
