@@ -129,7 +129,9 @@ NON_CORE_ARCHS = frozenset((
     # HyperCLOVA X (Granite's scalars with Gemma 3's post norms)
     "hyperclovax",
     # IQuest-Coder and InternLM3 (Llama under their own model_types; InternLM3's dynamic NTK RoPE)
-    "iquestcoder", "internlm3"))
+    "iquestcoder", "internlm3",
+    # VaultGemma (Gemma 2's layer, core, without its post norms)
+    "vaultgemma"))
 
 
 def pytest_collection_modifyitems(config, items):

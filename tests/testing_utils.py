@@ -286,7 +286,8 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
     no biases, tied; HF_VARIANTS falcon-40b, falcon-11b, falcon-seq); olmo: OLMo 1 (LayerNorms without weights; olmo-clip:
     q / k / v clamped); nemotron_h: Nemotron-H (four layers of one block each: Mamba-2, MLP, attention, MLP; the
     HF_VARIANTS nemotron_h-moe: its second layer MoE); nanochat: nanochat (weightless RMSNorms, the embeddings' too, RoPE
-    by minus the angle, relu(x)^2 without a gate, logits soft-capped at 15). `overrides` change TINY_HF
+    by minus the angle, relu(x)^2 without a gate, logits soft-capped at 15); vaultgemma: VaultGemma (gemma2's layer
+    without its post norms). `overrides` change TINY_HF
     (num_hidden_layers=4). `config_only`: return the config.json it would save (as a dict), building nothing."""
     import transformers as tf
 
@@ -620,6 +621,10 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
         "gemma2": lambda: tf.Gemma2Config(**{"head_dim": 16, "query_pre_attn_scalar": 24, "sliding_window": 12,
                                             "attn_logit_softcapping": 1.0, "final_logit_softcapping": 2.0,
                                             "attn_implementation": "eager", **tiny}),
+        # VaultGemma: Gemma 2's layer without its norms after attention and MLP (the same sizes, window and caps)
+        "vaultgemma": lambda: tf.VaultGemmaConfig(**{"head_dim": 16, "query_pre_attn_scalar": 24, "sliding_window": 12,
+                                                    "attn_logit_softcapping": 1.0, "final_logit_softcapping": 2.0,
+                                                    "attn_implementation": "eager", **tiny}),
         # Gemma 3 4B+'s image-text layout around the same text model: a tiny SigLIP tower, image
         # tokens at the top of the 120-token vocabulary (prompts use ids below 117)
         "gemma3": lambda: tf.Gemma3Config(
@@ -714,7 +719,7 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
            "starcoder2": tf.Starcoder2ForCausalLM, "nemotron": tf.NemotronForCausalLM,
            "cohere": tf.CohereForCausalLM, "cohere2": tf.Cohere2ForCausalLM, "phi": tf.PhiForCausalLM,
            "gpt_neox": tf.GPTNeoXForCausalLM, "falcon": tf.FalconForCausalLM, "olmo": tf.OlmoForCausalLM,
-           "nanochat": tf.NanoChatForCausalLM}[arch]
+           "nanochat": tf.NanoChatForCausalLM, "vaultgemma": tf.VaultGemmaForCausalLM}[arch]
     torch.manual_seed(seed)
     model = cls(config).eval()
     with torch.no_grad():
@@ -722,7 +727,7 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
             p.normal_(0.0, 0.1)
         for name, p in model.named_parameters():
             if name.endswith(("norm.weight", "norm_1.weight", "norm_2.weight", "router.scale", "per_expert_scale")) \
-                    and not (arch.startswith("gemma") and not arch.startswith("gemma4") or arch == "nemotron"):
+                    and not (arch.startswith(("gemma", "vaultgemma")) and not arch.startswith("gemma4") or arch == "nemotron"):
                 p.add_(1.0)  # (Gemma 1-3's norms scale by 1 + weight; Gemma 4's router scales by its own)
         for name, b in model.named_buffers():  # sigmoid routing's expert bias (GLM-4.5): a buffer, not 0
             if name.endswith(("e_score_correction_bias", "feed_forward.expert_bias")):  # (LFM2-MoE's name)

@@ -39,7 +39,7 @@ log = get_logger(__name__)
 DTYPES = PARAMS_DTYPES  # one spelling of params_dtype, in platform/
 HF_TYPES = {"llama2": "llama", "llama3": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3", "qwen3_moe": "qwen3_moe",
             "qwen2_moe": "qwen2_moe", "mixtral": "mixtral", "phi3": "phi3", "smollm3": "smollm3", "granite": "granite",
-            "gemma3": "gemma3_text", "gemma2": "gemma2", "gemma": "gemma",
+            "gemma3": "gemma3_text", "gemma2": "gemma2", "gemma": "gemma", "vaultgemma": "vaultgemma",
             "olmo2": "olmo2", "olmo3": "olmo3", "ministral3": "ministral3",
             "exaone4": "exaone4", "seed_oss": "seed_oss", "glm4": "glm4",
             "ernie4_5": "ernie4_5", "arcee": "arcee", "glm4_moe": "glm4_moe",

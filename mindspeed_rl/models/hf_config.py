@@ -34,8 +34,8 @@ HF_ARCHS = ("llama", "mistral", "phi3", "qwen2", "qwen3", "qwen3_moe", "qwen2_mo
             "granitemoe", "granitemoeshared", "granitemoehybrid", "glm", "helium", "stablelm",
             "starcoder2", "nemotron", "cohere", "cohere2", "phi", "gpt_neox", "falcon", "olmo", "nemotron_h", "falcon_h1",
             "lfm2", "lfm2_moe", "exaone", "exaone_moe", "hyperclovax", "iquestcoder", "hy_v3", "afmoe", "sarvam_moe", "jais2", "mellum",
-            "gemma4_text", "internlm3", "youtu", "nanochat")
-GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma")
+            "gemma4_text", "internlm3", "youtu", "nanochat", "vaultgemma")
+GEMMA_ARCHS = ("gemma3_text", "gemma2", "gemma", "vaultgemma")
 MOE_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "glm4_moe", "deepseek_v3", "deepseek_v2", "glm4_moe_lite", "gpt_oss",
              "minimax_m2", "ernie4_5_moe", "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo", "hunyuan_v1_moe",
              "granitemoe", "granitemoeshared", "granitemoehybrid", "exaone_moe", "hy_v3", "afmoe", "sarvam_moe", "mellum")
@@ -55,6 +55,7 @@ HF_DEFAULTS = {
     "smollm3": {"rope_theta": 2000000.0, "tie_word_embeddings": True},
     "gemma3_text": {"rope_theta": 1000000.0, "tie_word_embeddings": True},
     "gemma2": {"tie_word_embeddings": True},
+    "vaultgemma": {"tie_word_embeddings": True},  # transformers' VaultGemmaConfig (Gemma2Config's defaults)
     "gemma": {"tie_word_embeddings": True},
     "olmo3": {"rope_theta": 500000.0},
     "ernie4_5": {"tie_word_embeddings": True, "head_dim": 128},
@@ -556,12 +557,14 @@ def gemma_args(hf: Mapping[str, Any], num_layers: int, head_dim: int) -> dict[st
     (attn_logit_softcapping 50, final_logit_softcapping 30: MindSpeed-LLM's attn_logit_softcapping /
     output_logit_softcapping).
 
+    VaultGemma (vaultgemma: vaultgemma-1b) is Gemma 2 without the norms after attention and MLP.
+
     Gemma 1 (gemma: gemma-2b / 7b, CodeGemma) has the (1 + w) norms, the embedding scale and GeGLU
     only: pre-norms, no q/k norms, full attention everywhere, scores scaled by head_dim^-1/2."""
     if hf.get("model_type") == "gemma":
         return {"swiglu": False, "geglu": True, "add_rmsnorm_offset": True, "input_embeds_norm": True,
                 "norm_epsilon": float(hf.get("rms_norm_eps", 1e-6))}
-    gemma2 = hf.get("model_type") == "gemma2"
+    gemma2 = hf.get("model_type") in ("gemma2", "vaultgemma")
     if hf.get("use_bidirectional_attention"):
         raise ValueError("config.json use_bidirectional_attention=true (an embedding model) is not supported; "
                          "GRPO needs causal attention.")
@@ -571,7 +574,8 @@ def gemma_args(hf: Mapping[str, Any], num_layers: int, head_dim: int) -> dict[st
     local = local_rope_parameters(hf)
     window = hf.get("sliding_window")
     longest = int(hf.get("max_position_embeddings", 4096))
-    args = {"swiglu": False, "geglu": True, "add_rmsnorm_offset": True, "post_norm": True, "input_embeds_norm": True,
+    args = {"swiglu": False, "geglu": True, "add_rmsnorm_offset": True, "input_embeds_norm": True,
+            "post_norm": hf.get("model_type") != "vaultgemma",
             "qk_layernorm": not gemma2, "norm_epsilon": float(hf.get("rms_norm_eps", 1e-6)),
             "softmax_scale": float(hf.get("query_pre_attn_scalar") or 256) ** -0.5,  # transformers' default 256
             "window_attn_skip_freq": types}

@@ -730,8 +730,13 @@ def gemma_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype, g
     all four of GEMMA_KEYS, no biases, no MoE, RoPE in every layer, no Granite multipliers; Gemma 2
     has one rotary table (no rope_local_base_freq). Layer types from window_attn_skip_freq (none:
     every layer slides); Gemma 3's sliding layers rotate with rope_local_base_freq (default:
-    rotary_base); the soft caps are Gemma 2's (attn_logit_softcapping, output_logit_softcapping)."""
-    if not args.get("post_norm"):  # Gemma 1: the norms, the embedding scale and GeGLU only
+    rotary_base); the soft caps are Gemma 2's (attn_logit_softcapping, output_logit_softcapping). Without post_norm:
+    VaultGemma's (vaultgemma: Gemma 2 without its norms after attention and MLP) where Gemma 2's attention keys say
+    so (layer types, soft caps, a score scale), else Gemma 1's."""
+    vault = not args.get("post_norm") and not args.get("qk_layernorm") and any(
+        args.get(k) is not None for k in ("window_attn_skip_freq", "attn_logit_softcapping", "output_logit_softcapping",
+                                          "softmax_scale"))
+    if not args.get("post_norm") and not vault:  # Gemma 1: the norms, the embedding scale and GeGLU only
         return gemma1_config(args, vocab_size, dtype, gemma)
     gemma2 = not args.get("qk_layernorm")
     others = [k for k in ("add_qkv_bias", "num_experts", "no_rope_freq") if args.get(k)]
@@ -739,7 +744,7 @@ def gemma_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype, g
                if float(args.get(k) or 1.0) != 1.0]
     if gemma2 and args.get("rope_local_base_freq"):
         others.append("rope_local_base_freq without qk_layernorm")
-    missing = [k for k in GEMMA_KEYS if not args.get(k)]
+    missing = [k for k in GEMMA_KEYS if not args.get(k) and not (vault and k == "post_norm")]
     if missing or others or float(args.get("rotary_percent") or 1.0) != 1.0 or args.get("swiglu", False):
         problems = ([f"lacks {', '.join(missing)}"] if missing else []) + \
                    ([f"also sets {', '.join(others)}"] if others else [])
@@ -747,8 +752,9 @@ def gemma_config(args: Mapping[str, Any], vocab_size: int, dtype: torch.dtype, g
                          f"or Gemma 2 (all of {', '.join(GEMMA_KEYS)}, swiglu false, full rotary; q/k norms and "
                          f"rope_local_base_freq in Gemma 3 only); this model {' and '.join(problems) or 'is not one'}.")
     rope = rope_parameters(args)
-    config = base_config(args, vocab_size, dtype, "gemma2" if gemma2 else "gemma3_text",
-                         "Gemma2ForCausalLM" if gemma2 else "Gemma3ForCausalLM", rope, eps=1e-6)
+    kind = "vaultgemma" if vault else "gemma2" if gemma2 else "gemma3_text"
+    config = base_config(args, vocab_size, dtype, kind, {"vaultgemma": "VaultGemmaForCausalLM", "gemma2": "Gemma2ForCausalLM",
+                                                         "gemma3_text": "Gemma3ForCausalLM"}[kind], rope, eps=1e-6)
     scale = args.get("softmax_scale")
     scalar = config["head_dim"] if not scale else 1.0 / float(scale) ** 2
     config.update(layer_types_config(args, config), hidden_activation="gelu_pytorch_tanh", attention_bias=False,

@@ -64,7 +64,8 @@ class NonParametricLayerNorm(torch.nn.Module):
 
 
 def rms_normalized(x: torch.Tensor, eps: float) -> torch.Tensor:
-    """x * rsqrt(mean(x^2) + eps) over the last dimension in fp32, cast back (a weightless RMSNorm)."""
+    """x * rsqrt(mean(x^2) + eps) over the last dimension in fp32, cast back (a weightless RMSNorm, as transformers'
+    NanoChatRMSNorm computes it; Gemma 4's value norm takes pow(-0.5) instead, as its own does: gemma4.value_rms)."""
     h = x.float()
     return (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 

@@ -57,6 +57,7 @@ VARIANTS = {
     "gemma3_text": dict(head_dim=32, sliding_window=16),
     "gemma3": dict(head_dim=32, sliding_window=16),
     "gemma2": dict(head_dim=32, sliding_window=16),
+    "vaultgemma": dict(head_dim=32, sliding_window=16),
     "mistral3": dict(head_dim=32),
     "gemma": dict(head_dim=32),
     "olmo3": dict(sliding_window=16, max_position_embeddings=64),
@@ -105,7 +106,7 @@ VARIANTS = {
 
 
 TRANSFORMERS_BACKEND = ("smollm3", "arcee", "flex_olmo", "hunyuan_v1_dense", "hunyuan_v1_moe", "glm", "phi", "gpt_neox",
-                        "olmo", "jais2", "mellum", "nanochat")  # architectures vLLM 0.32 serves with its Transformers backend
+                        "olmo", "jais2", "mellum", "nanochat", "vaultgemma")  # architectures vLLM 0.32 serves with its Transformers backend
 
 
 def _make_in_child(arch, out, overrides):
@@ -138,7 +139,7 @@ CI_ARCHS = ("mixtral", "phi3", "phi3-partiallongrope", "qwen2-yarn", "smollm3-ya
 EXTENDED_ARCHS = ("mistral3", "gemma", "olmo3", "ministral3", "exaone4", "seed_oss", "ernie4_5", "arcee", "glm4_moe",
                   "deepseek_v2", "minimax_m2", "glm4_moe_lite", "ernie4_5_moe", "apertus", "olmoe", "flex_olmo",
                   "hunyuan_v1_moe", "granitemoeshared", "glm", "starcoder2", "nemotron", "phi", "falcon", "olmo-clip",
-                  "granitemoehybrid-hmoe", "nemotron_h", "falcon_h1", "lfm2_moe", "exaone", "exaone_moe", "hyperclovax", "iquestcoder", "internlm3", "youtu", "mimo", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla", "jais2", "mellum", "gemma4_text-moe", "nanochat")
+                  "granitemoehybrid-hmoe", "nemotron_h", "falcon_h1", "lfm2_moe", "exaone", "exaone_moe", "hyperclovax", "iquestcoder", "internlm3", "youtu", "mimo", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla", "jais2", "mellum", "gemma4_text-moe", "nanochat", "vaultgemma")
 
 
 @pytest.mark.parametrize("arch", with_extended(CI_ARCHS, EXTENDED_ARCHS))
@@ -160,7 +161,7 @@ def test_synced_engine_equals_the_training_model(arch, tmp_path, gloo_world1):
         testing_utils.TINY_HF.clear()
         testing_utils.TINY_HF.update(old)
     model, args = _megatron(str(tmp_path))
-    windowed = window or arch.startswith(("gemma3", "gemma2", "olmo3", "exaone4", "gpt_oss", "exaone_moe", "afmoe", "mellum", "gemma4"))
+    windowed = window or arch.startswith(("gemma3", "gemma2", "vaultgemma", "olmo3", "exaone4", "gpt_oss", "exaone_moe", "afmoe", "mellum", "gemma4"))
     assert args["max_position_embeddings"] >= 64 and args.get("sliding_window") == (16 if windowed else None)
     hf_config = read_hf_config(str(tmp_path))  # an image-text model's: its text model's (hf_config_of too)
     engine = VLLMEngine(hf_config, vocab_size=HF_VOCAB, max_length=64, eos_token_ids=[0], pad_token_id=0, seed=0)

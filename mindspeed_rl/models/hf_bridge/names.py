@@ -44,6 +44,7 @@ _STORED_AS = {
                     ("post_self_attn_layernorm.weight", "post_attention_layernorm.weight")),
 }
 _STORED_AS["gemma2"] = _STORED_AS["gemma3_text"]  # Gemma 2's names are Gemma 3's
+_STORED_AS["vaultgemma"] = _STORED_AS["gemma3_text"][:1]  # VaultGemma: Gemma 2's pre-MLP norm name, no post norms
 # and Gemma 4's (with its layer_scalar: hf_bridge/mapping.py); 26B-A4B's router as router.proj (experts: _STACKED)
 _STORED_AS["gemma4_text"] = (*_STORED_AS["gemma3_text"], ("mlp.gate.weight", "router.proj.weight"))
 _STORED_AS["olmo2"] = _STORED_AS["gemma3_text"][1:]  # OLMo 2: the post norms alone, Gemma's names

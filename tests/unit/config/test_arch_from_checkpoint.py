@@ -79,6 +79,9 @@ ARCHS = {"llama": dict(rotary_base=5000.0, rope_scaling_type="llama3", untie_emb
                              rope_scaling_type="linear", rotary_base=1e5),
          "gemma2": dict(window_attn_skip_freq=[1, 0], sliding_window=12, post_norm=True, qk_layernorm=False,
                         attn_logit_softcapping=1.0, output_logit_softcapping=2.0, rope_local_base_freq=None),
+         # VaultGemma: Gemma 2 without the norms after attention and MLP
+         "vaultgemma": dict(window_attn_skip_freq=[1, 0], sliding_window=12, post_norm=False, qk_layernorm=False,
+                            attn_logit_softcapping=1.0, output_logit_softcapping=2.0, add_rmsnorm_offset=True),
          "gemma": dict(add_rmsnorm_offset=True, input_embeds_norm=True, geglu=True, post_norm=False, kv_channels=16),
          "olmo2": dict(pre_norm=False, post_norm=True, qk_layernorm=True, qk_layernorm_across_heads=True,
                        rotary_base=5e5, untie_embeddings_and_output_weights=True),

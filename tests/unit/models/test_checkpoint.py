@@ -285,7 +285,7 @@ def load_exported(out):
                                              ("nemotron_h-moe", True), ("falcon_h1", True),
                                              ("falcon_h1-nonorm", True), ("lfm2", True), ("lfm2-idxs", True),
                                              ("lfm2_moe", True), ("exaone", False),
-                                             ("exaone_moe", True), ("hyperclovax", True), ("hy_v3", False), ("afmoe", False), ("afmoe", True), ("sarvam_moe", False), ("jais2", True), ("mellum", False), ("mellum", True), ("gemma4_text", False), ("gemma4_text", True), ("gemma4_text-kv", True), ("gemma4_text-moe", True), ("gemma4_text-ple", True), ("youtu", True), ("mimo", False), ("nanochat", True), ("nanochat", False)])
+                                             ("exaone_moe", True), ("hyperclovax", True), ("hy_v3", False), ("afmoe", False), ("afmoe", True), ("sarvam_moe", False), ("jais2", True), ("mellum", False), ("mellum", True), ("gemma4_text", False), ("gemma4_text", True), ("gemma4_text-kv", True), ("gemma4_text-moe", True), ("gemma4_text-ple", True), ("youtu", True), ("mimo", False), ("nanochat", True), ("nanochat", False), ("vaultgemma", True), ("vaultgemma", False)])
 def test_live_export_loads_in_transformers(gloo_world1, tmp_path, arch, synthesize):
     """synthesize: config.json written from the Megatron args (a yaml-built model or a Megatron
     checkpoint): Gemma 3 / 2 in their own config.json, partial rotary as Phi-3's, and the tensors

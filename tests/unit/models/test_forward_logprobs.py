@@ -59,7 +59,7 @@ def _batches():
                                   "qwen3_5_moe_text", "qwen3_5_moe", "qwen3_next", "qwen3_next-mlponly",
                                   "qwen3_moe-mlponly", "olmoe", "flex_olmo", "hunyuan_v1_dense",
                                   "hunyuan_v1_moe", "granitemoe", "granitemoeshared", "granitemoehybrid",
-                                  "granitemoehybrid-moe", "granitemoehybrid-h", "granitemoehybrid-hmoe", "nemotron_h", "nemotron_h-moe", "falcon_h1", "falcon_h1-nonorm", "lfm2", "lfm2-idxs", "lfm2_moe", "exaone", "exaone_moe", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla", "jais2", "mellum", "hyperclovax", "iquestcoder", "internlm3", "youtu", "mimo", "nanochat", "gemma4_text", "gemma4_text-kv", "gemma4_text-moe", "gemma4_text-ple", "glm",
+                                  "granitemoehybrid-moe", "granitemoehybrid-h", "granitemoehybrid-hmoe", "nemotron_h", "nemotron_h-moe", "falcon_h1", "falcon_h1-nonorm", "lfm2", "lfm2-idxs", "lfm2_moe", "exaone", "exaone_moe", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla", "jais2", "mellum", "hyperclovax", "iquestcoder", "internlm3", "youtu", "mimo", "nanochat", "vaultgemma", "gemma4_text", "gemma4_text-kv", "gemma4_text-moe", "gemma4_text-ple", "glm",
                                   "helium", "stablelm",
                                   "starcoder2", "starcoder2-window", "nemotron", "nemotron-bias", "cohere", "cohere2", "phi",
                                   "gpt_neox", "gpt_neox-seq", "falcon", "falcon-40b", "falcon-11b", "falcon-seq",
@@ -75,7 +75,9 @@ def test_logits_and_log_probs_match_transformers(arch, tmp_path, gloo_world1):
     those layers' attention; 0.16: its own no_rope_freq); granite: its four multipliers; gemma3: (1 + w)
     norms before and after attention and MLP, GeGLU, embeddings x sqrt(64), a 12-position window and
     theta 1e4 in the sliding layer, linear rope x 2 at theta 1e5 in the full one (models/gemma.py);
-    gemma2: the same norms and MLP, its first layer sliding, scores and logits soft-capped; gemma
+    gemma2: the same norms and MLP, its first layer sliding, scores and logits soft-capped; vaultgemma: that without
+    the norms after attention and MLP; nanochat: weightless RMSNorms (the embeddings' too), RoPE by minus the angle,
+    relu(x)^2 without a gate; gemma
     (Gemma 1): the (1 + w) pre-norms, embedding scale and GeGLU alone; olmo3: OLMo 2's norms, a
     12-position window in the sliding layer with the default rope, YaRN and its attention factor 1.2
     in the full one only; exaone4: OLMo 2's post norms with per-head q / k norms, RoPE in the sliding

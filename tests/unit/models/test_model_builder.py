@@ -541,6 +541,26 @@ def test_gemma2_config_json_round_trip():
         hf_config_from_args(dict(args, rope_local_base_freq=1e4), vocab_size=256000)
 
 
+def test_vaultgemma_config_json_round_trip():
+    """VaultGemma (Gemma 2 2B's keys under model_type vaultgemma): Gemma 2 without its norms after attention and MLP; the
+    export writes VaultGemma's config.json, which transformers reads and which reads back to the same args; without
+    Gemma 2's attention keys (layer types, caps, score scale) the same norms are Gemma 1's."""
+    from transformers import VaultGemmaConfig
+
+    from mindspeed_rl.models.hf_export_config import hf_config_from_args
+
+    args = model_config_from_hf(dict(GEMMA2_2B, model_type="vaultgemma", architectures=["VaultGemmaForCausalLM"]))
+    assert args == dict(model_config_from_hf(GEMMA2_2B), post_norm=False)
+    written = hf_config_from_args(args, vocab_size=256000)
+    assert (written["model_type"], written["architectures"]) == ("vaultgemma", ["VaultGemmaForCausalLM"])
+    assert VaultGemmaConfig(**{k: v for k, v in written.items() if k != "model_type"}).layer_types[:2] == \
+        ["sliding_attention", "full_attention"]
+    assert model_config_from_hf(written) == args
+    plain = {k: v for k, v in args.items() if k not in ("window_attn_skip_freq", "sliding_window", "softmax_scale",
+                                                        "attn_logit_softcapping", "output_logit_softcapping")}
+    assert hf_config_from_args(plain, vocab_size=256000)["model_type"] == "gemma"
+
+
 def test_windowed_moe_exports_as_mixtral_and_variants_do_not_combine():
     """A Megatron checkpoint of a windowed Mixtral (no config.json kept) exports a Mixtral config.json
     with its window (or null), which reads back to the same architecture; Llama variants that
