@@ -97,6 +97,35 @@ SARVAM_MLA_KEYS = {"num_experts": "n_routed_experts", "num_shared_experts": "n_s
                    "num_mtp_layers": "num_nextn_predict_layers"}
 
 
+# transformers' Dots1Config defaults where GLM-4.5's reading (hf_config.HF_DEFAULTS glm4_moe) assumes others
+DOTS1_DEFAULTS = {"norm_topk_prob": False, "first_k_dense_replace": 0, "routed_scaling_factor": 1.0, "n_group": 1,
+                  "topk_group": 1, "max_position_embeddings": 2048, "attention_bias": False, "max_window_layers": 62}
+
+
+def dots1_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """dots.llm1 (dots1: rednote-hilab/dots.llm1.base / .inst) config.json as the GLM-4.5 one it is: Qwen3's attention
+    (per-head q / k norms before RoPE on the whole head, no biases) with DeepSeek-V3's MoE (sigmoid routing with the
+    expert bias, groups, shared experts, dense first layers), under DeepSeek-V3's tensor names, which are GLM-4.5's.
+    Dots1Config's defaults where config.json leaves a key out. Read, served (vLLM's Glm4MoeForCausalLM: vLLM 0.32 dropped
+    its own Dots1 module) and exported as glm4_moe (hf_config.SAME_AS). Sliding-window layers (layer_types, or
+    layers from max_window_layers on with a sliding_window) are refused in one sentence: GLM-4.5 has none."""
+    hf = {**{k: v for k, v in DOTS1_DEFAULTS.items() if config.get(k) is None}, **{k: v for k, v in config.items()
+                                                                                  if v is not None}}
+    layers = int(hf["num_hidden_layers"])
+    types = hf.get("layer_types") or ["sliding_attention" if hf.get("sliding_window") is not None and
+                                      hf.get("use_sliding_window", True) and i >= int(hf["max_window_layers"])
+                                      else "full_attention" for i in range(layers)]
+    sliding = [i for i, t in enumerate(types) if t == "sliding_attention"]
+    if sliding:
+        raise ValueError(f"config.json makes layers {sliding} of this dots1 model sliding-window layers (layer_types, or "
+                         f"sliding_window with max_window_layers {hf['max_window_layers']}); only full attention is "
+                         f"supported for dots1: set max_window_layers to num_hidden_layers ({layers}).")
+    drop = ("layer_types", "sliding_window", "max_window_layers", "use_sliding_window", "auto_map")
+    head_dim = hf.get("head_dim") or int(hf["hidden_size"]) // int(hf["num_attention_heads"])  # (Qwen3's; vLLM's GLM
+    return {**{k: v for k, v in hf.items() if k not in drop}, "architectures": ["Glm4MoeForCausalLM"],  # needs it)
+            "use_qk_norm": True, "partial_rotary_factor": 1.0, "head_dim": head_dim}
+
+
 def sarvam_mla_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """Sarvam MLA (sarvam_mla: Sarvam-105B) config.json as the DeepSeek-V3 one it is (transformers runs it as
     DeepseekV3ForCausalLM, under DeepSeek-V3's tensor names): Ling's key spellings (num_experts, num_shared_experts,

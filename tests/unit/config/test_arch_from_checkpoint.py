@@ -97,6 +97,12 @@ ARCHS = {"llama": dict(rotary_base=5000.0, rope_scaling_type="llama3", untie_emb
                           moe_router_num_groups=2, moe_router_group_topk=1, moe_router_topk_scaling_factor=1.5,
                           moe_shared_expert_intermediate_size=32, rotary_percent=0.5, add_qkv_bias=True,
                           qk_layernorm=True, kv_channels=16),
+         # dots.llm1: GLM-4.5's routing and layout under Qwen3's attention (whole-head RoPE, no biases), read as GLM-4.5
+         "dots1": dict(num_experts=4, moe_router_topk=2, moe_ffn_hidden_size=32, moe_layer_freq=[0, 1],
+                       moe_router_score_function="sigmoid", moe_router_enable_expert_bias=True, moe_router_num_groups=2,
+                       moe_router_group_topk=1, moe_router_topk_scaling_factor=1.5,
+                       moe_shared_expert_intermediate_size=32, rotary_percent=1.0, add_qkv_bias=False,
+                       qk_layernorm=True),
          # DeepSeek-V3: multi-latent attention (every head its own key and value), GLM-4.5's MoE layout
          "deepseek_v3": dict(multi_latent_attention=True, qk_layernorm=True, q_lora_rank=24, kv_lora_rank=16, qk_head_dim=16,
                              qk_pos_emb_head_dim=8, v_head_dim=16, kv_channels=16, group_query_attention=False,
@@ -274,7 +280,7 @@ def _overrides(hf_dir, *extra):
 
 
 def test_table_covers_every_builder_architecture():
-    assert set(ARCHS) == set(HF_ARCHS) | {"sarvam_mla", "mimo"}  # (read as deepseek_v3 / qwen2: hf_config.SAME_AS)
+    assert set(ARCHS) == set(HF_ARCHS) | {"sarvam_mla", "mimo", "dots1"}  # (read as deepseek_v3 / qwen2 / glm4_moe: hf_config.SAME_AS)
 
 
 @pytest.mark.parametrize("arch", sorted(ARCHS))
