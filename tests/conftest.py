@@ -130,8 +130,8 @@ NON_CORE_ARCHS = frozenset((
     "hyperclovax",
     # IQuest-Coder and InternLM3 (Llama under their own model_types; InternLM3's dynamic NTK RoPE)
     "iquestcoder", "internlm3",
-    # VaultGemma (Gemma 2's layer, core, without its post norms) and dots.llm1 (read as GLM-4.5)
-    "vaultgemma", "dots1"))
+    # VaultGemma (Gemma 2's layer, core, without its post norms), dots.llm1 and Solar Open (read as GLM-4.5)
+    "vaultgemma", "dots1", "solar_open"))
 
 
 def pytest_collection_modifyitems(config, items):

@@ -543,6 +543,12 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
             "moe_intermediate_size": 32, "n_routed_experts": 4, "num_experts_per_tok": 2, "n_shared_experts": 1,
             "first_k_dense_replace": 1, "n_group": 2, "topk_group": 1, "routed_scaling_factor": 1.5,
             "norm_topk_prob": True, "pad_token_id": None, "eos_token_id": 2, **tiny}),
+        # Solar Open's layout scaled down (solar_open): Llama's attention (head_dim 16) with GLM-4.5's MoE in every layer
+        # (sigmoid routing with a random expert bias over 4 experts in 2 groups, top-2, weights x 1.5, a shared expert)
+        "solar_open": lambda: tf.SolarOpenConfig(**{
+            "head_dim": 16, "moe_intermediate_size": 32, "n_routed_experts": 4, "num_experts_per_tok": 2,
+            "n_shared_experts": 1, "n_group": 2, "topk_group": 1, "routed_scaling_factor": 1.5, "pad_token_id": None,
+            "eos_token_id": 2, **{k: v for k, v in tiny.items() if k != "intermediate_size"}}),
         # DeepSeek-V3's layout scaled down: multi-latent attention (query rank 24, key / value rank 16, 16 + 8
         # RoPE dimensions per head, values 16), YaRN x 4 over 32 positions with mscale 1 / mscale_all_dim 0.8 (so
         # cos / sin and the scores scale differently), and GLM-4.5's MoE layout (dense first layer, sigmoid
@@ -726,7 +732,7 @@ def make_tiny_hf(arch, out_dir, seed=0, max_shard_size=None, config_only=False, 
            "cohere": tf.CohereForCausalLM, "cohere2": tf.Cohere2ForCausalLM, "phi": tf.PhiForCausalLM,
            "gpt_neox": tf.GPTNeoXForCausalLM, "falcon": tf.FalconForCausalLM, "olmo": tf.OlmoForCausalLM,
            "nanochat": tf.NanoChatForCausalLM, "vaultgemma": tf.VaultGemmaForCausalLM,
-           "dots1": tf.Dots1ForCausalLM}[arch]
+           "dots1": tf.Dots1ForCausalLM, "solar_open": tf.SolarOpenForCausalLM}[arch]
     torch.manual_seed(seed)
     model = cls(config).eval()
     with torch.no_grad():

@@ -52,7 +52,7 @@ HF_TYPES = {"llama2": "llama", "llama3": "llama", "mistral": "mistral", "qwen2":
             "granitemoehybrid": "granitemoehybrid", "glm": "glm",
             "helium": "helium", "stablelm": "stablelm", "starcoder2": "starcoder2", "nemotron": "nemotron",
             "cohere": "cohere", "cohere2": "cohere2", "phi": "phi", "gpt_neox": "gpt_neox",
-            "falcon": "falcon", "olmo": "olmo", "nemotron_h": "nemotron_h", "falcon_h1": "falcon_h1", "lfm2": "lfm2", "lfm2_moe": "lfm2_moe", "exaone": "exaone", "exaone_moe": "exaone_moe", "hy_v3": "hy_v3", "afmoe": "afmoe", "sarvam_moe": "sarvam_moe", "sarvam_mla": "deepseek_v3", "jais2": "jais2", "mellum": "mellum", "hyperclovax": "hyperclovax", "gemma4": "gemma4_text", "youtu": "youtu", "mimo": "qwen2", "nanochat": "nanochat", "dots1": "glm4_moe"}  # MindSpeed-LLM's names where it has the model
+            "falcon": "falcon", "olmo": "olmo", "nemotron_h": "nemotron_h", "falcon_h1": "falcon_h1", "lfm2": "lfm2", "lfm2_moe": "lfm2_moe", "exaone": "exaone", "exaone_moe": "exaone_moe", "hy_v3": "hy_v3", "afmoe": "afmoe", "sarvam_moe": "sarvam_moe", "sarvam_mla": "deepseek_v3", "jais2": "jais2", "mellum": "mellum", "hyperclovax": "hyperclovax", "gemma4": "gemma4_text", "youtu": "youtu", "mimo": "qwen2", "nanochat": "nanochat", "dots1": "glm4_moe", "solar_open": "glm4_moe"}  # MindSpeed-LLM's names where it has the model
 
 
 def padded_vocab(vocab_size: int, divisible_by: int, tp: int) -> int:

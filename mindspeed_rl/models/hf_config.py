@@ -16,7 +16,7 @@ from typing import Any, Mapping, Optional
 from mindspeed_rl.models.hf_layernorm_config import (LAYERNORM_ARCHS, OWN_ACTIVATION, falcon_keys, layernorm_args,
                                                      layernorm_checks, neox_keys)
 from mindspeed_rl.models.hf_afmoe_config import afmoe_config
-from mindspeed_rl.models.hf_moe_config import (dots1_config, expert_count, gpt_oss_args, hy_v3_config, mla_args, moe_args_from_hf,
+from mindspeed_rl.models.hf_moe_config import (dots1_config, expert_count, gpt_oss_args, solar_open_config, hy_v3_config, mla_args, moe_args_from_hf,
                                                 sarvam_mla_config, sarvam_moe_config)
 from mindspeed_rl.models.hf_falcon_h1_config import falcon_h1_args, falcon_h1_config
 from mindspeed_rl.models.hf_gemma4_config import gemma4_args, gemma4_config
@@ -447,7 +447,8 @@ APERTUS_ROPE = {"rope_type": "llama3", "rope_theta": 12000000.0, "factor": 8.0, 
 # Kimi K2 (moonshotai/Kimi-K2-*: DeepseekV3ForCausalLM with remote code for its config class)
 # (Sarvam-105B: hf_moe_config.sarvam_mla_config); MiMo-7B (mimo): Qwen2 with multi-token-prediction layers, not read
 # dots.llm1 (dots1): GLM-4.5's layer and routing (hf_moe_config.dots1_config)
-SAME_AS = {"kimi_k2": "deepseek_v3", "sarvam_mla": "deepseek_v3", "mimo": "qwen2", "dots1": "glm4_moe"}
+SAME_AS = {"kimi_k2": "deepseek_v3", "sarvam_mla": "deepseek_v3", "mimo": "qwen2", "dots1": "glm4_moe",
+           "solar_open": "glm4_moe"}  # (Solar Open: hf_moe_config.solar_open_config)
 # image-text model_type -> its text model's model_type and class (text_model_config)
 IMAGE_TEXT_ARCHS = {"gemma3": ("gemma3_text", "Gemma3ForCausalLM"), "mistral3": ("mistral", "MistralForCausalLM"),
                     "qwen2_vl": ("qwen2", "Qwen2ForCausalLM"), "qwen2_5_vl": ("qwen2", "Qwen2ForCausalLM"),
@@ -488,6 +489,7 @@ def text_model_config(config: Mapping[str, Any]) -> dict[str, Any]:
     if config.get("model_type") in SAME_AS:  # read, served and exported as that model type, no remote code
         config = sarvam_mla_config(config) if config["model_type"] == "sarvam_mla" else config
         config = dots1_config(config) if config["model_type"] == "dots1" else config
+        config = solar_open_config(config) if config["model_type"] == "solar_open" else config
         if config["model_type"] == "mimo" and config.get("attention_bias") is False:  # (Qwen2's are always there)
             raise ValueError("config.json attention_bias false is not supported for mimo (Qwen2's q / k / v biases).")
         config = dict(config, architectures=["Qwen2ForCausalLM"]) if config["model_type"] == "mimo" else config

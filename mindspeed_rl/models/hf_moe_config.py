@@ -126,6 +126,27 @@ def dots1_config(config: Mapping[str, Any]) -> dict[str, Any]:
             "use_qk_norm": True, "partial_rotary_factor": 1.0, "head_dim": head_dim}
 
 
+# transformers' SolarOpenConfig defaults (Solar-Open-100B's sizes) for the keys config.json may leave out
+SOLAR_OPEN_DEFAULTS = {"hidden_size": 4096, "num_hidden_layers": 48, "num_attention_heads": 64, "num_key_value_heads": 8,
+                       "head_dim": 128, "vocab_size": 196608, "max_position_embeddings": 131072, "rms_norm_eps": 1e-5,
+                       "moe_intermediate_size": 1280, "num_experts_per_tok": 8, "n_shared_experts": 1,
+                       "n_routed_experts": 128, "routed_scaling_factor": 1.0, "n_group": 1, "topk_group": 1,
+                       "norm_topk_prob": True, "attention_bias": False, "rope_theta": 1000000.0}
+
+
+def solar_open_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Solar Open (solar_open: upstage/Solar-Open-100B) config.json as the GLM-4.5 one it is: Llama's attention (no q / k
+    norms, RoPE on the whole head unless rope_parameters says a partial_rotary_factor, q / k / v biases where
+    attention_bias says) with GLM-4.5's MoE in every layer, under GLM-4.5's tensor names. SolarOpenConfig's defaults where
+    config.json leaves a key out. Read, served (vLLM's Glm4MoeForCausalLM) and exported as glm4_moe (hf_config.SAME_AS)."""
+    hf = {**{k: v for k, v in SOLAR_OPEN_DEFAULTS.items() if config.get(k) is None},
+          **{k: v for k, v in config.items() if v is not None and k != "auto_map"}}
+    rope = dict(hf.get("rope_parameters") or {})
+    partial = float(rope.get("partial_rotary_factor") or 1.0)
+    return {**hf, "architectures": ["Glm4MoeForCausalLM"], "use_qk_norm": False, "first_k_dense_replace": 0,
+            "partial_rotary_factor": partial, "intermediate_size": hf.get("intermediate_size") or hf["moe_intermediate_size"]}
+
+
 def sarvam_mla_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """Sarvam MLA (sarvam_mla: Sarvam-105B) config.json as the DeepSeek-V3 one it is (transformers runs it as
     DeepseekV3ForCausalLM, under DeepSeek-V3's tensor names): Ling's key spellings (num_experts, num_shared_experts,

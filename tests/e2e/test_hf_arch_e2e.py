@@ -38,7 +38,7 @@ OVERRIDES = {"gemma3": {"seed": 1}, "granitemoeshared": {"seed": 2}, "granitemoe
 CI_ARCHS = ("mixtral", "gemma3", "deepseek_v3", "qwen3_5", "granitemoehybrid-h")
 EXTENDED_ARCHS = ("phi3", "gpt_oss", "mistral3", "olmo3", "qwen2_5_vl", "glm4_moe", "minimax_m2", "ernie4_5_moe", "apertus", "qwen3_next",
                   "flex_olmo", "hunyuan_v1_moe", "granitemoeshared", "glm4_moe_lite", "qwen3_5_moe", "gpt_neox",
-                  "nemotron_h", "nemotron_h-moe", "falcon_h1", "lfm2", "lfm2_moe", "exaone", "lfm2_vl", "exaone_moe", "hyperclovax", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla", "jais2", "mellum", "gemma4", "gemma4_text-moe", "gemma4_text-ple", "internlm3", "youtu", "mimo", "nanochat", "vaultgemma", "dots1")
+                  "nemotron_h", "nemotron_h-moe", "falcon_h1", "lfm2", "lfm2_moe", "exaone", "lfm2_vl", "exaone_moe", "hyperclovax", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla", "jais2", "mellum", "gemma4", "gemma4_text-moe", "gemma4_text-ple", "internlm3", "youtu", "mimo", "nanochat", "vaultgemma", "dots1", "solar_open")
 
 
 @pytest.mark.parametrize("arch", with_extended(CI_ARCHS, EXTENDED_ARCHS))
@@ -85,7 +85,7 @@ def test_empty_model_yaml_runs(arch, tmp_path):
     own_names = arch in ("phi3", "mixtral", "gemma3", "mistral3", "olmo3", "qwen2_5_vl", "glm4_moe", "deepseek_v3",
                          "glm4_moe_lite", "gpt_oss", "minimax_m2", "ernie4_5_moe", "apertus", "qwen3_5", "qwen3_5_moe",
                          "qwen3_next", "flex_olmo", "hunyuan_v1_moe", "granitemoeshared", "gpt_neox",
-                         "granitemoehybrid-h", "nemotron_h", "nemotron_h-moe", "falcon_h1", "lfm2", "lfm2_moe", "exaone", "lfm2_vl", "exaone_moe", "hyperclovax", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla", "jais2", "mellum", "gemma4", "gemma4_text-moe", "gemma4_text-ple", "internlm3", "youtu", "mimo", "nanochat", "vaultgemma", "dots1")
+                         "granitemoehybrid-h", "nemotron_h", "nemotron_h-moe", "falcon_h1", "lfm2", "lfm2_moe", "exaone", "lfm2_vl", "exaone_moe", "hyperclovax", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla", "jais2", "mellum", "gemma4", "gemma4_text-moe", "gemma4_text-ple", "internlm3", "youtu", "mimo", "nanochat", "vaultgemma", "dots1", "solar_open")
     proc = subprocess.run(
         [sys.executable, str(ROOT / "ray_gpt.py"), "--config-dir", str(CONFIGS), "--config-name", "grpo_trainer_hf_any",
          f"actor_rollout_ref.actor_rollout.load={hf}", f"actor_rollout_ref.ref.load={hf}",

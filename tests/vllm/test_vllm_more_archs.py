@@ -80,6 +80,7 @@ VARIANTS = {
     "glm": dict(head_dim=32),
     "ernie4_5": dict(head_dim=32),
     "glm4_moe": dict(head_dim=32),
+    "solar_open": dict(head_dim=32),
     "ernie4_5_moe": dict(head_dim=32),
     "apertus": dict(head_dim=32),
     "hunyuan_v1_moe": dict(head_dim=32),
@@ -139,7 +140,7 @@ CI_ARCHS = ("mixtral", "phi3", "phi3-partiallongrope", "qwen2-yarn", "smollm3-ya
 EXTENDED_ARCHS = ("mistral3", "gemma", "olmo3", "ministral3", "exaone4", "seed_oss", "ernie4_5", "arcee", "glm4_moe",
                   "deepseek_v2", "minimax_m2", "glm4_moe_lite", "ernie4_5_moe", "apertus", "olmoe", "flex_olmo",
                   "hunyuan_v1_moe", "granitemoeshared", "glm", "starcoder2", "nemotron", "phi", "falcon", "olmo-clip",
-                  "granitemoehybrid-hmoe", "nemotron_h", "falcon_h1", "lfm2_moe", "exaone", "exaone_moe", "hyperclovax", "iquestcoder", "internlm3", "youtu", "mimo", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla", "jais2", "mellum", "gemma4_text-moe", "nanochat", "vaultgemma", "dots1")
+                  "granitemoehybrid-hmoe", "nemotron_h", "falcon_h1", "lfm2_moe", "exaone", "exaone_moe", "hyperclovax", "iquestcoder", "internlm3", "youtu", "mimo", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla", "jais2", "mellum", "gemma4_text-moe", "nanochat", "vaultgemma", "dots1", "solar_open")
 
 
 @pytest.mark.parametrize("arch", with_extended(CI_ARCHS, EXTENDED_ARCHS))

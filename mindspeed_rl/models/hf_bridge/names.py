@@ -67,6 +67,7 @@ _STORED_AS["deepseek_v2"] = _STORED_AS["deepseek_v3"]  # DeepSeek-V2's names are
 _STORED_AS["kimi_k2"] = _STORED_AS["deepseek_v3"]  # Kimi K2's checkpoints are DeepSeek-V3's (hf_config.SAME_AS)
 _STORED_AS["sarvam_mla"] = _STORED_AS["deepseek_v3"]  # and Sarvam-105B's
 _STORED_AS["dots1"] = _STORED_AS["glm4_moe"]  # dots.llm1's names are DeepSeek-V3's MoE names, GLM-4.5's
+_STORED_AS["solar_open"] = _STORED_AS["glm4_moe"]  # and Solar Open's
 _STORED_AS["glm4_moe_lite"] = _STORED_AS["deepseek_v3"]  # GLM-4.7-Flash's names are DeepSeek-V3's
 _STORED_AS["youtu"] = _STORED_AS["deepseek_v3"]  # Youtu-LLM's attention names are DeepSeek-V3's (its MLP Llama's)
 # nanochat: its MLP without a gate as CLIP's fc1 / fc2 (it has no norm weights at all)

@@ -103,6 +103,11 @@ ARCHS = {"llama": dict(rotary_base=5000.0, rope_scaling_type="llama3", untie_emb
                        moe_router_group_topk=1, moe_router_topk_scaling_factor=1.5,
                        moe_shared_expert_intermediate_size=32, rotary_percent=1.0, add_qkv_bias=False,
                        qk_layernorm=True),
+         # Solar Open: Llama's attention (head_dim 16) with GLM-4.5's MoE in every layer, read as GLM-4.5
+         "solar_open": dict(num_experts=4, moe_router_topk=2, moe_ffn_hidden_size=32, moe_router_score_function="sigmoid",
+                            moe_router_enable_expert_bias=True, moe_router_num_groups=2, moe_router_group_topk=1,
+                            moe_router_topk_scaling_factor=1.5, moe_shared_expert_intermediate_size=32,
+                            qk_layernorm=False, add_qkv_bias=False, kv_channels=16),
          # DeepSeek-V3: multi-latent attention (every head its own key and value), GLM-4.5's MoE layout
          "deepseek_v3": dict(multi_latent_attention=True, qk_layernorm=True, q_lora_rank=24, kv_lora_rank=16, qk_head_dim=16,
                              qk_pos_emb_head_dim=8, v_head_dim=16, kv_channels=16, group_query_attention=False,
@@ -280,7 +285,7 @@ def _overrides(hf_dir, *extra):
 
 
 def test_table_covers_every_builder_architecture():
-    assert set(ARCHS) == set(HF_ARCHS) | {"sarvam_mla", "mimo", "dots1"}  # (read as deepseek_v3 / qwen2 / glm4_moe: hf_config.SAME_AS)
+    assert set(ARCHS) == set(HF_ARCHS) | {"sarvam_mla", "mimo", "dots1", "solar_open"}  # (read as deepseek_v3 / qwen2 / glm4_moe: SAME_AS)
 
 
 @pytest.mark.parametrize("arch", sorted(ARCHS))
@@ -290,8 +295,8 @@ def test_empty_model_yaml_takes_config_json(arch, hf_dirs, capsys):
         a = role.arch
         assert role.arch_set == {}
         # config.json's 2 KV heads, not the schema default group_query_attention=false (MLA: one per head)
-        # Qwen3.5-MoE has no dense width: its experts'; Granite 4.0's dense MLP is its shared_mlp (96 wide)
-        ffn = 32 if arch == "qwen3_5_moe_text" else 96 if arch == "granitemoehybrid" else 128
+        # Qwen3.5-MoE and Solar Open have no dense width: their experts'; Granite 4.0's dense MLP is its shared_mlp (96 wide)
+        ffn = 32 if arch in ("qwen3_5_moe_text", "solar_open") else 96 if arch == "granitemoehybrid" else 128
         layers = 4 if arch in ("nemotron_h", "lfm2_moe", "exaone_moe") else 2  # (its tiny model's four kinds of block; LFM2-MoE's four)
         assert (a.num_layers, a.hidden_size, a.ffn_hidden_size, a.num_attention_heads) == (layers, 64, ffn, 4)
         if not arch.startswith("deepseek") and arch not in ("glm4_moe_lite", "gpt_neox", "falcon", "sarvam_mla", "youtu"):

@@ -52,7 +52,7 @@ def _run(*argv):
                                                ("granitemoehybrid-hmoe", (2, 1), (1, 2)), ("nemotron_h", (2, 2), (1, 1)),
                                                ("falcon_h1", (2, 2), (1, 1)), ("lfm2", (2, 2), (1, 1)),
                                                ("lfm2_moe", (2, 2), (1, 1)), ("exaone", (2, 1), (1, 2)),
-                                               ("exaone_moe", (2, 2), (1, 1)), ("hy_v3", (2, 2), (1, 1)), ("afmoe", (2, 2), (1, 1)), ("sarvam_moe", (2, 1), (1, 2)), ("sarvam_mla", (2, 2), (1, 1)), ("youtu", (2, 1), (1, 2)), ("mimo", (2, 1), (1, 2)), ("nanochat", (2, 1), (1, 2)), ("vaultgemma", (2, 2), (1, 1)), ("dots1", (2, 2), (1, 1)), ("jais2", (2, 1), (1, 2)), ("mellum", (2, 2), (1, 1)), ("hyperclovax", (2, 1), (1, 2)), ("gemma4_text", (2, 2), (1, 1)), ("gemma4_text-kv", (2, 1), (1, 2)), ("gemma4_text-moe", (2, 2), (1, 1)), ("gemma4_text-ple", (2, 1), (1, 1))])
+                                               ("exaone_moe", (2, 2), (1, 1)), ("hy_v3", (2, 2), (1, 1)), ("afmoe", (2, 2), (1, 1)), ("sarvam_moe", (2, 1), (1, 2)), ("sarvam_mla", (2, 2), (1, 1)), ("youtu", (2, 1), (1, 2)), ("mimo", (2, 1), (1, 2)), ("nanochat", (2, 1), (1, 2)), ("vaultgemma", (2, 2), (1, 1)), ("dots1", (2, 2), (1, 1)), ("solar_open", (2, 1), (1, 2)), ("jais2", (2, 1), (1, 2)), ("mellum", (2, 2), (1, 1)), ("hyperclovax", (2, 1), (1, 2)), ("gemma4_text", (2, 2), (1, 1)), ("gemma4_text-kv", (2, 1), (1, 2)), ("gemma4_text-moe", (2, 2), (1, 1)), ("gemma4_text-ple", (2, 1), (1, 1))])
 def test_round_trip_is_bit_exact(tmp_path, arch, first, second):
     """HF -> mg -> mg -> HF: every tensor back bit for bit under its stored name and layout (Mixtral's
     names, Phi-3's fused q/k/v and gate/up, Gemma 3's norm names, DeepSeek-V3's multi-latent attention,
@@ -90,7 +90,7 @@ TP by heads, B / C whole) and written back whole)."""
         assert got[name].dtype == tensor.dtype and torch.equal(got[name], tensor), name
     config = json.loads((back / "config.json").read_text())
     # (Sarvam-105B is written back as the DeepSeek-V3 it is: hf_config.SAME_AS)
-    assert config["model_type"] == {"sarvam_mla": "deepseek_v3", "mimo": "qwen2", "dots1": "glm4_moe"}.get(arch, arch.split("-")[0])
+    assert config["model_type"] == {"sarvam_mla": "deepseek_v3", "mimo": "qwen2", "dots1": "glm4_moe", "solar_open": "glm4_moe"}.get(arch, arch.split("-")[0])
     assert config["vocab_size"] == 120
 
 

@@ -59,7 +59,7 @@ def _batches():
                                   "qwen3_5_moe_text", "qwen3_5_moe", "qwen3_next", "qwen3_next-mlponly",
                                   "qwen3_moe-mlponly", "olmoe", "flex_olmo", "hunyuan_v1_dense",
                                   "hunyuan_v1_moe", "granitemoe", "granitemoeshared", "granitemoehybrid",
-                                  "granitemoehybrid-moe", "granitemoehybrid-h", "granitemoehybrid-hmoe", "nemotron_h", "nemotron_h-moe", "falcon_h1", "falcon_h1-nonorm", "lfm2", "lfm2-idxs", "lfm2_moe", "exaone", "exaone_moe", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla", "jais2", "mellum", "hyperclovax", "iquestcoder", "internlm3", "youtu", "mimo", "nanochat", "vaultgemma", "dots1", "gemma4_text", "gemma4_text-kv", "gemma4_text-moe", "gemma4_text-ple", "glm",
+                                  "granitemoehybrid-moe", "granitemoehybrid-h", "granitemoehybrid-hmoe", "nemotron_h", "nemotron_h-moe", "falcon_h1", "falcon_h1-nonorm", "lfm2", "lfm2-idxs", "lfm2_moe", "exaone", "exaone_moe", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla", "jais2", "mellum", "hyperclovax", "iquestcoder", "internlm3", "youtu", "mimo", "nanochat", "vaultgemma", "dots1", "solar_open", "gemma4_text", "gemma4_text-kv", "gemma4_text-moe", "gemma4_text-ple", "glm",
                                   "helium", "stablelm",
                                   "starcoder2", "starcoder2-window", "nemotron", "nemotron-bias", "cohere", "cohere2", "phi",
                                   "gpt_neox", "gpt_neox-seq", "falcon", "falcon-40b", "falcon-11b", "falcon-seq",

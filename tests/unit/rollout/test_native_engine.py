@@ -587,7 +587,7 @@ def test_no_packing_when_host_memory_is_short(tiny, monkeypatch, caplog):
                                      "qwen3_5_moe_text", "qwen3_next", "olmoe", "flex_olmo",
                                      "hunyuan_v1_dense", "hunyuan_v1_moe", "granitemoeshared", "starcoder2-window",
                                      "cohere2", "phi", "gpt_neox", "falcon", "falcon-40b", "olmo-clip",
-                                     "granitemoehybrid-h", "nemotron_h", "nemotron_h-moe", "falcon_h1", "lfm2", "lfm2_moe", "exaone_moe", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla", "jais2", "mellum", "hyperclovax", "youtu", "nanochat", "vaultgemma", "dots1",
+                                     "granitemoehybrid-h", "nemotron_h", "nemotron_h-moe", "falcon_h1", "lfm2", "lfm2_moe", "exaone_moe", "hy_v3", "afmoe", "sarvam_moe", "sarvam_mla", "jais2", "mellum", "hyperclovax", "youtu", "nanochat", "vaultgemma", "dots1", "solar_open",
                                      "gemma4_text", "gemma4_text-moe", "gemma4_text-ple", pytest.param("gemma4_text-kv", marks=pytest.mark.extended),
                                      pytest.param("falcon_h1-nonorm", marks=pytest.mark.extended),
                                      pytest.param("internlm3", marks=pytest.mark.extended),
