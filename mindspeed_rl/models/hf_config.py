@@ -16,8 +16,8 @@ from typing import Any, Mapping, Optional
 from mindspeed_rl.models.hf_layernorm_config import (LAYERNORM_ARCHS, OWN_ACTIVATION, falcon_keys, layernorm_args,
                                                      layernorm_checks, neox_keys)
 from mindspeed_rl.models.hf_afmoe_config import afmoe_config
-from mindspeed_rl.models.hf_moe_config import (dots1_config, expert_count, gpt_oss_args, solar_open_config, hy_v3_config, mla_args, moe_args_from_hf,
-                                                sarvam_mla_config, sarvam_moe_config)
+from mindspeed_rl.models.hf_moe_config import (dots1_config, expert_count, gpt_oss_args, hy_v3_config, mla_args,
+                                                moe_args_from_hf, sarvam_mla_config, sarvam_moe_config, solar_open_config)
 from mindspeed_rl.models.hf_falcon_h1_config import falcon_h1_args, falcon_h1_config
 from mindspeed_rl.models.hf_gemma4_config import gemma4_args, gemma4_config
 from mindspeed_rl.models.hf_granite_config import granite_args, granite_hybrid_args, granite_hybrid_config
